@@ -1,0 +1,399 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/trainflow/trainflow/internal/atomicfile"
+	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/serving"
+	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// Activities holds what the job's steps need. Its exported methods are the
+// registered activities; their names are wire API.
+type Activities struct {
+	// Home is the worker's home directory; default job dirs are
+	// Home/jobs/<job_id>.
+	Home string
+	// Models is the model repository Publish writes to.
+	Models *serving.Repository
+	// Exe and ExeArgs start the preprocessing child process: the command
+	// run is Exe ExeArgs... preprocess REQUEST.json [beam args]. Default:
+	// this executable.
+	Exe     string
+	ExeArgs []string
+	// OnPublish, if set, is called after a version is published (the dev
+	// stack reloads its prediction server).
+	OnPublish func(model string)
+	Logger    *slog.Logger
+}
+
+// Paths inside a job directory written by the activities.
+const (
+	jobFile     = "job.json"
+	rawDir      = "raw"
+	checkpoints = "checkpoints"
+	evalMetrics = "eval/metrics.jsonl"
+	exportDir   = "export"
+)
+
+func nonRetryable(errType string, err error) error {
+	return temporal.NewNonRetryableApplicationError(err.Error(), errType, err)
+}
+
+// claim is the content of job.json: which job owns the directory.
+type claim struct {
+	JobID      string `json:"job_id"`
+	FirstRunID string `json:"first_run_id"`
+}
+
+// PrepareJob resolves and claims the job directory and makes the raw data
+// available: the census preset's files, or generated census-like rows
+// written once into the job directory.
+func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) (workflows.PrepareResult, error) {
+	spec := in.Spec
+	dir := spec.JobDir
+	if dir == "" {
+		dir = filepath.Join(a.Home, "jobs", spec.JobID)
+	}
+	dir, err := filepath.Abs(strings.TrimPrefix(dir, "file://"))
+	if err != nil {
+		return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("job_dir %q: %w", spec.JobDir, err))
+	}
+	if err := a.claim(dir, claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
+		return workflows.PrepareResult{}, err
+	}
+	res := workflows.PrepareResult{JobDir: dir, Train: abs(spec.Data.Train), Eval: abs(spec.Data.Eval)}
+	switch {
+	case len(res.Train) > 0:
+	case spec.Data.Dir != "":
+		d := strings.TrimPrefix(spec.Data.Dir, "file://")
+		res.Train = abs([]string{filepath.Join(d, "adult.data")})
+		res.Eval = abs([]string{filepath.Join(d, "adult.test")})
+	default:
+		res.Train = []string{filepath.Join(dir, rawDir, "train.csv")}
+		res.Eval = []string{filepath.Join(dir, rawDir, "eval.csv")}
+		rows := spec.Data.GeneratedRows
+		for i, p := range []string{res.Train[0], res.Eval[0]} {
+			if _, err := os.Stat(p); err == nil {
+				continue
+			}
+			n, test := rows, i == 1
+			if test {
+				n = max(1, rows/4)
+			}
+			err := atomicfile.WriteFunc(p, func(w io.Writer) error { return datagen.Census(w, n, spec.Train.Seed+uint64(i), test) })
+			if err != nil {
+				return res, err
+			}
+		}
+	}
+	for _, p := range append(append([]string{}, res.Train...), res.Eval...) {
+		if _, err := os.Stat(p); err != nil {
+			return res, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("data file %s: %w", p, err))
+		}
+	}
+	return res, nil
+}
+
+func abs(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		p = strings.TrimPrefix(p, "file://")
+		if a, err := filepath.Abs(p); err == nil {
+			p = a
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// claim writes job.json into dir, or checks that the job there is this
+// one. A directory owned by another job (an earlier job with the same ID)
+// is refused so its outputs are never overwritten.
+func (a *Activities) claim(dir string, c claim) error {
+	path := filepath.Join(dir, jobFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		var old claim
+		if json.Unmarshal(b, &old) == nil && old == c {
+			return nil
+		}
+		return nonRetryable(workflows.ErrTypeJobExists, fmt.Errorf("job directory %s belongs to job %s (run %s): job IDs are unique, choose another", dir, old.JobID, old.FirstRunID))
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	b, _ = json.Marshal(c)
+	return atomicfile.Write(path, b)
+}
+
+// Preprocess runs the Beam pipeline in a child process (see
+// preprocess.ChildMain), heartbeating while it runs. Cancelling the
+// activity kills the child. A completed earlier run with the same request
+// is reused.
+func (a *Activities) Preprocess(ctx context.Context, in workflows.PreprocessInput) (workflows.PreprocessResult, error) {
+	r := in.Request
+	if err := r.Check(); err != nil {
+		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
+	}
+	reqJSON, _ := json.Marshal(struct {
+		R    preprocess.Request
+		Args []string
+	}{r, in.BeamArgs})
+	reqPath := filepath.Join(in.JobDir, "preprocess", "request.json")
+	if old, err := os.ReadFile(reqPath); err == nil && bytes.Equal(old, reqJSON) {
+		if m, err := preprocess.ReadManifest(in.JobDir); err == nil && m.Failure == "" {
+			return summary(m), nil
+		}
+	}
+	os.Remove(filepath.Join(in.JobDir, preprocess.ManifestPath))
+	childReq := filepath.Join(in.JobDir, "preprocess", "child-request.json")
+	rb, _ := json.Marshal(r)
+	if err := atomicfile.Write(childReq, rb); err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	if err := a.runChild(ctx, in.JobDir, append([]string{"preprocess", childReq}, in.BeamArgs...)); err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	m, err := preprocess.ReadManifest(in.JobDir)
+	if err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	if m.Failure != "" {
+		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, errors.New(m.Failure))
+	}
+	if err := atomicfile.Write(reqPath, reqJSON); err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	return summary(m), nil
+}
+
+func summary(m *preprocess.Manifest) workflows.PreprocessResult {
+	var bad int64
+	for _, n := range m.Bad {
+		bad += n
+	}
+	return workflows.PreprocessResult{TransformHash: m.TransformHash, Dim: m.Dim, Classes: m.Classes, TrainRows: m.TrainRows, EvalRows: m.EvalRows, BadRows: bad}
+}
+
+// runChild runs this program's preprocess subcommand in its own process
+// group with a private TMPDIR, heartbeating every few seconds, and kills
+// the whole group when ctx ends.
+func (a *Activities) runChild(ctx context.Context, jobDir string, args []string) error {
+	exe := a.Exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(jobDir, "preprocess"), "tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	logPath := filepath.Join(jobDir, "preprocess", "child.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	var stderr tail
+	cmd := exec.CommandContext(ctx, exe, append(append([]string{}, a.ExeArgs...), args...)...)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	cmd.Stdout = logf
+	cmd.Stderr = io.MultiWriter(logf, &stderr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start preprocess child: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var ee *exec.ExitError
+			msg := fmt.Errorf("preprocess child: %w: %s (log: %s)", err, stderr.last(), logPath)
+			if errors.As(err, &ee) && ee.ExitCode() == preprocess.ExitRejected {
+				return nonRetryable(workflows.ErrTypeBadData, msg)
+			}
+			return msg
+		case <-tick.C:
+			activity.RecordHeartbeat(ctx, "preprocessing")
+		}
+	}
+}
+
+// tail keeps the last lines written to it, for error messages.
+type tail struct{ buf []byte }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 8192 {
+		t.buf = t.buf[len(t.buf)-8192:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) last() string {
+	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
+	return lines[len(lines)-1]
+}
+
+// loadSplit reads every shard of a split of the preprocessed data.
+func loadSplit(jobDir string, shards []preprocess.ShardResult) (train.Data, error) {
+	var ex preprocess.Examples
+	for _, s := range shards {
+		if err := preprocess.ReadShard(&ex, filepath.Join(jobDir, preprocess.DataDir, s.Name)); err != nil {
+			return train.Data{}, err
+		}
+	}
+	return train.Data{Dim: ex.Features, X: ex.X, Y: ex.Y}, nil
+}
+
+// Train trains the model from the newest checkpoint in the job directory,
+// heartbeating the step of every committed checkpoint. A retried or reset
+// activity resumes from that checkpoint.
+func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workflows.TrainResult, error) {
+	m, err := preprocess.ReadManifest(in.JobDir)
+	if err != nil {
+		return workflows.TrainResult{}, err
+	}
+	if m.TransformHash != in.TransformHash {
+		return workflows.TrainResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("preprocessed data has transform %s, job expects %s", m.TransformHash, in.TransformHash))
+	}
+	data, err := loadSplit(in.JobDir, m.Train)
+	if err != nil {
+		return workflows.TrainResult{}, err
+	}
+	cfg := train.Config{
+		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate, L2: in.Model.L2,
+		Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
+		CheckpointDir: filepath.Join(in.JobDir, checkpoints),
+		Meta:          train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash},
+	}
+	log := activity.GetLogger(ctx)
+	return train.Run(ctx, cfg, data, func(p train.Progress) error {
+		activity.RecordHeartbeat(ctx, p)
+		log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
+		return appendEvent(in.JobDir, map[string]any{"event": "checkpoint", "global_step": p.Step, "loss": p.Loss, "examples_per_sec": p.ExamplesPerSec})
+	})
+}
+
+// appendEvent appends one JSON line to the job's events log.
+func appendEvent(jobDir string, ev map[string]any) error {
+	ev["time"] = time.Now().UTC().Format(time.RFC3339Nano)
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(jobDir, "events.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Evaluate evaluates the checkpoint at in.Step on all evaluation data and
+// appends the result to eval/metrics.jsonl.
+func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (workflows.EvaluateResult, error) {
+	m, err := preprocess.ReadManifest(in.JobDir)
+	if err != nil {
+		return workflows.EvaluateResult{}, err
+	}
+	ck, err := train.ReadCheckpoint(filepath.Join(in.JobDir, checkpoints, train.CheckpointName(in.Step)))
+	if err != nil {
+		return workflows.EvaluateResult{}, err
+	}
+	model, err := train.LoadLinear(ck)
+	if err != nil {
+		return workflows.EvaluateResult{}, err
+	}
+	data, err := loadSplit(in.JobDir, m.Eval)
+	if err != nil {
+		return workflows.EvaluateResult{}, err
+	}
+	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, 1024)}
+	line, _ := json.Marshal(map[string]any{"global_step": in.Step, "metrics": res.Metrics,
+		"checkpoint": train.CheckpointName(in.Step), "time": time.Now().UTC().Format(time.RFC3339Nano)})
+	p := filepath.Join(in.JobDir, evalMetrics)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return res, err
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return res, err
+	}
+	defer f.Close()
+	_, err = f.Write(append(line, '\n'))
+	return res, err
+}
+
+// Export writes the bundle of the checkpoint at in.Step to
+// export/<exporter>/<step>/: idempotent, so a retry finds the bundle the
+// first attempt wrote.
+func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (workflows.ExportResult, error) {
+	ck, err := train.ReadCheckpoint(filepath.Join(in.JobDir, checkpoints, train.CheckpointName(in.Step)))
+	if err != nil {
+		return workflows.ExportResult{}, err
+	}
+	t, raw, err := preprocess.ReadTransform(in.JobDir)
+	if err != nil {
+		return workflows.ExportResult{}, err
+	}
+	if t.Hash != ck.Meta.TransformHash {
+		return workflows.ExportResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("checkpoint %d was trained with transform %s, job dir has %s", in.Step, ck.Meta.TransformHash, t.Hash))
+	}
+	sig, _ := json.MarshalIndent(map[string]any{"inputs": t.Signature(), "classes": t.LabelVocab}, "", "  ")
+	dir, err := train.WriteBundle(filepath.Join(in.JobDir, exportDir, in.Exporter), in.Step, ck,
+		map[string][]byte{serving.TransformFile: raw, "signature.json": sig},
+		train.BundleMeta{JobID: in.JobID, Exporter: in.Exporter, Metrics: in.Metrics, TransformHash: t.Hash})
+	if err != nil {
+		return workflows.ExportResult{}, err
+	}
+	return workflows.ExportResult{Dir: dir, Version: in.Step}, nil
+}
+
+// Publish copies a bundle into the model repository as the model's next
+// version (idempotent) and notifies OnPublish.
+func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
+	v, def, err := a.Models.Publish(in.Model, in.JobID, in.Bundle)
+	if err != nil {
+		return workflows.PublishResult{}, err
+	}
+	if a.OnPublish != nil {
+		a.OnPublish(in.Model)
+	}
+	return workflows.PublishResult{Model: in.Model, Version: v, Default: def}, nil
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/serving"
+	"github.com/trainflow/trainflow/worker"
+)
+
+// quietLogger keeps the Temporal client's info logs out of CLI output.
+func quietLogger() sdklog.Logger {
+	return sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("temporal", "127.0.0.1:7233", "Temporal frontend host:port")
+	ns := fs.String("namespace", "default", "Temporal namespace")
+	home := fs.String("home", defaultHome(), "home directory: default job dirs go to HOME/jobs")
+	models := fs.String("models", "", "model repository directory (default HOME/models)")
+	level := fs.String("log-level", "info", "log level")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	if *models == "" {
+		*models = filepath.Join(*home, "models")
+	}
+	h, err := filepath.Abs(*home)
+	if err != nil {
+		return err
+	}
+	c, err := client.Dial(client.Options{HostPort: *addr, Namespace: *ns, Logger: sdklog.NewStructuredLogger(log.With("component", "temporal-client"))})
+	if err != nil {
+		return fmt.Errorf("connect to temporal at %s: %w", *addr, err)
+	}
+	defer c.Close()
+	if err := worker.EnsureSearchAttributes(ctx, c, *ns); err != nil {
+		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
+	}
+	w := worker.New(c, &activities.Activities{Home: h, Models: &serving.Repository{Root: *models}})
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	log.Info("worker started", "temporal", *addr, "namespace", *ns, "home", h)
+	<-ctx.Done()
+	w.Stop()
+	return nil
+}
+
+func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	models := fs.String("models", filepath.Join(defaultHome(), "models"), "model repository directory")
+	addr := fs.String("http", "127.0.0.1:8080", "listen address")
+	poll := fs.Duration("poll", 2*time.Second, "how often to look for new model versions")
+	level := fs.String("log-level", "info", "log level")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	reg := serving.NewRegistry(&serving.Repository{Root: *models}, log)
+	if err := reg.Reload(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	go reg.Watch(ctx, *poll)
+	log.Info("serving", "addr", ln.Addr().String(), "models", *models)
+	return serving.New(reg, log, serving.Options{}).Serve(ctx, ln)
+}
+
+func runDatagen(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("datagen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rows := fs.Int("rows", 20000, "number of rows")
+	seed := fs.Uint64("seed", 1, "random seed")
+	test := fs.Bool("test", false, "write in adult.test format (comment line, labels ending in '.')")
+	out := fs.String("out", "-", "output file, - for stdout")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *rows < 1 {
+		return usageError{errors.New("--rows must be positive")}
+	}
+	if *out == "-" {
+		return datagen.Census(stdout, *rows, *seed, *test)
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	if err := datagen.Census(f, *rows, *seed, *test); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

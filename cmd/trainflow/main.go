@@ -1,0 +1,134 @@
+// Command trainflow trains and serves models on Temporal. Subcommands:
+//
+//	trainflow dev [--demo]       embedded Temporal + UI, a worker and the prediction server in one process
+//	trainflow worker             a worker for an existing Temporal cluster
+//	trainflow serve              the prediction server alone
+//	trainflow submit JOB_ID      start a training job (and wait with --wait)
+//	trainflow datagen            write census-like CSV rows
+//	trainflow preprocess REQ     the Beam pipeline child of the preprocess activity (internal)
+//
+// Run a subcommand with -h for its flags. Started with Beam worker flags
+// (--worker …), the binary acts as a Beam worker, so it can be given to
+// portable runners as --worker_binary.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+
+	"github.com/trainflow/trainflow/preprocess"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: trainflow COMMAND [flags]
+
+commands:
+  dev         run Temporal (with its Web UI), a worker and the prediction server in one process
+  worker      run a worker against a Temporal server
+  serve       run the prediction server
+  submit      submit a training job
+  datagen     write census-like CSV rows
+  preprocess  run a preprocessing pipeline (started by the preprocess activity)
+
+Run 'trainflow COMMAND -h' for the flags of a command.
+`
+
+// exit codes
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		// Started by a Beam runner as a worker binary (--worker=true …):
+		// beam.Init runs the SDK harness and exits.
+		flag.CommandLine.Parse(args)
+		beam.Init()
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, rest := args[0], args[1:]
+	var err error
+	switch cmd {
+	case "dev":
+		err = runDev(ctx, rest, stdout, stderr)
+	case "worker":
+		err = runWorker(ctx, rest, stderr)
+	case "serve":
+		err = runServe(ctx, rest, stderr)
+	case "submit":
+		err = runSubmit(ctx, rest, stdout, stderr)
+	case "datagen":
+		err = runDatagen(rest, stdout, stderr)
+	case "preprocess":
+		return preprocess.ChildMain(ctx, rest, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "trainflow: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
+		return exitError
+	}
+}
+
+// usageError marks errors in the command line.
+type usageError struct{ error }
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", level)}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// defaultHome is $TRAINFLOW_HOME, else ./.trainflow.
+func defaultHome() string {
+	if h := os.Getenv("TRAINFLOW_HOME"); h != "" {
+		return h
+	}
+	return ".trainflow"
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	return nil
+}

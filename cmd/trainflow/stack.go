@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/internal/devserver"
+	"github.com/trainflow/trainflow/serving"
+	"github.com/trainflow/trainflow/worker"
+)
+
+// stackConfig configures the one-process dev stack.
+type stackConfig struct {
+	Home         string
+	FrontendAddr string
+	UIAddr       string // "" disables the UI
+	HTTPAddr     string
+	Logger       *slog.Logger
+	// Exe and ExeArgs start the preprocessing child; empty means this
+	// executable.
+	Exe     string
+	ExeArgs []string
+}
+
+// stack is a running dev stack: Temporal, a worker, the prediction server.
+type stack struct {
+	Temporal *devserver.Server
+	Client   client.Client
+	Registry *serving.Registry
+	HTTPAddr string
+
+	worker sdkworker.Worker
+	cancel context.CancelFunc
+	served chan error
+}
+
+// startStack starts the dev stack and returns once every part is ready.
+func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
+	log := cfg.Logger
+	home, err := filepath.Abs(cfg.Home)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return nil, fmt.Errorf("home %s: %w", home, err)
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("prediction server address %s: %w", cfg.HTTPAddr, err)
+	}
+	s := &stack{HTTPAddr: ln.Addr().String(), served: make(chan error, 1)}
+	ok := false
+	defer func() {
+		if !ok {
+			ln.Close()
+			s.Stop()
+		}
+	}()
+	s.Temporal, err = devserver.Start(ctx, devserver.Options{
+		Home: filepath.Join(home, "temporal"), FrontendAddr: cfg.FrontendAddr, UIAddr: cfg.UIAddr,
+		SearchAttributes: worker.SearchAttributes, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start temporal: %w", err)
+	}
+	s.Client, err = client.Dial(client.Options{
+		HostPort: s.Temporal.FrontendAddr(), Namespace: s.Temporal.Namespace(),
+		Logger: sdklog.NewStructuredLogger(log.With("component", "temporal-client")),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to temporal: %w", err)
+	}
+	repo := &serving.Repository{Root: filepath.Join(home, "models")}
+	s.Registry = serving.NewRegistry(repo, log)
+	if err := s.Registry.Reload(); err != nil {
+		return nil, err
+	}
+	acts := &activities.Activities{
+		Home: home, Models: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs,
+		OnPublish: func(string) {
+			if err := s.Registry.Reload(); err != nil {
+				log.Error("reload models", "error", err)
+			}
+		},
+	}
+	s.worker = worker.New(s.Client, acts)
+	if err := s.worker.Start(); err != nil {
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	srv := serving.New(s.Registry, log, serving.Options{})
+	go func() { s.served <- srv.Serve(sctx, ln) }()
+	go s.Registry.Watch(sctx, 2*time.Second)
+	ok = true
+	return s, nil
+}
+
+// Stop shuts the stack down in reverse order: prediction server, worker,
+// client, Temporal. Safe on a partly started stack.
+func (s *stack) Stop() error {
+	var errs []error
+	if s.cancel != nil {
+		s.cancel()
+		errs = append(errs, <-s.served)
+	}
+	if s.worker != nil {
+		s.worker.Stop()
+	}
+	if s.Client != nil {
+		s.Client.Close()
+	}
+	if s.Temporal != nil {
+		errs = append(errs, s.Temporal.Stop())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,239 @@
+package preprocess
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/trainflow/trainflow/internal/atomicfile"
+)
+
+// Request is everything one preprocessing run needs. It is written as JSON
+// by the preprocess activity and read by the child process.
+type Request struct {
+	Schema Schema   `json:"schema"`
+	Train  []string `json:"train"`
+	Eval   []string `json:"eval"`
+	// OutDir is the job directory: the run writes TransformPath,
+	// DataDir/<shards> and, last, ManifestPath inside it.
+	OutDir      string `json:"out_dir"`
+	TrainShards int    `json:"train_shards"`
+	EvalShards  int    `json:"eval_shards"`
+	// Seed seeds the shuffle of every shard.
+	Seed uint64 `json:"seed"`
+	// MaxBadFraction fails the run when more than this fraction of the
+	// rows of either split are rejected.
+	MaxBadFraction float64 `json:"max_bad_fraction"`
+}
+
+// Paths inside the job directory.
+const (
+	TransformPath = "transform/transform.json"
+	DataDir       = "data"
+	ManifestPath  = "data/manifest.json"
+)
+
+// Manifest records the outcome of a preprocessing run. It is written last:
+// its presence means every shard and the Transform are complete.
+type Manifest struct {
+	TransformHash string           `json:"transform_hash"`
+	Dim           int              `json:"dim"`
+	Classes       int              `json:"classes"`
+	Seed          uint64           `json:"seed"`
+	TrainRows     int64            `json:"train_rows"`
+	EvalRows      int64            `json:"eval_rows"`
+	Train         []ShardResult    `json:"train"`
+	Eval          []ShardResult    `json:"eval"`
+	Bad           map[string]int64 `json:"bad,omitempty"`
+	BadExamples   []BadRecord      `json:"bad_examples,omitempty"`
+	// Failure is set when the run produced its outputs but must not be
+	// used, e.g. too many rejected rows.
+	Failure string `json:"failure,omitempty"`
+}
+
+// ErrRequest is wrapped by errors that no retry can fix: a bad schema,
+// missing or empty inputs, a header without a schema column.
+var ErrRequest = errors.New("preprocess: invalid request")
+
+// Check validates r and its input files before any work starts.
+func (r *Request) Check() error {
+	if err := r.Schema.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrRequest, err)
+	}
+	if r.OutDir == "" {
+		return fmt.Errorf("%w: no output directory", ErrRequest)
+	}
+	if r.TrainShards < 1 || r.EvalShards < 1 {
+		return fmt.Errorf("%w: shard counts must be positive, got train %d, eval %d", ErrRequest, r.TrainShards, r.EvalShards)
+	}
+	if r.MaxBadFraction < 0 || r.MaxBadFraction > 1 {
+		return fmt.Errorf("%w: max_bad_fraction %v is not in [0,1]", ErrRequest, r.MaxBadFraction)
+	}
+	for _, split := range [][]string{r.Train, r.Eval} {
+		if len(split) == 0 {
+			return fmt.Errorf("%w: no train or no eval files", ErrRequest)
+		}
+		for _, f := range split {
+			st, err := os.Stat(f)
+			if err != nil {
+				return fmt.Errorf("%w: input %s: %w", ErrRequest, f, err)
+			}
+			if st.Size() == 0 {
+				return fmt.Errorf("%w: input %s is empty", ErrRequest, f)
+			}
+			if r.Schema.Header {
+				cols, err := HeaderColumns(f)
+				if err != nil {
+					return fmt.Errorf("%w: input %s: %w", ErrRequest, f, err)
+				}
+				for _, c := range r.Schema.Columns {
+					if !slices.Contains(cols, c.Name) {
+						return fmt.Errorf("%w: input %s: column %q is not in the header %q", ErrRequest, f, c.Name, cols)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// blocks plans the train and eval blocks of r.
+func (r *Request) blocks() (train, eval []Block, err error) {
+	if train, err = PlanBlocks(SplitTrain, r.Train, r.TrainShards); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrRequest, err)
+	}
+	if eval, err = PlanBlocks(SplitEval, r.Eval, r.EvalShards); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrRequest, err)
+	}
+	return train, eval, nil
+}
+
+// fit fits the Transform from merged statistics and writes it atomically.
+func (r *Request) fit(st *Stats) (*Transform, []byte, error) {
+	t, err := Fit(r.Schema, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := t.Marshal()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := atomicfile.Write(filepath.Join(r.OutDir, TransformPath), b); err != nil {
+		return nil, nil, err
+	}
+	return t, b, nil
+}
+
+// finish builds the manifest from the shard results and writes it last.
+func (r *Request) finish(t *Transform, shards []ShardResult) (*Manifest, error) {
+	m := &Manifest{TransformHash: t.Hash, Dim: t.Dim, Classes: t.Classes(), Seed: r.Seed}
+	slices.SortFunc(shards, func(a, b ShardResult) int { return strings.Compare(a.Name, b.Name) })
+	var bad [2]int64
+	for _, s := range shards {
+		i := 0
+		if s.Split == SplitTrain {
+			m.Train = append(m.Train, s)
+			m.TrainRows += s.Rows
+		} else {
+			i = 1
+			m.Eval = append(m.Eval, s)
+			m.EvalRows += s.Rows
+		}
+		for k, n := range s.Bad {
+			if m.Bad == nil {
+				m.Bad = map[string]int64{}
+			}
+			m.Bad[k] += n
+			bad[i] += n
+		}
+		for _, e := range s.BadExamples {
+			if len(m.BadExamples) < maxBadExamples {
+				m.BadExamples = append(m.BadExamples, e)
+			}
+		}
+	}
+	for i, rows := range []int64{m.TrainRows, m.EvalRows} {
+		split := []string{SplitTrain, SplitEval}[i]
+		total := rows + bad[i]
+		if total == 0 {
+			m.Failure = fmt.Sprintf("no rows in the %s data", split)
+			continue
+		}
+		if frac := float64(bad[i]) / float64(total); frac > r.MaxBadFraction {
+			m.Failure = fmt.Sprintf("%d of %d %s rows rejected (%.4f > max_bad_fraction %v): %v", bad[i], total, split, frac, r.MaxBadFraction, m.Bad)
+		}
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.Write(filepath.Join(r.OutDir, ManifestPath), append(b, '\n')); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// ReadManifest reads the manifest of a completed run in jobDir.
+func ReadManifest(jobDir string) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(jobDir, ManifestPath))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	return &m, nil
+}
+
+// ReadTransform reads and verifies the Transform artifact in jobDir.
+func ReadTransform(jobDir string) (*Transform, []byte, error) {
+	b, err := os.ReadFile(filepath.Join(jobDir, TransformPath))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read transform: %w", err)
+	}
+	t, err := ParseTransform(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read transform: %w", err)
+	}
+	return t, b, nil
+}
+
+// RunLocal runs the same analyze and transform as the Beam pipeline in a
+// plain loop on one goroutine. It is the baseline the pipeline is measured
+// against and a reference in tests.
+func RunLocal(r *Request) (*Manifest, error) {
+	if err := r.Check(); err != nil {
+		return nil, err
+	}
+	train, eval, err := r.blocks()
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(filepath.Join(r.OutDir, ManifestPath))
+	st := NewStats(&r.Schema)
+	for _, b := range train {
+		p, err := r.Schema.AnalyzeBlock(b)
+		if err != nil {
+			return nil, err
+		}
+		st.Merge(p)
+	}
+	t, _, err := r.fit(st)
+	if err != nil {
+		return nil, err
+	}
+	var shards []ShardResult
+	for _, b := range append(train, eval...) {
+		s, err := TransformBlock(t, b, filepath.Join(r.OutDir, DataDir), r.Seed)
+		if err != nil {
+			return nil, err
+		}
+		shards = append(shards, s)
+	}
+	return r.finish(t, shards)
+}

@@ -1,0 +1,194 @@
+package serving
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/trainflow/trainflow/internal/atomicfile"
+	"github.com/trainflow/trainflow/train"
+)
+
+// Repository is a directory of served models:
+//
+//	<root>/<model>/<version>/   an export bundle (version = 1, 2, …)
+//	<root>/<model>/default      the default version number, written atomically
+//
+// A version directory appears by rename, complete. The first version of a
+// model becomes its default.
+type Repository struct {
+	Root string
+}
+
+// ErrNotFound is wrapped by errors about a model or version that does not
+// exist.
+var ErrNotFound = errors.New("serving: not found")
+
+// ValidName reports whether name can be a model name: letters, digits and
+// '_', starting with a letter, at most 128 characters. Nothing else can
+// reach the file system.
+func ValidName(name string) bool {
+	if name == "" || len(name) > 128 || !isLetter(name[0]) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !isLetter(c) && !(c >= '0' && c <= '9') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// Models lists the model names in the repository.
+func (r *Repository) Models() ([]string, error) {
+	ents, err := os.ReadDir(r.Root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && ValidName(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// Versions lists the complete versions of model, lowest first.
+func (r *Repository) Versions(model string) ([]int64, error) {
+	if !ValidName(model) {
+		return nil, fmt.Errorf("%w: model name %q", ErrNotFound, model)
+	}
+	ents, err := os.ReadDir(filepath.Join(r.Root, model))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list versions of %s: %w", model, err)
+	}
+	var vs []int64
+	for _, e := range ents {
+		if v, err := strconv.ParseInt(e.Name(), 10, 64); err == nil && v > 0 && e.IsDir() {
+			vs = append(vs, v)
+		}
+	}
+	slices.Sort(vs)
+	return vs, nil
+}
+
+// Default returns the default version of model: the one its default file
+// names, else the highest.
+func (r *Repository) Default(model string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(r.Root, model, "default"))
+	if err == nil {
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			return v, nil
+		}
+	}
+	vs, err := r.Versions(model)
+	if err != nil {
+		return 0, err
+	}
+	if len(vs) == 0 {
+		return 0, fmt.Errorf("%w: model %q has no versions", ErrNotFound, model)
+	}
+	return vs[len(vs)-1], nil
+}
+
+// Dir returns the directory of a version.
+func (r *Repository) Dir(model string, version int64) string {
+	return filepath.Join(r.Root, model, strconv.FormatInt(version, 10))
+}
+
+// source is written into every published version so that publishing the
+// same bundle again finds it instead of adding a version.
+type source struct {
+	JobID  string `json:"job_id"`
+	Bundle string `json:"bundle"`
+	Hash   string `json:"hash"`
+}
+
+const sourceFile = "source.json"
+
+// Publish copies the bundle in dir into the repository as the next version
+// of model and returns that version and whether it is the default. Publish
+// is idempotent: a bundle already published (same metadata hash) returns
+// its existing version.
+func (r *Repository) Publish(model, jobID, dir string) (version int64, isDefault bool, err error) {
+	if !ValidName(model) {
+		return 0, false, fmt.Errorf("publish: invalid model name %q", model)
+	}
+	b, err := train.ReadBundle(dir)
+	if err != nil {
+		return 0, false, fmt.Errorf("publish: %w", err)
+	}
+	meta, err := os.ReadFile(filepath.Join(dir, train.MetadataFile))
+	if err != nil {
+		return 0, false, fmt.Errorf("publish: %w", err)
+	}
+	src := source{JobID: jobID, Bundle: dir, Hash: digest(meta)}
+	vs, err := r.Versions(model)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, v := range vs {
+		var s source
+		if raw, err := os.ReadFile(filepath.Join(r.Dir(model, v), sourceFile)); err == nil && json.Unmarshal(raw, &s) == nil && s.Hash == src.Hash {
+			d, err := r.Default(model)
+			return v, err == nil && d == v, err
+		}
+	}
+	version = 1
+	if len(vs) > 0 {
+		version = vs[len(vs)-1] + 1
+	}
+	parent := filepath.Join(r.Root, model)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return 0, false, fmt.Errorf("publish: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, ".tmp-publish-")
+	if err != nil {
+		return 0, false, fmt.Errorf("publish: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	files := map[string][]byte{train.MetadataFile: meta}
+	for n, data := range b.Files {
+		files[n] = data
+	}
+	srcJSON, _ := json.Marshal(src)
+	files[sourceFile] = srcJSON
+	for n, data := range files {
+		if err := os.WriteFile(filepath.Join(tmp, n), data, 0o644); err != nil {
+			return 0, false, fmt.Errorf("publish: %w", err)
+		}
+	}
+	if err := atomicfile.PublishDir(tmp, r.Dir(model, version)); err != nil {
+		return 0, false, fmt.Errorf("publish: %w", err)
+	}
+	if version == 1 {
+		if err := atomicfile.Write(filepath.Join(parent, "default"), []byte("1\n")); err != nil {
+			return 0, false, fmt.Errorf("publish: %w", err)
+		}
+		isDefault = true
+	}
+	return version, isDefault, nil
+}
+
+func digest(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}

@@ -1,0 +1,248 @@
+package train
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/trainflow/trainflow/internal/atomicfile"
+)
+
+// Checkpoint file layout, version 1 (integers little-endian):
+//
+//	magic    8 bytes  "TFCKPT01"
+//	version  uint32   CheckpointVersion
+//	step     uint64   global step
+//	metaLen  uint32, then metaLen bytes of JSON CheckpointMeta
+//	count    uint32   number of tensors, then per tensor:
+//	  nameLen uint16, name bytes, n uint32, n float64 values (IEEE-754 bits)
+//	crc      uint32   CRC-32 (Castagnoli) of every byte before it
+//
+// Files are named ckpt-<step> in the checkpoint directory and written
+// atomically; the pointer file "checkpoint" names the newest and is written
+// after it, so a reader that follows the pointer never sees a partial
+// checkpoint.
+const (
+	ckptMagic = "TFCKPT01"
+	// CheckpointVersion is the version of the layout this build writes.
+	CheckpointVersion = 1
+	// PointerFile names the newest checkpoint in a checkpoint directory.
+	PointerFile = "checkpoint"
+)
+
+// ErrCheckpoint is wrapped by errors about a damaged or mismatched
+// checkpoint.
+var ErrCheckpoint = errors.New("train: bad checkpoint")
+
+// CheckpointMeta identifies what a checkpoint holds, so that a restore into
+// another model is refused.
+type CheckpointMeta struct {
+	Model         string `json:"model"`
+	Dim           int    `json:"dim"`
+	Classes       int    `json:"classes"`
+	TransformHash string `json:"transform_hash,omitempty"`
+}
+
+// Checkpoint is a model's variables, optimizer slots and position.
+type Checkpoint struct {
+	Step    int64
+	Meta    CheckpointMeta
+	Tensors map[string][]float64
+}
+
+// Encode returns the checkpoint in the layout above.
+func (c *Checkpoint) Encode() ([]byte, error) {
+	meta, err := json.Marshal(c.Meta)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(ckptMagic)
+	le := binary.LittleEndian
+	b.Write(le.AppendUint32(nil, CheckpointVersion))
+	b.Write(le.AppendUint64(nil, uint64(c.Step)))
+	b.Write(le.AppendUint32(nil, uint32(len(meta))))
+	b.Write(meta)
+	names := make([]string, 0, len(c.Tensors))
+	for n := range c.Tensors {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	b.Write(le.AppendUint32(nil, uint32(len(names))))
+	for _, n := range names {
+		b.Write(le.AppendUint16(nil, uint16(len(n))))
+		b.WriteString(n)
+		t := c.Tensors[n]
+		b.Write(le.AppendUint32(nil, uint32(len(t))))
+		buf := make([]byte, 0, 8*len(t))
+		for _, v := range t {
+			buf = le.AppendUint64(buf, math.Float64bits(v))
+		}
+		b.Write(buf)
+	}
+	b.Write(le.AppendUint32(nil, crc32.Checksum(b.Bytes(), crcTable)))
+	return b.Bytes(), nil
+}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// DecodeCheckpoint parses a checkpoint, refusing a truncated, damaged or
+// foreign file.
+func DecodeCheckpoint(data []byte) (*Checkpoint, error) {
+	le := binary.LittleEndian
+	if len(data) < len(ckptMagic)+4+8+4+4+4 || string(data[:8]) != ckptMagic {
+		return nil, fmt.Errorf("%w: not a trainflow checkpoint", ErrCheckpoint)
+	}
+	body, sum := data[:len(data)-4], le.Uint32(data[len(data)-4:])
+	if crc32.Checksum(body, crcTable) != sum {
+		return nil, fmt.Errorf("%w: checksum mismatch (truncated or damaged)", ErrCheckpoint)
+	}
+	r := reader{b: body[8:]}
+	if v := r.u32(); v != CheckpointVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrCheckpoint, v, CheckpointVersion)
+	}
+	c := &Checkpoint{Step: int64(r.u64()), Tensors: map[string][]float64{}}
+	if err := json.Unmarshal(r.bytes(int(r.u32())), &c.Meta); err != nil && r.err == nil {
+		return nil, fmt.Errorf("%w: meta: %v", ErrCheckpoint, err)
+	}
+	for n := r.u32(); n > 0 && r.err == nil; n-- {
+		name := string(r.bytes(int(r.u16())))
+		t := make([]float64, 0, min(int(r.peekU32()), len(r.b)/8))
+		for k := r.u32(); k > 0 && r.err == nil; k-- {
+			t = append(t, math.Float64frombits(r.u64()))
+		}
+		c.Tensors[name] = t
+	}
+	if r.err != nil || len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: malformed body", ErrCheckpoint)
+	}
+	return c, nil
+}
+
+// reader decodes little-endian values, remembering the first overrun.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) bytes(n int) []byte {
+	if r.err != nil || n < 0 || n > len(r.b) {
+		r.err = ErrCheckpoint
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) u16() uint16 {
+	if b := r.bytes(2); b != nil {
+		return binary.LittleEndian.Uint16(b)
+	}
+	return 0
+}
+
+func (r *reader) u32() uint32 {
+	if b := r.bytes(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *reader) peekU32() uint32 {
+	if len(r.b) < 4 {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(r.b)
+}
+
+func (r *reader) u64() uint64 {
+	if b := r.bytes(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+// CheckpointName returns the file name of the checkpoint at step.
+func CheckpointName(step int64) string { return fmt.Sprintf("ckpt-%d", step) }
+
+// SaveCheckpoint writes c into dir atomically, then points the pointer file
+// at it, then deletes all but the newest keep checkpoints (keep ≤ 0 keeps
+// all). Saving the same step twice overwrites it with the same content.
+func SaveCheckpoint(dir string, c *Checkpoint, keep int) error {
+	b, err := c.Encode()
+	if err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	name := CheckpointName(c.Step)
+	if err := atomicfile.Write(filepath.Join(dir, name), b); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(dir, PointerFile), []byte(name+"\n")); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	if keep > 0 {
+		steps, err := ListCheckpoints(dir)
+		if err != nil {
+			return err
+		}
+		for _, s := range steps[:max(0, len(steps)-keep)] {
+			os.Remove(filepath.Join(dir, CheckpointName(s)))
+		}
+	}
+	return nil
+}
+
+// ListCheckpoints returns the steps of the checkpoint files in dir, oldest
+// first.
+func ListCheckpoints(dir string) ([]int64, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	var steps []int64
+	for _, e := range ents {
+		if s, ok := strings.CutPrefix(e.Name(), "ckpt-"); ok {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+				steps = append(steps, n)
+			}
+		}
+	}
+	slices.Sort(steps)
+	return steps, nil
+}
+
+// LatestCheckpoint reads the checkpoint the pointer file in dir names. It
+// returns (nil, nil) when dir has no pointer yet.
+func LatestCheckpoint(dir string) (*Checkpoint, error) {
+	p, err := os.ReadFile(filepath.Join(dir, PointerFile))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint pointer: %w", err)
+	}
+	return ReadCheckpoint(filepath.Join(dir, strings.TrimSpace(string(p))))
+}
+
+// ReadCheckpoint reads and verifies one checkpoint file.
+func ReadCheckpoint(path string) (*Checkpoint, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	c, err := DecodeCheckpoint(b)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint %s: %w", path, err)
+	}
+	return c, nil
+}

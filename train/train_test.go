@@ -1,0 +1,208 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func randData(r *rand.Rand, n, dim, classes int) Data {
+	d := Data{Dim: dim, X: make([]float64, n*dim), Y: make([]float64, n)}
+	for i := range d.X {
+		d.X[i] = r.NormFloat64()
+	}
+	for i := range d.Y {
+		d.Y[i] = float64(r.IntN(classes))
+	}
+	return d
+}
+
+// TestGradientFiniteDifferences checks Gradient against central differences
+// of the loss for binary and softmax models.
+func TestGradientFiniteDifferences(t *testing.T) {
+	for _, classes := range []int{2, 4} {
+		r := rand.New(rand.NewPCG(1, uint64(classes)))
+		d := randData(r, 7, 5, classes)
+		m, _ := NewLinear(5, classes)
+		for i := range m.Params {
+			m.Params[i] = r.NormFloat64() * 0.5
+		}
+		grad := make([]float64, len(m.Params))
+		m.Gradient(grad, d.X, d.Y)
+		scratch := make([]float64, len(m.Params))
+		for i := range m.Params {
+			const h = 1e-6
+			orig := m.Params[i]
+			m.Params[i] = orig + h
+			up := m.Gradient(scratch, d.X, d.Y)
+			m.Params[i] = orig - h
+			down := m.Gradient(scratch, d.X, d.Y)
+			m.Params[i] = orig
+			if num := (up - down) / (2 * h); math.Abs(num-grad[i]) > 1e-6 {
+				t.Errorf("classes %d param %d: gradient %v, finite difference %v", classes, i, grad[i], num)
+			}
+		}
+	}
+}
+
+func TestAdamMatchesHandComputed(t *testing.T) {
+	a := NewAdam(0.1, 1)
+	p := []float64{1}
+	a.Update(p, []float64{2})
+	// t=1: m=0.2, v=0.004, m̂=2, v̂=4, step = 0.1*2/(2+1e-8)
+	if want := 1 - 0.1*2/(2+1e-8); math.Abs(p[0]-want) > 1e-15 {
+		t.Fatalf("after one step %v, want %v", p[0], want)
+	}
+	a.Update(p, []float64{-1})
+	// t=2: m=0.08, v=0.999·0.004+0.001=0.004996, m̂=m/0.19, v̂=v/0.001999
+	m, v := 0.08/0.19, 0.004996/(1-0.999*0.999)
+	if want := 1 - 0.1*2/(2+1e-8) - 0.1*m/(math.Sqrt(v)+1e-8); math.Abs(p[0]-want) > 1e-12 {
+		t.Fatalf("after two steps %v, want %v", p[0], want)
+	}
+}
+
+func TestAUC(t *testing.T) {
+	tests := []struct {
+		scores, labels []float64
+		want           float64
+	}{
+		{[]float64{0.1, 0.4, 0.35, 0.8}, []float64{0, 0, 1, 1}, 0.75},
+		{[]float64{0.1, 0.2, 0.3}, []float64{0, 1, 1}, 1},
+		{[]float64{0.5, 0.5, 0.5, 0.5}, []float64{0, 1, 0, 1}, 0.5},
+		{[]float64{0.9, 0.1}, []float64{0, 1}, 0},
+	}
+	for _, tt := range tests {
+		if got := AUC(tt.scores, tt.labels); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("AUC(%v, %v) = %v, want %v", tt.scores, tt.labels, got, tt.want)
+		}
+	}
+	if got := AUC([]float64{1, 2}, []float64{1, 1}); !math.IsNaN(got) {
+		t.Errorf("AUC with one class = %v, want NaN", got)
+	}
+}
+
+func TestCheckpointRoundTripAndCorruption(t *testing.T) {
+	c := &Checkpoint{Step: 42, Meta: CheckpointMeta{Model: "linear", Dim: 2, Classes: 2, TransformHash: "ab"},
+		Tensors: map[string][]float64{"params": {1, -2, math.SmallestNonzeroFloat64}, "adam/t": {3}}}
+	b, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Step != 42 || back.Meta != c.Meta || back.Tensors["params"][2] != math.SmallestNonzeroFloat64 {
+		t.Fatalf("round trip = %+v, want %+v", back, c)
+	}
+	for name, bad := range map[string][]byte{
+		"truncated":  b[:len(b)-9],
+		"bit flip":   append(append([]byte{}, b[:40]...), append([]byte{b[40] ^ 0x10}, b[41:]...)...),
+		"empty":      nil,
+		"wrong file": []byte("{\"not\":\"a checkpoint\"}"),
+	} {
+		if _, err := DecodeCheckpoint(bad); !errors.Is(err, ErrCheckpoint) {
+			t.Errorf("%s: error %v, want ErrCheckpoint", name, err)
+		}
+	}
+}
+
+func separable(n int, seed uint64) Data {
+	r := rand.New(rand.NewPCG(seed, 9))
+	d := Data{Dim: 3, X: make([]float64, n*3), Y: make([]float64, n)}
+	for i := range n {
+		x := d.X[i*3 : i*3+3]
+		for j := range x {
+			x[j] = r.NormFloat64()
+		}
+		if x[0]+0.5*x[1]-x[2] > 0 {
+			d.Y[i] = 1
+		}
+	}
+	return d
+}
+
+func config(dir string, steps int64) Config {
+	return Config{BatchSize: 16, MaxSteps: steps, LearningRate: 0.05, Seed: 3, SaveSteps: 25, KeepMax: 2,
+		CheckpointDir: dir, Meta: CheckpointMeta{Model: "linear", Dim: 3, Classes: 2}}
+}
+
+// TestResumeIsBitForBit stops a run at step 50 (a checkpoint), resumes it
+// to 200, and compares with an uninterrupted run to 200.
+func TestResumeIsBitForBit(t *testing.T) {
+	d := separable(500, 1)
+	full, cut := t.TempDir(), t.TempDir()
+	if _, err := Run(context.Background(), config(full, 200), d, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), config(cut, 50), d, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), config(cut, 200), d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ResumedFrom != 50 || res.Step != 200 {
+		t.Fatalf("resumed from %d to %d, want 50 to 200", res.ResumedFrom, res.Step)
+	}
+	a, _ := os.ReadFile(filepath.Join(full, CheckpointName(200)))
+	b, _ := os.ReadFile(filepath.Join(cut, CheckpointName(200)))
+	if len(a) == 0 || !bytes.Equal(a, b) {
+		t.Fatal("resumed run's final checkpoint differs from the uninterrupted run's")
+	}
+	steps, _ := ListCheckpoints(full)
+	if len(steps) != 2 || steps[1] != 200 {
+		t.Fatalf("kept checkpoints %v, want the newest 2 ending at 200", steps)
+	}
+	ck, _ := LatestCheckpoint(full)
+	m, _ := LoadLinear(ck)
+	if acc := Evaluate(m, d.X, d.Y, 64).Accuracy; acc < 0.95 {
+		t.Fatalf("accuracy on a separable set %v, want ≥ 0.95", acc)
+	}
+}
+
+func TestRestoreRefusesAnotherModel(t *testing.T) {
+	dir := t.TempDir()
+	d := separable(100, 2)
+	if _, err := Run(context.Background(), config(dir, 25), d, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config(dir, 50)
+	cfg.Meta.TransformHash = "other"
+	if _, err := Run(context.Background(), cfg, d, nil); !errors.Is(err, ErrCheckpoint) {
+		t.Fatalf("restore into another model: %v, want ErrCheckpoint", err)
+	}
+}
+
+func TestBundleRoundTripAndTamper(t *testing.T) {
+	dir := t.TempDir()
+	ck := &Checkpoint{Step: 7, Meta: CheckpointMeta{Model: "linear", Dim: 2, Classes: 2}, Tensors: map[string][]float64{"params": {1, 2, 3}, "adam/m": {0, 0, 0}}}
+	files := map[string][]byte{"transform.json": []byte(`{"x":1}`)}
+	p, err := WriteBundle(dir, 7, ck, files, BundleMeta{JobID: "j", Exporter: "final"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := WriteBundle(dir, 7, ck, files, BundleMeta{JobID: "j", Exporter: "final"})
+	if err != nil || again != p {
+		t.Fatalf("second export of step 7 = %q, %v; want the same %q", again, err, p)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("%d entries after two exports of one step, want 1", len(ents))
+	}
+	b, err := ReadBundle(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Meta.Step != 7 || b.Model.Params[2] != 3 || string(b.Files["transform.json"]) != `{"x":1}` {
+		t.Fatalf("bundle = %+v", b.Meta)
+	}
+	os.WriteFile(filepath.Join(p, "transform.json"), []byte(`{"x":2}`), 0o644)
+	if _, err := ReadBundle(p); !errors.Is(err, ErrBundle) {
+		t.Fatalf("tampered bundle: %v, want ErrBundle", err)
+	}
+}

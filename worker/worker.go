@@ -1,0 +1,65 @@
+// Package worker builds the Temporal worker that runs trainflow's
+// workflows and activities: registration lives here and nowhere else.
+package worker
+
+import (
+	"context"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// New returns a worker polling workflows.TaskQueue with every trainflow
+// workflow and activity registered. Start it with Start or Run.
+func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
+	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{})
+	Register(w, acts)
+	return w
+}
+
+// Register registers the workflows and activities on any registry, also a
+// workflow replayer (acts may then be nil).
+func Register(r sdkworker.Registry, acts *activities.Activities) {
+	r.RegisterWorkflowWithOptions(workflows.TrainingJob, workflow.RegisterOptions{Name: workflows.TrainingJobName})
+	if acts != nil {
+		r.RegisterActivity(acts)
+	}
+}
+
+// SearchAttributes are the custom search attributes trainflow's workflows
+// upsert. A namespace must have them before a job starts.
+var SearchAttributes = map[string]enumspb.IndexedValueType{
+	workflows.SearchModel.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	workflows.SearchState.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+}
+
+// EnsureSearchAttributes adds the missing SearchAttributes to namespace.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes: %w", err)
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for name, typ := range SearchAttributes {
+		if got, ok := have.CustomAttributes[name]; !ok {
+			missing[name] = typ
+		} else if got != typ {
+			return fmt.Errorf("search attribute %s has type %v, trainflow needs %v", name, got, typ)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing})
+	if err != nil {
+		return fmt.Errorf("add search attributes: %w", err)
+	}
+	return nil
+}

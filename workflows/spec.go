@@ -1,0 +1,213 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/trainflow/trainflow/preprocess"
+)
+
+// TaskQueue is the task queue trainflow workers poll.
+const TaskQueue = "trainflow"
+
+// PresetCensus is the census income preset: the UCI Adult schema, a linear
+// classifier, model name "census".
+const PresetCensus = "census"
+
+// JobSpec is the input of TrainingJob: plain JSON with snake_case keys and
+// defaults for every field, so {"job_id":"census_1","preset":"census"} typed
+// into the Temporal UI starts a complete job. Add fields only with defaults
+// that keep old inputs meaning what they meant.
+type JobSpec struct {
+	// JobID names the job; it must equal the workflow ID. Letters, digits
+	// and '_', starting with a letter, at most 128 characters.
+	JobID string `json:"job_id"`
+	// Preset fills in data, schema and model for a known dataset. Today:
+	// "census".
+	Preset string `json:"preset,omitempty"`
+	// JobDir is where the job writes everything. Default: the worker's
+	// home/jobs/<job_id>.
+	JobDir string    `json:"job_dir,omitempty"`
+	Data   DataSpec  `json:"data"`
+	Model  ModelSpec `json:"model"`
+	Train  TrainSpec `json:"train"`
+	// ModelName is the name the model is served under. Default: the preset,
+	// else "model".
+	ModelName string `json:"model_name,omitempty"`
+}
+
+// DataSpec says where the raw data is and how to read it.
+type DataSpec struct {
+	// Train and Eval list CSV files (paths on the worker).
+	Train []string `json:"train,omitempty"`
+	Eval  []string `json:"eval,omitempty"`
+	// Dir, with the census preset, is a directory holding adult.data and
+	// adult.test. With neither Dir nor Train/Eval, the census preset
+	// generates census-like rows.
+	Dir string `json:"dir,omitempty"`
+	// GeneratedRows is the number of generated training rows (evaluation
+	// gets a quarter as many). Default 20000.
+	GeneratedRows int `json:"generated_rows,omitempty"`
+	// Schema describes the columns. Default: the preset's.
+	Schema *preprocess.Schema `json:"schema,omitempty"`
+	// TrainShards and EvalShards set how many shards preprocessing writes.
+	// Defaults 8 and 2.
+	TrainShards int `json:"train_shards,omitempty"`
+	EvalShards  int `json:"eval_shards,omitempty"`
+	// MaxBadFraction fails the job when a larger fraction of rows is
+	// malformed. Default 0.001.
+	MaxBadFraction *float64 `json:"max_bad_fraction,omitempty"`
+	// BeamArgs are Beam pipeline options for preprocessing, e.g.
+	// ["--runner=flink", "--endpoint=localhost:8099"]. Default: in-process.
+	BeamArgs []string `json:"beam_args,omitempty"`
+}
+
+// ModelSpec chooses the model and its optimizer.
+type ModelSpec struct {
+	// Type is "linear_classifier" (the default).
+	Type         string  `json:"type,omitempty"`
+	LearningRate float64 `json:"learning_rate,omitempty"` // default 0.003 (Adam)
+	BatchSize    int     `json:"batch_size,omitempty"`    // default 64
+	L2           float64 `json:"l2,omitempty"`            // default 0
+}
+
+// TrainSpec bounds training and sets its checkpoints.
+type TrainSpec struct {
+	MaxSteps             int64  `json:"max_steps,omitempty"`              // default 3000
+	SaveCheckpointsSteps int64  `json:"save_checkpoints_steps,omitempty"` // default 500
+	KeepCheckpointMax    int    `json:"keep_checkpoint_max,omitempty"`    // default 5
+	Seed                 uint64 `json:"seed,omitempty"`                   // default 1
+}
+
+// Model types.
+const ModelLinearClassifier = "linear_classifier"
+
+// ErrInvalidSpec is wrapped by every JobSpec validation error.
+var ErrInvalidSpec = errors.New("invalid job spec")
+
+// MaxJobIDLength bounds job IDs.
+const MaxJobIDLength = 128
+
+// ValidateJobID reports whether id is a valid job ID and why not.
+func ValidateJobID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: job_id is empty", ErrInvalidSpec)
+	case len(id) > MaxJobIDLength:
+		return fmt.Errorf("%w: job_id has %d characters, at most %d allowed", ErrInvalidSpec, len(id), MaxJobIDLength)
+	case !isLetter(id[0]):
+		return fmt.Errorf("%w: job_id %q must start with a letter", ErrInvalidSpec, id)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isLetter(c) && !(c >= '0' && c <= '9') && c != '_' {
+			return fmt.Errorf("%w: job_id %q: character %q at %d is not a letter, digit or '_'", ErrInvalidSpec, id, c, i)
+		}
+	}
+	return nil
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// WithDefaults returns s with every unset field defaulted. It is pure, so
+// workflows call it too.
+func (s JobSpec) WithDefaults() JobSpec {
+	if s.Preset == "" && s.Data.Schema == nil {
+		s.Preset = PresetCensus
+	}
+	if s.Data.Schema == nil && s.Preset == PresetCensus {
+		cs := preprocess.CensusSchema()
+		s.Data.Schema = &cs
+	}
+	if s.ModelName == "" {
+		s.ModelName = s.Preset
+		if s.ModelName == "" {
+			s.ModelName = "model"
+		}
+	}
+	if s.Data.GeneratedRows == 0 {
+		s.Data.GeneratedRows = 20000
+	}
+	if s.Data.TrainShards == 0 {
+		s.Data.TrainShards = 8
+	}
+	if s.Data.EvalShards == 0 {
+		s.Data.EvalShards = 2
+	}
+	if s.Data.MaxBadFraction == nil {
+		f := 0.001
+		s.Data.MaxBadFraction = &f
+	}
+	if s.Model.Type == "" {
+		s.Model.Type = ModelLinearClassifier
+	}
+	if s.Model.LearningRate == 0 {
+		s.Model.LearningRate = 0.003
+	}
+	if s.Model.BatchSize == 0 {
+		s.Model.BatchSize = 64
+	}
+	if s.Train.MaxSteps == 0 {
+		s.Train.MaxSteps = 3000
+	}
+	if s.Train.SaveCheckpointsSteps == 0 {
+		s.Train.SaveCheckpointsSteps = 500
+	}
+	if s.Train.KeepCheckpointMax == 0 {
+		s.Train.KeepCheckpointMax = 5
+	}
+	if s.Train.Seed == 0 {
+		s.Train.Seed = 1
+	}
+	return s
+}
+
+// Validate reports the first problem of a defaulted spec, naming the field.
+func (s *JobSpec) Validate() error {
+	if err := ValidateJobID(s.JobID); err != nil {
+		return err
+	}
+	if s.Preset != "" && s.Preset != PresetCensus {
+		return fmt.Errorf("%w: preset %q is unknown (known: %q)", ErrInvalidSpec, s.Preset, PresetCensus)
+	}
+	if s.Data.Schema == nil {
+		return fmt.Errorf("%w: data.schema is required without a preset", ErrInvalidSpec)
+	}
+	if err := s.Data.Schema.Validate(); err != nil {
+		return fmt.Errorf("%w: data.schema: %w", ErrInvalidSpec, err)
+	}
+	if s.Data.Schema.LabelKind == preprocess.LabelRegression {
+		return fmt.Errorf("%w: data.schema.label_kind %q: only classifiers are trained so far", ErrInvalidSpec, s.Data.Schema.LabelKind)
+	}
+	if s.Preset == "" && (len(s.Data.Train) == 0 || len(s.Data.Eval) == 0) {
+		return fmt.Errorf("%w: data.train and data.eval are required without a preset", ErrInvalidSpec)
+	}
+	if (len(s.Data.Train) == 0) != (len(s.Data.Eval) == 0) {
+		return fmt.Errorf("%w: data.train and data.eval go together", ErrInvalidSpec)
+	}
+	if ValidateJobID(s.ModelName) != nil {
+		return fmt.Errorf("%w: model_name %q: letters, digits and '_', starting with a letter", ErrInvalidSpec, s.ModelName)
+	}
+	checks := []struct {
+		ok    bool
+		field string
+		value any
+	}{
+		{s.Model.Type == ModelLinearClassifier, "model.type", s.Model.Type},
+		{s.Model.LearningRate > 0, "model.learning_rate", s.Model.LearningRate},
+		{s.Model.BatchSize > 0 && s.Model.BatchSize <= 1<<16, "model.batch_size", s.Model.BatchSize},
+		{s.Model.L2 >= 0, "model.l2", s.Model.L2},
+		{s.Train.MaxSteps > 0, "train.max_steps", s.Train.MaxSteps},
+		{s.Train.SaveCheckpointsSteps > 0, "train.save_checkpoints_steps", s.Train.SaveCheckpointsSteps},
+		{s.Train.KeepCheckpointMax > 0, "train.keep_checkpoint_max", s.Train.KeepCheckpointMax},
+		{s.Data.GeneratedRows > 0 && s.Data.GeneratedRows <= 10_000_000, "data.generated_rows", s.Data.GeneratedRows},
+		{s.Data.TrainShards > 0 && s.Data.TrainShards <= 10000, "data.train_shards", s.Data.TrainShards},
+		{s.Data.EvalShards > 0 && s.Data.EvalShards <= 10000, "data.eval_shards", s.Data.EvalShards},
+		{*s.Data.MaxBadFraction >= 0 && *s.Data.MaxBadFraction <= 1, "data.max_bad_fraction", *s.Data.MaxBadFraction},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			return fmt.Errorf("%w: %s = %v is out of range", ErrInvalidSpec, c.field, c.value)
+		}
+	}
+	return nil
+}

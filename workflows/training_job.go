@@ -1,0 +1,291 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/train"
+)
+
+// Registered names: wire API.
+const (
+	TrainingJobName = "TrainingJob"
+	// ProgressQuery answers a Progress.
+	ProgressQuery = "progress"
+
+	PrepareJobActivity = "PrepareJob"
+	PreprocessActivity = "Preprocess"
+	TrainActivity      = "Train"
+	EvaluateActivity   = "Evaluate"
+	ExportActivity     = "Export"
+	PublishActivity    = "Publish"
+)
+
+// Search attributes the workflow upserts; the dev server registers them.
+var (
+	SearchModel = temporal.NewSearchAttributeKeyKeyword("TrainflowModel")
+	SearchState = temporal.NewSearchAttributeKeyKeyword("TrainflowState")
+)
+
+// Phases of a job, as TrainflowState and Progress.Phase show them.
+const (
+	PhaseValidating    = "VALIDATING"
+	PhasePreprocessing = "PREPROCESSING"
+	PhaseTraining      = "TRAINING"
+	PhaseEvaluating    = "EVALUATING"
+	PhaseExporting     = "EXPORTING"
+	PhasePublishing    = "PUBLISHING"
+	PhaseSucceeded     = "SUCCEEDED"
+	PhaseFailed        = "FAILED"
+	PhaseCancelled     = "CANCELLED"
+)
+
+// Error types of non-retryable application errors.
+const (
+	ErrTypeInvalidSpec = "InvalidSpec"
+	ErrTypeBadData     = "BadData"
+	ErrTypeJobExists   = "JobExists"
+)
+
+// JobResult is the result of TrainingJob.
+type JobResult struct {
+	JobID         string        `json:"job_id"`
+	JobDir        string        `json:"job_dir"`
+	TransformHash string        `json:"transform_hash"`
+	TrainRows     int64         `json:"train_rows"`
+	EvalRows      int64         `json:"eval_rows"`
+	GlobalStep    int64         `json:"global_step"`
+	Metrics       train.Metrics `json:"metrics"`
+	Export        string        `json:"export"`
+	Model         string        `json:"model"`
+	Version       int64         `json:"version"`
+}
+
+// Progress is what the "progress" query answers.
+type Progress struct {
+	Phase      string         `json:"phase"`
+	GlobalStep int64          `json:"global_step"`
+	MaxSteps   int64          `json:"max_steps"`
+	Loss       float64        `json:"loss,omitempty"`
+	Metrics    *train.Metrics `json:"metrics,omitempty"`
+	Export     string         `json:"export,omitempty"`
+	Model      string         `json:"model,omitempty"`
+	Version    int64          `json:"version,omitempty"`
+	Error      string         `json:"error,omitempty"`
+}
+
+// PrepareInput is the input of the PrepareJob activity.
+type PrepareInput struct {
+	Spec JobSpec `json:"spec"`
+	// FirstRunID identifies the job across retries and resets; the job
+	// directory is claimed for it.
+	FirstRunID string `json:"first_run_id"`
+}
+
+// PrepareResult locates the job's directory and raw data on the workers.
+type PrepareResult struct {
+	JobDir string   `json:"job_dir"`
+	Train  []string `json:"train"`
+	Eval   []string `json:"eval"`
+}
+
+// PreprocessInput is the input of the Preprocess activity.
+type PreprocessInput struct {
+	JobDir  string             `json:"job_dir"`
+	Request preprocess.Request `json:"request"`
+	// BeamArgs are passed to the Beam pipeline as options.
+	BeamArgs []string `json:"beam_args,omitempty"`
+}
+
+// PreprocessResult summarises the preprocessed data.
+type PreprocessResult struct {
+	TransformHash string `json:"transform_hash"`
+	Dim           int    `json:"dim"`
+	Classes       int    `json:"classes"`
+	TrainRows     int64  `json:"train_rows"`
+	EvalRows      int64  `json:"eval_rows"`
+	BadRows       int64  `json:"bad_rows"`
+}
+
+// TrainInput is the input of the Train activity.
+type TrainInput struct {
+	JobDir        string    `json:"job_dir"`
+	Dim           int       `json:"dim"`
+	Classes       int       `json:"classes"`
+	TransformHash string    `json:"transform_hash"`
+	Model         ModelSpec `json:"model"`
+	Train         TrainSpec `json:"train"`
+}
+
+// TrainResult is the outcome of the Train activity.
+type TrainResult = train.Result
+
+// EvaluateInput is the input of the Evaluate activity: evaluate the
+// checkpoint at Step.
+type EvaluateInput struct {
+	JobDir string `json:"job_dir"`
+	Step   int64  `json:"step"`
+}
+
+// EvaluateResult is the outcome of one evaluation.
+type EvaluateResult struct {
+	Step    int64         `json:"step"`
+	Metrics train.Metrics `json:"metrics"`
+}
+
+// ExportInput is the input of the Export activity.
+type ExportInput struct {
+	JobID    string        `json:"job_id"`
+	JobDir   string        `json:"job_dir"`
+	Exporter string        `json:"exporter"`
+	Step     int64         `json:"step"`
+	Metrics  train.Metrics `json:"metrics"`
+}
+
+// ExportResult locates a written bundle.
+type ExportResult struct {
+	Dir     string `json:"dir"`
+	Version int64  `json:"version"`
+}
+
+// PublishInput is the input of the Publish activity.
+type PublishInput struct {
+	JobID  string `json:"job_id"`
+	Bundle string `json:"bundle"`
+	Model  string `json:"model"`
+}
+
+// PublishResult names the published model version.
+type PublishResult struct {
+	Model   string `json:"model"`
+	Version int64  `json:"version"`
+	Default bool   `json:"default"`
+}
+
+// Retry policy shared by the job's activities: transient failures retry
+// with backoff; invalid specs and bad data fail at once.
+var retry = &temporal.RetryPolicy{
+	InitialInterval:        time.Second,
+	BackoffCoefficient:     2,
+	MaximumInterval:        time.Minute,
+	MaximumAttempts:        5,
+	NonRetryableErrorTypes: []string{ErrTypeInvalidSpec, ErrTypeBadData, ErrTypeJobExists},
+}
+
+func activityOptions(startToClose, heartbeat time.Duration, summary string) workflow.ActivityOptions {
+	return workflow.ActivityOptions{StartToCloseTimeout: startToClose, HeartbeatTimeout: heartbeat, RetryPolicy: retry, Summary: summary}
+}
+
+// TrainingJob runs one job end to end: validate → prepare → preprocess
+// (Beam) → train → evaluate → export (final) → publish. Every step is an
+// activity; the workflow records only URIs, steps and metrics.
+func TrainingJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
+	spec = spec.WithDefaults()
+	p := &Progress{Phase: PhaseValidating, MaxSteps: spec.Train.MaxSteps}
+	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
+		return JobResult{}, err
+	}
+	res, err := runJob(ctx, spec, p)
+	switch {
+	case err == nil:
+		setPhase(ctx, p, PhaseSucceeded)
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**Succeeded**: model `%s` version %d, accuracy %.4f at step %d", res.Model, res.Version, res.Metrics.Accuracy, res.GlobalStep))
+		return res, nil
+	case temporal.IsCanceledError(err):
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		setPhase(dctx, p, PhaseCancelled)
+	default:
+		p.Error = err.Error()
+		setPhase(ctx, p, PhaseFailed)
+	}
+	return res, err
+}
+
+func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) {
+	info := workflow.GetInfo(ctx)
+	res := JobResult{JobID: spec.JobID, Model: spec.ModelName}
+	if err := spec.Validate(); err != nil {
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+	}
+	if spec.JobID != info.WorkflowExecution.ID {
+		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+	}
+	_ = workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName))
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("model `%s` (%s), preset `%s`, max_steps %d", spec.ModelName, spec.Model.Type, spec.Preset, spec.Train.MaxSteps))
+
+	short := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, 0, "prepare job dir and data"))
+	var prep PrepareResult
+	if err := workflow.ExecuteActivity(short, PrepareJobActivity, PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}).Get(ctx, &prep); err != nil {
+		return res, err
+	}
+	res.JobDir = prep.JobDir
+
+	setPhase(ctx, p, PhasePreprocessing)
+	pctx := workflow.WithActivityOptions(ctx, activityOptions(6*time.Hour, time.Minute, "Beam analyze + transform"))
+	var pre PreprocessResult
+	in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamArgs, Request: preprocess.Request{
+		Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
+		TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
+		MaxBadFraction: *spec.Data.MaxBadFraction,
+	}}
+	if err := workflow.ExecuteActivity(pctx, PreprocessActivity, in).Get(ctx, &pre); err != nil {
+		return res, err
+	}
+	res.TransformHash, res.TrainRows, res.EvalRows = pre.TransformHash, pre.TrainRows, pre.EvalRows
+
+	setPhase(ctx, p, PhaseTraining)
+	tctx := workflow.WithActivityOptions(ctx, activityOptions(24*time.Hour, time.Minute, "train "+spec.Model.Type))
+	var tr TrainResult
+	tin := TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: spec.Model, Train: spec.Train}
+	if err := workflow.ExecuteActivity(tctx, TrainActivity, tin).Get(ctx, &tr); err != nil {
+		return res, err
+	}
+	p.GlobalStep, p.Loss, res.GlobalStep = tr.Step, tr.Loss, tr.Step
+
+	setPhase(ctx, p, PhaseEvaluating)
+	ectx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, time.Minute, "evaluate final checkpoint"))
+	var ev EvaluateResult
+	if err := workflow.ExecuteActivity(ectx, EvaluateActivity, EvaluateInput{JobDir: prep.JobDir, Step: tr.Step}).Get(ctx, &ev); err != nil {
+		return res, err
+	}
+	p.Metrics, res.Metrics = &ev.Metrics, ev.Metrics
+
+	setPhase(ctx, p, PhaseExporting)
+	xctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, 0, "final export"))
+	var ex ExportResult
+	xin := ExportInput{JobID: spec.JobID, JobDir: prep.JobDir, Exporter: "final", Step: tr.Step, Metrics: ev.Metrics}
+	if err := workflow.ExecuteActivity(xctx, ExportActivity, xin).Get(ctx, &ex); err != nil {
+		return res, err
+	}
+	p.Export, res.Export = ex.Dir, ex.Dir
+
+	setPhase(ctx, p, PhasePublishing)
+	var pub PublishResult
+	if err := workflow.ExecuteActivity(xctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: ex.Dir, Model: spec.ModelName}).Get(ctx, &pub); err != nil {
+		return res, err
+	}
+	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version
+	return res, nil
+}
+
+// setPhase records a phase in the progress and the TrainflowState search
+// attribute. A failed upsert (attribute not registered on this server) is
+// logged, not fatal: it only affects filtering in the UI.
+func setPhase(ctx workflow.Context, p *Progress, phase string) {
+	p.Phase = phase
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchState.ValueSet(phase)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attribute", "error", err)
+	}
+}
+
+// IsInvalidSpec reports whether err is a job failure caused by the spec.
+func IsInvalidSpec(err error) bool {
+	var ae *temporal.ApplicationError
+	return errors.As(err, &ae) && ae.Type() == ErrTypeInvalidSpec
+}
