@@ -162,7 +162,10 @@ func (c *Column) treatment() string {
 // the Cloud ML Engine census sample names its columns.
 func CensusSchema() Schema {
 	num := func(n string) Column { return Column{Name: n, Type: TypeNumber} }
-	str := func(n string) Column { return Column{Name: n, Type: TypeString} }
+	// UCI marks unknown categories with "?" or leaves the field empty; both
+	// become "?".
+	unknown := "?"
+	str := func(n string) Column { return Column{Name: n, Type: TypeString, Default: &unknown} }
 	fnlwgt := num("fnlwgt")
 	fnlwgt.Treatment = Ignore
 	return Schema{
@@ -170,7 +173,7 @@ func CensusSchema() Schema {
 			num("age"), str("workclass"), fnlwgt, str("education"), num("education_num"),
 			str("marital_status"), str("occupation"), str("relationship"), str("race"),
 			str("gender"), num("capital_gain"), num("capital_loss"), num("hours_per_week"),
-			str("native_country"), str("income_bracket"),
+			str("native_country"), {Name: "income_bracket", Type: TypeString},
 		},
 		Label:           "income_bracket",
 		LabelKind:       LabelBinary,

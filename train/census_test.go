@@ -28,15 +28,13 @@ func loadSplit(t *testing.T, dir string, shards []preprocess.ShardResult) train.
 
 // TestCensusAccuracy trains the linear classifier on UCI Adult (or on
 // generated census-like rows where the dataset is absent) and checks test
-// accuracy. On adult.test the linear model on z-scored and one-hot
-// features reaches 0.848 (0.8485 measured); the bar is 0.845 here. The 0.85 of
-// scikit-learn's LogisticRegression (0.853) needs bucketized and crossed
-// columns, which belong to the training-engine work.
+// accuracy: ≥ 0.85 on adult.test (0.8527 measured; scikit-learn's
+// LogisticRegression on this data: 0.8531).
 func TestCensusAccuracy(t *testing.T) {
 	dir := t.TempDir()
 	r := &preprocess.Request{Schema: preprocess.CensusSchema(), OutDir: filepath.Join(dir, "job"),
 		TrainShards: 4, EvalShards: 2, Seed: 1, MaxBadFraction: 0.001}
-	bar := 0.845
+	bar := 0.85
 	if _, err := os.Stat(filepath.Join(censusDir, "adult.data")); err == nil {
 		r.Train = []string{filepath.Join(censusDir, "adult.data")}
 		r.Eval = []string{filepath.Join(censusDir, "adult.test")}
@@ -58,6 +56,9 @@ func TestCensusAccuracy(t *testing.T) {
 	m, err := preprocess.RunLocal(r)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if m.Failure != "" {
+		t.Fatal(m.Failure)
 	}
 	trainData, evalData := loadSplit(t, r.OutDir, m.Train), loadSplit(t, r.OutDir, m.Eval)
 	cfg := train.Config{BatchSize: 64, MaxSteps: 3000, LearningRate: 0.003, Seed: 1, SaveSteps: 1000, KeepMax: 2,

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -40,9 +41,11 @@ type stack struct {
 	Registry *serving.Registry
 	HTTPAddr string
 
-	worker sdkworker.Worker
-	cancel context.CancelFunc
-	served chan error
+	worker   sdkworker.Worker
+	cancel   context.CancelFunc
+	served   chan error
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // startStack starts the dev stack and returns once every part is ready.
@@ -108,8 +111,13 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 }
 
 // Stop shuts the stack down in reverse order: prediction server, worker,
-// client, Temporal. Safe on a partly started stack.
+// client, Temporal. Safe on a partly started stack and safe to call again.
 func (s *stack) Stop() error {
+	s.stopOnce.Do(func() { s.stopErr = s.stop() })
+	return s.stopErr
+}
+
+func (s *stack) stop() error {
 	var errs []error
 	if s.cancel != nil {
 		s.cancel()
