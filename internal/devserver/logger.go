@@ -12,8 +12,8 @@ import (
 
 // serverLogger adapts a *slog.Logger to the Temporal server's log.Logger.
 //
-// Only Warn and above are forwarded (Error and above while the server
-// starts, nothing once it stops: see levelStarting); Debug and Info are
+// Only Warn and above are forwarded (nothing but Panic and Fatal while the
+// server starts or stops: see levelStarting); Debug and Info are
 // dropped without evaluating their tags. Tags become slog attributes named
 // tag.Key() with value tag.Value(). Prefix tags added through With are kept
 // unevaluated until a record is actually emitted, because the server calls
@@ -31,11 +31,13 @@ type serverLogger struct {
 }
 
 // Levels of serverLogger.setMin through the server's life: while it starts,
-// its Warn records are mostly retries of connections to services not yet
-// listening; while it stops, Warn and Error records report requests that
-// fail because other services have already left. Neither is actionable.
+// its Warn and Error records are retries of connections to services not yet
+// listening ("Not enough hosts to serve the request" from the Nexus endpoint
+// cache); while it stops, they report requests that fail because other
+// services have already left. Neither is actionable, and a start that does
+// fail is reported by Start's error.
 const (
-	levelStarting = slog.LevelError
+	levelStarting = levelOff
 	levelRunning  = slog.LevelWarn
 	levelOff      = slog.Level(1 << 20)
 )
