@@ -102,12 +102,3 @@ func TransformBlock(t *Transform, b Block, dataDir string, seed uint64) (ShardRe
 	}
 	return res, nil
 }
-
-func errorsIs(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
-}

@@ -3,10 +3,12 @@ package preprocess
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 )
@@ -57,6 +59,14 @@ func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
 	return ExitOK
 }
 
+// isRejection reports whether err is about the request or the data, which
+// no retry can fix. Errors raised inside a DoFn come back from the runner as
+// text, not as a wrapped chain, so their sentinel's text is matched too.
 func isRejection(err error) bool {
-	return errorsIs(err, ErrRequest, ErrSchema, ErrTransform)
+	for _, target := range []error{ErrRequest, ErrSchema, ErrTransform} {
+		if errors.Is(err, target) || strings.Contains(err.Error(), target.Error()) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,83 @@
+package serving_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/trainflow/trainflow/serving"
+)
+
+// FuzzPredictRequest sends arbitrary bodies to :predict. Whatever the body,
+// the answer is never a 5xx and is valid JSON: a {"error"} object for a
+// 4xx, finite probabilities summing to 1 for a 200.
+func FuzzPredictRequest(f *testing.F) {
+	fx := getFixture(f)
+	const maxInstances = 8
+	e := newEnv(f, serving.Options{MaxInstances: maxInstances}, 0)
+	vocab := fx.transform.LabelVocab
+	good := mustJSON(f, goodInstance(f, nil))
+	for _, seed := range []string{
+		`{"instances":[` + good + `]}`,
+		mustJSON(f, map[string]any{"instances": fx.instances[:3]}),
+		mustJSON(f, map[string]any{"inputs": columnar(fx.instances[:2])}),
+		`{"signature_name":"serving_default","instances":[{"age":39,"education_num":13,"capital_gain":0,"capital_loss":0,"hours_per_week":40}]}`,
+		`{"instances":[{"age":1e308,"education_num":-1e308,"capital_gain":0,"capital_loss":0,"hours_per_week":40,"workclass":null}]}`,
+		`{"instances":[{"age":1e999}]}`,
+		`{"instances":[{"age":"39"}]}`,
+		`{"instances":[5,null,[],{}]}`,
+		`{"inputs":{"age":[1,2],"education_num":[3]}}`,
+		`{"instances":[],"inputs":{}}`,
+		`{"instances":[` + good + `]}}`,
+		`{"instances":[` + good + `]} x`,
+		``,
+		`null`,
+		`[]`,
+		`{`,
+		"\xff\xfe",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		w := serve(e.srv, http.MethodPost, predictURL, "application/json", bytes.NewReader(body))
+		if w.Code >= 500 {
+			t.Fatalf("status: got %d (%s), want no 5xx", w.Code, clip(w.Body.Bytes()))
+		}
+		if !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("body: got %q, want valid JSON", clip(w.Body.Bytes()))
+		}
+		if w.Code != http.StatusOK {
+			if w.Code < 400 {
+				t.Fatalf("status: got %d, want 200 or 4xx", w.Code)
+			}
+			errorMessage(t, w)
+			return
+		}
+		preds := decodePredictions(t, w)
+		if len(preds) == 0 || len(preds) > maxInstances {
+			t.Fatalf("got %d predictions, want 1 to %d", len(preds), maxInstances)
+		}
+		for i, p := range preds {
+			sum := 0.0
+			for _, q := range p.Probabilities {
+				if !(q >= 0 && q <= 1) {
+					t.Fatalf("prediction %d: probability %v outside [0,1]", i, q)
+				}
+				sum += q
+			}
+			if len(p.Probabilities) != len(vocab) || math.Abs(sum-1) > 1e-9 {
+				t.Fatalf("prediction %d: probabilities %v, want %d summing to 1", i, p.Probabilities, len(vocab))
+			}
+			if p.ClassIndex < 0 || p.ClassIndex >= len(vocab) || vocab[p.ClassIndex] != p.Class || !slices.Contains(vocab, p.Class) {
+				t.Fatalf("prediction %d: class %q index %d, want one of %q", i, p.Class, p.ClassIndex, vocab)
+			}
+		}
+		if !strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
+			t.Fatalf("Content-Type: got %q, want application/json", w.Header().Get("Content-Type"))
+		}
+	})
+}
