@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
@@ -42,7 +42,9 @@ type Activities struct {
 	// OnPublish, if set, is called after a version is published (the dev
 	// stack reloads its prediction server).
 	OnPublish func(model string)
-	Logger    *slog.Logger
+	// Client, if set, lets Train report committed checkpoints to the job's
+	// workflow (signal workflows.CheckpointSignal).
+	Client client.Client
 }
 
 // Paths inside a job directory written by the activities.
@@ -300,9 +302,16 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		Meta:          train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash},
 	}
 	log := activity.GetLogger(ctx)
+	wf := activity.GetInfo(ctx).WorkflowExecution
 	return train.Run(ctx, cfg, data, func(p train.Progress) error {
 		activity.RecordHeartbeat(ctx, p)
 		log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
+		if a.Client != nil {
+			c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}
+			if err := a.Client.SignalWorkflow(ctx, wf.ID, "", workflows.CheckpointSignal, c); err != nil {
+				log.Warn("report checkpoint to the workflow", "global_step", p.Step, "error", err)
+			}
+		}
 		return appendEvent(in.JobDir, map[string]any{"event": "checkpoint", "global_step": p.Step, "loss": p.Loss, "examples_per_sec": p.ExamplesPerSec})
 	})
 }

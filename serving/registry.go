@@ -166,6 +166,18 @@ func (r *Registry) Get(model string, version int64) (*Servable, error) {
 	return s, nil
 }
 
+// Models lists the names of the loaded models, sorted.
+func (r *Registry) Models() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.models))
+	for n := range r.models {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // Status lists the loaded versions of a model and its default.
 func (r *Registry) Status(model string) (versions []int64, def int64, err error) {
 	r.mu.RLock()

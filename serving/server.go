@@ -59,6 +59,7 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 			return nil
 		},
 	}))
+	e.GET("/v1/models", s.listModels)
 	e.GET("/v1/models/:name", s.modelStatus)
 	e.GET("/v1/models/:name/metadata", s.modelMetadata)
 	e.POST("/v1/models/*", s.predict)
@@ -302,6 +303,23 @@ func (sv *Servable) Predict(instances []map[string]json.RawMessage) ([]Predictio
 		out[i] = Prediction{Class: t.LabelVocab[best], ClassIndex: best, Probabilities: p, Logits: logits[i*k : (i+1)*k]}
 	}
 	return out, nil
+}
+
+func (s *Server) listModels(c echo.Context) error {
+	type model struct {
+		Name     string  `json:"name"`
+		Versions []int64 `json:"versions"`
+		Default  int64   `json:"default"`
+	}
+	out := []model{}
+	for _, name := range s.reg.Models() {
+		versions, def, err := s.reg.Status(name)
+		if err != nil {
+			continue // unloaded between the two calls
+		}
+		out = append(out, model{Name: name, Versions: versions, Default: def})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"models": out})
 }
 
 func (s *Server) modelStatus(c echo.Context) error {

@@ -20,24 +20,29 @@ import (
 // workflow and activity registered. Start it with Start or Run.
 func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{})
-	Register(w, acts)
+	RegisterWorkflows(w)
+	w.RegisterActivity(acts)
 	return w
 }
 
-// Register registers the workflows and activities on any registry, also a
-// workflow replayer (acts may then be nil).
-func Register(r sdkworker.Registry, acts *activities.Activities) {
+// WorkflowRegistry is where workflows are registered: a worker or a
+// workflow replayer.
+type WorkflowRegistry interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+}
+
+// RegisterWorkflows registers every trainflow workflow under its wire name.
+func RegisterWorkflows(r WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.TrainingJob, workflow.RegisterOptions{Name: workflows.TrainingJobName})
-	if acts != nil {
-		r.RegisterActivity(acts)
-	}
 }
 
 // SearchAttributes are the custom search attributes trainflow's workflows
 // upsert. A namespace must have them before a job starts.
 var SearchAttributes = map[string]enumspb.IndexedValueType{
-	workflows.SearchModel.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	workflows.SearchState.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	workflows.SearchModel.GetName():      enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	workflows.SearchState.GetName():      enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	workflows.SearchScaleTier.GetName():  enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	workflows.SearchBestMetric.GetName(): enumspb.INDEXED_VALUE_TYPE_DOUBLE,
 }
 
 // EnsureSearchAttributes adds the missing SearchAttributes to namespace.

@@ -17,6 +17,9 @@ const (
 	TrainingJobName = "TrainingJob"
 	// ProgressQuery answers a Progress.
 	ProgressQuery = "progress"
+	// CheckpointSignal carries a CheckpointCommitted from the training
+	// activity to the workflow.
+	CheckpointSignal = "checkpoint_committed"
 
 	PrepareJobActivity = "PrepareJob"
 	PreprocessActivity = "Preprocess"
@@ -26,11 +29,21 @@ const (
 	PublishActivity    = "Publish"
 )
 
-// Search attributes the workflow upserts; the dev server registers them.
+// Search attributes the workflow upserts; the dev server and workers
+// register them.
 var (
-	SearchModel = temporal.NewSearchAttributeKeyKeyword("TrainflowModel")
-	SearchState = temporal.NewSearchAttributeKeyKeyword("TrainflowState")
+	SearchModel      = temporal.NewSearchAttributeKeyKeyword("TrainflowModel")
+	SearchState      = temporal.NewSearchAttributeKeyKeyword("TrainflowState")
+	SearchScaleTier  = temporal.NewSearchAttributeKeyKeyword("TrainflowScaleTier")
+	SearchBestMetric = temporal.NewSearchAttributeKeyFloat64("TrainflowBestMetric")
 )
+
+// CheckpointCommitted reports a checkpoint the chief has committed.
+type CheckpointCommitted struct {
+	Step           int64   `json:"step"`
+	Loss           float64 `json:"loss"`
+	ExamplesPerSec float64 `json:"examples_per_sec"`
+}
 
 // Phases of a job, as TrainflowState and Progress.Phase show them.
 const (
@@ -68,15 +81,17 @@ type JobResult struct {
 
 // Progress is what the "progress" query answers.
 type Progress struct {
-	Phase      string         `json:"phase"`
-	GlobalStep int64          `json:"global_step"`
-	MaxSteps   int64          `json:"max_steps"`
-	Loss       float64        `json:"loss,omitempty"`
-	Metrics    *train.Metrics `json:"metrics,omitempty"`
-	Export     string         `json:"export,omitempty"`
-	Model      string         `json:"model,omitempty"`
-	Version    int64          `json:"version,omitempty"`
-	Error      string         `json:"error,omitempty"`
+	Phase          string         `json:"phase"`
+	GlobalStep     int64          `json:"global_step"`
+	MaxSteps       int64          `json:"max_steps"`
+	Loss           float64        `json:"loss,omitempty"`
+	ExamplesPerSec float64        `json:"examples_per_sec,omitempty"`
+	Checkpoints    int            `json:"checkpoints,omitempty"`
+	Metrics        *train.Metrics `json:"metrics,omitempty"`
+	Export         string         `json:"export,omitempty"`
+	Model          string         `json:"model,omitempty"`
+	Version        int64          `json:"version,omitempty"`
+	Error          string         `json:"error,omitempty"`
 }
 
 // PrepareInput is the input of the PrepareJob activity.
@@ -190,6 +205,16 @@ func TrainingJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
 		return JobResult{}, err
 	}
+	commits := workflow.GetSignalChannel(ctx, CheckpointSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var c CheckpointCommitted
+		for commits.Receive(ctx, &c) {
+			if c.Step > p.GlobalStep { // signals may repeat after a retry: never go back
+				p.GlobalStep, p.Loss, p.ExamplesPerSec = c.Step, c.Loss, c.ExamplesPerSec
+			}
+			p.Checkpoints++
+		}
+	})
 	res, err := runJob(ctx, spec, p)
 	switch {
 	case err == nil:
@@ -216,7 +241,9 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 	}
-	_ = workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName))
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName), SearchScaleTier.ValueSet("BASIC")); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
+	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("model `%s` (%s), preset `%s`, max_steps %d", spec.ModelName, spec.Model.Type, spec.Preset, spec.Train.MaxSteps))
 
 	short := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, 0, "prepare job dir and data"))
@@ -246,7 +273,10 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	if err := workflow.ExecuteActivity(tctx, TrainActivity, tin).Get(ctx, &tr); err != nil {
 		return res, err
 	}
-	p.GlobalStep, p.Loss, res.GlobalStep = tr.Step, tr.Loss, tr.Step
+	p.GlobalStep, res.GlobalStep = tr.Step, tr.Step
+	if tr.Loss != 0 {
+		p.Loss = tr.Loss
+	}
 
 	setPhase(ctx, p, PhaseEvaluating)
 	ectx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, time.Minute, "evaluate final checkpoint"))
@@ -255,6 +285,9 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 		return res, err
 	}
 	p.Metrics, res.Metrics = &ev.Metrics, ev.Metrics
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchBestMetric.ValueSet(ev.Metrics.Accuracy)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
+	}
 
 	setPhase(ctx, p, PhaseExporting)
 	xctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, 0, "final export"))

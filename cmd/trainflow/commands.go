@@ -56,7 +56,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := worker.EnsureSearchAttributes(ctx, c, *ns); err != nil {
 		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
 	}
-	w := worker.New(c, &activities.Activities{Home: h, Models: &serving.Repository{Root: *models}})
+	w := worker.New(c, &activities.Activities{Home: h, Models: &serving.Repository{Root: *models}, Client: c})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}

@@ -3,7 +3,11 @@
 //	trainflow dev [--demo]       embedded Temporal + UI, a worker and the prediction server in one process
 //	trainflow worker             a worker for an existing Temporal cluster
 //	trainflow serve              the prediction server alone
-//	trainflow submit JOB_ID      start a training job (and wait with --wait)
+//	trainflow jobs …             submit, list, describe, stream-logs, cancel, reset jobs
+//	trainflow submit JOB_ID      short for jobs submit training JOB_ID
+//	trainflow replay JOB_ID      replay a job's history against this build
+//	trainflow predict            send instances to the prediction server
+//	trainflow models …           list and describe served models
 //	trainflow datagen            write census-like CSV rows
 //	trainflow preprocess REQ     the Beam pipeline child of the preprocess activity (internal)
 //
@@ -21,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -39,14 +44,19 @@ commands:
   dev         run Temporal (with its Web UI), a worker and the prediction server in one process
   worker      run a worker against a Temporal server
   serve       run the prediction server
-  submit      submit a training job
+  jobs        submit, list, describe, stream-logs, cancel and reset training jobs
+  submit      short for 'jobs submit training'
+  replay      replay a job's history against this build's workflow code
+  predict     send instances to the prediction server
+  models      list and describe served models
   datagen     write census-like CSV rows
   preprocess  run a preprocessing pipeline (started by the preprocess activity)
 
 Run 'trainflow COMMAND -h' for the flags of a command.
 `
 
-// exit codes
+// Exit codes, stable for scripts: 0 success, 1 failure (including a job
+// that failed), 2 bad command line, 3 unknown job or model.
 const (
 	exitOK    = 0
 	exitError = 1
@@ -79,6 +89,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runServe(ctx, rest, stderr)
 	case "submit":
 		err = runSubmit(ctx, rest, stdout, stderr)
+	case "jobs":
+		err = runJobs(ctx, rest, stdout, stderr)
+	case "replay":
+		err = runReplay(ctx, rest, stdout, stderr)
+	case "predict":
+		err = runPredict(ctx, rest, stdout, stderr)
+	case "models":
+		err = runModels(ctx, rest, stdout, stderr)
 	case "datagen":
 		err = runDatagen(rest, stdout, stderr)
 	case "preprocess":
@@ -98,6 +116,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
 		return exitUsage
+	case errors.As(err, new(notFoundError)):
+		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
+		return exitNotFound
 	default:
 		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
 		return exitError
@@ -123,12 +144,36 @@ func defaultHome() string {
 	return ".trainflow"
 }
 
+// parseFlags parses flags placed anywhere among the positional arguments
+// (`jobs describe JOB_ID --output json`, as gcloud takes them); fs.Args()
+// then holds the positional ones. "--" ends flag parsing.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usageError{err}
 		}
-		return usageError{err}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	return nil
+	return fs.Parse(append([]string{"--"}, pos...))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

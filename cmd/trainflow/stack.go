@@ -90,7 +90,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		return nil, err
 	}
 	acts := &activities.Activities{
-		Home: home, Models: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs,
+		Home: home, Models: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, Client: s.Client,
 		OnPublish: func(string) {
 			if err := s.Registry.Reload(); err != nil {
 				log.Error("reload models", "error", err)

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -44,58 +42,76 @@ func startJob(ctx context.Context, c client.Client, spec workflows.JobSpec) (cli
 }
 
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	fs := flag.NewFlagSet("jobs submit training", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: trainflow submit [flags] JOB_ID")
+		fmt.Fprintln(stderr, "usage: trainflow jobs submit training [flags] JOB_ID")
 		fs.PrintDefaults()
 	}
-	addr := fs.String("temporal", "127.0.0.1:7233", "Temporal frontend host:port")
-	ns := fs.String("namespace", "default", "Temporal namespace")
-	specFile := fs.String("spec", "", "JobSpec JSON file (job_id is taken from JOB_ID)")
+	var c conn
+	c.register(fs)
+	config := fs.String("config", "", "job file: a Cloud ML Engine config.yaml (trainingInput) or a JobSpec in JSON or YAML")
+	fs.StringVar(config, "spec", "", "same as --config")
 	data := fs.String("data", "", "census preset: directory with adult.data and adult.test (default: generated rows)")
-	wait := fs.Bool("wait", false, "wait for the job and print its result")
-	if err := parseFlags(fs, args); err != nil {
+	wait := fs.Bool("wait", false, "follow the job with a progress display and print its result")
+	id, err := oneJobID(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{errors.New("want exactly one JOB_ID")}
+	if err := c.check(); err != nil {
+		return err
 	}
 	spec := workflows.JobSpec{Preset: workflows.PresetCensus}
-	if *specFile != "" {
-		b, err := os.ReadFile(*specFile)
+	if *config != "" {
+		b, err := os.ReadFile(*config)
 		if err != nil {
 			return err
 		}
-		spec = workflows.JobSpec{}
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&spec); err != nil {
-			return fmt.Errorf("spec %s: %w", *specFile, err)
+		var warnings []string
+		if spec, warnings, err = loadSpec(b); err != nil {
+			return usageError{fmt.Errorf("%s: %w", *config, err)}
+		}
+		for _, w := range warnings {
+			fmt.Fprintf(stderr, "warning: %s: %s\n", *config, w)
 		}
 	}
-	spec.JobID = fs.Arg(0)
+	if spec.JobID != "" && spec.JobID != id {
+		return usageError{fmt.Errorf("job_id %q in %s differs from JOB_ID %q", spec.JobID, *config, id)}
+	}
+	spec.JobID = id
 	if *data != "" {
 		spec.Data.Dir = *data
 	}
-	c, err := client.Dial(client.Options{HostPort: *addr, Namespace: *ns, Logger: quietLogger()})
-	if err != nil {
-		return fmt.Errorf("connect to temporal at %s: %w", *addr, err)
+	if d := spec.WithDefaults(); d.Validate() != nil {
+		return usageError{d.Validate()}
 	}
-	defer c.Close()
-	run, err := startJob(ctx, c, spec)
+	cl, err := c.dial()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
+	defer cl.Close()
+	run, err := startJob(ctx, cl, spec)
+	if err != nil {
+		return err
+	}
 	if !*wait {
+		if c.output == "json" {
+			return writeJSON(stdout, map[string]string{"job_id": run.GetID(), "run_id": run.GetRunID()})
+		}
+		fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
 		return nil
 	}
-	var res workflows.JobResult
-	if err := run.Get(ctx, &res); err != nil {
+	if c.output == "text" {
+		fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
+	}
+	res, err := follow(ctx, cl, run, spec.WithDefaults(), stdout, c.output == "text")
+	if err != nil {
 		return fmt.Errorf("job %s failed: %w", run.GetID(), err)
 	}
-	out, _ := json.MarshalIndent(res, "", "  ")
-	fmt.Fprintln(stdout, string(out))
+	if c.output == "json" {
+		return writeJSON(stdout, res)
+	}
+	fmt.Fprintf(stdout, "job %s succeeded: %d steps, accuracy %.4f, AUC %.4f; model %s version %d\n",
+		res.JobID, res.GlobalStep, res.Metrics.Accuracy, res.Metrics.AUC, res.Model, res.Version)
 	return nil
 }

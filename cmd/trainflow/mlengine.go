@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// mlEngineConfig is the part of a Cloud ML Engine job config.yaml that
+// trainflow reads: {"trainingInput": {...}}, as `gcloud ai-platform jobs
+// submit training --config` takes it.
+type mlEngineConfig struct {
+	TrainingInput map[string]json.RawMessage `json:"trainingInput"`
+}
+
+// loadSpec reads a job file: a Cloud ML Engine config (top-level
+// trainingInput) or a native JobSpec, JSON or YAML. Unknown JobSpec fields
+// are errors; ML Engine fields that do not apply come back as warnings.
+func loadSpec(data []byte) (spec workflows.JobSpec, warnings []string, err error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return spec, nil, fmt.Errorf("not YAML or JSON: %w", err)
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(js, &probe); err != nil {
+		return spec, nil, fmt.Errorf("want an object: %w", err)
+	}
+	if _, ok := probe["trainingInput"]; ok {
+		var c mlEngineConfig
+		if err := json.Unmarshal(js, &c); err != nil {
+			return spec, nil, err
+		}
+		return fromTrainingInput(c.TrainingInput)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return spec, nil, fmt.Errorf("job spec: %w", err)
+	}
+	return spec, nil, nil
+}
+
+// fromTrainingInput maps Cloud ML Engine's trainingInput onto a census
+// JobSpec: what applies is used, the rest is reported.
+func fromTrainingInput(in map[string]json.RawMessage) (workflows.JobSpec, []string, error) {
+	spec := workflows.JobSpec{Preset: workflows.PresetCensus}
+	var warn []string
+	str := func(k string) (string, error) {
+		var s string
+		if err := json.Unmarshal(in[k], &s); err != nil {
+			return "", fmt.Errorf("trainingInput.%s: want a string: %w", k, err)
+		}
+		return s, nil
+	}
+	for _, k := range sortedKeys(in) {
+		switch k {
+		case "scaleTier":
+			tier, err := str(k)
+			if err != nil {
+				return spec, nil, err
+			}
+			switch tier {
+			case "BASIC":
+			case "STANDARD_1", "PREMIUM_1", "BASIC_GPU", "BASIC_TPU", "CUSTOM":
+				warn = append(warn, fmt.Sprintf("scaleTier %s: distributed training is not available yet; running BASIC (one worker)", tier))
+			default:
+				return spec, nil, fmt.Errorf("trainingInput.scaleTier %q: want BASIC, STANDARD_1, PREMIUM_1 or CUSTOM", tier)
+			}
+		case "masterType", "workerType", "parameterServerType", "evaluatorType", "workerCount", "parameterServerCount", "evaluatorCount",
+			"masterConfig", "workerConfig", "parameterServerConfig":
+			warn = append(warn, fmt.Sprintf("%s: machine types and counts do not apply yet; ignored", k))
+		case "jobDir":
+			s, err := str(k)
+			if err != nil {
+				return spec, nil, err
+			}
+			spec.JobDir = s
+		case "args":
+			var args []string
+			if err := json.Unmarshal(in[k], &args); err != nil {
+				return spec, nil, fmt.Errorf("trainingInput.args: want a list of strings: %w", err)
+			}
+			w, err := applyArgs(&spec, args)
+			if err != nil {
+				return spec, nil, err
+			}
+			warn = append(warn, w...)
+		case "hyperparameters":
+			warn = append(warn, "hyperparameters: tuning is not available yet; ignored")
+		case "region", "runtimeVersion", "pythonVersion", "packageUris", "pythonModule", "scheduling", "network", "serviceAccount", "useChiefInTfConfig":
+			warn = append(warn, fmt.Sprintf("%s: does not apply to trainflow; ignored", k))
+		default:
+			return spec, nil, fmt.Errorf("trainingInput.%s: unknown field", k)
+		}
+	}
+	return spec, warn, nil
+}
+
+// applyArgs maps the census sample's trainer flags onto the spec.
+func applyArgs(spec *workflows.JobSpec, args []string) ([]string, error) {
+	var warn []string
+	for i := 0; i < len(args); i++ {
+		name, val, ok := strings.Cut(args[i], "=")
+		if !ok && i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+			val, i = args[i+1], i+1
+		}
+		name = strings.ReplaceAll(strings.TrimLeft(name, "-"), "_", "-")
+		num := func() (int64, error) {
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil || n <= 0 {
+				return 0, fmt.Errorf("trainingInput.args: --%s=%q: want a positive integer", name, val)
+			}
+			return n, nil
+		}
+		var err error
+		switch name {
+		case "train-steps", "max-steps":
+			spec.Train.MaxSteps, err = num()
+		case "train-batch-size", "batch-size":
+			var n int64
+			n, err = num()
+			spec.Model.BatchSize = int(n)
+		case "learning-rate":
+			spec.Model.LearningRate, err = strconv.ParseFloat(val, 64)
+			if err != nil || spec.Model.LearningRate <= 0 {
+				err = fmt.Errorf("trainingInput.args: --learning-rate=%q: want a positive number", val)
+			}
+		case "train-files":
+			spec.Data.Train = strings.Split(val, ",")
+		case "eval-files":
+			spec.Data.Eval = strings.Split(val, ",")
+		case "job-dir":
+			spec.JobDir = val
+		default:
+			warn = append(warn, fmt.Sprintf("args: --%s is not a trainflow option; ignored", name))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return warn, nil
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// follow waits for run, showing its progress every second: a redrawn bar
+// on a terminal, a line per change otherwise (and nothing when quiet).
+func follow(ctx context.Context, cl client.Client, run client.WorkflowRun, spec workflows.JobSpec, w io.Writer, show bool) (workflows.JobResult, error) {
+	done := make(chan error, 1)
+	var res workflows.JobResult
+	go func() { done <- run.Get(ctx, &res) }()
+	tty := show && isTerminal(w)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var last string
+	for {
+		select {
+		case err := <-done:
+			if tty {
+				fmt.Fprintln(w)
+			}
+			return res, err
+		case <-tick.C:
+			if !show {
+				continue
+			}
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			v, err := cl.QueryWorkflow(qctx, run.GetID(), run.GetRunID(), workflows.ProgressQuery)
+			cancel()
+			if err != nil {
+				continue
+			}
+			var p workflows.Progress
+			if v.Get(&p) != nil {
+				continue
+			}
+			line := progressLine(p, spec.Model.BatchSize)
+			switch {
+			case tty:
+				fmt.Fprintf(w, "\r%-100s", line)
+			case line != last:
+				fmt.Fprintln(w, line)
+			}
+			last = line
+		}
+	}
+}
+
+// progressLine renders phase, a step bar, loss, examples/s and the ETA.
+func progressLine(p workflows.Progress, batch int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-13s", p.Phase)
+	if p.MaxSteps > 0 {
+		const width = 30
+		frac := min(1, float64(p.GlobalStep)/float64(p.MaxSteps))
+		n := int(frac * width)
+		fmt.Fprintf(&b, " [%s%s] %d/%d", strings.Repeat("#", n), strings.Repeat(".", width-n), p.GlobalStep, p.MaxSteps)
+	}
+	if p.Loss != 0 {
+		fmt.Fprintf(&b, " loss %.4f", p.Loss)
+	}
+	if p.ExamplesPerSec > 0 {
+		fmt.Fprintf(&b, " %.0f ex/s", p.ExamplesPerSec)
+		if batch > 0 && p.GlobalStep < p.MaxSteps && p.Phase == workflows.PhaseTraining {
+			eta := time.Duration(float64(p.MaxSteps-p.GlobalStep) * float64(batch) / p.ExamplesPerSec * float64(time.Second))
+			fmt.Fprintf(&b, " ETA %s", eta.Round(time.Second))
+		}
+	}
+	return b.String()
+}
+
+// isTerminal reports whether w is a character device.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
