@@ -25,10 +25,11 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// TestMain lets the test binary stand in for the trainflow binary when the
-// preprocess activity starts its child process ("<exe> preprocess REQ").
+// TestMain lets the test binary stand in for the trainflow binary: as the
+// preprocess activity's child ("<exe> preprocess REQ") and as a worker
+// process ("<exe> worker …").
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "preprocess" {
+	if len(os.Args) > 1 && (os.Args[1] == "preprocess" || os.Args[1] == "worker") {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

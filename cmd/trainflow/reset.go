@@ -133,19 +133,18 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	replayer := sdkworker.NewWorkflowReplayer()
-	worker.RegisterWorkflows(replayer)
 	var h *historypb.History
 	var what string
 	switch {
 	case *file != "" && fs.NArg() == 0:
-		b, err := os.ReadFile(*file)
+		f, err := os.Open(*file)
 		if err != nil {
 			return err
 		}
-		h = &historypb.History{}
-		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, h); err != nil {
-			return fmt.Errorf("history file %s: %w", *file, err)
+		h, err = workflows.ReadHistory(f)
+		f.Close()
+		if err != nil {
+			return usageError{fmt.Errorf("history file %s: %w", *file, err)}
 		}
 		what = *file
 	case *file == "" && fs.NArg() == 1:
@@ -174,7 +173,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	default:
 		return usageError{errors.New("want JOB_ID or --file, not both")}
 	}
-	if err := replayer.ReplayWorkflowHistory(nil, h); err != nil {
+	err := workflows.Replay(h, func(r sdkworker.WorkflowReplayer) { worker.RegisterWorkflows(r) })
+	if err != nil {
 		return fmt.Errorf("replay of %s (%d events) is not deterministic against this build's TrainingJob: "+
 			"this code would break the running job; guard the change with workflow.GetVersion: %w", what, len(h.Events), err)
 	}

@@ -32,6 +32,8 @@ type stackConfig struct {
 	// executable.
 	Exe     string
 	ExeArgs []string
+	// NoWorker leaves the worker out, for workers run as other processes.
+	NoWorker bool
 }
 
 // stack is a running dev stack: Temporal, a worker, the prediction server.
@@ -97,9 +99,11 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 			}
 		},
 	}
-	s.worker = worker.New(s.Client, acts)
-	if err := s.worker.Start(); err != nil {
-		return nil, fmt.Errorf("start worker: %w", err)
+	if !cfg.NoWorker {
+		s.worker = worker.New(s.Client, acts)
+		if err := s.worker.Start(); err != nil {
+			return nil, fmt.Errorf("start worker: %w", err)
+		}
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
