@@ -200,6 +200,23 @@ func TestResetToExportSkipsTraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// While export retries, describe shows the attempt and the last failure.
+	var retrying *pendingActivity
+	for deadline := time.Now().Add(time.Minute); retrying == nil && time.Now().Before(deadline); {
+		d, err := describeJob(context.Background(), st.Client, "reset_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range d.Pending {
+			if p.Activity == workflows.ExportActivity && p.Attempt >= 2 && p.LastFailure != "" {
+				retrying = &p
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // polling the server's state
+	}
+	if retrying == nil || !strings.Contains(retrying.LastFailure, "not a directory") {
+		t.Fatalf("describe never showed export retrying with its failure: %+v", retrying)
+	}
 	if _, err := waitJob(t, run); err == nil || !strings.Contains(err.Error(), "Export") {
 		t.Fatalf("job error %v, want a failed export", err)
 	}
