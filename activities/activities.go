@@ -53,7 +53,10 @@ const (
 	rawDir      = "raw"
 	checkpoints = "checkpoints"
 	evalMetrics = "eval/metrics.jsonl"
-	exportDir   = "export"
+	// pinnedDir holds hard links to the checkpoint being evaluated and
+	// exported, so retention cannot delete it under a slow or retried export.
+	pinnedDir = "eval/pinned"
+	exportDir = "export"
 )
 
 func nonRetryable(errType string, err error) error {
@@ -70,6 +73,7 @@ type claim struct {
 // available: the census preset's files, or generated census-like rows
 // written once into the job directory.
 func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) (workflows.PrepareResult, error) {
+	defer keepAlive(ctx).Stop()
 	spec := in.Spec
 	dir := spec.JobDir
 	if dir == "" {
@@ -197,8 +201,8 @@ func summary(m *preprocess.Manifest) workflows.PreprocessResult {
 }
 
 // runChild runs this program's preprocess subcommand in its own process
-// group with a private TMPDIR, heartbeating every few seconds, and kills
-// the whole group when ctx ends.
+// group with a private TMPDIR, heartbeating while it runs, and kills the
+// whole group when ctx ends.
 func (a *Activities) runChild(ctx context.Context, jobDir string, args []string) error {
 	exe := a.Exe
 	if exe == "" {
@@ -228,29 +232,21 @@ func (a *Activities) runChild(ctx context.Context, jobDir string, args []string)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start preprocess child: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if err == nil {
-				return nil
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			var ee *exec.ExitError
-			msg := fmt.Errorf("preprocess child: %w: %s (log: %s)", err, stderr.last(), logPath)
-			if errors.As(err, &ee) && ee.ExitCode() == preprocess.ExitRejected {
-				return nonRetryable(workflows.ErrTypeBadData, msg)
-			}
-			return msg
-		case <-tick.C:
-			activity.RecordHeartbeat(ctx, "preprocessing")
-		}
+	hb := keepAlive(ctx)
+	err = cmd.Wait()
+	hb.Stop()
+	if err == nil {
+		return nil
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ee *exec.ExitError
+	msg := fmt.Errorf("preprocess child: %w: %s (log: %s)", err, stderr.last(), logPath)
+	if errors.As(err, &ee) && ee.ExitCode() == preprocess.ExitRejected {
+		return nonRetryable(workflows.ErrTypeBadData, msg)
+	}
+	return msg
 }
 
 // tail keeps the last lines written to it, for error messages.
@@ -303,8 +299,10 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	}
 	log := activity.GetLogger(ctx)
 	wf := activity.GetInfo(ctx).WorkflowExecution
+	hb := keepAlive(ctx)
+	defer hb.Stop()
 	return train.Run(ctx, cfg, data, func(p train.Progress) error {
-		activity.RecordHeartbeat(ctx, p)
+		hb.set(ctx, p)
 		log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
 		if a.Client != nil {
 			c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}
@@ -334,14 +332,25 @@ func appendEvent(jobDir string, ev map[string]any) error {
 	return err
 }
 
-// Evaluate evaluates the checkpoint at in.Step on all evaluation data and
-// appends the result to eval/metrics.jsonl.
+// Evaluate evaluates the checkpoint at in.Step on the evaluation data
+// (the first in.Batches batches of in.BatchSize rows, or all of it) and
+// appends the result to eval/metrics.jsonl once per (name, step), so a
+// retried evaluation does not add a second line. A checkpoint that
+// retention already deleted is a non-retryable CheckpointGone error.
 func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (workflows.EvaluateResult, error) {
+	defer keepAlive(ctx).Stop()
 	m, err := preprocess.ReadManifest(in.JobDir)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
-	ck, err := train.ReadCheckpoint(filepath.Join(in.JobDir, checkpoints, train.CheckpointName(in.Step)))
+	pin, err := pinCheckpoint(in.JobDir, in.Step)
+	if errors.Is(err, os.ErrNotExist) {
+		return workflows.EvaluateResult{}, nonRetryable(workflows.ErrTypeCheckpointGone, err)
+	}
+	if err != nil {
+		return workflows.EvaluateResult{}, err
+	}
+	ck, err := train.ReadCheckpoint(pin)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
@@ -353,27 +362,99 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
+	if rows := in.Batches * in.BatchSize; rows > 0 && rows < len(data.Y) {
+		data.X, data.Y = data.X[:rows*data.Dim], data.Y[:rows]
+	}
 	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, 1024)}
-	line, _ := json.Marshal(map[string]any{"global_step": in.Step, "metrics": res.Metrics,
-		"checkpoint": train.CheckpointName(in.Step), "time": time.Now().UTC().Format(time.RFC3339Nano)})
-	p := filepath.Join(in.JobDir, evalMetrics)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return res, err
+	return res, appendMetrics(filepath.Join(in.JobDir, evalMetrics), in.Name, in.Step, res.Metrics)
+}
+
+// pinCheckpoint hard-links the checkpoint of step into eval/pinned (once)
+// and removes the other pins: the workflow evaluates and exports one step at
+// a time, so only the step being evaluated, and then exported, needs one.
+func pinCheckpoint(jobDir string, step int64) (string, error) {
+	dir := filepath.Join(jobDir, pinnedDir)
+	pin := filepath.Join(dir, train.CheckpointName(step))
+	if _, err := os.Stat(pin); err != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
+		if err := os.Link(filepath.Join(jobDir, checkpoints, train.CheckpointName(step)), pin); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", fmt.Errorf("pin checkpoint %d: %w", step, err)
+		}
 	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.Name() != train.CheckpointName(step) {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	return pin, nil
+}
+
+// exportedCheckpoint reads the checkpoint an export of step uses: the
+// evaluator's pin, else the checkpoint itself.
+func exportedCheckpoint(jobDir string, step int64) (*train.Checkpoint, error) {
+	ck, err := train.ReadCheckpoint(filepath.Join(jobDir, pinnedDir, train.CheckpointName(step)))
+	if errors.Is(err, os.ErrNotExist) {
+		return train.ReadCheckpoint(filepath.Join(jobDir, checkpoints, train.CheckpointName(step)))
+	}
+	return ck, err
+}
+
+// metricsLine is one line of eval/metrics.jsonl.
+type metricsLine struct {
+	Name       string        `json:"name,omitempty"`
+	GlobalStep int64         `json:"global_step"`
+	Metrics    train.Metrics `json:"metrics"`
+	Checkpoint string        `json:"checkpoint"`
+	Time       string        `json:"time"`
+}
+
+// appendMetrics appends an evaluation to path unless one for (name, step)
+// is already there.
+func appendMetrics(path, name string, step int64, m train.Metrics) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, l := range bytes.Split(old, []byte("\n")) {
+		var ml metricsLine
+		if json.Unmarshal(l, &ml) == nil && ml.GlobalStep == step && ml.Name == name {
+			return nil
+		}
+	}
+	line, _ := json.Marshal(metricsLine{Name: name, GlobalStep: step, Metrics: m, Checkpoint: train.CheckpointName(step), Time: time.Now().UTC().Format(time.RFC3339Nano)})
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		return res, err
+		return err
 	}
-	defer f.Close()
-	_, err = f.Write(append(line, '\n'))
-	return res, err
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// DeleteExport removes a bundle an exporter no longer keeps. Deleting a
+// bundle that is already gone succeeds.
+func (a *Activities) DeleteExport(ctx context.Context, in workflows.DeleteExportInput) error {
+	defer keepAlive(ctx).Stop()
+	if in.Dir == "" || !strings.Contains(filepath.ToSlash(in.Dir), "/"+exportDir+"/") {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("refusing to delete %q: not an export bundle", in.Dir))
+	}
+	return os.RemoveAll(in.Dir)
 }
 
 // Export writes the bundle of the checkpoint at in.Step to
 // export/<exporter>/<step>/: idempotent, so a retry finds the bundle the
 // first attempt wrote.
 func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (workflows.ExportResult, error) {
-	ck, err := train.ReadCheckpoint(filepath.Join(in.JobDir, checkpoints, train.CheckpointName(in.Step)))
+	defer keepAlive(ctx).Stop()
+	ck, err := exportedCheckpoint(in.JobDir, in.Step)
 	if err != nil {
 		return workflows.ExportResult{}, err
 	}
@@ -397,7 +478,8 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 // Publish copies a bundle into the model repository as the model's next
 // version (idempotent) and notifies OnPublish.
 func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
-	v, def, err := a.Models.Publish(in.Model, in.JobID, in.Bundle)
+	defer keepAlive(ctx).Stop()
+	v, def, err := a.Models.PublishVersion(in.Model, in.JobID, in.Bundle, in.Promote)
 	if err != nil {
 		return workflows.PublishResult{}, err
 	}

@@ -160,6 +160,14 @@ func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
 	if ev.Metrics.Examples != 200 || ev.Metrics.Accuracy <= 0.5 {
 		t.Fatalf("eval %+v, want 200 examples better than chance", ev.Metrics)
 	}
+	// Retention deleting the evaluated checkpoint must not break its export:
+	// the evaluator pinned it.
+	if err := os.Remove(filepath.Join(prep.JobDir, "checkpoints", "ckpt-100")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: 75}); errType(err) != workflows.ErrTypeCheckpointGone {
+		t.Fatalf("evaluating a checkpoint that is not there: %v, want CheckpointGone", err)
+	}
 	xin := workflows.ExportInput{JobID: "train_1", JobDir: prep.JobDir, Exporter: "final", Step: 100, Metrics: ev.Metrics}
 	var first, second workflows.ExportResult
 	for _, dst := range []*workflows.ExportResult{&first, &second} {

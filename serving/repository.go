@@ -124,11 +124,17 @@ type source struct {
 
 const sourceFile = "source.json"
 
-// Publish copies the bundle in dir into the repository as the next version
-// of model and returns that version and whether it is the default. Publish
-// is idempotent: a bundle already published (same metadata hash) returns
-// its existing version.
+// Publish is PublishVersion without promotion.
 func (r *Repository) Publish(model, jobID, dir string) (version int64, isDefault bool, err error) {
+	return r.PublishVersion(model, jobID, dir, false)
+}
+
+// PublishVersion copies the bundle in dir into the repository as the next
+// version of model and returns that version and whether it is the default:
+// the first version of a model is, a later one only with promote. It is
+// idempotent: a bundle already published (same metadata hash) returns its
+// existing version (and is promoted if asked).
+func (r *Repository) PublishVersion(model, jobID, dir string, promote bool) (version int64, isDefault bool, err error) {
 	if !ValidName(model) {
 		return 0, false, fmt.Errorf("publish: invalid model name %q", model)
 	}
@@ -148,6 +154,11 @@ func (r *Repository) Publish(model, jobID, dir string) (version int64, isDefault
 	for _, v := range vs {
 		var s source
 		if raw, err := os.ReadFile(filepath.Join(r.Dir(model, v), sourceFile)); err == nil && json.Unmarshal(raw, &s) == nil && s.Hash == src.Hash {
+			if promote {
+				if err := r.setDefault(model, v); err != nil {
+					return 0, false, err
+				}
+			}
 			d, err := r.Default(model)
 			return v, err == nil && d == v, err
 		}
@@ -179,13 +190,21 @@ func (r *Repository) Publish(model, jobID, dir string) (version int64, isDefault
 	if err := atomicfile.PublishDir(tmp, r.Dir(model, version)); err != nil {
 		return 0, false, fmt.Errorf("publish: %w", err)
 	}
-	if version == 1 {
-		if err := atomicfile.Write(filepath.Join(parent, "default"), []byte("1\n")); err != nil {
-			return 0, false, fmt.Errorf("publish: %w", err)
+	if version == 1 || promote {
+		if err := r.setDefault(model, version); err != nil {
+			return 0, false, err
 		}
 		isDefault = true
 	}
 	return version, isDefault, nil
+}
+
+// setDefault points the model's default file at version.
+func (r *Repository) setDefault(model string, version int64) error {
+	if err := atomicfile.Write(filepath.Join(r.Root, model, "default"), []byte(strconv.FormatInt(version, 10)+"\n")); err != nil {
+		return fmt.Errorf("set default version of %s: %w", model, err)
+	}
+	return nil
 }
 
 func digest(b []byte) string {

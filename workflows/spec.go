@@ -31,10 +31,65 @@ type JobSpec struct {
 	Data   DataSpec  `json:"data"`
 	Model  ModelSpec `json:"model"`
 	Train  TrainSpec `json:"train"`
+	Eval   EvalSpec  `json:"eval_spec"`
 	// ModelName is the name the model is served under. Default: the preset,
 	// else "model".
 	ModelName string `json:"model_name,omitempty"`
+	// Publish chooses the bundle published to the model repository: "best"
+	// (default), "latest", "final" or "none".
+	Publish string `json:"publish,omitempty"`
+	// Promote makes the published version the model's default even when the
+	// model already has versions (the first version is always the default).
+	Promote bool `json:"promote,omitempty"`
 }
+
+// EvalSpec is tf.estimator's EvalSpec: when to evaluate and what to export.
+type EvalSpec struct {
+	// Steps is the number of batches of evaluation data per evaluation;
+	// 0 (the default) means all of it.
+	Steps int `json:"steps,omitempty"`
+	// StartDelaySecs waits this long after training starts before the first
+	// evaluation. Default 0.
+	StartDelaySecs int `json:"start_delay_secs,omitempty"`
+	// ThrottleSecs is the least time between two evaluations; absent means
+	// 10, 0 means every committed checkpoint. Only committed checkpoints not
+	// yet evaluated are evaluated, and the final checkpoint always is.
+	ThrottleSecs *int `json:"throttle_secs,omitempty"`
+	// Name tells evaluations apart in eval/metrics.jsonl. Default "eval".
+	Name string `json:"name,omitempty"`
+	// Exporters run after evaluations. Default: a best exporter (accuracy,
+	// maximize, keep 5) and a final exporter.
+	Exporters []ExporterSpec `json:"exporters,omitempty"`
+}
+
+// ExporterSpec configures one exporter.
+type ExporterSpec struct {
+	// Type is "latest" (after every evaluation), "best" (when Metric
+	// improves) or "final" (once, the final checkpoint).
+	Type string `json:"type"`
+	// Name is the export directory, export/<name>/<step>. Default: Type.
+	Name string `json:"name,omitempty"`
+	// ExportsToKeep bounds the bundles kept (latest, best). Default 5.
+	ExportsToKeep int `json:"exports_to_keep,omitempty"`
+	// Metric and Goal drive a best exporter: accuracy, auc (maximize) or
+	// log_loss (minimize). Defaults: accuracy, and the metric's natural goal.
+	Metric string `json:"metric,omitempty"`
+	Goal   string `json:"goal,omitempty"`
+}
+
+// Exporter types, best-exporter goals and publish choices.
+const (
+	ExporterLatest = "latest"
+	ExporterBest   = "best"
+	ExporterFinal  = "final"
+	GoalMaximize   = "maximize"
+	GoalMinimize   = "minimize"
+	PublishNone    = "none"
+)
+
+// metricGoals lists the metrics a best exporter can follow, with their
+// natural goal.
+var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximize, "log_loss": GoalMinimize}
 
 // DataSpec says where the raw data is and how to read it.
 type DataSpec struct {
@@ -158,6 +213,36 @@ func (s JobSpec) WithDefaults() JobSpec {
 	if s.Train.Seed == 0 {
 		s.Train.Seed = 1
 	}
+	if s.Eval.ThrottleSecs == nil {
+		ten := 10
+		s.Eval.ThrottleSecs = &ten
+	}
+	if s.Eval.Name == "" {
+		s.Eval.Name = "eval"
+	}
+	if s.Eval.Exporters == nil {
+		s.Eval.Exporters = []ExporterSpec{{Type: ExporterBest}, {Type: ExporterFinal}}
+	}
+	exps := make([]ExporterSpec, len(s.Eval.Exporters))
+	for i, e := range s.Eval.Exporters {
+		if e.Name == "" {
+			e.Name = e.Type
+		}
+		if e.ExportsToKeep == 0 && e.Type != ExporterFinal {
+			e.ExportsToKeep = 5
+		}
+		if e.Type == ExporterBest && e.Metric == "" {
+			e.Metric = "accuracy"
+		}
+		if e.Type == ExporterBest && e.Goal == "" {
+			e.Goal = metricGoals[e.Metric]
+		}
+		exps[i] = e
+	}
+	s.Eval.Exporters = exps
+	if s.Publish == "" {
+		s.Publish = ExporterBest
+	}
 	return s
 }
 
@@ -187,6 +272,34 @@ func (s *JobSpec) Validate() error {
 	if ValidateJobID(s.ModelName) != nil {
 		return fmt.Errorf("%w: model_name %q: letters, digits and '_', starting with a letter", ErrInvalidSpec, s.ModelName)
 	}
+	names := map[string]bool{}
+	for i, e := range s.Eval.Exporters {
+		field := fmt.Sprintf("eval_spec.exporters[%d]", i)
+		switch {
+		case e.Type != ExporterLatest && e.Type != ExporterBest && e.Type != ExporterFinal:
+			return fmt.Errorf("%w: %s.type %q: want latest, best or final", ErrInvalidSpec, field, e.Type)
+		case ValidateJobID(e.Name) != nil:
+			return fmt.Errorf("%w: %s.name %q: letters, digits and '_', starting with a letter", ErrInvalidSpec, field, e.Name)
+		case names[e.Name]:
+			return fmt.Errorf("%w: %s.name %q is used twice", ErrInvalidSpec, field, e.Name)
+		case e.ExportsToKeep < 0:
+			return fmt.Errorf("%w: %s.exports_to_keep %d is negative", ErrInvalidSpec, field, e.ExportsToKeep)
+		case e.Type == ExporterBest && metricGoals[e.Metric] == "":
+			return fmt.Errorf("%w: %s.metric %q: want accuracy, auc or log_loss", ErrInvalidSpec, field, e.Metric)
+		case e.Type == ExporterBest && e.Goal != GoalMaximize && e.Goal != GoalMinimize:
+			return fmt.Errorf("%w: %s.goal %q: want maximize or minimize", ErrInvalidSpec, field, e.Goal)
+		}
+		names[e.Name] = true
+	}
+	if s.Publish != PublishNone {
+		found := false
+		for _, e := range s.Eval.Exporters {
+			found = found || e.Name == s.Publish
+		}
+		if !found {
+			return fmt.Errorf("%w: publish %q names no exporter (have %v) and is not \"none\"", ErrInvalidSpec, s.Publish, exporterNames(s.Eval.Exporters))
+		}
+	}
 	checks := []struct {
 		ok    bool
 		field string
@@ -203,6 +316,9 @@ func (s *JobSpec) Validate() error {
 		{s.Data.TrainShards > 0 && s.Data.TrainShards <= 10000, "data.train_shards", s.Data.TrainShards},
 		{s.Data.EvalShards > 0 && s.Data.EvalShards <= 10000, "data.eval_shards", s.Data.EvalShards},
 		{*s.Data.MaxBadFraction >= 0 && *s.Data.MaxBadFraction <= 1, "data.max_bad_fraction", *s.Data.MaxBadFraction},
+		{s.Eval.Steps >= 0, "eval_spec.steps", s.Eval.Steps},
+		{s.Eval.StartDelaySecs >= 0, "eval_spec.start_delay_secs", s.Eval.StartDelaySecs},
+		{*s.Eval.ThrottleSecs >= 0, "eval_spec.throttle_secs", *s.Eval.ThrottleSecs},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -211,3 +327,14 @@ func (s *JobSpec) Validate() error {
 	}
 	return nil
 }
+
+func exporterNames(es []ExporterSpec) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.Name
+	}
+	return out
+}
+
+// Secs returns a pointer to n, for the optional durations of a JobSpec.
+func Secs(n int) *int { return &n }

@@ -88,6 +88,11 @@ type Progress struct {
 	ExamplesPerSec float64        `json:"examples_per_sec,omitempty"`
 	Checkpoints    int            `json:"checkpoints,omitempty"`
 	Metrics        *train.Metrics `json:"metrics,omitempty"`
+	LastEvalStep   int64          `json:"last_eval_step,omitempty"`
+	BestMetricName string         `json:"best_metric_name,omitempty"`
+	BestMetric     *float64       `json:"best_metric,omitempty"`
+	BestStep       int64          `json:"best_step,omitempty"`
+	Exports        []string       `json:"exports,omitempty"`
 	Export         string         `json:"export,omitempty"`
 	Model          string         `json:"model,omitempty"`
 	Version        int64          `json:"version,omitempty"`
@@ -145,6 +150,10 @@ type TrainResult = train.Result
 type EvaluateInput struct {
 	JobDir string `json:"job_dir"`
 	Step   int64  `json:"step"`
+	// Batches of BatchSize rows to evaluate; 0 means all evaluation data.
+	Batches   int    `json:"batches,omitempty"`
+	BatchSize int    `json:"batch_size,omitempty"`
+	Name      string `json:"name,omitempty"`
 }
 
 // EvaluateResult is the outcome of one evaluation.
@@ -173,6 +182,8 @@ type PublishInput struct {
 	JobID  string `json:"job_id"`
 	Bundle string `json:"bundle"`
 	Model  string `json:"model"`
+	// Promote makes the version the default even if others exist.
+	Promote bool `json:"promote,omitempty"`
 }
 
 // PublishResult names the published model version.
@@ -192,8 +203,13 @@ var retry = &temporal.RetryPolicy{
 	NonRetryableErrorTypes: []string{ErrTypeInvalidSpec, ErrTypeBadData, ErrTypeJobExists},
 }
 
-func activityOptions(startToClose, heartbeat time.Duration, summary string) workflow.ActivityOptions {
-	return workflow.ActivityOptions{StartToCloseTimeout: startToClose, HeartbeatTimeout: heartbeat, RetryPolicy: retry, Summary: summary}
+// HeartbeatTimeout bounds how long a dead worker goes unnoticed: every
+// activity heartbeats while it runs, so its retry starts at most this long
+// after its worker died.
+const HeartbeatTimeout = 30 * time.Second
+
+func activityOptions(startToClose time.Duration, summary string) workflow.ActivityOptions {
+	return workflow.ActivityOptions{StartToCloseTimeout: startToClose, HeartbeatTimeout: HeartbeatTimeout, RetryPolicy: retry, Summary: summary}
 }
 
 // TrainingJob runs one job end to end: validate → prepare → preprocess
@@ -205,16 +221,6 @@ func TrainingJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
 		return JobResult{}, err
 	}
-	commits := workflow.GetSignalChannel(ctx, CheckpointSignal)
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		var c CheckpointCommitted
-		for commits.Receive(ctx, &c) {
-			if c.Step > p.GlobalStep { // signals may repeat after a retry: never go back
-				p.GlobalStep, p.Loss, p.ExamplesPerSec = c.Step, c.Loss, c.ExamplesPerSec
-			}
-			p.Checkpoints++
-		}
-	})
 	res, err := runJob(ctx, spec, p)
 	switch {
 	case err == nil:
@@ -246,7 +252,7 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("model `%s` (%s), preset `%s`, max_steps %d", spec.ModelName, spec.Model.Type, spec.Preset, spec.Train.MaxSteps))
 
-	short := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, 0, "prepare job dir and data"))
+	short := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, "prepare job dir and data"))
 	var prep PrepareResult
 	if err := workflow.ExecuteActivity(short, PrepareJobActivity, PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}).Get(ctx, &prep); err != nil {
 		return res, err
@@ -254,7 +260,7 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	res.JobDir = prep.JobDir
 
 	setPhase(ctx, p, PhasePreprocessing)
-	pctx := workflow.WithActivityOptions(ctx, activityOptions(6*time.Hour, time.Minute, "Beam analyze + transform"))
+	pctx := workflow.WithActivityOptions(ctx, activityOptions(6*time.Hour, "Beam analyze + transform"))
 	var pre PreprocessResult
 	in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamArgs, Request: preprocess.Request{
 		Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
@@ -266,10 +272,41 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	}
 	res.TransformHash, res.TrainRows, res.EvalRows = pre.TransformHash, pre.TrainRows, pre.EvalRows
 
-	setPhase(ctx, p, PhaseTraining)
-	tctx := workflow.WithActivityOptions(ctx, activityOptions(24*time.Hour, time.Minute, "train "+spec.Model.Type))
-	var tr TrainResult
 	tin := TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: spec.Model, Train: spec.Train}
+	if workflow.GetVersion(ctx, evaluatorChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return trainThenExportV0(ctx, spec, prep, tin, p, res)
+	}
+	setPhase(ctx, p, PhaseTraining)
+	exports, err := trainAndEvaluate(ctx, spec, prep.JobDir, tin, p, &res)
+	if err != nil {
+		return res, err
+	}
+	if spec.Publish == PublishNone {
+		return res, nil
+	}
+	res.Export = exports[spec.Publish].newest()
+	p.Export = res.Export
+	setPhase(ctx, p, PhasePublishing)
+	pctx = workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "publish "+spec.Publish+" export"))
+	var pub PublishResult
+	if err := workflow.ExecuteActivity(pctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote}).Get(ctx, &pub); err != nil {
+		return res, err
+	}
+	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version
+	return res, nil
+}
+
+// evaluatorChange marks the change from the linear train → evaluate →
+// export flow to training beside an evaluator with exporters.
+const evaluatorChange = "evaluator-exporters"
+
+// trainThenExportV0 is the flow of jobs started before evaluatorChange:
+// train, evaluate the final checkpoint, export it, publish it. Kept so
+// their histories still replay; new jobs never take it.
+func trainThenExportV0(ctx workflow.Context, spec JobSpec, prep PrepareResult, tin TrainInput, p *Progress, res JobResult) (JobResult, error) {
+	setPhase(ctx, p, PhaseTraining)
+	tctx := workflow.WithActivityOptions(ctx, activityOptions(24*time.Hour, "train "+spec.Model.Type))
+	var tr TrainResult
 	if err := workflow.ExecuteActivity(tctx, TrainActivity, tin).Get(ctx, &tr); err != nil {
 		return res, err
 	}
@@ -279,7 +316,7 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	}
 
 	setPhase(ctx, p, PhaseEvaluating)
-	ectx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, time.Minute, "evaluate final checkpoint"))
+	ectx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "evaluate final checkpoint"))
 	var ev EvaluateResult
 	if err := workflow.ExecuteActivity(ectx, EvaluateActivity, EvaluateInput{JobDir: prep.JobDir, Step: tr.Step}).Get(ctx, &ev); err != nil {
 		return res, err
@@ -290,7 +327,7 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	}
 
 	setPhase(ctx, p, PhaseExporting)
-	xctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, 0, "final export"))
+	xctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "final export"))
 	var ex ExportResult
 	xin := ExportInput{JobID: spec.JobID, JobDir: prep.JobDir, Exporter: "final", Step: tr.Step, Metrics: ev.Metrics}
 	if err := workflow.ExecuteActivity(xctx, ExportActivity, xin).Get(ctx, &ex); err != nil {

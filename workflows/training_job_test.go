@@ -24,12 +24,13 @@ func newEnv(t *testing.T, jobID string) *testsuite.TestWorkflowEnvironment {
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(TrainingJob, workflow.RegisterOptions{Name: TrainingJobName})
 	stubs := map[string]any{
-		PrepareJobActivity: func(context.Context, PrepareInput) (PrepareResult, error) { panic("not mocked") },
-		PreprocessActivity: func(context.Context, PreprocessInput) (PreprocessResult, error) { panic("not mocked") },
-		TrainActivity:      func(context.Context, TrainInput) (TrainResult, error) { panic("not mocked") },
-		EvaluateActivity:   func(context.Context, EvaluateInput) (EvaluateResult, error) { panic("not mocked") },
-		ExportActivity:     func(context.Context, ExportInput) (ExportResult, error) { panic("not mocked") },
-		PublishActivity:    func(context.Context, PublishInput) (PublishResult, error) { panic("not mocked") },
+		PrepareJobActivity:   func(context.Context, PrepareInput) (PrepareResult, error) { panic("not mocked") },
+		PreprocessActivity:   func(context.Context, PreprocessInput) (PreprocessResult, error) { panic("not mocked") },
+		TrainActivity:        func(context.Context, TrainInput) (TrainResult, error) { panic("not mocked") },
+		EvaluateActivity:     func(context.Context, EvaluateInput) (EvaluateResult, error) { panic("not mocked") },
+		ExportActivity:       func(context.Context, ExportInput) (ExportResult, error) { panic("not mocked") },
+		PublishActivity:      func(context.Context, PublishInput) (PublishResult, error) { panic("not mocked") },
+		DeleteExportActivity: func(context.Context, DeleteExportInput) error { panic("not mocked") },
 	}
 	for name, fn := range stubs {
 		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
@@ -46,12 +47,15 @@ func mockHappyPath(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity(TrainActivity, mock.Anything, mock.MatchedBy(func(in TrainInput) bool {
 		return in.Dim == 107 && in.TransformHash == "h" && in.Train.MaxSteps == 3000
 	})).Return(TrainResult{Step: 3000, Loss: 0.3}, nil)
-	env.OnActivity(EvaluateActivity, mock.Anything, EvaluateInput{JobDir: "/jobs/census_1", Step: 3000}).
+	env.OnActivity(EvaluateActivity, mock.Anything, EvaluateInput{JobDir: "/jobs/census_1", Step: 3000, BatchSize: 64, Name: "eval"}).
 		Return(EvaluateResult{Step: 3000, Metrics: train.Metrics{Examples: 20, Accuracy: 0.85}}, nil)
+	env.OnActivity(ExportActivity, mock.Anything, mock.MatchedBy(func(in ExportInput) bool {
+		return in.Step == 3000 && in.Exporter == "best" && in.Metrics.Accuracy == 0.85
+	})).Return(ExportResult{Dir: "/jobs/census_1/export/best/3000", Version: 3000}, nil)
 	env.OnActivity(ExportActivity, mock.Anything, mock.MatchedBy(func(in ExportInput) bool {
 		return in.Step == 3000 && in.Exporter == "final" && in.Metrics.Accuracy == 0.85
 	})).Return(ExportResult{Dir: "/jobs/census_1/export/final/3000", Version: 3000}, nil)
-	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "census_1", Bundle: "/jobs/census_1/export/final/3000", Model: "census"}).
+	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "census_1", Bundle: "/jobs/census_1/export/best/3000", Model: "census"}).
 		Return(PublishResult{Model: "census", Version: 1, Default: true}, nil)
 }
 
@@ -78,7 +82,7 @@ func TestTrainingJobHappyPath(t *testing.T) {
 	var res JobResult
 	env.GetWorkflowResult(&res)
 	want := JobResult{JobID: "census_1", JobDir: "/jobs/census_1", TransformHash: "h", TrainRows: 100, EvalRows: 20,
-		GlobalStep: 3000, Metrics: train.Metrics{Examples: 20, Accuracy: 0.85}, Export: "/jobs/census_1/export/final/3000", Model: "census", Version: 1}
+		GlobalStep: 3000, Metrics: train.Metrics{Examples: 20, Accuracy: 0.85}, Export: "/jobs/census_1/export/best/3000", Model: "census", Version: 1}
 	if res != want {
 		t.Fatalf("result %+v, want %+v", res, want)
 	}

@@ -292,3 +292,8 @@ func TestDevHomeSurvivesRestart(t *testing.T) {
 		t.Fatalf("predict after restart: %d %s", code, b)
 	}
 }
+
+// clientRun returns the run of a job started before, through another stack.
+func clientRun(st *stack, id string) client.WorkflowRun {
+	return st.Client.GetWorkflow(context.Background(), id, "")
+}

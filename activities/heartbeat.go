@@ -1,0 +1,62 @@
+package activities
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+)
+
+// heartbeatEvery is how often running activities heartbeat. The workflow's
+// heartbeat timeouts (30 s) are several times longer, and the SDK throttles
+// what reaches the server to one per 0.8 × timeout.
+const heartbeatEvery = 5 * time.Second
+
+// beater heartbeats an activity in the background until stopped, so the
+// server notices a dead worker within the heartbeat timeout whatever the
+// activity is doing. The details sent are the last ones set.
+type beater struct {
+	mu      sync.Mutex
+	details any
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// keepAlive starts heartbeating ctx's activity; call stop when it returns.
+func keepAlive(ctx context.Context) *beater {
+	b := &beater{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		t := time.NewTicker(heartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-b.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				b.mu.Lock()
+				d := b.details
+				b.mu.Unlock()
+				activity.RecordHeartbeat(ctx, d)
+			}
+		}
+	}()
+	return b
+}
+
+// set records details to send with the next heartbeat, and sends them now.
+func (b *beater) set(ctx context.Context, details any) {
+	b.mu.Lock()
+	b.details = details
+	b.mu.Unlock()
+	activity.RecordHeartbeat(ctx, details)
+}
+
+// Stop ends the heartbeats and waits for the goroutine to exit.
+func (b *beater) Stop() {
+	close(b.stop)
+	<-b.done
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// TestBestExportAcrossRestart runs a census job that evaluates every
+// checkpoint, stops the whole stack in the middle of training (the worker's
+// cached workflow state is lost and rebuilt from history), starts it again,
+// and checks the best exporter: its best bundle has the highest accuracy in
+// eval/metrics.jsonl, the bundles it kept improve step after step, and the
+// published model is that best bundle.
+func TestBestExportAcrossRestart(t *testing.T) {
+	home := t.TempDir()
+	st := testStack(t, home)
+	spec := workflows.JobSpec{JobID: "best_1", Data: workflows.DataSpec{GeneratedRows: 3000},
+		Train: workflows.TrainSpec{MaxSteps: 30000, SaveCheckpointsSteps: 1000},
+		Eval:  workflows.EvalSpec{ThrottleSecs: workflows.Secs(0), Exporters: []workflows.ExporterSpec{{Type: "best", ExportsToKeep: 50}, {Type: "final"}}}}
+	run, err := startJob(context.Background(), st.Client, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until training is under way with a best export, then stop.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("job never reached a best export mid-training")
+		}
+		v, err := st.Client.QueryWorkflow(context.Background(), "best_1", "", workflows.ProgressQuery)
+		var p workflows.Progress
+		if err == nil && v.Get(&p) == nil && p.BestMetric != nil && p.GlobalStep < 20000 {
+			t.Logf("stopping the stack at step %d (best %.4f at %d)", p.GlobalStep, *p.BestMetric, p.BestStep)
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling the job's progress
+	}
+	if err := st.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	st2 := testStack(t, home)
+	res, err := waitJob(t, clientRun(st2, run.GetID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobDir := filepath.Join(home, "jobs", "best_1")
+	f, err := os.Open(filepath.Join(jobDir, "eval", "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	best, bestStep, seen := -1.0, int64(0), map[int64]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l struct {
+			Step    int64         `json:"global_step"`
+			Metrics train.Metrics `json:"metrics"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		if seen[l.Step] {
+			t.Errorf("step %d evaluated twice in metrics.jsonl", l.Step)
+		}
+		seen[l.Step] = true
+		if l.Metrics.Accuracy > best {
+			best, bestStep = l.Metrics.Accuracy, l.Step
+		}
+	}
+	if len(seen) < 3 || !seen[30000] {
+		t.Fatalf("evaluated steps %v, want several including the final 30000", seen)
+	}
+	ents, _ := os.ReadDir(filepath.Join(jobDir, "export", "best"))
+	var steps []int64
+	for _, e := range ents {
+		if s, err := strconv.ParseInt(e.Name(), 10, 64); err == nil {
+			steps = append(steps, s)
+		}
+	}
+	slices.Sort(steps)
+	prev := -1.0
+	for _, s := range steps {
+		b, err := train.ReadBundle(filepath.Join(jobDir, "export", "best", strconv.FormatInt(s, 10)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Meta.Metrics.Accuracy <= prev {
+			t.Errorf("best export at step %d has accuracy %.4f, not above the previous %.4f", s, b.Meta.Metrics.Accuracy, prev)
+		}
+		prev = b.Meta.Metrics.Accuracy
+	}
+	if len(steps) == 0 || steps[len(steps)-1] != bestStep || prev != best {
+		t.Fatalf("newest best export step %v accuracy %.4f, want step %d with the max %.4f of metrics.jsonl", steps, prev, bestStep, best)
+	}
+	if res.Export != filepath.Join(jobDir, "export", "best", strconv.FormatInt(bestStep, 10)) {
+		t.Fatalf("published %s, want the best bundle of step %d", res.Export, bestStep)
+	}
+}
