@@ -1,38 +1,69 @@
 package preprocess
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"slices"
 )
 
 // BadRecord is one rejected input row.
 type BadRecord struct {
-	File   string `json:"file"`
+	File string `json:"file"`
+	// Line is the 1-based line number in File; Offset the byte offset of
+	// the line's start.
+	Line   int64  `json:"line"`
 	Offset int64  `json:"offset"`
 	Reason string `json:"reason"`
+	Column string `json:"column,omitempty"`
 	Detail string `json:"detail"`
+	// Record is the raw line, cut at maxRecordBytes.
+	Record string `json:"record,omitempty"`
 }
 
-// maxBadExamples bounds the rejected rows kept per block for reporting.
+// maxBadExamples bounds the rejected rows kept per block for reporting;
+// every rejected row goes to the block's file in BadRecordsDir.
 const maxBadExamples = 20
+
+// maxRecordBytes bounds the raw line kept in a BadRecord.
+const maxRecordBytes = 1024
+
+// BadRecordsDir is the directory of the job directory that receives, per
+// shard, a JSON Lines file of its rejected rows (BadRecord objects).
+const BadRecordsDir = "bad_records"
 
 // AnalyzeBlock parses the rows of b and returns their partial statistics.
 // Rejected rows are counted in Stats.Bad, not returned as errors; the error
 // is for I/O.
 func (s *Schema) AnalyzeBlock(b Block) (*Stats, error) {
 	st := NewStats(s)
+	p, err := s.parser(b.Path)
+	if err != nil {
+		return nil, err
+	}
+	data, base, err := readBlock(b)
+	if err != nil {
+		return nil, err
+	}
 	row := make([]Value, len(s.Columns))
-	err := s.ScanBlock(b, func(line string, _ int64) error {
-		if err := s.ParseCSV(row, line); err != nil {
+	for _, r := range s.dataLines(b, data, base) {
+		if err := p.parse(row, data[r.start:r.end]); err != nil {
 			st.AddBad(reasonOf(err))
-			return nil
+			continue
 		}
-		st.Add(s, row)
-		return nil
-	})
-	return st, err
+		// The sample key is the line's byte offset: the same row gets the
+		// same priority whatever the block plan.
+		st.add(s, row, uint64(base)+uint64(r.start))
+	}
+	for i := range st.Samples {
+		st.Samples[i].finish()
+	}
+	st.Parts = []NumPart{{Block: b.Index, Num: slices.Clone(st.Num)}}
+	return st, nil
 }
 
 func reasonOf(err error) string {
@@ -51,6 +82,9 @@ type ShardResult struct {
 	Rows        int64            `json:"rows"`
 	Bad         map[string]int64 `json:"bad,omitempty"`
 	BadExamples []BadRecord      `json:"bad_examples,omitempty"`
+	// BadRecords is the path, relative to the job directory, of the file
+	// listing every rejected row of the block; empty when there were none.
+	BadRecords string `json:"bad_records,omitempty"`
 }
 
 // ShardName returns the file name of shard i of n of a split.
@@ -58,47 +92,154 @@ func ShardName(split string, i, n int) string {
 	return fmt.Sprintf("%s-%05d-of-%05d", split, i, n)
 }
 
-// TransformBlock parses the rows of b, applies t to them, shuffles them with
-// a generator seeded by (seed, b.Index) and writes them as shard
-// ShardName(b.Split, b.Index, b.Of) in dataDir. Rejected rows are counted
-// and sampled in the result.
-func TransformBlock(t *Transform, b Block, dataDir string, seed uint64) (ShardResult, error) {
+// badPath returns the quarantine file of a shard, relative to the job
+// directory.
+func badPath(shard string) string {
+	return filepath.Join(BadRecordsDir, shard+".jsonl")
+}
+
+// TransformBlock parses the rows of b in an order shuffled by a generator
+// seeded by (seed, b.Index), applies t to them and writes them as shard
+// ShardName(b.Split, b.Index, b.Of) in jobDir/DataDir. Rejected rows are
+// counted and sampled in the result and written, each with its file, line
+// and reason, to jobDir/BadRecordsDir (see ShardResult.BadRecords). Only
+// the block's raw bytes are held in memory; examples stream to disk.
+func TransformBlock(t *Transform, b Block, jobDir string, seed uint64) (ShardResult, error) {
 	res := ShardResult{Split: b.Split, Name: ShardName(b.Split, b.Index, b.Of)}
-	ex := &Examples{Features: t.Dim}
-	row := make([]Value, len(t.Schema.Columns))
-	x := make([]float64, t.Dim)
-	reject := func(off int64, err error) {
-		r := reasonOf(err)
-		if res.Bad == nil {
-			res.Bad = map[string]int64{}
-		}
-		res.Bad[r]++
-		if len(res.BadExamples) < maxBadExamples {
-			res.BadExamples = append(res.BadExamples, BadRecord{File: b.Path, Offset: off, Reason: r, Detail: err.Error()})
-		}
-	}
-	err := t.Schema.ScanBlock(b, func(line string, off int64) error {
-		if err := t.Schema.ParseCSV(row, line); err != nil {
-			reject(off, err)
-			return nil
-		}
-		y, err := t.Label(row)
-		if err != nil {
-			reject(off, err)
-			return nil
-		}
-		t.Apply(x, row)
-		ex.Append(x, y)
-		return nil
-	})
+	p, err := t.Schema.parser(b.Path)
 	if err != nil {
 		return res, err
 	}
-	rng := rand.New(rand.NewPCG(seed, uint64(b.Index)))
-	rng.Shuffle(ex.Rows(), ex.Swap)
-	res.Rows = int64(ex.Rows())
-	if err := WriteShard(filepath.Join(dataDir, res.Name), ex); err != nil {
+	data, base, err := readBlock(b)
+	if err != nil {
 		return res, err
 	}
-	return res, nil
+	lines := t.Schema.dataLines(b, data, base)
+	shuffleLines(lines, seed, b.Index)
+
+	w, err := createShard(filepath.Join(jobDir, DataDir, res.Name), t.Dim)
+	if err != nil {
+		return res, err
+	}
+	bad := &badWriter{path: filepath.Join(jobDir, badPath(res.Name))}
+	defer bad.abort()
+	row := make([]Value, len(t.Schema.Columns))
+	x := make([]float64, t.Dim)
+	for _, r := range lines {
+		line := data[r.start:r.end]
+		err := p.parse(row, line)
+		var y float64
+		if err == nil {
+			y, err = t.Label(row)
+		}
+		if err != nil {
+			rec := BadRecord{File: b.Path, Line: b.FirstLine + int64(r.num), Offset: base + int64(r.start),
+				Reason: reasonOf(err), Detail: err.Error(), Record: line[:min(len(line), maxRecordBytes)]}
+			var re *RowError
+			if errors.As(err, &re) {
+				rec.Column = re.Column
+			}
+			if res.Bad == nil {
+				res.Bad = map[string]int64{}
+			}
+			res.Bad[rec.Reason]++
+			if len(res.BadExamples) < maxBadExamples {
+				res.BadExamples = append(res.BadExamples, rec)
+			}
+			if err := bad.write(rec); err != nil {
+				w.abort()
+				return res, err
+			}
+			continue
+		}
+		t.Apply(x, row)
+		if err := w.append(x, y); err != nil {
+			w.abort()
+			return res, err
+		}
+	}
+	res.Rows = int64(w.rows)
+	if err := w.commit(); err != nil {
+		return res, err
+	}
+	if bad.n > 0 {
+		res.BadRecords = badPath(res.Name)
+	}
+	return res, bad.commit()
+}
+
+// shuffleLines permutes lines with a PCG generator seeded by (seed, block).
+// Rows are written in this order, so each shard is shuffled; the order of
+// the valid rows is a uniform permutation whatever rows are rejected.
+func shuffleLines(lines []lineRef, seed uint64, block int) {
+	rng := rand.New(rand.NewPCG(seed, uint64(block)))
+	rng.Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
+}
+
+// badWriter writes rejected rows as JSON Lines to a temporary file, created
+// on the first row, and renames it into place on commit. With no rows,
+// commit removes any file an earlier run left at path.
+type badWriter struct {
+	path string
+	f    *os.File
+	w    *bufio.Writer
+	enc  *json.Encoder
+	n    int64
+}
+
+func (b *badWriter) write(r BadRecord) error {
+	if b.f == nil {
+		if err := os.MkdirAll(filepath.Dir(b.path), 0o755); err != nil {
+			return fmt.Errorf("write bad records: %w", err)
+		}
+		f, err := os.CreateTemp(filepath.Dir(b.path), "."+filepath.Base(b.path)+".tmp-*")
+		if err != nil {
+			return fmt.Errorf("write bad records: %w", err)
+		}
+		b.f, b.w = f, bufio.NewWriter(f)
+		b.enc = json.NewEncoder(b.w)
+	}
+	b.n++
+	if err := b.enc.Encode(r); err != nil {
+		return fmt.Errorf("write bad records: %w", err)
+	}
+	return nil
+}
+
+func (b *badWriter) commit() error {
+	if b.f == nil {
+		if err := os.Remove(b.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("write bad records: %w", err)
+		}
+		return nil
+	}
+	err := b.w.Flush()
+	if err == nil {
+		err = b.f.Sync()
+	}
+	if err == nil {
+		err = b.f.Chmod(0o644)
+	}
+	if cerr := b.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(b.f.Name(), b.path)
+	}
+	if err != nil {
+		os.Remove(b.f.Name())
+		b.f = nil
+		return fmt.Errorf("write bad records: %w", err)
+	}
+	b.f = nil
+	return nil
+}
+
+// abort removes the temporary file of an uncommitted writer.
+func (b *badWriter) abort() {
+	if b.f != nil {
+		b.f.Close()
+		os.Remove(b.f.Name())
+		b.f = nil
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unsafe"
 )
 
 // Block is a byte range of one input file: the unit of parallel work. A
@@ -15,6 +16,10 @@ type Block struct {
 	Path  string
 	Start int64
 	End   int64
+	// FirstLine is the 1-based line number in the file of the first line
+	// that starts in the block, so that rejected rows can be reported by
+	// line number.
+	FirstLine int64
 	// Split is "train" or "eval"; Index numbers the blocks of a split and
 	// Of is their count, so block i of a split becomes shard i-of-Of.
 	Split string
@@ -28,8 +33,15 @@ const (
 	SplitEval  = "eval"
 )
 
+// MaxBlockBytes bounds the size of a block, which a worker holds in memory
+// while it transforms it: inputs larger than n×MaxBlockBytes get more
+// blocks (and so more shards) than asked for.
+const MaxBlockBytes = 128 << 20
+
 // PlanBlocks cuts files into n blocks of about equal size (fewer if the
-// files hold fewer bytes than n). A missing or empty file is an error.
+// files hold fewer bytes than n, more if a block would exceed
+// MaxBlockBytes). A missing or empty file is an error. It reads each file
+// once to number the lines at block starts.
 func PlanBlocks(split string, files []string, n int) ([]Block, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("plan %s blocks: no input files", split)
@@ -46,18 +58,60 @@ func PlanBlocks(split string, files []string, n int) ([]Block, error) {
 		}
 		sizes[i], total = st.Size(), total+st.Size()
 	}
-	n = max(1, min(int64ToInt(total), n))
+	n = max(1, min(int64ToInt(total), n), int64ToInt((total+MaxBlockBytes-1)/MaxBlockBytes))
 	per := (total + int64(n) - 1) / int64(n)
 	var blocks []Block
 	for i, f := range files {
+		var starts []int64
 		for start := int64(0); start < sizes[i]; start += per {
-			blocks = append(blocks, Block{Path: f, Start: start, End: min(start+per, sizes[i]), Split: split})
+			starts = append(starts, start)
+		}
+		lines, err := lineNumbers(f, starts)
+		if err != nil {
+			return nil, fmt.Errorf("plan %s blocks: %w", split, err)
+		}
+		for j, start := range starts {
+			blocks = append(blocks, Block{Path: f, Start: start, End: min(start+per, sizes[i]), FirstLine: lines[j], Split: split})
 		}
 	}
 	for i := range blocks {
 		blocks[i].Index, blocks[i].Of = i, len(blocks)
 	}
 	return blocks, nil
+}
+
+// lineNumbers returns, for each ascending block start, the line number of
+// the first line starting at or after it: 1 for start 0, else 2 plus the
+// newlines in [0, start-1) (the newline at or after start-1 ends the line
+// straddling the start).
+func lineNumbers(path string, starts []int64) ([]int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := make([]int64, len(starts))
+	buf := make([]byte, 1<<20)
+	var pos, nl int64
+	for i, s := range starts {
+		if s == 0 {
+			out[i] = 1
+			continue
+		}
+		for pos < s-1 {
+			k, err := f.Read(buf[:min(int64(len(buf)), s-1-pos)])
+			nl += int64(bytes.Count(buf[:k], []byte{'\n'}))
+			pos += int64(k)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		out[i] = nl + 2
+	}
+	return out, nil
 }
 
 func int64ToInt(v int64) int {
@@ -67,56 +121,92 @@ func int64ToInt(v int64) int {
 	return int(v)
 }
 
-// ScanBlock calls fn for every data line of b (header and comment lines
-// skipped) with the line's byte offset in the file. Lines end in "\n" or
-// "\r\n"; blank lines are skipped.
-func (s *Schema) ScanBlock(b Block, fn func(line string, offset int64) error) error {
+// readBlock returns the bytes of the lines that start in b, as a string
+// (no copy), and the file offset of its first byte.
+func readBlock(b Block) (string, int64, error) {
 	f, err := os.Open(b.Path)
 	if err != nil {
-		return fmt.Errorf("scan %s: %w", b.Path, err)
+		return "", 0, fmt.Errorf("read block %s: %w", b.Path, err)
 	}
 	defer f.Close()
-	pos := b.Start
+	from := max(b.Start-1, 0)
+	buf := make([]byte, b.End-from, b.End-from+64<<10)
+	if _, err := f.ReadAt(buf, from); err != nil && err != io.EOF {
+		return "", 0, fmt.Errorf("read block %s: %w", b.Path, err)
+	}
+	// Finish the last line, which may run past End.
+	for pos := b.End; len(buf) > 0 && buf[len(buf)-1] != '\n'; {
+		chunk := make([]byte, 64<<10)
+		k, err := f.ReadAt(chunk, pos)
+		if i := bytes.IndexByte(chunk[:k], '\n'); i >= 0 {
+			buf = append(buf, chunk[:i+1]...)
+			break
+		}
+		buf = append(buf, chunk[:k]...)
+		pos += int64(k)
+		if err == io.EOF || k == 0 {
+			break
+		}
+		if err != nil {
+			return "", 0, fmt.Errorf("read block %s: %w", b.Path, err)
+		}
+	}
 	if b.Start > 0 {
 		// The line straddling Start belongs to the previous block: skip up
 		// to and including the first newline at or after Start-1.
-		pos = b.Start - 1
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			return "", b.End, nil
+		}
+		buf, from = buf[i+1:], from+int64(i+1)
 	}
-	if _, err := f.Seek(pos, io.SeekStart); err != nil {
-		return fmt.Errorf("scan %s: %w", b.Path, err)
+	if len(buf) == 0 {
+		return "", from, nil
 	}
-	r := bufio.NewReaderSize(f, 256<<10)
-	if b.Start > 0 {
-		skipped, err := r.ReadSlice('\n')
-		for err == bufio.ErrBufferFull {
-			pos += int64(len(skipped))
-			skipped, err = r.ReadSlice('\n')
+	return unsafe.String(&buf[0], len(buf)), from, nil
+}
+
+// lineRef locates one data line inside a block's bytes.
+type lineRef struct {
+	start, end uint32 // byte range in the block, line end excluded
+	num        uint32 // line number relative to Block.FirstLine
+}
+
+// dataLines returns the data lines of a block read by readBlock: header
+// (CSV with Header, first line of the file), comment and blank lines
+// skipped. Lines end in "\n" or "\r\n".
+func (s *Schema) dataLines(b Block, data string, base int64) []lineRef {
+	refs := make([]lineRef, 0, len(data)/64)
+	for pos, num := 0, uint32(0); pos < len(data); num++ {
+		end := strings.IndexByte(data[pos:], '\n')
+		next := len(data)
+		if end < 0 {
+			end = len(data)
+		} else {
+			end += pos
+			next = end + 1
 		}
-		if err == io.EOF {
-			return nil
+		line := strings.TrimRight(data[pos:end], "\r")
+		skip := strings.TrimSpace(line) == "" ||
+			(s.Header && s.format() == FormatCSV && base+int64(pos) == 0) ||
+			(s.CommentPrefix != "" && strings.HasPrefix(line, s.CommentPrefix))
+		if !skip {
+			refs = append(refs, lineRef{start: uint32(pos), end: uint32(pos + len(line)), num: num})
 		}
-		if err != nil {
-			return fmt.Errorf("scan %s: %w", b.Path, err)
-		}
-		pos += int64(len(skipped))
+		pos = next
 	}
-	for pos < b.End {
-		line, err := r.ReadString('\n')
-		if len(line) == 0 && err == io.EOF {
-			return nil
-		}
-		if err != nil && err != io.EOF {
-			return fmt.Errorf("scan %s: %w", b.Path, err)
-		}
-		off := pos
-		pos += int64(len(line))
-		line = strings.TrimRight(line, "\r\n")
-		if strings.TrimSpace(line) == "" ||
-			(s.Header && off == 0) ||
-			(s.CommentPrefix != "" && strings.HasPrefix(line, s.CommentPrefix)) {
-			continue
-		}
-		if err := fn(line, off); err != nil {
+	return refs
+}
+
+// ScanBlock calls fn for every data line of b (header, comment and blank
+// lines skipped) with the line's byte offset in the file.
+func (s *Schema) ScanBlock(b Block, fn func(line string, offset int64) error) error {
+	data, base, err := readBlock(b)
+	if err != nil {
+		return err
+	}
+	for _, r := range s.dataLines(b, data, base) {
+		if err := fn(data[r.start:r.end], base+int64(r.start)); err != nil {
 			return err
 		}
 	}
@@ -139,4 +229,47 @@ func HeaderColumns(path string) ([]string, error) {
 		cols = append(cols, string(bytes.TrimSpace(c)))
 	}
 	return cols, nil
+}
+
+// lineParser parses the data lines of one input file.
+type lineParser struct {
+	s      *Schema
+	jsonl  bool
+	perm   []int // CSV with header: perm[i] is the field of column i
+	fields int   // CSV: the number of fields a line must have
+	buf    []string
+}
+
+// parser returns the parser of the lines of file path.
+func (s *Schema) parser(path string) (*lineParser, error) {
+	p := &lineParser{s: s, jsonl: s.format() == FormatJSONL, fields: len(s.Columns)}
+	if p.jsonl || !s.Header {
+		return p, nil
+	}
+	cols, err := HeaderColumns(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: header of %s: %w", ErrRequest, path, err)
+	}
+	p.fields = len(cols)
+	p.perm = make([]int, len(s.Columns))
+	for i, c := range s.Columns {
+		p.perm[i] = -1
+		for j, h := range cols {
+			if h == c.Name {
+				p.perm[i] = j
+				break
+			}
+		}
+		if p.perm[i] < 0 {
+			return nil, fmt.Errorf("%w: input %s: column %q is not in the header %q", ErrRequest, path, c.Name, cols)
+		}
+	}
+	return p, nil
+}
+
+func (p *lineParser) parse(dst []Value, line string) error {
+	if p.jsonl {
+		return p.s.ParseJSONLine(dst, line)
+	}
+	return p.s.parseCSV(dst, line, p.perm, p.fields, &p.buf)
 }

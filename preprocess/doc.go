@@ -13,6 +13,23 @@
 // ChildMain): Beam's in-process runner can panic its host process, and two
 // in-process runs race on global state.
 //
-// Transformed examples are written as shards in a binary format of our own
-// (see shard.go).
+// Column treatments (see Column and Transform.Apply): z-score, min-max
+// scaling, quantile buckets (quantiles from a deterministic bottom-k sample,
+// see Sample), clipping and log1p for numbers; vocabularies with top_k,
+// min_frequency and hashed OOV buckets, hash buckets and crosses for
+// strings, each as one-hot or index output; binary, multiclass and
+// regression labels. Inputs are CSV (headerless, or with a header mapped by
+// name) or JSON Lines (Schema.Format).
+//
+// Each Beam element is a Block, a byte range of an input file. The
+// transform stage reads a block's bytes into memory, visits its lines in a
+// shuffled order and streams the transformed examples to a shard in a
+// binary format of our own (see shard.go), so memory is bounded by the
+// block size, not by the number of features. Rejected rows are counted by
+// reason and written with file, line number and reason to BadRecordsDir.
+//
+// The analyze stage's result does not depend on how the runner schedules
+// or combines blocks: numeric statistics are folded in block order and the
+// quantile sample is an exact set merge, so Beam and RunLocal produce the
+// same Transform hash.
 package preprocess

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"reflect"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -112,7 +111,7 @@ func (f *transformFn) ProcessElement(b Block, artifact string) (shardList, error
 		}
 		f.t = t
 	}
-	res, err := TransformBlock(f.t, b, filepath.Join(f.OutDir, DataDir), f.Seed)
+	res, err := TransformBlock(f.t, b, f.OutDir, f.Seed)
 	return shardList{Items: []ShardResult{res}}, err
 }
 

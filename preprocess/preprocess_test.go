@@ -8,12 +8,20 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/trainflow/trainflow/internal/datagen"
 )
+
+func init() {
+	register.Function1x1(statsRows)
+}
 
 func TestMain(m *testing.M) {
 	ptest.Main(m)
@@ -176,34 +184,106 @@ func TestFitAndApply(t *testing.T) {
 }
 
 func TestTransformArtifact(t *testing.T) {
-	tr := fitSmall(t)
-	b, err := tr.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	golden := filepath.Join("testdata", "small_transform.json")
-	if os.Getenv("UPDATE_GOLDEN") != "" {
-		os.WriteFile(golden, b, 0o644)
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with UPDATE_GOLDEN=1 to create it)", err)
-	}
-	if !bytes.Equal(b, want) {
-		t.Errorf("artifact differs from %s:\n%s", golden, b)
-	}
-	back, err := ParseTransform(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if back.Hash != tr.Hash {
-		t.Fatalf("hash after round trip %s, want %s", back.Hash, tr.Hash)
-	}
-	tampered := bytes.Replace(b, []byte(`"red"`), []byte(`"rouge"`), 1)
-	if _, err := ParseTransform(tampered); !errors.Is(err, ErrTransform) {
-		t.Fatalf("tampered artifact: error %v, want ErrTransform", err)
+	wide, _ := wideFixture(t, 500)
+	for name, tr := range map[string]*Transform{"small_transform.json": fitSmall(t), "census_wide_transform.json": wide} {
+		t.Run(name, func(t *testing.T) {
+			b, err := tr.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", name)
+			if os.Getenv("UPDATE_GOLDEN") != "" {
+				os.WriteFile(golden, b, 0o644)
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with UPDATE_GOLDEN=1 to create it)", err)
+			}
+			if !bytes.Equal(b, want) {
+				t.Errorf("artifact differs from %s (UPDATE_GOLDEN=1 rewrites it):\n%s", golden, b)
+			}
+			back, err := ParseTransform(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.Hash != tr.Hash {
+				t.Fatalf("hash after round trip %s, want %s", back.Hash, tr.Hash)
+			}
+			tampered := bytes.Replace(b, []byte(`"width": 1`), []byte(`"width": 2`), 1)
+			if _, err := ParseTransform(tampered); !errors.Is(err, ErrTransform) {
+				t.Fatalf("tampered artifact: error %v, want ErrTransform", err)
+			}
+		})
 	}
 }
+
+// TestReadsFormatVersion1 checks that an artifact written before version 2
+// (no new fields) still loads.
+func TestReadsFormatVersion1(t *testing.T) {
+	tr := fitSmall(t)
+	tr.FormatVersion = 1
+	if err := tr.seal(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseTransform(must(tr.Marshal())); err != nil {
+		t.Fatalf("version 1 artifact: %v", err)
+	}
+	tr.FormatVersion = 3
+	tr.seal()
+	if _, err := ParseTransform(must(tr.Marshal())); !errors.Is(err, ErrTransform) {
+		t.Fatalf("version 3 artifact: error %v, want ErrTransform", err)
+	}
+}
+
+// TestFitIndependentOfBlockPlan checks that quantile boundaries and
+// vocabularies do not depend on how the input is cut into blocks.
+func TestFitIndependentOfBlockPlan(t *testing.T) {
+	r := writeCensus(t, 6000)
+	r.Schema = CensusWideSchema()
+	var first []Feature
+	for _, n := range []int{1, 3, 8} {
+		r.TrainShards = n
+		r.OutDir = filepath.Join(t.TempDir(), "job")
+		if _, err := RunLocal(r); err != nil {
+			t.Fatal(err)
+		}
+		tr, _, err := ReadTransform(r.OutDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = tr.Features
+			continue
+		}
+		for i, f := range tr.Features {
+			if !slices.Equal(f.Boundaries, first[i].Boundaries) || !slices.Equal(f.Vocab, first[i].Vocab) || f.Width != first[i].Width {
+				t.Errorf("%d blocks: feature %s differs from 1 block: %v vs %v", n, f.Name, f.Boundaries, first[i].Boundaries)
+			}
+			if math.Abs(f.Mean-first[i].Mean) > 1e-9 || math.Abs(f.Std-first[i].Std) > 1e-9 {
+				t.Errorf("%d blocks: feature %s mean/std %v/%v, 1 block %v/%v", n, f.Name, f.Mean, f.Std, first[i].Mean, first[i].Std)
+			}
+		}
+	}
+}
+
+// TestAnalyzePassert checks the analyze stage on the in-process runner:
+// per-block statistics combined into one count of rows.
+func TestAnalyzePassert(t *testing.T) {
+	r := writeCensus(t, 1000)
+	blocks, err := PlanBlocks(SplitTrain, r.Train, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, s := beam.NewPipelineWithRoot()
+	partial := beam.ParDo(s, &analyzeFn{Schema: r.Schema}, beam.CreateList(s, blocks))
+	merged := beam.Combine(s, mergeStats, partial)
+	rows := beam.ParDo(s, statsRows, merged)
+	passert.Equals(s, rows, int64(1000))
+	passert.Count(s, partial, "partials", 5)
+	ptest.RunAndValidate(t, p)
+}
+
+func statsRows(st Stats) int64 { return st.Rows }
 
 func TestShardRoundTrip(t *testing.T) {
 	ex := &Examples{Features: 3}
@@ -287,6 +367,7 @@ func writeCensus(t *testing.T, rows int) *Request {
 // the plain loop on the same data: same Transform, byte-identical shards.
 func TestBeamMatchesLocal(t *testing.T) {
 	r := writeCensus(t, 3000)
+	r.Schema = CensusWideSchema()
 	beamM, err := RunBeam(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
@@ -353,4 +434,20 @@ func TestRequestCheck(t *testing.T) {
 			t.Errorf("%s: Check() = %v, want ErrRequest", name, err)
 		}
 	}
+}
+
+// censusLines returns n generated census CSV lines.
+func censusLines(tb testing.TB, n int, seed uint64, test bool) []string {
+	tb.Helper()
+	var buf bytes.Buffer
+	if err := datagen.Census(&buf, n, seed, test); err != nil {
+		tb.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if !strings.HasPrefix(l, "|") {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -26,6 +26,7 @@ const (
 	ReasonUnknownLabel = "unknown_label"
 	ReasonWrongType    = "wrong_type"
 	ReasonUnknownField = "unknown_field"
+	ReasonBadJSON      = "bad_json"
 )
 
 // RowError says why a raw row or instance was rejected and which column is
@@ -87,23 +88,43 @@ func (c *Column) parseField(f string) (Value, error) {
 // fields). Empty fields take their column's default. Quoted fields are
 // supported. The label is parsed like any other column; see Transform.Label.
 func (s *Schema) ParseCSV(dst []Value, line string) error {
+	return s.parseCSV(dst, line, nil, len(s.Columns), nil)
+}
+
+// parseCSV parses a CSV line of want fields; field perm[i] (i when perm is
+// nil) holds column i. scratch, if not nil, is reused for the fields.
+func (s *Schema) parseCSV(dst []Value, line string, perm []int, want int, scratch *[]string) error {
 	var fields []string
 	if strings.IndexByte(line, '"') >= 0 {
 		r := csv.NewReader(strings.NewReader(line))
 		r.TrimLeadingSpace = true
+		r.FieldsPerRecord = -1
 		var err error
 		if fields, err = r.Read(); err != nil {
 			return &RowError{Reason: ReasonColumnCount, Detail: fmt.Sprintf("unparsable CSV: %v", err)}
 		}
 	} else {
-		fields = splitComma(line, len(s.Columns))
+		var buf []string
+		if scratch != nil {
+			buf = (*scratch)[:0]
+		} else {
+			buf = make([]string, 0, want)
+		}
+		fields = splitComma(buf, line)
+		if scratch != nil {
+			*scratch = fields
+		}
 	}
-	if len(fields) != len(s.Columns) {
-		return &RowError{Reason: ReasonColumnCount, Detail: fmt.Sprintf("%d columns, want %d", len(fields), len(s.Columns))}
+	if len(fields) != want {
+		return &RowError{Reason: ReasonColumnCount, Detail: fmt.Sprintf("%d columns, want %d", len(fields), want)}
 	}
 	for i := range s.Columns {
 		c := &s.Columns[i]
-		f := strings.TrimSpace(fields[i])
+		k := i
+		if perm != nil {
+			k = perm[i]
+		}
+		f := strings.TrimSpace(fields[k])
 		var err error
 		if f == "" {
 			if c.Name == s.Label {
@@ -120,9 +141,8 @@ func (s *Schema) ParseCSV(dst []Value, line string) error {
 	return nil
 }
 
-// splitComma splits on commas without allocating more than the result.
-func splitComma(line string, n int) []string {
-	out := make([]string, 0, n)
+// splitComma appends the comma-separated fields of line to out.
+func splitComma(out []string, line string) []string {
 	for {
 		i := strings.IndexByte(line, ',')
 		if i < 0 {
@@ -135,32 +155,67 @@ func splitComma(line string, n int) []string {
 
 // ParseInstance fills dst (len(s.Columns) elements) from a JSON object of
 // raw features, as sent to the prediction server. Numbers must be JSON
-// numbers and strings JSON strings; a missing or null feature takes its
-// column's default. The label and ignored columns are not required. Keys
-// that are not columns are rejected, so a typo cannot silently fall back to
-// a default.
+// numbers and strings JSON strings; a missing or null feature, or an empty
+// string where the column has a default, takes its column's default. The
+// label and ignored columns are not required. Keys that are not columns are
+// rejected, so a typo cannot silently fall back to a default.
 func (s *Schema) ParseInstance(dst []Value, inst map[string]json.RawMessage) error {
 	for k := range inst {
 		if s.column(k) < 0 {
 			return &RowError{Reason: ReasonUnknownField, Column: k, Detail: "not a feature of this model"}
 		}
 	}
+	return s.parseObject(dst, inst, false)
+}
+
+// ParseJSONLine parses one line of JSON Lines training data into dst: a
+// JSON object parsed like a prediction instance (ParseInstance), except that
+// the label is required and keys that are not columns are ignored.
+func (s *Schema) ParseJSONLine(dst []Value, line string) error {
+	var inst map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(line), &inst); err != nil || inst == nil {
+		return &RowError{Reason: ReasonBadJSON, Detail: "not a JSON object"}
+	}
+	return s.parseObject(dst, inst, true)
+}
+
+// parseObject fills dst from a JSON object; training requires the label.
+func (s *Schema) parseObject(dst []Value, inst map[string]json.RawMessage, training bool) error {
 	for i := range s.Columns {
 		c := &s.Columns[i]
+		isLabel := c.Name == s.Label
 		raw, ok := inst[c.Name]
-		if !ok || string(raw) == "null" {
-			if c.Name == s.Label || c.treatment() == Ignore {
+		if ok && string(raw) != "null" {
+			if !training && isLabel {
 				dst[i] = Value{}
 				continue
 			}
-			v, err := c.missing()
+			v, err := c.parseJSON(raw)
 			if err != nil {
 				return err
+			}
+			if c.Type == TypeString && v.Str == "" {
+				if isLabel {
+					return &RowError{Reason: ReasonEmptyLabel, Column: c.Name, Detail: "empty label"}
+				}
+				if c.Default != nil {
+					v, err = c.missing()
+					if err != nil {
+						return err
+					}
+				}
 			}
 			dst[i] = v
 			continue
 		}
-		v, err := c.parseJSON(raw)
+		if isLabel && training {
+			return &RowError{Reason: ReasonEmptyLabel, Column: c.Name, Detail: "missing label"}
+		}
+		if isLabel || c.treatment() == Ignore {
+			dst[i] = Value{}
+			continue
+		}
+		v, err := c.missing()
 		if err != nil {
 			return err
 		}

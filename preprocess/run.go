@@ -85,7 +85,7 @@ func (r *Request) Check() error {
 			if st.Size() == 0 {
 				return fmt.Errorf("%w: input %s is empty", ErrRequest, f)
 			}
-			if r.Schema.Header {
+			if r.Schema.Header && r.Schema.format() == FormatCSV {
 				cols, err := HeaderColumns(f)
 				if err != nil {
 					return fmt.Errorf("%w: input %s: %w", ErrRequest, f, err)
@@ -229,7 +229,7 @@ func RunLocal(r *Request) (*Manifest, error) {
 	}
 	var shards []ShardResult
 	for _, b := range append(train, eval...) {
-		s, err := TransformBlock(t, b, filepath.Join(r.OutDir, DataDir), r.Seed)
+		s, err := TransformBlock(t, b, r.OutDir, r.Seed)
 		if err != nil {
 			return nil, err
 		}

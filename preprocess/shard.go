@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
 )
@@ -62,25 +64,97 @@ func (e *Examples) Swap(i, j int) {
 
 // WriteShard atomically writes e to path.
 func WriteShard(path string, e *Examples) error {
-	payload := make([]byte, 0, len(e.X)*8+len(e.Y)*8)
-	for i, y := range e.Y {
-		payload = binary.LittleEndian.AppendUint64(payload, math.Float64bits(y))
-		for _, x := range e.X[i*e.Features : (i+1)*e.Features] {
-			payload = binary.LittleEndian.AppendUint64(payload, math.Float64bits(x))
-		}
+	w, err := createShard(path, e.Features)
+	if err != nil {
+		return err
 	}
-	var h [shardHeaderSize]byte
-	copy(h[:], shardMagic)
-	binary.LittleEndian.PutUint32(h[8:], uint32(e.Features))
-	binary.LittleEndian.PutUint64(h[12:], uint64(len(e.Y)))
-	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(payload, crcTable))
-	return atomicfile.WriteFunc(path, func(w io.Writer) error {
-		if _, err := w.Write(h[:]); err != nil {
+	for i, y := range e.Y {
+		if err := w.append(e.X[i*e.Features:(i+1)*e.Features], y); err != nil {
+			w.abort()
 			return err
 		}
-		_, err := w.Write(payload)
-		return err
-	})
+	}
+	return w.commit()
+}
+
+// shardWriter streams examples into a temporary file and, on commit, fills
+// in the header (row count, checksum), fsyncs and renames it into place.
+type shardWriter struct {
+	path     string
+	f        *os.File
+	w        *bufio.Writer
+	crc      hash.Hash32
+	features int
+	rows     uint64
+	buf      []byte
+}
+
+func createShard(path string, features int) (*shardWriter, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("write shard %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("write shard %s: %w", path, err)
+	}
+	w := &shardWriter{path: path, f: f, w: bufio.NewWriterSize(f, 1<<20), crc: crc32.New(crcTable),
+		features: features, buf: make([]byte, 0, (1+features)*8)}
+	if _, err := w.w.Write(make([]byte, shardHeaderSize)); err != nil {
+		w.abort()
+		return nil, fmt.Errorf("write shard %s: %w", path, err)
+	}
+	return w, nil
+}
+
+// append writes one example; x must have the shard's feature count.
+func (w *shardWriter) append(x []float64, y float64) error {
+	b := binary.LittleEndian.AppendUint64(w.buf[:0], math.Float64bits(y))
+	for _, v := range x {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	w.crc.Write(b)
+	w.rows++
+	if _, err := w.w.Write(b); err != nil {
+		return fmt.Errorf("write shard %s: %w", w.path, err)
+	}
+	return nil
+}
+
+func (w *shardWriter) abort() {
+	w.f.Close()
+	os.Remove(w.f.Name())
+}
+
+func (w *shardWriter) commit() error {
+	var h [shardHeaderSize]byte
+	copy(h[:], shardMagic)
+	binary.LittleEndian.PutUint32(h[8:], uint32(w.features))
+	binary.LittleEndian.PutUint64(h[12:], w.rows)
+	binary.LittleEndian.PutUint32(h[20:], w.crc.Sum32())
+	err := w.w.Flush()
+	if err == nil {
+		_, err = w.f.WriteAt(h[:], 0)
+	}
+	if err == nil {
+		err = w.f.Sync()
+	}
+	if err == nil {
+		err = w.f.Chmod(0o644)
+	}
+	if err != nil {
+		w.abort()
+		return fmt.Errorf("write shard %s: %w", w.path, err)
+	}
+	if err := w.f.Close(); err != nil {
+		os.Remove(w.f.Name())
+		return fmt.Errorf("write shard %s: %w", w.path, err)
+	}
+	if err := os.Rename(w.f.Name(), w.path); err != nil {
+		os.Remove(w.f.Name())
+		return fmt.Errorf("write shard %s: %w", w.path, err)
+	}
+	return atomicfile.SyncDir(filepath.Dir(w.path))
 }
 
 // ReadShard reads a shard written by WriteShard and appends its examples to
