@@ -6,9 +6,9 @@ GO ?= go
 # cold on 2 cores; its packages run without -race.
 RACE_PKGS = ./preprocess/... ./train/... ./serving/... ./workflows/... ./activities/... ./internal/atomicfile/... ./internal/datagen/...
 
-.PHONY: test vet unit race build demo bench
+.PHONY: test vet unit race fuzz build demo
 
-test: vet unit race
+test: vet unit race fuzz
 
 vet:
 	$(GO) vet ./...
@@ -19,6 +19,10 @@ unit:
 
 race:
 	$(GO) test -count=1 -race -short $(RACE_PKGS)
+
+# A short run of the request-decoder fuzz target (seeds also run in unit).
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzPredictRequest -fuzztime=10s ./serving/
 
 build:
 	$(GO) build -o trainflow ./cmd/trainflow

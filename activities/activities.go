@@ -354,7 +354,7 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
-	model, err := train.LoadLinear(ck)
+	model, err := train.Load(ck)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}

@@ -48,7 +48,9 @@ type fixture struct {
 	// eval data; lines are the same rows as CSV, label included.
 	instances []map[string]any
 	lines     []string
-	built     time.Duration
+	// dir holds train.csv and eval.csv, the generated raw data.
+	dir   string
+	built time.Duration
 }
 
 const (
@@ -90,7 +92,7 @@ func getFixture(t testing.TB) *fixture {
 }
 
 func buildFixture(dir string) (*fixture, error) {
-	f := &fixture{steps: [2]int64{stepA, stepB}}
+	f := &fixture{steps: [2]int64{stepA, stepB}, dir: dir}
 	files := map[string]struct {
 		n    int
 		seed uint64

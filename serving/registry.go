@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -21,6 +23,20 @@ type Servable struct {
 	Version   int64
 	Bundle    *train.Bundle
 	Transform *preprocess.Transform
+
+	id string // versionID of the directory it was loaded from
+}
+
+// versionID identifies the content of a version directory: the SHA-256 of
+// its metadata.json, which holds the hash of every other file ("" if it
+// cannot be read). A directory removed and published again under the same
+// number gets a new ID.
+func versionID(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, train.MetadataFile))
+	if err != nil {
+		return ""
+	}
+	return digest(b)
 }
 
 // TransformFile is the name of the Transform artifact inside a bundle.
@@ -45,8 +61,10 @@ func Load(model string, version int64, dir string) (*Servable, error) {
 	switch {
 	case t.Hash != b.Meta.TransformHash || t.Hash != b.Meta.Model.TransformHash:
 		return nil, fmt.Errorf("%w: %s: transform %s is not the one the model was trained with (%s)", train.ErrBundle, dir, t.Hash, b.Meta.Model.TransformHash)
-	case t.Dim != b.Model.Dim || t.Classes() != b.Model.Classes:
-		return nil, fmt.Errorf("%w: %s: transform gives %d features and %d classes, model takes %d and %d", train.ErrBundle, dir, t.Dim, t.Classes(), b.Model.Dim, b.Model.Classes)
+	case b.Model.NumClasses() < 2:
+		return nil, fmt.Errorf("%w: %s: %s is a regressor; this server answers classifiers only", train.ErrBundle, dir, b.Meta.Model.Model)
+	case t.Dim != b.Model.InputDim() || t.Classes() != b.Model.NumClasses():
+		return nil, fmt.Errorf("%w: %s: transform gives %d features and %d classes, model takes %d and %d", train.ErrBundle, dir, t.Dim, t.Classes(), b.Model.InputDim(), b.Model.NumClasses())
 	}
 	return &Servable{Model: model, Version: version, Bundle: b, Transform: t}, nil
 }
@@ -60,19 +78,21 @@ type Registry struct {
 	reloadMu sync.Mutex // serialises Reload; guards refused
 	mu       sync.RWMutex
 	models   map[string]*modelVersions
-	// refused remembers versions that failed to load, so a broken bundle is
-	// logged once, not on every reload.
-	refused map[string]bool
+	// refused remembers versions that failed to load, by model/version and
+	// the identity of their content (see versionID), so a broken bundle is
+	// logged once, not on every reload, and a replacement is tried.
+	refused map[string]string
 }
 
 type modelVersions struct {
 	versions map[int64]*Servable
 	def      int64
+	labels   map[string]int64
 }
 
 // NewRegistry returns an empty registry over repo; call Reload to load.
 func NewRegistry(repo *Repository, log *slog.Logger) *Registry {
-	return &Registry{repo: repo, log: log.With("component", "registry"), models: map[string]*modelVersions{}, refused: map[string]bool{}}
+	return &Registry{repo: repo, log: log.With("component", "registry"), models: map[string]*modelVersions{}, refused: map[string]string{}}
 }
 
 // Reload loads every new version in the repository, drops versions that
@@ -94,29 +114,43 @@ func (r *Registry) Reload() error {
 		r.mu.RLock()
 		old := r.models[name]
 		r.mu.RUnlock()
-		mv := &modelVersions{versions: map[int64]*Servable{}}
+		cfg, err := r.repo.Config(name)
+		if err != nil {
+			r.log.Error("bad model config; serving the defaults", "model", name, "error", err)
+			cfg = ModelConfig{Latest: DefaultLatest}
+		}
+		def, _ := r.repo.Default(name)
+		serve := cfg.Serve(vs, def)
+		mv := &modelVersions{versions: map[int64]*Servable{}, labels: cfg.Labels}
 		for _, v := range vs {
-			if old != nil && old.versions[v] != nil {
+			if !serve[v] {
+				continue // not loaded, or unloaded: its memory goes with the old map
+			}
+			dir := r.repo.Dir(name, v)
+			id := versionID(dir)
+			if old != nil && old.versions[v] != nil && old.versions[v].id == id {
 				mv.versions[v] = old.versions[v]
 				continue
 			}
 			key := fmt.Sprintf("%s/%d", name, v)
-			if r.refused[key] {
+			if prev, ok := r.refused[key]; ok && prev == id {
 				continue
 			}
-			s, err := Load(name, v, r.repo.Dir(name, v))
+			delete(r.refused, key)
+			s, err := Load(name, v, dir)
 			if err != nil {
-				r.refused[key] = true
+				r.refused[key] = id
 				r.log.Error("refuse model version", "model", name, "version", v, "error", err)
 				continue
 			}
 			r.log.Info("load model version", "model", name, "version", v, "global_step", s.Bundle.Meta.Step)
+			s.id = id
 			mv.versions[v] = s
 		}
 		if len(mv.versions) == 0 {
 			continue
 		}
-		mv.def, _ = r.repo.Default(name)
+		mv.def = def
 		if mv.versions[mv.def] == nil {
 			loaded := make([]int64, 0, len(mv.versions))
 			for v := range mv.versions {
@@ -164,6 +198,24 @@ func (r *Registry) Get(model string, version int64) (*Servable, error) {
 		return nil, fmt.Errorf("%w: model %q has no loaded version %d", ErrNotFound, model, version)
 	}
 	return s, nil
+}
+
+// GetLabel returns the version a label of model names.
+func (r *Registry) GetLabel(model, label string) (*Servable, error) {
+	r.mu.RLock()
+	mv := r.models[model]
+	var v int64
+	if mv != nil {
+		v = mv.labels[label]
+	}
+	r.mu.RUnlock()
+	if mv == nil {
+		return nil, fmt.Errorf("%w: model %q is not loaded", ErrNotFound, model)
+	}
+	if v == 0 {
+		return nil, fmt.Errorf("%w: model %q has no label %q", ErrNotFound, model, label)
+	}
+	return r.Get(model, v)
 }
 
 // Models lists the names of the loaded models, sorted.

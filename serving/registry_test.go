@@ -129,6 +129,11 @@ func TestHotReload(t *testing.T) {
 	if w := post(e.srv, predictURL, body); w.Code != http.StatusOK || w.Header().Get("X-Model-Version") != "2" {
 		t.Errorf("after moving the default: got %d X-Model-Version %q, want 200 \"2\"", w.Code, w.Header().Get("X-Model-Version"))
 	}
+	w := serve(e.srv, http.MethodGet, "/v1/models/census", "", nil)
+	want := `{"model_version_status":[{"version":"1","state":"AVAILABLE","default":false},{"version":"2","state":"AVAILABLE","default":true}]}`
+	if got := strings.TrimSpace(w.Body.String()); got != want {
+		t.Errorf("status after moving the default: got %s, want %s", got, want)
+	}
 }
 
 // rehash returns the fixture's Transform artifact changed by mutate and
@@ -331,6 +336,82 @@ func TestRegistryEmpty(t *testing.T) {
 			}
 			if _, _, err := reg.Status(model); !errors.Is(err, serving.ErrNotFound) {
 				t.Errorf("Status: got %v, want %v", err, serving.ErrNotFound)
+			}
+		})
+	}
+}
+
+// TestVersionReplaced removes a version directory and publishes another
+// bundle, which takes the freed number (Publish numbers from the highest
+// present). After Reload the registry must serve what the directory now
+// holds, whether or not a Reload ran in between.
+func TestVersionReplaced(t *testing.T) {
+	f := getFixture(t)
+	other, err := train.WriteBundle(t.TempDir(), f.ck[0].Step, f.ck[0],
+		map[string][]byte{serving.TransformFile: f.raw, "signature.json": f.signature},
+		train.BundleMeta{JobID: "job-other", Exporter: "final", TransformHash: f.transform.Hash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flip := func(t *testing.T, repo *serving.Repository, v int64) {
+		p := filepath.Join(repo.Dir(model, v), train.ModelFile)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 1
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name          string
+		broken        bool // damage version 2 and Reload before replacing it
+		reloadBetween bool // Reload after removing version 2, before publishing
+	}{
+		{"refused version, reload between", true, true},
+		{"refused version, no reload between", true, false},
+		{"loaded version, reload between", false, true},
+		{"loaded version, no reload between", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var e *env
+			if !tc.broken {
+				e = newEnv(t, serving.Options{}, 0, 1)
+			} else {
+				// Damage version 2 before the registry ever loads it.
+				e = newEnv(t, serving.Options{}, 0)
+				if v, _, err := e.repo.Publish(model, jobID, f.bundles[1]); err != nil || v != 2 {
+					t.Fatalf("publish: got %d %v, want 2 <nil>", v, err)
+				}
+				flip(t, e.repo, 2)
+				if err := e.reg.Reload(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.reg.Get(model, 2); !errors.Is(err, serving.ErrNotFound) {
+					t.Fatalf("damaged version 2: got %v, want %v", err, serving.ErrNotFound)
+				}
+			}
+			if err := os.RemoveAll(e.repo.Dir(model, 2)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.reloadBetween {
+				if err := e.reg.Reload(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if v, _, err := e.repo.Publish(model, "job-other", other); err != nil || v != 2 {
+				t.Fatalf("publish: got %d %v, want 2 <nil>", v, err)
+			}
+			if err := e.reg.Reload(); err != nil {
+				t.Fatal(err)
+			}
+			s, err := e.reg.Get(model, 2)
+			if err != nil {
+				t.Fatalf("Get(%s, 2): got %v, want the republished version", model, err)
+			}
+			if s.Bundle.Meta.JobID != "job-other" {
+				t.Errorf("version 2: got the bundle of job %q, want %q (the one now in %s)", s.Bundle.Meta.JobID, "job-other", e.repo.Dir(model, 2))
 			}
 		})
 	}

@@ -82,7 +82,9 @@ func (r *Repository) Versions(model string) ([]int64, error) {
 	}
 	var vs []int64
 	for _, e := range ents {
-		if v, err := strconv.ParseInt(e.Name(), 10, 64); err == nil && v > 0 && e.IsDir() {
+		// Only canonical names: "01" or "+1" would name a version whose
+		// Dir is another directory.
+		if v, err := strconv.ParseInt(e.Name(), 10, 64); err == nil && v > 0 && e.IsDir() && strconv.FormatInt(v, 10) == e.Name() {
 			vs = append(vs, v)
 		}
 	}
@@ -107,6 +109,70 @@ func (r *Repository) Default(model string) (int64, error) {
 		return 0, fmt.Errorf("%w: model %q has no versions", ErrNotFound, model)
 	}
 	return vs[len(vs)-1], nil
+}
+
+// ModelConfig is the optional <root>/<model>/config.json: which versions to
+// serve, as TF Serving's model_version_policy and version_labels.
+type ModelConfig struct {
+	// Latest serves the newest Latest versions; default DefaultLatest.
+	Latest int `json:"latest,omitempty"`
+	// Versions, if set, serves exactly these versions instead.
+	Versions []int64 `json:"versions,omitempty"`
+	// Labels name versions ("stable", "canary"); labelled versions are
+	// always served, as is the default version.
+	Labels map[string]int64 `json:"labels,omitempty"`
+}
+
+// DefaultLatest is how many of the newest versions are served when a model
+// has no config.
+const DefaultLatest = 3
+
+// Config reads a model's config.json; a missing file gives the defaults.
+func (r *Repository) Config(model string) (ModelConfig, error) {
+	var c ModelConfig
+	b, err := os.ReadFile(filepath.Join(r.Root, model, "config.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		c.Latest = DefaultLatest
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("config of %s: %w", model, err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("config of %s: %w", model, err)
+	}
+	if c.Latest < 0 {
+		return c, fmt.Errorf("config of %s: latest %d is negative", model, c.Latest)
+	}
+	if c.Latest == 0 && len(c.Versions) == 0 {
+		c.Latest = DefaultLatest
+	}
+	for l := range c.Labels {
+		if !ValidName(l) {
+			return c, fmt.Errorf("config of %s: label %q: letters, digits and '_', starting with a letter", model, l)
+		}
+	}
+	return c, nil
+}
+
+// Serve returns which of the versions vs (ascending) the config serves,
+// given the default version def.
+func (c ModelConfig) Serve(vs []int64, def int64) map[int64]bool {
+	out := map[int64]bool{}
+	if len(c.Versions) > 0 {
+		for _, v := range c.Versions {
+			out[v] = true
+		}
+	} else {
+		for _, v := range vs[max(0, len(vs)-c.Latest):] {
+			out[v] = true
+		}
+	}
+	out[def] = true
+	for _, v := range c.Labels {
+		out[v] = true
+	}
+	return out
 }
 
 // Dir returns the directory of a version.

@@ -284,3 +284,31 @@ func TestModels(t *testing.T) {
 		})
 	}
 }
+
+// TestPublishPromote moves the default with PublishVersion's promote, for a
+// new bundle and for one already published.
+func TestPublishPromote(t *testing.T) {
+	f := getFixture(t)
+	repo := &serving.Repository{Root: t.TempDir()}
+	for i, tc := range []struct {
+		bundle      string
+		promote     bool
+		wantVersion int64
+		wantDefault bool
+		wantRepo    int64 // Default afterwards
+	}{
+		{f.bundles[0], false, 1, true, 1},
+		{f.bundles[1], false, 2, false, 1},
+		{f.bundles[1], true, 2, true, 2},
+		{f.bundles[0], false, 1, false, 2},
+		{f.bundles[0], true, 1, true, 1},
+	} {
+		v, def, err := repo.PublishVersion(model, jobID, tc.bundle, tc.promote)
+		if err != nil || v != tc.wantVersion || def != tc.wantDefault {
+			t.Errorf("publish %d: got %d %v %v, want %d %v <nil>", i, v, def, err, tc.wantVersion, tc.wantDefault)
+		}
+		if d, err := repo.Default(model); d != tc.wantRepo || err != nil {
+			t.Errorf("publish %d: default got %d %v, want %d <nil>", i, d, err, tc.wantRepo)
+		}
+	}
+}

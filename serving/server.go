@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -31,10 +33,11 @@ type Options struct {
 
 // Server is the prediction HTTP server.
 type Server struct {
-	reg  *Registry
-	log  *slog.Logger
-	opts Options
-	echo *echo.Echo
+	reg     *Registry
+	log     *slog.Logger
+	opts    Options
+	echo    *echo.Echo
+	metrics *metrics
 }
 
 // New builds the server's routes over reg.
@@ -45,7 +48,7 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	if opts.MaxInstances == 0 {
 		opts.MaxInstances = 1000
 	}
-	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New()}
+	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg)}
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.JSONSerializer = plainJSON{}
@@ -59,12 +62,26 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 			return nil
 		},
 	}))
+	e.Use(s.metrics.middleware)
+	// Requests may be gzip-compressed (the body limit then applies to the
+	// decompressed size); responses are compressed for clients that ask,
+	// unless they fit in a packet: compressing a 150-byte answer costs more
+	// than it saves (and Go clients ask for gzip by default).
+	e.Use(middleware.Decompress())
+	e.Use(middleware.GzipWithConfig(middleware.GzipConfig{MinLength: 1400}))
+	e.GET("/metrics", s.metrics.handler())
 	e.GET("/v1/models", s.listModels)
 	e.GET("/v1/models/:name", s.modelStatus)
 	e.GET("/v1/models/:name/metadata", s.modelMetadata)
 	e.POST("/v1/models/*", s.predict)
 	e.GET("/v2/health/live", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"live": true}) })
 	e.GET("/v2/health/ready", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"ready": true}) })
+	e.GET("/v2/models/:name", s.v2Metadata)
+	e.GET("/v2/models/:name/versions/:version", s.v2Metadata)
+	e.GET("/v2/models/:name/ready", s.v2ModelReady)
+	e.GET("/v2/models/:name/versions/:version/ready", s.v2ModelReady)
+	e.POST("/v2/models/:name/infer", s.v2Infer)
+	e.POST("/v2/models/:name/versions/:version/infer", s.v2Infer)
 	return s
 }
 
@@ -134,29 +151,50 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 }
 
-// target parses "census:predict" or "census/versions/3:predict".
-func target(path string) (model string, version int64, verb string, err error) {
+// target is the model version a :predict path names.
+type target struct {
+	model   string
+	version int64  // 0: by label or the default
+	label   string // "" unless /labels/LABEL
+	verb    string
+}
+
+// parseTarget parses "census:predict", "census/versions/3:predict" or
+// "census/labels/stable:predict".
+func parseTarget(path string) (target, error) {
 	rest, verb, ok := strings.Cut(path, ":")
 	if !ok {
-		return "", 0, "", &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("no route %q: want /v1/models/NAME[/versions/N]:predict", path)}
+		return target{}, &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("no route %q: want /v1/models/NAME[/versions/N|/labels/LABEL]:predict", path)}
 	}
-	model, v, hasVersion := strings.Cut(rest, "/versions/")
-	if !ValidName(model) {
-		return "", 0, "", badRequest("model name %q: letters, digits and '_', starting with a letter", model)
-	}
-	if hasVersion {
-		if version, err = strconv.ParseInt(v, 10, 64); err != nil || version < 1 {
-			return "", 0, "", badRequest("version %q is not a positive integer", v)
+	t := target{verb: verb}
+	var sel string
+	switch {
+	case strings.Contains(rest, "/versions/"):
+		t.model, sel, _ = strings.Cut(rest, "/versions/")
+		v, err := parseVersion(sel)
+		if err != nil || v == 0 {
+			return target{}, badRequest("version %q is not a positive integer", sel)
 		}
+		t.version = v
+	case strings.Contains(rest, "/labels/"):
+		t.model, t.label, _ = strings.Cut(rest, "/labels/")
+		if !ValidName(t.label) {
+			return target{}, badRequest("label %q: letters, digits and '_', starting with a letter", t.label)
+		}
+	default:
+		t.model = rest
 	}
-	return model, version, verb, nil
+	if !ValidName(t.model) {
+		return target{}, badRequest("model name %q: letters, digits and '_', starting with a letter", t.model)
+	}
+	return t, nil
 }
 
 // predictRequest is the body of :predict: row format ("instances") or
 // columnar format ("inputs").
 type predictRequest struct {
 	SignatureName string                       `json:"signature_name"`
-	Instances     []map[string]json.RawMessage `json:"instances"`
+	Instances     []json.RawMessage            `json:"instances"`
 	Inputs        map[string][]json.RawMessage `json:"inputs"`
 }
 
@@ -169,39 +207,28 @@ type Prediction struct {
 }
 
 func (s *Server) predict(c echo.Context) error {
-	model, version, verb, err := target(c.Param("*"))
+	t, err := parseTarget(c.Param("*"))
 	if err != nil {
 		return err
 	}
-	if verb != "predict" {
-		return &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("unknown method %q: want predict", verb)}
+	if t.verb != "predict" {
+		return &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("unknown method %q: want predict", t.verb)}
 	}
-	sv, err := s.reg.Get(model, version)
+	var sv *Servable
+	if t.label != "" {
+		sv, err = s.reg.GetLabel(t.model, t.label)
+	} else {
+		sv, err = s.reg.Get(t.model, t.version)
+	}
 	if err != nil {
 		return err
 	}
-	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
-		if mt, _, _ := mime.ParseMediaType(ct); mt != echo.MIMEApplicationJSON {
-			return &httpError{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("Content-Type %q: send application/json", ct)}
-		}
-	}
-	body, err := readBody(c, s.opts.BodyLimit)
+	setMetricLabels(c, sv)
+	body, err := s.readJSONBody(c)
 	if err != nil {
 		return err
 	}
-	var req predictRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return badRequest("request is not valid JSON of the form {\"instances\": [{feature: value, …}, …]}: %v", err)
-	}
-	if dec.More() {
-		return badRequest("request has data after the JSON object")
-	}
-	if req.SignatureName != "" && req.SignatureName != "serving_default" && req.SignatureName != "predict" {
-		return badRequest("signature_name %q: this model has \"serving_default\"", req.SignatureName)
-	}
-	instances, err := rows(req)
+	instances, err := decodePredict(body)
 	if err != nil {
 		return err
 	}
@@ -216,6 +243,17 @@ func (s *Server) predict(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"predictions": preds})
 }
 
+// readJSONBody checks the Content-Type (absent or application/json) and
+// reads the body within the size limit.
+func (s *Server) readJSONBody(c echo.Context) ([]byte, error) {
+	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
+		if mt, _, _ := mime.ParseMediaType(ct); mt != echo.MIMEApplicationJSON {
+			return nil, &httpError{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("Content-Type %q: send application/json", ct)}
+		}
+	}
+	return readBody(c, s.opts.BodyLimit)
+}
+
 // readBody reads at most limit bytes of the body, answering 413 beyond.
 func readBody(c echo.Context, limit int64) ([]byte, error) {
 	r := c.Request()
@@ -223,6 +261,9 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 		return nil, &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body is larger than %d bytes", limit)}
 	}
 	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
 	n, err := buf.ReadFrom(http.MaxBytesReader(c.Response(), r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
@@ -235,6 +276,64 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 		return nil, badRequest("empty request body: send {\"instances\": [...]}")
 	}
 	return buf.Bytes(), nil
+}
+
+// objectRequest is predictRequest with instances decoded as objects: the
+// fast path, one pass over the body. Requests it cannot decode go through
+// predictRequest to say which instance is wrong.
+type objectRequest struct {
+	SignatureName string                       `json:"signature_name"`
+	Instances     []map[string]json.RawMessage `json:"instances"`
+	Inputs        map[string][]json.RawMessage `json:"inputs"`
+}
+
+// decodePredict decodes a :predict body into row instances.
+func decodePredict(body []byte) ([]map[string]json.RawMessage, error) {
+	var fast objectRequest
+	if strictDecode(body, &fast) == nil {
+		if err := checkSignature(fast.SignatureName); err != nil {
+			return nil, err
+		}
+		if fast.Instances != nil && fast.Inputs == nil {
+			if len(fast.Instances) == 0 {
+				return nil, badRequest("no instances: send {\"instances\": [{feature: value, …}]}")
+			}
+			for i, inst := range fast.Instances {
+				if inst == nil {
+					return nil, badRequest("instances[%d] is not a JSON object of features", i)
+				}
+			}
+			return fast.Instances, nil
+		}
+	}
+	var req predictRequest
+	if err := strictDecode(body, &req); err != nil {
+		return nil, err
+	}
+	if err := checkSignature(req.SignatureName); err != nil {
+		return nil, err
+	}
+	return rows(req)
+}
+
+// strictDecode decodes exactly one JSON object with known fields.
+func strictDecode(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("request is not valid JSON of the form {\"instances\": [{feature: value, …}, …]}: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("request has data after the JSON object")
+	}
+	return nil
+}
+
+func checkSignature(name string) error {
+	if name != "" && name != "serving_default" && name != "predict" {
+		return badRequest("signature_name %q: this model has \"serving_default\"", name)
+	}
+	return nil
 }
 
 // rows returns the instances of a request in row format, converting the
@@ -265,12 +364,13 @@ func rows(req predictRequest) ([]map[string]json.RawMessage, error) {
 	case len(req.Instances) == 0:
 		return nil, badRequest("no instances: send {\"instances\": [{feature: value, …}]}")
 	}
-	for i, inst := range req.Instances {
-		if inst == nil {
+	out := make([]map[string]json.RawMessage, len(req.Instances))
+	for i, raw := range req.Instances {
+		if err := json.Unmarshal(raw, &out[i]); err != nil || out[i] == nil {
 			return nil, badRequest("instances[%d] is not a JSON object of features", i)
 		}
 	}
-	return req.Instances, nil
+	return out, nil
 }
 
 // Predict transforms raw instances with the servable's Transform and runs
@@ -285,11 +385,20 @@ func (sv *Servable) Predict(instances []map[string]json.RawMessage) ([]Predictio
 		}
 		t.Apply(x[i*t.Dim:(i+1)*t.Dim], row)
 	}
-	k, classes := m.Outputs(), m.Classes
+	k, classes := m.Outputs(), m.NumClasses()
 	probs := make([]float64, len(instances)*classes)
 	logits := make([]float64, len(instances)*k)
 	if err := m.Predict(probs, logits, x); err != nil {
 		return nil, err
+	}
+	// JSON has no NaN or Inf: a logit that overflowed (finite but huge
+	// inputs) cannot be answered, and is the client's doing.
+	for i := range instances {
+		for _, z := range logits[i*k : (i+1)*k] {
+			if math.IsNaN(z) || math.IsInf(z, 0) {
+				return nil, badRequest("instances[%d]: feature values are too large for this model (its output overflows)", i)
+			}
+		}
 	}
 	out := make([]Prediction, len(instances))
 	for i := range out {

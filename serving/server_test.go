@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,10 +21,11 @@ import (
 // the model, in one batch.
 func reference(t *testing.T, f *fixture, ck *train.Checkpoint) []serving.Prediction {
 	t.Helper()
-	m, err := train.LoadLinear(ck)
+	m, err := train.Load(ck)
 	if err != nil {
 		t.Fatal(err)
 	}
+	classes := m.NumClasses()
 	tr := f.transform
 	row := make([]preprocess.Value, len(tr.Schema.Columns))
 	x := make([]float64, len(f.lines)*tr.Dim)
@@ -34,13 +36,13 @@ func reference(t *testing.T, f *fixture, ck *train.Checkpoint) []serving.Predict
 		tr.Apply(x[i*tr.Dim:(i+1)*tr.Dim], row)
 	}
 	n := len(f.lines)
-	probs, logits := make([]float64, n*m.Classes), make([]float64, n*m.Outputs())
+	probs, logits := make([]float64, n*classes), make([]float64, n*m.Outputs())
 	if err := m.Predict(probs, logits, x); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]serving.Prediction, n)
 	for i := range out {
-		p := probs[i*m.Classes : (i+1)*m.Classes]
+		p := probs[i*classes : (i+1)*classes]
 		best := 0
 		for j := range p {
 			if p[j] > p[best] {
@@ -60,8 +62,7 @@ func checkPredictions(t *testing.T, got, want []serving.Prediction, vocab []stri
 		t.Fatalf("got %d predictions, want %d", len(got), len(want))
 	}
 	near := func(a, b []float64) bool {
-		return len(a) == len(b) && !slices.ContainsFunc(a, func(x float64) bool { return math.IsNaN(x) }) &&
-			slices.EqualFunc(a, b, func(x, y float64) bool { return math.Abs(x-y) <= 1e-12 })
+		return slices.EqualFunc(a, b, func(x, y float64) bool { return math.Abs(x-y) <= 1e-12 })
 	}
 	for i, p := range got {
 		sum := 0.0
@@ -464,6 +465,106 @@ func TestPredictOverflow(t *testing.T) {
 						t.Errorf("prediction %d: got %+v, want finite values", i, p)
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestServeModelTypes exports each kind of model train builds from the
+// fixture's raw data and serves it: whatever Load accepts must answer a
+// good request with 200, never a 5xx.
+func TestServeModelTypes(t *testing.T) {
+	f := getFixture(t)
+	census := preprocess.CensusSchema()
+	regression := preprocess.CensusSchema()
+	regression.Label, regression.LabelKind, regression.LabelVocab, regression.LabelTrimSuffix = "hours_per_week", preprocess.LabelRegression, nil, ""
+	for i := range regression.Columns {
+		if regression.Columns[i].Name == "income_bracket" {
+			regression.Columns[i].Treatment = preprocess.Ignore
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		schema preprocess.Schema
+		meta   train.CheckpointMeta // Dim and TransformHash filled in
+	}{
+		{"dnn_classifier", census, train.CheckpointMeta{Model: train.DNNClassifierModel, Classes: 2, Spec: &train.ModelSpec{HiddenUnits: []int{8}}}},
+		{"linear_regressor", regression, train.CheckpointMeta{Model: train.LinearRegressorModel}},
+		{"dnn_regressor", regression, train.CheckpointMeta{Model: train.DNNRegressorModel, Spec: &train.ModelSpec{HiddenUnits: []int{8}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r := &preprocess.Request{Schema: tc.schema, OutDir: filepath.Join(dir, "job"),
+				Train: []string{filepath.Join(f.dir, "train.csv")}, Eval: []string{filepath.Join(f.dir, "eval.csv")},
+				TrainShards: 1, EvalShards: 1, Seed: 1, MaxBadFraction: 0.01}
+			man, err := preprocess.RunLocal(r)
+			if err != nil || man.Failure != "" {
+				t.Fatalf("preprocess: %v %s", err, man.Failure)
+			}
+			var ex preprocess.Examples
+			if err := preprocess.ReadShard(&ex, filepath.Join(r.OutDir, preprocess.DataDir, man.Train[0].Name)); err != nil {
+				t.Fatal(err)
+			}
+			tr, raw, err := preprocess.ReadTransform(r.OutDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta := tc.meta
+			meta.Dim, meta.TransformHash = man.Dim, man.TransformHash
+			cfg := train.Config{BatchSize: 64, MaxSteps: 50, LearningRate: 0.01, Seed: 1, CheckpointDir: filepath.Join(dir, "ckpt"), Meta: meta}
+			if _, err := train.Run(t.Context(), cfg, train.Data{Dim: ex.Features, X: ex.X, Y: ex.Y}, nil); err != nil {
+				t.Fatalf("train: %v", err)
+			}
+			ck, err := train.LatestCheckpoint(cfg.CheckpointDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sig, _ := json.Marshal(map[string]any{"inputs": tr.Signature(), "classes": tr.LabelVocab})
+			bundle, err := writeBundle(filepath.Join(dir, "export"), ck, raw, sig, tr.Hash)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Refusing a kind of model the server cannot answer is fine
+			// (the version is then not found); loading it and failing
+			// every request is not.
+			want := http.StatusOK
+			if _, err := serving.Load(model, 1, bundle); err != nil {
+				t.Logf("Load refuses %s: %v", tc.name, err)
+				want = http.StatusNotFound
+			}
+			e := newEnvDirs(t, serving.Options{}, bundle)
+			inst := goodInstance(t, nil)
+			if tc.schema.LabelKind == preprocess.LabelRegression {
+				delete(inst, "hours_per_week")
+			}
+			w := post(e.srv, predictURL, mustJSON(t, map[string]any{"instances": []any{inst}}))
+			if w.Code != want {
+				t.Fatalf("status: got %d (%s), want %d", w.Code, clip(w.Body.Bytes()), want)
+			}
+			var body struct {
+				Predictions []json.RawMessage `json:"predictions"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); want == http.StatusOK && (err != nil || len(body.Predictions) != 1) {
+				t.Errorf("body: got %s (%v), want one prediction", clip(w.Body.Bytes()), err)
+			}
+		})
+	}
+}
+
+func TestListModels(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		which []int
+		want  string
+	}{
+		{"none", nil, `{"models":[]}`},
+		{"two versions", []int{0, 1}, `{"models":[{"name":"census","versions":[1,2],"default":1}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, serving.Options{}, tc.which...)
+			w := serve(e.srv, http.MethodGet, "/v1/models", "", nil)
+			if got := strings.TrimSpace(w.Body.String()); w.Code != http.StatusOK || got != tc.want {
+				t.Errorf("got %d %s, want 200 %s", w.Code, got, tc.want)
 			}
 		})
 	}

@@ -49,9 +49,10 @@ type BundleMeta struct {
 
 // Bundle is a loaded, verified export bundle.
 type Bundle struct {
-	Dir   string
-	Meta  BundleMeta
-	Model *Linear
+	Dir  string
+	Meta BundleMeta
+	// Model is the bundle's model, of the type Meta.Model.Model names.
+	Model Model
 	// Files holds the content of every file but metadata.json.
 	Files map[string][]byte
 }
@@ -152,10 +153,10 @@ func ReadBundle(dir string) (*Bundle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBundle, dir, err)
 	}
-	if ck.Meta != b.Meta.Model {
+	if !ck.Meta.Equal(b.Meta.Model) {
 		return nil, fmt.Errorf("%w: %s: model %+v does not match metadata %+v", ErrBundle, dir, ck.Meta, b.Meta.Model)
 	}
-	if b.Model, err = LoadLinear(ck); err != nil {
+	if b.Model, err = Load(ck); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBundle, dir, err)
 	}
 	return b, nil

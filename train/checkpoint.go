@@ -44,12 +44,15 @@ const (
 var ErrCheckpoint = errors.New("train: bad checkpoint")
 
 // CheckpointMeta identifies what a checkpoint holds, so that a restore into
-// another model is refused.
+// another model is refused. Compare metas with Equal, not ==.
 type CheckpointMeta struct {
 	Model         string `json:"model"`
 	Dim           int    `json:"dim"`
 	Classes       int    `json:"classes"`
 	TransformHash string `json:"transform_hash,omitempty"`
+	// Spec is the architecture of models other than the linear
+	// classifier; nil means none.
+	Spec *ModelSpec `json:"spec,omitempty"`
 }
 
 // Checkpoint is a model's variables, optimizer slots and position.

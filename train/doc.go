@@ -1,8 +1,33 @@
-// Package train holds trainflow's models, optimizers, metrics, checkpoint
-// format and export bundles: plain Go on gonum, with no Temporal inside.
+// Package train holds trainflow's models, optimizers, losses, metrics,
+// checkpoint format and export bundles: plain Go on gonum, with no Temporal
+// inside.
 //
-// Shapes: a batch X is row-major, n rows of Dim features; labels Y hold a
-// class index (classifiers) per row. A model's variables live in one flat
-// []float64 so optimizers, checkpoints and parameter servers treat every
-// model alike.
+// Shapes: a batch X is row-major, n rows of Dim features; targets Y hold a
+// class index (classifiers) or a value (regressors) per row. A model's
+// variables live in one flat []float64 (Model.Params) so optimizers,
+// checkpoints and parameter servers treat every model alike.
+//
+// Models (CheckpointMeta.Model names the type, CheckpointMeta.Spec the
+// architecture, so a checkpoint rebuilds its model with Load):
+//
+//	linear_classifier               Linear: binary logistic or softmax regression
+//	linear_regressor                Net without hidden layers, MSE
+//	dnn_classifier, dnn_regressor   Net: ReLU layers, optional dropout, embeddings
+//	dnn_linear_combined_classifier  Net: wide (linear) + deep part, logits summed
+//
+// Optimizers: SGD with momentum, Adagrad, Adam and FTRL, with L1/L2
+// regularisation; ClipByGlobalNorm clips gradients. Run trains any model
+// resumably; Step is one training step for callers with their own loop
+// (workers of a parameter-server cluster). Evaluate and Stream compute
+// accuracy, log loss, AUC, precision, recall, RMSE and MAE over batches.
+//
+// Batch math goes through gonum's blas64.Gemm (blas32.Gemm for a Net with
+// ModelSpec.Float32, which computes its passes in float32 while variables
+// and optimizer state stay float64). By default that is gonum's pure-Go
+// BLAS, in tiles small enough that gonum stays on the calling goroutine and
+// allocates nothing. Built with -tags openblas (cgo and Debian's
+// libopenblas-dev), Gemm runs in OpenBLAS and Adam's update in AVX C, about
+// 3× faster for the DNN; set OPENBLAS_NUM_THREADS=1 where several trainers
+// share a machine. BLAS names the backend of a build. Training steps
+// allocate nothing once the first batch has sized the scratch space.
 package train

@@ -21,7 +21,7 @@ var ErrShape = errors.New("train: shape mismatch")
 type Linear struct {
 	Dim     int
 	Classes int
-	Params  []float64
+	params  []float64
 
 	// scratch, sized on first use
 	p, z []float64
@@ -34,9 +34,18 @@ func NewLinear(dim, classes int) (*Linear, error) {
 		return nil, fmt.Errorf("%w: linear classifier needs dim ≥ 1 and classes ≥ 2, got %d and %d", ErrShape, dim, classes)
 	}
 	m := &Linear{Dim: dim, Classes: classes}
-	m.Params = make([]float64, (dim+1)*m.Outputs())
+	m.params = make([]float64, (dim+1)*m.Outputs())
 	return m, nil
 }
+
+// InputDim is the number of features per row, Dim.
+func (m *Linear) InputDim() int { return m.Dim }
+
+// NumClasses is the number of classes, Classes.
+func (m *Linear) NumClasses() int { return m.Classes }
+
+// Params returns W then b, as documented on Linear.
+func (m *Linear) Params() []float64 { return m.params }
 
 // Outputs is the number of logits per example: 1 for binary, else Classes.
 func (m *Linear) Outputs() int {
@@ -48,10 +57,10 @@ func (m *Linear) Outputs() int {
 
 func (m *Linear) weights() blas64.General {
 	k := m.Outputs()
-	return blas64.General{Rows: m.Dim, Cols: k, Stride: k, Data: m.Params[:m.Dim*k]}
+	return blas64.General{Rows: m.Dim, Cols: k, Stride: k, Data: m.params[:m.Dim*k]}
 }
 
-func (m *Linear) bias() []float64 { return m.Params[m.Dim*m.Outputs():] }
+func (m *Linear) bias() []float64 { return m.params[m.Dim*m.Outputs():] }
 
 // logits writes the n×Outputs logits of the n rows of x into z.
 func (m *Linear) logits(z, x []float64, n int) {
@@ -60,7 +69,7 @@ func (m *Linear) logits(z, x []float64, n int) {
 	for i := range n {
 		copy(z[i*k:(i+1)*k], b)
 	}
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1,
+	gemm(blas.NoTrans, blas.NoTrans, 1,
 		blas64.General{Rows: n, Cols: m.Dim, Stride: m.Dim, Data: x[:n*m.Dim]},
 		m.weights(), 1, blas64.General{Rows: n, Cols: k, Stride: k, Data: z[:n*k]})
 }
@@ -115,7 +124,7 @@ func sigmoid(z float64) float64 {
 	return e / (1 + e)
 }
 
-// Gradient writes into grad (len(Params)) the gradient of the mean loss
+// Gradient writes into grad (len(Params())) the gradient of the mean loss
 // over the batch rows of x (row-major, Dim each) with labels y, and returns
 // that mean loss: log loss for binary, softmax cross-entropy otherwise.
 //
@@ -129,27 +138,15 @@ func (m *Linear) Gradient(grad, x, y []float64) float64 {
 	}
 	z := m.z[:n*k]
 	m.logits(z, x, n)
-	loss := 0.0
-	for i := range n {
-		zi := z[i*k : (i+1)*k]
-		c := int(y[i])
-		if k == 1 {
-			p := sigmoid(zi[0])
-			loss += logLoss(p, c)
-			zi[0] = (p - y[i]) / float64(n)
-			continue
-		}
-		p := m.p[:k]
-		probabilities(p, zi)
-		loss -= math.Log(max(p[c], 1e-15))
-		for j := range zi {
-			zi[j] = p[j] / float64(n)
-		}
-		zi[c] -= 1 / float64(n)
+	var loss float64
+	if k == 1 {
+		loss = logisticLoss(z, z, y)
+	} else {
+		loss = softmaxCrossEntropy(z, z, y, m.p)
 	}
 	// ∂L/∂W = Xᵀ·E, ∂L/∂b = Σ rows of E, with E already divided by n.
 	gw := blas64.General{Rows: m.Dim, Cols: k, Stride: k, Data: grad[:m.Dim*k]}
-	blas64.Gemm(blas.Trans, blas.NoTrans, 1,
+	gemm(blas.Trans, blas.NoTrans, 1,
 		blas64.General{Rows: n, Cols: m.Dim, Stride: m.Dim, Data: x[:n*m.Dim]},
 		blas64.General{Rows: n, Cols: k, Stride: k, Data: z}, 0, gw)
 	gb := grad[m.Dim*k:]
@@ -159,7 +156,7 @@ func (m *Linear) Gradient(grad, x, y []float64) float64 {
 			gb[j] += z[i*k+j]
 		}
 	}
-	return loss / float64(n)
+	return loss
 }
 
 // logLoss is -log P(class c) for a binary model with P(class 1) = p,

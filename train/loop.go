@@ -14,12 +14,22 @@ type Data struct {
 	Y   []float64
 }
 
-// Config configures Run.
+// Config configures Run. The model is the one Meta names (Model, Dim,
+// Classes and Spec), initialised from Seed.
 type Config struct {
 	BatchSize    int
 	MaxSteps     int64
 	LearningRate float64
 	L2           float64
+	// L1 is the L1 regularisation strength.
+	L1 float64
+	// Optimizer is one of the *Optimizer names; empty means Adam.
+	Optimizer string
+	// Momentum is SGD's momentum.
+	Momentum float64
+	// ClipNorm, if positive, clips each step's gradient to this global
+	// Euclidean norm.
+	ClipNorm float64
 	// Seed fixes the order of examples: epoch e visits the rows in the
 	// permutation drawn from PCG(Seed, e), so the batch of any step is a
 	// function of (Seed, step) and a resumed run sees the same batches.
@@ -46,29 +56,32 @@ type Result struct {
 	Loss        float64 `json:"loss"`
 }
 
-// Run trains a linear classifier on data with Adam from the newest
-// checkpoint in cfg.CheckpointDir (or from zero), committing a checkpoint
-// every cfg.SaveSteps steps and calling report after each. It returns when
-// cfg.MaxSteps is reached or ctx is done.
+// Run trains the model cfg.Meta describes on data from the newest
+// checkpoint in cfg.CheckpointDir (or from a fresh model), committing a
+// checkpoint every cfg.SaveSteps steps and calling report after each. It
+// returns when cfg.MaxSteps is reached or ctx is done.
 func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error) (Result, error) {
 	n := len(data.Y)
-	if n == 0 || cfg.BatchSize < 1 || cfg.MaxSteps < 1 || data.Dim != cfg.Meta.Dim {
+	if n == 0 || cfg.BatchSize < 1 || cfg.MaxSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim {
 		return Result{}, fmt.Errorf("%w: %d rows of dim %d, batch %d, max steps %d, model dim %d",
 			ErrShape, n, data.Dim, cfg.BatchSize, cfg.MaxSteps, cfg.Meta.Dim)
 	}
-	m, err := NewLinear(cfg.Meta.Dim, cfg.Meta.Classes)
+	m, err := New(cfg.Meta, rand.New(rand.NewPCG(cfg.Seed, initStream)))
 	if err != nil {
 		return Result{}, err
 	}
-	opt := NewAdam(cfg.LearningRate, len(m.Params))
-	opt.L2 = cfg.L2
+	opt, err := NewOptimizer(OptimizerConfig{Name: cfg.Optimizer, LearningRate: cfg.LearningRate,
+		Momentum: cfg.Momentum, L1: cfg.L1, L2: cfg.L2}, len(m.Params()))
+	if err != nil {
+		return Result{}, err
+	}
 	var step int64
 	ck, err := LatestCheckpoint(cfg.CheckpointDir)
 	if err != nil {
 		return Result{}, err
 	}
 	if ck != nil {
-		if err := restore(ck, cfg.Meta, m, opt); err != nil {
+		if err := Restore(ck, cfg.Meta, m, opt); err != nil {
 			return Result{}, err
 		}
 		step = ck.Step
@@ -78,7 +91,7 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 	perEpoch := int64((n + b - 1) / b)
 	xb := make([]float64, b*data.Dim)
 	yb := make([]float64, b)
-	grad := make([]float64, len(m.Params))
+	grad := make([]float64, len(m.Params()))
 	var perm []int
 	epoch := int64(-1)
 	since, examples, lossSum, lossN := time.Now(), 0, 0.0, 0
@@ -96,14 +109,13 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 			copy(xb[i*data.Dim:(i+1)*data.Dim], data.X[r*data.Dim:(r+1)*data.Dim])
 			yb[i] = data.Y[r]
 		}
-		loss := m.Gradient(grad, xb[:len(rows)*data.Dim], yb[:len(rows)])
-		opt.Update(m.Params, grad)
+		loss := Step(m, opt, grad, xb[:len(rows)*data.Dim], yb[:len(rows)], cfg.ClipNorm)
 		step++
 		examples += len(rows)
 		lossSum += loss
 		lossN++
 		if step%max(cfg.SaveSteps, 1) == 0 || step == cfg.MaxSteps {
-			if err := SaveCheckpoint(cfg.CheckpointDir, snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
+			if err := SaveCheckpoint(cfg.CheckpointDir, Snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
 				return res, err
 			}
 			res.Step, res.Loss = step, lossSum/float64(lossN)
@@ -119,37 +131,59 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 	return res, nil
 }
 
-func snapshot(step int64, meta CheckpointMeta, m *Linear, opt *Adam) *Checkpoint {
-	return &Checkpoint{Step: step, Meta: meta, Tensors: map[string][]float64{
-		"params": m.Params, "adam/m": opt.M, "adam/v": opt.V, "adam/t": {float64(opt.T)},
-	}}
+// initStream is the PCG stream of the weight initialisation, apart from
+// the per-epoch permutation streams 0, 1, 2, ….
+const initStream = 1 << 62
+
+// Step is one training step: the gradient of m's mean loss on the batch
+// (x, y) into grad (scratch of len(m.Params())), clipped to global norm
+// clipNorm if positive, applied by opt. It returns the batch loss and
+// allocates nothing once m has seen a batch this large.
+func Step(m Model, opt Optimizer, grad, x, y []float64, clipNorm float64) float64 {
+	loss := m.Gradient(grad, x, y)
+	if clipNorm > 0 {
+		ClipByGlobalNorm(grad, clipNorm)
+	}
+	opt.Update(m.Params(), grad)
+	return loss
 }
 
-func restore(ck *Checkpoint, meta CheckpointMeta, m *Linear, opt *Adam) error {
-	if ck.Meta != meta {
+// rngModel is a model with a checkpointed random source (dropout).
+type rngModel interface {
+	RNGState() []float64
+	SetRNGState([]float64) error
+}
+
+// Snapshot returns the checkpoint of m and opt at step: tensors "params",
+// the optimizer's slots and, for models with dropout, "rng/dropout". The
+// checkpoint shares m's and opt's slices until encoded.
+func Snapshot(step int64, meta CheckpointMeta, m Model, opt Optimizer) *Checkpoint {
+	t := map[string][]float64{"params": m.Params()}
+	if opt != nil {
+		opt.Save(t)
+	}
+	if r, ok := m.(rngModel); ok {
+		t["rng/dropout"] = r.RNGState()
+	}
+	return &Checkpoint{Step: step, Meta: meta, Tensors: t}
+}
+
+// Restore loads a checkpoint written by Snapshot into m and opt (which
+// may be nil), refusing one written for another model or transform.
+func Restore(ck *Checkpoint, meta CheckpointMeta, m Model, opt Optimizer) error {
+	if !ck.Meta.Equal(meta) {
 		return fmt.Errorf("%w: checkpoint at step %d is for %+v, not %+v", ErrCheckpoint, ck.Step, ck.Meta, meta)
 	}
-	for name, dst := range map[string][]float64{"params": m.Params, "adam/m": opt.M, "adam/v": opt.V} {
-		if len(ck.Tensors[name]) != len(dst) {
-			return fmt.Errorf("%w: tensor %q has %d values, want %d", ErrCheckpoint, name, len(ck.Tensors[name]), len(dst))
-		}
-		copy(dst, ck.Tensors[name])
+	if err := restoreSlots(ck.Tensors, map[string][]float64{"params": m.Params()}); err != nil {
+		return err
 	}
-	if t := ck.Tensors["adam/t"]; len(t) == 1 {
-		opt.T = int64(t[0])
+	if opt != nil {
+		if err := opt.Restore(ck.Tensors); err != nil {
+			return err
+		}
+	}
+	if r, ok := m.(rngModel); ok {
+		return r.SetRNGState(ck.Tensors["rng/dropout"])
 	}
 	return nil
-}
-
-// LoadLinear rebuilds the model saved in a checkpoint.
-func LoadLinear(ck *Checkpoint) (*Linear, error) {
-	m, err := NewLinear(ck.Meta.Dim, ck.Meta.Classes)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	if len(ck.Tensors["params"]) != len(m.Params) {
-		return nil, fmt.Errorf("%w: params have %d values, want %d", ErrCheckpoint, len(ck.Tensors["params"]), len(m.Params))
-	}
-	copy(m.Params, ck.Tensors["params"])
-	return m, nil
 }

@@ -5,50 +5,144 @@ import (
 	"slices"
 )
 
-// Metrics are the evaluation results of a classifier.
+// Metrics are the evaluation results of a model. Classifiers fill
+// Accuracy and LogLoss, binary ones also AUC, Precision and Recall (class 1
+// positive); regressors fill RMSE and MAE.
 type Metrics struct {
 	Examples int64   `json:"examples"`
 	Accuracy float64 `json:"accuracy"`
 	LogLoss  float64 `json:"log_loss"`
 	// AUC is the area under the ROC curve of P(class 1); binary only.
-	AUC float64 `json:"auc,omitempty"`
+	AUC       float64 `json:"auc,omitempty"`
+	Precision float64 `json:"precision,omitempty"`
+	Recall    float64 `json:"recall,omitempty"`
+	RMSE      float64 `json:"rmse,omitempty"`
+	MAE       float64 `json:"mae,omitempty"`
 }
 
-// Evaluate computes the metrics of m on the n rows of x with labels y,
-// batch rows at a time.
-func Evaluate(m *Linear, x, y []float64, batch int) Metrics {
-	n := len(y)
-	probs := make([]float64, batch*m.Classes)
-	logits := make([]float64, batch*m.Outputs())
-	var correct int64
-	loss := 0.0
-	var scores []float64
-	if m.Classes == 2 {
-		scores = make([]float64, 0, n)
-	}
+// Evaluate computes the metrics of m on the rows of x with targets y,
+// batch rows at a time, through a Stream.
+func Evaluate(m Model, x, y []float64, batch int) Metrics {
+	n, dim, classes, k := len(y), m.InputDim(), m.NumClasses(), m.Outputs()
+	probs := make([]float64, batch*classes)
+	logits := make([]float64, batch*k)
+	s := NewStream(classes)
 	for lo := 0; lo < n; lo += batch {
 		hi := min(lo+batch, n)
 		rows := hi - lo
-		m.Predict(probs[:rows*m.Classes], logits[:rows*m.Outputs()], x[lo*m.Dim:hi*m.Dim])
-		for i := range rows {
-			p := probs[i*m.Classes : (i+1)*m.Classes]
-			c := int(y[lo+i])
-			if argmax(p) == c {
-				correct++
-			}
-			loss -= math.Log(max(p[c], 1e-15))
-			if scores != nil {
-				scores = append(scores, p[1])
-			}
+		m.Predict(probs[:rows*classes], logits[:rows*k], x[lo*dim:hi*dim])
+		if classes == 0 {
+			s.AddPredictions(logits[:rows], y[lo:hi])
+		} else {
+			s.AddProbabilities(probs[:rows*classes], y[lo:hi])
 		}
 	}
-	out := Metrics{Examples: int64(n)}
-	if n > 0 {
-		out.Accuracy = float64(correct) / float64(n)
-		out.LogLoss = loss / float64(n)
+	return s.Metrics()
+}
+
+// AUCBins is the number of equal-width score bins of a Stream's AUC on
+// [0, 1]. Two scores in one bin count as a tie (one half), so the AUC of a
+// Stream is exact when no positive shares a bin with a negative, and off
+// by at most the fraction of such pairs otherwise.
+const AUCBins = 1 << 14
+
+// Stream accumulates metrics over batches in constant memory: counts and
+// sums, plus for binary classifiers a histogram of P(class 1) per label
+// for the AUC. The zero Stream is not usable; call NewStream. Not safe for
+// concurrent use.
+type Stream struct {
+	classes          int
+	n, correct       int64
+	logLoss, se, ae  float64
+	tp, fp, fn       int64
+	posBins, negBins []int64
+}
+
+// NewStream returns an empty Stream for a model with classes classes (0
+// for a regressor).
+func NewStream(classes int) *Stream {
+	s := &Stream{classes: classes}
+	if classes == 2 {
+		s.posBins, s.negBins = make([]int64, AUCBins), make([]int64, AUCBins)
 	}
-	if a := AUC(scores, y); scores != nil && !math.IsNaN(a) {
-		out.AUC = a // NaN (one class only) is left out: JSON has no NaN
+	return s
+}
+
+// AddProbabilities adds the rows of probs (classes per row) with their
+// class indices y. The predicted class is the most probable one, the first
+// on ties.
+func (s *Stream) AddProbabilities(probs, y []float64) {
+	for i, t := range y {
+		p := probs[i*s.classes : (i+1)*s.classes]
+		c, pred := int(t), argmax(p)
+		s.n++
+		if pred == c {
+			s.correct++
+		}
+		s.logLoss -= math.Log(max(p[c], 1e-15))
+		if s.classes != 2 {
+			continue
+		}
+		switch {
+		case pred == 1 && c == 1:
+			s.tp++
+		case pred == 1:
+			s.fp++
+		case c == 1:
+			s.fn++
+		}
+		b := min(max(int(p[1]*AUCBins), 0), AUCBins-1)
+		if c == 1 {
+			s.posBins[b]++
+		} else {
+			s.negBins[b]++
+		}
+	}
+}
+
+// AddPredictions adds a regressor's predictions with their targets y.
+func (s *Stream) AddPredictions(pred, y []float64) {
+	for i, t := range y {
+		e := pred[i] - t
+		s.n++
+		s.se += e * e
+		s.ae += math.Abs(e)
+	}
+}
+
+// Metrics returns the metrics of everything added so far. AUC is left at
+// zero when a class is absent (it is undefined and JSON has no NaN), and
+// so are precision and recall when undefined.
+func (s *Stream) Metrics() Metrics {
+	out := Metrics{Examples: s.n}
+	if s.n == 0 {
+		return out
+	}
+	n := float64(s.n)
+	if s.classes == 0 {
+		out.RMSE, out.MAE = math.Sqrt(s.se/n), s.ae/n
+		return out
+	}
+	out.Accuracy, out.LogLoss = float64(s.correct)/n, s.logLoss/n
+	if s.classes != 2 {
+		return out
+	}
+	if s.tp+s.fp > 0 {
+		out.Precision = float64(s.tp) / float64(s.tp+s.fp)
+	}
+	if s.tp+s.fn > 0 {
+		out.Recall = float64(s.tp) / float64(s.tp+s.fn)
+	}
+	var pos, neg, negBelow, area float64
+	for b := range s.posBins {
+		p, q := float64(s.posBins[b]), float64(s.negBins[b])
+		area += p * (negBelow + q/2)
+		negBelow += q
+		pos += p
+		neg += q
+	}
+	if pos > 0 && neg > 0 {
+		out.AUC = area / (pos * neg)
 	}
 	return out
 }

@@ -29,20 +29,20 @@ func TestGradientFiniteDifferences(t *testing.T) {
 		r := rand.New(rand.NewPCG(1, uint64(classes)))
 		d := randData(r, 7, 5, classes)
 		m, _ := NewLinear(5, classes)
-		for i := range m.Params {
-			m.Params[i] = r.NormFloat64() * 0.5
+		for i := range m.Params() {
+			m.Params()[i] = r.NormFloat64() * 0.5
 		}
-		grad := make([]float64, len(m.Params))
+		grad := make([]float64, len(m.Params()))
 		m.Gradient(grad, d.X, d.Y)
-		scratch := make([]float64, len(m.Params))
-		for i := range m.Params {
+		scratch := make([]float64, len(m.Params()))
+		for i := range m.Params() {
 			const h = 1e-6
-			orig := m.Params[i]
-			m.Params[i] = orig + h
+			orig := m.Params()[i]
+			m.Params()[i] = orig + h
 			up := m.Gradient(scratch, d.X, d.Y)
-			m.Params[i] = orig - h
+			m.Params()[i] = orig - h
 			down := m.Gradient(scratch, d.X, d.Y)
-			m.Params[i] = orig
+			m.Params()[i] = orig
 			if num := (up - down) / (2 * h); math.Abs(num-grad[i]) > 1e-6 {
 				t.Errorf("classes %d param %d: gradient %v, finite difference %v", classes, i, grad[i], num)
 			}
@@ -97,7 +97,7 @@ func TestCheckpointRoundTripAndCorruption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Step != 42 || back.Meta != c.Meta || back.Tensors["params"][2] != math.SmallestNonzeroFloat64 {
+	if back.Step != 42 || !back.Meta.Equal(c.Meta) || back.Tensors["params"][2] != math.SmallestNonzeroFloat64 {
 		t.Fatalf("round trip = %+v, want %+v", back, c)
 	}
 	for name, bad := range map[string][]byte{
@@ -198,7 +198,7 @@ func TestBundleRoundTripAndTamper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Meta.Step != 7 || b.Model.Params[2] != 3 || string(b.Files["transform.json"]) != `{"x":1}` {
+	if b.Meta.Step != 7 || b.Model.Params()[2] != 3 || string(b.Files["transform.json"]) != `{"x":1}` {
 		t.Fatalf("bundle = %+v", b.Meta)
 	}
 	os.WriteFile(filepath.Join(p, "transform.json"), []byte(`{"x":2}`), 0o644)

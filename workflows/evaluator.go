@@ -176,6 +176,14 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, jobDir string, tin Tra
 	if trainErr != nil {
 		return exports, trainErr
 	}
+	// Reports sent just before training returned are still queued.
+	for {
+		var cc CheckpointCommitted
+		if !commits.ReceiveAsync(&cc) {
+			break
+		}
+		p.Checkpoints++
+	}
 	p.GlobalStep, res.GlobalStep = tr.Step, tr.Step
 	if tr.Loss != 0 {
 		p.Loss = tr.Loss

@@ -92,7 +92,7 @@ func normalize(s string, st *stack, dir string) string {
 		{`"\d{4}-\d\d-\d\dT[0-9:.]+Z"`, `"TIME"`},
 		{`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`, "RUN_ID"},
 		{`\b[0-9a-f]{64}\b`, "HASH"},
-		{`"(accuracy|auc|log_loss|loss|examples_per_sec)": [0-9.e+-]+`, `"$1": NUM`},
+		{`"(accuracy|auc|log_loss|loss|examples_per_sec|precision|recall|rmse|mae)": [0-9.e+-]+`, `"$1": NUM`},
 	} {
 		s = regexp.MustCompile(r.re).ReplaceAllString(s, r.with)
 	}

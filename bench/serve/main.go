@@ -1,0 +1,312 @@
+// Command serve measures the prediction server: requests/s and latency of
+// the Echo server (all middleware: request IDs, logging, metrics, gzip)
+// against a bare net/http handler doing the same Transform + predict, in
+// one process, with the same load generator; the allocations of one request
+// on each path; p99 at half the peak rate; and non-2xx answers while new
+// versions are hot-reloaded. Run it through run.sh, which trains the model.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trainflow/trainflow/serving"
+)
+
+func main() {
+	models := flag.String("models", "", "model repository holding model census (required)")
+	duration := flag.Duration("duration", 5*time.Second, "length of each load run")
+	conc := flag.Int("concurrency", 4, "concurrent clients")
+	reload := flag.Duration("reload", 20*time.Second, "length of the hot-reload run (0 skips it)")
+	flag.Parse()
+	if *models == "" {
+		fmt.Fprintln(os.Stderr, "usage: serve --models DIR")
+		os.Exit(2)
+	}
+	if err := run(*models, *duration, *conc, *reload); err != nil {
+		fmt.Fprintln(os.Stderr, "serve:", err)
+		os.Exit(1)
+	}
+}
+
+const model = "census"
+
+var instance = map[string]any{"age": 39, "workclass": "State-gov", "education": "Bachelors", "education_num": 13,
+	"marital_status": "Married-civ-spouse", "occupation": "Exec-managerial", "relationship": "Husband", "race": "White",
+	"gender": "Male", "capital_gain": 2174, "capital_loss": 0, "hours_per_week": 45, "native_country": "United-States"}
+
+func body(n int) []byte {
+	rows := make([]map[string]any, n)
+	for i := range rows {
+		rows[i] = instance
+	}
+	b, _ := json.Marshal(map[string]any{"instances": rows})
+	return b
+}
+
+// bare is the baseline: decode, Transform + predict, encode, nothing else.
+func bare(reg *serving.Registry) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sv, err := reg.Get(model, 0)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		var req struct {
+			Instances []map[string]json.RawMessage `json:"instances"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		preds, err := sv.Predict(req.Instances)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"predictions": preds})
+	})
+}
+
+// result of one load run.
+type result struct {
+	rps      float64
+	p50, p99 time.Duration
+	non2xx   int64
+}
+
+// load drives url with conc closed-loop clients for d, or, if rate > 0,
+// with requests paced at rate per second (open loop), and reports.
+func load(url string, payload []byte, conc int, d time.Duration, rate float64, during func(stop <-chan struct{})) result {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc * 2}}
+	var mu sync.Mutex
+	var lat []time.Duration
+	var non2xx, n atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var tick <-chan time.Time
+	if rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for {
+				if tick != nil {
+					select {
+					case <-tick:
+					case <-stop:
+						mu.Lock()
+						lat = append(lat, mine...)
+						mu.Unlock()
+						return
+					}
+				}
+				select {
+				case <-stop:
+					mu.Lock()
+					lat = append(lat, mine...)
+					mu.Unlock()
+					return
+				default:
+				}
+				t0 := time.Now()
+				resp, err := client.Post(url, "application/json", bytes.NewReader(payload))
+				if err != nil || resp.StatusCode/100 != 2 {
+					non2xx.Add(1)
+				}
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				mine = append(mine, time.Since(t0))
+				n.Add(1)
+			}
+		}()
+	}
+	if during != nil {
+		go during(stop)
+	}
+	time.Sleep(d)
+	close(stop)
+	wg.Wait()
+	slices.Sort(lat)
+	pct := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+	}
+	return result{rps: float64(n.Load()) / time.Since(start).Seconds(), p50: pct(0.50), p99: pct(0.99), non2xx: non2xx.Load()}
+}
+
+// allocs reports allocations per request of h, in process.
+func allocs(h http.Handler, path string, payload []byte) float64 {
+	res := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			r := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(payload))
+			r.Header.Set("Content-Type", "application/json")
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		}
+	})
+	return float64(res.MemAllocs) / float64(res.N)
+}
+
+func listen(h http.Handler) (string, func()) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), func() { srv.Shutdown(context.Background()) }
+}
+
+func run(models string, d time.Duration, conc int, reloadFor time.Duration) error {
+	repo := &serving.Repository{Root: models}
+	reg := serving.NewRegistry(repo, slog.New(slog.DiscardHandler))
+	if err := reg.Reload(); err != nil {
+		return err
+	}
+	if _, err := reg.Get(model, 0); err != nil {
+		return err
+	}
+	echoSrv := serving.New(reg, slog.New(slog.DiscardHandler), serving.Options{})
+	echoURL, stopEcho := listen(echoSrv)
+	defer stopEcho()
+	bareURL, stopBare := listen(bare(reg))
+	defer stopBare()
+
+	fmt.Printf("bench/serve: %d clients, %s per run, GOMAXPROCS %s\n\n", conc, d, os.Getenv("GOMAXPROCS"))
+	fmt.Printf("%-9s %-6s %10s %10s %10s %12s\n", "server", "batch", "req/s", "p50", "p99", "allocs/req")
+	// Each server gets rounds alternating with the other's, so a change in
+	// the machine's load hits both; medians are reported.
+	const rounds = 5
+	peak := map[int]float64{}
+	for _, batch := range []int{1, 32} {
+		payload := body(batch)
+		servers := []struct {
+			name, url, path string
+			h               http.Handler
+		}{{"echo", echoURL + "/v1/models/census:predict", "/v1/models/census:predict", echoSrv}, {"net/http", bareURL + "/", "/", bare(reg)}}
+		runs := make([][]result, len(servers))
+		for range rounds {
+			for i, s := range servers {
+				runs[i] = append(runs[i], load(s.url, payload, conc, d/rounds, 0, nil))
+			}
+		}
+		var rps [2]float64
+		for i, s := range servers {
+			m := median(runs[i])
+			rps[i] = m.rps
+			fmt.Printf("%-9s %-6d %10.0f %10s %10s %12.0f\n", s.name, batch, m.rps, m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), allocs(s.h, s.path, payload))
+		}
+		peak[batch] = rps[0]
+		fmt.Printf("%-9s %-6d %10.2f   (echo req/s ÷ net/http req/s, medians of %d interleaved rounds)\n\n", "ratio", batch, rps[0]/rps[1], rounds)
+	}
+	half := load(echoURL+"/v1/models/census:predict", body(1), conc, d, peak[1]/2, nil)
+	fmt.Printf("echo at 50%% of peak (%.0f req/s offered): p50 %s, p99 %s\n", peak[1]/2, half.p50.Round(time.Microsecond), half.p99.Round(time.Microsecond))
+
+	if reloadFor <= 0 {
+		return nil
+	}
+	// Hot reload under load: publish copies of the newest version as new
+	// versions and reload, every 500 ms; nothing may fail.
+	vs, _ := repo.Versions(model)
+	src := repo.Dir(model, vs[len(vs)-1])
+	reloads := 0
+	r := load(echoURL+"/v1/models/census:predict", body(1), conc, reloadFor, 0, func(stop <-chan struct{}) {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if err := republish(repo, src, reloads); err != nil {
+					fmt.Fprintln(os.Stderr, "republish:", err)
+					return
+				}
+				reg.Reload()
+				reloads++
+			}
+		}
+	})
+	fmt.Printf("hot reload: %d new versions loaded during %s at %.0f req/s: %d non-2xx answers\n", reloads, reloadFor, r.rps, r.non2xx)
+	if r.non2xx != 0 {
+		return fmt.Errorf("%d requests failed during hot reload", r.non2xx)
+	}
+	return nil
+}
+
+// republish copies a version directory as a new version with a distinct
+// source, the way Publish lays it out, and promotes it.
+func republish(repo *serving.Repository, src string, i int) error {
+	vs, err := repo.Versions(model)
+	if err != nil {
+		return err
+	}
+	next := vs[len(vs)-1] + 1
+	tmp, err := os.MkdirTemp(filepath.Join(repo.Root, model), ".tmp-bench-")
+	if err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if e.Name() == "source.json" {
+			b = []byte(`{"job_id":"bench","bundle":"copy ` + strconv.Itoa(i) + `","hash":"` + strconv.Itoa(i) + `"}`)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, e.Name()), b, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, repo.Dir(model, next)); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(repo.Root, model, "default"), []byte(strconv.FormatInt(next, 10)+"\n"), 0o644)
+}
+
+// median returns the run with the median throughput.
+func median(rs []result) result {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b result) int {
+		switch {
+		case a.rps < b.rps:
+			return -1
+		case a.rps > b.rps:
+			return 1
+		}
+		return 0
+	})
+	return s[len(s)/2]
+}

@@ -1,0 +1,93 @@
+package train_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/trainflow/trainflow/train"
+)
+
+// benchmarkSteps times training steps (batch gather, gradient, Adam
+// update) of a model over data and reports examples/s.
+func benchmarkSteps(b *testing.B, meta train.CheckpointMeta, data train.Data, batch int, lr float64) {
+	m, err := train.New(meta, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt := train.NewAdam(lr, len(m.Params()))
+	grad := make([]float64, len(m.Params()))
+	xb, yb := make([]float64, batch*data.Dim), make([]float64, batch)
+	perm := rand.New(rand.NewPCG(1, 2)).Perm(len(data.Y))
+	pos := 0
+	step := func() {
+		if pos+batch > len(perm) {
+			pos = 0
+		}
+		for i, r := range perm[pos : pos+batch] {
+			copy(xb[i*data.Dim:(i+1)*data.Dim], data.X[r*data.Dim:(r+1)*data.Dim])
+			yb[i] = data.Y[r]
+		}
+		pos += batch
+		train.Step(m, opt, grad, xb, yb, 0)
+	}
+	step() // size the model's scratch
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		step()
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "examples/s")
+}
+
+// BenchmarkTrainMLP is the Fashion-MNIST 784-128-64-10 MLP (Adam 1e-3) on
+// the real images when installed, else on random pixels, computing in
+// float64 and (float32/…) in float32.
+func BenchmarkTrainMLP(b *testing.B) {
+	data := randomData(60000, 784, 10)
+	if d := fashionIfInstalled(b); d != nil {
+		data = *d
+	}
+	meta32 := mlpMeta
+	meta32.Spec = &train.ModelSpec{HiddenUnits: mlpMeta.Spec.HiddenUnits, Float32: true}
+	for _, batch := range []int{32, 128, 512} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchmarkSteps(b, mlpMeta, data, batch, 1e-3) })
+		b.Run(fmt.Sprintf("float32/batch=%d", batch), func(b *testing.B) { benchmarkSteps(b, meta32, data, batch, 1e-3) })
+	}
+}
+
+// BenchmarkTrainCensusLinear is the census linear classifier (Adam) on the
+// preprocessed UCI Adult features.
+func BenchmarkTrainCensusLinear(b *testing.B) {
+	data, _, _ := censusData(b)
+	meta := train.CheckpointMeta{Model: train.LinearClassifierModel, Dim: data.Dim, Classes: 2}
+	for _, batch := range []int{64, 256} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			benchmarkSteps(b, meta, data, batch, 3e-3)
+			b.ReportMetric(float64(data.Dim), "features")
+		})
+	}
+}
+
+func fashionIfInstalled(b *testing.B) *train.Data {
+	if _, err := os.Stat(filepath.Join(fashionDir, "train-images-idx3-ubyte.gz")); err != nil {
+		b.Logf("Fashion-MNIST not installed: random pixels")
+		return nil
+	}
+	d := fashion(b, "train")
+	return &d
+}
+
+func randomData(n, dim, classes int) train.Data {
+	r := rand.New(rand.NewPCG(3, 3))
+	d := train.Data{Dim: dim, X: make([]float64, n*dim), Y: make([]float64, n)}
+	for i := range d.X {
+		d.X[i] = r.Float64()
+	}
+	for i := range d.Y {
+		d.Y[i] = float64(r.IntN(classes))
+	}
+	return d
+}

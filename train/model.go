@@ -1,0 +1,198 @@
+package train
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+)
+
+// Model type names, as stored in CheckpointMeta.Model.
+const (
+	LinearClassifierModel            = "linear_classifier"
+	LinearRegressorModel             = "linear_regressor"
+	DNNClassifierModel               = "dnn_classifier"
+	DNNRegressorModel                = "dnn_regressor"
+	DNNLinearCombinedClassifierModel = "dnn_linear_combined_classifier"
+)
+
+// Model is a differentiable model whose variables live in one flat slice,
+// so that optimizers, checkpoints and parameter servers treat every model
+// alike.
+//
+// Inputs are row-major batches of InputDim features. A classifier has
+// NumClasses ≥ 2 and Outputs logits per row (1 for binary, else
+// NumClasses); a regressor has NumClasses 0 and one output, its
+// prediction.
+type Model interface {
+	// InputDim is the number of features per row.
+	InputDim() int
+	// NumClasses is the number of classes, 0 for a regressor.
+	NumClasses() int
+	// Outputs is the number of logits (or predictions) per row.
+	Outputs() int
+	// Params returns the model's variables; the model reads them on every
+	// call, so writing to the slice changes the model.
+	Params() []float64
+	// Predict writes class probabilities (NumClasses per row; ignored for
+	// regressors) and logits (Outputs per row) of the rows of x. Either
+	// destination may be nil. Predict is safe for concurrent use as long as
+	// Params is not being written.
+	Predict(probs, logits, x []float64) error
+	// Gradient writes into grad (len(Params)) the gradient of the mean loss
+	// over the rows of x with targets y (class indices for classifiers) and
+	// returns that loss. It reuses scratch space held by the model: not
+	// safe for concurrent use.
+	Gradient(grad, x, y []float64) float64
+}
+
+// ModelSpec is the architecture of a model beyond its input and class
+// counts. It is stored in CheckpointMeta so that a checkpoint or bundle
+// rebuilds its model without outside configuration.
+type ModelSpec struct {
+	// HiddenUnits lists the widths of the DNN's ReLU layers, input side
+	// first. Empty for linear models.
+	HiddenUnits []int `json:"hidden_units,omitempty"`
+	// Dropout is the probability of zeroing a hidden activation during
+	// training (inverted dropout: kept ones are scaled by 1/(1-Dropout)).
+	Dropout float64 `json:"dropout,omitempty"`
+	// DeepColumns are the feature indices fed densely to the DNN. Nil
+	// means every column that is not an embedding column.
+	DeepColumns []int `json:"deep_columns,omitempty"`
+	// WideColumns are the feature indices of the linear part of a wide &
+	// deep model. Nil means every column that is not an embedding column.
+	WideColumns []int `json:"wide_columns,omitempty"`
+	// Embeddings map categorical index columns to learned vectors that are
+	// appended to the DNN input.
+	Embeddings []Embedding `json:"embeddings,omitempty"`
+	// Float32 makes training compute forward and backward passes in
+	// float32 (variables and optimizer state stay float64).
+	Float32 bool `json:"float32,omitempty"`
+}
+
+// Embedding maps the category index held in feature Column (0 ≤ index <
+// Buckets; anything else, including a missing value, falls into the last
+// bucket) to a learned Dim-vector.
+type Embedding struct {
+	Column  int `json:"column"`
+	Buckets int `json:"buckets"`
+	Dim     int `json:"dim"`
+}
+
+// Equal reports whether two metas describe the same model and transform:
+// same fields and the same Spec, a nil Spec being the empty one.
+func (m CheckpointMeta) Equal(o CheckpointMeta) bool {
+	if m.Model != o.Model || m.Dim != o.Dim || m.Classes != o.Classes || m.TransformHash != o.TransformHash {
+		return false
+	}
+	a, _ := json.Marshal(m.spec()) // nil and empty specs are the same
+	b, _ := json.Marshal(o.spec())
+	return string(a) == string(b)
+}
+
+// spec returns m.Spec or the empty spec.
+func (m CheckpointMeta) spec() ModelSpec {
+	if m.Spec == nil {
+		return ModelSpec{}
+	}
+	return *m.Spec
+}
+
+// isLinearClassifier reports whether meta names the Linear model. The
+// empty name and "linear" are accepted for checkpoints written before model
+// types were named.
+func isLinearClassifier(name string) bool {
+	return name == "" || name == "linear" || name == LinearClassifierModel
+}
+
+// New returns a freshly initialised model of the type and architecture
+// meta describes. Weights are drawn from r (Glorot uniform for dense
+// kernels, N(0, 1/dim) for embeddings; biases and linear weights start at
+// zero); r may be nil for models that start at zero.
+func New(meta CheckpointMeta, r *rand.Rand) (Model, error) {
+	if isLinearClassifier(meta.Model) {
+		if meta.Spec != nil && len(meta.Spec.HiddenUnits) > 0 {
+			return nil, fmt.Errorf("%w: %s has no hidden units", ErrShape, meta.Model)
+		}
+		return NewLinear(meta.Dim, meta.Classes)
+	}
+	if r == nil {
+		r = rand.New(rand.NewPCG(0, 0))
+	}
+	return NewNet(meta, r)
+}
+
+// Load rebuilds the model saved in a checkpoint, whatever its type.
+func Load(ck *Checkpoint) (Model, error) {
+	m, err := New(ck.Meta, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	p := ck.Tensors["params"]
+	if len(p) != len(m.Params()) {
+		return nil, fmt.Errorf("%w: params have %d values, want %d", ErrCheckpoint, len(p), len(m.Params()))
+	}
+	copy(m.Params(), p)
+	return m, nil
+}
+
+// LoadLinear rebuilds the linear classifier saved in a checkpoint.
+func LoadLinear(ck *Checkpoint) (*Linear, error) {
+	if !isLinearClassifier(ck.Meta.Model) {
+		return nil, fmt.Errorf("%w: model %q is not a linear classifier", ErrCheckpoint, ck.Meta.Model)
+	}
+	m, err := Load(ck)
+	if err != nil {
+		return nil, err
+	}
+	return m.(*Linear), nil
+}
+
+// validateSpec checks the spec against the model type and input width.
+func validateSpec(meta CheckpointMeta) error {
+	s := meta.spec()
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrShape, meta.Model, fmt.Sprintf(format, a...))
+	}
+	switch meta.Model {
+	case LinearRegressorModel, DNNRegressorModel:
+		if meta.Classes != 0 {
+			return bad("a regressor has 0 classes, got %d", meta.Classes)
+		}
+	case DNNClassifierModel, DNNLinearCombinedClassifierModel:
+		if meta.Classes < 2 {
+			return bad("needs ≥ 2 classes, got %d", meta.Classes)
+		}
+	default:
+		return fmt.Errorf("%w: unknown model type %q", ErrShape, meta.Model)
+	}
+	if meta.Dim < 1 {
+		return bad("needs ≥ 1 feature, got %d", meta.Dim)
+	}
+	deep := meta.Model == DNNClassifierModel || meta.Model == DNNRegressorModel || meta.Model == DNNLinearCombinedClassifierModel
+	if deep != (len(s.HiddenUnits) > 0) {
+		return bad("hidden units %v", s.HiddenUnits)
+	}
+	for _, h := range s.HiddenUnits {
+		if h < 1 {
+			return bad("hidden units %v", s.HiddenUnits)
+		}
+	}
+	if s.Dropout < 0 || s.Dropout >= 1 {
+		return bad("dropout %v not in [0, 1)", s.Dropout)
+	}
+	for _, c := range slices.Concat(s.DeepColumns, s.WideColumns) {
+		if c < 0 || c >= meta.Dim {
+			return bad("column %d out of range [0, %d)", c, meta.Dim)
+		}
+	}
+	for _, e := range s.Embeddings {
+		if e.Column < 0 || e.Column >= meta.Dim || e.Buckets < 1 || e.Dim < 1 {
+			return bad("embedding %+v", e)
+		}
+	}
+	if len(s.WideColumns) > 0 && meta.Model != DNNLinearCombinedClassifierModel {
+		return bad("wide columns need a wide & deep model")
+	}
+	return nil
+}
