@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+// envRead lists the environment variables the trainflow binary reads.
+var envRead = []string{"TRAINFLOW_HOME", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TRAINFLOW_SERVER"}
+
+// TestComposeFile loads docker-compose.yml with the compose-spec loader
+// (which validates it against the schema) and checks that every trainflow
+// service runs a real subcommand with real flags, reads only environment
+// variables the binary knows, and starts after what it needs.
+func TestComposeFile(t *testing.T) {
+	root := filepath.Join("..", "..")
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  root,
+		ConfigFiles: []types.ConfigFile{{Filename: "docker-compose.yml", Content: b}},
+		Environment: types.Mapping{},
+	}, func(o *loader.Options) { o.SetProjectName("trainflow", true) })
+	if err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	// AllServices includes those in profiles (the CLI), inactive by default.
+	names := p.AllServices()
+	var all []types.ServiceConfig
+	for _, n := range sortedKeys(names) {
+		all = append(all, names[n])
+	}
+	for _, want := range []string{"postgresql", "temporal", "temporal-ui", "worker", "serve", "cli"} {
+		if _, ok := names[want]; !ok {
+			t.Errorf("service %s is missing", want)
+		}
+	}
+	ours := 0
+	for _, s := range all {
+		if s.Image != "trainflow:dev" {
+			if !strings.Contains(s.Image, ":") || strings.HasSuffix(s.Image, ":latest") {
+				t.Errorf("service %s: image %q is not pinned to a tag", s.Name, s.Image)
+			}
+			continue
+		}
+		ours++
+		// The binary's own parser judges the command: with -h appended it
+		// exits 0 only if the subcommand and every flag before -h exist.
+		args := append(slices.Clone([]string(s.Command)), "-h")
+		if code, _, errs := cli(t, args...); code != exitOK {
+			t.Errorf("service %s: command %q is not a valid trainflow command line: %s", s.Name, s.Command, strings.TrimSpace(errs))
+		}
+		for k := range s.Environment {
+			if !slices.Contains(envRead, k) {
+				t.Errorf("service %s: environment variable %s is not read by trainflow", s.Name, k)
+			}
+		}
+		if _, ok := s.DependsOn["temporal"]; !ok && s.Name != "serve" {
+			t.Errorf("service %s does not wait for temporal", s.Name)
+		}
+	}
+	if ours < 3 {
+		t.Fatalf("%d trainflow services, want worker, serve and cli", ours)
+	}
+	if c := names["temporal"].DependsOn["postgresql"].Condition; c != types.ServiceConditionHealthy {
+		t.Errorf("temporal starts on postgresql %q, want service_healthy", c)
+	}
+	if names["worker"].Build == nil {
+		t.Error("worker does not build the image from the Dockerfile")
+	}
+}
+
+// TestComposeCheckCanFail shows the flag check rejects a wrong flag.
+func TestComposeCheckCanFail(t *testing.T) {
+	if code, _, _ := cli(t, "worker", "--temporall", "x:1", "-h"); code != exitUsage {
+		t.Fatalf("misspelt flag: exit %d, want %d", code, exitUsage)
+	}
+	if code, _, _ := cli(t, "serve", "--models", "/data", "-h"); code != exitOK {
+		t.Fatalf("valid flags: exit %d, want %d", code, exitOK)
+	}
+}
