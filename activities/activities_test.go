@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
@@ -191,5 +192,46 @@ func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
 	}
 	if pubs[0] != pubs[1] || pubs[0].Version != 1 || !pubs[0].Default {
 		t.Fatalf("publishing twice: %+v, want version 1 (default) both times", pubs)
+	}
+}
+
+// TestWideAndDeepJobServes trains a wide & deep model through the
+// activities and checks the published bundle loads in the server with the
+// architecture it was trained with.
+func TestWideAndDeepJobServes(t *testing.T) {
+	acts := newActs(t)
+	e := env(acts)
+	s := spec("wd_1")
+	s.Model = workflows.ModelSpec{Type: "dnn_linear_combined_classifier", HiddenUnits: []int{16, 8}, Dropout: 0.1, Optimizer: "adagrad", LearningRate: 0.05, BatchSize: 32}
+	s = s.WithDefaults()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	prep, pre := prepare(t, e, acts, s)
+	in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train}
+	if _, err := e.ExecuteActivity(acts.Train, in); err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev workflows.EvaluateResult
+	v.Get(&ev)
+	if ev.Metrics.Accuracy <= 0.5 {
+		t.Fatalf("wide & deep accuracy %v, want better than chance", ev.Metrics.Accuracy)
+	}
+	v, err = e.ExecuteActivity(acts.Export, workflows.ExportInput{JobID: "wd_1", JobDir: prep.JobDir, Exporter: "final", Step: 100, Metrics: ev.Metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ex workflows.ExportResult
+	v.Get(&ex)
+	sv, err := serving.Load("census", 1, ex.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := sv.Bundle.Meta.Model; m.Model != "dnn_linear_combined_classifier" || m.Spec == nil || !slices.Equal(m.Spec.HiddenUnits, []int{16, 8}) {
+		t.Fatalf("bundle model %+v, want wide & deep [16 8]", m)
 	}
 }

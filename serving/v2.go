@@ -95,18 +95,11 @@ func v2Rows(req v2Request) ([]map[string]json.RawMessage, error) {
 }
 
 func (s *Server) v2Infer(c echo.Context) error {
-	name := c.Param("name")
-	if !ValidName(name) {
-		return badRequest("model name %q: letters, digits and '_', starting with a letter", name)
-	}
-	version, err := parseVersion(c.Param("version"))
+	sv, err := s.v2Servable(c)
 	if err != nil {
 		return err
 	}
-	sv, err := s.reg.Get(name, version)
-	if err != nil {
-		return err
-	}
+	name := sv.Model
 	setMetricLabels(c, sv)
 	body, err := s.readJSONBody(c)
 	if err != nil {
@@ -153,18 +146,11 @@ func (s *Server) v2Infer(c echo.Context) error {
 }
 
 func (s *Server) v2Metadata(c echo.Context) error {
-	name := c.Param("name")
-	if !ValidName(name) {
-		return badRequest("model name %q: letters, digits and '_', starting with a letter", name)
-	}
-	version, err := parseVersion(c.Param("version"))
+	sv, err := s.v2Servable(c)
 	if err != nil {
 		return err
 	}
-	sv, err := s.reg.Get(name, version)
-	if err != nil {
-		return err
-	}
+	name := sv.Model
 	versions, _, err := s.reg.Status(name)
 	if err != nil {
 		return err
@@ -188,18 +174,24 @@ func (s *Server) v2Metadata(c echo.Context) error {
 }
 
 func (s *Server) v2ModelReady(c echo.Context) error {
-	name := c.Param("name")
-	if !ValidName(name) {
-		return badRequest("model name %q: letters, digits and '_', starting with a letter", name)
-	}
-	version, err := parseVersion(c.Param("version"))
+	sv, err := s.v2Servable(c)
 	if err != nil {
 		return err
 	}
-	if _, err := s.reg.Get(name, version); err != nil {
-		return err
+	return c.JSON(http.StatusOK, map[string]any{"name": sv.Model, "ready": true})
+}
+
+// v2Servable resolves the :name and optional :version of a V2 route.
+func (s *Server) v2Servable(c echo.Context) (*Servable, error) {
+	name := c.Param("name")
+	if !ValidName(name) {
+		return nil, badRequest("model name %q: letters, digits and '_', starting with a letter", name)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"name": name, "ready": true})
+	version, err := parseVersion(c.Param("version"))
+	if err != nil {
+		return nil, err
+	}
+	return s.reg.Get(name, version)
 }
 
 // parseVersion parses an optional version path segment ("" → 0, the default).

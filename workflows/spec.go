@@ -3,8 +3,10 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/train"
 )
 
 // TaskQueue is the task queue trainflow workers poll.
@@ -119,12 +121,32 @@ type DataSpec struct {
 
 // ModelSpec chooses the model and its optimizer.
 type ModelSpec struct {
-	// Type is "linear_classifier" (the default).
+	// Type is "linear_classifier" (the default), "dnn_classifier" or
+	// "dnn_linear_combined_classifier" (wide & deep).
 	Type         string  `json:"type,omitempty"`
 	LearningRate float64 `json:"learning_rate,omitempty"` // default 0.003 (Adam)
 	BatchSize    int     `json:"batch_size,omitempty"`    // default 64
+	L1           float64 `json:"l1,omitempty"`            // default 0
 	L2           float64 `json:"l2,omitempty"`            // default 0
+	// Optimizer is "adam" (default), "sgd", "adagrad" or "ftrl".
+	Optimizer string  `json:"optimizer,omitempty"`
+	Momentum  float64 `json:"momentum,omitempty"` // SGD only
+	// ClipNorm, if positive, clips each step's gradient to this norm.
+	ClipNorm float64 `json:"clip_norm,omitempty"`
+	// HiddenUnits are the DNN layers' widths; default [64, 32] for the DNN
+	// types.
+	HiddenUnits []int   `json:"hidden_units,omitempty"`
+	Dropout     float64 `json:"dropout,omitempty"`
+	// Float32 computes DNN training in float32 (faster, same accuracy).
+	Float32 bool `json:"float32,omitempty"`
 }
+
+// models lists the model types a job can train: the classifiers, which the
+// prediction server answers.
+var models = map[string]bool{ModelLinearClassifier: true, train.DNNClassifierModel: true, train.DNNLinearCombinedClassifierModel: true}
+
+// optimizers lists the optimizers a job can use.
+var optimizers = map[string]bool{train.AdamOptimizer: true, train.SGDOptimizer: true, train.AdagradOptimizer: true, train.FTRLOptimizer: true}
 
 // TrainSpec bounds training and sets its checkpoints.
 type TrainSpec struct {
@@ -200,6 +222,12 @@ func (s JobSpec) WithDefaults() JobSpec {
 	}
 	if s.Model.BatchSize == 0 {
 		s.Model.BatchSize = 64
+	}
+	if s.Model.Optimizer == "" {
+		s.Model.Optimizer = train.AdamOptimizer
+	}
+	if s.Model.Type != ModelLinearClassifier && len(s.Model.HiddenUnits) == 0 {
+		s.Model.HiddenUnits = []int{64, 32}
 	}
 	if s.Train.MaxSteps == 0 {
 		s.Train.MaxSteps = 3000
@@ -305,7 +333,13 @@ func (s *JobSpec) Validate() error {
 		field string
 		value any
 	}{
-		{s.Model.Type == ModelLinearClassifier, "model.type", s.Model.Type},
+		{models[s.Model.Type], "model.type", s.Model.Type},
+		{optimizers[s.Model.Optimizer], "model.optimizer", s.Model.Optimizer},
+		{s.Model.L1 >= 0, "model.l1", s.Model.L1},
+		{s.Model.Momentum >= 0 && s.Model.Momentum < 1, "model.momentum", s.Model.Momentum},
+		{s.Model.ClipNorm >= 0, "model.clip_norm", s.Model.ClipNorm},
+		{s.Model.Dropout >= 0 && s.Model.Dropout < 1, "model.dropout", s.Model.Dropout},
+		{!slices.ContainsFunc(s.Model.HiddenUnits, func(u int) bool { return u < 1 || u > 1<<14 }), "model.hidden_units", s.Model.HiddenUnits},
 		{s.Model.LearningRate > 0, "model.learning_rate", s.Model.LearningRate},
 		{s.Model.BatchSize > 0 && s.Model.BatchSize <= 1<<16, "model.batch_size", s.Model.BatchSize},
 		{s.Model.L2 >= 0, "model.l2", s.Model.L2},

@@ -173,6 +173,9 @@ func TestSpecDefaultsAndValidation(t *testing.T) {
 		{func(s *JobSpec) { s.ModelName = "../etc" }, "model_name"},
 		{func(s *JobSpec) { s.Data.Train = []string{"x.csv"} }, "data.train and data.eval"},
 		{func(s *JobSpec) { s.Model.Type = "dnn" }, "model.type"},
+		{func(s *JobSpec) { s.Model.Optimizer = "lbfgs" }, "model.optimizer"},
+		{func(s *JobSpec) { s.Model.Type, s.Model.Dropout = "dnn_classifier", 1 }, "model.dropout"},
+		{func(s *JobSpec) { s.Model.Type, s.Model.HiddenUnits = "dnn_classifier", []int{64, 0} }, "model.hidden_units"},
 	}
 	for _, b := range bad {
 		s := JobSpec{JobID: "census_1"}.WithDefaults()

@@ -109,6 +109,42 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return usageError{fmt.Errorf("unknown jobs command %q", args[0])}
 }
 
+// jobCommand is a command about one job: its ID and a Temporal client.
+type jobCommand struct {
+	id     string
+	conn   conn
+	client client.Client
+}
+
+// openJobCommand parses a command line that names one JOB_ID and connects
+// to Temporal; close the client. extra, if set, adds command-specific flags
+// and returns their validation, run before connecting.
+func openJobCommand(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet) func() error) (*jobCommand, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	j := &jobCommand{}
+	j.conn.register(fs)
+	validate := func() error { return nil }
+	if extra != nil {
+		validate = extra(fs)
+	}
+	id, err := oneJobID(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.conn.check(); err != nil {
+		return nil, err
+	}
+	if err := validate(); err != nil {
+		return nil, err
+	}
+	j.id = id
+	if j.client, err = j.conn.dial(); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
 // oneJobID parses flags and the single JOB_ID argument.
 func oneJobID(fs *flag.FlagSet, args []string) (string, error) {
 	if err := parseFlags(fs, args); err != nil {
@@ -321,27 +357,16 @@ func describeJob(ctx context.Context, cl client.Client, id string) (*jobDescript
 }
 
 func runJobsDescribe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("jobs describe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c conn
-	c.register(fs)
-	id, err := oneJobID(fs, args)
+	j, err := openJobCommand("jobs describe", args, stderr, nil)
 	if err != nil {
 		return err
 	}
-	if err := c.check(); err != nil {
-		return err
-	}
-	cl, err := c.dial()
+	defer j.client.Close()
+	d, err := describeJob(ctx, j.client, j.id)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	d, err := describeJob(ctx, cl, id)
-	if err != nil {
-		return err
-	}
-	if c.output == "json" {
+	if j.conn.output == "json" {
 		return writeJSON(stdout, d)
 	}
 	fmt.Fprintf(stdout, "job:      %s (run %s)\nstatus:   %s\n", d.JobID, d.RunID, d.Status)
@@ -373,20 +398,13 @@ func runJobsDescribe(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("jobs cancel", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c conn
-	c.register(fs)
-	id, err := oneJobID(fs, args)
+	j, err := openJobCommand("jobs cancel", args, stderr, nil)
 	if err != nil {
 		return err
 	}
-	cl, err := c.dial()
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	err = cl.CancelWorkflow(ctx, id, "")
+	defer j.client.Close()
+	id := j.id
+	err = j.client.CancelWorkflow(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return notFoundError{fmt.Errorf("job %s not found or already finished", id)}
@@ -399,23 +417,13 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("jobs stream-logs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c conn
-	c.register(fs)
-	id, err := oneJobID(fs, args)
+	j, err := openJobCommand("jobs stream-logs", args, stderr, nil)
 	if err != nil {
 		return err
 	}
-	if err := c.check(); err != nil {
-		return err
-	}
-	cl, err := c.dial()
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	it := cl.GetWorkflowHistory(ctx, id, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	defer j.client.Close()
+	id := j.id
+	it := j.client.GetWorkflowHistory(ctx, id, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	names := map[int64]string{} // scheduled event ID → activity type
 	for it.HasNext() {
 		ev, err := it.Next()
@@ -430,7 +438,7 @@ func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if line == nil {
 			continue
 		}
-		if c.output == "json" {
+		if j.conn.output == "json" {
 			if err := writeJSONLine(stdout, line); err != nil {
 				return err
 			}

@@ -61,25 +61,22 @@ func resetPoint(h *historypb.History, activity string) (int64, error) {
 }
 
 func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("jobs reset", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c conn
-	c.register(fs)
-	to := fs.String("to", "", "step to re-run from: preprocess, train or export")
-	reason := fs.String("reason", "reset by trainflow jobs reset", "reason recorded in the history")
-	id, err := oneJobID(fs, args)
+	var to, reason *string
+	j, err := openJobCommand("jobs reset", args, stderr, func(fs *flag.FlagSet) func() error {
+		to = fs.String("to", "", "step to re-run from: preprocess, train or export")
+		reason = fs.String("reason", "reset by trainflow jobs reset", "reason recorded in the history")
+		return func() error {
+			if _, ok := resetTargets[*to]; !ok {
+				return usageError{fmt.Errorf("--to %q: want preprocess, train or export", *to)}
+			}
+			return nil
+		}
+	})
 	if err != nil {
 		return err
 	}
-	activity, ok := resetTargets[*to]
-	if !ok {
-		return usageError{fmt.Errorf("--to %q: want preprocess, train or export", *to)}
-	}
-	cl, err := c.dial()
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
+	defer j.client.Close()
+	id, cl, c, activity := j.id, j.client, j.conn, resetTargets[*to]
 	d, err := cl.DescribeWorkflowExecution(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
