@@ -80,10 +80,10 @@ func trans(t blas.Transpose) C.enum_CBLAS_TRANSPOSE {
 	return C.CblasTrans
 }
 
-// Dgemm computes C = alpha·op(A)·op(B) + beta·C for row-major matrices.
-// Degenerate or inconsistent arguments go to gonum, which handles the
-// former and panics on the latter as the blas contract asks.
-func (o openBLAS) Dgemm(tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+// gemmArgsOK reports whether a row-major gemm call's sizes are non-degenerate
+// and consistent with its slices (la, lb, lc elements), so that cblas may be
+// called with pointers to their first elements.
+func gemmArgsOK(tA, tB blas.Transpose, m, n, k, lda, ldb, ldc, la, lb, lc int) bool {
 	ar, ac := m, k
 	if tA != blas.NoTrans {
 		ar, ac = k, m
@@ -92,8 +92,15 @@ func (o openBLAS) Dgemm(tA, tB blas.Transpose, m, n, k int, alpha float64, a []f
 	if tB != blas.NoTrans {
 		br, bc = n, k
 	}
-	if m < 1 || n < 1 || k < 1 || lda < max(1, ac) || ldb < max(1, bc) || ldc < max(1, n) ||
-		len(a) < lda*(ar-1)+ac || len(b) < ldb*(br-1)+bc || len(c) < ldc*(m-1)+n {
+	return m >= 1 && n >= 1 && k >= 1 && lda >= max(1, ac) && ldb >= max(1, bc) && ldc >= max(1, n) &&
+		la >= lda*(ar-1)+ac && lb >= ldb*(br-1)+bc && lc >= ldc*(m-1)+n
+}
+
+// Dgemm computes C = alpha·op(A)·op(B) + beta·C for row-major matrices.
+// Degenerate or inconsistent arguments go to gonum, which handles the
+// former and panics on the latter as the blas contract asks.
+func (o openBLAS) Dgemm(tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	if !gemmArgsOK(tA, tB, m, n, k, lda, ldb, ldc, len(a), len(b), len(c)) {
 		o.Implementation.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
@@ -114,16 +121,7 @@ func adamStep(params, grad, m, v []float64, b1, b2, lr, s, eps float64) {
 
 // Sgemm is Dgemm for float32.
 func (o openBLAS) Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	ar, ac := m, k
-	if tA != blas.NoTrans {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if tB != blas.NoTrans {
-		br, bc = n, k
-	}
-	if m < 1 || n < 1 || k < 1 || lda < max(1, ac) || ldb < max(1, bc) || ldc < max(1, n) ||
-		len(a) < lda*(ar-1)+ac || len(b) < ldb*(br-1)+bc || len(c) < ldc*(m-1)+n {
+	if !gemmArgsOK(tA, tB, m, n, k, lda, ldb, ldc, len(a), len(b), len(c)) {
 		o.Implementation.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
