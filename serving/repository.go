@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
+	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -35,20 +36,7 @@ var ErrNotFound = errors.New("serving: not found")
 // ValidName reports whether name can be a model name: letters, digits and
 // '_', starting with a letter, at most 128 characters. Nothing else can
 // reach the file system.
-func ValidName(name string) bool {
-	if name == "" || len(name) > 128 || !isLetter(name[0]) {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !isLetter(c) && !(c >= '0' && c <= '9') && c != '_' {
-			return false
-		}
-	}
-	return true
-}
-
-func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+func ValidName(name string) bool { return ident.Valid(name) }
 
 // Models lists the model names in the repository.
 func (r *Repository) Models() ([]string, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 )
@@ -163,27 +164,15 @@ const ModelLinearClassifier = "linear_classifier"
 var ErrInvalidSpec = errors.New("invalid job spec")
 
 // MaxJobIDLength bounds job IDs.
-const MaxJobIDLength = 128
+const MaxJobIDLength = ident.MaxLen
 
 // ValidateJobID reports whether id is a valid job ID and why not.
 func ValidateJobID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: job_id is empty", ErrInvalidSpec)
-	case len(id) > MaxJobIDLength:
-		return fmt.Errorf("%w: job_id has %d characters, at most %d allowed", ErrInvalidSpec, len(id), MaxJobIDLength)
-	case !isLetter(id[0]):
-		return fmt.Errorf("%w: job_id %q must start with a letter", ErrInvalidSpec, id)
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !isLetter(c) && !(c >= '0' && c <= '9') && c != '_' {
-			return fmt.Errorf("%w: job_id %q: character %q at %d is not a letter, digit or '_'", ErrInvalidSpec, id, c, i)
-		}
+	if err := ident.Check(id); err != nil {
+		return fmt.Errorf("%w: job_id: %w", ErrInvalidSpec, err)
 	}
 	return nil
 }
-
-func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 // WithDefaults returns s with every unset field defaulted. It is pure, so
 // workflows call it too.
@@ -297,7 +286,7 @@ func (s *JobSpec) Validate() error {
 	if (len(s.Data.Train) == 0) != (len(s.Data.Eval) == 0) {
 		return fmt.Errorf("%w: data.train and data.eval go together", ErrInvalidSpec)
 	}
-	if ValidateJobID(s.ModelName) != nil {
+	if !ident.Valid(s.ModelName) {
 		return fmt.Errorf("%w: model_name %q: letters, digits and '_', starting with a letter", ErrInvalidSpec, s.ModelName)
 	}
 	names := map[string]bool{}
@@ -306,7 +295,7 @@ func (s *JobSpec) Validate() error {
 		switch {
 		case e.Type != ExporterLatest && e.Type != ExporterBest && e.Type != ExporterFinal:
 			return fmt.Errorf("%w: %s.type %q: want latest, best or final", ErrInvalidSpec, field, e.Type)
-		case ValidateJobID(e.Name) != nil:
+		case !ident.Valid(e.Name):
 			return fmt.Errorf("%w: %s.name %q: letters, digits and '_', starting with a letter", ErrInvalidSpec, field, e.Name)
 		case names[e.Name]:
 			return fmt.Errorf("%w: %s.name %q is used twice", ErrInvalidSpec, field, e.Name)
