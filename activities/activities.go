@@ -325,15 +325,23 @@ func appendEvent(jobDir string, ev map[string]any) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(jobDir, "events.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	return appendLine(filepath.Join(jobDir, "events.jsonl"), b)
+}
+
+// appendLine appends one line to path, creating it and its directory.
+func appendLine(path string, line []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return err
 	}
-	return err
+	return f.Close()
 }
 
 // Evaluate evaluates the checkpoint at in.Step on the evaluation data
@@ -429,18 +437,7 @@ func appendMetrics(path, name string, step int64, m train.Metrics) error {
 		}
 	}
 	line, _ := json.Marshal(metricsLine{Name: name, GlobalStep: step, Metrics: m, Checkpoint: train.CheckpointName(step), Time: time.Now().UTC().Format(time.RFC3339Nano)})
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(line, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return appendLine(path, line)
 }
 
 // DeleteExport removes a bundle an exporter no longer keeps. Deleting a
