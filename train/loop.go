@@ -66,7 +66,7 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 		return Result{}, fmt.Errorf("%w: %d rows of dim %d, batch %d, max steps %d, model dim %d",
 			ErrShape, n, data.Dim, cfg.BatchSize, cfg.MaxSteps, cfg.Meta.Dim)
 	}
-	m, err := New(cfg.Meta, rand.New(rand.NewPCG(cfg.Seed, initStream)))
+	m, err := Initial(cfg.Meta, cfg.Seed)
 	if err != nil {
 		return Result{}, err
 	}
@@ -134,6 +134,13 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 // initStream is the PCG stream of the weight initialisation, apart from
 // the per-epoch permutation streams 0, 1, 2, ….
 const initStream = 1 << 62
+
+// Initial returns the model meta describes with the initial weights Run
+// starts from for seed: every process that calls it with the same
+// arguments gets the same weights (parameter servers rely on it).
+func Initial(meta CheckpointMeta, seed uint64) (Model, error) {
+	return New(meta, rand.New(rand.NewPCG(seed, initStream)))
+}
 
 // Step is one training step: the gradient of m's mean loss on the batch
 // (x, y) into grad (scratch of len(m.Params())), clipped to global norm

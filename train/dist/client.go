@@ -1,0 +1,234 @@
+package dist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/trainflow/trainflow/train"
+)
+
+// Cluster is a worker's view of the parameter servers: their addresses
+// (task order, "" while one is not up) and the generation of their state.
+// The generation grows each time a parameter server restarts; RestoreStep
+// is the committed checkpoint every shard rolls back to for it.
+type Cluster struct {
+	Gen         int64    `json:"gen"`
+	RestoreStep int64    `json:"restore_step"`
+	Addrs       []string `json:"addrs"`
+}
+
+// ready reports whether every parameter server has an address.
+func (c Cluster) ready(tasks int) bool {
+	return len(c.Addrs) == tasks && !slices.Contains(c.Addrs, "")
+}
+
+// Resolver answers the current Cluster (the training workflow knows it).
+type Resolver func(ctx context.Context) (Cluster, error)
+
+// Client talks to every shard of a model's parameter servers. Its methods
+// fan out to the shards in parallel. It is used by one worker goroutine at
+// a time.
+type Client struct {
+	resolve Resolver
+	n       int // model variables
+	tasks   int
+	cluster Cluster
+	conns   []*grpc.ClientConn
+	steps   []int64 // per-shard steps of the last Pull: the tags of Push
+}
+
+// Dial resolves the cluster, waiting until every one of the tasks
+// parameter servers has an address, and connects to them. n is the
+// model's number of variables.
+func Dial(ctx context.Context, resolve Resolver, n, tasks int) (*Client, error) {
+	c := &Client{resolve: resolve, n: n, tasks: tasks, conns: make([]*grpc.ClientConn, tasks), steps: make([]int64, tasks)}
+	if err := c.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Gen returns the cluster generation the client works in.
+func (c *Client) Gen() int64 { return c.cluster.Gen }
+
+// Addrs returns the parameter servers' addresses.
+func (c *Client) Addrs() []string { return slices.Clone(c.cluster.Addrs) }
+
+// Refresh re-resolves the cluster until every parameter server has an
+// address, and reconnects to the ones whose address changed.
+func (c *Client) Refresh(ctx context.Context) error {
+	wait := 50 * time.Millisecond
+	for {
+		cl, err := c.resolve(ctx)
+		if err == nil && cl.ready(c.tasks) {
+			for i, a := range cl.Addrs {
+				if c.conns[i] != nil && i < len(c.cluster.Addrs) && c.cluster.Addrs[i] == a {
+					continue
+				}
+				if c.conns[i] != nil {
+					c.conns[i].Close()
+				}
+				conn, err := grpc.NewClient(a,
+					grpc.WithTransportCredentials(insecure.NewCredentials()),
+					grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{}), grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+					grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+				)
+				if err != nil {
+					return fmt.Errorf("connect to parameter server %d at %s: %w", i, a, err)
+				}
+				c.conns[i] = conn
+			}
+			c.cluster = cl
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %d parameter servers (have %v): %w", c.tasks, cl.Addrs, errors.Join(ctx.Err(), err))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// Close closes the connections.
+func (c *Client) Close() {
+	for _, conn := range c.conns {
+		if conn != nil {
+			conn.Close()
+		}
+	}
+}
+
+func (c *Client) header() header {
+	return header{Gen: c.cluster.Gen, RestoreStep: c.cluster.RestoreStep}
+}
+
+// each runs f for every shard in parallel and returns the first error.
+func (c *Client) each(f func(i int) error) error {
+	errs := make([]error, c.tasks)
+	var wg sync.WaitGroup
+	for i := range c.tasks {
+		wg.Go(func() { errs[i] = f(i) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Client) call(ctx context.Context, i int, name string, req, resp message) error {
+	if err := c.conns[i].Invoke(ctx, method(name), req, resp); err != nil {
+		return fmt.Errorf("parameter server %d (%s) %s: %w", i, c.cluster.Addrs[i], name, err)
+	}
+	return nil
+}
+
+// Pull copies the model's variables into params (len n) and returns the
+// global step (shard 0's) and whether training is done on every shard.
+func (c *Client) Pull(ctx context.Context, params []float64) (step int64, done bool, err error) {
+	dones := make([]bool, c.tasks)
+	err = c.each(func(i int) error {
+		lo, hi := Range(c.n, c.tasks, i)
+		resp := pullResponse{Params: params[lo:hi:hi]}
+		if err := c.call(ctx, i, "Pull", &pullRequest{c.header()}, &resp); err != nil {
+			return err
+		}
+		if len(resp.Params) != hi-lo {
+			return fmt.Errorf("%w: parameter server %d sent %d values, want %d", train.ErrShape, i, len(resp.Params), hi-lo)
+		}
+		if &resp.Params[0] != &params[lo] {
+			copy(params[lo:hi], resp.Params)
+		}
+		c.steps[i], dones[i] = resp.Step, resp.Done
+		return nil
+	})
+	return c.steps[0], !slices.Contains(dones, false), err
+}
+
+// Push sends worker's gradient grad (len n) of the variables of the last
+// Pull, with the worker's data cursor after the batch, and returns shard
+// 0's answer (Done only when every shard is done).
+func (c *Client) Push(ctx context.Context, worker int, grad, cursor []float64) (PushResult, error) {
+	res := make([]pushResponse, c.tasks)
+	err := c.each(func(i int) error {
+		lo, hi := Range(c.n, c.tasks, i)
+		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[i], Cursor: cursor, Grad: grad[lo:hi]}
+		return c.call(ctx, i, "Push", &req, &res[i])
+	})
+	done := true
+	for _, r := range res {
+		done = done && r.Done
+	}
+	return PushResult{Step: res[0].Step, Applied: res[0].Applied, Done: done}, err
+}
+
+// Cursor returns worker's data cursor as recorded by shard 0, or nil.
+func (c *Client) Cursor(ctx context.Context, worker int) ([]float64, error) {
+	var resp cursorResponse
+	if err := c.call(ctx, 0, "Cursor", &cursorRequest{header: c.header(), Worker: int64(worker)}, &resp); err != nil {
+		return nil, err
+	}
+	if !resp.Found {
+		return nil, nil
+	}
+	return resp.Cursor, nil
+}
+
+// Ping checks that every shard answers in the client's generation
+// (bringing shards behind it up to it).
+func (c *Client) Ping(ctx context.Context) error {
+	return c.each(func(i int) error { return c.call(ctx, i, "Cursor", &cursorRequest{header: c.header()}, &cursorResponse{}) })
+}
+
+// Cut assembles the checkpoint of meta's model at step, a checkpoint step,
+// from every shard's cut (see Shard.Cut), waiting for the shards to get
+// there. The checkpoint is of a later step if a shard no longer keeps that
+// one.
+func (c *Client) Cut(ctx context.Context, meta train.CheckpointMeta, step int64) (*train.Checkpoint, error) {
+	states := make([]ShardState, c.tasks)
+	for range 3 {
+		err := c.each(func(i int) error {
+			var resp snapshotResponse
+			if err := c.call(ctx, i, "Snapshot", &snapshotRequest{header: c.header(), Step: step}, &resp); err != nil {
+				return err
+			}
+			states[i] = resp.ShardState
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		newest := step
+		for _, st := range states {
+			newest = max(newest, st.Step)
+		}
+		if newest == step {
+			break
+		}
+		step = newest // a shard moved past step: cut all at its step
+	}
+	return Assemble(meta, states)
+}
+
+// clone dials a second client to the same cluster.
+func (c *Client) clone(ctx context.Context) (*Client, error) {
+	return Dial(ctx, c.resolve, c.n, c.tasks)
+}
+
+// Committed tells every shard that the checkpoint at step is committed.
+func (c *Client) Committed(ctx context.Context, step int64) error {
+	return c.each(func(i int) error {
+		return c.call(ctx, i, "Committed", &committedRequest{header: c.header(), Step: step}, &empty{})
+	})
+}
+
+// Finish tells every shard that training is done.
+func (c *Client) Finish(ctx context.Context) error {
+	return c.each(func(i int) error { return c.call(ctx, i, "Finish", &finishRequest{c.header()}, &empty{}) })
+}

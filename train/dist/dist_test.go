@@ -1,0 +1,354 @@
+package dist
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trainflow/trainflow/train"
+)
+
+// separable returns n rows of dim features whose class is the sign of a
+// fixed linear function plus a little noise.
+func separable(n, dim int, seed uint64) train.Data {
+	r := rand.New(rand.NewPCG(seed, 7))
+	w := make([]float64, dim)
+	for i := range w {
+		w[i] = r.NormFloat64()
+	}
+	d := train.Data{Dim: dim, X: make([]float64, n*dim), Y: make([]float64, n)}
+	for i := range n {
+		s := 0.3 * r.NormFloat64()
+		for j := range dim {
+			x := r.NormFloat64()
+			d.X[i*dim+j] = x
+			s += x * w[j]
+		}
+		if s > 0 {
+			d.Y[i] = 1
+		}
+	}
+	return d
+}
+
+// trainAndHeldOut returns 6000 training and 2000 held-out rows of one
+// separable problem.
+func trainAndHeldOut() (train.Data, train.Data) {
+	d := separable(8000, 8, 1)
+	cut := 6000
+	return train.Data{Dim: 8, X: d.X[:cut*8], Y: d.Y[:cut]}, train.Data{Dim: 8, X: d.X[cut*8:], Y: d.Y[cut:]}
+}
+
+// split gives worker i of k every k-th row.
+func split(d train.Data, i, k int) train.Data {
+	out := train.Data{Dim: d.Dim}
+	for r := i; r < len(d.Y); r += k {
+		out.X = append(out.X, d.X[r*d.Dim:(r+1)*d.Dim]...)
+		out.Y = append(out.Y, d.Y[r])
+	}
+	return out
+}
+
+// cluster is an in-process parameter-server cluster on loopback gRPC.
+type cluster struct {
+	t       *testing.T
+	cfg     ShardConfig
+	ckdir   string
+	mu      sync.Mutex
+	view    Cluster
+	servers []*Server
+}
+
+func newCluster(t *testing.T, tasks int, sync bool, replicas int, maxSteps int64) *cluster {
+	c := &cluster{t: t, ckdir: t.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, tasks)}, servers: make([]*Server, tasks)}
+	c.cfg = ShardConfig{Tasks: tasks, Meta: linearMeta(8), Seed: 3, Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.05},
+		MaxSteps: maxSteps, SaveSteps: 50, Sync: sync, Replicas: replicas}
+	for i := range tasks {
+		c.start(i, nil, 1)
+	}
+	t.Cleanup(func() {
+		for _, s := range c.servers {
+			s.Stop()
+		}
+	})
+	return c
+}
+
+// start runs parameter server i from ck at generation gen.
+func (c *cluster) start(i int, ck *train.Checkpoint, gen int64) {
+	cfg := c.cfg
+	cfg.Task = i
+	sh, err := NewShard(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := sh.Restore(ck, gen); err != nil {
+		c.t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	srv := NewServer(sh, func(step int64) (*train.Checkpoint, error) {
+		return train.ReadCheckpoint(filepath.Join(c.ckdir, train.CheckpointName(step)))
+	})
+	go srv.Serve(lis)
+	c.mu.Lock()
+	c.servers[i] = srv
+	c.view.Addrs[i] = lis.Addr().String()
+	c.mu.Unlock()
+}
+
+func (c *cluster) resolve(context.Context) (Cluster, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.view
+	v.Addrs = append([]string(nil), v.Addrs...)
+	return v, nil
+}
+
+// worker runs worker task of tasks to the end and returns its result.
+func (c *cluster) worker(ctx context.Context, data train.Data, task, tasks int, hooks Hooks) (WorkerResult, error) {
+	cl, err := Dial(ctx, c.resolve, c.cfg.Meta.Dim+1, c.cfg.Tasks)
+	if err != nil {
+		return WorkerResult{}, err
+	}
+	defer cl.Close()
+	cfg := WorkerConfig{Task: task, Meta: c.cfg.Meta, Seed: uint64(100 + task), BatchSize: 32, MaxSteps: c.cfg.MaxSteps,
+		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir}
+	return RunWorker(ctx, cfg, split(data, task, tasks), cl, hooks)
+}
+
+func accuracy(t *testing.T, ckdir string, d train.Data) (float64, int64) {
+	t.Helper()
+	ck, err := train.LatestCheckpoint(ckdir)
+	if err != nil || ck == nil {
+		t.Fatalf("latest checkpoint: %v, %v", ck, err)
+	}
+	m, err := train.Load(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return train.Evaluate(m, d.X, d.Y, 256).Accuracy, ck.Step
+}
+
+func TestDistributedTraining(t *testing.T) {
+	data, held := trainAndHeldOut()
+	for _, c := range []struct {
+		name     string
+		sync     bool
+		replicas int
+	}{{"async", false, 0}, {"sync", true, 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCluster(t, 2, c.sync, c.replicas, 400)
+			var committed []int64
+			var wg sync.WaitGroup
+			res := make([]WorkerResult, 3)
+			errs := make([]error, 3)
+			for i := range 3 {
+				hooks := Hooks{}
+				if i == 0 {
+					hooks.Committed = func(p train.Progress) error { committed = append(committed, p.Step); return nil }
+				}
+				wg.Go(func() { res[i], errs[i] = cl.worker(context.Background(), data, i, 3, hooks) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			acc, step := accuracy(t, cl.ckdir, held)
+			t.Logf("accuracy %.4f at step %d; commits %v; worker results %+v", acc, step, committed, res)
+			if step != 400 || committed[len(committed)-1] != 400 {
+				t.Fatalf("final checkpoint at step %d (commits %v), want 400", step, committed)
+			}
+			if acc < 0.95 {
+				t.Fatalf("accuracy %.4f, want ≥ 0.95", acc)
+			}
+			var applied int64
+			for i, r := range res {
+				if r.Applied == 0 {
+					t.Fatalf("worker %d had no gradient applied: %+v", i, r)
+				}
+				applied += r.Applied
+			}
+			// Async applies every gradient once; sync applies 3 per step.
+			want := int64(400)
+			if c.sync {
+				want = 3 * 400
+			}
+			if applied != want {
+				t.Fatalf("%d gradients applied, want %d", applied, want)
+			}
+			for i := 1; i < len(committed); i++ {
+				if committed[i] <= committed[i-1] || committed[i]-committed[i-1] > 50+3 {
+					t.Fatalf("commits %v: not increasing or further apart than the interval", committed)
+				}
+			}
+		})
+	}
+}
+
+func TestParameterServerRestartRollsBack(t *testing.T) {
+	data, held := trainAndHeldOut()
+	cl := newCluster(t, 2, false, 0, 600)
+	kill := make(chan int64, 1)
+	var mu sync.Mutex
+	var committed []int64
+	var recovered []string
+	hooks := func(i int) Hooks {
+		h := Hooks{Recovered: func(err error, c Cluster) {
+			mu.Lock()
+			recovered = append(recovered, err.Error())
+			mu.Unlock()
+		}}
+		if i == 0 {
+			h.Committed = func(p train.Progress) error {
+				mu.Lock()
+				committed = append(committed, p.Step)
+				mu.Unlock()
+				return nil
+			}
+		}
+		if i == 1 {
+			h.Moved = func(p Position) {
+				if p.GlobalStep >= 230 {
+					select {
+					case kill <- p.GlobalStep:
+					default:
+					}
+				}
+			}
+		}
+		return h
+	}
+	var lost int64
+	restarted := make(chan struct{})
+	go func() {
+		defer close(restarted)
+		seen := <-kill
+		cl.servers[1].Stop() // parameter server 1 dies with its state
+		ck, err := train.LatestCheckpoint(cl.ckdir)
+		if err != nil || ck == nil {
+			t.Errorf("no checkpoint to restore: %v", err)
+			return
+		}
+		lost = seen - ck.Step
+		cl.mu.Lock()
+		cl.view.Gen, cl.view.RestoreStep = 2, ck.Step
+		cl.mu.Unlock()
+		cl.start(1, ck, 2)
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() { _, errs[i] = cl.worker(context.Background(), data, i, 2, hooks(i)) })
+	}
+	wg.Wait()
+	<-restarted
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	acc, step := accuracy(t, cl.ckdir, held)
+	t.Logf("accuracy %.4f at step %d; lost %d steps; commits %v; recoveries %q", acc, step, lost, committed, recovered)
+	if step != 600 || acc < 0.95 {
+		t.Fatalf("finished at step %d with accuracy %.4f, want 600 and ≥ 0.95", step, acc)
+	}
+	if len(recovered) == 0 {
+		t.Fatal("no worker noticed the restart")
+	}
+	if lost < 0 || lost > 50 {
+		t.Fatalf("lost %d steps, want at most one checkpoint interval (50)", lost)
+	}
+	for i := 1; i < len(committed); i++ {
+		if committed[i] <= committed[i-1] {
+			t.Fatalf("committed steps went backwards: %v", committed)
+		}
+	}
+	// Every shard rolled back to the same generation.
+	for i, s := range cl.servers {
+		if _, gen := s.shard.Step(); gen != 2 {
+			t.Fatalf("shard %d ended at generation %d, want 2", i, gen)
+		}
+	}
+}
+
+func TestWorkerResumesWhereItStopped(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	cl := newCluster(t, 1, false, 0, 300)
+	var last Position
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { cl.worker(context.Background(), data, 0, 2, Hooks{}) })
+	_, err := cl.worker(ctx, data, 1, 2, Hooks{Moved: func(p Position) {
+		last = p
+		if p.GlobalStep >= 100 {
+			cancel() // worker 1 dies after this push
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("stopped worker: %v, want context.Canceled", err)
+	}
+	var resumed Position
+	first := true
+	if _, err := cl.worker(context.Background(), data, 1, 2, Hooks{Resumed: func(p Position, _ string) {
+		if first {
+			resumed, first = p, false
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if resumed.Epoch != last.Epoch || resumed.Cursor != last.Cursor || resumed.Cursor == 0 {
+		t.Fatalf("resumed at epoch %d cursor %d, want where it stopped: epoch %d cursor %d", resumed.Epoch, resumed.Cursor, last.Epoch, last.Cursor)
+	}
+}
+
+func TestBackupWorkersDropTheStraggler(t *testing.T) {
+	data, held := trainAndHeldOut()
+	for _, c := range []struct {
+		name     string
+		replicas int
+	}{{"backup", 2}, {"no backup", 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCluster(t, 2, true, c.replicas, 150)
+			res := make([]WorkerResult, 3)
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			for i := range 3 {
+				var h Hooks
+				if i == 2 { // a deliberately slow worker
+					h.Computed = func() { time.Sleep(5 * time.Millisecond) }
+				}
+				wg.Go(func() { res[i], errs[i] = cl.worker(context.Background(), data, i, 3, h) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			acc, step := accuracy(t, cl.ckdir, held)
+			t.Logf("accuracy %.4f at step %d; results %+v", acc, step, res)
+			if step != 150 || acc < 0.9 {
+				t.Fatalf("step %d accuracy %.4f", step, acc)
+			}
+			var applied int64
+			for _, r := range res {
+				applied += r.Applied
+			}
+			if applied != int64(c.replicas)*150 {
+				t.Fatalf("%d gradients applied, want %d per step", applied, c.replicas)
+			}
+			slow := res[2]
+			if c.replicas == 2 && (slow.Steps >= 150 || slow.Applied*2 > slow.Steps) {
+				t.Fatalf("with a backup, the slow worker made %d steps with %d gradients applied; want few, mostly dropped", slow.Steps, slow.Applied)
+			}
+			if c.replicas == 3 && slow.Applied != 150 {
+				t.Fatalf("without backups every step waits for the slow worker: %d applied, want 150", slow.Applied)
+			}
+		})
+	}
+}

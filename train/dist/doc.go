@@ -1,0 +1,29 @@
+// Package dist trains one model on several workers with parameter servers
+// (data parallelism, as in TensorFlow's between-graph replication).
+//
+// The model's flat variables are split into contiguous shards (Range), one
+// per parameter server. A Shard holds its slice with the optimizer state
+// for it and applies gradients: in async mode each gradient as it arrives,
+// in sync mode the mean of Replicas gradients tagged with the current step
+// (more workers than Replicas are backups: a straggler's late gradient is
+// dropped). Servers speak gRPC (service trainflow.dist.ParameterServer,
+// methods Pull, Push, Snapshot, Cursor and Finish) with the binary codec in
+// wire.go.
+//
+// A worker (RunWorker) pulls the variables, computes the gradient of its
+// next batch and pushes it, with its data position, to every shard. Shard
+// 0 records the position with the update, so positions and variables are
+// checkpointed together and a restarted worker continues where its last
+// counted batch ended. Worker 0, the chief, commits checkpoints
+// (Snapshot of every shard, Assemble, train.SaveCheckpoint) each time the
+// global step passes a multiple of the save interval, and at the end.
+//
+// Failures: the workers find the parameter servers through a Resolver (the
+// training workflow, told by each server when it starts). A restarted
+// server restores the newest committed checkpoint and the cluster
+// generation grows; every request carries the generation the worker
+// knows, so the other shards roll back to the same checkpoint on their next
+// request, and workers of an older generation are refused
+// (codes.FailedPrecondition) until they refresh and re-read their
+// positions. Lost work is bounded by the checkpoint interval.
+package dist

@@ -1,0 +1,411 @@
+package dist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/trainflow/trainflow/train"
+)
+
+// ErrStale is returned to a request from an older cluster generation than
+// the shard's: the caller must refresh its view of the cluster.
+var ErrStale = errors.New("dist: stale cluster generation")
+
+// Range returns the half-open range [lo, hi) of the n flat parameters that
+// shard i of k holds: contiguous, sizes differing by at most one.
+func Range(n, k, i int) (lo, hi int) { return i * n / k, (i + 1) * n / k }
+
+// ShardConfig configures one parameter-server shard.
+type ShardConfig struct {
+	// Task is this shard's index among Tasks shards.
+	Task, Tasks int
+	// Meta is the model; Seed its initial weights (train.Initial), so
+	// every shard starts from its slice of the same model.
+	Meta train.CheckpointMeta
+	Seed uint64
+	// Optimizer applies gradients to the shard's slice.
+	Optimizer train.OptimizerConfig
+	// MaxSteps stops training: gradients arriving at this global step are
+	// dropped and every answer says done.
+	MaxSteps int64
+	// SaveSteps is the checkpoint interval: the shard keeps a copy of its
+	// state at every multiple of SaveSteps (and at MaxSteps) for the
+	// chief to commit, and does not step past such a cut until the chief
+	// reports it committed (Committed). Checkpoints are so cut at exactly
+	// those steps on every shard, and a restart loses less than one
+	// interval.
+	SaveSteps int64
+	// Sync averages Replicas gradients per step (sync replicas; workers
+	// beyond Replicas are backups whose late gradients are dropped). Async
+	// applies every gradient as it arrives.
+	Sync     bool
+	Replicas int
+}
+
+// PushResult is a shard's answer to a gradient.
+type PushResult struct {
+	// Step is the shard's global step after the push.
+	Step int64
+	// Applied reports whether the gradient went into an update (false:
+	// stale, duplicate or after MaxSteps).
+	Applied bool
+	Done    bool
+}
+
+// Shard holds a contiguous slice of a model's variables and their
+// optimizer state, and applies workers' gradients to it. Shard 0 also keeps
+// each worker's data cursor, so that a cursor is recorded atomically with
+// the update its batch produced and a checkpoint carries both. Safe for
+// concurrent use.
+type Shard struct {
+	cfg    ShardConfig
+	lo, hi int
+
+	mu       sync.Mutex
+	params   []float64
+	opt      train.Optimizer
+	step      int64
+	committed int64 // newest step the chief has committed
+	gen       int64
+	finished  bool
+	advanced chan struct{} // closed and replaced when step advances
+	// Sync accumulation of the current step.
+	acc     []float64
+	accFrom map[int][]float64 // worker → cursor of the gradient it added
+	cursors map[int][]float64 // worker → cursor after its last counted batch
+	// cuts are copies of the state at the newest checkpoint steps.
+	cuts []ShardState
+}
+
+// keepCuts is how many checkpoint cuts a shard keeps for a lagging chief.
+const keepCuts = 3
+
+// NewShard returns shard cfg.Task at step 0 holding its slice of the
+// initial model.
+func NewShard(cfg ShardConfig) (*Shard, error) {
+	if cfg.Tasks < 1 || cfg.Task < 0 || cfg.Task >= cfg.Tasks || cfg.MaxSteps < 1 || cfg.SaveSteps < 1 || (cfg.Sync && cfg.Replicas < 1) {
+		return nil, fmt.Errorf("%w: shard %d of %d, max steps %d, save steps %d, replicas %d", train.ErrShape, cfg.Task, cfg.Tasks, cfg.MaxSteps, cfg.SaveSteps, cfg.Replicas)
+	}
+	m, err := train.Initial(cfg.Meta, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	n := len(m.Params())
+	if n < 2*cfg.Tasks {
+		return nil, fmt.Errorf("%w: %d parameters cannot be sharded over %d parameter servers", train.ErrShape, n, cfg.Tasks)
+	}
+	s := &Shard{cfg: cfg, advanced: make(chan struct{}), accFrom: map[int][]float64{}, cursors: map[int][]float64{}}
+	s.lo, s.hi = Range(n, cfg.Tasks, cfg.Task)
+	s.params = slices.Clone(m.Params()[s.lo:s.hi])
+	if s.opt, err = train.NewOptimizer(cfg.Optimizer, s.hi-s.lo); err != nil {
+		return nil, err
+	}
+	s.acc = make([]float64, s.hi-s.lo)
+	s.cuts = []ShardState{s.stateLocked()}
+	return s, nil
+}
+
+// Len is the number of variables the shard holds.
+func (s *Shard) Len() int { return s.hi - s.lo }
+
+// Step returns the shard's global step and generation.
+func (s *Shard) Step() (step, gen int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.step, s.gen
+}
+
+// SetGeneration sets the cluster generation the shard's state belongs to.
+func (s *Shard) SetGeneration(gen int64) {
+	s.mu.Lock()
+	s.gen = gen
+	s.mu.Unlock()
+}
+
+// cursorPrefix names the checkpoint tensors holding workers' cursors.
+const cursorPrefix = "cursor/"
+
+// Restore replaces the shard's state with its slice of checkpoint ck (nil:
+// the initial model at step 0) and sets its generation to gen. The
+// checkpoint must be of the same model.
+func (s *Shard) Restore(ck *train.Checkpoint, gen int64) error {
+	if ck == nil {
+		m, err := train.Initial(s.cfg.Meta, s.cfg.Seed)
+		if err != nil {
+			return err
+		}
+		opt, err := train.NewOptimizer(s.cfg.Optimizer, s.Len())
+		if err != nil {
+			return err
+		}
+		t := map[string][]float64{"params": m.Params()}
+		opt.Save(t)
+		ck = &train.Checkpoint{Meta: s.cfg.Meta, Tensors: t}
+	}
+	if !ck.Meta.Equal(s.cfg.Meta) {
+		return fmt.Errorf("%w: checkpoint at step %d is for %+v, not %+v", train.ErrCheckpoint, ck.Step, ck.Meta, s.cfg.Meta)
+	}
+	n := len(ck.Tensors["params"])
+	if lo, hi := Range(n, s.cfg.Tasks, s.cfg.Task); lo != s.lo || hi != s.hi {
+		return fmt.Errorf("%w: checkpoint has %d parameters, shard expects range [%d, %d)", train.ErrCheckpoint, n, s.lo, s.hi)
+	}
+	slots := map[string][]float64{}
+	cursors := map[int][]float64{}
+	for name, t := range ck.Tensors {
+		switch {
+		case strings.HasPrefix(name, cursorPrefix):
+			w, err := strconv.Atoi(strings.TrimPrefix(name, cursorPrefix))
+			if err != nil {
+				return fmt.Errorf("%w: tensor %q", train.ErrCheckpoint, name)
+			}
+			cursors[w] = slices.Clone(t)
+		case len(t) == n:
+			slots[name] = t[s.lo:s.hi]
+		default:
+			slots[name] = t
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.opt.Restore(slots); err != nil {
+		return err
+	}
+	copy(s.params, slots["params"])
+	s.step, s.committed, s.gen, s.cursors = ck.Step, ck.Step, gen, cursors
+	clear(s.acc)
+	clear(s.accFrom)
+	s.cuts = []ShardState{s.stateLocked()}
+	s.advance()
+	return nil
+}
+
+// advance wakes the requests waiting for the step to move. Call with mu held.
+func (s *Shard) advance() {
+	close(s.advanced)
+	s.advanced = make(chan struct{})
+}
+
+// stepped records a new step: a cut at checkpoint steps, and wakes
+// waiters. Call with mu held.
+func (s *Shard) stepped() {
+	s.step++
+	if s.step%s.cfg.SaveSteps == 0 || s.step == s.cfg.MaxSteps {
+		s.cuts = append(s.cuts, s.stateLocked())
+		if len(s.cuts) > keepCuts {
+			s.cuts = slices.Delete(s.cuts, 0, len(s.cuts)-keepCuts)
+		}
+	}
+	s.advance()
+}
+
+// Pull copies the shard's variables into dst (len Len) and returns the
+// step they belong to and whether training is done.
+func (s *Shard) Pull(dst []float64) (step int64, done bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copy(dst, s.params)
+	return s.step, s.doneLocked()
+}
+
+func (s *Shard) doneLocked() bool { return s.finished || s.step >= s.cfg.MaxSteps }
+
+// Push offers worker's gradient grad (len Len), computed on the variables
+// of step tag, with cursor, the worker's data position after the batch.
+//
+// Async: the gradient is applied at once, whatever its staleness. Sync:
+// gradients tagged with the current step are summed, one per worker, and
+// the Replicas-th applies their mean and advances the step; Push then
+// waits for that step to complete, so a worker's next Pull sees it. A
+// gradient tagged with an older step (a straggler when backups outran it)
+// is dropped at once. Push returns early with ctx's error.
+func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []float64) (PushResult, error) {
+	if len(grad) != s.Len() {
+		return PushResult{}, fmt.Errorf("%w: gradient has %d values, shard %d holds %d", train.ErrShape, len(grad), s.cfg.Task, s.Len())
+	}
+	s.mu.Lock()
+	for s.step%s.cfg.SaveSteps == 0 && s.step > s.committed && !s.doneLocked() {
+		// Hold at the cut until the chief has committed it.
+		wait := s.advanced
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return PushResult{}, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	if s.doneLocked() {
+		defer s.mu.Unlock()
+		return PushResult{Step: s.step, Done: true}, nil
+	}
+	if !s.cfg.Sync {
+		defer s.mu.Unlock()
+		s.opt.Update(s.params, grad)
+		s.setCursor(worker, cursor)
+		s.stepped()
+		return PushResult{Step: s.step, Applied: true, Done: s.doneLocked()}, nil
+	}
+	if tag != s.step {
+		defer s.mu.Unlock()
+		s.setCursor(worker, cursor)
+		return PushResult{Step: s.step, Done: s.doneLocked()}, nil
+	}
+	wait := s.advanced
+	_, dup := s.accFrom[worker]
+	if !dup {
+		for i, g := range grad {
+			s.acc[i] += g
+		}
+		s.accFrom[worker] = slices.Clone(cursor)
+		if len(s.accFrom) >= s.cfg.Replicas {
+			inv := 1 / float64(len(s.accFrom))
+			for i := range s.acc {
+				s.acc[i] *= inv
+			}
+			s.opt.Update(s.params, s.acc)
+			clear(s.acc)
+			for w, c := range s.accFrom {
+				s.cursors[w] = c
+			}
+			clear(s.accFrom)
+			s.stepped()
+			defer s.mu.Unlock()
+			return PushResult{Step: s.step, Applied: true, Done: s.doneLocked()}, nil
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case <-wait:
+	case <-ctx.Done():
+		return PushResult{}, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return PushResult{Step: s.step, Applied: !dup, Done: s.doneLocked()}, nil
+}
+
+// setCursor records worker's cursor. Call with mu held.
+func (s *Shard) setCursor(worker int, cursor []float64) {
+	if cursor != nil {
+		s.cursors[worker] = slices.Clone(cursor)
+	}
+}
+
+// Cursor returns worker's data cursor as of the shard's current variables,
+// or nil if the worker has never pushed since the state was initialised.
+func (s *Shard) Cursor(worker int) []float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.cursors[worker])
+}
+
+// Committed records that the chief has committed the checkpoint at step,
+// letting the shard step past it.
+func (s *Shard) Committed(step int64) {
+	s.mu.Lock()
+	if step > s.committed {
+		s.committed = step
+		s.advance()
+	}
+	s.mu.Unlock()
+}
+
+// Finish marks training done: every later answer says so.
+func (s *Shard) Finish() {
+	s.mu.Lock()
+	s.finished = true
+	s.advance()
+	s.mu.Unlock()
+}
+
+// ShardState is a copy of a shard's state, for a checkpoint.
+type ShardState struct {
+	Step, Gen int64
+	// Sliced are tensors holding one value per variable of the shard
+	// (params and per-variable optimizer slots); Whole are the others
+	// (scalars such as Adam's step count), which every shard holds alike.
+	Sliced, Whole map[string][]float64
+	Cursors       map[int][]float64
+}
+
+// Snapshot copies the shard's current state.
+func (s *Shard) Snapshot() ShardState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stateLocked()
+}
+
+// Cut returns the shard's state at checkpoint step (a multiple of
+// SaveSteps, or MaxSteps), waiting until the shard gets there. If that cut
+// is no longer kept, or training finished before it, the newest cut is
+// returned instead: the caller checks the step.
+func (s *Shard) Cut(ctx context.Context, step int64) (ShardState, error) {
+	s.mu.Lock()
+	for s.step < step && !s.finished {
+		wait := s.advanced
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ShardState{}, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	for _, c := range s.cuts {
+		if c.Step == step {
+			return c, nil
+		}
+	}
+	return s.cuts[len(s.cuts)-1], nil
+}
+
+// stateLocked copies the shard's state. Call with mu held.
+func (s *Shard) stateLocked() ShardState {
+	t := map[string][]float64{"params": s.params}
+	s.opt.Save(t)
+	st := ShardState{Step: s.step, Gen: s.gen, Sliced: map[string][]float64{}, Whole: map[string][]float64{}, Cursors: map[int][]float64{}}
+	for name, v := range t {
+		if len(v) == s.Len() {
+			st.Sliced[name] = slices.Clone(v)
+		} else {
+			st.Whole[name] = slices.Clone(v)
+		}
+	}
+	for w, c := range s.cursors {
+		st.Cursors[w] = slices.Clone(c)
+	}
+	return st
+}
+
+// Assemble joins the states of every shard of a model, in task order, into
+// one checkpoint with shard 0's cursors. All states must be of the same
+// step and generation.
+func Assemble(meta train.CheckpointMeta, states []ShardState) (*train.Checkpoint, error) {
+	if len(states) == 0 {
+		return nil, fmt.Errorf("%w: no shards", train.ErrCheckpoint)
+	}
+	ck := &train.Checkpoint{Step: states[0].Step, Meta: meta, Tensors: map[string][]float64{}}
+	for _, name := range slices.Sorted(maps.Keys(states[0].Sliced)) {
+		var all []float64
+		for i, st := range states {
+			t, ok := st.Sliced[name]
+			if !ok || st.Gen != states[0].Gen || st.Step != states[0].Step {
+				return nil, fmt.Errorf("%w: shard %d lacks tensor %q or is at step %d generation %d, not %d and %d", train.ErrCheckpoint, i, name, st.Step, st.Gen, states[0].Step, states[0].Gen)
+			}
+			all = append(all, t...)
+		}
+		ck.Tensors[name] = all
+	}
+	maps.Copy(ck.Tensors, states[0].Whole)
+	for w, c := range states[0].Cursors {
+		ck.Tensors[cursorPrefix+strconv.Itoa(w)] = c
+	}
+	return ck, nil
+}

@@ -1,0 +1,238 @@
+package dist
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/trainflow/trainflow/train"
+)
+
+// linearMeta is a binary linear classifier over dim features: dim+1
+// variables, all starting at zero.
+func linearMeta(dim int) train.CheckpointMeta {
+	return train.CheckpointMeta{Model: train.LinearClassifierModel, Dim: dim, Classes: 2}
+}
+
+func sgdShard(t *testing.T, task, tasks int, sync bool, replicas int) *Shard {
+	t.Helper()
+	s, err := NewShard(ShardConfig{Task: task, Tasks: tasks, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1},
+		MaxSteps: 10, SaveSteps: 1000, Sync: sync, Replicas: replicas})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func params(s *Shard) []float64 {
+	p := make([]float64, s.Len())
+	s.Pull(p)
+	return p
+}
+
+func TestRange(t *testing.T) {
+	for _, c := range []struct{ n, k int }{{10, 3}, {7, 7}, {100, 1}, {109386, 11}} {
+		next := 0
+		for i := range c.k {
+			lo, hi := Range(c.n, c.k, i)
+			if lo != next || hi-lo < c.n/c.k || hi-lo > c.n/c.k+1 {
+				t.Fatalf("Range(%d, %d, %d) = [%d, %d), want to start at %d with %d or %d values", c.n, c.k, i, lo, hi, next, c.n/c.k, c.n/c.k+1)
+			}
+			next = hi
+		}
+		if next != c.n {
+			t.Fatalf("Range(%d, %d) covers [0, %d)", c.n, c.k, next)
+		}
+	}
+}
+
+func TestShardAsyncAppliesEachGradient(t *testing.T) {
+	s := sgdShard(t, 0, 1, false, 0)
+	ctx := context.Background()
+	for w, g := range [][]float64{{1, 0, 0, 0}, {0, 2, 0, 0}} {
+		r, err := s.Push(ctx, w, 0, g, []float64{0, float64(w + 1)})
+		if err != nil || !r.Applied || r.Step != int64(w+1) {
+			t.Fatalf("push %d: %+v, %v; want applied at step %d", w, r, err, w+1)
+		}
+	}
+	if got, want := params(s), []float64{-1, -2, 0, 0}; !slices.Equal(got, want) {
+		t.Fatalf("params %v, want %v (both stale gradients applied)", got, want)
+	}
+	if got := s.Cursor(1); !slices.Equal(got, []float64{0, 2}) {
+		t.Fatalf("cursor of worker 1 = %v, want [0 2]", got)
+	}
+}
+
+func TestShardSyncAveragesReplicas(t *testing.T) {
+	s := sgdShard(t, 0, 1, true, 2)
+	ctx := context.Background()
+	first := make(chan PushResult)
+	go func() {
+		r, _ := s.Push(ctx, 0, 0, []float64{2, 0, 0, 0}, []float64{0, 1})
+		first <- r
+	}()
+	// The first push waits for the second replica; until then the step
+	// has not moved (the shard is polled, not slept on).
+	r, err := s.Push(ctx, 1, 0, []float64{0, 4, 0, 0}, []float64{0, 2})
+	if err != nil || !r.Applied || r.Step != 1 {
+		t.Fatalf("second replica: %+v, %v; want the step-1 update", r, err)
+	}
+	if r0 := <-first; !r0.Applied || r0.Step != 1 {
+		t.Fatalf("first replica: %+v, want released at step 1", r0)
+	}
+	if got, want := params(s), []float64{-1, -2, 0, 0}; !slices.Equal(got, want) {
+		t.Fatalf("params %v, want the mean gradient applied once %v", got, want)
+	}
+	// A straggler's gradient for step 0 (a backup that lost) is dropped.
+	r, err = s.Push(ctx, 2, 0, []float64{100, 100, 100, 100}, []float64{0, 7})
+	if err != nil || r.Applied || r.Step != 1 {
+		t.Fatalf("stale push: %+v, %v; want dropped at step 1", r, err)
+	}
+	if got := params(s); got[0] != -1 {
+		t.Fatalf("stale gradient changed params: %v", got)
+	}
+	if got := s.Cursor(2); !slices.Equal(got, []float64{0, 7}) {
+		t.Fatalf("a dropped batch still moves its worker's cursor: got %v", got)
+	}
+}
+
+func TestShardSyncCountsAWorkerOnce(t *testing.T) {
+	s := sgdShard(t, 0, 1, true, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, err := s.Push(ctx, 0, 0, []float64{1, 1, 1, 1}, nil)
+		done <- err
+	}()
+	go func() {
+		_, err := s.Push(ctx, 0, 0, []float64{1, 1, 1, 1}, nil) // a retried worker 0
+		done <- err
+	}()
+	// Neither push may complete the step: both come from worker 0.
+	cancel()
+	for range 2 {
+		<-done
+	}
+	if step, _ := s.Step(); step != 0 {
+		t.Fatalf("step %d after two pushes of one worker, want 0", step)
+	}
+}
+
+func TestShardDoneAtMaxSteps(t *testing.T) {
+	s := sgdShard(t, 0, 1, false, 0)
+	ctx := context.Background()
+	var r PushResult
+	for range 12 {
+		r, _ = s.Push(ctx, 0, 0, []float64{1, 0, 0, 0}, nil)
+	}
+	if !r.Done || r.Step != 10 || r.Applied {
+		t.Fatalf("after 12 pushes with max 10: %+v, want done at step 10, not applied", r)
+	}
+	if got := params(s)[0]; got != -10 {
+		t.Fatalf("param %v, want -10: gradients after max_steps must be dropped", got)
+	}
+}
+
+func TestSnapshotRestoreAcrossShards(t *testing.T) {
+	meta := linearMeta(9) // 10 variables
+	cfg := func(i int) ShardConfig {
+		return ShardConfig{Task: i, Tasks: 3, Meta: meta, Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.1}, MaxSteps: 100, SaveSteps: 10}
+	}
+	ctx := context.Background()
+	var states []ShardState
+	var want []float64
+	for i := range 3 {
+		s, err := NewShard(cfg(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range 3 {
+			g := make([]float64, s.Len())
+			for j := range g {
+				g[j] = float64(i*10 + j + k)
+			}
+			s.Push(ctx, 0, 0, g, []float64{1, float64(k)})
+		}
+		states = append(states, s.Snapshot())
+		want = append(want, params(s)...)
+	}
+	ck, err := Assemble(meta, states)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ck.Tensors["params"], want) || len(ck.Tensors["adam/m"]) != 10 || ck.Tensors["adam/t"][0] != 3 || ck.Step != 3 {
+		t.Fatalf("assembled checkpoint: step %d, params %v (want %v), adam/m %d values, adam/t %v", ck.Step, ck.Tensors["params"], want, len(ck.Tensors["adam/m"]), ck.Tensors["adam/t"])
+	}
+	if got := ck.Tensors["cursor/0"]; !slices.Equal(got, []float64{1, 2}) {
+		t.Fatalf("cursor of worker 0 in the checkpoint = %v, want [1 2]", got)
+	}
+	// Round trip through the checkpoint file format and into new shards.
+	b, err := ck.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck, err = train.DecodeCheckpoint(b); err != nil {
+		t.Fatal(err)
+	}
+	var got []float64
+	for i := range 3 {
+		s, _ := NewShard(cfg(i))
+		if err := s.Restore(ck, 5); err != nil {
+			t.Fatal(err)
+		}
+		if step, gen := s.Step(); step != 3 || gen != 5 {
+			t.Fatalf("restored shard %d at step %d gen %d, want 3 and 5", i, step, gen)
+		}
+		if !slices.Equal(s.Snapshot().Sliced["adam/v"], states[i].Sliced["adam/v"]) {
+			t.Fatalf("shard %d: optimizer slots not restored", i)
+		}
+		got = append(got, params(s)...)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("restored params %v, want %v", got, want)
+	}
+	// Restore(nil) goes back to the initial model.
+	s, _ := NewShard(cfg(1))
+	s.Restore(ck, 1)
+	if err := s.Restore(nil, 2); err != nil {
+		t.Fatal(err)
+	}
+	if step, _ := s.Step(); step != 0 || slices.ContainsFunc(params(s), func(v float64) bool { return v != 0 }) {
+		t.Fatalf("Restore(nil): step %d params %v, want step 0 and zeros", step, params(s))
+	}
+}
+
+func TestShardRefusesForeignCheckpoint(t *testing.T) {
+	s := sgdShard(t, 0, 2, false, 0)
+	ck := &train.Checkpoint{Meta: linearMeta(5), Tensors: map[string][]float64{"params": make([]float64, 6)}}
+	if err := s.Restore(ck, 1); err == nil {
+		t.Fatal("a checkpoint of another model was restored")
+	}
+}
+
+func TestShardHoldsAtUncommittedCut(t *testing.T) {
+	s, err := NewShard(ShardConfig{Tasks: 1, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1},
+		MaxSteps: 10, SaveSteps: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	g := []float64{1, 0, 0, 0}
+	for range 2 {
+		s.Push(ctx, 0, 0, g, nil)
+	}
+	// Step 2 is a cut: a third push must wait for the chief's commit.
+	held, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Push(held, 0, 0, g, nil); err == nil {
+		t.Fatal("a push went past an uncommitted checkpoint cut")
+	}
+	cut, err := s.Cut(ctx, 2)
+	if err != nil || cut.Step != 2 || cut.Sliced["params"][0] != -2 {
+		t.Fatalf("cut at 2: step %d params %v, %v", cut.Step, cut.Sliced["params"], err)
+	}
+	s.Committed(2)
+	if r, err := s.Push(ctx, 0, 0, g, nil); err != nil || r.Step != 3 {
+		t.Fatalf("after the commit: %+v, %v; want step 3", r, err)
+	}
+}

@@ -1,0 +1,398 @@
+package dist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/trainflow/trainflow/train"
+)
+
+// WorkerConfig configures one worker of a data-parallel job.
+type WorkerConfig struct {
+	// Task is the worker's index; worker 0 is the chief, which commits
+	// checkpoints and ends training.
+	Task int
+	Meta train.CheckpointMeta
+	// Seed is the worker's own seed: it orders the worker's data (epoch e
+	// visits the rows in the permutation drawn from PCG(Seed, e)) and seeds
+	// its dropout.
+	Seed      uint64
+	BatchSize int
+	ClipNorm  float64
+	MaxSteps  int64
+	// SaveSteps, KeepMax and CheckpointDir: the chief commits a checkpoint
+	// each time the global step passes a multiple of SaveSteps, and at
+	// MaxSteps, keeping the newest KeepMax.
+	SaveSteps     int64
+	KeepMax       int
+	CheckpointDir string
+	// BatchesPerStep is the number of batches one global step consumes:
+	// the replicas averaged per step in sync mode, 1 in async mode. It
+	// only scales the examples/s the chief reports.
+	BatchesPerStep int
+}
+
+// Position is a worker's resume point: the global step it last saw and
+// where it is in its data.
+type Position struct {
+	GlobalStep int64 `json:"global_step"`
+	Epoch      int64 `json:"epoch"`
+	// Cursor is the next row of the epoch's permutation.
+	Cursor int64 `json:"cursor"`
+	// RNG is the state of the worker's dropout source, if it has one.
+	RNG []float64 `json:"rng,omitempty"`
+}
+
+// encode packs the data position for the parameter servers.
+func (p Position) encode() []float64 {
+	return append([]float64{float64(p.Epoch), float64(p.Cursor)}, p.RNG...)
+}
+
+func decodePosition(c []float64) (Position, error) {
+	if len(c) < 2 {
+		return Position{}, fmt.Errorf("%w: cursor has %d values", train.ErrCheckpoint, len(c))
+	}
+	return Position{Epoch: int64(c[0]), Cursor: int64(c[1]), RNG: c[2:]}, nil
+}
+
+// Hooks let the caller follow a worker. Any may be nil.
+type Hooks struct {
+	// Committed is called by the chief after each checkpoint it commits.
+	Committed func(train.Progress) error
+	// Resumed is called when the worker (re)starts from a position.
+	Resumed func(p Position, source string)
+	// Moved is called after every step with the worker's position.
+	Moved func(Position)
+	// Computed is called after each gradient is computed, before it is
+	// pushed.
+	Computed func()
+	// Recovered is called after the worker lost its parameter servers and
+	// found them again (err says why it lost them).
+	Recovered func(err error, c Cluster)
+}
+
+// WorkerResult summarises a worker's run.
+type WorkerResult struct {
+	// Step is the global step at the end (MaxSteps when training finished).
+	Step int64 `json:"step"`
+	// Steps counts the gradients this worker pushed; Applied those the
+	// parameter servers used.
+	Steps   int64 `json:"steps"`
+	Applied int64 `json:"applied"`
+	// Loss is the chief's mean loss since its last checkpoint.
+	Loss float64 `json:"loss"`
+	// Where the time went: computing gradients, and waiting for pulls and
+	// pushes (RPC, serialization and, in sync mode, the other replicas).
+	Compute time.Duration `json:"compute_ns"`
+	Pull    time.Duration `json:"pull_ns"`
+	Push    time.Duration `json:"push_ns"`
+}
+
+// rngModel is a model with a random source (dropout).
+type rngModel interface {
+	RNGState() []float64
+	SetRNGState([]float64) error
+}
+
+// RunWorker trains on data as worker cfg.Task: pull the variables, compute
+// the gradient of the next batch, push it, until the parameter servers say
+// training is done. The data position is recorded by shard 0 with each
+// push, so a restarted worker resumes where its last counted batch ended,
+// and rolls back with the model when the parameter servers do. Lost
+// parameter servers are waited for (Refresh) until ctx ends.
+//
+// The chief also commits checkpoints: beside training, it fetches the
+// shards' cuts at each multiple of SaveSteps and at MaxSteps and writes
+// them, then finishes the parameter servers.
+func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client, hooks Hooks) (WorkerResult, error) {
+	n := len(data.Y)
+	if n == 0 || cfg.BatchSize < 1 || cfg.SaveSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim {
+		return WorkerResult{}, fmt.Errorf("%w: worker %d: %d rows of dim %d, batch %d, save steps %d, model dim %d", train.ErrShape, cfg.Task, n, data.Dim, cfg.BatchSize, cfg.SaveSteps, cfg.Meta.Dim)
+	}
+	m, err := train.New(cfg.Meta, rand.New(rand.NewPCG(cfg.Seed, 1<<62)))
+	if err != nil {
+		return WorkerResult{}, err
+	}
+	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, params: m.Params(), grad: make([]float64, len(m.Params())),
+		xb: make([]float64, cfg.BatchSize*data.Dim), yb: make([]float64, cfg.BatchSize)}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	committed := make(chan error, 1)
+	if cfg.Task == 0 {
+		if last, err := train.ListCheckpoints(cfg.CheckpointDir); err == nil && len(last) > 0 {
+			w.committed = last[len(last)-1]
+		}
+		if w.committed >= cfg.MaxSteps { // a retried chief after the final commit
+			return WorkerResult{Step: w.committed}, c.Finish(ctx)
+		}
+		cc, err := c.clone(ctx)
+		if err != nil {
+			return WorkerResult{}, err
+		}
+		defer cc.Close()
+		w.since = time.Now()
+		go func() { committed <- w.commitLoop(ctx, cc) }()
+	}
+	if err := w.train(ctx); err != nil {
+		return w.result(), err
+	}
+	if cfg.Task != 0 {
+		return w.result(), nil
+	}
+	if err := <-committed; err != nil {
+		return w.result(), err
+	}
+	for {
+		err := c.Finish(ctx)
+		if err == nil {
+			return w.result(), nil
+		}
+		if err := w.recover(ctx, err); err != nil {
+			return w.result(), err
+		}
+	}
+}
+
+// train runs steps until training is done.
+func (w *worker) train(ctx context.Context) error {
+	if err := w.resume(ctx, "parameter server"); err != nil {
+		return err
+	}
+	for {
+		err := w.step(ctx)
+		switch {
+		case errors.Is(err, errDone):
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			if err := w.recover(ctx, err); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (w *worker) result() WorkerResult {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.res
+}
+
+var errDone = errors.New("dist: training done")
+
+type worker struct {
+	cfg    WorkerConfig
+	data   train.Data
+	c      *Client
+	hooks  Hooks
+	m      train.Model
+	params []float64
+	grad   []float64
+	xb, yb []float64
+	pos    Position
+	perm   []int
+	permOf int64 // epoch perm was drawn for; -1 none
+	// mu guards what the chief's commit loop shares with training.
+	mu  sync.Mutex
+	res WorkerResult
+	// Chief only: last committed step and the loss since.
+	committed int64
+	lossSum   float64
+	lossN     int
+	since     time.Time
+}
+
+// resume reads the worker's position from shard 0 (start of epoch 0 if
+// it has none).
+func (w *worker) resume(ctx context.Context, source string) error {
+	cur, err := w.c.Cursor(ctx, w.cfg.Task)
+	if err != nil {
+		return err
+	}
+	pos := Position{}
+	if cur != nil {
+		if pos, err = decodePosition(cur); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	w.pos = pos
+	w.mu.Unlock()
+	if r, ok := w.m.(rngModel); ok && len(w.pos.RNG) > 0 {
+		if err := r.SetRNGState(w.pos.RNG); err != nil {
+			return err
+		}
+	}
+	w.permOf = -1
+	if w.hooks.Resumed != nil {
+		w.hooks.Resumed(w.pos, source)
+	}
+	return nil
+}
+
+// recover waits for the parameter servers after err, then resumes from
+// the position shard 0 holds.
+func (w *worker) recover(ctx context.Context, cause error) error {
+	for {
+		if err := w.c.Refresh(ctx); err != nil {
+			return err
+		}
+		err := w.c.Ping(ctx)
+		if err == nil {
+			err = w.resume(ctx, "recovery")
+		}
+		if err == nil {
+			if w.hooks.Recovered != nil {
+				w.hooks.Recovered(cause, w.c.cluster)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		select { // the parameter servers are not back yet
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// batch fills xb, yb with the next batch and advances the position.
+func (w *worker) batch() (x, y []float64) {
+	n, dim, b := len(w.data.Y), w.data.Dim, w.cfg.BatchSize
+	if w.pos.Cursor >= int64(n) {
+		w.pos.Epoch, w.pos.Cursor = w.pos.Epoch+1, 0
+	}
+	if w.permOf != w.pos.Epoch {
+		w.perm = rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.pos.Epoch))).Perm(n)
+		w.permOf = w.pos.Epoch
+	}
+	rows := w.perm[w.pos.Cursor:min(int(w.pos.Cursor)+b, n)]
+	for i, r := range rows {
+		copy(w.xb[i*dim:(i+1)*dim], w.data.X[r*dim:(r+1)*dim])
+		w.yb[i] = w.data.Y[r]
+	}
+	w.pos.Cursor += int64(len(rows))
+	return w.xb[:len(rows)*dim], w.yb[:len(rows)]
+}
+
+// step runs one pull → gradient → push; errDone when training is over.
+func (w *worker) step(ctx context.Context) error {
+	t0 := time.Now()
+	step, done, err := w.c.Pull(ctx, w.params)
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	if done {
+		w.mu.Lock()
+		w.pos.GlobalStep, w.res.Step = step, step
+		w.mu.Unlock()
+		return errDone
+	}
+	x, y := w.batch()
+	loss := w.m.Gradient(w.grad, x, y)
+	if w.cfg.ClipNorm > 0 {
+		train.ClipByGlobalNorm(w.grad, w.cfg.ClipNorm)
+	}
+	w.mu.Lock()
+	if r, ok := w.m.(rngModel); ok {
+		w.pos.RNG = r.RNGState()
+	}
+	w.mu.Unlock()
+	if w.hooks.Computed != nil {
+		w.hooks.Computed()
+	}
+	t2 := time.Now()
+	r, err := w.c.Push(ctx, w.cfg.Task, w.grad, w.pos.encode())
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.res.Pull += t1.Sub(t0)
+	w.res.Compute += t2.Sub(t1)
+	w.res.Push += time.Since(t2)
+	w.pos.GlobalStep = r.Step
+	w.res.Step = r.Step
+	w.res.Steps++
+	if r.Applied {
+		w.res.Applied++
+	}
+	w.lossSum += loss
+	w.lossN++
+	w.mu.Unlock()
+	if w.hooks.Moved != nil {
+		w.hooks.Moved(w.pos)
+	}
+	if r.Done {
+		return errDone
+	}
+	return nil
+}
+
+// commitLoop commits the shards' cuts, one per checkpoint interval, until
+// the one at MaxSteps (chief only). cc is its own client.
+func (w *worker) commitLoop(ctx context.Context, cc *Client) error {
+	for w.committed < w.cfg.MaxSteps {
+		next := min((w.committed/w.cfg.SaveSteps+1)*w.cfg.SaveSteps, w.cfg.MaxSteps)
+		ck, err := cc.Cut(ctx, w.cfg.Meta, next)
+		if err == nil && ck.Step > w.committed {
+			err = w.commit(ctx, cc, ck)
+		}
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := cc.Refresh(ctx); err != nil {
+			return err
+		}
+		select { // the parameter servers are restarting or catching up
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// commit writes checkpoint ck, releases the shards held at it and reports
+// it.
+func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) error {
+	w.mu.Lock()
+	if r, ok := w.m.(rngModel); ok {
+		ck.Tensors["rng/dropout"] = slices.Clone(w.pos.RNG)
+		if len(w.pos.RNG) == 0 {
+			ck.Tensors["rng/dropout"] = r.RNGState()
+		}
+	}
+	w.mu.Unlock()
+	if err := train.SaveCheckpoint(w.cfg.CheckpointDir, ck, w.cfg.KeepMax); err != nil {
+		return fmt.Errorf("commit checkpoint %d: %w", ck.Step, err)
+	}
+	if err := cc.Committed(ctx, ck.Step); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	examples := (ck.Step - w.committed) * int64(w.cfg.BatchSize*max(w.cfg.BatchesPerStep, 1))
+	p := train.Progress{Step: ck.Step, ExamplesPerSec: float64(examples) / time.Since(w.since).Seconds()}
+	if w.lossN > 0 {
+		p.Loss = w.lossSum / float64(w.lossN)
+		w.res.Loss = p.Loss
+	}
+	w.committed = ck.Step
+	w.lossSum, w.lossN, w.since = 0, 0, time.Now()
+	w.mu.Unlock()
+	if w.hooks.Committed != nil {
+		return w.hooks.Committed(p)
+	}
+	return nil
+}
