@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -43,8 +42,15 @@ type Activities struct {
 	// stack reloads its prediction server).
 	OnPublish func(model string)
 	// Client, if set, lets Train report committed checkpoints to the job's
-	// workflow (signal workflows.CheckpointSignal).
+	// workflow (signal workflows.CheckpointSignal). Distributed training
+	// needs it: parameter servers register through it and workers find
+	// them through it.
 	Client client.Client
+	// PSListenHost is the interface parameter servers listen on (default
+	// 127.0.0.1; "0.0.0.0" for workers on several machines), and
+	// PSAdvertiseHost the host name workers dial (default: the listen
+	// host, or this machine's host name when listening on all interfaces).
+	PSListenHost, PSAdvertiseHost string
 }
 
 // Paths inside a job directory written by the activities.
@@ -301,20 +307,11 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	if in.Model.Type != workflows.ModelLinearClassifier {
 		cfg.Meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
 	}
-	log := activity.GetLogger(ctx)
-	wf := activity.GetInfo(ctx).WorkflowExecution
 	hb := keepAlive(ctx)
 	defer hb.Stop()
 	return train.Run(ctx, cfg, data, func(p train.Progress) error {
 		hb.set(ctx, p)
-		log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
-		if a.Client != nil {
-			c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}
-			if err := a.Client.SignalWorkflow(ctx, wf.ID, "", workflows.CheckpointSignal, c); err != nil {
-				log.Warn("report checkpoint to the workflow", "global_step", p.Step, "error", err)
-			}
-		}
-		return appendEvent(in.JobDir, map[string]any{"event": "checkpoint", "global_step": p.Step, "loss": p.Loss, "examples_per_sec": p.ExamplesPerSec})
+		return a.reportCheckpoint(ctx, in.JobDir, p)
 	})
 }
 

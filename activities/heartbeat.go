@@ -8,9 +8,9 @@ import (
 	"go.temporal.io/sdk/activity"
 )
 
-// heartbeatEvery is how often running activities heartbeat. The workflow's
-// heartbeat timeouts (30 s) are several times longer, and the SDK throttles
-// what reaches the server to one per 0.8 × timeout.
+// heartbeatEvery is how often running activities heartbeat, at most: a
+// quarter of the activity's heartbeat timeout when that is shorter. The SDK
+// throttles what reaches the server to one per 0.8 × timeout.
 const heartbeatEvery = 5 * time.Second
 
 // beater heartbeats an activity in the background until stopped, so the
@@ -28,7 +28,11 @@ func keepAlive(ctx context.Context) *beater {
 	b := &beater{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
-		t := time.NewTicker(heartbeatEvery)
+		every := heartbeatEvery
+		if to := activity.GetInfo(ctx).HeartbeatTimeout; to > 0 {
+			every = min(every, to/4)
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {

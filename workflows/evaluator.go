@@ -127,7 +127,15 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, jobDir string, tin Tra
 		return nil
 	}
 
-	trainF := workflow.ExecuteActivity(tctx, TrainActivity, tin)
+	var trainF workflow.Future
+	if spec.Cluster.Distributed() {
+		var err error
+		if trainF, err = trainDistributed(ctx, spec, tin, p); err != nil {
+			return exports, err
+		}
+	} else {
+		trainF = workflow.ExecuteActivity(tctx, TrainActivity, tin)
+	}
 	commits := workflow.GetSignalChannel(ctx, CheckpointSignal)
 	evalNow := workflow.GetSignalChannel(ctx, EvaluateNowSignal)
 	sel := workflow.NewSelector(ctx)
@@ -153,7 +161,7 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, jobDir string, tin Tra
 	timerArmed := false
 	for !done {
 		sel.Select(ctx)
-		if done || newest <= evaluated {
+		if done || newest <= evaluated || !(spec.Cluster.EvaluatorOn() || force) {
 			continue
 		}
 		now := workflow.Now(ctx)

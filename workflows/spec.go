@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/preprocess"
@@ -35,6 +36,9 @@ type JobSpec struct {
 	Model  ModelSpec `json:"model"`
 	Train  TrainSpec `json:"train"`
 	Eval   EvalSpec  `json:"eval_spec"`
+	// Cluster chooses single-process or distributed training. Default:
+	// BASIC, one process.
+	Cluster ClusterSpec `json:"cluster"`
 	// ModelName is the name the model is served under. Default: the preset,
 	// else "model".
 	ModelName string `json:"model_name,omitempty"`
@@ -45,6 +49,57 @@ type JobSpec struct {
 	// model already has versions (the first version is always the default).
 	Promote bool `json:"promote,omitempty"`
 }
+
+// ClusterSpec is Cloud ML Engine's scale tier: who trains the model. Every
+// role is a long-running activity on whichever trainflow worker process
+// picks it up.
+type ClusterSpec struct {
+	// ScaleTier is BASIC (the default: one process trains alone),
+	// STANDARD_1 (a chief, 4 workers, 3 parameter servers), PREMIUM_1 (a
+	// chief, 19 workers, 11 parameter servers) or CUSTOM (the counts
+	// below).
+	ScaleTier string `json:"scale_tier,omitempty"`
+	// WorkerCount is the number of workers besides the chief (CUSTOM).
+	WorkerCount int `json:"worker_count,omitempty"`
+	// ParameterServerCount is the number of parameter servers the
+	// variables are sharded over (CUSTOM); 0 means single-process training.
+	ParameterServerCount int `json:"parameter_server_count,omitempty"`
+	// Evaluator evaluates committed checkpoints during training (default
+	// true); off, only the final checkpoint is evaluated.
+	Evaluator *bool `json:"evaluator,omitempty"`
+	// Update is "async" (default: each gradient is applied as it arrives)
+	// or "sync" (each step averages one gradient per worker).
+	Update string `json:"update,omitempty"`
+	// BackupWorkers, in sync mode, lets a step complete once all but this
+	// many workers sent their gradient; stragglers' late gradients are
+	// dropped.
+	BackupWorkers int `json:"backup_workers,omitempty"`
+	// HeartbeatTimeoutSecs bounds how long a dead process running a role
+	// goes unnoticed before Temporal retries the role elsewhere. Default 30.
+	HeartbeatTimeoutSecs int `json:"heartbeat_timeout_secs,omitempty"`
+}
+
+// Scale tiers and update modes.
+const (
+	TierBasic     = "BASIC"
+	TierStandard1 = "STANDARD_1"
+	TierPremium1  = "PREMIUM_1"
+	TierCustom    = "CUSTOM"
+	UpdateAsync   = "async"
+	UpdateSync    = "sync"
+)
+
+// Distributed reports whether the cluster trains with parameter servers.
+func (c ClusterSpec) Distributed() bool { return c.ParameterServerCount > 0 }
+
+// Workers is the number of training processes, the chief included.
+func (c ClusterSpec) Workers() int { return 1 + c.WorkerCount }
+
+// Replicas is the number of gradients a sync step averages.
+func (c ClusterSpec) Replicas() int { return c.Workers() - c.BackupWorkers }
+
+// EvaluatorOn reports whether checkpoints are evaluated during training.
+func (c ClusterSpec) EvaluatorOn() bool { return c.Evaluator == nil || *c.Evaluator }
 
 // EvalSpec is tf.estimator's EvalSpec: when to evaluate and what to export.
 type EvalSpec struct {
@@ -260,6 +315,22 @@ func (s JobSpec) WithDefaults() JobSpec {
 	if s.Publish == "" {
 		s.Publish = ExporterBest
 	}
+	c := &s.Cluster
+	if c.ScaleTier == "" {
+		c.ScaleTier = TierBasic
+	}
+	switch c.ScaleTier {
+	case TierStandard1:
+		c.WorkerCount, c.ParameterServerCount = 4, 3
+	case TierPremium1:
+		c.WorkerCount, c.ParameterServerCount = 19, 11
+	}
+	if c.Update == "" {
+		c.Update = UpdateAsync
+	}
+	if c.HeartbeatTimeoutSecs == 0 {
+		c.HeartbeatTimeoutSecs = int(HeartbeatTimeout / time.Second)
+	}
 	return s
 }
 
@@ -317,6 +388,9 @@ func (s *JobSpec) Validate() error {
 			return fmt.Errorf("%w: publish %q names no exporter (have %v) and is not \"none\"", ErrInvalidSpec, s.Publish, exporterNames(s.Eval.Exporters))
 		}
 	}
+	if err := s.Cluster.validate(); err != nil {
+		return err
+	}
 	checks := []struct {
 		ok    bool
 		field string
@@ -347,6 +421,38 @@ func (s *JobSpec) Validate() error {
 		if !c.ok {
 			return fmt.Errorf("%w: %s = %v is out of range", ErrInvalidSpec, c.field, c.value)
 		}
+	}
+	return nil
+}
+
+func (c ClusterSpec) validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: cluster.%s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+	}
+	switch c.ScaleTier {
+	case TierBasic:
+		if c.WorkerCount != 0 || c.ParameterServerCount != 0 {
+			return bad("scale_tier BASIC trains in one process: worker_count and parameter_server_count are for CUSTOM")
+		}
+	case TierStandard1, TierPremium1, TierCustom:
+	default:
+		return bad("scale_tier %q: want BASIC, STANDARD_1, PREMIUM_1 or CUSTOM", c.ScaleTier)
+	}
+	switch {
+	case c.WorkerCount < 0 || c.WorkerCount > 255:
+		return bad("worker_count = %d is out of range [0, 255]", c.WorkerCount)
+	case c.ParameterServerCount < 0 || c.ParameterServerCount > 64:
+		return bad("parameter_server_count = %d is out of range [0, 64]", c.ParameterServerCount)
+	case c.WorkerCount > 0 && c.ParameterServerCount == 0:
+		return bad("worker_count %d needs parameter servers: set parameter_server_count ≥ 1", c.WorkerCount)
+	case c.Update != UpdateAsync && c.Update != UpdateSync:
+		return bad("update %q: want async or sync", c.Update)
+	case c.BackupWorkers < 0 || c.BackupWorkers >= c.Workers():
+		return bad("backup_workers = %d: want 0 ≤ backup_workers < %d workers", c.BackupWorkers, c.Workers())
+	case c.BackupWorkers > 0 && c.Update != UpdateSync:
+		return bad("backup_workers needs update \"sync\"")
+	case c.HeartbeatTimeoutSecs < 2 || c.HeartbeatTimeoutSecs > 3600:
+		return bad("heartbeat_timeout_secs = %d is out of range [2, 3600]", c.HeartbeatTimeoutSecs)
 	}
 	return nil
 }

@@ -97,6 +97,8 @@ type Progress struct {
 	Model          string         `json:"model,omitempty"`
 	Version        int64          `json:"version,omitempty"`
 	Error          string         `json:"error,omitempty"`
+	// Cluster is the distributed job's cluster (nil for BASIC).
+	Cluster *ClusterState `json:"cluster,omitempty"`
 }
 
 // PrepareInput is the input of the PrepareJob activity.
@@ -247,7 +249,7 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName), SearchScaleTier.ValueSet("BASIC")); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName), SearchScaleTier.ValueSet(spec.Cluster.ScaleTier)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("model `%s` (%s), preset `%s`, max_steps %d", spec.ModelName, spec.Model.Type, spec.Preset, spec.Train.MaxSteps))

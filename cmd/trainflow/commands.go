@@ -34,6 +34,8 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	home := fs.String("home", defaultHome(), "home directory: default job dirs go to HOME/jobs")
 	models := fs.String("models", "", "model repository directory (default HOME/models)")
 	level := fs.String("log-level", "info", "log level")
+	psListen := fs.String("ps-listen", "0.0.0.0", "interface the parameter servers of distributed jobs listen on")
+	psAdvertise := fs.String("ps-advertise", "", "host name workers dial to reach this process's parameter servers (default: this host's name, or the -ps-listen address when it is a specific one)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -56,11 +58,13 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := worker.EnsureSearchAttributes(ctx, c, *ns); err != nil {
 		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
 	}
-	w := worker.New(c, &activities.Activities{Home: h, Models: &serving.Repository{Root: *models}, Client: c})
+	w := worker.New(c, &activities.Activities{Home: h, Models: &serving.Repository{Root: *models}, Client: c,
+		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
-	log.Info("worker started", "temporal", *addr, "namespace", *ns, "home", h)
+	host, _ := os.Hostname()
+	log.Info("worker started", "temporal", *addr, "namespace", *ns, "home", h, "host", host, "pid", os.Getpid())
 	<-ctx.Done()
 	w.Stop()
 	return nil

@@ -28,8 +28,10 @@ func TestLoadSpecFixtures(t *testing.T) {
 			warnings: []string{"args: --verbosity", "hyperparameters: tuning", "pythonVersion", "region", "runtimeVersion"},
 		},
 		"good_mlengine_standard.yaml": {
-			check:    func(s workflows.JobSpec) bool { return s.Preset == "census" },
-			warnings: []string{"parameterServerCount", "scaleTier STANDARD_1", "workerCount"},
+			check: func(s workflows.JobSpec) bool {
+				d := s.WithDefaults()
+				return s.Preset == "census" && d.Cluster.ScaleTier == workflows.TierStandard1 && d.Cluster.Workers() == 5 && d.Cluster.ParameterServerCount == 3
+			},
 		},
 		"good_native.yaml": {check: func(s workflows.JobSpec) bool {
 			return s.Data.GeneratedRows == 5000 && s.Model.LearningRate == 0.005 && s.Train.MaxSteps == 800

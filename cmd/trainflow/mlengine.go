@@ -66,15 +66,36 @@ func fromTrainingInput(in map[string]json.RawMessage) (workflows.JobSpec, []stri
 				return spec, nil, err
 			}
 			switch tier {
-			case "BASIC":
-			case "STANDARD_1", "PREMIUM_1", "BASIC_GPU", "BASIC_TPU", "CUSTOM":
-				warn = append(warn, fmt.Sprintf("scaleTier %s: distributed training is not available yet; running BASIC (one worker)", tier))
+			case "BASIC", "STANDARD_1", "PREMIUM_1", "CUSTOM":
+				spec.Cluster.ScaleTier = tier
+			case "BASIC_GPU", "BASIC_TPU":
+				warn = append(warn, fmt.Sprintf("scaleTier %s: no accelerators here; running BASIC (one worker)", tier))
 			default:
 				return spec, nil, fmt.Errorf("trainingInput.scaleTier %q: want BASIC, STANDARD_1, PREMIUM_1 or CUSTOM", tier)
 			}
-		case "masterType", "workerType", "parameterServerType", "evaluatorType", "workerCount", "parameterServerCount", "evaluatorCount",
-			"masterConfig", "workerConfig", "parameterServerConfig":
-			warn = append(warn, fmt.Sprintf("%s: machine types and counts do not apply yet; ignored", k))
+		case "workerCount", "parameterServerCount":
+			var n json.Number
+			if err := json.Unmarshal(in[k], &n); err != nil {
+				return spec, nil, fmt.Errorf("trainingInput.%s: want a number: %w", k, err)
+			}
+			v, err := n.Int64()
+			if err != nil {
+				return spec, nil, fmt.Errorf("trainingInput.%s: want an integer: %w", k, err)
+			}
+			if k == "workerCount" {
+				spec.Cluster.WorkerCount = int(v)
+			} else {
+				spec.Cluster.ParameterServerCount = int(v)
+			}
+		case "evaluatorCount":
+			var n int
+			if err := json.Unmarshal(in[k], &n); err != nil {
+				return spec, nil, fmt.Errorf("trainingInput.%s: want an integer: %w", k, err)
+			}
+			on := n > 0
+			spec.Cluster.Evaluator = &on
+		case "masterType", "workerType", "parameterServerType", "evaluatorType", "masterConfig", "workerConfig", "parameterServerConfig":
+			warn = append(warn, fmt.Sprintf("%s: machine types do not apply (every trainflow worker process can run any role); ignored", k))
 		case "jobDir":
 			s, err := str(k)
 			if err != nil {

@@ -183,7 +183,9 @@ func (c *Client) Cursor(ctx context.Context, worker int) ([]float64, error) {
 // Ping checks that every shard answers in the client's generation
 // (bringing shards behind it up to it).
 func (c *Client) Ping(ctx context.Context) error {
-	return c.each(func(i int) error { return c.call(ctx, i, "Cursor", &cursorRequest{header: c.header()}, &cursorResponse{}) })
+	return c.each(func(i int) error {
+		return c.call(ctx, i, "Cursor", &cursorRequest{header: c.header()}, &cursorResponse{})
+	})
 }
 
 // Cut assembles the checkpoint of meta's model at step, a checkpoint step,

@@ -201,7 +201,7 @@ func TestParameterServerRestartRollsBack(t *testing.T) {
 	var committed []int64
 	var recovered []string
 	hooks := func(i int) Hooks {
-		h := Hooks{Recovered: func(err error, c Cluster) {
+		h := Hooks{Recovered: func(err error, c Cluster, _ int64) {
 			mu.Lock()
 			recovered = append(recovered, err.Error())
 			mu.Unlock()

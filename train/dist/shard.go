@@ -67,14 +67,15 @@ type Shard struct {
 	cfg    ShardConfig
 	lo, hi int
 
-	mu       sync.Mutex
-	params   []float64
-	opt      train.Optimizer
+	mu        sync.Mutex
+	params    []float64
+	opt       train.Optimizer
 	step      int64
 	committed int64 // newest step the chief has committed
 	gen       int64
 	finished  bool
-	advanced chan struct{} // closed and replaced when step advances
+	finishedC chan struct{} // closed by Finish
+	advanced  chan struct{} // closed and replaced when step advances
 	// Sync accumulation of the current step.
 	acc     []float64
 	accFrom map[int][]float64 // worker → cursor of the gradient it added
@@ -100,7 +101,7 @@ func NewShard(cfg ShardConfig) (*Shard, error) {
 	if n < 2*cfg.Tasks {
 		return nil, fmt.Errorf("%w: %d parameters cannot be sharded over %d parameter servers", train.ErrShape, n, cfg.Tasks)
 	}
-	s := &Shard{cfg: cfg, advanced: make(chan struct{}), accFrom: map[int][]float64{}, cursors: map[int][]float64{}}
+	s := &Shard{cfg: cfg, advanced: make(chan struct{}), finishedC: make(chan struct{}), accFrom: map[int][]float64{}, cursors: map[int][]float64{}}
 	s.lo, s.hi = Range(n, cfg.Tasks, cfg.Task)
 	s.params = slices.Clone(m.Params()[s.lo:s.hi])
 	if s.opt, err = train.NewOptimizer(cfg.Optimizer, s.hi-s.lo); err != nil {
@@ -319,10 +320,16 @@ func (s *Shard) Committed(step int64) {
 // Finish marks training done: every later answer says so.
 func (s *Shard) Finish() {
 	s.mu.Lock()
-	s.finished = true
-	s.advance()
+	if !s.finished {
+		s.finished = true
+		close(s.finishedC)
+		s.advance()
+	}
 	s.mu.Unlock()
 }
+
+// Finished is closed when Finish is first called.
+func (s *Shard) Finished() <-chan struct{} { return s.finishedC }
 
 // ShardState is a copy of a shard's state, for a checkpoint.
 type ShardState struct {

@@ -72,8 +72,9 @@ type Hooks struct {
 	// pushed.
 	Computed func()
 	// Recovered is called after the worker lost its parameter servers and
-	// found them again (err says why it lost them).
-	Recovered func(err error, c Cluster)
+	// found them again: err says why it lost them, lastStep is the global
+	// step it saw before, c the cluster it found.
+	Recovered func(err error, c Cluster, lastStep int64)
 }
 
 // WorkerResult summarises a worker's run.
@@ -128,7 +129,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 			w.committed = last[len(last)-1]
 		}
 		if w.committed >= cfg.MaxSteps { // a retried chief after the final commit
-			return WorkerResult{Step: w.committed}, c.Finish(ctx)
+			c.Finish(ctx) // best effort: the parameter servers may be gone
+			return WorkerResult{Step: w.committed}, nil
 		}
 		cc, err := c.clone(ctx)
 		if err != nil {
@@ -152,7 +154,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 		if err == nil {
 			return w.result(), nil
 		}
-		if err := w.recover(ctx, err); err != nil {
+		if err := w.recover(ctx, err); err != nil && !errors.Is(err, errDone) {
 			return w.result(), err
 		}
 	}
@@ -161,7 +163,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 // train runs steps until training is done.
 func (w *worker) train(ctx context.Context) error {
 	if err := w.resume(ctx, "parameter server"); err != nil {
-		return err
+		if err := w.recover(ctx, err); errors.Is(err, errDone) {
+			return nil
+		} else if err != nil {
+			return err
+		}
 	}
 	for {
 		err := w.step(ctx)
@@ -171,7 +177,9 @@ func (w *worker) train(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case err != nil:
-			if err := w.recover(ctx, err); err != nil {
+			if err := w.recover(ctx, err); errors.Is(err, errDone) {
+				return nil
+			} else if err != nil {
 				return err
 			}
 		}
@@ -237,9 +245,16 @@ func (w *worker) resume(ctx context.Context, source string) error {
 }
 
 // recover waits for the parameter servers after err, then resumes from
-// the position shard 0 holds.
+// the position shard 0 holds. It returns errDone if the final checkpoint
+// is committed meanwhile (the parameter servers are gone for good).
 func (w *worker) recover(ctx context.Context, cause error) error {
+	w.mu.Lock()
+	last := w.pos.GlobalStep
+	w.mu.Unlock()
 	for {
+		if steps, err := train.ListCheckpoints(w.cfg.CheckpointDir); err == nil && len(steps) > 0 && steps[len(steps)-1] >= w.cfg.MaxSteps {
+			return errDone
+		}
 		if err := w.c.Refresh(ctx); err != nil {
 			return err
 		}
@@ -249,7 +264,7 @@ func (w *worker) recover(ctx context.Context, cause error) error {
 		}
 		if err == nil {
 			if w.hooks.Recovered != nil {
-				w.hooks.Recovered(cause, w.c.cluster)
+				w.hooks.Recovered(cause, w.c.cluster, last)
 			}
 			return nil
 		}

@@ -1,0 +1,277 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/train/dist"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// roleSetup is what every role of a distributed job derives from its input.
+type roleSetup struct {
+	meta     train.CheckpointMeta
+	opt      train.OptimizerConfig
+	ckdir    string
+	replicas int // gradients per sync step; 0 in async mode
+}
+
+func setup(in workflows.RoleInput) roleSetup {
+	meta := train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash}
+	if in.Model.Type != workflows.ModelLinearClassifier {
+		meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
+	}
+	s := roleSetup{meta: meta, ckdir: filepath.Join(in.JobDir, checkpoints),
+		opt: train.OptimizerConfig{Name: in.Model.Optimizer, LearningRate: in.Model.LearningRate, Momentum: in.Model.Momentum, L1: in.Model.L1, L2: in.Model.L2}}
+	if in.Cluster.Update == workflows.UpdateSync {
+		s.replicas = in.Cluster.Replicas()
+	}
+	return s
+}
+
+// ParameterServer serves shard in.Task of the job's variables over gRPC
+// until the chief finishes training (or the activity is cancelled). It
+// restores the newest committed checkpoint, listens on a free port and
+// registers its address with the workflow, which tells the workers.
+func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
+	hb := keepAlive(ctx)
+	defer hb.Stop()
+	s := setup(in)
+	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Meta: s.meta, Seed: in.Train.Seed,
+		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, Sync: s.replicas > 0, Replicas: s.replicas})
+	if err != nil {
+		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
+	}
+	load := func(step int64) (*train.Checkpoint, error) {
+		return train.ReadCheckpoint(filepath.Join(s.ckdir, train.CheckpointName(step)))
+	}
+	ck, err := train.LatestCheckpoint(s.ckdir)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	if err := shard.Restore(ck, 0); err != nil {
+		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeBadData, err)
+	}
+	restored, _ := shard.Step()
+	lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
+	if err != nil {
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: listen: %w", in.Task, err)
+	}
+	srv := dist.NewServer(shard, load)
+	defer srv.Stop()
+	_, port, _ := net.SplitHostPort(lis.Addr().String())
+	host, _ := os.Hostname()
+	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored}
+	info := activity.GetInfo(ctx)
+	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID,
+		UpdateName: workflows.RegisterParameterServerUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		lis.Close()
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: register: %w", in.Task, err)
+	}
+	var cl workflows.ClusterState
+	if err := h.Get(ctx, &cl); err != nil {
+		lis.Close()
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: register: %w", in.Task, err)
+	}
+	if cl.RestoreStep != restored { // another server restarted from another checkpoint
+		if ck, err = load(cl.RestoreStep); err == nil {
+			err = shard.Restore(ck, cl.Gen)
+		}
+		if err != nil {
+			lis.Close()
+			return workflows.WorkerResult{}, err
+		}
+	}
+	shard.SetGeneration(cl.Gen)
+	appendEvent(in.JobDir, map[string]any{"event": "ps_start", "task": in.Task, "addr": reg.Addr, "host": host, "pid": reg.PID,
+		"attempt": info.Attempt, "restored_step": restored, "gen": cl.Gen})
+	activity.GetLogger(ctx).Info("parameter server listening", "task", in.Task, "addr", reg.Addr, "restored_step", restored, "gen", cl.Gen)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	select {
+	case <-shard.Finished():
+		// Answer "done" a little longer to workers still stepping.
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	case <-ctx.Done():
+		return workflows.WorkerResult{}, ctx.Err()
+	case err := <-served:
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: serve: %w", in.Task, err)
+	}
+	step, _ := shard.Step()
+	return workflows.WorkerResult{Task: in.Task, Step: step}, nil
+}
+
+// psListenHost is the interface parameter servers listen on.
+func (a *Activities) psListenHost() string {
+	if a.PSListenHost != "" {
+		return a.PSListenHost
+	}
+	return "127.0.0.1"
+}
+
+// psAdvertiseHost is the host workers dial to reach this process's
+// parameter servers.
+func (a *Activities) psAdvertiseHost() string {
+	if a.PSAdvertiseHost != "" {
+		return a.PSAdvertiseHost
+	}
+	if h := a.psListenHost(); h != "0.0.0.0" && h != "::" && h != "" {
+		return h
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+// TrainWorker trains as worker in.Task (0: the chief) on its own part of
+// the preprocessed data until the parameter servers say training is done.
+// It heartbeats its position; the position the parameter servers recorded
+// with its last counted gradient is what it resumes from.
+func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
+	hb := keepAlive(ctx)
+	defer hb.Stop()
+	m, err := preprocess.ReadManifest(in.JobDir)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	if m.TransformHash != in.TransformHash {
+		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("preprocessed data has transform %s, job expects %s", m.TransformHash, in.TransformHash))
+	}
+	seed := workerSeed(in.Train.Seed, in.Task)
+	data, files, err := workerData(in.JobDir, m.Train, in.Task, in.Cluster.Workers(), seed)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	s := setup(in)
+	info := activity.GetInfo(ctx)
+	log := activity.GetLogger(ctx)
+	wf := info.WorkflowExecution
+	resolve := func(ctx context.Context) (dist.Cluster, error) {
+		v, err := a.Client.QueryWorkflow(ctx, wf.ID, "", workflows.ClusterQuery)
+		if err != nil {
+			return dist.Cluster{}, err
+		}
+		var cs workflows.ClusterState
+		if err := v.Get(&cs); err != nil {
+			return dist.Cluster{}, err
+		}
+		c := dist.Cluster{Gen: cs.Gen, RestoreStep: cs.RestoreStep}
+		for _, ep := range cs.PS {
+			c.Addrs = append(c.Addrs, ep.Addr)
+		}
+		return c, nil
+	}
+	model, err := train.Initial(s.meta, in.Train.Seed)
+	if err != nil {
+		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
+	}
+	c, err := dist.Dial(ctx, resolve, len(model.Params()), in.Cluster.ParameterServerCount)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	defer c.Close()
+	var hint dist.Position
+	if activity.HasHeartbeatDetails(ctx) {
+		activity.GetHeartbeatDetails(ctx, &hint)
+	}
+	appendEvent(in.JobDir, map[string]any{"event": "worker_start", "task": in.Task, "attempt": info.Attempt, "pid": os.Getpid(), "files": files, "rows": len(data.Y),
+		"ps": c.Addrs(), "gen": c.Gen(), "heartbeat_global_step": hint.GlobalStep})
+	hooks := dist.Hooks{
+		Moved: func(p dist.Position) { hb.set(ctx, p) },
+		Resumed: func(p dist.Position, source string) {
+			appendEvent(in.JobDir, map[string]any{"event": "worker_resumed", "task": in.Task, "source": source, "epoch": p.Epoch, "cursor": p.Cursor,
+				"heartbeat_epoch": hint.Epoch, "heartbeat_cursor": hint.Cursor})
+		},
+		Recovered: func(err error, cl dist.Cluster, last int64) {
+			log.Warn("parameter servers recovered", "task", in.Task, "error", err, "gen", cl.Gen, "restore_step", cl.RestoreStep, "last_step", last)
+			appendEvent(in.JobDir, map[string]any{"event": "ps_recovered", "task": in.Task, "gen": cl.Gen, "restore_step": cl.RestoreStep,
+				"last_step": last, "cause": err.Error()})
+		},
+	}
+	if in.Task == 0 {
+		hooks.Committed = func(p train.Progress) error { return a.reportCheckpoint(ctx, in.JobDir, p) }
+	}
+	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
+		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
+		BatchesPerStep: max(s.replicas, 1)}
+	r, err := dist.RunWorker(ctx, cfg, data, c, hooks)
+	res := workflows.WorkerResult{Task: in.Task, Step: r.Step, Steps: r.Steps, Applied: r.Applied, Loss: r.Loss,
+		ComputeSecs: r.Compute.Seconds(), PullSecs: r.Pull.Seconds(), PushSecs: r.Push.Seconds()}
+	if err != nil {
+		return res, err
+	}
+	appendEvent(in.JobDir, map[string]any{"event": "worker_done", "task": in.Task, "global_step": r.Step, "steps": r.Steps, "applied": r.Applied,
+		"compute_secs": res.ComputeSecs, "pull_secs": res.PullSecs, "push_secs": res.PushSecs})
+	return res, nil
+}
+
+// reportCheckpoint tells the workflow and the events log about a
+// committed checkpoint.
+func (a *Activities) reportCheckpoint(ctx context.Context, jobDir string, p train.Progress) error {
+	log := activity.GetLogger(ctx)
+	log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
+	if a.Client != nil {
+		c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}
+		if err := a.Client.SignalWorkflow(ctx, activity.GetInfo(ctx).WorkflowExecution.ID, "", workflows.CheckpointSignal, c); err != nil {
+			log.Warn("report checkpoint to the workflow", "global_step", p.Step, "error", err)
+		}
+	}
+	return appendEvent(jobDir, map[string]any{"event": "checkpoint", "global_step": p.Step, "loss": p.Loss, "examples_per_sec": p.ExamplesPerSec})
+}
+
+// workerSeed derives worker task's seed from the job's, so workers shuffle
+// differently.
+func workerSeed(seed uint64, task int) uint64 {
+	return rand.New(rand.NewPCG(seed, uint64(task)+1<<32)).Uint64()
+}
+
+// workerData reads worker task's part of the training shards: every
+// workers-th file, in an order shuffled by seed, when there are at least as
+// many files as workers; else every workers-th row of all of them.
+func workerData(jobDir string, shards []preprocess.ShardResult, task, workers int, seed uint64) (train.Data, []string, error) {
+	var mine []preprocess.ShardResult
+	byRow := len(shards) < workers
+	for i, s := range shards {
+		if byRow || i%workers == task {
+			mine = append(mine, s)
+		}
+	}
+	if !byRow { // rows are strided over the files' canonical order
+		rand.New(rand.NewPCG(seed, 0)).Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+	}
+	var ex preprocess.Examples
+	names := make([]string, len(mine))
+	for i, s := range mine {
+		names[i] = s.Name
+		if err := preprocess.ReadShard(&ex, filepath.Join(jobDir, preprocess.DataDir, s.Name)); err != nil {
+			return train.Data{}, nil, err
+		}
+	}
+	d := train.Data{Dim: ex.Features, X: ex.X, Y: ex.Y}
+	if byRow {
+		var x, y []float64
+		for r := task; r < len(d.Y); r += workers {
+			x = append(x, d.X[r*d.Dim:(r+1)*d.Dim]...)
+			y = append(y, d.Y[r])
+		}
+		d.X, d.Y = x, y
+	}
+	if len(d.Y) == 0 {
+		return d, names, nonRetryable(workflows.ErrTypeBadData, errors.New("worker has no training rows: fewer rows than workers"))
+	}
+	return d, names, nil
+}

@@ -1,0 +1,185 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// Registered names of distributed training: wire API.
+const (
+	ParameterServerActivity = "ParameterServer"
+	TrainWorkerActivity     = "TrainWorker"
+	// RegisterParameterServerUpdate is sent by a parameter server once it
+	// listens; it answers the ClusterState the server is part of.
+	RegisterParameterServerUpdate = "register_parameter_server"
+	// ClusterQuery answers the ClusterState: workers find the parameter
+	// servers through it.
+	ClusterQuery = "cluster"
+)
+
+// RoleInput is the input of the ParameterServer and TrainWorker
+// activities: the job's training setup and the role's task index.
+type RoleInput struct {
+	TrainInput
+	Cluster ClusterSpec `json:"cluster"`
+	// Task is the parameter server's or worker's index (worker 0 is the
+	// chief).
+	Task int `json:"task"`
+}
+
+// PSRegistration announces a parameter server that listens.
+type PSRegistration struct {
+	Task int    `json:"task"`
+	Addr string `json:"addr"`
+	// Host and PID name the worker process running it.
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	// RestoredStep is the committed checkpoint it restored (0: none).
+	RestoredStep int64 `json:"restored_step"`
+}
+
+// PSEndpoint is a registered parameter server.
+type PSEndpoint struct {
+	Addr         string `json:"addr"`
+	Host         string `json:"host,omitempty"`
+	PID          int    `json:"pid,omitempty"`
+	RestoredStep int64  `json:"restored_step"`
+	// Starts counts its registrations: more than one means it restarted.
+	Starts int `json:"starts"`
+}
+
+// ClusterState is the distributed job's cluster as the workflow knows it.
+// Gen grows each time a parameter server restarts; RestoreStep is the
+// committed checkpoint every shard rolls back to for that generation.
+type ClusterState struct {
+	Gen         int64        `json:"gen"`
+	RestoreStep int64        `json:"restore_step"`
+	PS          []PSEndpoint `json:"ps"`
+	Workers     int          `json:"workers"`
+	Update      string       `json:"update"`
+}
+
+// WorkerResult is the outcome of a TrainWorker activity.
+type WorkerResult struct {
+	Task    int     `json:"task"`
+	Step    int64   `json:"step"`
+	Steps   int64   `json:"steps"`
+	Applied int64   `json:"applied"`
+	Loss    float64 `json:"loss"`
+	// Seconds spent computing, pulling and pushing.
+	ComputeSecs float64 `json:"compute_secs"`
+	PullSecs    float64 `json:"pull_secs"`
+	PushSecs    float64 `json:"push_secs"`
+}
+
+// roleRetry retries a role soon after its process dies: lost time is
+// training time.
+var roleRetry = &temporal.RetryPolicy{
+	InitialInterval:        time.Second,
+	BackoffCoefficient:     2,
+	MaximumInterval:        10 * time.Second,
+	MaximumAttempts:        20,
+	NonRetryableErrorTypes: []string{ErrTypeInvalidSpec, ErrTypeBadData, ErrTypeJobExists},
+}
+
+// trainDistributed starts the parameter servers and workers of the job's
+// cluster and returns a future settled with the chief's result once every
+// role has ended: the chief finishes training and the parameter servers,
+// the others end when told training is done, and whatever still runs is
+// cancelled. A role that fails for good fails the job.
+func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Progress) (workflow.Future, error) {
+	c := spec.Cluster
+	state := &ClusterState{Gen: 1, PS: make([]PSEndpoint, c.ParameterServerCount), Workers: c.Workers(), Update: c.Update}
+	p.Cluster = state
+	if err := workflow.SetQueryHandler(ctx, ClusterQuery, func() (ClusterState, error) { return *state, nil }); err != nil {
+		return nil, err
+	}
+	err := workflow.SetUpdateHandlerWithOptions(ctx, RegisterParameterServerUpdate,
+		func(ctx workflow.Context, r PSRegistration) (ClusterState, error) {
+			ep := &state.PS[r.Task]
+			if ep.Starts > 0 {
+				state.Gen++ // a restarted server: every shard rolls back with it
+				workflow.GetLogger(ctx).Warn("parameter server restarted", "task", r.Task, "addr", r.Addr, "restored_step", r.RestoredStep, "gen", state.Gen)
+			}
+			state.RestoreStep = r.RestoredStep
+			*ep = PSEndpoint{Addr: r.Addr, Host: r.Host, PID: r.PID, RestoredStep: r.RestoredStep, Starts: ep.Starts + 1}
+			return *state, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(r PSRegistration) error {
+			if r.Task < 0 || r.Task >= len(state.PS) || r.Addr == "" {
+				return fmt.Errorf("parameter server %d at %q: want a task in [0, %d) and an address", r.Task, r.Addr, len(state.PS))
+			}
+			return nil
+		}})
+	if err != nil {
+		return nil, err
+	}
+	hb := time.Duration(c.HeartbeatTimeoutSecs) * time.Second
+	roleCtx, cancelRoles := workflow.WithCancel(ctx)
+	opts := func(summary string) workflow.Context {
+		return workflow.WithActivityOptions(roleCtx, workflow.ActivityOptions{
+			StartToCloseTimeout: 7 * 24 * time.Hour, HeartbeatTimeout: hb, RetryPolicy: roleRetry,
+			WaitForCancellation: true, Summary: summary,
+		})
+	}
+	var roles []workflow.Future
+	for i := range c.ParameterServerCount {
+		roles = append(roles, workflow.ExecuteActivity(opts(fmt.Sprintf("parameter server %d", i)), ParameterServerActivity, RoleInput{TrainInput: tin, Cluster: c, Task: i}))
+	}
+	var workers []workflow.Future
+	for i := range c.Workers() {
+		name := fmt.Sprintf("worker %d", i)
+		if i == 0 {
+			name = "chief (worker 0)"
+		}
+		f := workflow.ExecuteActivity(opts(name), TrainWorkerActivity, RoleInput{TrainInput: tin, Cluster: c, Task: i})
+		workers = append(workers, f)
+		roles = append(roles, f)
+	}
+	result, settle := workflow.NewFuture(ctx)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var chief WorkerResult
+		var failed error
+		chiefDone := false
+		pending := len(roles)
+		sel := workflow.NewSelector(ctx)
+		for i, f := range roles {
+			sel.AddFuture(f, func(f workflow.Future) {
+				pending--
+				var wr WorkerResult
+				err := f.Get(ctx, &wr)
+				switch {
+				case err != nil && !temporal.IsCanceledError(err) && failed == nil:
+					failed = fmt.Errorf("%s: %w", roleName(i, c.ParameterServerCount), err)
+					cancelRoles()
+				case err == nil && f == workers[0]:
+					chief, chiefDone = wr, true
+					cancelRoles() // the others end on their own; this stops any still retrying
+				}
+			})
+		}
+		for pending > 0 {
+			sel.Select(ctx)
+		}
+		switch {
+		case failed != nil:
+			settle.Set(nil, failed)
+		case !chiefDone:
+			settle.Set(nil, temporal.NewCanceledError())
+		default:
+			settle.Set(TrainResult{Step: chief.Step, Loss: chief.Loss}, nil)
+		}
+	})
+	return result, nil
+}
+
+// roleName names role i of the list trainDistributed starts.
+func roleName(i, ps int) string {
+	if i < ps {
+		return fmt.Sprintf("parameter server %d", i)
+	}
+	return fmt.Sprintf("worker %d", i-ps)
+}
