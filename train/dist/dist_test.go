@@ -90,18 +90,27 @@ func (c *cluster) start(i int, ck *train.Checkpoint, gen int64) {
 	if err := sh.Restore(ck, gen); err != nil {
 		c.t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, addr, err := serveLoopback(sh, func(step int64) (*train.Checkpoint, error) {
+		return train.ReadCheckpoint(filepath.Join(c.ckdir, train.CheckpointName(step)))
+	})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	srv := NewServer(sh, func(step int64) (*train.Checkpoint, error) {
-		return train.ReadCheckpoint(filepath.Join(c.ckdir, train.CheckpointName(step)))
-	})
-	go srv.Serve(lis)
 	c.mu.Lock()
 	c.servers[i] = srv
-	c.view.Addrs[i] = lis.Addr().String()
+	c.view.Addrs[i] = addr
 	c.mu.Unlock()
+}
+
+// serveLoopback serves sh on a free loopback port.
+func serveLoopback(sh *Shard, load Loader) (*Server, string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	srv := NewServer(sh, load)
+	go srv.Serve(lis)
+	return srv, lis.Addr().String(), nil
 }
 
 func (c *cluster) resolve(context.Context) (Cluster, error) {

@@ -1,0 +1,153 @@
+package dist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/train/internal/idx"
+)
+
+// fashionTrain reads Fashion-MNIST's training split, skipping b without it.
+func fashionTrain(b *testing.B) train.Data {
+	const dir = "/usr/share/datasets/fashion-mnist"
+	images := filepath.Join(dir, "train-images-idx3-ubyte.gz")
+	if _, err := os.Stat(images); err != nil {
+		b.Skipf("Fashion-MNIST not installed (%v): apt-get install dataset-fashion-mnist", err)
+	}
+	im, err := idx.ReadFile(images)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lb, err := idx.ReadFile(filepath.Join(dir, "train-labels-idx1-ubyte.gz"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := train.Data{Dim: 784, X: make([]float64, len(im.Data)), Y: make([]float64, len(lb.Data))}
+	for i, v := range im.Data {
+		d.X[i] = float64(v) / 255
+	}
+	for i, v := range lb.Data {
+		d.Y[i] = float64(v)
+	}
+	return d
+}
+
+// BenchmarkFashionMLP measures training examples/s of the Fashion-MNIST
+// DNN (784-128-64-10, Adam, batch 128): "local" is one goroutine calling
+// train.Step on its own model, the baseline; the others run parameter
+// servers and workers in this process over loopback gRPC, async or sync,
+// with 1 or 2 workers. Besides examples/s it reports the share of the
+// workers' time spent computing gradients, pulling and pushing.
+//
+//	go test -run '^$' -bench FashionMLP -count 5 ./train/dist | tee new.txt
+func BenchmarkFashionMLP(b *testing.B) {
+	data := fashionTrain(b)
+	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
+	const batch = 128
+	b.Run("local", func(b *testing.B) {
+		m, _ := train.Initial(meta, 1)
+		opt, _ := train.NewOptimizer(train.OptimizerConfig{LearningRate: 1e-3}, len(m.Params()))
+		grad := make([]float64, len(m.Params()))
+		n := len(data.Y) / batch
+		i := 0
+		start := time.Now()
+		for b.Loop() {
+			lo := (i % n) * batch
+			train.Step(m, opt, grad, data.X[lo*784:(lo+batch)*784], data.Y[lo:lo+batch], 0)
+			i++
+		}
+		b.ReportMetric(float64(i*batch)/time.Since(start).Seconds(), "examples/s")
+	})
+	for _, c := range []struct {
+		mode    string
+		workers int
+		ps      int
+	}{{"async", 1, 1}, {"async", 2, 1}, {"sync", 2, 1}, {"async", 2, 2}} {
+		b.Run(fmt.Sprintf("%s/workers=%d/ps=%d", c.mode, c.workers, c.ps), func(b *testing.B) {
+			benchCluster(b, data, meta, c.mode == "sync", c.workers, c.ps, batch)
+		})
+	}
+}
+
+func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, syncMode bool, workers, tasks, batch int) {
+	steps := int64(max(b.N, 2))
+	replicas := 0
+	if syncMode {
+		replicas = workers
+	}
+	cl := &cluster{ckdir: b.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, tasks)}, servers: make([]*Server, tasks)}
+	cl.cfg = ShardConfig{Tasks: tasks, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
+		MaxSteps: steps, SaveSteps: steps, Sync: syncMode, Replicas: replicas}
+	for i := range tasks {
+		if err := cl.startB(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, s := range cl.servers {
+			s.Stop()
+		}
+	}()
+	m, _ := train.Initial(meta, 1)
+	clients := make([]*Client, workers)
+	for i := range clients {
+		c, err := Dial(context.Background(), cl.resolve, len(m.Params()), tasks)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	res := make([]WorkerResult, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for i := range workers {
+		cfg := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: steps, SaveSteps: steps, KeepMax: 1,
+			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1)}
+		wg.Go(func() { res[i], errs[i] = RunWorker(context.Background(), cfg, split(data, i, workers), clients[i], Hooks{}) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	var applied int64
+	var compute, pull, push time.Duration
+	for _, r := range res {
+		applied += r.Applied
+		compute, pull, push = compute+r.Compute, pull+r.Pull, push+r.Push
+	}
+	total := (compute + pull + push).Seconds()
+	b.ReportMetric(float64(applied*int64(batch))/elapsed.Seconds(), "examples/s")
+	b.ReportMetric(compute.Seconds()/total, "compute-share")
+	b.ReportMetric(pull.Seconds()/total, "pull-share")
+	b.ReportMetric(push.Seconds()/total, "push-share")
+	b.ReportMetric(0, "ns/op")
+}
+
+// startB is cluster.start for benchmarks.
+func (c *cluster) startB(i int) error {
+	cfg := c.cfg
+	cfg.Task = i
+	sh, err := NewShard(cfg)
+	if err != nil {
+		return err
+	}
+	srv, addr, err := serveLoopback(sh, nil)
+	if err != nil {
+		return err
+	}
+	c.servers[i] = srv
+	c.view.Addrs[i] = addr
+	return nil
+}
