@@ -68,7 +68,7 @@
 // operating system crash exposes a partial object.
 //
 // Nothing spans objects: a tree of objects (a checkpoint and its metadata,
-// an export bundle) appears object by object. Such groups are
+// an export bundle, UploadDir) appears object by object. Such groups are
 // published with a pointer written last: write every object of the group,
 // then CommitPointer names it, and readers trust only pointers: they call
 // ReadPointer and read what it names, never "the newest" by listing. S3,
@@ -85,5 +85,12 @@
 // exist". A missing object matches both ErrNotExist
 // and fs.ErrNotExist with errors.Is; a bad key matches ErrInvalidKey; a URI
 // that cannot be parsed matches ErrInvalidURI, and the error quotes it.
-
+//
+// # Staging
+//
+// Code that needs local files, such as a worker reading data shards on a
+// machine that shares no disk with the others, stages them with
+// DownloadDir and publishes results with UploadDir followed by
+// CommitPointer. LocalDir lets it skip the copy when the Store is already
+// on local disk.
 package storage
