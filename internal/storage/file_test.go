@@ -1,0 +1,87 @@
+package storage
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/trainflow/trainflow/train"
+)
+
+// TestFileLayout checks what a file:// Store leaves on disk: one plain file
+// per key, no temporary or attribute side files, and checkpoints that
+// train's local-disk code reads.
+func TestFileLayout(t *testing.T) {
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "jobs", "census_1")
+	s := mustOpen(t, root)
+	if dir, ok := s.LocalDir(); !ok || dir != root {
+		t.Errorf("LocalDir = %q, %v, want %q, true", dir, ok, root)
+	}
+	if dir, _ := s.Sub("checkpoints").LocalDir(); dir != filepath.Join(root, "checkpoints") {
+		t.Errorf("Sub(checkpoints).LocalDir = %q", dir)
+	}
+	if _, ok := mustOpen(t, "mem://layout").LocalDir(); ok {
+		t.Error("a mem:// Store has a LocalDir")
+	}
+
+	c := &train.Checkpoint{Step: 7, Meta: train.CheckpointMeta{Model: "linear", Dim: 2, Classes: 2},
+		Tensors: map[string][]float64{"w": {1, 2}}}
+	b, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt := s.Sub("checkpoints")
+	if err := ckpt.Write(ctx, train.CheckpointName(7), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := ckpt.CommitPointer(ctx, train.PointerFile, train.CheckpointName(7)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := train.LatestCheckpoint(filepath.Join(root, "checkpoints"))
+	if err != nil || got == nil || got.Step != 7 {
+		t.Fatalf("train.LatestCheckpoint = %+v, %v, want step 7", got, err)
+	}
+	// And the other way round: a Store reads what train wrote.
+	c.Step = 9
+	if err := train.SaveCheckpoint(filepath.Join(root, "checkpoints"), c, 0); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := ckpt.ReadPointer(ctx, train.PointerFile); err != nil || target != "ckpt-9" {
+		t.Errorf("ReadPointer after train.SaveCheckpoint = %q, %v, want ckpt-9", target, err)
+	}
+
+	var files []string
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(root, p)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if want := []string{"checkpoints/checkpoint", "checkpoints/ckpt-7", "checkpoints/ckpt-9"}; !slices.Equal(files, want) {
+		t.Errorf("files on disk = %q, want %q", files, want)
+	}
+
+	// A temporary file left by a crash mid-write is not an object.
+	if err := os.WriteFile(filepath.Join(root, "checkpoints", "ckpt-11.18f2a3b4c5d6e7f8.tmp"), []byte("part"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := ckpt.List(ctx, "")
+	if want := []string{"checkpoint", "ckpt-7", "ckpt-9"}; err != nil || !slices.Equal(keys, want) {
+		t.Errorf("List = %q, %v, want %q", keys, err, want)
+	}
+}
+
+// TestFileTempDir checks that file:// writes keep their temporary files in
+// the Store's own directory, so the publishing rename never crosses file
+// systems even when TMPDIR is elsewhere.
+func TestFileTempDir(t *testing.T) {
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "does-not-exist"))
+	s := mustOpen(t, t.TempDir())
+	if err := s.Write(context.Background(), "a/b", []byte("x")); err != nil {
+		t.Fatalf("Write with an unusable TMPDIR: %v", err)
+	}
+}
