@@ -113,7 +113,9 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	for i := range workers {
 		cfg := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: steps, SaveSteps: steps, KeepMax: 1,
 			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1)}
-		wg.Go(func() { res[i], errs[i] = RunWorker(context.Background(), cfg, split(data, i, workers), clients[i], Hooks{}) })
+		wg.Go(func() {
+			res[i], errs[i] = RunWorker(context.Background(), cfg, split(data, i, workers), clients[i], Hooks{})
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -150,4 +152,36 @@ func (c *cluster) startB(i int) error {
 	c.servers[i] = srv
 	c.view.Addrs[i] = addr
 	return nil
+}
+
+// BenchmarkPullPush measures one Pull and one Push of the Fashion-MNIST
+// DNN's 109,386 variables from one parameter server over loopback gRPC.
+func BenchmarkPullPush(b *testing.B) {
+	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
+	sh, err := NewShard(ShardConfig{Tasks: 1, Meta: meta, Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1e-9}, MaxSteps: 1 << 62, SaveSteps: 1 << 62})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, addr, err := serveLoopback(sh, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	resolve := func(context.Context) (Cluster, error) { return Cluster{Gen: 0, Addrs: []string{addr}}, nil }
+	c, err := Dial(context.Background(), resolve, sh.Len(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	params, grad := make([]float64, sh.Len()), make([]float64, sh.Len())
+	ctx := context.Background()
+	b.SetBytes(int64(16 * sh.Len()))
+	for b.Loop() {
+		if _, _, err := c.Pull(ctx, params); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Push(ctx, 0, grad, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -214,6 +214,14 @@ func (s *Shard) Pull(dst []float64) (step int64, done bool) {
 	return s.step, s.doneLocked()
 }
 
+// read calls f with the shard's step, done flag and variables, which f
+// must not keep.
+func (s *Shard) read(f func(step int64, done bool, params []float64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s.step, s.doneLocked(), s.params)
+}
+
 func (s *Shard) doneLocked() bool { return s.finished || s.step >= s.cfg.MaxSteps }
 
 // Push offers worker's gradient grad (len Len), computed on the variables

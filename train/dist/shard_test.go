@@ -2,8 +2,11 @@ package dist
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
+
+	"google.golang.org/grpc/mem"
 
 	"github.com/trainflow/trainflow/train"
 )
@@ -234,5 +237,30 @@ func TestShardHoldsAtUncommittedCut(t *testing.T) {
 	s.Committed(2)
 	if r, err := s.Push(ctx, 0, 0, g, nil); err != nil || r.Step != 3 {
 		t.Fatalf("after the commit: %+v, %v; want step 3", r, err)
+	}
+}
+
+func TestWireRoundTripAcrossSegments(t *testing.T) {
+	in := &pushRequest{header: header{Gen: 3, RestoreStep: 400}, Worker: 2, Tag: 401, Cursor: []float64{1, 2, 3}, Grad: []float64{0.5, -1, 1e-300, 7}}
+	bs, err := codec{}.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := bs.Materialize()
+	// Split the frame into 3-byte segments, as gRPC may hand it over.
+	var segs mem.BufferSlice
+	for i := 0; i < len(raw); i += 3 {
+		segs = append(segs, mem.SliceBuffer(raw[i:min(i+3, len(raw))]))
+	}
+	var out pushRequest
+	if err := (codec{}).Unmarshal(segs, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.header != in.header || out.Worker != 2 || out.Tag != 401 || !slices.Equal(out.Cursor, in.Cursor) || !slices.Equal(out.Grad, in.Grad) {
+		t.Fatalf("decoded %+v, want %+v", out, in)
+	}
+	// A truncated frame is refused, not read past.
+	if err := (codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw[:len(raw)-5])}, &out); !errors.Is(err, errWire) {
+		t.Fatalf("truncated frame: %v, want errWire", err)
 	}
 }

@@ -7,7 +7,10 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync"
 	"unsafe"
+
+	"google.golang.org/grpc/mem"
 )
 
 // Wire format of the parameter-server messages: gRPC frames whose bodies
@@ -21,37 +24,50 @@ const codecName = "trainflow-ps"
 
 // message is a parameter-server request or response.
 type message interface {
+	// size bounds the encoded length, to size the buffer.
+	size() int
 	encode(e *encoder)
 	decode(d *decoder)
 }
 
-// codec marshals messages for gRPC.
+// codec marshals messages for gRPC into pooled buffers and decodes them
+// straight from gRPC's receive buffers, so a shard's values are copied
+// once each way besides the socket.
 type codec struct{}
 
 func (codec) Name() string { return codecName }
 
-func (codec) Marshal(v any) ([]byte, error) {
+func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(message)
 	if !ok {
 		return nil, fmt.Errorf("dist: cannot marshal %T", v)
 	}
-	var e encoder
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(m.size())
+	e := encoder{b: (*buf)[:0]}
 	m.encode(&e)
-	return e.b, nil
+	if cap(e.b) != cap(*buf) { // outgrew the estimate: not the pool's any more
+		pool.Put(buf)
+		return mem.BufferSlice{mem.SliceBuffer(e.b)}, nil
+	}
+	*buf = e.b
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-func (codec) Unmarshal(data []byte, v any) error {
+func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(message)
 	if !ok {
 		return fmt.Errorf("dist: cannot unmarshal into %T", v)
 	}
-	d := decoder{b: data}
+	r := data.Reader()
+	defer r.Close()
+	d := decoder{r: r}
 	m.decode(&d)
 	if d.err != nil {
 		return d.err
 	}
-	if len(d.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", errWire, len(d.b))
+	if n := r.Remaining(); n != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", errWire, n)
 	}
 	return nil
 }
@@ -99,68 +115,91 @@ func (e *encoder) tensors(t map[string][]float64) {
 }
 
 type decoder struct {
-	b   []byte
-	err error
+	r       *mem.Reader
+	scratch [8]byte
+	err     error
 }
 
-func (d *decoder) take(n int) []byte {
+// read fills p from the message.
+func (d *decoder) read(p []byte) {
 	if d.err != nil {
-		return nil
+		return
 	}
-	if n < 0 || n > len(d.b) {
-		d.err = fmt.Errorf("%w: want %d bytes, have %d", errWire, n, len(d.b))
-		return nil
+	if d.r.Remaining() < len(p) {
+		d.err = fmt.Errorf("%w: want %d bytes, have %d", errWire, len(p), d.r.Remaining())
+		return
 	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
+	for n := 0; n < len(p); {
+		k, err := d.r.Read(p[n:])
+		if err != nil {
+			d.err = fmt.Errorf("%w: %v", errWire, err)
+			return
+		}
+		n += k
+	}
 }
 
 func (d *decoder) i64() int64 {
-	p := d.take(8)
-	if p == nil {
+	d.read(d.scratch[:8])
+	if d.err != nil {
 		return 0
 	}
-	return int64(binary.LittleEndian.Uint64(p))
+	return int64(binary.LittleEndian.Uint64(d.scratch[:8]))
 }
 
 func (d *decoder) bool() bool {
-	p := d.take(1)
-	return p != nil && p[0] == 1
+	d.read(d.scratch[:1])
+	return d.err == nil && d.scratch[0] == 1
 }
 
 func (d *decoder) u32() int {
-	p := d.take(4)
-	if p == nil {
+	d.read(d.scratch[:4])
+	if d.err != nil {
 		return 0
 	}
-	return int(binary.LittleEndian.Uint32(p))
+	return int(binary.LittleEndian.Uint32(d.scratch[:4]))
 }
 
 // floatsInto decodes a []float64 into dst when it has room, else a new slice.
 func (d *decoder) floatsInto(dst []float64) []float64 {
 	n := d.u32()
-	p := d.take(8 * n)
-	if p == nil {
+	if d.err != nil || 8*n > d.r.Remaining() {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: %d values in %d bytes", errWire, n, d.r.Remaining())
+		}
 		return nil
 	}
 	if cap(dst) < n {
 		dst = make([]float64, n)
 	}
 	dst = dst[:n]
-	if littleEndian && n > 0 {
-		copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 8*n), p)
+	if n == 0 {
+		return dst
+	}
+	if littleEndian {
+		d.read(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 8*n))
 		return dst
 	}
 	for i := range dst {
-		dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
+		dst[i] = math.Float64frombits(uint64(d.i64()))
 	}
 	return dst
 }
 
 func (d *decoder) floats() []float64 { return d.floatsInto(nil) }
 
-func (d *decoder) str() string { return string(d.take(d.u32())) }
+func (d *decoder) str() string {
+	n := d.u32()
+	if d.err != nil || n > d.r.Remaining() {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: string of %d bytes in %d", errWire, n, d.r.Remaining())
+		}
+		return ""
+	}
+	b := make([]byte, n)
+	d.read(b)
+	return string(b)
+}
 
 func (d *decoder) tensors() map[string][]float64 {
 	n := d.u32()
@@ -178,6 +217,10 @@ type header struct {
 	Gen, RestoreStep int64
 }
 
+func floatsSize(f []float64) int { return 4 + 8*len(f) }
+
+func (h *header) size() int { return 16 }
+
 func (h *header) encode(e *encoder) { e.i64(h.Gen); e.i64(h.RestoreStep) }
 func (h *header) decode(d *decoder) { h.Gen, h.RestoreStep = d.i64(), d.i64() }
 
@@ -187,9 +230,26 @@ type pullResponse struct {
 	Step   int64
 	Done   bool
 	Params []float64
+	// from, on the server, is the shard to encode straight from.
+	from *Shard
 }
 
-func (m *pullResponse) encode(e *encoder) { e.i64(m.Step); e.bool(m.Done); e.floats(m.Params) }
+func (m *pullResponse) size() int {
+	if m.from != nil {
+		return 13 + 8*m.from.Len()
+	}
+	return 9 + floatsSize(m.Params)
+}
+
+func (m *pullResponse) encode(e *encoder) {
+	if m.from != nil {
+		m.from.read(func(step int64, done bool, params []float64) { e.i64(step); e.bool(done); e.floats(params) })
+		return
+	}
+	e.i64(m.Step)
+	e.bool(m.Done)
+	e.floats(m.Params)
+}
 func (m *pullResponse) decode(d *decoder) {
 	m.Step, m.Done = d.i64(), d.bool()
 	m.Params = d.floatsInto(m.Params)
@@ -200,6 +260,11 @@ type pushRequest struct {
 	Worker, Tag  int64
 	Cursor, Grad []float64
 }
+
+func (m *pushRequest) size() int { return 32 + floatsSize(m.Cursor) + floatsSize(m.Grad) }
+
+// gradBuffers recycles the gradients parameter servers receive.
+var gradBuffers sync.Pool
 
 func (m *pushRequest) encode(e *encoder) {
 	m.header.encode(e)
@@ -213,13 +278,29 @@ func (m *pushRequest) decode(d *decoder) {
 	m.header.decode(d)
 	m.Worker, m.Tag = d.i64(), d.i64()
 	m.Cursor = d.floats()
+	if m.Grad == nil {
+		if p, ok := gradBuffers.Get().(*[]float64); ok {
+			m.Grad = (*p)[:0]
+		}
+	}
 	m.Grad = d.floatsInto(m.Grad)
+}
+
+// release returns the gradient's buffer for reuse.
+func (m *pushRequest) release() {
+	if m.Grad != nil {
+		g := m.Grad
+		gradBuffers.Put(&g)
+		m.Grad = nil
+	}
 }
 
 type pushResponse struct {
 	Step          int64
 	Applied, Done bool
 }
+
+func (m *pushResponse) size() int { return 10 }
 
 func (m *pushResponse) encode(e *encoder) { e.i64(m.Step); e.bool(m.Applied); e.bool(m.Done) }
 func (m *pushResponse) decode(d *decoder) { m.Step, m.Applied, m.Done = d.i64(), d.bool(), d.bool() }
@@ -229,10 +310,25 @@ type snapshotRequest struct {
 	Step int64
 }
 
+func (m *snapshotRequest) size() int { return 24 }
+
 func (m *snapshotRequest) encode(e *encoder) { m.header.encode(e); e.i64(m.Step) }
 func (m *snapshotRequest) decode(d *decoder) { m.header.decode(d); m.Step = d.i64() }
 
 type snapshotResponse struct{ ShardState }
+
+func (m *snapshotResponse) size() int {
+	n := 28
+	for _, t := range []map[string][]float64{m.Sliced, m.Whole} {
+		for k, v := range t {
+			n += 4 + len(k) + floatsSize(v)
+		}
+	}
+	for _, c := range m.Cursors {
+		n += 8 + floatsSize(c)
+	}
+	return n
+}
 
 func (m *snapshotResponse) encode(e *encoder) {
 	e.i64(m.Step)
@@ -262,6 +358,8 @@ type cursorRequest struct {
 	Worker int64
 }
 
+func (m *cursorRequest) size() int { return 24 }
+
 func (m *cursorRequest) encode(e *encoder) { m.header.encode(e); e.i64(m.Worker) }
 func (m *cursorRequest) decode(d *decoder) { m.header.decode(d); m.Worker = d.i64() }
 
@@ -269,6 +367,8 @@ type cursorResponse struct {
 	Found  bool
 	Cursor []float64
 }
+
+func (m *cursorResponse) size() int { return 1 + floatsSize(m.Cursor) }
 
 func (m *cursorResponse) encode(e *encoder) { e.bool(m.Found); e.floats(m.Cursor) }
 func (m *cursorResponse) decode(d *decoder) { m.Found = d.bool(); m.Cursor = d.floats() }
@@ -280,10 +380,13 @@ type committedRequest struct {
 	Step int64
 }
 
+func (m *committedRequest) size() int { return 24 }
+
 func (m *committedRequest) encode(e *encoder) { m.header.encode(e); e.i64(m.Step) }
 func (m *committedRequest) decode(d *decoder) { m.header.decode(d); m.Step = d.i64() }
 
 type empty struct{}
 
+func (*empty) size() int       { return 0 }
 func (*empty) encode(*encoder) {}
 func (*empty) decode(*decoder) {}
