@@ -16,13 +16,51 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// New returns a worker polling workflows.TaskQueue with every trainflow
-// workflow and activity registered. Start it with Start or Run.
-func New(c client.Client, acts *activities.Activities) sdkworker.Worker {
-	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{})
-	RegisterWorkflows(w)
-	w.RegisterActivity(acts)
+// Options configures a process's workers.
+type Options struct {
+	// MaxRoles bounds the distributed-training roles (parameter servers,
+	// workers) this process runs at once, so that a job's roles spread over
+	// the processes that poll; 0 means no bound.
+	MaxRoles int
+}
+
+// Workers are a trainflow process's Temporal workers: one polls
+// workflows.TaskQueue for workflows and job steps, one polls
+// workflows.RoleTaskQueue for distributed-training roles, up to
+// Options.MaxRoles at a time.
+type Workers struct {
+	jobs, roles sdkworker.Worker
+}
+
+// New returns the workers with every trainflow workflow and activity
+// registered. Start them with Start.
+func New(c client.Client, acts *activities.Activities, opts Options) *Workers {
+	w := &Workers{
+		jobs:  sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{}),
+		roles: sdkworker.New(c, workflows.RoleTaskQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: opts.MaxRoles}),
+	}
+	RegisterWorkflows(w.jobs)
+	w.jobs.RegisterActivity(acts)
+	w.roles.RegisterActivity(acts)
 	return w
+}
+
+// Start starts polling.
+func (w *Workers) Start() error {
+	if err := w.jobs.Start(); err != nil {
+		return err
+	}
+	if err := w.roles.Start(); err != nil {
+		w.jobs.Stop()
+		return err
+	}
+	return nil
+}
+
+// Stop stops polling and waits for running activities to return.
+func (w *Workers) Stop() {
+	w.roles.Stop()
+	w.jobs.Stop()
 }
 
 // WorkflowRegistry is where workflows are registered: a worker or a

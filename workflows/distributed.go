@@ -121,7 +121,7 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 	roleCtx, cancelRoles := workflow.WithCancel(ctx)
 	opts := func(summary string) workflow.Context {
 		return workflow.WithActivityOptions(roleCtx, workflow.ActivityOptions{
-			StartToCloseTimeout: 7 * 24 * time.Hour, HeartbeatTimeout: hb, RetryPolicy: roleRetry,
+			TaskQueue: RoleTaskQueue, StartToCloseTimeout: 7 * 24 * time.Hour, HeartbeatTimeout: hb, RetryPolicy: roleRetry,
 			WaitForCancellation: true, Summary: summary,
 		})
 	}

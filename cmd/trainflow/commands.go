@@ -35,6 +35,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	models := fs.String("models", "", "model repository directory (default HOME/models)")
 	level := fs.String("log-level", "info", "log level")
 	psListen := fs.String("ps-listen", "0.0.0.0", "interface the parameter servers of distributed jobs listen on")
+	maxRoles := fs.Int("max-roles", 0, "run at most this many distributed-training roles (parameter servers, workers) at once, so jobs spread over worker processes; 0: no bound")
 	psAdvertise := fs.String("ps-advertise", "", "host name workers dial to reach this process's parameter servers (default: this host's name, or the -ps-listen address when it is a specific one)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -59,7 +60,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
 	}
 	w := worker.New(c, &activities.Activities{Home: h, Models: &serving.Repository{Root: *models}, Client: c,
-		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise})
+		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}, worker.Options{MaxRoles: *maxRoles})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}

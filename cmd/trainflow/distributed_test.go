@@ -54,7 +54,7 @@ func newProcessCluster(t *testing.T, workers int) *cluster {
 func (c *cluster) start(i int) {
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe, "worker", "--temporal", c.st.Temporal.FrontendAddr(), "--home", c.home, "--log-level", "warn",
-		"--ps-listen", "127.0.0.1")
+		"--ps-listen", "127.0.0.1", "--max-roles", "2")
 	cmd.Stderr = logWriter{c.t}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -162,11 +162,14 @@ func TestDistributedJobOnThreeProcesses(t *testing.T) {
 			commits := checkCommits(t, evs)
 			pids := map[float64]bool{}
 			for _, ev := range evs {
-				if ev["event"] == "ps_start" {
+				if ev["event"] == "ps_start" || ev["event"] == "worker_start" {
 					pids[ev["pid"].(float64)] = true
 				}
 			}
-			t.Logf("%s: accuracy %.4f at step %d in %s; commits %v; parameter servers in %d processes", mode, res.Metrics.Accuracy, res.GlobalStep, time.Since(start).Round(time.Millisecond), commits, len(pids))
+			t.Logf("%s: accuracy %.4f at step %d in %s; commits %v; roles ran in %d processes", mode, res.Metrics.Accuracy, res.GlobalStep, time.Since(start).Round(time.Millisecond), commits, len(pids))
+			if len(pids) != 3 {
+				t.Fatalf("5 roles ran in %d processes, want all 3 (each runs at most 2)", len(pids))
+			}
 			if res.GlobalStep != 4000 || commits[len(commits)-1] != 4000 {
 				t.Fatalf("ended at step %d (commits %v), want 4000", res.GlobalStep, commits)
 			}

@@ -13,7 +13,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
-	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/internal/devserver"
@@ -43,7 +42,7 @@ type stack struct {
 	Registry *serving.Registry
 	HTTPAddr string
 
-	worker   sdkworker.Worker
+	worker   *worker.Workers
 	cancel   context.CancelFunc
 	served   chan error
 	stopOnce sync.Once
@@ -100,7 +99,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		},
 	}
 	if !cfg.NoWorker {
-		s.worker = worker.New(s.Client, acts)
+		s.worker = worker.New(s.Client, acts, worker.Options{})
 		if err := s.worker.Start(); err != nil {
 			return nil, fmt.Errorf("start worker: %w", err)
 		}
