@@ -24,3 +24,5 @@ END {
 	printf "scaling, 2 workers vs 1 (sync, 1 ps):  %.2fx\n", med["sync/workers=2/ps=1"] / one
 	printf "1 worker + 1 ps vs local:              %.2fx\n", one / med["local"]
 }' "$out"
+# Time to the training-engine bar (test accuracy 0.865), local vs clusters.
+TRAINFLOW_BENCH_ACCURACY=1 go test -count=1 -run TestTimeToAccuracy -v -timeout 30m ./train/dist | grep -E 'reached|ok|FAIL'

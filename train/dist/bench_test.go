@@ -16,25 +16,9 @@ import (
 
 // fashionTrain reads Fashion-MNIST's training split, skipping b without it.
 func fashionTrain(b *testing.B) train.Data {
-	const dir = "/usr/share/datasets/fashion-mnist"
-	images := filepath.Join(dir, "train-images-idx3-ubyte.gz")
-	if _, err := os.Stat(images); err != nil {
-		b.Skipf("Fashion-MNIST not installed (%v): apt-get install dataset-fashion-mnist", err)
-	}
-	im, err := idx.ReadFile(images)
+	d, err := readFashion("train")
 	if err != nil {
-		b.Fatal(err)
-	}
-	lb, err := idx.ReadFile(filepath.Join(dir, "train-labels-idx1-ubyte.gz"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	d := train.Data{Dim: 784, X: make([]float64, len(im.Data)), Y: make([]float64, len(lb.Data))}
-	for i, v := range im.Data {
-		d.X[i] = float64(v) / 255
-	}
-	for i, v := range lb.Data {
-		d.Y[i] = float64(v)
+		b.Skipf("Fashion-MNIST not readable (%v): apt-get install dataset-fashion-mnist", err)
 	}
 	return d
 }
@@ -184,4 +168,133 @@ func BenchmarkPullPush(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestTimeToAccuracy reports the wall time the Fashion-MNIST DNN takes to
+// reach the training-engine bar (test accuracy 0.865) locally and on
+// parameter servers. It is a measurement, run on purpose by
+// bench/distributed/run.sh:
+//
+//	TRAINFLOW_BENCH_ACCURACY=1 go test -run TestTimeToAccuracy -v ./train/dist
+func TestTimeToAccuracy(t *testing.T) {
+	if os.Getenv("TRAINFLOW_BENCH_ACCURACY") == "" {
+		t.Skip("a measurement of minutes, not a check: set TRAINFLOW_BENCH_ACCURACY=1 (bench/distributed/run.sh does)")
+	}
+	data := fashionSplit(t, "train")
+	test := fashionSplit(t, "t10k")
+	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
+	const batch, bar, every = 128, 0.865, 469 // every ≈ one epoch of batches
+	{
+		dir := t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		start := time.Now()
+		var evalTime, reached time.Duration
+		var acc float64
+		var atStep int64
+		cfg := train.Config{BatchSize: batch, MaxSteps: 20 * every, LearningRate: 1e-3, Seed: 1, SaveSteps: every, KeepMax: 1, CheckpointDir: dir, Meta: meta}
+		train.Run(ctx, cfg, data, func(p train.Progress) error {
+			t0 := time.Now()
+			ck, _ := train.LatestCheckpoint(dir)
+			m, _ := train.Load(ck)
+			acc = train.Evaluate(m, test.X, test.Y, 1000).Accuracy
+			evalTime += time.Since(t0)
+			if acc >= bar && reached == 0 {
+				reached, atStep = time.Since(start)-evalTime, p.Step
+				cancel()
+			}
+			return nil
+		})
+		t.Logf("%-22s reached %.4f at global step %d after %.1f s of training", "local", acc, atStep, reached.Seconds())
+	}
+	for _, c := range []struct {
+		name           string
+		sync           bool
+		workers, tasks int
+	}{{"async/workers=1/ps=1", false, 1, 1}, {"async/workers=2/ps=2", false, 2, 2}, {"sync/workers=2/ps=2", true, 2, 2}} {
+		cl := &cluster{ckdir: t.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, c.tasks)}, servers: make([]*Server, c.tasks)}
+		replicas := 0
+		if c.sync {
+			replicas = c.workers
+		}
+		cl.cfg = ShardConfig{Tasks: c.tasks, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
+			MaxSteps: 20 * every, SaveSteps: every, Sync: c.sync, Replicas: replicas}
+		for i := range c.tasks {
+			if err := cl.startB(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		start := time.Now()
+		var evalTime, reached time.Duration
+		var atStep int64
+		var acc float64
+		hooks := Hooks{Committed: func(p train.Progress) error {
+			t0 := time.Now()
+			ck, err := train.LatestCheckpoint(cl.ckdir)
+			if err == nil {
+				m, _ := train.Load(ck)
+				acc = train.Evaluate(m, test.X, test.Y, 1000).Accuracy
+			}
+			evalTime += time.Since(t0)
+			if acc >= bar && reached == 0 {
+				reached, atStep = time.Since(start)-evalTime, p.Step
+				cancel()
+			}
+			return nil
+		}}
+		var wg sync.WaitGroup
+		for i := range c.workers {
+			wc := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: 20 * every, SaveSteps: every, KeepMax: 1,
+				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1)}
+			h := Hooks{}
+			if i == 0 {
+				h = hooks
+			}
+			wg.Go(func() {
+				cli, err := Dial(ctx, cl.resolve, 109386, c.tasks)
+				if err != nil {
+					return
+				}
+				defer cli.Close()
+				RunWorker(ctx, wc, split(data, i, c.workers), cli, h)
+			})
+		}
+		wg.Wait()
+		cancel()
+		for _, s := range cl.servers {
+			s.Stop()
+		}
+		t.Logf("%-22s reached %.4f at global step %d after %.1f s of training", c.name, acc, atStep, reached.Seconds())
+	}
+}
+
+// fashionSplit reads a Fashion-MNIST split for tests.
+func fashionSplit(t *testing.T, split string) train.Data {
+	d, err := readFashion(split)
+	if err != nil {
+		t.Skipf("Fashion-MNIST not readable (%v): apt-get install dataset-fashion-mnist", err)
+	}
+	return d
+}
+
+// readFashion reads split ("train" or "t10k") of Debian's
+// dataset-fashion-mnist, pixels scaled to [0, 1].
+func readFashion(split string) (train.Data, error) {
+	const dir = "/usr/share/datasets/fashion-mnist"
+	im, err := idx.ReadFile(filepath.Join(dir, split+"-images-idx3-ubyte.gz"))
+	if err != nil {
+		return train.Data{}, err
+	}
+	lb, err := idx.ReadFile(filepath.Join(dir, split+"-labels-idx1-ubyte.gz"))
+	if err != nil {
+		return train.Data{}, err
+	}
+	d := train.Data{Dim: 784, X: make([]float64, len(im.Data)), Y: make([]float64, len(lb.Data))}
+	for i, v := range im.Data {
+		d.X[i] = float64(v) / 255
+	}
+	for i, v := range lb.Data {
+		d.Y[i] = float64(v)
+	}
+	return d, nil
 }
