@@ -53,7 +53,7 @@ func BenchmarkFashionMLP(b *testing.B) {
 		mode    string
 		workers int
 		ps      int
-	}{{"async", 1, 1}, {"async", 2, 1}, {"sync", 2, 1}, {"async", 2, 2}} {
+	}{{"async", 1, 1}, {"async", 2, 1}, {"sync", 2, 1}, {"async", 2, 2}, {"sync", 2, 2}} {
 		b.Run(fmt.Sprintf("%s/workers=%d/ps=%d", c.mode, c.workers, c.ps), func(b *testing.B) {
 			benchCluster(b, data, meta, c.mode == "sync", c.workers, c.ps, batch)
 		})
