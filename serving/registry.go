@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -24,7 +25,11 @@ type Servable struct {
 	Bundle    *train.Bundle
 	Transform *preprocess.Transform
 
-	id string // versionID of the directory it was loaded from
+	id            string            // versionID of the directory it was loaded from
+	versionText   string            // Version in decimal
+	versionHeader []string          // X-Model-Version: versionText
+	columns       map[string]string // the Schema's column names, by name
+	classJSON     [][]byte          // LabelVocab as JSON strings
 }
 
 // versionID identifies the content of a version directory: the SHA-256 of
@@ -66,7 +71,19 @@ func Load(model string, version int64, dir string) (*Servable, error) {
 	case t.Dim != b.Model.InputDim() || t.Classes() != b.Model.NumClasses():
 		return nil, fmt.Errorf("%w: %s: transform gives %d features and %d classes, model takes %d and %d", train.ErrBundle, dir, t.Dim, t.Classes(), b.Model.InputDim(), b.Model.NumClasses())
 	}
-	return &Servable{Model: model, Version: version, Bundle: b, Transform: t}, nil
+	sv := &Servable{Model: model, Version: version, Bundle: b, Transform: t, versionText: strconv.FormatInt(version, 10), columns: map[string]string{}}
+	sv.versionHeader = []string{sv.versionText}
+	for _, c := range t.Schema.Columns {
+		sv.columns[c.Name] = c.Name
+	}
+	for _, class := range t.LabelVocab {
+		q, err := marshalPlain(class)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: class %q: %w", train.ErrBundle, dir, class, err)
+		}
+		sv.classJSON = append(sv.classJSON, q)
+	}
+	return sv, nil
 }
 
 // Registry holds the loaded versions of every model in a Repository and

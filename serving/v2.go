@@ -99,14 +99,14 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	name := sv.Model
 	setMetricLabels(c, sv)
-	body, err := s.readJSONBody(c)
-	if err != nil {
+	sc := getScratch()
+	defer putScratch(sc)
+	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
 	var req v2Request
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(sc.body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return badRequest("request is not a V2 inference request: %v", err)
@@ -118,29 +118,33 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if len(rows) > s.opts.MaxInstances {
 		return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("%d rows, at most %d per request", len(rows), s.opts.MaxInstances)}
 	}
-	preds, err := sv.Predict(rows)
-	if err != nil {
+	sc.rows = rows
+	if err := sv.predict(sc, len(rows)); err != nil {
 		return err
 	}
-	n := int64(len(preds))
-	resp := v2Response{ModelName: name, ModelVersion: strconv.FormatInt(sv.Version, 10), ID: req.ID}
-	classes := int64(len(sv.Transform.LabelVocab))
-	var probs, logits []float64
-	idx := make([]int, 0, n)
-	names := make([]string, 0, n)
-	k := int64(0)
-	for _, p := range preds {
-		probs = append(probs, p.Probabilities...)
-		logits = append(logits, p.Logits...)
-		idx = append(idx, p.ClassIndex)
-		names = append(names, p.Class)
-		k = int64(len(p.Logits))
+	n := int64(len(rows))
+	resp := v2Response{ModelName: sv.Model, ModelVersion: sv.versionText, ID: req.ID}
+	m := sv.Bundle.Model
+	k, classes := int64(m.Outputs()), int64(m.NumClasses())
+	if classes == 0 {
+		values := make([]float64, n)
+		for i := range values {
+			values[i] = sc.logits[int64(i)*k]
+		}
+		resp.Outputs = []v2Output{{Name: "value", Shape: []int64{n}, Datatype: "FP64", Data: values}}
+		return c.JSON(http.StatusOK, resp)
+	}
+	idx := make([]int, n)
+	names := make([]string, n)
+	for i := range idx {
+		idx[i] = argmax(sc.probs[int64(i)*classes : int64(i+1)*classes])
+		names[i] = sv.Transform.LabelVocab[idx[i]]
 	}
 	resp.Outputs = []v2Output{
 		{Name: "class", Shape: []int64{n}, Datatype: "BYTES", Data: names},
 		{Name: "class_index", Shape: []int64{n}, Datatype: "INT64", Data: idx},
-		{Name: "probabilities", Shape: []int64{n, classes}, Datatype: "FP64", Data: probs},
-		{Name: "logits", Shape: []int64{n, k}, Datatype: "FP64", Data: logits},
+		{Name: "probabilities", Shape: []int64{n, classes}, Datatype: "FP64", Data: sc.probs},
+		{Name: "logits", Shape: []int64{n, k}, Datatype: "FP64", Data: sc.logits},
 	}
 	return c.JSON(http.StatusOK, resp)
 }
