@@ -130,6 +130,9 @@ func (sv *Servable) parse(sc *scratch, i int) error {
 	return sv.Transform.Schema.ParseInstance(sc.row, sc.feats)
 }
 
+// regressor reports whether the model answers a value, not classes.
+func (sv *Servable) regressor() bool { return sv.Bundle.Model.NumClasses() == 0 }
+
 func argmax(p []float64) int {
 	best := 0
 	for j := range p {

@@ -49,7 +49,8 @@ const TransformFile = "transform.json"
 
 // Load reads and verifies the bundle of one version: file hashes, the
 // Transform's own hash against the one the model was trained with, and the
-// feature dimension and classes on both sides.
+// feature dimension and classes on both sides. The model is a classifier
+// (NumClasses ≥ 2) or a regressor of one output (NumClasses 0).
 func Load(model string, version int64, dir string) (*Servable, error) {
 	b, err := train.ReadBundle(dir)
 	if err != nil {
@@ -66,8 +67,10 @@ func Load(model string, version int64, dir string) (*Servable, error) {
 	switch {
 	case t.Hash != b.Meta.TransformHash || t.Hash != b.Meta.Model.TransformHash:
 		return nil, fmt.Errorf("%w: %s: transform %s is not the one the model was trained with (%s)", train.ErrBundle, dir, t.Hash, b.Meta.Model.TransformHash)
-	case b.Model.NumClasses() < 2:
-		return nil, fmt.Errorf("%w: %s: %s is a regressor; this server answers classifiers only", train.ErrBundle, dir, b.Meta.Model.Model)
+	case b.Model.NumClasses() == 0 && b.Model.Outputs() != 1:
+		return nil, fmt.Errorf("%w: %s: regressor %s has %d outputs; this server answers regressors of one", train.ErrBundle, dir, b.Meta.Model.Model, b.Model.Outputs())
+	case b.Model.NumClasses() == 1:
+		return nil, fmt.Errorf("%w: %s: %s has one class", train.ErrBundle, dir, b.Meta.Model.Model)
 	case t.Dim != b.Model.InputDim() || t.Classes() != b.Model.NumClasses():
 		return nil, fmt.Errorf("%w: %s: transform gives %d features and %d classes, model takes %d and %d", train.ErrBundle, dir, t.Dim, t.Classes(), b.Model.InputDim(), b.Model.NumClasses())
 	}

@@ -432,16 +432,21 @@ func (s *Server) modelMetadata(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	meta := map[string]any{
+		"inputs":         sv.Transform.Signature(),
+		"global_step":    sv.Bundle.Meta.Step,
+		"metrics":        sv.Bundle.Meta.Metrics,
+		"job_id":         sv.Bundle.Meta.JobID,
+		"transform_hash": sv.Transform.Hash,
+	}
+	if sv.regressor() {
+		meta["problem_type"], meta["label"] = "regression", sv.Transform.Schema.Label
+	} else {
+		meta["classes"] = sv.Transform.LabelVocab
+	}
 	return c.JSON(http.StatusOK, map[string]any{
-		"model_spec": map[string]any{"name": name, "version": strconv.FormatInt(sv.Version, 10)},
-		"metadata": map[string]any{
-			"inputs":         sv.Transform.Signature(),
-			"classes":        sv.Transform.LabelVocab,
-			"global_step":    sv.Bundle.Meta.Step,
-			"metrics":        sv.Bundle.Meta.Metrics,
-			"job_id":         sv.Bundle.Meta.JobID,
-			"transform_hash": sv.Transform.Hash,
-		},
+		"model_spec": map[string]any{"name": name, "version": sv.versionText},
+		"metadata":   meta,
 	})
 }
 

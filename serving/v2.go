@@ -14,8 +14,10 @@ import (
 
 // KServe V2 / Open Inference Protocol: named input tensors in, named output
 // tensors out. Requests are turned into row instances and go through the
-// same Servable.Predict as the v1 API, so validation and features are the
-// same.
+// same prediction path as the v1 API, so validation and features are the
+// same. A classifier answers the tensors class [N] BYTES, class_index [N]
+// INT64, probabilities [N, classes] FP64 and logits [N, outputs] FP64; a
+// regressor answers value [N] FP64.
 
 // v2Tensor is one named tensor of a V2 request or response.
 type v2Tensor struct {
@@ -126,7 +128,7 @@ func (s *Server) v2Infer(c echo.Context) error {
 	resp := v2Response{ModelName: sv.Model, ModelVersion: sv.versionText, ID: req.ID}
 	m := sv.Bundle.Model
 	k, classes := int64(m.Outputs()), int64(m.NumClasses())
-	if classes == 0 {
+	if sv.regressor() {
 		values := make([]float64, n)
 		for i := range values {
 			values[i] = sc.logits[int64(i)*k]
@@ -174,6 +176,9 @@ func (s *Server) v2Metadata(c echo.Context) error {
 	}
 	outputs := []tensorMeta{{"class", "BYTES", []int64{-1}}, {"class_index", "INT64", []int64{-1}},
 		{"probabilities", "FP64", []int64{-1, int64(len(sv.Transform.LabelVocab))}}, {"logits", "FP64", []int64{-1, int64(sv.Bundle.Model.Outputs())}}}
+	if sv.regressor() {
+		outputs = []tensorMeta{{"value", "FP64", []int64{-1}}}
+	}
 	return c.JSON(http.StatusOK, map[string]any{"name": name, "versions": vs, "platform": "trainflow", "inputs": inputs, "outputs": outputs})
 }
 
