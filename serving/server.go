@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -260,9 +261,11 @@ func readBody(dst []byte, r *http.Request, limit int64) ([]byte, error) {
 			dst = slices.Grow(dst, int(r.ContentLength)+1) // +1: room to read EOF
 		}
 	case strings.EqualFold(enc, "gzip") || strings.EqualFold(enc, "x-gzip"):
-		zr := gzipReaders.Get().(*gzip.Reader)
+		zr := gzipReaders.Get().(*gzipReader)
 		defer gzipReaders.Put(zr)
-		switch err := zr.Reset(body); {
+		zr.br.Reset(body)
+		defer zr.br.Reset(nil)
+		switch err := zr.Reset(&zr.br); {
 		case err == io.EOF:
 			return dst, badRequest("empty request body: send {\"instances\": [...]}")
 		case err != nil:
@@ -299,8 +302,19 @@ func tooLarge(limit int64) error {
 	return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body is larger than %d bytes", limit)}
 }
 
+// gzipReader reads a compressed request body. Its own bufio.Reader
+// spares gzip.Reader.Reset from allocating one per body.
+type gzipReader struct {
+	gzip.Reader
+	br bufio.Reader
+}
+
 // gzipReaders holds the readers of compressed request bodies.
-var gzipReaders = sync.Pool{New: func() any { return new(gzip.Reader) }}
+var gzipReaders = sync.Pool{New: func() any {
+	zr := new(gzipReader)
+	zr.br = *bufio.NewReaderSize(nil, 4096)
+	return zr
+}}
 
 // decodePredict decodes the :predict body in sc.body into sc.insts (the
 // common form, in one pass) or sc.rows (any other, through encoding/json),
