@@ -2,7 +2,6 @@ package serving
 
 import (
 	"compress/gzip"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
@@ -75,7 +74,7 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		elapsed := time.Since(start)
 		s.metrics.observe(route, sv, res.Status, elapsed)
-		s.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		s.log.LogAttrs(req.Context(), slog.LevelInfo, "request",
 			slog.String("method", req.Method), slog.String("uri", uri), slog.Int("status", res.Status),
 			slog.Float64("latency_ms", float64(elapsed.Microseconds())/1000), slog.String("request_id", id))
 		return nil
