@@ -39,12 +39,13 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "length of each load run")
 	conc := flag.Int("concurrency", 4, "concurrent clients")
 	reload := flag.Duration("reload", 20*time.Second, "length of the hot-reload run (0 skips it)")
+	rounds := flag.Int("rounds", 5, "interleaved rounds per server and batch size, sharing -duration")
 	flag.Parse()
 	if *models == "" {
 		fmt.Fprintln(os.Stderr, "usage: serve --models DIR")
 		os.Exit(2)
 	}
-	if err := run(*models, *duration, *conc, *reload); err != nil {
+	if err := run(*models, *duration, *conc, *rounds, *reload); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		os.Exit(1)
 	}
@@ -209,7 +210,7 @@ func listen(h http.Handler) (string, func()) {
 	return "http://" + ln.Addr().String(), func() { srv.Shutdown(context.Background()) }
 }
 
-func run(models string, d time.Duration, conc int, reloadFor time.Duration) error {
+func run(models string, d time.Duration, conc, rounds int, reloadFor time.Duration) error {
 	repo := &serving.Repository{Root: models}
 	reg := serving.NewRegistry(repo, slog.New(slog.DiscardHandler))
 	if err := reg.Reload(); err != nil {
@@ -226,9 +227,8 @@ func run(models string, d time.Duration, conc int, reloadFor time.Duration) erro
 
 	fmt.Printf("bench/serve: %d clients, %s per run, GOMAXPROCS %s\n\n", conc, d, os.Getenv("GOMAXPROCS"))
 	fmt.Printf("%-9s %-6s %10s %10s %10s %12s\n", "server", "batch", "req/s", "p50", "p99", "allocs/req")
-	// Each server gets rounds alternating with the other's, so a change in
-	// the machine's load hits both; medians are reported.
-	const rounds = 5
+	// Each server gets rounds alternating with the others', so a change in
+	// the machine's load hits all; medians are reported.
 	peak := map[int]float64{}
 	for _, batch := range []int{1, 32} {
 		payload := body(batch)
@@ -245,7 +245,7 @@ func run(models string, d time.Duration, conc int, reloadFor time.Duration) erro
 		runs := make([][]result, len(servers))
 		for range rounds {
 			for i, s := range servers {
-				runs[i] = append(runs[i], load(s.url, s.payload, s.encoding, conc, d/rounds, 0, nil))
+				runs[i] = append(runs[i], load(s.url, s.payload, s.encoding, conc, d/time.Duration(rounds), 0, nil))
 			}
 		}
 		var rps [3]float64
