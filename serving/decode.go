@@ -11,9 +11,9 @@ package serving
 // invalid UTF-8 included). Anything else — other keys, "inputs", an
 // instance that is not an object, escapes in a key, empty instances,
 // deep nesting — makes scanPredict decline, and the request goes through
-// the strict encoding/json decoder, which names what is wrong. So both
-// paths accept the same requests and decode them to the same features
-// (TestScanPredictMatchesDecoder).
+// the strict encoding/json decoder, which names what is wrong. Whatever
+// the fast path accepts, encoding/json accepts too and decodes to the same
+// features (TestScanPredict, FuzzScanPredict), so it changes no answer.
 
 // feature is one key and raw JSON value of an instance, sliced from the
 // request body.
