@@ -2,12 +2,12 @@
 // the Echo server (all middleware: request IDs, logging, metrics, gzip)
 // against a bare net/http handler doing the same Transform + predict, in
 // one process, with the same load generator; the allocations of one request
-// on each path; p99 at half the peak rate; and non-2xx answers while new
-// versions are hot-reloaded. The clients accept gzip, as Go clients do by
-// default, so the Echo server compresses answers of 1,400 bytes or more
-// (32 instances); the bare handler never compresses. The "echo gzip" rows
-// also send gzip-compressed requests. Run it through run.sh, which trains
-// the model.
+// on each path; p50 and p99 of both at half the Echo server's peak rate;
+// and non-2xx answers while new versions are hot-reloaded. The clients
+// accept gzip, as Go clients do by default, so the Echo server compresses
+// answers of 1,400 bytes or more (32 instances); the bare handler never
+// compresses. The "echo gzip" rows also send gzip-compressed requests. Run
+// it through run.sh, which trains the model.
 package main
 
 import (
@@ -95,6 +95,7 @@ func bare(reg *serving.Registry) http.Handler {
 type result struct {
 	rps      float64
 	p50, p99 time.Duration
+	lat      []time.Duration // sorted
 	non2xx   int64
 }
 
@@ -174,13 +175,15 @@ func load(url string, payload []byte, encoding string, conc int, d time.Duration
 	close(stop)
 	wg.Wait()
 	slices.Sort(lat)
-	pct := func(p float64) time.Duration {
-		if len(lat) == 0 {
-			return 0
-		}
-		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+	return result{rps: float64(n.Load()) / time.Since(start).Seconds(), p50: percentile(lat, 0.50), p99: percentile(lat, 0.99), non2xx: non2xx.Load(), lat: lat}
+}
+
+// percentile returns the p-quantile of sorted latencies.
+func percentile(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
 	}
-	return result{rps: float64(n.Load()) / time.Since(start).Seconds(), p50: pct(0.50), p99: pct(0.99), non2xx: non2xx.Load()}
+	return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 }
 
 // allocs reports allocations per request of h, in process.
@@ -257,8 +260,19 @@ func run(models string, d time.Duration, conc, rounds int, reloadFor time.Durati
 		peak[batch] = rps[0]
 		fmt.Printf("%-9s %-6d %10.2f   (echo req/s ÷ net/http req/s, medians of %d interleaved rounds)\n\n", "ratio", batch, rps[0]/rps[1], rounds)
 	}
-	half := load(echoURL+"/v1/models/census:predict", body(1), "", conc, d, peak[1]/2, nil)
-	fmt.Printf("echo at 50%% of peak (%.0f req/s offered): p50 %s, p99 %s\n", peak[1]/2, half.p50.Round(time.Microsecond), half.p99.Round(time.Microsecond))
+	// Latency at half the Echo server's peak rate, offered to both servers
+	// in interleaved rounds; percentiles over all rounds' requests.
+	var halfLat [2][]time.Duration
+	for range rounds {
+		for i, url := range []string{echoURL + "/v1/models/census:predict", bareURL + "/"} {
+			halfLat[i] = append(halfLat[i], load(url, body(1), "", conc, d/time.Duration(rounds), peak[1]/2, nil).lat...)
+		}
+	}
+	for i, name := range []string{"echo", "net/http"} {
+		slices.Sort(halfLat[i])
+		fmt.Printf("%s at 50%% of echo's peak (%.0f req/s offered): p50 %s, p99 %s\n", name, peak[1]/2,
+			percentile(halfLat[i], 0.50).Round(time.Microsecond), percentile(halfLat[i], 0.99).Round(time.Microsecond))
+	}
 
 	if reloadFor <= 0 {
 		return nil
