@@ -2,6 +2,12 @@
 // that answers TF Serving style JSON requests from export bundles, applying
 // each bundle's own Transform to raw features so clients never preprocess.
 //
+// A classifier answers each instance of POST /v1/models/NAME:predict with
+// {"class", "class_index", "probabilities", "logits"}; a regressor (a
+// model of no classes) with {"value"}. The metadata route says which: a
+// classifier's lists its "classes", a regressor's has "problem_type":
+// "regression" and its "label".
+//
 // Models live in a repository directory (see Repository): one directory
 // per model, one per version inside it, each a complete export bundle.
 package serving

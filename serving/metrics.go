@@ -2,6 +2,7 @@ package serving
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -15,14 +16,25 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+
+	// series caches the children of requests and latency by label
+	// values, so that a request costs a map lookup, not the label hashing
+	// of WithLabelValues and its allocations.
+	mu     sync.RWMutex
+	series map[seriesKey]series
 }
 
-// Context keys under which handlers name the model and version a request
-// was served by, for the metric labels.
-const (
-	ctxModel   = "trainflow.model"
-	ctxVersion = "trainflow.version"
-)
+// seriesKey is the label values of one request: model and version are
+// empty for requests no loaded model answered.
+type seriesKey struct {
+	route, model, version string
+	code                  int
+}
+
+type series struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
 
 func newMetrics(reg *Registry) *metrics {
 	m := &metrics{
@@ -36,6 +48,7 @@ func newMetrics(reg *Registry) *metrics {
 			Help:    "Request latency by route, model, version and HTTP status code.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"route", "model", "version", "code"}),
+		series: map[seriesKey]series{},
 	}
 	loaded := prometheus.NewDesc("trainflow_serving_model_versions_loaded", "Model versions loaded and serving.", []string{"model"}, nil)
 	m.reg.MustRegister(m.requests, m.latency, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
@@ -58,27 +71,26 @@ type collectorFunc struct {
 func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
-// middleware records every request's count and latency. Model and version
-// labels come from the handler (setMetricLabels): only loaded models get
+// observe records one request of route answered by sv (nil if no loaded
+// model answered) with HTTP status code after d. Only loaded models get
 // their own label values, so unknown names cannot grow the label sets.
-func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		err := next(c)
-		if err != nil {
-			c.Error(err) // write the error response now, to record its code
-		}
-		model, _ := c.Get(ctxModel).(string)
-		version, _ := c.Get(ctxVersion).(string)
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
-		code := strconv.Itoa(c.Response().Status)
-		m.requests.WithLabelValues(route, model, version, code).Inc()
-		m.latency.WithLabelValues(route, model, version, code).Observe(time.Since(start).Seconds())
-		return nil
+func (m *metrics) observe(route string, sv *Servable, code int, d time.Duration) {
+	k := seriesKey{route: route, code: code}
+	if sv != nil {
+		k.model, k.version = sv.Model, sv.versionText
 	}
+	m.mu.RLock()
+	s, ok := m.series[k]
+	m.mu.RUnlock()
+	if !ok {
+		labels := []string{k.route, k.model, k.version, strconv.Itoa(code)}
+		s = series{requests: m.requests.WithLabelValues(labels...), latency: m.latency.WithLabelValues(labels...)}
+		m.mu.Lock()
+		m.series[k] = s
+		m.mu.Unlock()
+	}
+	s.requests.Inc()
+	s.latency.Observe(d.Seconds())
 }
 
 // handler serves the metrics in the Prometheus text format.
@@ -88,6 +100,7 @@ func (m *metrics) handler() echo.HandlerFunc {
 
 // setMetricLabels names the servable a request is answered by.
 func setMetricLabels(c echo.Context, sv *Servable) {
-	c.Set(ctxModel, sv.Model)
-	c.Set(ctxVersion, strconv.FormatInt(sv.Version, 10))
+	if x, ok := c.Response().Writer.(*exchange); ok {
+		x.sv = sv
+	}
 }

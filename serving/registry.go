@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -24,7 +25,11 @@ type Servable struct {
 	Bundle    *train.Bundle
 	Transform *preprocess.Transform
 
-	id string // versionID of the directory it was loaded from
+	id            string            // versionID of the directory it was loaded from
+	versionText   string            // Version in decimal
+	versionHeader []string          // X-Model-Version: versionText
+	columns       map[string]string // the Schema's column names, by name
+	classJSON     [][]byte          // LabelVocab as JSON strings
 }
 
 // versionID identifies the content of a version directory: the SHA-256 of
@@ -44,7 +49,8 @@ const TransformFile = "transform.json"
 
 // Load reads and verifies the bundle of one version: file hashes, the
 // Transform's own hash against the one the model was trained with, and the
-// feature dimension and classes on both sides.
+// feature dimension and classes on both sides. The model is a classifier
+// (NumClasses ≥ 2) or a regressor of one output (NumClasses 0).
 func Load(model string, version int64, dir string) (*Servable, error) {
 	b, err := train.ReadBundle(dir)
 	if err != nil {
@@ -61,12 +67,26 @@ func Load(model string, version int64, dir string) (*Servable, error) {
 	switch {
 	case t.Hash != b.Meta.TransformHash || t.Hash != b.Meta.Model.TransformHash:
 		return nil, fmt.Errorf("%w: %s: transform %s is not the one the model was trained with (%s)", train.ErrBundle, dir, t.Hash, b.Meta.Model.TransformHash)
-	case b.Model.NumClasses() < 2:
-		return nil, fmt.Errorf("%w: %s: %s is a regressor; this server answers classifiers only", train.ErrBundle, dir, b.Meta.Model.Model)
+	case b.Model.NumClasses() == 0 && b.Model.Outputs() != 1:
+		return nil, fmt.Errorf("%w: %s: regressor %s has %d outputs; this server answers regressors of one", train.ErrBundle, dir, b.Meta.Model.Model, b.Model.Outputs())
+	case b.Model.NumClasses() == 1:
+		return nil, fmt.Errorf("%w: %s: %s has one class", train.ErrBundle, dir, b.Meta.Model.Model)
 	case t.Dim != b.Model.InputDim() || t.Classes() != b.Model.NumClasses():
 		return nil, fmt.Errorf("%w: %s: transform gives %d features and %d classes, model takes %d and %d", train.ErrBundle, dir, t.Dim, t.Classes(), b.Model.InputDim(), b.Model.NumClasses())
 	}
-	return &Servable{Model: model, Version: version, Bundle: b, Transform: t}, nil
+	sv := &Servable{Model: model, Version: version, Bundle: b, Transform: t, versionText: strconv.FormatInt(version, 10), columns: map[string]string{}}
+	sv.versionHeader = []string{sv.versionText}
+	for _, c := range t.Schema.Columns {
+		sv.columns[c.Name] = c.Name
+	}
+	for _, class := range t.LabelVocab {
+		q, err := marshalPlain(class)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: class %q: %w", train.ErrBundle, dir, class, err)
+		}
+		sv.classJSON = append(sv.classJSON, q)
+	}
+	return sv, nil
 }
 
 // Registry holds the loaded versions of every model in a Repository and

@@ -1,25 +1,25 @@
 package serving
 
 import (
+	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
-
-	"github.com/trainflow/trainflow/preprocess"
 )
 
 // Options configures a Server.
@@ -38,6 +38,7 @@ type Server struct {
 	opts    Options
 	echo    *echo.Echo
 	metrics *metrics
+	ids     *requestIDs
 }
 
 // New builds the server's routes over reg.
@@ -48,27 +49,12 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	if opts.MaxInstances == 0 {
 		opts.MaxInstances = 1000
 	}
-	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg)}
+	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg), ids: newRequestIDs()}
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.JSONSerializer = plainJSON{}
 	e.HTTPErrorHandler = s.handleError
-	e.Use(middleware.Recover())
-	e.Use(middleware.RequestID())
-	e.Use(middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
-		LogStatus: true, LogURI: true, LogMethod: true, LogLatency: true, LogRequestID: true,
-		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
-			s.log.Info("request", "method", v.Method, "uri", v.URI, "status", v.Status, "latency_ms", float64(v.Latency.Microseconds())/1000, "request_id", v.RequestID)
-			return nil
-		},
-	}))
-	e.Use(s.metrics.middleware)
-	// Requests may be gzip-compressed (the body limit then applies to the
-	// decompressed size); responses are compressed for clients that ask,
-	// unless they fit in a packet: compressing a 150-byte answer costs more
-	// than it saves (and Go clients ask for gzip by default).
-	e.Use(middleware.Decompress())
-	e.Use(middleware.GzipWithConfig(middleware.GzipConfig{MinLength: 1400}))
+	e.Use(s.instrument)
 	e.GET("/metrics", s.metrics.handler())
 	e.GET("/v1/models", s.listModels)
 	e.GET("/v1/models/:name", s.modelStatus)
@@ -198,14 +184,6 @@ type predictRequest struct {
 	Inputs        map[string][]json.RawMessage `json:"inputs"`
 }
 
-// Prediction is the answer for one instance of a classifier.
-type Prediction struct {
-	Class         string    `json:"class"`
-	ClassIndex    int       `json:"class_index"`
-	Probabilities []float64 `json:"probabilities"`
-	Logits        []float64 `json:"logits"`
-}
-
 func (s *Server) predict(c echo.Context) error {
 	t, err := parseTarget(c.Param("*"))
 	if err != nil {
@@ -224,96 +202,144 @@ func (s *Server) predict(c echo.Context) error {
 		return err
 	}
 	setMetricLabels(c, sv)
-	body, err := s.readJSONBody(c)
+	sc := getScratch()
+	defer putScratch(sc)
+	if err := s.readJSONBody(c, sc); err != nil {
+		return err
+	}
+	n, err := decodePredict(sc)
 	if err != nil {
 		return err
 	}
-	instances, err := decodePredict(body)
-	if err != nil {
+	if n > s.opts.MaxInstances {
+		return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("%d instances, at most %d per request", n, s.opts.MaxInstances)}
+	}
+	if err := sv.predict(sc, n); err != nil {
 		return err
 	}
-	if len(instances) > s.opts.MaxInstances {
-		return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("%d instances, at most %d per request", len(instances), s.opts.MaxInstances)}
-	}
-	preds, err := sv.Predict(instances)
-	if err != nil {
-		return err
-	}
-	c.Response().Header().Set("X-Model-Version", strconv.FormatInt(sv.Version, 10))
-	return c.JSON(http.StatusOK, map[string]any{"predictions": preds})
+	sc.out = sv.appendPredictions(sc.out[:0], sc, n)
+	res := c.Response()
+	h := res.Header()
+	h[echo.HeaderContentType] = jsonContentType
+	h["X-Model-Version"] = sv.versionHeader
+	res.WriteHeader(http.StatusOK)
+	_, err = res.Write(sc.out)
+	return err
 }
+
+// jsonContentType is the Content-Type header of JSON responses. Header
+// values are never written to, so one slice serves every response.
+var jsonContentType = []string{echo.MIMEApplicationJSON}
 
 // readJSONBody checks the Content-Type (absent or application/json) and
-// reads the body within the size limit.
-func (s *Server) readJSONBody(c echo.Context) ([]byte, error) {
-	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
+// reads the body within the size limit into sc.body.
+func (s *Server) readJSONBody(c echo.Context, sc *scratch) error {
+	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" && ct != echo.MIMEApplicationJSON {
 		if mt, _, _ := mime.ParseMediaType(ct); mt != echo.MIMEApplicationJSON {
-			return nil, &httpError{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("Content-Type %q: send application/json", ct)}
+			return &httpError{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("Content-Type %q: send application/json", ct)}
 		}
 	}
-	return readBody(c, s.opts.BodyLimit)
+	var err error
+	sc.body, err = readBody(sc.body[:0], c.Request(), s.opts.BodyLimit)
+	return err
 }
 
-// readBody reads at most limit bytes of the body, answering 413 beyond.
-func readBody(c echo.Context, limit int64) ([]byte, error) {
-	r := c.Request()
-	if r.ContentLength > limit {
-		return nil, &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body is larger than %d bytes", limit)}
+// readBody appends to dst the body of r, answering 413 if it is over limit
+// bytes. A gzip body (Content-Encoding: gzip) is decompressed; the limit is
+// on its decompressed size.
+func readBody(dst []byte, r *http.Request, limit int64) ([]byte, error) {
+	var body io.Reader = r.Body
+	if r.Body == nil { // a client's request, in tests
+		body = http.NoBody
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	n, err := buf.ReadFrom(http.MaxBytesReader(c.Response(), r.Body, limit))
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return nil, &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body is larger than %d bytes", limit)}
-	}
-	if err != nil {
-		return nil, badRequest("read request body: %v", err)
-	}
-	if n == 0 {
-		return nil, badRequest("empty request body: send {\"instances\": [...]}")
-	}
-	return buf.Bytes(), nil
-}
-
-// objectRequest is predictRequest with instances decoded as objects: the
-// fast path, one pass over the body. Requests it cannot decode go through
-// predictRequest to say which instance is wrong.
-type objectRequest struct {
-	SignatureName string                       `json:"signature_name"`
-	Instances     []map[string]json.RawMessage `json:"instances"`
-	Inputs        map[string][]json.RawMessage `json:"inputs"`
-}
-
-// decodePredict decodes a :predict body into row instances.
-func decodePredict(body []byte) ([]map[string]json.RawMessage, error) {
-	var fast objectRequest
-	if strictDecode(body, &fast) == nil {
-		if err := checkSignature(fast.SignatureName); err != nil {
-			return nil, err
+	switch enc := r.Header.Get(echo.HeaderContentEncoding); {
+	case enc == "" || strings.EqualFold(enc, "identity"):
+		if r.ContentLength > limit {
+			return dst, tooLarge(limit)
 		}
-		if fast.Instances != nil && fast.Inputs == nil {
-			if len(fast.Instances) == 0 {
-				return nil, badRequest("no instances: send {\"instances\": [{feature: value, …}]}")
-			}
-			for i, inst := range fast.Instances {
-				if inst == nil {
-					return nil, badRequest("instances[%d] is not a JSON object of features", i)
-				}
-			}
-			return fast.Instances, nil
+		if r.ContentLength > 0 {
+			dst = slices.Grow(dst, int(r.ContentLength)+1) // +1: room to read EOF
 		}
+	case strings.EqualFold(enc, "gzip") || strings.EqualFold(enc, "x-gzip"):
+		zr := gzipReaders.Get().(*gzipReader)
+		defer gzipReaders.Put(zr)
+		zr.br.Reset(body)
+		defer zr.br.Reset(nil)
+		switch err := zr.Reset(&zr.br); {
+		case err == io.EOF:
+			return dst, badRequest("empty request body: send {\"instances\": [...]}")
+		case err != nil:
+			return dst, badRequest("request body is not gzip: %v", err)
+		}
+		body = zr
+	default:
+		return dst, &httpError{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("Content-Encoding %q: send gzip or none", enc)}
+	}
+	start := len(dst)
+	for {
+		if len(dst) == cap(dst) {
+			dst = slices.Grow(dst, max(512, len(dst)-start))
+		}
+		n, err := body.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if int64(len(dst)-start) > limit {
+			return dst, tooLarge(limit)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return dst, badRequest("read request body: %v", err)
+		}
+	}
+	if len(dst) == start {
+		return dst, badRequest("empty request body: send {\"instances\": [...]}")
+	}
+	return dst, nil
+}
+
+func tooLarge(limit int64) error {
+	return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body is larger than %d bytes", limit)}
+}
+
+// gzipReader reads a compressed request body. Its own bufio.Reader
+// spares gzip.Reader.Reset from allocating one per body.
+type gzipReader struct {
+	gzip.Reader
+	br bufio.Reader
+}
+
+// gzipReaders holds the readers of compressed request bodies.
+var gzipReaders = sync.Pool{New: func() any {
+	zr := new(gzipReader)
+	zr.br = *bufio.NewReaderSize(nil, 4096)
+	return zr
+}}
+
+// decodePredict decodes the :predict body in sc.body into sc.insts (the
+// common form, in one pass) or sc.rows (any other, through encoding/json),
+// and returns the number of instances.
+func decodePredict(sc *scratch) (int, error) {
+	if sig, ok := scanPredict(&sc.insts, sc.body); ok {
+		if err := checkSignature(string(sig)); err != nil {
+			return 0, err
+		}
+		sc.rows = nil
+		return sc.insts.len(), nil
 	}
 	var req predictRequest
-	if err := strictDecode(body, &req); err != nil {
-		return nil, err
+	if err := strictDecode(sc.body, &req); err != nil {
+		return 0, err
 	}
 	if err := checkSignature(req.SignatureName); err != nil {
-		return nil, err
+		return 0, err
 	}
-	return rows(req)
+	rows, err := rows(req)
+	if err != nil {
+		return 0, err
+	}
+	sc.rows = rows
+	return len(rows), nil
 }
 
 // strictDecode decodes exactly one JSON object with known fields.
@@ -373,47 +399,6 @@ func rows(req predictRequest) ([]map[string]json.RawMessage, error) {
 	return out, nil
 }
 
-// Predict transforms raw instances with the servable's Transform and runs
-// the model. A bad instance is a 400 naming its index and field.
-func (sv *Servable) Predict(instances []map[string]json.RawMessage) ([]Prediction, error) {
-	t, m := sv.Transform, sv.Bundle.Model
-	row := make([]preprocess.Value, len(t.Schema.Columns))
-	x := make([]float64, len(instances)*t.Dim)
-	for i, inst := range instances {
-		if err := t.Schema.ParseInstance(row, inst); err != nil {
-			return nil, badRequest("instances[%d].%v", i, err)
-		}
-		t.Apply(x[i*t.Dim:(i+1)*t.Dim], row)
-	}
-	k, classes := m.Outputs(), m.NumClasses()
-	probs := make([]float64, len(instances)*classes)
-	logits := make([]float64, len(instances)*k)
-	if err := m.Predict(probs, logits, x); err != nil {
-		return nil, err
-	}
-	// JSON has no NaN or Inf: a logit that overflowed (finite but huge
-	// inputs) cannot be answered, and is the client's doing.
-	for i := range instances {
-		for _, z := range logits[i*k : (i+1)*k] {
-			if math.IsNaN(z) || math.IsInf(z, 0) {
-				return nil, badRequest("instances[%d]: feature values are too large for this model (its output overflows)", i)
-			}
-		}
-	}
-	out := make([]Prediction, len(instances))
-	for i := range out {
-		p := probs[i*classes : (i+1)*classes]
-		best := 0
-		for j := range p {
-			if p[j] > p[best] {
-				best = j
-			}
-		}
-		out[i] = Prediction{Class: t.LabelVocab[best], ClassIndex: best, Probabilities: p, Logits: logits[i*k : (i+1)*k]}
-	}
-	return out, nil
-}
-
 func (s *Server) listModels(c echo.Context) error {
 	type model struct {
 		Name     string  `json:"name"`
@@ -461,16 +446,21 @@ func (s *Server) modelMetadata(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	meta := map[string]any{
+		"inputs":         sv.Transform.Signature(),
+		"global_step":    sv.Bundle.Meta.Step,
+		"metrics":        sv.Bundle.Meta.Metrics,
+		"job_id":         sv.Bundle.Meta.JobID,
+		"transform_hash": sv.Transform.Hash,
+	}
+	if sv.regressor() {
+		meta["problem_type"], meta["label"] = "regression", sv.Transform.Schema.Label
+	} else {
+		meta["classes"] = sv.Transform.LabelVocab
+	}
 	return c.JSON(http.StatusOK, map[string]any{
-		"model_spec": map[string]any{"name": name, "version": strconv.FormatInt(sv.Version, 10)},
-		"metadata": map[string]any{
-			"inputs":         sv.Transform.Signature(),
-			"classes":        sv.Transform.LabelVocab,
-			"global_step":    sv.Bundle.Meta.Step,
-			"metrics":        sv.Bundle.Meta.Metrics,
-			"job_id":         sv.Bundle.Meta.JobID,
-			"transform_hash": sv.Transform.Hash,
-		},
+		"model_spec": map[string]any{"name": name, "version": sv.versionText},
+		"metadata":   meta,
 	})
 }
 

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -474,15 +473,7 @@ func TestPredictOverflow(t *testing.T) {
 // fixture's raw data and serves it: whatever Load accepts must answer a
 // good request with 200, never a 5xx.
 func TestServeModelTypes(t *testing.T) {
-	f := getFixture(t)
-	census := preprocess.CensusSchema()
-	regression := preprocess.CensusSchema()
-	regression.Label, regression.LabelKind, regression.LabelVocab, regression.LabelTrimSuffix = "hours_per_week", preprocess.LabelRegression, nil, ""
-	for i := range regression.Columns {
-		if regression.Columns[i].Name == "income_bracket" {
-			regression.Columns[i].Treatment = preprocess.Ignore
-		}
-	}
+	census, regression := preprocess.CensusSchema(), regressionSchema()
 	for _, tc := range []struct {
 		name   string
 		schema preprocess.Schema
@@ -493,37 +484,7 @@ func TestServeModelTypes(t *testing.T) {
 		{"dnn_regressor", regression, train.CheckpointMeta{Model: train.DNNRegressorModel, Spec: &train.ModelSpec{HiddenUnits: []int{8}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			r := &preprocess.Request{Schema: tc.schema, OutDir: filepath.Join(dir, "job"),
-				Train: []string{filepath.Join(f.dir, "train.csv")}, Eval: []string{filepath.Join(f.dir, "eval.csv")},
-				TrainShards: 1, EvalShards: 1, Seed: 1, MaxBadFraction: 0.01}
-			man, err := preprocess.RunLocal(r)
-			if err != nil || man.Failure != "" {
-				t.Fatalf("preprocess: %v %s", err, man.Failure)
-			}
-			var ex preprocess.Examples
-			if err := preprocess.ReadShard(&ex, filepath.Join(r.OutDir, preprocess.DataDir, man.Train[0].Name)); err != nil {
-				t.Fatal(err)
-			}
-			tr, raw, err := preprocess.ReadTransform(r.OutDir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			meta := tc.meta
-			meta.Dim, meta.TransformHash = man.Dim, man.TransformHash
-			cfg := train.Config{BatchSize: 64, MaxSteps: 50, LearningRate: 0.01, Seed: 1, CheckpointDir: filepath.Join(dir, "ckpt"), Meta: meta}
-			if _, err := train.Run(t.Context(), cfg, train.Data{Dim: ex.Features, X: ex.X, Y: ex.Y}, nil); err != nil {
-				t.Fatalf("train: %v", err)
-			}
-			ck, err := train.LatestCheckpoint(cfg.CheckpointDir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sig, _ := json.Marshal(map[string]any{"inputs": tr.Signature(), "classes": tr.LabelVocab})
-			bundle, err := writeBundle(filepath.Join(dir, "export"), ck, raw, sig, tr.Hash)
-			if err != nil {
-				t.Fatal(err)
-			}
+			bundle, _, _ := exportModel(t, tc.schema, tc.meta, 50)
 			// Refusing a kind of model the server cannot answer is fine
 			// (the version is then not found); loading it and failing
 			// every request is not.

@@ -14,8 +14,10 @@ import (
 
 // KServe V2 / Open Inference Protocol: named input tensors in, named output
 // tensors out. Requests are turned into row instances and go through the
-// same Servable.Predict as the v1 API, so validation and features are the
-// same.
+// same prediction path as the v1 API, so validation and features are the
+// same. A classifier answers the tensors class [N] BYTES, class_index [N]
+// INT64, probabilities [N, classes] FP64 and logits [N, outputs] FP64; a
+// regressor answers value [N] FP64.
 
 // v2Tensor is one named tensor of a V2 request or response.
 type v2Tensor struct {
@@ -99,14 +101,14 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	name := sv.Model
 	setMetricLabels(c, sv)
-	body, err := s.readJSONBody(c)
-	if err != nil {
+	sc := getScratch()
+	defer putScratch(sc)
+	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
 	var req v2Request
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(sc.body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return badRequest("request is not a V2 inference request: %v", err)
@@ -118,29 +120,33 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if len(rows) > s.opts.MaxInstances {
 		return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("%d rows, at most %d per request", len(rows), s.opts.MaxInstances)}
 	}
-	preds, err := sv.Predict(rows)
-	if err != nil {
+	sc.rows = rows
+	if err := sv.predict(sc, len(rows)); err != nil {
 		return err
 	}
-	n := int64(len(preds))
-	resp := v2Response{ModelName: name, ModelVersion: strconv.FormatInt(sv.Version, 10), ID: req.ID}
-	classes := int64(len(sv.Transform.LabelVocab))
-	var probs, logits []float64
-	idx := make([]int, 0, n)
-	names := make([]string, 0, n)
-	k := int64(0)
-	for _, p := range preds {
-		probs = append(probs, p.Probabilities...)
-		logits = append(logits, p.Logits...)
-		idx = append(idx, p.ClassIndex)
-		names = append(names, p.Class)
-		k = int64(len(p.Logits))
+	n := int64(len(rows))
+	resp := v2Response{ModelName: sv.Model, ModelVersion: sv.versionText, ID: req.ID}
+	m := sv.Bundle.Model
+	k, classes := int64(m.Outputs()), int64(m.NumClasses())
+	if sv.regressor() {
+		values := make([]float64, n)
+		for i := range values {
+			values[i] = sc.logits[int64(i)*k]
+		}
+		resp.Outputs = []v2Output{{Name: "value", Shape: []int64{n}, Datatype: "FP64", Data: values}}
+		return c.JSON(http.StatusOK, resp)
+	}
+	idx := make([]int, n)
+	names := make([]string, n)
+	for i := range idx {
+		idx[i] = argmax(sc.probs[int64(i)*classes : int64(i+1)*classes])
+		names[i] = sv.Transform.LabelVocab[idx[i]]
 	}
 	resp.Outputs = []v2Output{
 		{Name: "class", Shape: []int64{n}, Datatype: "BYTES", Data: names},
 		{Name: "class_index", Shape: []int64{n}, Datatype: "INT64", Data: idx},
-		{Name: "probabilities", Shape: []int64{n, classes}, Datatype: "FP64", Data: probs},
-		{Name: "logits", Shape: []int64{n, k}, Datatype: "FP64", Data: logits},
+		{Name: "probabilities", Shape: []int64{n, classes}, Datatype: "FP64", Data: sc.probs},
+		{Name: "logits", Shape: []int64{n, k}, Datatype: "FP64", Data: sc.logits},
 	}
 	return c.JSON(http.StatusOK, resp)
 }
@@ -170,6 +176,9 @@ func (s *Server) v2Metadata(c echo.Context) error {
 	}
 	outputs := []tensorMeta{{"class", "BYTES", []int64{-1}}, {"class_index", "INT64", []int64{-1}},
 		{"probabilities", "FP64", []int64{-1, int64(len(sv.Transform.LabelVocab))}}, {"logits", "FP64", []int64{-1, int64(sv.Bundle.Model.Outputs())}}}
+	if sv.regressor() {
+		outputs = []tensorMeta{{"value", "FP64", []int64{-1}}}
+	}
 	return c.JSON(http.StatusOK, map[string]any{"name": name, "versions": vs, "platform": "trainflow", "inputs": inputs, "outputs": outputs})
 }
 

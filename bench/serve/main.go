@@ -2,12 +2,17 @@
 // the Echo server (all middleware: request IDs, logging, metrics, gzip)
 // against a bare net/http handler doing the same Transform + predict, in
 // one process, with the same load generator; the allocations of one request
-// on each path; p99 at half the peak rate; and non-2xx answers while new
-// versions are hot-reloaded. Run it through run.sh, which trains the model.
+// on each path; p50 and p99 of both at half the Echo server's peak rate;
+// and non-2xx answers while new versions are hot-reloaded. The clients
+// accept gzip, as Go clients do by default, so the Echo server compresses
+// answers of 1,400 bytes or more (32 instances); the bare handler never
+// compresses. The "echo gzip" rows also send gzip-compressed requests. Run
+// it through run.sh, which trains the model.
 package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"flag"
@@ -34,12 +39,13 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "length of each load run")
 	conc := flag.Int("concurrency", 4, "concurrent clients")
 	reload := flag.Duration("reload", 20*time.Second, "length of the hot-reload run (0 skips it)")
+	rounds := flag.Int("rounds", 5, "interleaved rounds per server and batch size, sharing -duration")
 	flag.Parse()
 	if *models == "" {
 		fmt.Fprintln(os.Stderr, "usage: serve --models DIR")
 		os.Exit(2)
 	}
-	if err := run(*models, *duration, *conc, *reload); err != nil {
+	if err := run(*models, *duration, *conc, *rounds, *reload); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		os.Exit(1)
 	}
@@ -89,12 +95,23 @@ func bare(reg *serving.Registry) http.Handler {
 type result struct {
 	rps      float64
 	p50, p99 time.Duration
+	lat      []time.Duration // sorted
 	non2xx   int64
 }
 
+// gzipped returns b gzip-compressed.
+func gzipped(b []byte) []byte {
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(b)
+	zw.Close()
+	return z.Bytes()
+}
+
 // load drives url with conc closed-loop clients for d, or, if rate > 0,
-// with requests paced at rate per second (open loop), and reports.
-func load(url string, payload []byte, conc int, d time.Duration, rate float64, during func(stop <-chan struct{})) result {
+// with requests paced at rate per second (open loop), and reports. A
+// non-empty encoding is sent as the payload's Content-Encoding.
+func load(url string, payload []byte, encoding string, conc int, d time.Duration, rate float64, during func(stop <-chan struct{})) result {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc * 2}}
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -133,7 +150,12 @@ func load(url string, payload []byte, conc int, d time.Duration, rate float64, d
 				default:
 				}
 				t0 := time.Now()
-				resp, err := client.Post(url, "application/json", bytes.NewReader(payload))
+				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(payload))
+				req.Header.Set("Content-Type", "application/json")
+				if encoding != "" {
+					req.Header.Set("Content-Encoding", encoding)
+				}
+				resp, err := client.Do(req)
 				if err != nil || resp.StatusCode/100 != 2 {
 					non2xx.Add(1)
 				}
@@ -153,22 +175,28 @@ func load(url string, payload []byte, conc int, d time.Duration, rate float64, d
 	close(stop)
 	wg.Wait()
 	slices.Sort(lat)
-	pct := func(p float64) time.Duration {
-		if len(lat) == 0 {
-			return 0
-		}
-		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+	return result{rps: float64(n.Load()) / time.Since(start).Seconds(), p50: percentile(lat, 0.50), p99: percentile(lat, 0.99), non2xx: non2xx.Load(), lat: lat}
+}
+
+// percentile returns the p-quantile of sorted latencies.
+func percentile(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
 	}
-	return result{rps: float64(n.Load()) / time.Since(start).Seconds(), p50: pct(0.50), p99: pct(0.99), non2xx: non2xx.Load()}
+	return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 }
 
 // allocs reports allocations per request of h, in process.
-func allocs(h http.Handler, path string, payload []byte) float64 {
+func allocs(h http.Handler, path string, payload []byte, encoding string) float64 {
 	res := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			r := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(payload))
 			r.Header.Set("Content-Type", "application/json")
+			if encoding != "" {
+				r.Header.Set("Content-Encoding", encoding)
+				r.Header.Set("Accept-Encoding", encoding)
+			}
 			h.ServeHTTP(httptest.NewRecorder(), r)
 		}
 	})
@@ -185,7 +213,7 @@ func listen(h http.Handler) (string, func()) {
 	return "http://" + ln.Addr().String(), func() { srv.Shutdown(context.Background()) }
 }
 
-func run(models string, d time.Duration, conc int, reloadFor time.Duration) error {
+func run(models string, d time.Duration, conc, rounds int, reloadFor time.Duration) error {
 	repo := &serving.Repository{Root: models}
 	reg := serving.NewRegistry(repo, slog.New(slog.DiscardHandler))
 	if err := reg.Reload(); err != nil {
@@ -202,33 +230,49 @@ func run(models string, d time.Duration, conc int, reloadFor time.Duration) erro
 
 	fmt.Printf("bench/serve: %d clients, %s per run, GOMAXPROCS %s\n\n", conc, d, os.Getenv("GOMAXPROCS"))
 	fmt.Printf("%-9s %-6s %10s %10s %10s %12s\n", "server", "batch", "req/s", "p50", "p99", "allocs/req")
-	// Each server gets rounds alternating with the other's, so a change in
-	// the machine's load hits both; medians are reported.
-	const rounds = 5
+	// Each server gets rounds alternating with the others', so a change in
+	// the machine's load hits all; medians are reported.
 	peak := map[int]float64{}
 	for _, batch := range []int{1, 32} {
 		payload := body(batch)
 		servers := []struct {
 			name, url, path string
 			h               http.Handler
-		}{{"echo", echoURL + "/v1/models/census:predict", "/v1/models/census:predict", echoSrv}, {"net/http", bareURL + "/", "/", bare(reg)}}
+			payload         []byte
+			encoding        string
+		}{
+			{"echo", echoURL + "/v1/models/census:predict", "/v1/models/census:predict", echoSrv, payload, ""},
+			{"net/http", bareURL + "/", "/", bare(reg), payload, ""},
+			{"echo gzip", echoURL + "/v1/models/census:predict", "/v1/models/census:predict", echoSrv, gzipped(payload), "gzip"},
+		}
 		runs := make([][]result, len(servers))
 		for range rounds {
 			for i, s := range servers {
-				runs[i] = append(runs[i], load(s.url, payload, conc, d/rounds, 0, nil))
+				runs[i] = append(runs[i], load(s.url, s.payload, s.encoding, conc, d/time.Duration(rounds), 0, nil))
 			}
 		}
-		var rps [2]float64
+		var rps [3]float64
 		for i, s := range servers {
 			m := median(runs[i])
 			rps[i] = m.rps
-			fmt.Printf("%-9s %-6d %10.0f %10s %10s %12.0f\n", s.name, batch, m.rps, m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), allocs(s.h, s.path, payload))
+			fmt.Printf("%-9s %-6d %10.0f %10s %10s %12.0f\n", s.name, batch, m.rps, m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), allocs(s.h, s.path, s.payload, s.encoding))
 		}
 		peak[batch] = rps[0]
 		fmt.Printf("%-9s %-6d %10.2f   (echo req/s ÷ net/http req/s, medians of %d interleaved rounds)\n\n", "ratio", batch, rps[0]/rps[1], rounds)
 	}
-	half := load(echoURL+"/v1/models/census:predict", body(1), conc, d, peak[1]/2, nil)
-	fmt.Printf("echo at 50%% of peak (%.0f req/s offered): p50 %s, p99 %s\n", peak[1]/2, half.p50.Round(time.Microsecond), half.p99.Round(time.Microsecond))
+	// Latency at half the Echo server's peak rate, offered to both servers
+	// in interleaved rounds; percentiles over all rounds' requests.
+	var halfLat [2][]time.Duration
+	for range rounds {
+		for i, url := range []string{echoURL + "/v1/models/census:predict", bareURL + "/"} {
+			halfLat[i] = append(halfLat[i], load(url, body(1), "", conc, d/time.Duration(rounds), peak[1]/2, nil).lat...)
+		}
+	}
+	for i, name := range []string{"echo", "net/http"} {
+		slices.Sort(halfLat[i])
+		fmt.Printf("%s at 50%% of echo's peak (%.0f req/s offered): p50 %s, p99 %s\n", name, peak[1]/2,
+			percentile(halfLat[i], 0.50).Round(time.Microsecond), percentile(halfLat[i], 0.99).Round(time.Microsecond))
+	}
 
 	if reloadFor <= 0 {
 		return nil
@@ -238,7 +282,7 @@ func run(models string, d time.Duration, conc int, reloadFor time.Duration) erro
 	vs, _ := repo.Versions(model)
 	src := repo.Dir(model, vs[len(vs)-1])
 	reloads := 0
-	r := load(echoURL+"/v1/models/census:predict", body(1), conc, reloadFor, 0, func(stop <-chan struct{}) {
+	r := load(echoURL+"/v1/models/census:predict", body(1), "", conc, reloadFor, 0, func(stop <-chan struct{}) {
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
 		for {
