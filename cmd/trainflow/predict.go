@@ -96,6 +96,10 @@ func runPredict(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return writeJSON(stdout, out)
 	}
 	for i, p := range out.Predictions {
+		if v, ok := p["value"]; ok { // a regressor
+			fmt.Fprintf(stdout, "%d\tvalue %v\n", i, v)
+			continue
+		}
 		fmt.Fprintf(stdout, "%d\tclass %v\tprobabilities %v\n", i, p["class"], p["probabilities"])
 	}
 	return nil
