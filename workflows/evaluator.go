@@ -82,7 +82,9 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, jobDir string, tin Tra
 		exports[e.Name] = &ExportState{Name: e.Name, Type: e.Type, Dirs: map[int64]string{}}
 	}
 	tctx := workflow.WithActivityOptions(ctx, activityOptions(24*time.Hour, "train "+spec.Model.Type))
-	ectx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "evaluate"))
+	eopts := activityOptions(time.Hour, "evaluate")
+	eopts.HeartbeatTimeout = time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second // the evaluator is a role too
+	ectx := workflow.WithActivityOptions(ctx, eopts)
 	started := workflow.Now(ctx)
 	throttle := time.Duration(*spec.Eval.ThrottleSecs) * time.Second
 	var lastEval time.Time
