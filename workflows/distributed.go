@@ -99,21 +99,12 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, RegisterParameterServerUpdate,
 		func(ctx workflow.Context, r PSRegistration) (ClusterState, error) {
-			ep := &state.PS[r.Task]
-			if ep.Starts > 0 {
-				state.Gen++ // a restarted server: every shard rolls back with it
+			if state.register(r) {
 				workflow.GetLogger(ctx).Warn("parameter server restarted", "task", r.Task, "addr", r.Addr, "restored_step", r.RestoredStep, "gen", state.Gen)
 			}
-			state.RestoreStep = r.RestoredStep
-			*ep = PSEndpoint{Addr: r.Addr, Host: r.Host, PID: r.PID, RestoredStep: r.RestoredStep, Starts: ep.Starts + 1}
 			return *state, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(r PSRegistration) error {
-			if r.Task < 0 || r.Task >= len(state.PS) || r.Addr == "" {
-				return fmt.Errorf("parameter server %d at %q: want a task in [0, %d) and an address", r.Task, r.Addr, len(state.PS))
-			}
-			return nil
-		}})
+		workflow.UpdateHandlerOptions{Validator: state.validate})
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +165,28 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 		}
 	})
 	return result, nil
+}
+
+// validate checks a registration before it is accepted.
+func (s *ClusterState) validate(r PSRegistration) error {
+	if r.Task < 0 || r.Task >= len(s.PS) || r.Addr == "" {
+		return fmt.Errorf("parameter server %d at %q: want a task in [0, %d) and an address", r.Task, r.Addr, len(s.PS))
+	}
+	return nil
+}
+
+// register records a parameter server's address and reports whether it
+// is a restart: then the generation grows, and every shard rolls back to
+// the checkpoint the restarted server restored.
+func (s *ClusterState) register(r PSRegistration) (restart bool) {
+	ep := &s.PS[r.Task]
+	restart = ep.Starts > 0
+	if restart {
+		s.Gen++
+	}
+	s.RestoreStep = r.RestoredStep
+	*ep = PSEndpoint{Addr: r.Addr, Host: r.Host, PID: r.PID, RestoredStep: r.RestoredStep, Starts: ep.Starts + 1}
+	return restart
 }
 
 // roleName names role i of the list trainDistributed starts.

@@ -1,0 +1,113 @@
+package workflows
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+)
+
+// distributedEnv is newEnv with the role activities registered: parameter
+// servers run until cancelled; the returned func counts the roles the
+// workflow cancelled, by activity type.
+func distributedEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, func(string) int) {
+	env := newEnv(t, "census_1")
+	env.RegisterActivityWithOptions(func(ctx context.Context, in RoleInput) (WorkerResult, error) {
+		<-ctx.Done()
+		return WorkerResult{}, ctx.Err()
+	}, activity.RegisterOptions{Name: ParameterServerActivity})
+	env.RegisterActivityWithOptions(func(context.Context, RoleInput) (WorkerResult, error) { panic("not mocked") },
+		activity.RegisterOptions{Name: TrainWorkerActivity})
+	mockHappyPath(env)
+	var mu sync.Mutex
+	cancelled := map[string]int{}
+	env.SetOnActivityCanceledListener(func(info *activity.Info) {
+		mu.Lock()
+		cancelled[info.ActivityType.Name]++
+		mu.Unlock()
+	})
+	return env, func(name string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return cancelled[name]
+	}
+}
+
+var distributedSpec = JobSpec{JobID: "census_1", Preset: PresetCensus, Cluster: ClusterSpec{ScaleTier: TierCustom, WorkerCount: 2, ParameterServerCount: 2}}
+
+func TestDistributedJobStartsEveryRoleAndEndsThem(t *testing.T) {
+	env, cancelled := distributedEnv(t)
+	var mu sync.Mutex
+	tasks := map[int]bool{}
+	env.OnActivity(TrainWorkerActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in RoleInput) (WorkerResult, error) {
+		mu.Lock()
+		tasks[in.Task] = true
+		mu.Unlock()
+		if in.Cluster.Workers() != 3 || in.TransformHash != "h" || in.Train.MaxSteps != 3000 {
+			t.Errorf("worker input %+v", in)
+		}
+		return WorkerResult{Task: in.Task, Step: 3000, Loss: 0.3}, nil
+	})
+	env.ExecuteWorkflow(TrainingJobName, distributedSpec)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var res JobResult
+	env.GetWorkflowResult(&res)
+	if res.GlobalStep != 3000 || len(tasks) != 3 || res.Version != 1 {
+		t.Fatalf("result %+v after workers %v; want step 3000 from 3 workers, then published", res, tasks)
+	}
+	if n := cancelled(ParameterServerActivity); n != 2 {
+		t.Fatalf("%d parameter servers cancelled at the end, want 2", n)
+	}
+}
+
+func TestDistributedJobFailsWithARole(t *testing.T) {
+	env, cancelled := distributedEnv(t)
+	env.OnActivity(TrainWorkerActivity, mock.Anything, mock.Anything).Return(func(ctx context.Context, in RoleInput) (WorkerResult, error) {
+		if in.Task == 1 {
+			return WorkerResult{}, temporal.NewNonRetryableApplicationError("no rows", ErrTypeBadData, nil)
+		}
+		<-ctx.Done() // the chief would train on: the failure must stop it
+		return WorkerResult{}, ctx.Err()
+	})
+	env.ExecuteWorkflow(TrainingJobName, distributedSpec)
+	err := env.GetWorkflowError()
+	if err == nil || !strings.Contains(err.Error(), "worker 1") {
+		t.Fatalf("job error %v, want one naming worker 1", err)
+	}
+	if ps, w := cancelled(ParameterServerActivity), cancelled(TrainWorkerActivity); ps != 2 || w != 2 {
+		t.Fatalf("cancelled %d parameter servers and %d workers, want 2 and 2", ps, w)
+	}
+}
+
+func TestClusterRegistration(t *testing.T) {
+	s := &ClusterState{Gen: 1, PS: make([]PSEndpoint, 2)}
+	for _, r := range []PSRegistration{{Task: 0, Addr: "a:1"}, {Task: 1, Addr: "b:1"}} {
+		if err := s.validate(r); err != nil {
+			t.Fatal(err)
+		}
+		if s.register(r) {
+			t.Fatalf("first registration of %d counted as a restart", r.Task)
+		}
+	}
+	if s.Gen != 1 {
+		t.Fatalf("generation %d after first starts, want 1", s.Gen)
+	}
+	if !s.register(PSRegistration{Task: 1, Addr: "c:2", RestoredStep: 500}) {
+		t.Fatal("a second registration of task 1 is a restart")
+	}
+	if s.Gen != 2 || s.RestoreStep != 500 || s.PS[1].Addr != "c:2" || s.PS[1].Starts != 2 {
+		t.Fatalf("after a restart: %+v, want generation 2 restoring 500 with the new address", s)
+	}
+	for _, bad := range []PSRegistration{{Task: 2, Addr: "x:1"}, {Task: -1, Addr: "x:1"}, {Task: 0}} {
+		if err := s.validate(bad); err == nil {
+			t.Errorf("registration %+v accepted", bad)
+		}
+	}
+}
