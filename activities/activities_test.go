@@ -62,7 +62,7 @@ func prepare(t *testing.T, e *testsuite.TestActivityEnvironment, acts *Activitie
 	}
 	var prep workflows.PrepareResult
 	v.Get(&prep)
-	in := workflows.PreprocessInput{JobDir: prep.JobDir, Request: preprocess.Request{Schema: *s.Data.Schema, Train: prep.Train, Eval: prep.Eval,
+	in := workflows.PreprocessInput{JobDir: prep.JobDir, BeamArgs: s.Data.BeamFlags(), Request: preprocess.Request{Schema: *s.Data.Schema, Train: prep.Train, Eval: prep.Eval,
 		OutDir: prep.JobDir, TrainShards: 2, EvalShards: 1, Seed: 1, MaxBadFraction: 0.001}}
 	v, err = e.ExecuteActivity(acts.Preprocess, in)
 	if err != nil {

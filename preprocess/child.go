@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -23,7 +24,9 @@ const (
 // ChildMain is the body of `trainflow preprocess REQUEST.json [beam flags]`:
 // it runs the Beam pipeline of the request with the given Beam pipeline
 // options (e.g. --runner=flink --endpoint=host:8099) and returns an exit
-// code. The reason of a failure goes to stderr on one line.
+// code. A runner that stages a worker binary gets this executable unless
+// --worker_binary is given (see defaultWorkerBinary). The reason of a
+// failure goes to stderr on one line.
 func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
 	if len(args) < 1 {
 		fmt.Fprintln(stderr, "usage: trainflow preprocess REQUEST.json [beam pipeline flags]")
@@ -32,6 +35,10 @@ func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
 	if err := flag.CommandLine.Parse(args[1:]); err != nil {
 		fmt.Fprintf(stderr, "beam flags: %v\n", err)
 		return ExitRejected
+	}
+	if err := defaultWorkerBinary(); err != nil {
+		fmt.Fprintf(stderr, "beam flags: %v\n", err)
+		return ExitFailed
 	}
 	beam.Init()
 	b, err := os.ReadFile(args[0])
@@ -57,6 +64,46 @@ func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
 		return ExitRejected
 	}
 	return ExitOK
+}
+
+// defaultWorkerBinary sets Beam's --worker_binary to this executable when
+// the runner will stage a worker binary and none was given: this binary
+// runs the SDK harness when started with Beam's worker flags, and without a
+// worker binary the SDK runs `go build` at submit time, which needs Go and
+// the source. The in-process runner and LOOPBACK run the pipeline in this
+// process and need none; a non-Linux binary would not run in a runner's
+// container, so there the SDK's default stays.
+func defaultWorkerBinary() error {
+	look := func(name string) string {
+		if f := flag.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	wb := flag.Lookup("worker_binary")
+	if wb == nil || wb.Value.String() != "" || runtime.GOOS != "linux" ||
+		!stagesWorker(look("runner"), look("endpoint"), look("environment_type")) {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("worker binary: %w", err)
+	}
+	return wb.Value.Set(exe)
+}
+
+// stagesWorker reports whether a Beam run with these --runner, --endpoint
+// and --environment_type flags stages a worker binary. The default runner
+// (prism) without an endpoint runs in-process and defaults to LOOPBACK.
+func stagesWorker(runner, endpoint, env string) bool {
+	runner = strings.ToLower(runner)
+	switch {
+	case runner == "direct" || runner == "dot" || strings.EqualFold(env, "LOOPBACK"):
+		return false
+	case (runner == "" || runner == "prism") && endpoint == "" && env == "":
+		return false
+	}
+	return true
 }
 
 // isRejection reports whether err is about the request or the data, which

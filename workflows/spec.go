@@ -175,8 +175,35 @@ type DataSpec struct {
 	// MaxBadFraction fails the job when a larger fraction of rows is
 	// malformed. Default 0.001.
 	MaxBadFraction *float64 `json:"max_bad_fraction,omitempty"`
-	// BeamArgs are Beam pipeline options for preprocessing, e.g.
-	// ["--runner=flink", "--endpoint=localhost:8099"]. Default: in-process.
+	// Runner is the Beam runner preprocessing runs on: "" (the default:
+	// Beam's in-process runner, prism, in the preprocess child process),
+	// "universal" or "portable" (any portable job server), "flink",
+	// "spark" or "dataflow". See BeamFlags.
+	Runner string `json:"runner,omitempty"`
+	// RunnerEndpoint is the host:port of the portable runner's job server
+	// (--endpoint), e.g. "flink-jobserver:8099". Required by the portable
+	// runners; Dataflow takes --project, --region and --staging_location
+	// in BeamArgs instead.
+	RunnerEndpoint string `json:"runner_endpoint,omitempty"`
+	// EnvironmentType is where a portable runner runs the pipeline's Go
+	// code (--environment_type): DOCKER (the runners' default), PROCESS,
+	// EXTERNAL or LOOPBACK (in the preprocess child itself, for a job
+	// server on the same machine).
+	EnvironmentType string `json:"environment_type,omitempty"`
+	// EnvironmentConfig configures the environment (--environment_config):
+	// a container image for DOCKER, a JSON process spec for PROCESS, a
+	// worker pool address for EXTERNAL (required there).
+	EnvironmentConfig string `json:"environment_config,omitempty"`
+	// JobName names the job on the runner (--job_name). Default with a
+	// Runner: the job ID in lower case with '-' for '_' (Dataflow's rule),
+	// e.g. "census-1".
+	JobName string `json:"job_name,omitempty"`
+	// BeamArgs are further Beam pipeline options for preprocessing, e.g.
+	// ["--parallelism=4"] or Dataflow's ["--project=P", "--region=R",
+	// "--staging_location=gs://B/staging"]. They come after the flags of
+	// the fields above and must not repeat one of them. Older jobs set the
+	// runner here (["--runner=flink", "--endpoint=host:8099"]); that
+	// still works.
 	BeamArgs []string `json:"beam_args,omitempty"`
 }
 
@@ -263,6 +290,7 @@ func (s JobSpec) WithDefaults() JobSpec {
 		f := 0.001
 		s.Data.MaxBadFraction = &f
 	}
+	s.Data.normalizeRunner(s.JobID)
 	if s.Model.Type == "" {
 		s.Model.Type = ModelLinearClassifier
 	}
@@ -392,6 +420,9 @@ func (s *JobSpec) Validate() error {
 		if !found {
 			return fmt.Errorf("%w: publish %q names no exporter (have %v) and is not \"none\"", ErrInvalidSpec, s.Publish, exporterNames(s.Eval.Exporters))
 		}
+	}
+	if err := s.Data.validateRunner(); err != nil {
+		return err
 	}
 	if err := s.Cluster.validate(); err != nil {
 		return err

@@ -120,7 +120,8 @@ type PrepareResult struct {
 type PreprocessInput struct {
 	JobDir  string             `json:"job_dir"`
 	Request preprocess.Request `json:"request"`
-	// BeamArgs are passed to the Beam pipeline as options.
+	// BeamArgs are the Beam pipeline options of the preprocess child
+	// (DataSpec.BeamFlags: runner options, then data.beam_args).
 	BeamArgs []string `json:"beam_args,omitempty"`
 }
 
@@ -264,7 +265,7 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	setPhase(ctx, p, PhasePreprocessing)
 	pctx := workflow.WithActivityOptions(ctx, activityOptions(6*time.Hour, "Beam analyze + transform"))
 	var pre PreprocessResult
-	in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamArgs, Request: preprocess.Request{
+	in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Request: preprocess.Request{
 		Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
 		TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
 		MaxBadFraction: *spec.Data.MaxBadFraction,
