@@ -44,12 +44,19 @@ func TestDistributedJobStartsEveryRoleAndEndsThem(t *testing.T) {
 	env, cancelled := distributedEnv(t)
 	var mu sync.Mutex
 	tasks := map[int]bool{}
-	env.OnActivity(TrainWorkerActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in RoleInput) (WorkerResult, error) {
+	var others sync.WaitGroup // the chief ends after the other workers ran
+	others.Add(2)
+	env.OnActivity(TrainWorkerActivity, mock.Anything, mock.Anything).Return(func(ctx context.Context, in RoleInput) (WorkerResult, error) {
 		mu.Lock()
 		tasks[in.Task] = true
 		mu.Unlock()
 		if in.Cluster.Workers() != 3 || in.TransformHash != "h" || in.Train.MaxSteps != 3000 {
 			t.Errorf("worker input %+v", in)
+		}
+		if in.Task == 0 {
+			others.Wait()
+		} else {
+			others.Done()
 		}
 		return WorkerResult{Task: in.Task, Step: 3000, Loss: 0.3}, nil
 	})
