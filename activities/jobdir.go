@@ -362,6 +362,11 @@ func (j *jobDir) event(ctx context.Context, ev map[string]any) error {
 // or a storage URI) in the order they were written (in object storage: by
 // time), each event a JSON object.
 func ReadEvents(ctx context.Context, jobDir string) ([]map[string]any, error) {
+	if !isURI(jobDir) {
+		if _, err := os.Stat(jobDir); err != nil { // Open would create it
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+	}
 	st, err := storage.Open(ctx, jobDir)
 	if err != nil {
 		return nil, err
