@@ -7,18 +7,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/train"
@@ -28,9 +33,13 @@ import (
 // Activities holds what the job's steps need. Its exported methods are the
 // registered activities; their names are wire API.
 type Activities struct {
-	// Home is the worker's home directory; default job dirs are
-	// Home/jobs/<job_id>.
+	// Home is the worker's home directory: default job dirs are
+	// Home/jobs/<job_id> unless Jobs is set, and the cache of job dirs in
+	// object storage is Home/cache/<job_id>.
 	Home string
+	// Jobs, if set, is where default job dirs go: Jobs/<job_id>, a path
+	// or a storage URI such as s3://bucket/jobs?region=eu-west-1.
+	Jobs string
 	// Models is the model repository Publish writes to.
 	Models *serving.Repository
 	// Exe and ExeArgs start the preprocessing child process: the command
@@ -60,9 +69,12 @@ const (
 	checkpoints = "checkpoints"
 	evalMetrics = "eval/metrics.jsonl"
 	// pinnedDir holds hard links to the checkpoint being evaluated and
-	// exported, so retention cannot delete it under a slow or retried export.
+	// exported (copies in object storage), so retention cannot delete it
+	// under a slow or retried export.
 	pinnedDir = "eval/pinned"
 	exportDir = "export"
+	// requestFile records the request of the last completed preprocessing.
+	requestFile = "preprocess/request.json"
 )
 
 func nonRetryable(errType string, err error) error {
@@ -82,120 +94,268 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	defer keepAlive(ctx).Stop()
 	spec := in.Spec
 	dir := spec.JobDir
-	if dir == "" {
+	switch {
+	case dir != "":
+	case a.Jobs != "":
+		dir = joinURI(a.Jobs, spec.JobID)
+	default:
 		dir = filepath.Join(a.Home, "jobs", spec.JobID)
 	}
-	dir, err := filepath.Abs(strings.TrimPrefix(dir, "file://"))
-	if err != nil {
-		return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("job_dir %q: %w", spec.JobDir, err))
+	if !isURI(dir) {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("job_dir %q: %w", spec.JobDir, err))
+		}
+		dir = abs
 	}
-	if err := a.claim(dir, claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
+	jd, err := a.openJobDir(ctx, dir)
+	if err != nil {
 		return workflows.PrepareResult{}, err
 	}
-	res := workflows.PrepareResult{JobDir: dir, Train: abs(spec.Data.Train), Eval: abs(spec.Data.Eval)}
+	defer jd.Close()
+	if err := jd.claim(ctx, claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
+		return workflows.PrepareResult{}, err
+	}
+	res := workflows.PrepareResult{JobDir: jd.uri, Train: abs(spec.Data.Train), Eval: abs(spec.Data.Eval)}
 	switch {
 	case len(res.Train) > 0:
 	case spec.Data.Dir != "":
-		d := strings.TrimPrefix(spec.Data.Dir, "file://")
-		res.Train = abs([]string{filepath.Join(d, "adult.data")})
-		res.Eval = abs([]string{filepath.Join(d, "adult.test")})
+		res.Train = abs([]string{joinURI(spec.Data.Dir, "adult.data")})
+		res.Eval = abs([]string{joinURI(spec.Data.Dir, "adult.test")})
 	default:
-		res.Train = []string{filepath.Join(dir, rawDir, "train.csv")}
-		res.Eval = []string{filepath.Join(dir, rawDir, "eval.csv")}
+		keys := []string{rawDir + "/train.csv", rawDir + "/eval.csv"}
 		rows := spec.Data.GeneratedRows
-		for i, p := range []string{res.Train[0], res.Eval[0]} {
-			if _, err := os.Stat(p); err == nil {
+		for i, key := range keys {
+			if ok, err := jd.st.Exists(ctx, key); err != nil || ok {
+				if err != nil {
+					return res, err
+				}
 				continue
 			}
 			n, test := rows, i == 1
 			if test {
 				n = max(1, rows/4)
 			}
-			err := atomicfile.WriteFunc(p, func(w io.Writer) error { return datagen.Census(w, n, spec.Train.Seed+uint64(i), test) })
+			err := jd.st.WriteFunc(ctx, key, func(w io.Writer) error { return datagen.Census(w, n, spec.Train.Seed+uint64(i), test) })
 			if err != nil {
 				return res, err
 			}
 		}
+		res.Train, res.Eval = []string{jd.location(keys[0])}, []string{jd.location(keys[1])}
 	}
 	for _, p := range append(append([]string{}, res.Train...), res.Eval...) {
-		if _, err := os.Stat(p); err != nil {
-			return res, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("data file %s: %w", p, err))
+		if err := checkInput(ctx, p); err != nil {
+			return res, err
 		}
 	}
 	return res, nil
 }
 
+// abs makes the plain paths among paths absolute; storage URIs stay.
 func abs(paths []string) []string {
 	out := make([]string, len(paths))
 	for i, p := range paths {
-		p = strings.TrimPrefix(p, "file://")
-		if a, err := filepath.Abs(p); err == nil {
-			p = a
+		if !isURI(p) {
+			if a, err := filepath.Abs(p); err == nil {
+				p = a
+			}
 		}
 		out[i] = p
 	}
 	return out
 }
 
-// claim writes job.json into dir, or checks that the job there is this
-// one. A directory owned by another job (an earlier job with the same ID)
-// is refused so its outputs are never overwritten.
-func (a *Activities) claim(dir string, c claim) error {
-	path := filepath.Join(dir, jobFile)
-	b, err := os.ReadFile(path)
+// checkInput fails for good when the data file at p (a path or a storage
+// URI) does not exist.
+func checkInput(ctx context.Context, p string) error {
+	if !isURI(p) {
+		if _, err := os.Stat(p); err != nil {
+			return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("data file %s: %w", p, err))
+		}
+		return nil
+	}
+	st, key, err := openObject(ctx, p)
+	if errors.Is(err, storage.ErrInvalidURI) {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("data file: %w", err))
+	}
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ok, err := st.Exists(ctx, key)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("data file %s: %w", p, storage.ErrNotExist))
+	}
+	return nil
+}
+
+// location returns where key is for other processes: its path in a local
+// job directory, else its storage URI.
+func (j *jobDir) location(key string) string {
+	if !j.remote {
+		return filepath.Join(j.dir, filepath.FromSlash(key))
+	}
+	return j.st.Sub(key).URI()
+}
+
+// claim writes job.json into the job directory, or checks that the job
+// there is this one. A directory owned by another job (an earlier job
+// with the same ID) is refused so its outputs are never overwritten.
+func (j *jobDir) claim(ctx context.Context, c claim) error {
+	b, err := j.st.Read(ctx, jobFile)
 	if err == nil {
 		var old claim
 		if json.Unmarshal(b, &old) == nil && old == c {
 			return nil
 		}
-		return nonRetryable(workflows.ErrTypeJobExists, fmt.Errorf("job directory %s belongs to job %s (run %s): job IDs are unique, choose another", dir, old.JobID, old.FirstRunID))
+		return nonRetryable(workflows.ErrTypeJobExists, fmt.Errorf("job directory %s belongs to job %s (run %s): job IDs are unique, choose another", j.uri, old.JobID, old.FirstRunID))
 	}
-	if !errors.Is(err, os.ErrNotExist) {
+	if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	b, _ = json.Marshal(c)
-	return atomicfile.Write(path, b)
+	return j.st.Write(ctx, jobFile, b)
 }
 
 // Preprocess runs the Beam pipeline in a child process (see
 // preprocess.ChildMain), heartbeating while it runs. Cancelling the
 // activity kills the child. A completed earlier run with the same request
-// is reused.
+// is reused. With the job directory in object storage, inputs there are
+// staged into a local work directory first, the child writes into it, and
+// its outputs are uploaded: Transform, shards and bad records, then the
+// manifest.
 func (a *Activities) Preprocess(ctx context.Context, in workflows.PreprocessInput) (workflows.PreprocessResult, error) {
 	r := in.Request
-	if err := r.Check(); err != nil {
-		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
+	jd, err := a.openJobDir(ctx, in.JobDir)
+	if err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	defer jd.Close()
+	if !jd.remote {
+		if err := r.Check(); err != nil {
+			return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
+		}
 	}
 	reqJSON, _ := json.Marshal(struct {
 		R    preprocess.Request
 		Args []string
 	}{r, in.BeamArgs})
-	reqPath := filepath.Join(in.JobDir, "preprocess", "request.json")
-	if old, err := os.ReadFile(reqPath); err == nil && bytes.Equal(old, reqJSON) {
-		if m, err := preprocess.ReadManifest(in.JobDir); err == nil && m.Failure == "" {
+	if old, err := jd.st.Read(ctx, requestFile); err == nil && bytes.Equal(old, reqJSON) {
+		if m, _, err := jd.readManifest(ctx); err == nil && m.Failure == "" {
 			return summary(m), nil
 		}
 	}
-	os.Remove(filepath.Join(in.JobDir, preprocess.ManifestPath))
-	childReq := filepath.Join(in.JobDir, "preprocess", "child-request.json")
+	if err := jd.st.Delete(ctx, preprocess.ManifestPath); err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	work := jd.dir // where the child works: the job dir, or a local stand-in
+	if jd.remote {
+		if work, err = jd.tempDir("preprocess-"); err != nil {
+			return workflows.PreprocessResult{}, err
+		}
+		defer os.RemoveAll(work)
+		hb := keepAlive(ctx)
+		r.Train, err = stageInputs(ctx, r.Train, filepath.Join(work, "inputs", "train"))
+		if err == nil {
+			r.Eval, err = stageInputs(ctx, r.Eval, filepath.Join(work, "inputs", "eval"))
+		}
+		hb.Stop()
+		if err != nil {
+			return workflows.PreprocessResult{}, err
+		}
+		r.OutDir = work
+		if err := r.Check(); err != nil {
+			return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
+		}
+	}
+	childReq := filepath.Join(work, "preprocess", "child-request.json")
 	rb, _ := json.Marshal(r)
 	if err := atomicfile.Write(childReq, rb); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
-	if err := a.runChild(ctx, in.JobDir, append([]string{"preprocess", childReq}, in.BeamArgs...)); err != nil {
-		return workflows.PreprocessResult{}, err
+	err = a.runChild(ctx, work, append([]string{"preprocess", childReq}, in.BeamArgs...))
+	if jd.remote {
+		if err := upload(ctx, jd.st, work, "", []string{"preprocess/child.log"}); err != nil {
+			activity.GetLogger(ctx).Warn("upload preprocess log", "error", err)
+		}
 	}
-	m, err := preprocess.ReadManifest(in.JobDir)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
+	}
+	m, err := preprocess.ReadManifest(r.OutDir)
+	if err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	if jd.remote {
+		hb := keepAlive(ctx)
+		err := publishPreprocessed(ctx, jd.st, work, m)
+		hb.Stop()
+		if err != nil {
+			return workflows.PreprocessResult{}, err
+		}
 	}
 	if m.Failure != "" {
 		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, errors.New(m.Failure))
 	}
-	if err := atomicfile.Write(reqPath, reqJSON); err != nil {
+	if err := jd.st.Write(ctx, requestFile, reqJSON); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
 	return summary(m), nil
+}
+
+// stageInputs downloads the inputs among files that are storage URIs into
+// dir and returns the local paths of all of them. A missing input fails
+// for good, as preprocess.Request.Check does for local files.
+func stageInputs(ctx context.Context, files []string, dir string) ([]string, error) {
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = f
+		if !isURI(f) {
+			continue
+		}
+		st, key, err := openObject(ctx, f)
+		if errors.Is(err, storage.ErrInvalidURI) {
+			return nil, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%w: input: %w", preprocess.ErrRequest, err))
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = filepath.Join(dir, fmt.Sprintf("%d-%s", i, key))
+		err = download(ctx, st, key, out[i])
+		st.Close()
+		if errors.Is(err, storage.ErrNotExist) {
+			return nil, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%w: input %s: %w", preprocess.ErrRequest, f, err))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// publishPreprocessed uploads what the preprocessing run in the local
+// directory work wrote, as m lists it: the Transform, the shards and the
+// bad records, then the manifest, which makes them visible.
+func publishPreprocessed(ctx context.Context, st *storage.Store, work string, m *preprocess.Manifest) error {
+	var keys []string
+	if m.Failure == "" {
+		keys = append(keys, preprocess.TransformPath)
+	}
+	for _, s := range append(append([]preprocess.ShardResult{}, m.Train...), m.Eval...) {
+		if m.Failure == "" {
+			keys = append(keys, path.Join(preprocess.DataDir, s.Name))
+		}
+		if s.BadRecords != "" {
+			keys = append(keys, filepath.ToSlash(s.BadRecords))
+		}
+	}
+	if err := upload(ctx, st, work, "", keys); err != nil {
+		return err
+	}
+	return upload(ctx, st, work, "", []string{preprocess.ManifestPath})
 }
 
 func summary(m *preprocess.Manifest) workflows.PreprocessResult {
@@ -271,11 +431,12 @@ func (t *tail) last() string {
 	return lines[len(lines)-1]
 }
 
-// loadSplit reads every shard of a split of the preprocessed data.
-func loadSplit(jobDir string, shards []preprocess.ShardResult) (train.Data, error) {
+// loadSplit reads every shard of a split of the preprocessed data from
+// the local directory dataDir.
+func loadSplit(dataDir string, shards []preprocess.ShardResult) (train.Data, error) {
 	var ex preprocess.Examples
 	for _, s := range shards {
-		if err := preprocess.ReadShard(&ex, filepath.Join(jobDir, preprocess.DataDir, s.Name)); err != nil {
+		if err := preprocess.ReadShard(&ex, filepath.Join(dataDir, s.Name)); err != nil {
 			return train.Data{}, err
 		}
 	}
@@ -284,16 +445,30 @@ func loadSplit(jobDir string, shards []preprocess.ShardResult) (train.Data, erro
 
 // Train trains the model from the newest checkpoint in the job directory,
 // heartbeating the step of every committed checkpoint. A retried or reset
-// activity resumes from that checkpoint.
+// activity resumes from that checkpoint. With the job directory in object
+// storage it trains on staged shards and checkpoints into a local
+// directory, and each checkpoint is committed to the store (object, then
+// pointer) before it is reported.
 func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workflows.TrainResult, error) {
-	m, err := preprocess.ReadManifest(in.JobDir)
+	jd, err := a.openJobDir(ctx, in.JobDir)
+	if err != nil {
+		return workflows.TrainResult{}, err
+	}
+	defer jd.Close()
+	m, mb, err := jd.readManifest(ctx)
 	if err != nil {
 		return workflows.TrainResult{}, err
 	}
 	if m.TransformHash != in.TransformHash {
 		return workflows.TrainResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("preprocessed data has transform %s, job expects %s", m.TransformHash, in.TransformHash))
 	}
-	data, err := loadSplit(in.JobDir, m.Train)
+	hb := keepAlive(ctx)
+	defer hb.Stop()
+	dataDir, err := jd.stageShards(ctx, mb, m.Train)
+	if err != nil {
+		return workflows.TrainResult{}, err
+	}
+	data, err := loadSplit(dataDir, m.Train)
 	if err != nil {
 		return workflows.TrainResult{}, err
 	}
@@ -301,28 +476,41 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate,
 		L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
 		Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
-		CheckpointDir: filepath.Join(in.JobDir, checkpoints),
+		CheckpointDir: filepath.Join(jd.dir, checkpoints),
 		Meta:          train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash},
 	}
 	if in.Model.Type != workflows.ModelLinearClassifier {
 		cfg.Meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
 	}
-	hb := keepAlive(ctx)
-	defer hb.Stop()
+	sc := storeCheckpoints{jd.st}
+	if jd.remote {
+		tmp, err := jd.tempDir("train-")
+		if err != nil {
+			return workflows.TrainResult{}, err
+		}
+		defer os.RemoveAll(tmp)
+		cfg.CheckpointDir = filepath.Join(tmp, checkpoints)
+		ck, err := sc.latest(ctx)
+		if err == nil && ck != nil {
+			err = train.SaveCheckpoint(cfg.CheckpointDir, ck, 0)
+		}
+		if err != nil {
+			return workflows.TrainResult{}, err
+		}
+	}
 	return train.Run(ctx, cfg, data, func(p train.Progress) error {
 		hb.set(ctx, p)
-		return a.reportCheckpoint(ctx, in.JobDir, p)
+		if jd.remote {
+			b, err := os.ReadFile(filepath.Join(cfg.CheckpointDir, train.CheckpointName(p.Step)))
+			if err != nil {
+				return err
+			}
+			if err := sc.commit(ctx, p.Step, b, cfg.KeepMax); err != nil {
+				return err
+			}
+		}
+		return a.reportCheckpoint(ctx, jd, p)
 	})
-}
-
-// appendEvent appends one JSON line to the job's events log.
-func appendEvent(jobDir string, ev map[string]any) error {
-	ev["time"] = time.Now().UTC().Format(time.RFC3339Nano)
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	return appendLine(filepath.Join(jobDir, "events.jsonl"), b)
 }
 
 // appendLine appends one line to path, creating it and its directory.
@@ -348,18 +536,16 @@ func appendLine(path string, line []byte) error {
 // retention already deleted is a non-retryable CheckpointGone error.
 func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (workflows.EvaluateResult, error) {
 	defer keepAlive(ctx).Stop()
-	m, err := preprocess.ReadManifest(in.JobDir)
+	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
-	pin, err := pinCheckpoint(in.JobDir, in.Step)
-	if errors.Is(err, os.ErrNotExist) {
-		return workflows.EvaluateResult{}, nonRetryable(workflows.ErrTypeCheckpointGone, err)
-	}
+	defer jd.Close()
+	m, mb, err := jd.readManifest(ctx)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
-	ck, err := train.ReadCheckpoint(pin)
+	ck, err := jd.pinCheckpoint(ctx, in.Step)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
@@ -367,7 +553,11 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
-	data, err := loadSplit(in.JobDir, m.Eval)
+	dataDir, err := jd.stageShards(ctx, mb, m.Eval)
+	if err != nil {
+		return workflows.EvaluateResult{}, err
+	}
+	data, err := loadSplit(dataDir, m.Eval)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
@@ -375,12 +565,33 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		data.X, data.Y = data.X[:rows*data.Dim], data.Y[:rows]
 	}
 	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, 1024)}
-	return res, appendMetrics(filepath.Join(in.JobDir, evalMetrics), in.Name, in.Step, res.Metrics)
+	return res, jd.appendMetrics(ctx, in.Name, in.Step, res.Metrics)
+}
+
+// pinCheckpoint pins the checkpoint of step and reads it: in a local
+// directory a hard link in eval/pinned, in object storage a copy there.
+// Only the step being evaluated, and then exported, needs one: the
+// workflow evaluates and exports one step at a time, so the other pins
+// are removed. A checkpoint already deleted is a CheckpointGone error.
+func (j *jobDir) pinCheckpoint(ctx context.Context, step int64) (*train.Checkpoint, error) {
+	var ck *train.Checkpoint
+	var err error
+	if j.remote {
+		ck, err = pinObject(ctx, j.st, step)
+	} else {
+		var pin string
+		if pin, err = pinCheckpoint(j.dir, step); err == nil {
+			return train.ReadCheckpoint(pin)
+		}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nonRetryable(workflows.ErrTypeCheckpointGone, err)
+	}
+	return ck, err
 }
 
 // pinCheckpoint hard-links the checkpoint of step into eval/pinned (once)
-// and removes the other pins: the workflow evaluates and exports one step at
-// a time, so only the step being evaluated, and then exported, needs one.
+// and removes the other pins.
 func pinCheckpoint(jobDir string, step int64) (string, error) {
 	dir := filepath.Join(jobDir, pinnedDir)
 	pin := filepath.Join(dir, train.CheckpointName(step))
@@ -401,12 +612,54 @@ func pinCheckpoint(jobDir string, step int64) (string, error) {
 	return pin, nil
 }
 
+// pinObject is pinCheckpoint in object storage: it copies the checkpoint
+// object of step to eval/pinned (once), removes the other pins and
+// returns the checkpoint.
+func pinObject(ctx context.Context, st *storage.Store, step int64) (*train.Checkpoint, error) {
+	pin := pinnedDir + "/" + train.CheckpointName(step)
+	ck, err := readCheckpointObject(ctx, st, pin)
+	if errors.Is(err, fs.ErrNotExist) {
+		var b []byte
+		if b, err = st.Read(ctx, checkpoints+"/"+train.CheckpointName(step)); err != nil {
+			return nil, fmt.Errorf("pin checkpoint %d: %w", step, err)
+		}
+		if ck, err = train.DecodeCheckpoint(b); err != nil {
+			return nil, fmt.Errorf("pin checkpoint %d: %w", step, err)
+		}
+		if err := st.Write(ctx, pin, b); err != nil {
+			return nil, fmt.Errorf("pin checkpoint %d: %w", step, err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	keys, err := st.List(ctx, pinnedDir+"/")
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if k != pin {
+			if err := st.Delete(ctx, k); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ck, nil
+}
+
 // exportedCheckpoint reads the checkpoint an export of step uses: the
 // evaluator's pin, else the checkpoint itself.
-func exportedCheckpoint(jobDir string, step int64) (*train.Checkpoint, error) {
-	ck, err := train.ReadCheckpoint(filepath.Join(jobDir, pinnedDir, train.CheckpointName(step)))
-	if errors.Is(err, os.ErrNotExist) {
-		return train.ReadCheckpoint(filepath.Join(jobDir, checkpoints, train.CheckpointName(step)))
+func (j *jobDir) exportedCheckpoint(ctx context.Context, step int64) (*train.Checkpoint, error) {
+	if !j.remote {
+		ck, err := train.ReadCheckpoint(filepath.Join(j.dir, pinnedDir, train.CheckpointName(step)))
+		if errors.Is(err, os.ErrNotExist) {
+			return train.ReadCheckpoint(filepath.Join(j.dir, checkpoints, train.CheckpointName(step)))
+		}
+		return ck, err
+	}
+	ck, err := readCheckpointObject(ctx, j.st, pinnedDir+"/"+train.CheckpointName(step))
+	if errors.Is(err, fs.ErrNotExist) {
+		return storeCheckpoints{j.st}.read(ctx, step)
 	}
 	return ck, err
 }
@@ -420,11 +673,13 @@ type metricsLine struct {
 	Time       string        `json:"time"`
 }
 
-// appendMetrics appends an evaluation to path unless one for (name, step)
-// is already there.
-func appendMetrics(path, name string, step int64, m train.Metrics) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+// appendMetrics appends an evaluation to eval/metrics.jsonl unless one for
+// (name, step) is already there. In object storage the object is
+// rewritten with the line added: the workflow runs one evaluation at a
+// time, so there is one writer.
+func (j *jobDir) appendMetrics(ctx context.Context, name string, step int64, m train.Metrics) error {
+	old, err := j.st.Read(ctx, evalMetrics)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	for _, l := range bytes.Split(old, []byte("\n")) {
@@ -434,29 +689,61 @@ func appendMetrics(path, name string, step int64, m train.Metrics) error {
 		}
 	}
 	line, _ := json.Marshal(metricsLine{Name: name, GlobalStep: step, Metrics: m, Checkpoint: train.CheckpointName(step), Time: time.Now().UTC().Format(time.RFC3339Nano)})
-	return appendLine(path, line)
+	if !j.remote {
+		return appendLine(filepath.Join(j.dir, filepath.FromSlash(evalMetrics)), line)
+	}
+	if len(old) > 0 && old[len(old)-1] != '\n' {
+		old = append(old, '\n')
+	}
+	return j.st.Write(ctx, evalMetrics, append(append(old, line...), '\n'))
 }
 
 // DeleteExport removes a bundle an exporter no longer keeps. Deleting a
-// bundle that is already gone succeeds.
+// bundle that is already gone succeeds. In object storage the bundle's
+// metadata goes first, so no reader takes the rest for a bundle.
 func (a *Activities) DeleteExport(ctx context.Context, in workflows.DeleteExportInput) error {
 	defer keepAlive(ctx).Stop()
-	if in.Dir == "" || !strings.Contains(filepath.ToSlash(in.Dir), "/"+exportDir+"/") {
+	p, _, _ := strings.Cut(in.Dir, "?")
+	if in.Dir == "" || !strings.Contains(filepath.ToSlash(p), "/"+exportDir+"/") {
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("refusing to delete %q: not an export bundle", in.Dir))
 	}
-	return os.RemoveAll(in.Dir)
+	if !isURI(in.Dir) {
+		return os.RemoveAll(in.Dir)
+	}
+	st, err := storage.Open(ctx, in.Dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Delete(ctx, train.MetadataFile); err != nil {
+		return err
+	}
+	return st.DeleteAll(ctx, "")
 }
 
 // Export writes the bundle of the checkpoint at in.Step to
 // export/<exporter>/<step>/: idempotent, so a retry finds the bundle the
-// first attempt wrote.
+// first attempt wrote. In object storage the bundle is written locally,
+// then uploaded with its metadata.json last: readers take a bundle
+// without metadata.json for none.
 func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (workflows.ExportResult, error) {
 	defer keepAlive(ctx).Stop()
-	ck, err := exportedCheckpoint(in.JobDir, in.Step)
+	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
 		return workflows.ExportResult{}, err
 	}
-	t, raw, err := preprocess.ReadTransform(in.JobDir)
+	defer jd.Close()
+	bundle := path.Join(exportDir, in.Exporter, strconv.FormatInt(in.Step, 10))
+	if jd.remote {
+		if ok, err := jd.st.Exists(ctx, bundle+"/"+train.MetadataFile); err != nil || ok {
+			return workflows.ExportResult{Dir: jd.location(bundle), Version: in.Step}, err
+		}
+	}
+	ck, err := jd.exportedCheckpoint(ctx, in.Step)
+	if err != nil {
+		return workflows.ExportResult{}, err
+	}
+	t, raw, err := jd.readTransform(ctx)
 	if err != nil {
 		return workflows.ExportResult{}, err
 	}
@@ -464,20 +751,66 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 		return workflows.ExportResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("checkpoint %d was trained with transform %s, job dir has %s", in.Step, ck.Meta.TransformHash, t.Hash))
 	}
 	sig, _ := json.MarshalIndent(map[string]any{"inputs": t.Signature(), "classes": t.LabelVocab}, "", "  ")
-	dir, err := train.WriteBundle(filepath.Join(in.JobDir, exportDir, in.Exporter), in.Step, ck,
+	parent := filepath.Join(jd.dir, exportDir, in.Exporter)
+	if jd.remote {
+		if parent, err = jd.tempDir("export-"); err != nil {
+			return workflows.ExportResult{}, err
+		}
+		defer os.RemoveAll(parent)
+	}
+	dir, err := train.WriteBundle(parent, in.Step, ck,
 		map[string][]byte{serving.TransformFile: raw, "signature.json": sig},
 		train.BundleMeta{JobID: in.JobID, Exporter: in.Exporter, Metrics: in.Metrics, TransformHash: t.Hash})
 	if err != nil {
 		return workflows.ExportResult{}, err
 	}
-	return workflows.ExportResult{Dir: dir, Version: in.Step}, nil
+	if !jd.remote {
+		return workflows.ExportResult{Dir: dir, Version: in.Step}, nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return workflows.ExportResult{}, err
+	}
+	var files []string
+	for _, e := range ents {
+		if e.Name() != train.MetadataFile {
+			files = append(files, e.Name())
+		}
+	}
+	if err := upload(ctx, jd.st, dir, bundle, files); err != nil {
+		return workflows.ExportResult{}, err
+	}
+	if err := upload(ctx, jd.st, dir, bundle, []string{train.MetadataFile}); err != nil {
+		return workflows.ExportResult{}, err
+	}
+	return workflows.ExportResult{Dir: jd.location(bundle), Version: in.Step}, nil
 }
 
-// Publish copies a bundle into the model repository as the model's next
-// version (idempotent) and notifies OnPublish.
+// Publish copies a bundle (a directory, or a storage URI, which is
+// downloaded first) into the model repository as the model's next version
+// (idempotent) and notifies OnPublish.
 func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
 	defer keepAlive(ctx).Stop()
-	v, def, err := a.Models.PublishVersion(in.Model, in.JobID, in.Bundle, in.Promote)
+	dir := in.Bundle
+	if isURI(in.Bundle) {
+		st, err := storage.Open(ctx, in.Bundle)
+		if err != nil {
+			return workflows.PublishResult{}, err
+		}
+		defer st.Close()
+		cache := a.cacheDir(ctx)
+		if err := os.MkdirAll(cache, 0o755); err != nil {
+			return workflows.PublishResult{}, err
+		}
+		if dir, err = os.MkdirTemp(cache, "publish-"); err != nil {
+			return workflows.PublishResult{}, err
+		}
+		defer os.RemoveAll(dir)
+		if err := st.DownloadDir(ctx, "", dir); err != nil {
+			return workflows.PublishResult{}, err
+		}
+	}
+	v, def, err := a.Models.PublishVersion(in.Model, in.JobID, dir, in.Promote)
 	if err != nil {
 		return workflows.PublishResult{}, err
 	}

@@ -3,14 +3,20 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/workflows"
@@ -132,66 +138,140 @@ func TestPreprocessBadDataIsNotRetryable(t *testing.T) {
 	}
 }
 
+// jobDirs are the kinds of job directory the activities are tested on:
+// the default local directory, and object storage through a file://
+// bucket outside the worker's home and through mem://.
+func jobDirs(t *testing.T) []struct {
+	name string
+	dir  func(id string) string
+} {
+	bucket := t.TempDir()
+	return []struct {
+		name string
+		dir  func(id string) string
+	}{
+		{"local", func(string) string { return "" }},
+		{"file", func(id string) string { return "file://" + filepath.ToSlash(bucket) + "/jobs/" + id }},
+		{"mem", func(id string) string { return fmt.Sprintf("mem://acts-%d/jobs/%s", memSeq.Add(1), id) }},
+	}
+}
+
+var memSeq atomic.Int64
+
 func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
-	acts := newActs(t)
-	e := env(acts)
-	s := spec("train_1")
-	prep, pre := prepare(t, e, acts, s)
-	in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train}
-	in.Train.MaxSteps = 50
-	if _, err := e.ExecuteActivity(acts.Train, in); err != nil {
-		t.Fatal(err)
-	}
-	in.Train.MaxSteps = 100
-	v, err := e.ExecuteActivity(acts.Train, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tr workflows.TrainResult
-	v.Get(&tr)
-	if tr.ResumedFrom != 50 || tr.Step != 100 {
-		t.Fatalf("train %+v, want resumed from 50 to 100", tr)
-	}
-	v, err = e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ev workflows.EvaluateResult
-	v.Get(&ev)
-	if ev.Metrics.Examples != 200 || ev.Metrics.Accuracy <= 0.5 {
-		t.Fatalf("eval %+v, want 200 examples better than chance", ev.Metrics)
-	}
-	// Retention deleting the evaluated checkpoint must not break its export:
-	// the evaluator pinned it.
-	if err := os.Remove(filepath.Join(prep.JobDir, "checkpoints", "ckpt-100")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: 75}); errType(err) != workflows.ErrTypeCheckpointGone {
-		t.Fatalf("evaluating a checkpoint that is not there: %v, want CheckpointGone", err)
-	}
-	xin := workflows.ExportInput{JobID: "train_1", JobDir: prep.JobDir, Exporter: "final", Step: 100, Metrics: ev.Metrics}
-	var first, second workflows.ExportResult
-	for _, dst := range []*workflows.ExportResult{&first, &second} {
-		v, err := e.ExecuteActivity(acts.Export, xin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.Get(dst)
-	}
-	ents, _ := os.ReadDir(filepath.Join(prep.JobDir, "export", "final"))
-	if first != second || len(ents) != 1 {
-		t.Fatalf("two exports of step 100: %+v and %+v, %d entries; want one bundle", first, second, len(ents))
-	}
-	var pubs [2]workflows.PublishResult
-	for i := range pubs {
-		v, err := e.ExecuteActivity(acts.Publish, workflows.PublishInput{JobID: "train_1", Bundle: first.Dir, Model: "census"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.Get(&pubs[i])
-	}
-	if pubs[0] != pubs[1] || pubs[0].Version != 1 || !pubs[0].Default {
-		t.Fatalf("publishing twice: %+v, want version 1 (default) both times", pubs)
+	for _, kind := range jobDirs(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			acts := newActs(t)
+			e := env(acts)
+			s := spec("train_1")
+			s.JobDir = kind.dir("train_1")
+			prep, pre := prepare(t, e, acts, s)
+			ctx := context.Background()
+			st, err := storage.Open(ctx, prep.JobDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train}
+			in.Train.MaxSteps = 50
+			if _, err := e.ExecuteActivity(acts.Train, in); err != nil {
+				t.Fatal(err)
+			}
+			in.Train.MaxSteps = 100
+			v, err := e.ExecuteActivity(acts.Train, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tr workflows.TrainResult
+			v.Get(&tr)
+			if tr.ResumedFrom != 50 || tr.Step != 100 {
+				t.Fatalf("train %+v, want resumed from 50 to 100", tr)
+			}
+			if p, err := st.ReadPointer(ctx, "checkpoints/checkpoint"); err != nil || p != "checkpoints/ckpt-100" {
+				t.Fatalf("checkpoint pointer names %q (%v), want checkpoints/ckpt-100", p, err)
+			}
+			v, err = e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ev workflows.EvaluateResult
+			v.Get(&ev)
+			if ev.Metrics.Examples != 200 || ev.Metrics.Accuracy <= 0.5 {
+				t.Fatalf("eval %+v, want 200 examples better than chance", ev.Metrics)
+			}
+			// Retention deleting the evaluated checkpoint must not break its
+			// export: the evaluator pinned it.
+			if err := st.Delete(ctx, "checkpoints/ckpt-100"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: 75}); errType(err) != workflows.ErrTypeCheckpointGone {
+				t.Fatalf("evaluating a checkpoint that is not there: %v, want CheckpointGone", err)
+			}
+			xin := workflows.ExportInput{JobID: "train_1", JobDir: prep.JobDir, Exporter: "final", Step: 100, Metrics: ev.Metrics}
+			var first, second workflows.ExportResult
+			for _, dst := range []*workflows.ExportResult{&first, &second} {
+				v, err := e.ExecuteActivity(acts.Export, xin)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v.Get(dst)
+			}
+			bundle, err := st.List(ctx, "export/final/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first != second || len(bundle) != 4 || !slices.Contains(bundle, "export/final/100/metadata.json") {
+				t.Fatalf("two exports of step 100: %+v and %+v, objects %q; want one bundle of 4 files", first, second, bundle)
+			}
+			var pubs [2]workflows.PublishResult
+			for i := range pubs {
+				v, err := e.ExecuteActivity(acts.Publish, workflows.PublishInput{JobID: "train_1", Bundle: first.Dir, Model: "census"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				v.Get(&pubs[i])
+			}
+			if pubs[0] != pubs[1] || pubs[0].Version != 1 || !pubs[0].Default {
+				t.Fatalf("publishing twice: %+v, want version 1 (default) both times", pubs)
+			}
+			if _, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: first.Dir}); err != nil {
+				t.Fatal(err)
+			}
+			if left, err := st.List(ctx, "export/final/"); err != nil || len(left) != 0 {
+				t.Fatalf("after DeleteExport: %q, %v; want nothing", left, err)
+			}
+			evs, err := ReadEvents(ctx, prep.JobDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var commits []float64
+			for _, ev := range evs {
+				if ev["event"] == "checkpoint" {
+					commits = append(commits, ev["global_step"].(float64))
+				}
+			}
+			if !slices.Equal(commits, []float64{50, 100}) {
+				t.Fatalf("checkpoint events at %v, want 50, 100", commits)
+			}
+			if kind.name != "local" {
+				// Workers share only the store: the home holds the model
+				// repository and the cache, and the cache no work directories.
+				ents, _ := os.ReadDir(acts.Home)
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				if !slices.Equal(names, []string{"cache", "models"}) {
+					t.Fatalf("home holds %q, want only cache and models", names)
+				}
+				left, _ := filepath.Glob(filepath.Join(acts.Home, "cache", "*", "*-*"))
+				for _, l := range left {
+					if !strings.Contains(filepath.Base(l), "data-") {
+						t.Fatalf("work directory %s left in the cache", l)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -233,5 +313,50 @@ func TestWideAndDeepJobServes(t *testing.T) {
 	}
 	if m := sv.Bundle.Meta.Model; m.Model != "dnn_linear_combined_classifier" || m.Spec == nil || !slices.Equal(m.Spec.HiddenUnits, []int{16, 8}) {
 		t.Fatalf("bundle model %+v, want wide & deep [16 8]", m)
+	}
+}
+
+// TestInputsAndJobDirsInObjectStorage runs a job whose raw data and job
+// directory (the worker's default, Activities.Jobs) are in object storage.
+func TestInputsAndJobDirsInObjectStorage(t *testing.T) {
+	ctx := context.Background()
+	root := fmt.Sprintf("mem://acts-%d", memSeq.Add(1))
+	data, err := storage.Open(ctx, root+"/datasets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, rows := range map[string]int{"train.csv": 600, "eval.csv": 150} {
+		err := data.WriteFunc(ctx, name, func(w io.Writer) error { return datagen.Census(w, rows, 5, name == "eval.csv") })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts := newActs(t)
+	acts.Jobs = root + "/jobs"
+	e := env(acts)
+	s := spec("remote_1")
+	s.Data.Train, s.Data.Eval = []string{root + "/datasets/train.csv"}, []string{root + "/datasets/eval.csv"}
+	prep, pre := prepare(t, e, acts, s)
+	if prep.JobDir != root+"/jobs/remote_1" || pre.TrainRows != 600 || pre.EvalRows != 150 {
+		t.Fatalf("job dir %s, %d/%d rows; want %s/jobs/remote_1, 600/150", prep.JobDir, pre.TrainRows, pre.EvalRows, root)
+	}
+	jobs, err := storage.Open(ctx, prep.JobDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"job.json", "transform/transform.json", "data/manifest.json", "data/train-00000-of-00002", "preprocess/request.json", "preprocess/child.log"} {
+		if ok, err := jobs.Exists(ctx, key); !ok || err != nil {
+			t.Fatalf("%s not in the job dir: %v", key, err)
+		}
+	}
+	s.Data.Train = []string{root + "/datasets/absent.csv"}
+	s.JobID = "remote_2"
+	if _, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: "r"}); errType(err) != workflows.ErrTypeInvalidSpec {
+		t.Fatalf("missing input object: %v, want InvalidSpec", err)
+	}
+	in := workflows.PreprocessInput{JobDir: root + "/jobs/remote_3", Request: preprocess.Request{Schema: preprocess.CensusSchema(),
+		Train: s.Data.Train, Eval: s.Data.Eval, OutDir: root + "/jobs/remote_3", TrainShards: 1, EvalShards: 1, MaxBadFraction: 0.001}}
+	if _, err := e.ExecuteActivity(acts.Preprocess, in); errType(err) != workflows.ErrTypeBadData {
+		t.Fatalf("missing input object: %v, want BadData before any work", err)
 	}
 }

@@ -27,12 +27,12 @@ type roleSetup struct {
 	replicas int // gradients per sync step; 0 in async mode
 }
 
-func setup(in workflows.RoleInput) roleSetup {
+func setup(in workflows.RoleInput, jd *jobDir) roleSetup {
 	meta := train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash}
 	if in.Model.Type != workflows.ModelLinearClassifier {
 		meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
 	}
-	s := roleSetup{meta: meta, ckdir: filepath.Join(in.JobDir, checkpoints),
+	s := roleSetup{meta: meta, ckdir: filepath.Join(jd.dir, checkpoints),
 		opt: train.OptimizerConfig{Name: in.Model.Optimizer, LearningRate: in.Model.LearningRate, Momentum: in.Model.Momentum, L1: in.Model.L1, L2: in.Model.L2}}
 	if in.Cluster.Update == workflows.UpdateSync {
 		s.replicas = in.Cluster.Replicas()
@@ -47,7 +47,12 @@ func setup(in workflows.RoleInput) roleSetup {
 func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
 	hb := keepAlive(ctx)
 	defer hb.Stop()
-	s := setup(in)
+	jd, err := a.openJobDir(ctx, in.JobDir)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	defer jd.Close()
+	s := setup(in, jd)
 	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Meta: s.meta, Seed: in.Train.Seed,
 		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, Sync: s.replicas > 0, Replicas: s.replicas})
 	if err != nil {
@@ -56,7 +61,13 @@ func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput
 	load := func(step int64) (*train.Checkpoint, error) {
 		return train.ReadCheckpoint(filepath.Join(s.ckdir, train.CheckpointName(step)))
 	}
-	ck, err := train.LatestCheckpoint(s.ckdir)
+	latest := func() (*train.Checkpoint, error) { return train.LatestCheckpoint(s.ckdir) }
+	if jd.remote {
+		sc := storeCheckpoints{jd.st}
+		load = func(step int64) (*train.Checkpoint, error) { return sc.read(ctx, step) }
+		latest = func() (*train.Checkpoint, error) { return sc.latest(ctx) }
+	}
+	ck, err := latest()
 	if err != nil {
 		return workflows.WorkerResult{}, err
 	}
@@ -95,7 +106,7 @@ func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput
 		}
 	}
 	shard.SetGeneration(cl.Gen)
-	appendEvent(in.JobDir, map[string]any{"event": "ps_start", "task": in.Task, "addr": reg.Addr, "host": host, "pid": reg.PID,
+	jd.event(ctx, map[string]any{"event": "ps_start", "task": in.Task, "addr": reg.Addr, "host": host, "pid": reg.PID,
 		"attempt": info.Attempt, "restored_step": restored, "gen": cl.Gen})
 	activity.GetLogger(ctx).Info("parameter server listening", "task", in.Task, "addr", reg.Addr, "restored_step", restored, "gen", cl.Gen)
 	served := make(chan error, 1)
@@ -144,7 +155,12 @@ func (a *Activities) psAdvertiseHost() string {
 func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
 	hb := keepAlive(ctx)
 	defer hb.Stop()
-	m, err := preprocess.ReadManifest(in.JobDir)
+	jd, err := a.openJobDir(ctx, in.JobDir)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	defer jd.Close()
+	m, mb, err := jd.readManifest(ctx)
 	if err != nil {
 		return workflows.WorkerResult{}, err
 	}
@@ -152,11 +168,16 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("preprocessed data has transform %s, job expects %s", m.TransformHash, in.TransformHash))
 	}
 	seed := workerSeed(in.Train.Seed, in.Task)
-	data, files, err := workerData(in.JobDir, m.Train, in.Task, in.Cluster.Workers(), seed)
+	mine, byRow := workerShards(m.Train, in.Task, in.Cluster.Workers(), seed)
+	dataDir, err := jd.stageShards(ctx, mb, mine)
 	if err != nil {
 		return workflows.WorkerResult{}, err
 	}
-	s := setup(in)
+	data, files, err := workerData(dataDir, mine, byRow, in.Task, in.Cluster.Workers())
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	s := setup(in, jd)
 	info := activity.GetInfo(ctx)
 	log := activity.GetLogger(ctx)
 	wf := info.WorkflowExecution
@@ -188,40 +209,43 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 	if activity.HasHeartbeatDetails(ctx) {
 		activity.GetHeartbeatDetails(ctx, &hint)
 	}
-	appendEvent(in.JobDir, map[string]any{"event": "worker_start", "task": in.Task, "attempt": info.Attempt, "pid": os.Getpid(), "files": files, "rows": len(data.Y),
+	jd.event(ctx, map[string]any{"event": "worker_start", "task": in.Task, "attempt": info.Attempt, "pid": os.Getpid(), "files": files, "rows": len(data.Y),
 		"ps": c.Addrs(), "gen": c.Gen(), "heartbeat_global_step": hint.GlobalStep})
 	hooks := dist.Hooks{
 		Moved: func(p dist.Position) { hb.set(ctx, p) },
 		Resumed: func(p dist.Position, source string) {
-			appendEvent(in.JobDir, map[string]any{"event": "worker_resumed", "task": in.Task, "source": source, "epoch": p.Epoch, "cursor": p.Cursor,
+			jd.event(ctx, map[string]any{"event": "worker_resumed", "task": in.Task, "source": source, "epoch": p.Epoch, "cursor": p.Cursor,
 				"heartbeat_epoch": hint.Epoch, "heartbeat_cursor": hint.Cursor})
 		},
 		Recovered: func(err error, cl dist.Cluster, last int64) {
 			log.Warn("parameter servers recovered", "task", in.Task, "error", err, "gen", cl.Gen, "restore_step", cl.RestoreStep, "last_step", last)
-			appendEvent(in.JobDir, map[string]any{"event": "ps_recovered", "task": in.Task, "gen": cl.Gen, "restore_step": cl.RestoreStep,
+			jd.event(ctx, map[string]any{"event": "ps_recovered", "task": in.Task, "gen": cl.Gen, "restore_step": cl.RestoreStep,
 				"last_step": last, "cause": err.Error()})
 		},
 	}
 	if in.Task == 0 {
-		hooks.Committed = func(p train.Progress) error { return a.reportCheckpoint(ctx, in.JobDir, p) }
+		hooks.Committed = func(p train.Progress) error { return a.reportCheckpoint(ctx, jd, p) }
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
 		BatchesPerStep: max(s.replicas, 1)}
+	if jd.remote { // the chief commits to the store before it reports
+		cfg.Checkpoints = storeCheckpoints{jd.st}
+	}
 	r, err := dist.RunWorker(ctx, cfg, data, c, hooks)
 	res := workflows.WorkerResult{Task: in.Task, Step: r.Step, Steps: r.Steps, Applied: r.Applied, Loss: r.Loss,
 		ComputeSecs: r.Compute.Seconds(), PullSecs: r.Pull.Seconds(), PushSecs: r.Push.Seconds()}
 	if err != nil {
 		return res, err
 	}
-	appendEvent(in.JobDir, map[string]any{"event": "worker_done", "task": in.Task, "global_step": r.Step, "steps": r.Steps, "applied": r.Applied,
+	jd.event(ctx, map[string]any{"event": "worker_done", "task": in.Task, "global_step": r.Step, "steps": r.Steps, "applied": r.Applied,
 		"compute_secs": res.ComputeSecs, "pull_secs": res.PullSecs, "push_secs": res.PushSecs})
 	return res, nil
 }
 
 // reportCheckpoint tells the workflow and the events log about a
 // committed checkpoint.
-func (a *Activities) reportCheckpoint(ctx context.Context, jobDir string, p train.Progress) error {
+func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress) error {
 	log := activity.GetLogger(ctx)
 	log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
 	if a.Client != nil {
@@ -230,7 +254,7 @@ func (a *Activities) reportCheckpoint(ctx context.Context, jobDir string, p trai
 			log.Warn("report checkpoint to the workflow", "global_step", p.Step, "error", err)
 		}
 	}
-	return appendEvent(jobDir, map[string]any{"event": "checkpoint", "global_step": p.Step, "loss": p.Loss, "examples_per_sec": p.ExamplesPerSec})
+	return jd.event(ctx, map[string]any{"event": "checkpoint", "global_step": p.Step, "loss": p.Loss, "examples_per_sec": p.ExamplesPerSec})
 }
 
 // workerSeed derives worker task's seed from the job's, so workers shuffle
@@ -239,12 +263,12 @@ func workerSeed(seed uint64, task int) uint64 {
 	return rand.New(rand.NewPCG(seed, uint64(task)+1<<32)).Uint64()
 }
 
-// workerData reads worker task's part of the training shards: every
+// workerShards picks worker task's part of the training shards: every
 // workers-th file, in an order shuffled by seed, when there are at least as
-// many files as workers; else every workers-th row of all of them.
-func workerData(jobDir string, shards []preprocess.ShardResult, task, workers int, seed uint64) (train.Data, []string, error) {
-	var mine []preprocess.ShardResult
-	byRow := len(shards) < workers
+// many files as workers; else all of them, and byRow says the worker takes
+// every workers-th row.
+func workerShards(shards []preprocess.ShardResult, task, workers int, seed uint64) (mine []preprocess.ShardResult, byRow bool) {
+	byRow = len(shards) < workers
 	for i, s := range shards {
 		if byRow || i%workers == task {
 			mine = append(mine, s)
@@ -253,11 +277,17 @@ func workerData(jobDir string, shards []preprocess.ShardResult, task, workers in
 	if !byRow { // rows are strided over the files' canonical order
 		rand.New(rand.NewPCG(seed, 0)).Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
 	}
+	return mine, byRow
+}
+
+// workerData reads the shards workerShards picked from the local
+// directory dataDir, keeping every workers-th row if byRow.
+func workerData(dataDir string, mine []preprocess.ShardResult, byRow bool, task, workers int) (train.Data, []string, error) {
 	var ex preprocess.Examples
 	names := make([]string, len(mine))
 	for i, s := range mine {
 		names[i] = s.Name
-		if err := preprocess.ReadShard(&ex, filepath.Join(jobDir, preprocess.DataDir, s.Name)); err != nil {
+		if err := preprocess.ReadShard(&ex, filepath.Join(dataDir, s.Name)); err != nil {
 			return train.Data{}, nil, err
 		}
 	}

@@ -34,7 +34,9 @@ type JobSpec struct {
 	// Preset fills in data, schema and model for a known dataset. Today:
 	// "census".
 	Preset string `json:"preset,omitempty"`
-	// JobDir is where the job writes everything. Default: the worker's
+	// JobDir is where the job writes everything: a local path, or a
+	// storage URI (s3://, gs://, azblob://, file://) when the workers share
+	// no disk. Default: the worker's --jobs/<job_id>, else
 	// home/jobs/<job_id>.
 	JobDir string    `json:"job_dir,omitempty"`
 	Data   DataSpec  `json:"data"`
@@ -156,11 +158,12 @@ var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximiz
 
 // DataSpec says where the raw data is and how to read it.
 type DataSpec struct {
-	// Train and Eval list CSV files (paths on the worker).
+	// Train and Eval list CSV files (paths on the worker, or storage
+	// URIs).
 	Train []string `json:"train,omitempty"`
 	Eval  []string `json:"eval,omitempty"`
-	// Dir, with the census preset, is a directory holding adult.data and
-	// adult.test. With neither Dir nor Train/Eval, the census preset
+	// Dir, with the census preset, is a directory (or storage URI)
+	// holding adult.data and adult.test. With neither Dir nor Train/Eval, the census preset
 	// generates census-like rows.
 	Dir string `json:"dir,omitempty"`
 	// GeneratedRows is the number of generated training rows (evaluation

@@ -17,6 +17,7 @@ import (
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/worker"
 )
@@ -31,7 +32,8 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	addr := fs.String("temporal", "127.0.0.1:7233", "Temporal frontend host:port")
 	ns := fs.String("namespace", "default", "Temporal namespace")
-	home := fs.String("home", defaultHome(), "home directory: default job dirs go to HOME/jobs")
+	home := fs.String("home", defaultHome(), "home directory: default job dirs go to HOME/jobs (unless --jobs), the cache of job dirs in object storage to HOME/cache")
+	jobs := fs.String("jobs", "", "where default job dirs go, JOBS/<job_id>: a directory or a storage URI such as s3://bucket/jobs?region=eu-west-1 (default HOME/jobs)")
 	models := fs.String("models", "", "model repository directory (default HOME/models)")
 	level := fs.String("log-level", "info", "log level")
 	psListen := fs.String("ps-listen", "0.0.0.0", "interface the parameter servers of distributed jobs listen on")
@@ -51,6 +53,13 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *jobs != "" {
+		st, err := storage.Open(ctx, *jobs)
+		if err != nil {
+			return usageError{fmt.Errorf("--jobs: %w", err)}
+		}
+		st.Close()
+	}
 	c, err := client.Dial(client.Options{HostPort: *addr, Namespace: *ns, Logger: sdklog.NewStructuredLogger(log.With("component", "temporal-client"))})
 	if err != nil {
 		return fmt.Errorf("connect to temporal at %s: %w", *addr, err)
@@ -59,13 +68,13 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := worker.EnsureSearchAttributes(ctx, c, *ns); err != nil {
 		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
 	}
-	w := worker.New(c, &activities.Activities{Home: h, Models: &serving.Repository{Root: *models}, Client: c,
+	w := worker.New(c, &activities.Activities{Home: h, Jobs: *jobs, Models: &serving.Repository{Root: *models}, Client: c,
 		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}, worker.Options{MaxRoles: *maxRoles})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	host, _ := os.Hostname()
-	log.Info("worker started", "temporal", *addr, "namespace", *ns, "home", h, "host", host, "pid", os.Getpid())
+	log.Info("worker started", "temporal", *addr, "namespace", *ns, "home", h, "jobs", *jobs, "host", host, "pid", os.Getpid())
 	<-ctx.Done()
 	w.Stop()
 	return nil

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -11,12 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -26,10 +26,27 @@ type cluster struct {
 	t     *testing.T
 	st    *stack
 	home  string
+	opts  clusterOptions
+	homes []string // each process's --home
 	procs []*exec.Cmd
 }
 
+// clusterOptions configures the worker processes of a cluster.
+type clusterOptions struct {
+	Workers int
+	// MaxRoles is each process's --max-roles (0: no bound).
+	MaxRoles int
+	// Jobs is each process's --jobs ("": none, job dirs under --home).
+	Jobs string
+	// OwnHomes gives each process its own --home instead of the stack's.
+	OwnHomes bool
+}
+
 func newProcessCluster(t *testing.T, workers int) *cluster {
+	return newClusterWith(t, clusterOptions{Workers: workers, MaxRoles: 2})
+}
+
+func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	t.Helper()
 	home := t.TempDir()
 	st, err := startStack(context.Background(), stackConfig{Home: home, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", NoWorker: true,
@@ -37,8 +54,12 @@ func newProcessCluster(t *testing.T, workers int) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, st: st, home: home, procs: make([]*exec.Cmd, workers)}
-	for i := range workers {
+	c := &cluster{t: t, st: st, home: home, opts: opts, homes: make([]string, opts.Workers), procs: make([]*exec.Cmd, opts.Workers)}
+	for i := range opts.Workers {
+		c.homes[i] = home
+		if opts.OwnHomes {
+			c.homes[i] = t.TempDir()
+		}
 		c.start(i)
 	}
 	t.Cleanup(func() {
@@ -53,8 +74,12 @@ func newProcessCluster(t *testing.T, workers int) *cluster {
 // start runs worker process i.
 func (c *cluster) start(i int) {
 	exe, _ := os.Executable()
-	cmd := exec.Command(exe, "worker", "--temporal", c.st.Temporal.FrontendAddr(), "--home", c.home, "--log-level", "warn",
-		"--ps-listen", "127.0.0.1", "--max-roles", "2")
+	args := []string{"worker", "--temporal", c.st.Temporal.FrontendAddr(), "--home", c.homes[i], "--log-level", "warn",
+		"--ps-listen", "127.0.0.1", "--max-roles", strconv.Itoa(c.opts.MaxRoles)}
+	if c.opts.Jobs != "" {
+		args = append(args, "--jobs", c.opts.Jobs)
+	}
+	cmd := exec.Command(exe, args...)
 	cmd.Stderr = logWriter{c.t}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -97,24 +122,14 @@ func (c *cluster) waitStep(id string, step int64) workflows.Progress {
 	return workflows.Progress{}
 }
 
-// events reads the job's events log.
+// events reads the job's events log (a local directory or object storage).
 func events(t *testing.T, jobDir string) []map[string]any {
 	t.Helper()
-	f, err := os.Open(filepath.Join(jobDir, "events.jsonl"))
+	evs, err := activities.ReadEvents(context.Background(), jobDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var ev map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("events.jsonl line %q: %v", sc.Text(), err)
-		}
-		out = append(out, ev)
-	}
-	return out
+	return evs
 }
 
 // distributedInput is a CUSTOM census job: the UCI Adult data when
@@ -127,6 +142,12 @@ func distributedInput(t *testing.T, id, cluster string, maxSteps, saveSteps int)
 	} else {
 		t.Logf("UCI Adult not in %s: training on generated rows", censusDir)
 	}
+	return jobInput(id, data, cluster, maxSteps, saveSteps)
+}
+
+// jobInput is a census job on data (a DataSpec in JSON) with cluster (a
+// ClusterSpec in JSON).
+func jobInput(id, data, cluster string, maxSteps, saveSteps int) string {
 	return fmt.Sprintf(`{"job_id":%q,"preset":"census","data":%s,"train":{"max_steps":%d,"save_checkpoints_steps":%d},
 		"eval_spec":{"throttle_secs":0},"cluster":%s}`, id, data, maxSteps, saveSteps, cluster)
 }

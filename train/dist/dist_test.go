@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -359,5 +360,75 @@ func TestBackupWorkersDropTheStraggler(t *testing.T) {
 				t.Fatalf("without backups every step waits for the slow worker: %d applied, want 150", slow.Applied)
 			}
 		})
+	}
+}
+
+// memCheckpoints is Checkpoints in memory. Saving step crashAt makes the
+// checkpoint durable and then calls crash, as a chief killed between
+// writing a checkpoint and telling the shards would.
+type memCheckpoints struct {
+	mu      sync.Mutex
+	steps   []int64
+	crashAt int64
+	crash   func()
+}
+
+func (m *memCheckpoints) Save(ctx context.Context, ck *train.Checkpoint, keep int) error {
+	m.mu.Lock()
+	m.steps = append(m.steps, ck.Step)
+	crash := ck.Step == m.crashAt
+	m.mu.Unlock()
+	if crash {
+		m.crash()
+		return context.Canceled
+	}
+	return nil
+}
+
+func (m *memCheckpoints) Newest(context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.steps) == 0 {
+		return 0, nil
+	}
+	return m.steps[len(m.steps)-1], nil
+}
+
+// TestChiefRestartAfterSaveBeforeRelease restarts the chief after it made
+// a checkpoint durable but before the shards, held at that step, heard of
+// it: the new chief releases them and training completes.
+func TestChiefRestartAfterSaveBeforeRelease(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	cl := newCluster(t, 1, false, 0, 200)
+	ctx, cancel := context.WithCancel(context.Background())
+	ckpts := &memCheckpoints{crashAt: 100, crash: cancel}
+	chief := func(ctx context.Context) (WorkerResult, error) {
+		c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
+		if err != nil {
+			return WorkerResult{}, err
+		}
+		defer c.Close()
+		cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 200, SaveSteps: 50, Checkpoints: ckpts}
+		return RunWorker(ctx, cfg, split(data, 0, 2), c, Hooks{})
+	}
+	var wg sync.WaitGroup
+	var otherErr error
+	wg.Go(func() { _, otherErr = cl.worker(context.Background(), data, 1, 2, Hooks{}) })
+	if _, err := chief(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("crashed chief: %v, want context.Canceled", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := chief(ctx)
+	if err != nil {
+		t.Fatalf("restarted chief: %v (the shards held at step 100 were never released?)", err)
+	}
+	wg.Wait()
+	if otherErr != nil {
+		t.Fatal(otherErr)
+	}
+	t.Logf("saved steps %v; restarted chief ended at %d", ckpts.steps, r.Step)
+	if r.Step != 200 || !slices.Equal(ckpts.steps, []int64{50, 100, 150, 200}) {
+		t.Fatalf("ended at %d with checkpoints %v, want 200 with 50, 100, 150, 200", r.Step, ckpts.steps)
 	}
 }

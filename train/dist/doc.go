@@ -15,7 +15,7 @@
 // 0 records the position with the update, so positions and variables are
 // checkpointed together and a restarted worker continues where its last
 // counted batch ended. Worker 0, the chief, commits checkpoints
-// (Snapshot of every shard, Assemble, train.SaveCheckpoint) each time the
+// (Snapshot of every shard, Assemble, Checkpoints.Save) each time the
 // global step passes a multiple of the save interval, and at the end.
 //
 // Failures: the workers find the parameter servers through a Resolver (the

@@ -31,10 +31,41 @@ type WorkerConfig struct {
 	SaveSteps     int64
 	KeepMax       int
 	CheckpointDir string
+	// Checkpoints, if set, is where checkpoints are committed and looked
+	// up instead of the local directory CheckpointDir (for object storage).
+	Checkpoints Checkpoints
 	// BatchesPerStep is the number of batches one global step consumes:
 	// the replicas averaged per step in sync mode, 1 in async mode. It
 	// only scales the examples/s the chief reports.
 	BatchesPerStep int
+}
+
+// Checkpoints is where the chief commits checkpoints, and where workers
+// look for the final one. Implementations must be safe for concurrent use.
+type Checkpoints interface {
+	// Save commits ck: once it returns, ck is durable and Newest (and the
+	// parameter servers' Loader) find it. Then it deletes all but the
+	// newest keep checkpoints (keep ≤ 0 keeps all).
+	Save(ctx context.Context, ck *train.Checkpoint, keep int) error
+	// Newest returns the step of the newest committed checkpoint, 0 if
+	// there is none.
+	Newest(ctx context.Context) (int64, error)
+}
+
+// dirCheckpoints is Checkpoints in a local directory: train.SaveCheckpoint,
+// and the newest checkpoint file.
+type dirCheckpoints string
+
+func (d dirCheckpoints) Save(_ context.Context, ck *train.Checkpoint, keep int) error {
+	return train.SaveCheckpoint(string(d), ck, keep)
+}
+
+func (d dirCheckpoints) Newest(context.Context) (int64, error) {
+	steps, err := train.ListCheckpoints(string(d))
+	if err != nil || len(steps) == 0 {
+		return 0, err
+	}
+	return steps[len(steps)-1], nil
 }
 
 // Position is a worker's resume point: the global step it last saw and
@@ -120,14 +151,19 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 		return WorkerResult{}, err
 	}
 	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, params: m.Params(), grad: make([]float64, len(m.Params())),
-		xb: make([]float64, cfg.BatchSize*data.Dim), yb: make([]float64, cfg.BatchSize)}
+		xb: make([]float64, cfg.BatchSize*data.Dim), yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
+	if w.ckpts == nil {
+		w.ckpts = dirCheckpoints(cfg.CheckpointDir)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	committed := make(chan error, 1)
 	if cfg.Task == 0 {
-		if last, err := train.ListCheckpoints(cfg.CheckpointDir); err == nil && len(last) > 0 {
-			w.committed = last[len(last)-1]
+		last, err := w.ckpts.Newest(ctx)
+		if err != nil {
+			return WorkerResult{}, fmt.Errorf("newest checkpoint: %w", err)
 		}
+		w.committed = last
 		if w.committed >= cfg.MaxSteps { // a retried chief after the final commit
 			c.Finish(ctx) // best effort: the parameter servers may be gone
 			return WorkerResult{Step: w.committed}, nil
@@ -199,6 +235,7 @@ type worker struct {
 	data   train.Data
 	c      *Client
 	hooks  Hooks
+	ckpts  Checkpoints
 	m      train.Model
 	params []float64
 	grad   []float64
@@ -252,7 +289,7 @@ func (w *worker) recover(ctx context.Context, cause error) error {
 	last := w.pos.GlobalStep
 	w.mu.Unlock()
 	for {
-		if steps, err := train.ListCheckpoints(w.cfg.CheckpointDir); err == nil && len(steps) > 0 && steps[len(steps)-1] >= w.cfg.MaxSteps {
+		if last, err := w.ckpts.Newest(ctx); err == nil && last >= w.cfg.MaxSteps {
 			return errDone
 		}
 		if err := w.c.Refresh(ctx); err != nil {
@@ -354,12 +391,26 @@ func (w *worker) step(ctx context.Context) error {
 
 // commitLoop commits the shards' cuts, one per checkpoint interval, until
 // the one at MaxSteps (chief only). cc is its own client.
+//
+// A chief restarted after saving a checkpoint but before the shards heard
+// of it would wait forever for the next cut, since the shards hold at the
+// saved one: so it first tells them again (Committed is idempotent).
 func (w *worker) commitLoop(ctx context.Context, cc *Client) error {
+	released := w.committed == 0
 	for w.committed < w.cfg.MaxSteps {
-		next := min((w.committed/w.cfg.SaveSteps+1)*w.cfg.SaveSteps, w.cfg.MaxSteps)
-		ck, err := cc.Cut(ctx, w.cfg.Meta, next)
-		if err == nil && ck.Step > w.committed {
-			err = w.commit(ctx, cc, ck)
+		var err error
+		if !released {
+			if err = cc.Committed(ctx, w.committed); err == nil {
+				released = true
+				continue
+			}
+		} else {
+			next := min((w.committed/w.cfg.SaveSteps+1)*w.cfg.SaveSteps, w.cfg.MaxSteps)
+			var ck *train.Checkpoint
+			ck, err = cc.Cut(ctx, w.cfg.Meta, next)
+			if err == nil && ck.Step > w.committed {
+				err = w.commit(ctx, cc, ck)
+			}
 		}
 		if err == nil {
 			continue
@@ -390,7 +441,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 		}
 	}
 	w.mu.Unlock()
-	if err := train.SaveCheckpoint(w.cfg.CheckpointDir, ck, w.cfg.KeepMax); err != nil {
+	if err := w.ckpts.Save(ctx, ck, w.cfg.KeepMax); err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", ck.Step, err)
 	}
 	if err := cc.Committed(ctx, ck.Step); err != nil {
