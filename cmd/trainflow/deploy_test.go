@@ -13,7 +13,9 @@ import (
 )
 
 // envRead lists the environment variables the trainflow binary reads.
-var envRead = []string{"TRAINFLOW_HOME", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TRAINFLOW_SERVER"}
+var envRead = []string{"TRAINFLOW_HOME", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TRAINFLOW_SERVER",
+	// Read by the AWS SDK behind s3:// storage URLs.
+	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}
 
 // TestComposeFile loads docker-compose.yml with the compose-spec loader
 // (which validates it against the schema) and checks that every trainflow
@@ -39,7 +41,7 @@ func TestComposeFile(t *testing.T) {
 	for _, n := range sortedKeys(names) {
 		all = append(all, names[n])
 	}
-	for _, want := range []string{"postgresql", "temporal", "temporal-ui", "worker", "serve", "cli"} {
+	for _, want := range []string{"postgresql", "temporal", "temporal-ui", "minio", "minio-setup", "worker", "serve", "cli"} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("service %s is missing", want)
 		}
@@ -76,6 +78,12 @@ func TestComposeFile(t *testing.T) {
 	}
 	if names["worker"].Build == nil {
 		t.Error("worker does not build the image from the Dockerfile")
+	}
+	if c := names["worker"].DependsOn["minio-setup"].Condition; c != types.ServiceConditionCompletedSuccessfully {
+		t.Errorf("worker starts on minio-setup %q, want the bucket created first (service_completed_successfully)", c)
+	}
+	if c := names["minio-setup"].DependsOn["minio"].Condition; c != types.ServiceConditionHealthy {
+		t.Errorf("minio-setup starts on minio %q, want service_healthy", c)
 	}
 }
 
