@@ -152,6 +152,26 @@ func jobInput(id, data, cluster string, maxSteps, saveSteps int) string {
 		"eval_spec":{"throttle_secs":0},"cluster":%s}`, id, data, maxSteps, saveSteps, cluster)
 }
 
+// faults counts parameter-server starts and retried workers in a job's
+// events, and the most steps a parameter-server restart rolled back.
+func faults(evs []map[string]any) (psStarts, retried int, maxLost int64) {
+	for _, ev := range evs {
+		switch ev["event"] {
+		case "ps_start":
+			psStarts++
+		case "worker_start":
+			if ev["attempt"].(float64) > 1 {
+				retried++
+			}
+		case "ps_recovered":
+			if ev["gen"].(float64) > 1 {
+				maxLost = max(maxLost, int64(ev["last_step"].(float64)-ev["restore_step"].(float64)))
+			}
+		}
+	}
+	return psStarts, retried, maxLost
+}
+
 // checkCommits asserts that committed steps only grow and returns them.
 func checkCommits(t *testing.T, evs []map[string]any) []int64 {
 	t.Helper()
@@ -265,22 +285,7 @@ func TestDistributedJobSurvivesKills(t *testing.T) {
 	}
 	evs := events(t, res.JobDir)
 	commits := checkCommits(t, evs)
-	var psStarts, retried int
-	var maxLost int64
-	for _, ev := range evs {
-		switch ev["event"] {
-		case "ps_start":
-			psStarts++
-		case "worker_start":
-			if ev["attempt"].(float64) > 1 {
-				retried++
-			}
-		case "ps_recovered":
-			if ev["gen"].(float64) > 1 {
-				maxLost = max(maxLost, int64(ev["last_step"].(float64)-ev["restore_step"].(float64)))
-			}
-		}
-	}
+	psStarts, retried, maxLost := faults(evs)
 	t.Logf("undisturbed accuracy %.4f, disturbed %.4f; %d parameter-server starts, %d worker retries, most steps lost %d; %d commits", base.Metrics.Accuracy, res.Metrics.Accuracy, psStarts, retried, maxLost, len(commits))
 	if res.GlobalStep != maxSteps || commits[len(commits)-1] != maxSteps {
 		t.Fatalf("ended at step %d, want %d", res.GlobalStep, maxSteps)

@@ -140,20 +140,7 @@ func runSharedOnly(t *testing.T, root string) {
 	}
 	evs = events(t, res.JobDir)
 	commits = checkCommits(t, evs)
-	var retried int
-	var maxLost int64
-	for _, ev := range evs {
-		switch ev["event"] {
-		case "worker_start":
-			if ev["attempt"].(float64) > 1 {
-				retried++
-			}
-		case "ps_recovered":
-			if ev["gen"].(float64) > 1 {
-				maxLost = max(maxLost, int64(ev["last_step"].(float64)-ev["restore_step"].(float64)))
-			}
-		}
-	}
+	_, retried, maxLost := faults(evs)
 	t.Logf("after the kill: accuracy %.4f at step %d in %s on 2 processes; %d worker retries, most steps lost %d; commits %v",
 		res.Metrics.Accuracy, res.GlobalStep, time.Since(start).Round(time.Millisecond), retried, maxLost, commits)
 	if res.GlobalStep != objstoreSteps || commits[len(commits)-1] != objstoreSteps {

@@ -186,6 +186,23 @@ func (s *Shard) Restore(ck *train.Checkpoint, gen int64) error {
 	return nil
 }
 
+// waitLocked waits, with mu held on entry and on a nil return, while
+// blocked() holds, re-checking each time the step advances. On ctx's end
+// it returns ctx's error with mu released.
+func (s *Shard) waitLocked(ctx context.Context, blocked func() bool) error {
+	for blocked() {
+		wait := s.advanced
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	return nil
+}
+
 // advance wakes the requests waiting for the step to move. Call with mu held.
 func (s *Shard) advance() {
 	close(s.advanced)
@@ -238,16 +255,9 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 		return PushResult{}, fmt.Errorf("%w: gradient has %d values, shard %d holds %d", train.ErrShape, len(grad), s.cfg.Task, s.Len())
 	}
 	s.mu.Lock()
-	for s.step%s.cfg.SaveSteps == 0 && s.step > s.committed && !s.doneLocked() {
-		// Hold at the cut until the chief has committed it.
-		wait := s.advanced
-		s.mu.Unlock()
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return PushResult{}, ctx.Err()
-		}
-		s.mu.Lock()
+	// Hold at a cut until the chief has committed it.
+	if err := s.waitLocked(ctx, func() bool { return s.step%s.cfg.SaveSteps == 0 && s.step > s.committed && !s.doneLocked() }); err != nil {
+		return PushResult{}, err
 	}
 	if s.doneLocked() {
 		defer s.mu.Unlock()
@@ -362,15 +372,8 @@ func (s *Shard) Snapshot() ShardState {
 // returned instead: the caller checks the step.
 func (s *Shard) Cut(ctx context.Context, step int64) (ShardState, error) {
 	s.mu.Lock()
-	for s.step < step && !s.finished {
-		wait := s.advanced
-		s.mu.Unlock()
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return ShardState{}, ctx.Err()
-		}
-		s.mu.Lock()
+	if err := s.waitLocked(ctx, func() bool { return s.step < step && !s.finished }); err != nil {
+		return ShardState{}, err
 	}
 	defer s.mu.Unlock()
 	for _, c := range s.cuts {
