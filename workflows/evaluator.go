@@ -70,25 +70,62 @@ func improves(v float64, best *float64, goal string) bool {
 	return v > *best
 }
 
+// Carry is what a job's run hands to the next when it continues as new:
+// the prepared and preprocessed data, the exporters' state, the newest
+// committed and evaluated steps and the progress so far. Training itself
+// resumes from the newest checkpoint.
+type Carry struct {
+	Prep      PrepareResult           `json:"prep"`
+	Pre       PreprocessResult        `json:"pre"`
+	Exports   map[string]*ExportState `json:"exports"`
+	Newest    int64                   `json:"newest"`
+	Evaluated int64                   `json:"evaluated"`
+	// Runs counts the runs before the next one.
+	Runs     int           `json:"runs"`
+	Progress Progress      `json:"progress"`
+	Metrics  train.Metrics `json:"metrics"`
+}
+
 // trainAndEvaluate runs training and, beside it, the evaluator: it
 // evaluates committed checkpoints it has not evaluated, no earlier than
 // start_delay_secs after training starts and no more often than
 // throttle_secs, always evaluates the final checkpoint, and runs the
 // exporters after each evaluation. It returns the training result, the
 // final evaluation and the exporters' state.
-func trainAndEvaluate(ctx workflow.Context, spec JobSpec, jobDir string, tin TrainInput, p *Progress, res *JobResult) (map[string]*ExportState, error) {
+func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pre PreprocessResult, tin TrainInput, p *Progress, res *JobResult) (map[string]*ExportState, error) {
+	jobDir := prep.JobDir
 	exports := map[string]*ExportState{}
 	for _, e := range spec.Eval.Exporters {
 		exports[e.Name] = &ExportState{Name: e.Name, Type: e.Type, Dirs: map[int64]string{}}
 	}
-	tctx := workflow.WithActivityOptions(ctx, activityOptions(24*time.Hour, "train "+spec.Model.Type))
+	var newest, evaluated int64 // newest committed step; newest evaluated step
+	runs := 1
+	if c := spec.Carry; c != nil {
+		for name, st := range c.Exports {
+			if _, ok := exports[name]; ok && st != nil {
+				if st.Dirs == nil {
+					st.Dirs = map[int64]string{}
+				}
+				exports[name] = st
+			}
+		}
+		newest, evaluated, runs = c.Newest, c.Evaluated, c.Runs+1
+		*p = c.Progress
+		p.Cluster = nil
+		res.Metrics = c.Metrics
+	}
+	runStart := newest
+	trainCtx, cancelTraining := workflow.WithCancel(ctx)
+	topts := activityOptions(24*time.Hour, "train "+spec.Model.Type)
+	topts.WaitForCancellation = true // a continued run must not train beside this one
+	topts.HeartbeatTimeout = time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second
+	tctx := workflow.WithActivityOptions(trainCtx, topts)
 	eopts := activityOptions(time.Hour, "evaluate")
 	eopts.HeartbeatTimeout = time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second // the evaluator is a role too
 	ectx := workflow.WithActivityOptions(ctx, eopts)
 	started := workflow.Now(ctx)
 	throttle := time.Duration(*spec.Eval.ThrottleSecs) * time.Second
 	var lastEval time.Time
-	var newest, evaluated int64 // newest committed step; newest evaluated step
 	force := false
 
 	evaluate := func(step int64) error {
@@ -132,7 +169,7 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, jobDir string, tin Tra
 	var trainF workflow.Future
 	if spec.Cluster.Distributed() {
 		var err error
-		if trainF, err = trainDistributed(ctx, spec, tin, p); err != nil {
+		if trainF, err = trainDistributed(trainCtx, spec, tin, p); err != nil {
 			return exports, err
 		}
 	} else {
@@ -163,6 +200,20 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, jobDir string, tin Tra
 	timerArmed := false
 	for !done {
 		sel.Select(ctx)
+		if !done && newest > runStart && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			// The history is long: stop training (it resumes from the newest
+			// checkpoint) and continue as a new run with the evaluator's and
+			// exporters' state.
+			cancelTraining()
+			if err := trainF.Get(ctx, &tr); err == nil {
+				done = true // training finished before the cancel took: finish in this run
+				break
+			}
+			next := spec
+			next.Carry = &Carry{Prep: prep, Pre: pre, Exports: exports, Newest: newest, Evaluated: evaluated, Runs: runs, Progress: *p, Metrics: res.Metrics}
+			workflow.GetLogger(ctx).Info("continuing as new", "global_step", newest, "history_events", workflow.GetInfo(ctx).GetCurrentHistoryLength(), "run", runs)
+			return exports, workflow.NewContinueAsNewError(ctx, TrainingJobName, next)
+		}
 		if done || newest <= evaluated || !(spec.Cluster.EvaluatorOn() || force) {
 			continue
 		}

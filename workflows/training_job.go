@@ -230,6 +230,8 @@ func TrainingJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
 		setPhase(ctx, p, PhaseSucceeded)
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**Succeeded**: model `%s` version %d, accuracy %.4f at step %d", res.Model, res.Version, res.Metrics.Accuracy, res.GlobalStep))
 		return res, nil
+	case workflow.IsContinueAsNewError(err):
+		return res, err
 	case temporal.IsCanceledError(err):
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
 		setPhase(dctx, p, PhaseCancelled)
@@ -255,32 +257,35 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("model `%s` (%s), preset `%s`, max_steps %d", spec.ModelName, spec.Model.Type, spec.Preset, spec.Train.MaxSteps))
 
-	short := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, "prepare job dir and data"))
 	var prep PrepareResult
-	if err := workflow.ExecuteActivity(short, PrepareJobActivity, PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}).Get(ctx, &prep); err != nil {
-		return res, err
+	var pre PreprocessResult
+	if c := spec.Carry; c != nil { // a continued run: prepared and preprocessed
+		prep, pre = c.Prep, c.Pre
+	} else {
+		short := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, "prepare job dir and data"))
+		if err := workflow.ExecuteActivity(short, PrepareJobActivity, PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}).Get(ctx, &prep); err != nil {
+			return res, err
+		}
+		setPhase(ctx, p, PhasePreprocessing)
+		pctx := workflow.WithActivityOptions(ctx, activityOptions(6*time.Hour, "Beam analyze + transform"))
+		in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Request: preprocess.Request{
+			Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
+			TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
+			MaxBadFraction: *spec.Data.MaxBadFraction,
+		}}
+		if err := workflow.ExecuteActivity(pctx, PreprocessActivity, in).Get(ctx, &pre); err != nil {
+			return res, err
+		}
 	}
 	res.JobDir = prep.JobDir
-
-	setPhase(ctx, p, PhasePreprocessing)
-	pctx := workflow.WithActivityOptions(ctx, activityOptions(6*time.Hour, "Beam analyze + transform"))
-	var pre PreprocessResult
-	in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Request: preprocess.Request{
-		Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
-		TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
-		MaxBadFraction: *spec.Data.MaxBadFraction,
-	}}
-	if err := workflow.ExecuteActivity(pctx, PreprocessActivity, in).Get(ctx, &pre); err != nil {
-		return res, err
-	}
 	res.TransformHash, res.TrainRows, res.EvalRows = pre.TransformHash, pre.TrainRows, pre.EvalRows
 
 	tin := TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: spec.Model, Train: spec.Train}
-	if workflow.GetVersion(ctx, evaluatorChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if spec.Carry == nil && workflow.GetVersion(ctx, evaluatorChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return trainThenExportV0(ctx, spec, prep, tin, p, res)
 	}
 	setPhase(ctx, p, PhaseTraining)
-	exports, err := trainAndEvaluate(ctx, spec, prep.JobDir, tin, p, &res)
+	exports, err := trainAndEvaluate(ctx, spec, prep, pre, tin, p, &res)
 	if err != nil {
 		return res, err
 	}
@@ -290,9 +295,9 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	res.Export = exports[spec.Publish].newest()
 	p.Export = res.Export
 	setPhase(ctx, p, PhasePublishing)
-	pctx = workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "publish "+spec.Publish+" export"))
+	pubctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "publish "+spec.Publish+" export"))
 	var pub PublishResult
-	if err := workflow.ExecuteActivity(pctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote}).Get(ctx, &pub); err != nil {
+	if err := workflow.ExecuteActivity(pubctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote}).Get(ctx, &pub); err != nil {
 		return res, err
 	}
 	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version

@@ -33,6 +33,9 @@ type stackConfig struct {
 	ExeArgs []string
 	// NoWorker leaves the worker out, for workers run as other processes.
 	NoWorker bool
+	// SuggestContinueAsNewEvents lowers the history length at which jobs
+	// continue as new (tests).
+	SuggestContinueAsNewEvents int
 }
 
 // stack is a running dev stack: Temporal, a worker, the prediction server.
@@ -73,7 +76,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	}()
 	s.Temporal, err = devserver.Start(ctx, devserver.Options{
 		Home: filepath.Join(home, "temporal"), FrontendAddr: cfg.FrontendAddr, UIAddr: cfg.UIAddr,
-		SearchAttributes: worker.SearchAttributes, Logger: log,
+		SearchAttributes: worker.SearchAttributes, Logger: log, SuggestContinueAsNewEvents: cfg.SuggestContinueAsNewEvents,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)

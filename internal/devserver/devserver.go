@@ -71,6 +71,10 @@ type Options struct {
 	// Logger receives the server's logs at Warn and above, with
 	// component=temporal. Nil means slog.Default().
 	Logger *slog.Logger
+	// SuggestContinueAsNewEvents, if positive, is the history length at
+	// which the server suggests that workflows continue as new (the
+	// server's default is 4 Ki events); tests lower it.
+	SuggestContinueAsNewEvents int
 }
 
 // withDefaults returns o with defaults filled in, or an error naming the
@@ -108,6 +112,7 @@ func (o Options) withDefaults() (Options, error) {
 type Server struct {
 	logger       *slog.Logger
 	namespace    string
+	suggestCAN   int
 	frontendAddr string
 	uiURL        string
 
@@ -137,9 +142,10 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s := &Server{
-		logger:    opts.Logger.With("component", "devserver"),
-		namespace: opts.Namespace,
-		tlog:      newServerLogger(opts.Logger.With("component", "temporal")),
+		logger:     opts.Logger.With("component", "devserver"),
+		namespace:  opts.Namespace,
+		suggestCAN: opts.SuggestContinueAsNewEvents,
+		tlog:       newServerLogger(opts.Logger.With("component", "temporal")),
 	}
 	defer func() {
 		if err != nil {
@@ -236,6 +242,9 @@ func (s *Server) startTemporal(cfg *config.Config) error {
 		// Search attributes added by Start are usable by the very next
 		// request instead of after the next cache refresh.
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+	}
+	if n := s.suggestCAN; n > 0 {
+		dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = n
 	}
 	err := callRecover(func() error {
 		srv, err := temporal.NewServer(
