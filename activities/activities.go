@@ -40,8 +40,12 @@ type Activities struct {
 	// Jobs, if set, is where default job dirs go: Jobs/<job_id>, a path
 	// or a storage URI such as s3://bucket/jobs?region=eu-west-1.
 	Jobs string
-	// Models is the model repository Publish writes to.
+	// Models is the model repository Publish writes to, unless ModelStore
+	// is set.
 	Models *serving.Repository
+	// ModelStore, if set, is the model repository in object storage that
+	// Publish writes to instead of Models.
+	ModelStore *serving.ObjectRepository
 	// Exe and ExeArgs start the preprocessing child process: the command
 	// run is Exe ExeArgs... preprocess REQUEST.json [beam args]. Default:
 	// this executable.
@@ -787,8 +791,8 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 }
 
 // Publish copies a bundle (a directory, or a storage URI, which is
-// downloaded first) into the model repository as the model's next version
-// (idempotent) and notifies OnPublish.
+// downloaded first) into the model repository (ModelStore if set, else
+// Models) as the model's next version (idempotent) and notifies OnPublish.
 func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
 	defer keepAlive(ctx).Stop()
 	dir := in.Bundle
@@ -810,7 +814,14 @@ func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (wo
 			return workflows.PublishResult{}, err
 		}
 	}
-	v, def, err := a.Models.PublishVersion(in.Model, in.JobID, dir, in.Promote)
+	var v int64
+	var def bool
+	var err error
+	if a.ModelStore != nil {
+		v, def, err = a.ModelStore.PublishVersion(ctx, in.Model, in.JobID, dir, in.Promote)
+	} else {
+		v, def, err = a.Models.PublishVersion(in.Model, in.JobID, dir, in.Promote)
+	}
 	if err != nil {
 		return workflows.PublishResult{}, err
 	}

@@ -234,6 +234,29 @@ func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
 			if pubs[0] != pubs[1] || pubs[0].Version != 1 || !pubs[0].Default {
 				t.Fatalf("publishing twice: %+v, want version 1 (default) both times", pubs)
 			}
+			if kind.name != "local" {
+				// The same bundle into a model repository in object storage.
+				ms, err := storage.Open(ctx, fmt.Sprintf("mem://models-%d/models", memSeq.Add(1)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ms.Close()
+				acts.ModelStore = &serving.ObjectRepository{Store: ms}
+				for i := range pubs {
+					v, err := e.ExecuteActivity(acts.Publish, workflows.PublishInput{JobID: "train_1", Bundle: first.Dir, Model: "census"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					v.Get(&pubs[i])
+				}
+				if pubs[0] != pubs[1] || pubs[0].Version != 1 || !pubs[0].Default {
+					t.Fatalf("publishing twice to %s: %+v, want version 1 (default) both times", ms.URI(), pubs)
+				}
+				if vs, err := acts.ModelStore.Versions(ctx, "census"); err != nil || !slices.Equal(vs, []int64{1}) {
+					t.Fatalf("versions in %s: got %v %v, want [1] <nil>", ms.URI(), vs, err)
+				}
+				acts.ModelStore = nil
+			}
 			if _, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: first.Dir}); err != nil {
 				t.Fatal(err)
 			}

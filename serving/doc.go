@@ -10,4 +10,7 @@
 //
 // Models live in a repository directory (see Repository): one directory
 // per model, one per version inside it, each a complete export bundle.
+// A repository in object storage (see ObjectRepository) is served from a
+// local mirror: Sync or Mirror copies its complete versions into a
+// Repository directory that the Registry loads.
 package serving

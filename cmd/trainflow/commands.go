@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -34,7 +35,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	ns := fs.String("namespace", "default", "Temporal namespace")
 	home := fs.String("home", defaultHome(), "home directory: default job dirs go to HOME/jobs (unless --jobs), the cache of job dirs in object storage to HOME/cache")
 	jobs := fs.String("jobs", "", "where default job dirs go, JOBS/<job_id>: a directory or a storage URI such as s3://bucket/jobs?region=eu-west-1 (default HOME/jobs)")
-	models := fs.String("models", "", "model repository directory (default HOME/models)")
+	models := fs.String("models", "", "model repository Publish writes to: a directory or a storage URI such as s3://bucket/models?region=eu-west-1 (default HOME/models)")
 	level := fs.String("log-level", "info", "log level")
 	psListen := fs.String("ps-listen", "0.0.0.0", "interface the parameter servers of distributed jobs listen on")
 	maxRoles := fs.Int("max-roles", 0, "run at most this many distributed-training roles (parameter servers, workers) at once, so jobs spread over worker processes; 0: no bound")
@@ -60,6 +61,16 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		st.Close()
 	}
+	acts := &activities.Activities{Home: h, Jobs: *jobs, Models: &serving.Repository{Root: *models},
+		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}
+	if isURI(*models) {
+		st, err := storage.Open(ctx, *models)
+		if err != nil {
+			return usageError{fmt.Errorf("--models: %w", err)}
+		}
+		defer st.Close()
+		acts.Models, acts.ModelStore = nil, &serving.ObjectRepository{Store: st}
+	}
 	c, err := client.Dial(client.Options{HostPort: *addr, Namespace: *ns, Logger: sdklog.NewStructuredLogger(log.With("component", "temporal-client"))})
 	if err != nil {
 		return fmt.Errorf("connect to temporal at %s: %w", *addr, err)
@@ -68,13 +79,13 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := worker.EnsureSearchAttributes(ctx, c, *ns); err != nil {
 		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
 	}
-	w := worker.New(c, &activities.Activities{Home: h, Jobs: *jobs, Models: &serving.Repository{Root: *models}, Client: c,
-		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}, worker.Options{MaxRoles: *maxRoles})
+	acts.Client = c
+	w := worker.New(c, acts, worker.Options{MaxRoles: *maxRoles})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	host, _ := os.Hostname()
-	log.Info("worker started", "temporal", *addr, "namespace", *ns, "home", h, "jobs", *jobs, "host", host, "pid", os.Getpid())
+	log.Info("worker started", "temporal", *addr, "namespace", *ns, "home", h, "jobs", *jobs, "models", *models, "host", host, "pid", os.Getpid())
 	<-ctx.Done()
 	w.Stop()
 	return nil
@@ -83,18 +94,40 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	models := fs.String("models", filepath.Join(defaultHome(), "models"), "model repository directory")
+	models := fs.String("models", filepath.Join(defaultHome(), "models"), "model repository: a directory, or a storage URI such as s3://bucket/models?region=eu-west-1 mirrored into --cache")
+	cache := fs.String("cache", filepath.Join(defaultHome(), "cache", "models"), "local mirror of a --models storage URI, loaded from there; this server's own (unused for a directory)")
 	addr := fs.String("http", "127.0.0.1:8080", "listen address")
 	poll := fs.Duration("poll", 2*time.Second, "how often to look for new model versions")
 	level := fs.String("log-level", "info", "log level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *poll <= 0 {
+		return usageError{errors.New("--poll must be positive")}
+	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
 		return err
 	}
-	reg := serving.NewRegistry(&serving.Repository{Root: *models}, log)
+	var store *serving.ObjectRepository
+	root := *models
+	if isURI(*models) {
+		st, err := storage.Open(ctx, *models)
+		if err != nil {
+			return usageError{fmt.Errorf("--models: %w", err)}
+		}
+		defer st.Close()
+		store, root = &serving.ObjectRepository{Store: st}, *cache
+	}
+	repo := &serving.Repository{Root: root}
+	if store != nil {
+		// Start with what the store has; a store that cannot be reached
+		// yet leaves the mirror as it is, and the sync loop retries.
+		if _, err := store.Sync(ctx, repo); err != nil {
+			log.Error("sync models", "store", *models, "error", err)
+		}
+	}
+	reg := serving.NewRegistry(repo, log)
 	if err := reg.Reload(); err != nil {
 		return err
 	}
@@ -102,10 +135,27 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	go reg.Watch(ctx, *poll)
-	log.Info("serving", "addr", ln.Addr().String(), "models", *models)
-	return serving.New(reg, log, serving.Options{}).Serve(ctx, ln)
+	// The watcher stops before the store closes.
+	wctx, stop := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if store != nil {
+			serving.Mirror(wctx, store, repo, reg, *poll, log)
+		} else {
+			reg.Watch(wctx, *poll)
+		}
+	}()
+	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root)
+	err = serving.New(reg, log, serving.Options{}).Serve(ctx, ln)
+	stop()
+	<-watched
+	return err
 }
+
+// isURI reports whether a --models or --jobs value is a storage URI
+// rather than a plain local path.
+func isURI(s string) bool { return strings.Contains(s, "://") }
 
 func runDatagen(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("datagen", flag.ContinueOnError)

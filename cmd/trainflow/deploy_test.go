@@ -85,6 +85,28 @@ func TestComposeFile(t *testing.T) {
 	if c := names["minio-setup"].DependsOn["minio"].Condition; c != types.ServiceConditionHealthy {
 		t.Errorf("minio-setup starts on minio %q, want service_healthy", c)
 	}
+	// The worker publishes to the model repository the server reads, in
+	// MinIO, and no disk is shared.
+	wm, sm := flagValue(names["worker"].Command, "--models"), flagValue(names["serve"].Command, "--models")
+	if !strings.HasPrefix(wm, "s3://") || wm != sm {
+		t.Errorf("worker publishes to --models %q, serve reads --models %q; want the same s3:// URI", wm, sm)
+	}
+	if c := names["serve"].DependsOn["minio-setup"].Condition; c != types.ServiceConditionCompletedSuccessfully {
+		t.Errorf("serve starts on minio-setup %q, want the bucket created first (service_completed_successfully)", c)
+	}
+	for _, n := range []string{"worker", "serve"} {
+		if v := names[n].Volumes; len(v) > 0 {
+			t.Errorf("service %s mounts %v, want no shared disk", n, v)
+		}
+	}
+}
+
+// flagValue returns the argument after flag name in a command line, or "".
+func flagValue(cmd []string, name string) string {
+	if i := slices.Index(cmd, name); i >= 0 && i+1 < len(cmd) {
+		return cmd[i+1]
+	}
+	return ""
 }
 
 // TestComposeCheckCanFail shows the flag check rejects a wrong flag.

@@ -140,9 +140,11 @@ func heldOut(t *testing.T, n int) (instances []map[string]any, labels []string) 
 
 // TestCensusJobEndToEnd runs a real census TrainingJob on the embedded
 // Temporal server with a real worker and Beam child process, then queries
-// the published model over HTTP.
+// the published model over HTTP; then serves that model from a file://
+// bucket through `trainflow serve --models URI` (checkServeFromBucket).
 func TestCensusJobEndToEnd(t *testing.T) {
-	st := testStack(t, t.TempDir())
+	home := t.TempDir()
+	st := testStack(t, home)
 	input := `{"job_id":"census_e2e","preset":"census","data":{"generated_rows":6000},"train":{"max_steps":1500}}`
 	if _, err := os.Stat(filepath.Join(censusDir, "adult.data")); err == nil {
 		abs, _ := filepath.Abs(censusDir)
@@ -199,6 +201,10 @@ func TestCensusJobEndToEnd(t *testing.T) {
 	if code != http.StatusBadRequest || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error, "instances[0].age") {
 		t.Fatalf("wrong-typed feature: %d %s, want 400 with a JSON error naming instances[0].age", code, b)
 	}
+
+	t.Run("serve from a bucket", func(t *testing.T) {
+		checkServeFromBucket(t, filepath.Join(home, "models", "census", "1"))
+	})
 }
 
 // TestJobIDsAreUnique checks both ways a duplicate ID can arrive: from our
