@@ -189,18 +189,10 @@ func (r *Repository) Publish(model, jobID, dir string) (version int64, isDefault
 // idempotent: a bundle already published (same metadata hash) returns its
 // existing version (and is promoted if asked).
 func (r *Repository) PublishVersion(model, jobID, dir string, promote bool) (version int64, isDefault bool, err error) {
-	if !ValidName(model) {
-		return 0, false, fmt.Errorf("publish: invalid model name %q", model)
-	}
-	b, err := train.ReadBundle(dir)
+	b, meta, src, err := publishSource(model, jobID, dir)
 	if err != nil {
-		return 0, false, fmt.Errorf("publish: %w", err)
+		return 0, false, err
 	}
-	meta, err := os.ReadFile(filepath.Join(dir, train.MetadataFile))
-	if err != nil {
-		return 0, false, fmt.Errorf("publish: %w", err)
-	}
-	src := source{JobID: jobID, Bundle: dir, Hash: digest(meta)}
 	vs, err := r.Versions(model)
 	if err != nil {
 		return 0, false, err
@@ -251,6 +243,24 @@ func (r *Repository) PublishVersion(model, jobID, dir string, promote bool) (ver
 		isDefault = true
 	}
 	return version, isDefault, nil
+}
+
+// publishSource checks a publish request and reads the bundle at dir:
+// the bundle, its metadata file, and the source record naming the job and
+// the metadata's hash (what makes publishing idempotent).
+func publishSource(model, jobID, dir string) (*train.Bundle, []byte, source, error) {
+	if !ValidName(model) {
+		return nil, nil, source{}, fmt.Errorf("publish: invalid model name %q", model)
+	}
+	b, err := train.ReadBundle(dir)
+	if err != nil {
+		return nil, nil, source{}, fmt.Errorf("publish: %w", err)
+	}
+	meta, err := os.ReadFile(filepath.Join(dir, train.MetadataFile))
+	if err != nil {
+		return nil, nil, source{}, fmt.Errorf("publish: %w", err)
+	}
+	return b, meta, source{JobID: jobID, Bundle: dir, Hash: digest(meta)}, nil
 }
 
 // setDefault points the model's default file at version.

@@ -142,18 +142,10 @@ func (o *ObjectRepository) Default(ctx context.Context, model string) (int64, er
 // default object; a publish that fails midway leaves an incomplete
 // version that readers ignore and the next publish overwrites.
 func (o *ObjectRepository) PublishVersion(ctx context.Context, model, jobID, dir string, promote bool) (version int64, isDefault bool, err error) {
-	if !ValidName(model) {
-		return 0, false, fmt.Errorf("publish: invalid model name %q", model)
-	}
-	b, err := train.ReadBundle(dir)
+	b, meta, src, err := publishSource(model, jobID, dir)
 	if err != nil {
-		return 0, false, fmt.Errorf("publish: %w", err)
+		return 0, false, err
 	}
-	meta, err := os.ReadFile(filepath.Join(dir, train.MetadataFile))
-	if err != nil {
-		return 0, false, fmt.Errorf("publish: %w", err)
-	}
-	src := source{JobID: jobID, Bundle: dir, Hash: digest(meta)}
 	vs, err := o.Versions(ctx, model)
 	if err != nil {
 		return 0, false, fmt.Errorf("publish: %w", err)
