@@ -483,7 +483,7 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		CheckpointDir: filepath.Join(jd.dir, checkpoints),
 		Meta:          train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash},
 	}
-	if in.Model.Type != workflows.ModelLinearClassifier {
+	if !in.Model.Linear() {
 		cfg.Meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
 	}
 	sc := storeCheckpoints{jd.st}

@@ -29,7 +29,7 @@ type roleSetup struct {
 
 func setup(in workflows.RoleInput, jd *jobDir) roleSetup {
 	meta := train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash}
-	if in.Model.Type != workflows.ModelLinearClassifier {
+	if !in.Model.Linear() {
 		meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
 	}
 	s := roleSetup{meta: meta, ckdir: filepath.Join(jd.dir, checkpoints),

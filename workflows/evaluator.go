@@ -55,6 +55,10 @@ func metricValue(m train.Metrics, name string) float64 {
 		return m.AUC
 	case "log_loss":
 		return m.LogLoss
+	case "rmse":
+		return m.RMSE
+	case "mae":
+		return m.MAE
 	}
 	return m.Accuracy
 }

@@ -157,7 +157,7 @@ const (
 
 // metricGoals lists the metrics a best exporter can follow, with their
 // natural goal.
-var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximize, "log_loss": GoalMinimize}
+var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximize, "log_loss": GoalMinimize, "rmse": GoalMinimize, "mae": GoalMinimize}
 
 // DataSpec says where the raw data is and how to read it.
 type DataSpec struct {
@@ -235,9 +235,23 @@ type ModelSpec struct {
 	Float32 bool `json:"float32,omitempty"`
 }
 
-// models lists the model types a job can train: the classifiers, which the
-// prediction server answers.
-var models = map[string]bool{ModelLinearClassifier: true, train.DNNClassifierModel: true, train.DNNLinearCombinedClassifierModel: true}
+// models lists the model types a job can train, and whether each is a
+// regressor.
+var models = map[string]bool{ModelLinearClassifier: false, train.DNNClassifierModel: false, train.DNNLinearCombinedClassifierModel: false,
+	train.LinearRegressorModel: true, train.DNNRegressorModel: true}
+
+// Regressor reports whether the model type predicts a value.
+func (m ModelSpec) Regressor() bool { return models[m.Type] }
+
+// Deep reports whether the model type has hidden layers.
+func (m ModelSpec) Deep() bool {
+	return m.Type == train.DNNClassifierModel || m.Type == train.DNNRegressorModel || m.Type == train.DNNLinearCombinedClassifierModel
+}
+
+// Linear reports whether the model has neither hidden layers nor a spec
+// beyond its input and class counts (the linear classifier's checkpoints
+// carry no spec).
+func (m ModelSpec) Linear() bool { return m.Type == ModelLinearClassifier }
 
 // optimizers lists the optimizers a job can use.
 var optimizers = map[string]bool{train.AdamOptimizer: true, train.SGDOptimizer: true, train.AdagradOptimizer: true, train.FTRLOptimizer: true}
@@ -297,8 +311,12 @@ func (s JobSpec) WithDefaults() JobSpec {
 		s.Data.MaxBadFraction = &f
 	}
 	s.Data.normalizeRunner(s.JobID)
+	regression := s.Data.Schema != nil && s.Data.Schema.LabelKind == preprocess.LabelRegression
 	if s.Model.Type == "" {
 		s.Model.Type = ModelLinearClassifier
+		if regression {
+			s.Model.Type = train.LinearRegressorModel
+		}
 	}
 	if s.Model.LearningRate == 0 {
 		s.Model.LearningRate = 0.003
@@ -309,7 +327,7 @@ func (s JobSpec) WithDefaults() JobSpec {
 	if s.Model.Optimizer == "" {
 		s.Model.Optimizer = train.AdamOptimizer
 	}
-	if s.Model.Type != ModelLinearClassifier && len(s.Model.HiddenUnits) == 0 {
+	if s.Model.Deep() && len(s.Model.HiddenUnits) == 0 {
 		s.Model.HiddenUnits = []int{64, 32}
 	}
 	if s.Train.MaxSteps == 0 {
@@ -344,6 +362,9 @@ func (s JobSpec) WithDefaults() JobSpec {
 		}
 		if e.Type == ExporterBest && e.Metric == "" {
 			e.Metric = "accuracy"
+			if regression {
+				e.Metric = "rmse"
+			}
 		}
 		if e.Type == ExporterBest && e.Goal == "" {
 			e.Goal = metricGoals[e.Metric]
@@ -387,8 +408,9 @@ func (s *JobSpec) Validate() error {
 	if err := s.Data.Schema.Validate(); err != nil {
 		return fmt.Errorf("%w: data.schema: %w", ErrInvalidSpec, err)
 	}
-	if s.Data.Schema.LabelKind == preprocess.LabelRegression {
-		return fmt.Errorf("%w: data.schema.label_kind %q: only classifiers are trained so far", ErrInvalidSpec, s.Data.Schema.LabelKind)
+	if _, known := models[s.Model.Type]; known && (s.Data.Schema.LabelKind == preprocess.LabelRegression) != s.Model.Regressor() {
+		return fmt.Errorf("%w: model.type %q does not fit data.schema.label_kind %q: regression labels need linear_regressor or dnn_regressor, class labels a classifier",
+			ErrInvalidSpec, s.Model.Type, s.Data.Schema.LabelKind)
 	}
 	if s.Preset == "" && (len(s.Data.Train) == 0 || len(s.Data.Eval) == 0) {
 		return fmt.Errorf("%w: data.train and data.eval are required without a preset", ErrInvalidSpec)
@@ -412,7 +434,7 @@ func (s *JobSpec) Validate() error {
 		case e.ExportsToKeep < 0:
 			return fmt.Errorf("%w: %s.exports_to_keep %d is negative", ErrInvalidSpec, field, e.ExportsToKeep)
 		case e.Type == ExporterBest && metricGoals[e.Metric] == "":
-			return fmt.Errorf("%w: %s.metric %q: want accuracy, auc or log_loss", ErrInvalidSpec, field, e.Metric)
+			return fmt.Errorf("%w: %s.metric %q: want accuracy, auc, log_loss, rmse or mae", ErrInvalidSpec, field, e.Metric)
 		case e.Type == ExporterBest && e.Goal != GoalMaximize && e.Goal != GoalMinimize:
 			return fmt.Errorf("%w: %s.goal %q: want maximize or minimize", ErrInvalidSpec, field, e.Goal)
 		}
@@ -438,7 +460,7 @@ func (s *JobSpec) Validate() error {
 		field string
 		value any
 	}{
-		{models[s.Model.Type], "model.type", s.Model.Type},
+		{knownModel(s.Model.Type), "model.type", s.Model.Type},
 		{optimizers[s.Model.Optimizer], "model.optimizer", s.Model.Optimizer},
 		{s.Model.L1 >= 0, "model.l1", s.Model.L1},
 		{s.Model.Momentum >= 0 && s.Model.Momentum < 1, "model.momentum", s.Model.Momentum},
@@ -497,6 +519,11 @@ func (c ClusterSpec) validate() error {
 		return bad("heartbeat_timeout_secs = %d is out of range [2, 3600]", c.HeartbeatTimeoutSecs)
 	}
 	return nil
+}
+
+func knownModel(t string) bool {
+	_, ok := models[t]
+	return ok
 }
 
 func exporterNames(es []ExporterSpec) []string {
