@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -186,29 +185,17 @@ func TestServeFromObjectStore(t *testing.T) {
 		serveFromObjectStore(t, "file://"+filepath.ToSlash(t.TempDir())+"/bucket/models")
 	})
 	t.Run("minio", func(t *testing.T) {
-		srv, skip, err := miniotest.Start()
+		root, err := miniotest.Use(t).Prefix("models")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if srv == nil {
-			t.Skip("MinIO variant skipped: " + skip)
-		}
-		t.Cleanup(srv.Stop)
-		for k, v := range srv.Env() {
-			t.Setenv(k, v)
-		}
-		u, err := url.Parse(srv.URI)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Path = fmt.Sprintf("/models-%d", time.Now().UnixNano())
 		t.Cleanup(func() {
-			if st, err := storage.Open(context.Background(), u.String()); err == nil {
+			if st, err := storage.Open(context.Background(), root); err == nil {
 				st.DeleteAll(context.Background(), "")
 				st.Close()
 			}
 		})
-		serveFromObjectStore(t, u.String())
+		serveFromObjectStore(t, root)
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,23 +42,10 @@ func TestDistributedJobSharesOnlyObjectStorage(t *testing.T) {
 		runSharedOnly(t, "file://"+filepath.ToSlash(t.TempDir())+"/bucket")
 	})
 	t.Run("minio", func(t *testing.T) {
-		srv, skip, err := miniotest.Start()
+		root, err := miniotest.Use(t).Prefix("objstore") // the worker processes inherit its credentials
 		if err != nil {
 			t.Fatal(err)
 		}
-		if srv == nil {
-			t.Skip("MinIO variant skipped: " + skip)
-		}
-		t.Cleanup(srv.Stop)
-		for k, v := range srv.Env() {
-			t.Setenv(k, v) // the worker processes inherit them
-		}
-		u, err := url.Parse(srv.URI)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Path = fmt.Sprintf("/objstore-%d", time.Now().UnixNano())
-		root := u.String()
 		t.Cleanup(func() {
 			if st, err := storage.Open(context.Background(), root); err == nil {
 				st.DeleteAll(context.Background(), "")

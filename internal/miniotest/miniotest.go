@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -79,6 +80,36 @@ func (s *Server) Env() map[string]string {
 // Stop stops a server Start started; it leaves one from the environment
 // running.
 func (s *Server) Stop() { s.stop() }
+
+// Use starts a server for test t (Start), skipping t with the reason when
+// there is none, stopping it when t ends, and setting its credentials in
+// t's environment, which processes t starts inherit.
+func Use(t testing.TB) *Server {
+	t.Helper()
+	s, skip, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s == nil {
+		t.Skip("MinIO variant skipped: " + skip)
+	}
+	t.Cleanup(s.Stop)
+	for k, v := range s.Env() {
+		t.Setenv(k, v)
+	}
+	return s
+}
+
+// Prefix returns the URI of a fresh prefix of the test bucket, named
+// name-<nanoseconds>, so runs against a long-lived server do not meet.
+func (s *Server) Prefix(name string) (string, error) {
+	u, err := url.Parse(s.URI)
+	if err != nil {
+		return "", err
+	}
+	u.Path = fmt.Sprintf("/%s-%d", name, time.Now().UnixNano())
+	return u.String(), nil
+}
 
 func firstEnv(names ...string) string {
 	for _, n := range names {
