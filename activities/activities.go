@@ -459,12 +459,9 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		return workflows.TrainResult{}, err
 	}
 	defer jd.Close()
-	m, mb, err := jd.readManifest(ctx)
+	m, mb, err := jd.trainingManifest(ctx, in.TransformHash)
 	if err != nil {
 		return workflows.TrainResult{}, err
-	}
-	if m.TransformHash != in.TransformHash {
-		return workflows.TrainResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("preprocessed data has transform %s, job expects %s", m.TransformHash, in.TransformHash))
 	}
 	hb := keepAlive(ctx)
 	defer hb.Stop()
@@ -481,10 +478,7 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
 		Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
 		CheckpointDir: filepath.Join(jd.dir, checkpoints),
-		Meta:          train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash},
-	}
-	if !in.Model.Linear() {
-		cfg.Meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
+		Meta:          checkpointMeta(in),
 	}
 	sc := storeCheckpoints{jd.st}
 	if jd.remote {

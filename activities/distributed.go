@@ -19,6 +19,17 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
+// checkpointMeta is the model a job's checkpoints hold: its type, input
+// and class counts, transform, and the architecture of any but the linear
+// classifier.
+func checkpointMeta(in workflows.TrainInput) train.CheckpointMeta {
+	meta := train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash}
+	if !in.Model.Linear() {
+		meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
+	}
+	return meta
+}
+
 // roleSetup is what every role of a distributed job derives from its input.
 type roleSetup struct {
 	meta     train.CheckpointMeta
@@ -28,11 +39,7 @@ type roleSetup struct {
 }
 
 func setup(in workflows.RoleInput, jd *jobDir) roleSetup {
-	meta := train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash}
-	if !in.Model.Linear() {
-		meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
-	}
-	s := roleSetup{meta: meta, ckdir: filepath.Join(jd.dir, checkpoints),
+	s := roleSetup{meta: checkpointMeta(in.TrainInput), ckdir: filepath.Join(jd.dir, checkpoints),
 		opt: train.OptimizerConfig{Name: in.Model.Optimizer, LearningRate: in.Model.LearningRate, Momentum: in.Model.Momentum, L1: in.Model.L1, L2: in.Model.L2}}
 	if in.Cluster.Update == workflows.UpdateSync {
 		s.replicas = in.Cluster.Replicas()
@@ -160,12 +167,9 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 		return workflows.WorkerResult{}, err
 	}
 	defer jd.Close()
-	m, mb, err := jd.readManifest(ctx)
+	m, mb, err := jd.trainingManifest(ctx, in.TransformHash)
 	if err != nil {
 		return workflows.WorkerResult{}, err
-	}
-	if m.TransformHash != in.TransformHash {
-		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("preprocessed data has transform %s, job expects %s", m.TransformHash, in.TransformHash))
 	}
 	seed := workerSeed(in.Train.Seed, in.Task)
 	mine, byRow := workerShards(m.Train, in.Task, in.Cluster.Workers(), seed)

@@ -110,6 +110,19 @@ func (j *jobDir) readManifest(ctx context.Context) (*preprocess.Manifest, []byte
 	return &m, b, nil
 }
 
+// trainingManifest reads the preprocessing manifest for training, refusing
+// (non-retryably) data preprocessed with another transform than hash.
+func (j *jobDir) trainingManifest(ctx context.Context, hash string) (*preprocess.Manifest, []byte, error) {
+	m, b, err := j.readManifest(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.TransformHash != hash {
+		return nil, nil, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("preprocessed data has transform %s, job expects %s", m.TransformHash, hash))
+	}
+	return m, b, nil
+}
+
 // readTransform reads and verifies the Transform artifact.
 func (j *jobDir) readTransform(ctx context.Context) (*preprocess.Transform, []byte, error) {
 	b, err := j.st.Read(ctx, preprocess.TransformPath)
