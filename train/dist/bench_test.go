@@ -187,24 +187,10 @@ func TestTimeToAccuracy(t *testing.T) {
 	{
 		dir := t.TempDir()
 		ctx, cancel := context.WithCancel(context.Background())
-		start := time.Now()
-		var evalTime, reached time.Duration
-		var acc float64
-		var atStep int64
+		w := newBarWatch(test, bar, cancel)
 		cfg := train.Config{BatchSize: batch, MaxSteps: 20 * every, LearningRate: 1e-3, Seed: 1, SaveSteps: every, KeepMax: 1, CheckpointDir: dir, Meta: meta}
-		train.Run(ctx, cfg, data, func(p train.Progress) error {
-			t0 := time.Now()
-			ck, _ := train.LatestCheckpoint(dir)
-			m, _ := train.Load(ck)
-			acc = train.Evaluate(m, test.X, test.Y, 1000).Accuracy
-			evalTime += time.Since(t0)
-			if acc >= bar && reached == 0 {
-				reached, atStep = time.Since(start)-evalTime, p.Step
-				cancel()
-			}
-			return nil
-		})
-		t.Logf("%-22s reached %.4f at global step %d after %.1f s of training", "local", acc, atStep, reached.Seconds())
+		train.Run(ctx, cfg, data, func(p train.Progress) error { w.check(dir, p.Step); return nil })
+		w.report(t, "local")
 	}
 	for _, c := range []struct {
 		name           string
@@ -224,24 +210,8 @@ func TestTimeToAccuracy(t *testing.T) {
 			}
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		start := time.Now()
-		var evalTime, reached time.Duration
-		var atStep int64
-		var acc float64
-		hooks := Hooks{Committed: func(p train.Progress) error {
-			t0 := time.Now()
-			ck, err := train.LatestCheckpoint(cl.ckdir)
-			if err == nil {
-				m, _ := train.Load(ck)
-				acc = train.Evaluate(m, test.X, test.Y, 1000).Accuracy
-			}
-			evalTime += time.Since(t0)
-			if acc >= bar && reached == 0 {
-				reached, atStep = time.Since(start)-evalTime, p.Step
-				cancel()
-			}
-			return nil
-		}}
+		w := newBarWatch(test, bar, cancel)
+		hooks := Hooks{Committed: func(p train.Progress) error { w.check(cl.ckdir, p.Step); return nil }}
 		var wg sync.WaitGroup
 		for i := range c.workers {
 			wc := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: 20 * every, SaveSteps: every, KeepMax: 1,
@@ -264,8 +234,44 @@ func TestTimeToAccuracy(t *testing.T) {
 		for _, s := range cl.servers {
 			s.Stop()
 		}
-		t.Logf("%-22s reached %.4f at global step %d after %.1f s of training", c.name, acc, atStep, reached.Seconds())
+		w.report(t, c.name)
 	}
+}
+
+// barWatch evaluates each committed checkpoint on test data and notes when
+// accuracy first reaches bar, then stops training; the time it reports
+// leaves out the evaluations.
+type barWatch struct {
+	test              train.Data
+	bar               float64
+	stop              func()
+	start             time.Time
+	evalTime, reached time.Duration
+	acc               float64
+	atStep            int64
+}
+
+func newBarWatch(test train.Data, bar float64, stop func()) *barWatch {
+	return &barWatch{test: test, bar: bar, stop: stop, start: time.Now()}
+}
+
+// check evaluates the newest checkpoint in dir, committed at step.
+func (w *barWatch) check(dir string, step int64) {
+	t0 := time.Now()
+	if ck, err := train.LatestCheckpoint(dir); err == nil && ck != nil {
+		if m, err := train.Load(ck); err == nil {
+			w.acc = train.Evaluate(m, w.test.X, w.test.Y, 1000).Accuracy
+		}
+	}
+	w.evalTime += time.Since(t0)
+	if w.acc >= w.bar && w.reached == 0 {
+		w.reached, w.atStep = time.Since(w.start)-w.evalTime, step
+		w.stop()
+	}
+}
+
+func (w *barWatch) report(t *testing.T, name string) {
+	t.Logf("%-22s reached %.4f at global step %d after %.1f s of training", name, w.acc, w.atStep, w.reached.Seconds())
 }
 
 // fashionSplit reads a Fashion-MNIST split for tests.
