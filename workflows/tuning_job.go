@@ -33,7 +33,7 @@ const (
 
 // tuningContinueEvery is how many trials a tuning job starts in one run
 // before it continues as new (sooner if Temporal suggests it).
-const tuningContinueEvery = 50
+var tuningContinueEvery = 50
 
 // medianMinTrials is how many finished trials with an evaluation at or
 // before a step the median stopping rule needs before it stops anything.

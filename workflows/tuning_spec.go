@@ -359,7 +359,7 @@ func (s *JobSpec) checkValue(p TuningParam, kind fieldKind, num float64, str str
 		return err
 	}
 	if err := trial.Validate(); err != nil {
-		return fmt.Errorf("value %s: %w", valueText(kind, num, str), err)
+		return fmt.Errorf("value %s: %s", valueText(kind, num, str), strings.TrimPrefix(err.Error(), ErrInvalidSpec.Error()+": "))
 	}
 	return nil
 }
