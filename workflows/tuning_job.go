@@ -104,9 +104,9 @@ type SuggestInput struct {
 	Tuning TuningSpec `json:"tuning"`
 	// Observed are trials with an objective; Pending are the values of
 	// trials without one (running or failed).
-	Observed []Trial    `json:"observed"`
+	Observed []Trial     `json:"observed"`
 	Pending  [][]float64 `json:"pending,omitempty"`
-	N        int        `json:"n"`
+	N        int         `json:"n"`
 }
 
 // SuggestResult are the suggested parameter values, fewer than asked only
@@ -504,7 +504,6 @@ func ShouldStopTrial(tr Trial, all []Trial, maximize bool) bool {
 	}
 	return best > m
 }
-
 
 // MetricValue reads the metric a tuning job optimises from an evaluation.
 func MetricValue(m train.Metrics, name string) float64 { return metricValue(m, name) }

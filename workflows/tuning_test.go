@@ -152,7 +152,9 @@ func tuningEnv(t *testing.T, id string, f *fakeTrials, points [][]float64) *test
 		return out, nil
 	}, activity.RegisterOptions{Name: SuggestTrialsActivity})
 	env.RegisterActivityWithOptions(func(context.Context, TrialEvaluationsInput) (TrialEvaluationsResult, error) { panic("not mocked") }, activity.RegisterOptions{Name: TrialEvaluationsActivity})
-	env.RegisterActivityWithOptions(func(_ context.Context, in TrialExportInput) (string, error) { return in.JobDir + "/export/best/100", nil }, activity.RegisterOptions{Name: TrialExportActivity})
+	env.RegisterActivityWithOptions(func(_ context.Context, in TrialExportInput) (string, error) {
+		return in.JobDir + "/export/best/100", nil
+	}, activity.RegisterOptions{Name: TrialExportActivity})
 	env.RegisterActivityWithOptions(func(context.Context, PublishInput) (PublishResult, error) { panic("not mocked") }, activity.RegisterOptions{Name: PublishActivity})
 	env.RegisterActivityWithOptions(func(context.Context, TuningHistoryInput) (TuningReport, error) { panic("not mocked") }, activity.RegisterOptions{Name: TuningHistoryActivity})
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
