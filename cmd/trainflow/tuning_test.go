@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/trainflow/trainflow/worker"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// TestTuningJobEndToEnd runs a real tuning job on the embedded server:
+// four trials, two at a time, each a full preprocess → train → evaluate →
+// export TrainingJob on tiny generated data. The best trial by accuracy is
+// published; `jobs describe` prints the trials table; the recorded history
+// replays against the workflow code.
+func TestTuningJobEndToEnd(t *testing.T) {
+	home := t.TempDir()
+	st := testStack(t, home)
+	addr := st.Temporal.FrontendAddr()
+	spec := `{"preset": "census",
+  "data": {"generated_rows": 600, "train_shards": 2, "eval_shards": 1},
+  "train": {"max_steps": 40, "save_checkpoints_steps": 20},
+  "eval_spec": {"throttle_secs": 0},
+  "tuning": {"max_trials": 4, "max_parallel_trials": 2, "algorithm": "RANDOM_SEARCH", "seed": 7,
+    "params": [{"parameter_name": "model.learning_rate", "type": "DOUBLE", "min_value": 0.0001, "max_value": 0.3, "scale_type": "UNIT_LOG_SCALE"},
+               {"parameter_name": "model.batch_size", "type": "DISCRETE", "discrete_values": [16, 64]}]}}`
+	file := filepath.Join(t.TempDir(), "hp.json")
+	os.WriteFile(file, []byte(spec), 0o644)
+	code, out, errs := cli(t, "jobs", "submit", "training", "hp_1", "--temporal", addr, "--config", file, "--wait", "--output", "json")
+	if code != exitOK {
+		t.Fatalf("submit: exit %d\n%s\n%s", code, out, errs)
+	}
+	var res workflows.JobResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	rep := res.Tuning
+	if rep == nil || len(rep.Trials) != 4 || rep.BestObjective == nil {
+		t.Fatalf("result %s", out)
+	}
+	best := rep.Trials[0]
+	for _, tr := range rep.Trials {
+		if tr.State != workflows.TrialSucceeded || tr.Objective == nil || tr.Step != 40 {
+			t.Fatalf("trial %+v, want succeeded at step 40", tr)
+		}
+		if *tr.Objective > *best.Objective {
+			best = tr
+		}
+	}
+	if rep.BestTrial != best.Number || *rep.BestObjective != *best.Objective || res.Tuning.Trials[0].ID != "hp_1_trial_1" {
+		t.Errorf("best trial %d (%g), want %d (%g)", rep.BestTrial, *rep.BestObjective, best.Number, *best.Objective)
+	}
+	if !strings.HasPrefix(res.Export, best.JobDir+string(filepath.Separator)+filepath.Join("export", "best")) || res.Model != "census" || res.Version != 1 {
+		t.Errorf("published %s as %s v%d, want trial %s's best export as census v1", res.Export, res.Model, res.Version, best.ID)
+	}
+	var meta struct {
+		JobID string `json:"job_id"`
+	}
+	b, err := os.ReadFile(filepath.Join(home, "models", "census", "1", "metadata.json"))
+	if err != nil || json.Unmarshal(b, &meta) != nil || meta.JobID != best.ID {
+		t.Errorf("published model metadata %s (%v): want the bundle of %s", b, err, best.ID)
+	}
+
+	code, out, _ = cli(t, "jobs", "describe", "hp_1", "--temporal", addr)
+	if code != exitOK || !strings.Contains(out, "TRIAL") || !strings.Contains(out, best.ID+" *") || len(regexp.MustCompile(`(?m)^hp_1_trial_\d.*SUCCEEDED`).FindAllString(out, -1)) != 4 {
+		t.Errorf("describe: exit %d\n%s", code, out)
+	}
+	code, out, _ = cli(t, "jobs", "list", "--temporal", addr, "--output", "json")
+	if code != exitOK || !strings.Contains(out, `"hp_1"`) || !strings.Contains(out, `"hp_1_trial_4"`) {
+		t.Errorf("list: exit %d\n%s", code, out)
+	}
+
+	h, err := fetchHistory(context.Background(), st.Client, "hp_1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workflows.Replay(h, func(r sdkworker.WorkflowReplayer) { worker.RegisterWorkflows(r) }); err != nil {
+		t.Fatalf("replay of the tuning job's history: %v", err)
+	}
+}
