@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/trainflow/trainflow/worker"
 	"github.com/trainflow/trainflow/workflows"
@@ -77,11 +79,45 @@ func TestTuningJobEndToEnd(t *testing.T) {
 		t.Errorf("list: exit %d\n%s", code, out)
 	}
 
+	// A second job, started as the Temporal UI starts one (plain JSON, the
+	// default Bayesian search), resumes from the first: its search is
+	// seeded with the four trials and it runs two more.
+	var next map[string]any
+	json.Unmarshal([]byte(spec), &next)
+	next["job_id"] = "hp_2"
+	tn := next["tuning"].(map[string]any)
+	tn["resume_previous_job_id"], tn["max_trials"], tn["algorithm"] = "hp_1", 2, nil
+	run, err := st.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: "hp_2", TaskQueue: workflows.TaskQueue}, workflows.HyperparameterTuningJobName, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res2, err := waitJob(t, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res2.Tuning; r == nil || len(r.Resumed) != 4 || len(r.Trials) != 2 || r.Algorithm != workflows.AlgorithmBayesian || r.Trials[0].ID != "hp_2_trial_1" || res2.Version != 2 {
+		t.Errorf("resumed job's result %+v", res2)
+	}
+	for _, tr := range res2.Tuning.Trials {
+		for _, old := range rep.Trials {
+			if tr.Params["model.learning_rate"] == old.Params["model.learning_rate"] && tr.Params["model.batch_size"] == old.Params["model.batch_size"] {
+				t.Errorf("resumed job repeated trial %s's parameters %v", old.ID, old.Params)
+			}
+		}
+	}
+
 	h, err := fetchHistory(context.Background(), st.Client, "hp_1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := workflows.Replay(h, func(r sdkworker.WorkflowReplayer) { worker.RegisterWorkflows(r) }); err != nil {
 		t.Fatalf("replay of the tuning job's history: %v", err)
+	}
+	if os.Getenv("TRAINFLOW_RECORD_HISTORIES") != "" { // see TestRecordHistories
+		b, _ := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
+		if err := os.WriteFile(filepath.Join(historiesDir, "tuning_succeeded.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("recorded tuning_succeeded.json: %d events", len(h.Events))
 	}
 }
