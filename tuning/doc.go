@@ -23,7 +23,9 @@
 //
 //	EI(x) = (μ − y* − ξ) Φ(z) + s φ(z),  z = (μ − y* − ξ) / s
 //
-// among random candidates and perturbations of the best points. Several
+// (ξ = 0.001 in standardised units) among random candidates and
+// perturbations of the best points, the three best polished by
+// Nelder–Mead on the numeric coordinates. Several
 // suggestions at once (parallel trials) use the constant liar: each
 // pending or already suggested point is added to the data with the mean
 // observed value before the next is chosen (hyperparameters stay those

@@ -130,14 +130,14 @@ func FitGP(x [][]float64, y []float64, fixed *GP) *GP {
 		g.LengthScales, g.SignalVar, g.NoiseVar = fixed.LengthScales, fixed.SignalVar, fixed.NoiseVar
 	} else {
 		best, bestF := []float64(nil), math.Inf(1)
-		for _, start := range [][3]float64{{0.3, 1, 1e-3}, {1, 1, 0.05}, {0.1, 1, 1e-4}} {
+		for _, start := range [][3]float64{{0.3, 1, 1e-3}, {1, 1, 0.05}} {
 			x0 := make([]float64, d+2)
 			for i := range d {
 				x0[i] = math.Log(start[0])
 			}
 			x0[d], x0[d+1] = math.Log(start[1]), math.Log(start[2])
 			p := optimize.Problem{Func: func(th []float64) float64 { return negLogLik(x, z, th) }}
-			res, err := optimize.Minimize(p, x0, &optimize.Settings{FuncEvaluations: 150 * (d + 2)}, &optimize.NelderMead{})
+			res, err := optimize.Minimize(p, x0, &optimize.Settings{FuncEvaluations: 100 * (d + 2)}, &optimize.NelderMead{})
 			if res == nil || (err != nil && res.X == nil) {
 				continue
 			}

@@ -1,11 +1,14 @@
 package tuning
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
+
+	"gonum.org/v1/gonum/optimize"
 )
 
 // Algorithm is a search strategy.
@@ -184,26 +187,91 @@ func maximiseEI(s Space, g *GP, best float64, r Request, rng *rand.Rand, tried [
 	u := make([]float64, s.Dim())
 	for i := 0; len(cands) < n; i++ {
 		s.Encode(u, top[i%len(top)].X)
-		scale := []float64{0.02, 0.08, 0.25}[i%3]
+		scale := []float64{0.005, 0.02, 0.08, 0.25}[i%4]
 		for j := range u {
 			u[j] += scale * rng.NormFloat64()
 		}
 		cands = append(cands, s.Decode(u))
 	}
-	var pick []float64
-	bestEI := math.Inf(-1)
+	type scored struct {
+		x  []float64
+		ei float64
+	}
+	var top3 []scored
 	for _, c := range cands {
 		if contains(tried, c) {
 			continue
 		}
 		s.Encode(u, c)
 		m, sd := g.predictStd(u)
-		if ei := ExpectedImprovement(m, sd, best, 0.01); ei > bestEI {
-			pick, bestEI = c, ei
+		ei := ExpectedImprovement(m, sd, best, xi)
+		top3 = append(top3, scored{c, ei})
+		slices.SortStableFunc(top3, func(a, b scored) int { return cmp.Compare(b.ei, a.ei) })
+		top3 = top3[:min(len(top3), 3)]
+	}
+	// Polish the best candidates: Nelder–Mead on −EI over the numeric
+	// coordinates, categoricals held.
+	var pick []float64
+	bestEI := math.Inf(-1)
+	for _, c := range top3 {
+		x, ei := polishEI(s, g, best, c.x, c.ei)
+		if ei > bestEI && !contains(tried, x) {
+			pick, bestEI = x, ei
+		} else if c.ei > bestEI {
+			pick, bestEI = c.x, c.ei
 		}
 	}
 	if pick == nil { // every candidate tried (a small discrete space)
 		return freshSample(s, rng, tried, nil)
 	}
 	return pick
+}
+
+// xi is the EI margin ξ, in standardised units.
+const xi = 0.001
+
+// polishEI improves candidate x by Nelder–Mead on −EI over its numeric
+// coordinates in the unit cube (categoricals held), snapping the result.
+func polishEI(s Space, g *GP, best float64, x []float64, ei float64) ([]float64, float64) {
+	var idx []int
+	for i, p := range s {
+		if p.Kind == Double || p.Kind == Integer {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return x, ei
+	}
+	u := make([]float64, s.Dim())
+	s.Encode(u, x)
+	pos := make([]int, len(s)) // unit-cube coordinate of each param
+	for i, j := 0, 0; i < len(s); i++ {
+		pos[i], j = j, j+s[i].width()
+	}
+	z0 := make([]float64, len(idx))
+	for k, i := range idx {
+		z0[k] = u[pos[i]]
+	}
+	w := slices.Clone(u)
+	f := func(z []float64) float64 {
+		for k, i := range idx {
+			w[pos[i]] = min(max(z[k], 0), 1)
+		}
+		m, sd := g.predictStd(w)
+		return -ExpectedImprovement(m, sd, best, xi)
+	}
+	res, err := optimize.Minimize(optimize.Problem{Func: f}, z0, &optimize.Settings{FuncEvaluations: 60 * len(idx)}, &optimize.NelderMead{SimplexSize: 0.02})
+	if res == nil || (err != nil && res.X == nil) {
+		return x, ei
+	}
+	for k, i := range idx {
+		w[pos[i]] = min(max(res.X[k], 0), 1)
+	}
+	y := s.Decode(w)
+	s.Encode(w, y) // score the snapped point
+	m, sd := g.predictStd(w)
+	if e := ExpectedImprovement(m, sd, best, xi); e > ei {
+		return y, e
+	}
+	return x, ei
 }
