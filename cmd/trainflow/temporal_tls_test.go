@@ -4,13 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/trainflow/trainflow/internal/testcert"
 )
@@ -59,16 +57,7 @@ func mtlsProxy(t *testing.T, certs *testcert.Set, backend string) (addr string, 
 // flag and environment names; without a client certificate nothing connects.
 func TestWorkerAndCLIOverMutualTLS(t *testing.T) {
 	home := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := startStack(ctx, stackConfig{
-		Home: home, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", NoWorker: true,
-		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Stop() })
+	st := testStack(t, home, func(c *stackConfig) { c.NoWorker = true })
 	certs := testcert.New(t)
 	addr, verified := mtlsProxy(t, certs, st.Temporal.FrontendAddr())
 
