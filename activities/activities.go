@@ -563,6 +563,9 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		data.X, data.Y = data.X[:rows*data.Dim], data.Y[:rows]
 	}
 	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, 1024)}
+	if err := jd.evalSummaries(ctx, in.Name, in.Step, res.Metrics); err != nil {
+		return res, err
+	}
 	return res, jd.appendMetrics(ctx, in.Name, in.Step, res.Metrics)
 }
 
