@@ -480,6 +480,9 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		CheckpointDir: filepath.Join(jd.dir, checkpoints),
 		Meta:          checkpointMeta(in),
 	}
+	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, in.Model.LearningRate)
+	cfg.Stepped = sums.stepped
+	defer sums.close(ctx, jd)
 	sc := storeCheckpoints{jd.st}
 	if jd.remote {
 		tmp, err := jd.tempDir("train-")
@@ -506,6 +509,9 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 			if err := sc.commit(ctx, p.Step, b, cfg.KeepMax); err != nil {
 				return err
 			}
+		}
+		if err := sums.flush(ctx, jd, p.Step); err != nil {
+			return err
 		}
 		return a.reportCheckpoint(ctx, jd, p)
 	})

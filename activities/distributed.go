@@ -228,7 +228,15 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 		},
 	}
 	if in.Task == 0 {
-		hooks.Committed = func(p train.Progress) error { return a.reportCheckpoint(ctx, jd, p) }
+		sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize*max(s.replicas, 1), in.Model.LearningRate)
+		hooks.Stepped = sums.stepped
+		defer sums.close(ctx, jd)
+		hooks.Committed = func(p train.Progress) error {
+			if err := sums.flush(ctx, jd, p.Step); err != nil {
+				return err
+			}
+			return a.reportCheckpoint(ctx, jd, p)
+		}
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,

@@ -40,6 +40,9 @@ type Config struct {
 	KeepMax       int
 	CheckpointDir string
 	Meta          CheckpointMeta
+	// Stepped, if set, is called after every step with the step and the
+	// batch's loss (summaries).
+	Stepped func(step int64, loss float64)
 }
 
 // Progress is reported after every checkpoint.
@@ -114,6 +117,9 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 		examples += len(rows)
 		lossSum += loss
 		lossN++
+		if cfg.Stepped != nil {
+			cfg.Stepped(step, loss)
+		}
 		if step%max(cfg.SaveSteps, 1) == 0 || step == cfg.MaxSteps {
 			if err := SaveCheckpoint(cfg.CheckpointDir, Snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
 				return res, err

@@ -201,6 +201,9 @@ func TestDistributedJobOnThreeProcesses(t *testing.T) {
 			}
 			evs := events(t, res.JobDir)
 			commits := checkCommits(t, evs)
+			if steps := checkTrainEvents(t, filepath.Join(res.JobDir, "logs", "train")); len(steps) < 20 || steps[len(steps)-1] > 4000 {
+				t.Errorf("chief's summaries at steps %v, want at least 20 up to 4000", steps)
+			}
 			pids := map[float64]bool{}
 			for _, ev := range evs {
 				if ev["event"] == "ps_start" || ev["event"] == "worker_start" {

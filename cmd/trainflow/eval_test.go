@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,6 +85,9 @@ func TestBestExportAcrossRestart(t *testing.T) {
 		t.Fatalf("evaluated steps %v, want several including the final 30000", seen)
 	}
 	checkEvalEvents(t, filepath.Join(jobDir, "logs", "eval"), evaluated)
+	if steps := checkTrainEvents(t, filepath.Join(jobDir, "logs", "train")); len(steps) != 300 || steps[0] != 100 || steps[299] != 30000 {
+		t.Errorf("training summaries at %d steps (%v…), want every 100th of 30000 once across the restart", len(steps), steps[:min(3, len(steps))])
+	}
 	ents, _ := os.ReadDir(filepath.Join(jobDir, "export", "best"))
 	var steps []int64
 	for _, e := range ents {
@@ -153,4 +157,40 @@ func checkEvalEvents(t *testing.T, dir string, evaluated map[int64]train.Metrics
 	if len(got) != len(evaluated) {
 		t.Errorf("%d evaluation events, %d evaluations in metrics.jsonl", len(got), len(evaluated))
 	}
+}
+
+// checkTrainEvents decodes the training summaries in dir in the order
+// TensorBoard reads them and returns their steps, failing the test if a
+// step repeats or goes back, or a scalar is missing or not finite.
+func checkTrainEvents(t *testing.T, dir string) []int64 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, tfevents.Prefix+"*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no event files in %s (%v)", dir, err)
+	}
+	slices.Sort(files)
+	var steps []int64
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := tfevents.Read(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, e := range evs[1:] {
+			if len(steps) > 0 && e.Step <= steps[len(steps)-1] {
+				t.Fatalf("%s: step %d after step %d", filepath.Base(f), e.Step, steps[len(steps)-1])
+			}
+			steps = append(steps, e.Step)
+			for _, tag := range []string{"loss", "examples_per_sec", "global_step/sec", "learning_rate"} {
+				v, ok := e.Values[tag]
+				if !ok || math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || (tag != "loss" && v <= 0) {
+					t.Fatalf("step %d: %s = %v (present %v)", e.Step, tag, v, ok)
+				}
+			}
+		}
+	}
+	return steps
 }

@@ -9,7 +9,7 @@
 // (a temporary name renamed into place, or one object put), so a crash
 // never leaves a torn record for TensorBoard to stop at: a file is there
 // complete or not at all. TensorBoard reads every events.out.tfevents.*
-// file of a directory in name order; names hold the last step of their
+// file of a directory in name order; names hold the first step of their
 // batch, so batches are read in step order (see FileName).
 package tfevents
 
@@ -110,11 +110,12 @@ func (b *Batch) File(at time.Time) []byte {
 	return append(head.buf, b.buf...)
 }
 
-// FileName names the event file whose last event is at step, written by
-// writer (e.g. "chief", "eval"). Names sort in step order, which is the
-// order TensorBoard reads them in; a writer that redoes the steps after a
-// checkpoint (a resumed run, a retried evaluation) writes the same names
-// again and replaces, rather than duplicates, what it wrote before.
+// FileName names the event file whose first event is at step, written by
+// writer (e.g. "chief", "evaluator"). Names sort in step order, which is
+// the order TensorBoard reads them in; a writer that redoes the steps
+// after a checkpoint (a resumed run, a retried evaluation) starts a file
+// at the same step again and replaces, rather than duplicates, what it
+// wrote before.
 func FileName(step int64, writer string) string {
 	writer = strings.Map(func(r rune) rune {
 		if r == '/' || r == '\\' || r < ' ' || r == '.' {

@@ -99,6 +99,9 @@ type Hooks struct {
 	Resumed func(p Position, source string)
 	// Moved is called after every step with the worker's position.
 	Moved func(Position)
+	// Stepped is called after every step this worker pushed with the
+	// global step after it and the batch's loss.
+	Stepped func(globalStep int64, loss float64)
 	// Computed is called after each gradient is computed, before it is
 	// pushed.
 	Computed func()
@@ -382,6 +385,9 @@ func (w *worker) step(ctx context.Context) error {
 	w.mu.Unlock()
 	if w.hooks.Moved != nil {
 		w.hooks.Moved(w.pos)
+	}
+	if w.hooks.Stepped != nil {
+		w.hooks.Stepped(r.Step, loss)
 	}
 	if r.Done {
 		return errDone
