@@ -77,6 +77,8 @@ type trainSummaries struct {
 	every           int64
 	examplesPerStep float64
 	learningRate    float64
+	// onLoss, if set, gets each summary's mean loss.
+	onLoss func(float64)
 
 	mu       sync.Mutex // a distributed chief commits on another goroutine
 	pending  []pendingSummary
@@ -117,8 +119,12 @@ func (s *trainSummaries) stepped(step int64, loss float64) {
 		return
 	}
 	stepsPerSec := float64(step-s.lastStep) / now.Sub(s.lastAt).Seconds()
+	loss = s.lossSum / float64(s.lossN)
 	s.pending = append(s.pending, pendingSummary{step, now,
-		[]float64{s.lossSum / float64(s.lossN), stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}})
+		[]float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}})
+	if s.onLoss != nil {
+		s.onLoss(loss)
+	}
 	s.lossSum, s.lossN, s.lastStep, s.lastAt = 0, 0, step, now
 	s.next = (step/s.every + 1) * s.every
 }

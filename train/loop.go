@@ -50,6 +50,8 @@ type Progress struct {
 	Step           int64   `json:"step"`
 	Loss           float64 `json:"loss"`
 	ExamplesPerSec float64 `json:"examples_per_sec"`
+	// Commit is how long writing and committing the checkpoint took.
+	Commit time.Duration `json:"-"`
 }
 
 // Result summarises a finished Run.
@@ -121,11 +123,12 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 			cfg.Stepped(step, loss)
 		}
 		if step%max(cfg.SaveSteps, 1) == 0 || step == cfg.MaxSteps {
+			t0 := time.Now()
 			if err := SaveCheckpoint(cfg.CheckpointDir, Snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
 				return res, err
 			}
 			res.Step, res.Loss = step, lossSum/float64(lossN)
-			p := Progress{Step: step, Loss: res.Loss, ExamplesPerSec: float64(examples) / time.Since(since).Seconds()}
+			p := Progress{Step: step, Loss: res.Loss, ExamplesPerSec: float64(examples) / time.Since(since).Seconds(), Commit: time.Since(t0)}
 			since, examples, lossSum, lossN = time.Now(), 0, 0, 0
 			if report != nil {
 				if err := report(p); err != nil {

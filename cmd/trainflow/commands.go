@@ -39,6 +39,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	level := fs.String("log-level", "info", "log level")
 	psListen := fs.String("ps-listen", "0.0.0.0", "interface the parameter servers of distributed jobs listen on")
 	maxRoles := fs.Int("max-roles", 0, "run at most this many distributed-training roles (parameter servers, workers) at once, so jobs spread over worker processes; 0: no bound")
+	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics of this worker (steps, examples, loss, evaluation metrics, parameter-server latency, checkpoint commits, role restarts, preprocessing rows) at http://ADDR/metrics; empty: off")
 	psAdvertise := fs.String("ps-advertise", "", "host name workers dial to reach this process's parameter servers (default: this host's name, or the -ps-listen address when it is a specific one)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -70,6 +71,14 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer st.Close()
 		acts.Models, acts.ModelStore = nil, &serving.ObjectRepository{Store: st}
+	}
+	if *metricsAddr != "" {
+		acts.Metrics = activities.NewMetrics()
+		at, err := serveMetrics(ctx, *metricsAddr, acts.Metrics, log)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Info("worker metrics", "url", "http://"+at+"/metrics")
 	}
 	c, err := tc.Dial(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
 	if err != nil {
