@@ -453,7 +453,7 @@ func (a *Activities) runChild(ctx context.Context, jobDir string, args []string)
 		return ctx.Err()
 	}
 	var ee *exec.ExitError
-	msg := fmt.Errorf("preprocess child: %w: %s (log: %s)", err, stderr.last(), logPath)
+	msg := fmt.Errorf("preprocess child: %w: %s (log: %s)", err, stderr.reason(), logPath)
 	if errors.As(err, &ee) && ee.ExitCode() == preprocess.ExitRejected {
 		return nonRetryable(workflows.ErrTypeBadData, msg)
 	}
@@ -471,8 +471,16 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tail) last() string {
+// reason returns the child's reason of its failure: the last line
+// starting with preprocess.ReasonPrefix (without it), else the last line
+// (the runner's logs may follow the reason).
+func (t *tail) reason() string {
 	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if r, ok := strings.CutPrefix(lines[i], preprocess.ReasonPrefix); ok {
+			return r
+		}
+	}
 	return lines[len(lines)-1]
 }
 
