@@ -18,7 +18,9 @@ func TestValidateTrust(t *testing.T) {
 		func(s *JobSpec) { s.JobDir = "s3://bucket/jobs/x" },
 		func(s *JobSpec) { s.JobDir = "/data/jobs/x..y" },
 		func(s *JobSpec) { s.Data.Dir = "gs://b/census" },
-		func(s *JobSpec) { s.Data.Train, s.Data.Eval = []string{"/data/a.csv", "file:///data/b.csv"}, []string{"relative/e.csv"} },
+		func(s *JobSpec) {
+			s.Data.Train, s.Data.Eval = []string{"/data/a.csv", "file:///data/b.csv"}, []string{"relative/e.csv"}
+		},
 	}
 	for i, f := range ok {
 		s := trustSpec()
