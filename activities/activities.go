@@ -126,6 +126,13 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 		if dir, err = a.locate("job_dir", spec.JobDir, true); err != nil {
 			return workflows.PrepareResult{}, err
 		}
+		other, err := enclosingJob(ctx, dir)
+		if err != nil {
+			return workflows.PrepareResult{}, err
+		}
+		if other != "" {
+			return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: job_dir %q lies inside the job directory %s of another job", workflows.ErrInvalidSpec, spec.JobDir, other))
+		}
 	case a.Jobs != "":
 		dir = joinURI(a.Jobs, spec.JobID)
 	default:

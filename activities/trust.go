@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -290,4 +292,47 @@ func (a *Activities) checkPreprocess(in workflows.PreprocessInput) error {
 		}
 	}
 	return nil
+}
+
+// enclosingJob returns the directory of a job that the job directory dir
+// (as locate returns it) lies inside, or "": a job spec must not put its
+// job directory among another job's outputs.
+func enclosingJob(ctx context.Context, dir string) (string, error) {
+	p := dir
+	if isURI(dir) {
+		u, err := url.Parse(dir)
+		if err != nil {
+			return "", err
+		}
+		if !strings.EqualFold(u.Scheme, "file") {
+			bucket := u.Scheme + "://" + u.Host
+			if u.RawQuery != "" {
+				bucket += "?" + u.RawQuery
+			}
+			st, err := storage.Open(ctx, bucket)
+			if err != nil {
+				return "", err
+			}
+			defer st.Close()
+			for k := path.Dir(strings.Trim(u.Path, "/")); k != "." && k != "/"; k = path.Dir(k) {
+				ok, err := st.Exists(ctx, k+"/"+jobFile)
+				if err != nil {
+					return "", err
+				}
+				if ok {
+					return u.Scheme + "://" + u.Host + "/" + k, nil
+				}
+			}
+			return "", nil
+		}
+		p = fileURIPath(u)
+	}
+	for q := filepath.Dir(p); ; q = filepath.Dir(q) {
+		if _, err := os.Stat(filepath.Join(q, jobFile)); err == nil {
+			return q, nil
+		}
+		if filepath.Dir(q) == q {
+			return "", nil
+		}
+	}
 }

@@ -104,3 +104,24 @@ func TestCheckBeamArgsFollowsTheOperator(t *testing.T) {
 		}
 	}
 }
+
+// TestJobDirNotInsideAnotherJob: a spec cannot put its job directory among
+// another job's outputs, locally or in object storage.
+func TestJobDirNotInsideAnotherJob(t *testing.T) {
+	acts := newActs(t)
+	acts.DataRoots = append(acts.DataRoots, "mem://nested")
+	e := env(acts)
+	for _, dir := range []string{t.TempDir() + "/victim", "mem://nested/jobs/victim"} {
+		victim := spec("victim_1")
+		victim.JobDir = dir
+		if _, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: victim, FirstRunID: "r1"}); err != nil {
+			t.Fatal(err)
+		}
+		inner := spec("inner_1")
+		inner.JobDir = dir + "/export/best"
+		_, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: inner, FirstRunID: "r2"})
+		if errType(err) != workflows.ErrTypeInvalidSpec || !strings.Contains(err.Error(), "another job") {
+			t.Fatalf("job dir inside %s: %v, want InvalidSpec", dir, err)
+		}
+	}
+}
