@@ -78,20 +78,16 @@ func (a *Activities) SuggestTrials(ctx context.Context, in workflows.SuggestInpu
 	return workflows.SuggestResult{Points: pts}, nil
 }
 
-// trialJobDir is where a trial's job dir is: the same rule as PrepareJob.
+// trialJobDir is where a trial's job dir is: the same rule as PrepareJob,
+// a spec's job_dir only inside the worker's roots.
 func (a *Activities) trialJobDir(ref workflows.TrialRef) (string, error) {
-	dir := ref.JobDir
-	switch {
-	case dir != "":
-	case a.Jobs != "":
-		dir = joinURI(a.Jobs, ref.ID)
-	default:
-		dir = filepath.Join(a.Home, "jobs", ref.ID)
+	if ref.JobDir != "" {
+		return a.locate("job_dir", ref.JobDir, true)
 	}
-	if !isURI(dir) {
-		return filepath.Abs(dir)
+	if a.Jobs != "" {
+		return joinURI(a.Jobs, ref.ID), nil
 	}
-	return dir, nil
+	return filepath.Abs(filepath.Join(a.Home, "jobs", ref.ID))
 }
 
 // TrialEvaluations reads the running or finished trials' evaluations of
@@ -103,7 +99,7 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 	for i, ref := range in.Trials {
 		dir, err := a.trialJobDir(ref)
 		if err != nil {
-			return out, nonRetryable(workflows.ErrTypeInvalidSpec, err)
+			return out, err
 		}
 		jd, err := a.openJobDir(ctx, dir)
 		if err != nil {
@@ -135,7 +131,11 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 // of an exporter in a finished trial's job dir.
 func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportInput) (string, error) {
 	defer keepAlive(ctx).Stop()
-	jd, err := a.openJobDir(ctx, in.JobDir)
+	dir, err := a.locate("job_dir", in.JobDir, true)
+	if err != nil {
+		return "", err
+	}
+	jd, err := a.openJobDir(ctx, dir)
 	if err != nil {
 		return "", err
 	}
@@ -154,7 +154,7 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 		}
 	}
 	if newest < 0 {
-		return "", nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%s has no %s export", in.JobDir, in.Exporter))
+		return "", nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%s has no %s export", dir, in.Exporter))
 	}
 	return jd.location(prefix + strconv.FormatInt(newest, 10)), nil
 }

@@ -34,6 +34,15 @@ not json
 		t.Errorf("evaluations %+v, want none for trial 1 and %v for trial 2", got.Evals, want)
 	}
 
+	_, err = e.ExecuteActivity(acts.TrialEvaluations, workflows.TrialEvaluationsInput{Metric: "auc", Name: "eval",
+		Trials: []workflows.TrialRef{{Number: 1, ID: "hp_1_trial_1", JobDir: "/etc/x"}}})
+	if errType(err) != workflows.ErrTypeInvalidSpec {
+		t.Errorf("a trial job_dir outside the worker's roots: %v, want an InvalidSpec refusal", err)
+	}
+	if _, err := e.ExecuteActivity(acts.TrialExport, workflows.TrialExportInput{JobDir: "/etc", Exporter: "best"}); errType(err) != workflows.ErrTypeInvalidSpec {
+		t.Errorf("TrialExport outside the roots: %v, want an InvalidSpec refusal", err)
+	}
+
 	for _, step := range []string{"20", "40", "60"} {
 		os.MkdirAll(filepath.Join(dir, "export", "best", step), 0o755)
 	}

@@ -203,6 +203,9 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	if err := spec.Validate(); err != nil {
 		return res, invalid(err)
 	}
+	if err := spec.ValidateTrust(); err != nil {
+		return res, invalid(err)
+	}
 	if spec.JobID != info.WorkflowExecution.ID {
 		return res, invalid(fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID))
 	}

@@ -88,12 +88,12 @@ func TestTuningSpecErrorsNameTheField(t *testing.T) {
 
 func TestTrialSpec(t *testing.T) {
 	raw := tuningSpec("hp_1")
-	raw.JobDir = "s3://bucket/jobs/hp_1?region=eu"
+	raw.JobDir = "s3://bucket/jobs/hp_1"
 	ts, err := raw.TrialSpec(3, []float64{0.01, 1, 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ts.JobID != "hp_1_trial_3" || ts.Tuning != nil || ts.Publish != PublishNone || ts.JobDir != "s3://bucket/jobs/hp_1/trial_3?region=eu" {
+	if ts.JobID != "hp_1_trial_3" || ts.Tuning != nil || ts.Publish != PublishNone || ts.JobDir != "s3://bucket/jobs/hp_1/trial_3" {
 		t.Errorf("trial spec %+v", ts)
 	}
 	if ts.Model.LearningRate != 0.01 || ts.Model.Optimizer != "sgd" || !slices.Equal(ts.Model.HiddenUnits, []int{64, 32}) {
