@@ -437,7 +437,14 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	}
 
 	if rep.BestTrial == 0 {
-		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no trial succeeded (%d of %d failed)", failed(), len(rep.Trials)), "NoTrialSucceeded", nil)
+		why := ""
+		for _, tr := range rep.Trials {
+			if tr.Error != "" {
+				why = fmt.Sprintf("; trial %d: %s", tr.Number, tr.Error)
+				break
+			}
+		}
+		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no trial succeeded (%d of %d failed%s)", failed(), len(rep.Trials), why), "NoTrialSucceeded", nil)
 	}
 	if f := failed(); f >= t.MaxFailedTrials {
 		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%d trials failed, max_failed_trials is %d", f, t.MaxFailedTrials), "TooManyFailedTrials", nil)

@@ -23,7 +23,7 @@ func TestTuningCensusBench(t *testing.T) {
 	if dir == "" {
 		t.Skip("a measurement: set TRAINFLOW_BENCH_TUNING_CENSUS to the UCI Adult directory (bench/tuning/census.sh)")
 	}
-	st := testStack(t, t.TempDir())
+	st := testStack(t, t.TempDir(), func(c *stackConfig) { c.Trust.dataRoots = append(c.Trust.dataRoots, dir) })
 	f := func(v float64) *float64 { return &v }
 	spec := func(id string, trials, parallel int) workflows.JobSpec {
 		return workflows.JobSpec{JobID: id, Preset: workflows.PresetCensus, Data: workflows.DataSpec{Dir: dir},
