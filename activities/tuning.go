@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -100,6 +101,11 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 		dir, err := a.trialJobDir(ref)
 		if err != nil {
 			return out, err
+		}
+		if !isURI(dir) { // not started yet: opening would create the directory
+			if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
 		}
 		jd, err := a.openJobDir(ctx, dir)
 		if err != nil {

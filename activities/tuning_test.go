@@ -33,6 +33,9 @@ not json
 	if len(got.Evals) != 2 || len(got.Evals[0]) != 0 || !slices.Equal(got.Evals[1], want) {
 		t.Errorf("evaluations %+v, want none for trial 1 and %v for trial 2", got.Evals, want)
 	}
+	if _, err := os.Stat(filepath.Join(acts.Home, "jobs", "hp_1_trial_1")); err == nil {
+		t.Error("reading a trial not started yet created its job dir")
+	}
 
 	_, err = e.ExecuteActivity(acts.TrialEvaluations, workflows.TrialEvaluationsInput{Metric: "auc", Name: "eval",
 		Trials: []workflows.TrialRef{{Number: 1, ID: "hp_1_trial_1", JobDir: "/etc/x"}}})
