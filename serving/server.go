@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,7 +208,7 @@ func (s *Server) predict(c echo.Context) error {
 	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
-	n, err := decodePredict(sc)
+	n, err := decodePredict(sc, sv.limits(s.opts.MaxInstances))
 	if err != nil {
 		return err
 	}
@@ -254,11 +255,11 @@ func readBody(dst []byte, r *http.Request, limit int64) ([]byte, error) {
 	}
 	switch enc := r.Header.Get(echo.HeaderContentEncoding); {
 	case enc == "" || strings.EqualFold(enc, "identity"):
+		// A declared length over the limit is refused at once; one within
+		// it is not trusted with memory: the buffer grows as bytes
+		// arrive, so a slow client holds only what it has sent.
 		if r.ContentLength > limit {
 			return dst, tooLarge(limit)
-		}
-		if r.ContentLength > 0 {
-			dst = slices.Grow(dst, int(r.ContentLength)+1) // +1: room to read EOF
 		}
 	case strings.EqualFold(enc, "gzip") || strings.EqualFold(enc, "x-gzip"):
 		zr := gzipReaders.Get().(*gzipReader)
@@ -278,7 +279,10 @@ func readBody(dst []byte, r *http.Request, limit int64) ([]byte, error) {
 	start := len(dst)
 	for {
 		if len(dst) == cap(dst) {
-			dst = slices.Grow(dst, max(512, len(dst)-start))
+			// Double, up to one byte over the limit (to see that it is).
+			room := int64(max(512, len(dst)-start))
+			room = min(room, limit+1-int64(len(dst)-start))
+			dst = slices.Grow(dst, int(max(room, 1)))
 		}
 		n, err := body.Read(dst[len(dst):cap(dst)])
 		dst = dst[:len(dst)+n]
@@ -287,6 +291,9 @@ func readBody(dst []byte, r *http.Request, limit int64) ([]byte, error) {
 		}
 		if err == io.EOF {
 			break
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return dst, &httpError{code: http.StatusRequestTimeout, msg: "request body not received in time"}
 		}
 		if err != nil {
 			return dst, badRequest("read request body: %v", err)
@@ -319,13 +326,19 @@ var gzipReaders = sync.Pool{New: func() any {
 // decodePredict decodes the :predict body in sc.body into sc.insts (the
 // common form, in one pass) or sc.rows (any other, through encoding/json),
 // and returns the number of instances.
-func decodePredict(sc *scratch) (int, error) {
-	if sig, ok := scanPredict(&sc.insts, sc.body); ok {
+//
+// No more than lim is decoded: beyond it, the request is refused before
+// anything is allocated per instance.
+func decodePredict(sc *scratch, lim limits) (int, error) {
+	if sig, ok := scanPredict(&sc.insts, sc.body, lim); ok {
 		if err := checkSignature(string(sig)); err != nil {
 			return 0, err
 		}
 		sc.rows = nil
 		return sc.insts.len(), nil
+	}
+	if err := boundPredict(sc.body, lim); err != nil {
+		return 0, err
 	}
 	var req predictRequest
 	if err := strictDecode(sc.body, &req); err != nil {
