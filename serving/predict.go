@@ -29,7 +29,7 @@ type scratch struct {
 	seen  []bool      // V2: the schema columns named so far
 
 	tensors bool
-	feats rawObject   // the features of one fast-path instance
+	feats   rawObject // the features of one fast-path instance
 
 	row              []preprocess.Value
 	x, probs, logits []float64

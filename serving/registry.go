@@ -25,11 +25,11 @@ type Servable struct {
 	Bundle    *train.Bundle
 	Transform *preprocess.Transform
 
-	id            string            // versionID of the directory it was loaded from
-	versionText   string            // Version in decimal
-	versionHeader []string          // X-Model-Version: versionText
-	columns       map[string]int    // the Schema's columns' indexes, by name
-	classJSON     [][]byte          // LabelVocab as JSON strings
+	id            string         // versionID of the directory it was loaded from
+	versionText   string         // Version in decimal
+	versionHeader []string       // X-Model-Version: versionText
+	columns       map[string]int // the Schema's columns' indexes, by name
+	classJSON     [][]byte       // LabelVocab as JSON strings
 }
 
 // versionID identifies the content of a version directory: the SHA-256 of
