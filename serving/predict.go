@@ -25,11 +25,11 @@ type scratch struct {
 	body  []byte      // the request body
 	insts instances   // the fast path's instances, slices of body
 	rows  []rawObject // or the strict decoder's
-	v2    v2Decoded   // or the V2 tensors, if tensors
-	seen  []bool      // V2: the schema columns named so far
+	feats rawObject   // the features of one fast-path or V2 instance
 
-	tensors bool
-	feats   rawObject // the features of one fast-path instance
+	tensors bool      // the instances are V2 tensors: v2
+	v2      v2Decoded // the V2 request, slices of body
+	seen    []bool    // V2: the schema columns named so far
 
 	row              []preprocess.Value
 	x, probs, logits []float64

@@ -166,6 +166,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			reg.Watch(wctx, *poll)
 		}
 	}()
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" {
+		log.Warn("serving beyond the loopback without --auth-token-file: anyone who reaches the port can query every model")
+	}
 	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns)
 	err = serving.New(reg, log, opts).Serve(ctx, ln)
 	stop()
