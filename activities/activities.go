@@ -496,7 +496,7 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 			return workflows.TrainResult{}, err
 		}
 	}
-	return train.Run(ctx, cfg, data, func(p train.Progress) error {
+	res, err := train.Run(ctx, cfg, data, func(p train.Progress) error {
 		hb.set(ctx, p)
 		if jd.remote {
 			b, err := os.ReadFile(filepath.Join(cfg.CheckpointDir, train.CheckpointName(p.Step)))
@@ -509,6 +509,7 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		}
 		return a.reportCheckpoint(ctx, jd, p)
 	})
+	return res, diverged(err)
 }
 
 // appendLine appends one line to path, creating it and its directory.

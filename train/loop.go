@@ -59,7 +59,9 @@ type Result struct {
 // Run trains the model cfg.Meta describes on data from the newest
 // checkpoint in cfg.CheckpointDir (or from a fresh model), committing a
 // checkpoint every cfg.SaveSteps steps and calling report after each. It
-// returns when cfg.MaxSteps is reached or ctx is done.
+// returns when cfg.MaxSteps is reached or ctx is done, and at once with an
+// error wrapping ErrNonFinite when the loss or the weights stop being
+// finite (no checkpoint of a diverged model is written).
 func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error) (Result, error) {
 	n := len(data.Y)
 	if n == 0 || cfg.BatchSize < 1 || cfg.MaxSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim {
@@ -110,6 +112,9 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 			yb[i] = data.Y[r]
 		}
 		loss := Step(m, opt, grad, xb[:len(rows)*data.Dim], yb[:len(rows)], cfg.ClipNorm)
+		if loss-loss != 0 {
+			return res, fmt.Errorf("%w: loss %v at step %d (lower the learning rate, or clip gradients with clip_norm)", ErrNonFinite, loss, step+1)
+		}
 		step++
 		examples += len(rows)
 		lossSum += loss

@@ -63,6 +63,9 @@ const (
 	ErrTypeInvalidSpec = "InvalidSpec"
 	ErrTypeBadData     = "BadData"
 	ErrTypeJobExists   = "JobExists"
+	// ErrTypeNonFiniteLoss marks training that diverged: a NaN or
+	// infinite loss, gradient or weight. No checkpoint of it is written.
+	ErrTypeNonFiniteLoss = "NonFiniteLoss"
 )
 
 // JobResult is the result of TrainingJob.

@@ -67,7 +67,7 @@ type cluster struct {
 
 func newCluster(t *testing.T, tasks int, sync bool, replicas int, maxSteps int64) *cluster {
 	c := &cluster{t: t, ckdir: t.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, tasks)}, servers: make([]*Server, tasks)}
-	c.cfg = ShardConfig{Tasks: tasks, Meta: linearMeta(8), Seed: 3, Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.05},
+	c.cfg = ShardConfig{Tasks: tasks, Workers: 3, Meta: linearMeta(8), Seed: 3, Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.05},
 		MaxSteps: maxSteps, SaveSteps: 50, Sync: sync, Replicas: replicas}
 	for i := range tasks {
 		c.start(i, nil, 1)
@@ -91,25 +91,38 @@ func (c *cluster) start(i int, ck *train.Checkpoint, gen int64) {
 	if err := sh.Restore(ck, gen); err != nil {
 		c.t.Fatal(err)
 	}
+	secret := NewSecret()
 	srv, addr, err := serveLoopback(sh, func(step int64) (*train.Checkpoint, error) {
 		return train.ReadCheckpoint(filepath.Join(c.ckdir, train.CheckpointName(step)))
-	})
+	}, ServerConfig{Secret: secret, Resolve: c.resolve})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	c.mu.Lock()
 	c.servers[i] = srv
-	c.view.Addrs[i] = addr
+	c.setAddr(i, addr, secret)
 	c.mu.Unlock()
 }
 
+// setAddr records parameter server i's address and secret. Call with mu
+// held.
+func (c *cluster) setAddr(i int, addr, secret string) {
+	if c.view.Secrets == nil {
+		c.view.Secrets = make([]string, len(c.view.Addrs))
+	}
+	c.view.Addrs[i], c.view.Secrets[i] = addr, secret
+}
+
 // serveLoopback serves sh on a free loopback port.
-func serveLoopback(sh *Shard, load Loader) (*Server, string, error) {
+func serveLoopback(sh *Shard, load Loader, cfg ServerConfig) (*Server, string, error) {
+	srv, err := NewServer(sh, load, cfg)
+	if err != nil {
+		return nil, "", err
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", err
 	}
-	srv := NewServer(sh, load)
 	go srv.Serve(lis)
 	return srv, lis.Addr().String(), nil
 }
@@ -118,7 +131,8 @@ func (c *cluster) resolve(context.Context) (Cluster, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := c.view
-	v.Addrs = append([]string(nil), v.Addrs...)
+	v.Addrs = slices.Clone(v.Addrs)
+	v.Secrets = slices.Clone(v.Secrets)
 	return v, nil
 }
 
