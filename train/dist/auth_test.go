@@ -110,7 +110,9 @@ func TestServerRefusesPeersWithoutTheSecret(t *testing.T) {
 		req, resp func() message
 	}{
 		{"Pull", func() message { return &pullRequest{h} }, func() message { return &pullResponse{} }},
-		{"Push", func() message { return &pushRequest{header: h, Worker: 0, Cursor: []float64{0, 5}, Grad: slices.Clone(grad)} }, func() message { return &pushResponse{} }},
+		{"Push", func() message {
+			return &pushRequest{header: h, Worker: 0, Cursor: []float64{0, 5}, Grad: slices.Clone(grad)}
+		}, func() message { return &pushResponse{} }},
 		{"Snapshot", func() message { return &snapshotRequest{header: h} }, func() message { return &snapshotResponse{} }},
 		{"Cursor", func() message { return &cursorRequest{header: h} }, func() message { return &cursorResponse{} }},
 		{"Committed", func() message { return &committedRequest{header: h, Step: 50} }, func() message { return &empty{} }},
