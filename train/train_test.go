@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -269,5 +270,30 @@ func TestCheckpointRefusesNonFinite(t *testing.T) {
 	ck := &Checkpoint{Step: 7, Meta: meta, Tensors: map[string][]float64{"params": {1, 2, 3, 4}, "rng/dropout": {math.NaN(), math.Inf(1)}}}
 	if _, err := ck.Encode(); err != nil {
 		t.Fatalf("random state with NaN bits: %v", err)
+	}
+}
+
+func TestNonFinite(t *testing.T) {
+	for n := range 11 {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = float64(i) - 3.5
+		}
+		if got := NonFinite(v); got != -1 {
+			t.Fatalf("finite %v: %d, want -1", v, got)
+		}
+		for i := range n {
+			for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+				w := slices.Clone(v)
+				w[i] = bad
+				if n > 1 {
+					w[n-1-i] = math.MaxFloat64 // huge but finite
+					w[i] = bad
+				}
+				if got := NonFinite(w); got != i {
+					t.Fatalf("%v: %d, want %d", w, got, i)
+				}
+			}
+		}
 	}
 }

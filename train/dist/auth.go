@@ -38,16 +38,19 @@ func NewSecret() string {
 
 // secretCreds adds a connection's secret to every request. The secret can
 // change (a restarted parameter server has a new one) without redialing.
-type secretCreds struct{ secret atomic.Pointer[string] }
+type secretCreds struct {
+	// md is the metadata of every request, built once per secret (gRPC
+	// only reads it).
+	md atomic.Pointer[map[string]string]
+}
 
-func (c *secretCreds) set(s string) { c.secret.Store(&s) }
+func (c *secretCreds) set(s string) { c.md.Store(&map[string]string{secretHeader: s}) }
 
 func (c *secretCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	s := c.secret.Load()
-	if s == nil {
-		return nil, nil
+	if md := c.md.Load(); md != nil {
+		return *md, nil
 	}
-	return map[string]string{secretHeader: *s}, nil
+	return nil, nil
 }
 
 // RequireTransportSecurity is false: the parameter servers speak plain
@@ -57,16 +60,16 @@ func (*secretCreds) RequireTransportSecurity() bool { return false }
 // errUnauthenticated answers a request without the server's secret.
 var errUnauthenticated = status.Error(codes.Unauthenticated, "dist: request without this parameter server's secret")
 
-// authorized reports whether md carries the server's secret.
-func (s *Server) authorized(md metadata.MD) bool {
-	v := md.Get(secretHeader)
+// authorized reports whether v, the values of secretHeader in a request,
+// is the server's secret.
+func (s *Server) authorized(v []string) bool {
 	return len(v) == 1 && subtle.ConstantTimeCompare([]byte(v[0]), s.secret) == 1
 }
 
 // tapAuth refuses a request without the secret as soon as its headers
 // arrive, before its body is read.
 func (s *Server) tapAuth(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if !s.authorized(info.Header) {
+	if !s.authorized(info.Header[secretHeader]) {
 		return ctx, errUnauthenticated
 	}
 	return ctx, nil
@@ -75,8 +78,7 @@ func (s *Server) tapAuth(ctx context.Context, info *tap.Info) (context.Context, 
 // checkAuth is the interceptors' check: the request's metadata must carry
 // the secret.
 func (s *Server) checkAuth(ctx context.Context) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if !s.authorized(md) {
+	if !s.authorized(metadata.ValueFromIncomingContext(ctx, secretHeader)) {
 		return errUnauthenticated
 	}
 	return nil

@@ -310,3 +310,33 @@ func readFashion(split string) (train.Data, error) {
 	}
 	return d, nil
 }
+
+// BenchmarkPing measures the smallest request, one Cursor round trip to
+// one parameter server over loopback gRPC: per-request costs such as the
+// secret's check show most here.
+func BenchmarkPing(b *testing.B) {
+	sh, err := NewShard(ShardConfig{Tasks: 1, Workers: 1, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1e-9}, MaxSteps: 1 << 62, SaveSteps: 1 << 62})
+	if err != nil {
+		b.Fatal(err)
+	}
+	secret := NewSecret()
+	srv, addr, err := serveLoopback(sh, nil, ServerConfig{Secret: secret})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	resolve := func(context.Context) (Cluster, error) {
+		return Cluster{Addrs: []string{addr}, Secrets: []string{secret}}, nil
+	}
+	c, err := Dial(context.Background(), resolve, sh.Len(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		if err := c.Ping(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
