@@ -564,6 +564,15 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		data.X, data.Y = data.X[:rows*data.Dim], data.Y[:rows]
 	}
 	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, 1024)}
+	mt := res.Metrics
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"log_loss", mt.LogLoss}, {"rmse", mt.RMSE}, {"mae", mt.MAE}, {"accuracy", mt.Accuracy}, {"auc", mt.AUC}, {"precision", mt.Precision}, {"recall", mt.Recall}} {
+		if f.v-f.v != 0 { // a checkpoint of weights so large its outputs overflow
+			return workflows.EvaluateResult{}, diverged(fmt.Errorf("%w: evaluation of checkpoint %d: %s is %v", train.ErrNonFinite, in.Step, f.name, f.v))
+		}
+	}
 	return res, jd.appendMetrics(ctx, in.Name, in.Step, res.Metrics)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -9,7 +10,9 @@ import (
 	"testing"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
@@ -57,6 +60,9 @@ func TestDivergedJobFailsFast(t *testing.T) {
 				}
 			}
 			t.Logf("finite checkpoints committed before the divergence: %v", steps)
+			if strings.Contains(c.cluster, "CUSTOM") {
+				checkSecretsNotInHistory(t, st.Client, c.id, filepath.Join(home, "jobs", c.id))
+			}
 		})
 	}
 }
@@ -71,6 +77,38 @@ func TestPSListenDefault(t *testing.T) {
 	} {
 		if got := defaultPSListen(addr); got != want {
 			t.Errorf("--temporal %s: parameter servers listen on %s, want %s", addr, got, want)
+		}
+	}
+}
+
+// checkSecretsNotInHistory fails t if a parameter server's secret, read
+// from the job directory jobDir, appears anywhere in job id's history.
+func checkSecretsNotInHistory(t *testing.T, c client.Client, id, jobDir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(jobDir, "cluster", "ps-*.secret"))
+	if len(files) == 0 {
+		t.Fatalf("no parameter-server secret in %s/cluster", jobDir)
+	}
+	var hist bytes.Buffer
+	it := c.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := proto.Marshal(ev) // payloads verbatim
+		if err != nil {
+			t.Fatal(err)
+		}
+		hist.Write(b)
+	}
+	for _, f := range files {
+		secret, err := os.ReadFile(f)
+		if err != nil || len(secret) < 32 {
+			t.Fatalf("secret %s: %q, %v", f, secret, err)
+		}
+		if bytes.Contains(hist.Bytes(), secret) {
+			t.Fatalf("the secret of %s is in the workflow history", f)
 		}
 	}
 }

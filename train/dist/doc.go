@@ -26,4 +26,13 @@
 // request, and workers of an older generation are refused
 // (codes.FailedPrecondition) until they refresh and re-read their
 // positions. Lost work is bounded by the checkpoint interval.
+//
+// Peers are not trusted (auth.go): every request must carry the server's
+// secret, which the Resolver hands the workers beside the addresses and
+// which never travels through the workflow; a server also refuses worker
+// IDs outside the cluster, NaN or infinite gradients, generations the
+// cluster (its own Resolver) has not reached, and messages larger than a
+// gradient of its shard. A worker whose loss or gradient stops being
+// finite ends with train.ErrNonFinite instead of pushing it, and the chief
+// never commits a checkpoint holding a NaN or an infinity.
 package dist
