@@ -598,7 +598,7 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		name string
 		v    float64
 	}{{"log_loss", mt.LogLoss}, {"rmse", mt.RMSE}, {"mae", mt.MAE}, {"accuracy", mt.Accuracy}, {"auc", mt.AUC}, {"precision", mt.Precision}, {"recall", mt.Recall}} {
-		if f.v-f.v != 0 { // a checkpoint of weights so large its outputs overflow
+		if f.v-f.v != 0 && mt.Examples > 0 { // a checkpoint of weights so large its outputs overflow
 			return workflows.EvaluateResult{}, diverged(fmt.Errorf("%w: evaluation of checkpoint %d: %s is %v", train.ErrNonFinite, in.Step, f.name, f.v))
 		}
 	}
