@@ -36,8 +36,9 @@ type JobSpec struct {
 	Preset string `json:"preset,omitempty"`
 	// JobDir is where the job writes everything: a local path, or a
 	// storage URI (s3://, gs://, azblob://, file://) when the workers share
-	// no disk. Default: the worker's --jobs/<job_id>, else
-	// home/jobs/<job_id>.
+	// no disk, inside the worker's --jobs or --data-roots and without query
+	// parameters (it takes its root's). Default: the worker's
+	// --jobs/<job_id>, else home/jobs/<job_id>.
 	JobDir string    `json:"job_dir,omitempty"`
 	Data   DataSpec  `json:"data"`
 	Model  ModelSpec `json:"model"`
@@ -162,7 +163,7 @@ var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximiz
 // DataSpec says where the raw data is and how to read it.
 type DataSpec struct {
 	// Train and Eval list CSV files (paths on the worker, or storage
-	// URIs).
+	// URIs without query), inside the worker's --data-roots or --jobs.
 	Train []string `json:"train,omitempty"`
 	Eval  []string `json:"eval,omitempty"`
 	// Dir, with the census preset, is a directory (or storage URI)
@@ -207,9 +208,10 @@ type DataSpec struct {
 	// BeamArgs are further Beam pipeline options for preprocessing, e.g.
 	// ["--parallelism=4"] or Dataflow's ["--project=P", "--region=R",
 	// "--staging_location=gs://B/staging"]. They come after the flags of
-	// the fields above and must not repeat one of them. Older jobs set the
-	// runner here (["--runner=flink", "--endpoint=host:8099"]); that
-	// still works.
+	// the fields above. Only tuning options are allowed (TuningFlags, and
+	// DataflowFlags with runner dataflow): the runner, its endpoint, the
+	// environment and the worker binary come from the fields above and the
+	// worker's operator (see ValidateTrust).
 	BeamArgs []string `json:"beam_args,omitempty"`
 }
 

@@ -41,6 +41,8 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	maxRoles := fs.Int("max-roles", 0, "run at most this many distributed-training roles (parameter servers, workers) at once, so jobs spread over worker processes; 0: no bound")
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics of this worker (steps, examples, loss, evaluation metrics, parameter-server latency, checkpoint commits, role restarts, preprocessing rows) at http://ADDR/metrics; empty: off")
 	psAdvertise := fs.String("ps-advertise", "", "host name workers dial to reach this process's parameter servers (default: this host's name, or the -ps-listen address when it is a specific one)")
+	var trust trustFlags
+	trust.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -72,6 +74,9 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	acts := &activities.Activities{Home: h, Jobs: *jobs, Models: &serving.Repository{Root: *models},
 		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}
+	if err := trust.apply(acts); err != nil {
+		return err
+	}
 	if isURI(*models) {
 		st, err := storage.Open(ctx, *models)
 		if err != nil {
@@ -102,7 +107,8 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	host, _ := os.Hostname()
-	log.Info("worker started", "temporal", tc.Address, "namespace", tc.Namespace, "tls", tc.Secured(), "home", h, "jobs", *jobs, "models", *models, "host", host, "pid", os.Getpid())
+	log.Info("worker started", "temporal", tc.Address, "namespace", tc.Namespace, "tls", tc.Secured(), "home", h, "jobs", *jobs,
+		"data_roots", acts.DataRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments, "models", *models, "host", host, "pid", os.Getpid())
 	<-ctx.Done()
 	w.Stop()
 	return nil
