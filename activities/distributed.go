@@ -232,7 +232,7 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
-		BatchesPerStep: max(s.replicas, 1)}
+		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}
 	if jd.remote { // the chief commits to the store before it reports
 		cfg.Checkpoints = storeCheckpoints{jd.st}
 	}

@@ -249,14 +249,24 @@ func (s *Shard) doneLocked() bool { return s.finished || s.step >= s.cfg.MaxStep
 // the Replicas-th applies their mean and advances the step; Push then
 // waits for that step to complete, so a worker's next Pull sees it. A
 // gradient tagged with an older step (a straggler when backups outran it)
-// is dropped at once. Push returns early with ctx's error.
+// is dropped at once; one tagged with a later step (admitted by shard 0
+// for a step this shard has not reached yet, see Client.PushAdmitted)
+// waits for the shard to get there. Push returns early with ctx's error.
 func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []float64) (PushResult, error) {
 	if len(grad) != s.Len() {
 		return PushResult{}, fmt.Errorf("%w: gradient has %d values, shard %d holds %d", train.ErrShape, len(grad), s.cfg.Task, s.Len())
 	}
 	s.mu.Lock()
-	// Hold at a cut until the chief has committed it.
-	if err := s.waitLocked(ctx, func() bool { return s.step%s.cfg.SaveSteps == 0 && s.step > s.committed && !s.doneLocked() }); err != nil {
+	gen := s.gen
+	// Hold at a cut until the chief has committed it, and a gradient
+	// admitted for a later step until the shard gets there.
+	if err := s.waitLocked(ctx, func() bool {
+		if s.doneLocked() || s.gen != gen {
+			return false
+		}
+		held := s.step%s.cfg.SaveSteps == 0 && s.step > s.committed
+		return held || (s.cfg.Sync && tag > s.step)
+	}); err != nil {
 		return PushResult{}, err
 	}
 	if s.doneLocked() {
@@ -275,7 +285,6 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 		s.setCursor(worker, cursor)
 		return PushResult{Step: s.step, Done: s.doneLocked()}, nil
 	}
-	wait := s.advanced
 	_, dup := s.accFrom[worker]
 	if !dup {
 		for i, g := range grad {
@@ -298,15 +307,13 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 			return PushResult{Step: s.step, Applied: true, Done: s.doneLocked()}, nil
 		}
 	}
-	s.mu.Unlock()
-	select {
-	case <-wait:
-	case <-ctx.Done():
-		return PushResult{}, ctx.Err()
+	// Wait for the step to complete (or the shard to roll back to another
+	// generation, which drops the sum).
+	if err := s.waitLocked(ctx, func() bool { return s.step == tag && s.gen == gen && !s.doneLocked() }); err != nil {
+		return PushResult{}, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	return PushResult{Step: s.step, Applied: !dup, Done: s.doneLocked()}, nil
+	return PushResult{Step: s.step, Applied: !dup && s.gen == gen, Done: s.doneLocked()}, nil
 }
 
 // setCursor records worker's cursor. Call with mu held.
