@@ -465,51 +465,66 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	}
 	hb := keepAlive(ctx)
 	defer hb.Stop()
-	dataDir, err := jd.stageShards(ctx, mb, m.Train)
-	if err != nil {
-		return workflows.TrainResult{}, err
-	}
-	data, err := loadSplit(dataDir, m.Train)
-	if err != nil {
-		return workflows.TrainResult{}, err
-	}
-	cfg := train.Config{
-		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate,
-		L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
-		Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
-		CheckpointDir: filepath.Join(jd.dir, checkpoints),
-		Meta:          checkpointMeta(in),
-	}
-	sc := storeCheckpoints{jd.st}
-	if jd.remote {
-		tmp, err := jd.tempDir("train-")
+	return watchStalls(ctx, hb, "training", stallTimeout(in), func(ctx context.Context, w *stallWatch) (workflows.TrainResult, error) {
+		dataDir, err := jd.stageShards(ctx, mb, m.Train)
 		if err != nil {
 			return workflows.TrainResult{}, err
 		}
-		defer os.RemoveAll(tmp)
-		cfg.CheckpointDir = filepath.Join(tmp, checkpoints)
-		ck, err := sc.latest(ctx)
-		if err == nil && ck != nil {
-			err = train.SaveCheckpoint(cfg.CheckpointDir, ck, 0)
-		}
+		w.mark()
+		data, err := loadSplit(dataDir, m.Train)
 		if err != nil {
 			return workflows.TrainResult{}, err
 		}
-	}
-	return train.Run(ctx, cfg, data, func(p train.Progress) error {
-		hb.set(ctx, p)
+		w.mark()
+		cfg := train.Config{
+			BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate,
+			L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
+			Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
+			SaveEvery:     time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
+			CheckpointDir: filepath.Join(jd.dir, checkpoints),
+			Meta:          checkpointMeta(in),
+			Stepped: func(step int64) {
+				w.at(step)
+				if testStepHook != nil {
+					testStepHook(ctx, "training", step)
+				}
+			},
+		}
+		sc := storeCheckpoints{jd.st}
 		if jd.remote {
-			b, err := os.ReadFile(filepath.Join(cfg.CheckpointDir, train.CheckpointName(p.Step)))
+			tmp, err := jd.tempDir("train-")
 			if err != nil {
-				return err
+				return workflows.TrainResult{}, err
 			}
-			if err := sc.commit(ctx, p.Step, b, cfg.KeepMax); err != nil {
-				return err
+			defer os.RemoveAll(tmp)
+			cfg.CheckpointDir = filepath.Join(tmp, checkpoints)
+			ck, err := sc.latest(ctx)
+			if err == nil && ck != nil {
+				err = train.SaveCheckpoint(cfg.CheckpointDir, ck, 0)
+			}
+			if err != nil {
+				return workflows.TrainResult{}, err
 			}
 		}
-		return a.reportCheckpoint(ctx, jd, p)
+		return train.Run(ctx, cfg, data, func(p train.Progress) error {
+			hb.set(ctx, p)
+			if jd.remote {
+				b, err := os.ReadFile(filepath.Join(cfg.CheckpointDir, train.CheckpointName(p.Step)))
+				if err != nil {
+					return err
+				}
+				if err := sc.commit(ctx, p.Step, b, cfg.KeepMax); err != nil {
+					return err
+				}
+			}
+			return a.reportCheckpoint(ctx, jd, p)
+		})
 	})
 }
+
+// testStepHook, set only by tests, is called after every step of a role
+// with the role's name and the step: a test makes a role hang with it.
+var testStepHook func(ctx context.Context, role string, step int64)
 
 // appendLine appends one line to path, creating it and its directory.
 func appendLine(path string, line []byte) error {

@@ -98,6 +98,11 @@ type ClusterSpec struct {
 // DefaultStallTimeout is cluster.stall_timeout_secs's default.
 const DefaultStallTimeout = 300 * time.Second
 
+// ErrTypeStalled is the application error type of a role that made no
+// progress for cluster.stall_timeout_secs: retryable, except after
+// activities.MaxStalls stalled attempts in a row.
+const ErrTypeStalled = "Stalled"
+
 // Scale tiers and update modes.
 const (
 	TierBasic     = "BASIC"
