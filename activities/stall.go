@@ -12,8 +12,9 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// MaxStalls is how many attempts in a row of one role may stall before the
-// role fails for good (non-retryable), failing the job.
+// MaxStalls is how many attempts in a row of one role may stall, without
+// getting past the step of the previous stall, before the role fails for
+// good (non-retryable), failing the job.
 const MaxStalls = 3
 
 // stallGrace is how long a stalled role's work gets to return once
@@ -90,17 +91,20 @@ func stallTimeout(in workflows.TrainInput) time.Duration {
 // watchStalls runs work, failing it with a Stalled error when it reports
 // no progress to its stallWatch for timeout. The error is retryable, and
 // the role so retried, until MaxStalls attempts in a row stalled: then it
-// is not (the count travels in the last heartbeat's details, a stallNote).
+// is not. The count travels in the last heartbeat's details (a stallNote
+// with the step of the stall); an attempt that gets past that step starts
+// counting afresh, so the role's retry policy bounds a role that keeps
+// stalling while it progresses.
 // role names the role in the error, e.g. "worker 2"; hb is the
 // activity's heartbeat, which sends the stallNote from then on.
 func watchStalls[T any](ctx context.Context, hb *beater, role string, timeout time.Duration, work func(context.Context, *stallWatch) (T, error)) (T, error) {
-	stalls := 0
+	var prev stallNote
 	if activity.HasHeartbeatDetails(ctx) {
-		var prev stallNote
-		if activity.GetHeartbeatDetails(ctx, &prev) == nil {
-			stalls = prev.Stalls
+		if activity.GetHeartbeatDetails(ctx, &prev) != nil {
+			prev = stallNote{}
 		}
 	}
+	stalls := prev.Stalls
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &stallWatch{last: time.Now()}
@@ -122,6 +126,9 @@ func watchStalls[T any](ctx context.Context, hb *beater, role string, timeout ti
 		case <-tick.C:
 		}
 		idle, step := w.idle()
+		if stalls > 0 && step > prev.GlobalStep {
+			stalls = 0 // got past the previous stall: not in a row
+		}
 		if idle < timeout {
 			continue
 		}

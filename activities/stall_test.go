@@ -68,4 +68,11 @@ func TestTrainStallFailsAndIsRetriedThenFails(t *testing.T) {
 		t.Logf("attempt %d: stall detected after %v (timeout 2 s): %v", attempt, took.Round(10*time.Millisecond), err)
 		e.SetHeartbeatDetails(note) // what the server hands the retry
 	}
+	// An attempt that gets past the previous stall's step counts afresh.
+	e.SetHeartbeatDetails(stallNote{Role: "training", GlobalStep: 10, Stalls: MaxStalls - 1})
+	_, err := e.ExecuteActivity(acts.Train, in)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeStalled || ae.NonRetryable() || !strings.Contains(err.Error(), "1 of 3") {
+		t.Fatalf("stall at step 30 after one at step 10: %v, want a retryable Stalled error, 1 of 3", err)
+	}
 }

@@ -90,8 +90,9 @@ type ClusterSpec struct {
 	// StallTimeoutSecs fails a role (training, chief, worker, parameter
 	// server) that makes no progress (its global step does not move) for
 	// this long, although its process is alive and heartbeating: the role
-	// is retried, and the job fails after MaxStalls stalled attempts in a
-	// row. Default 300.
+	// is retried, and the job fails after 3 stalled attempts in a row
+	// (activities.MaxStalls; none getting past the step of the stall
+	// before). Default 300.
 	StallTimeoutSecs int `json:"stall_timeout_secs,omitempty"`
 }
 
