@@ -485,9 +485,7 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 			Meta:          checkpointMeta(in),
 			Stepped: func(step int64) {
 				w.at(step)
-				if testStepHook != nil {
-					testStepHook(ctx, "training", step)
-				}
+				stepHook(ctx, "training", step)
 			},
 		}
 		sc := storeCheckpoints{jd.st}
@@ -521,10 +519,6 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		})
 	})
 }
-
-// testStepHook, set only by tests, is called after every step of a role
-// with the role's name and the step: a test makes a role hang with it.
-var testStepHook func(ctx context.Context, role string, step int64)
 
 // appendLine appends one line to path, creating it and its directory.
 func appendLine(path string, line []byte) error {

@@ -230,9 +230,7 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 			Moved: func(p dist.Position) {
 				w.at(p.GlobalStep)
 				hb.set(ctx, p)
-				if testStepHook != nil {
-					testStepHook(ctx, role, p.GlobalStep)
-				}
+				stepHook(ctx, role, p.GlobalStep)
 			},
 			Resumed: func(p dist.Position, source string) {
 				jd.event(ctx, map[string]any{"event": "worker_resumed", "task": in.Task, "source": source, "epoch": p.Epoch, "cursor": p.Cursor,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -149,5 +150,27 @@ func watchStalls[T any](ctx context.Context, hb *beater, role string, timeout ti
 		case <-time.After(stallGrace):
 		}
 		return zero, err
+	}
+}
+
+// testStepHook holds the hook SetStepHookForTest sets.
+var testStepHook atomic.Pointer[func(ctx context.Context, role string, step int64)]
+
+// SetStepHookForTest makes training and every worker call hook after each
+// step with the role's name ("training", "chief (worker 0)", "worker 1")
+// and the global step; nil removes it. For tests only: a hook that blocks
+// until ctx ends is a role that hangs while its process stays alive.
+func SetStepHookForTest(hook func(ctx context.Context, role string, step int64)) {
+	if hook == nil {
+		testStepHook.Store(nil)
+		return
+	}
+	testStepHook.Store(&hook)
+}
+
+// stepHook calls the test hook, if any.
+func stepHook(ctx context.Context, role string, step int64) {
+	if h := testStepHook.Load(); h != nil {
+		(*h)(ctx, role, step)
 	}
 }

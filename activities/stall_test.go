@@ -29,12 +29,12 @@ func TestTrainStallFailsAndIsRetriedThenFails(t *testing.T) {
 	in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train,
 		StallTimeoutSecs: 2}
 	in.Train.MaxSteps = 1000
-	testStepHook = func(ctx context.Context, _ string, step int64) {
+	SetStepHookForTest(func(ctx context.Context, _ string, step int64) {
 		if step == 30 {
 			<-ctx.Done() // hangs until the watch cancels it
 		}
-	}
-	defer func() { testStepHook = nil }()
+	})
+	defer SetStepHookForTest(nil)
 	var mu sync.Mutex
 	var last stallNote
 	e.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {

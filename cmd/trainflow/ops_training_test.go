@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -65,5 +71,36 @@ func TestEpochsAndTimedCheckpointsBasic(t *testing.T) {
 	t.Logf("step %d of %d training rows, commits %v", res.GlobalStep, res.TrainRows, commits)
 	if res.TrainRows == 0 || res.GlobalStep != want || commits[len(commits)-1] != want {
 		t.Fatalf("ended at step %d (commits %v) with %d rows, want 2 epochs = %d steps", res.GlobalStep, commits, res.TrainRows, want)
+	}
+}
+
+// TestStalledTrainingFailsTheJob hangs BASIC training at step 30 (the
+// process alive and heartbeating) with stall_timeout_secs 2, through the
+// embedded server and the stack's own worker: each attempt fails as
+// Stalled and is retried, and the third fails the job with an error naming
+// the role and the step.
+func TestStalledTrainingFailsTheJob(t *testing.T) {
+	st := testStack(t, t.TempDir())
+	activities.SetStepHookForTest(func(ctx context.Context, role string, step int64) {
+		if role == "training" && step == 30 {
+			<-ctx.Done()
+		}
+	})
+	defer activities.SetStepHookForTest(nil)
+	id := "stalled_basic"
+	input := fmt.Sprintf(`{"job_id":%q,"preset":"census","data":{"generated_rows":2000},"train":{"max_steps":500,"save_checkpoints_steps":100},
+		"cluster":{"stall_timeout_secs":2}}`, id)
+	start := time.Now()
+	_, err := waitJob(t, startUIStyle(t, st.Client, id, input))
+	took := time.Since(start)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeStalled || !strings.Contains(err.Error(), "training stalled") ||
+		!strings.Contains(err.Error(), "global step 30") || !strings.Contains(err.Error(), "3 of 3") {
+		t.Fatalf("job ended with %v, want a Stalled error naming training, step 30, 3 of 3", err)
+	}
+	t.Logf("job failed %s after its start (3 stalls of 2 s, retries between): %v", took.Round(time.Millisecond), err)
+	d, derr := st.Client.DescribeWorkflowExecution(context.Background(), id, "")
+	if derr != nil || d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_FAILED {
+		t.Fatalf("job status %v (%v), want FAILED", d.GetWorkflowExecutionInfo().GetStatus(), derr)
 	}
 }
