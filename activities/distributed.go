@@ -52,90 +52,96 @@ func setup(in workflows.RoleInput, jd *jobDir) roleSetup {
 // restores the newest committed checkpoint, listens on a free port and
 // registers its address with the workflow, which tells the workers.
 func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
+	defer a.Metrics.started("ps", activity.GetInfo(ctx).Attempt)()
 	hb := keepAlive(ctx)
 	defer hb.Stop()
-	role := fmt.Sprintf("parameter server %d", in.Task)
-	return watchStalls(ctx, hb, role, stallTimeout(in.TrainInput), func(ctx context.Context, w *stallWatch) (workflows.WorkerResult, error) {
-		jd, err := a.openJobDir(ctx, in.JobDir)
-		if err != nil {
-			return workflows.WorkerResult{}, err
-		}
-		defer jd.Close()
-		s := setup(in, jd)
-		shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Meta: s.meta, Seed: in.Train.Seed,
-			Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, Sync: s.replicas > 0, Replicas: s.replicas})
-		if err != nil {
-			return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
-		}
-		load := func(step int64) (*train.Checkpoint, error) {
-			return train.ReadCheckpoint(filepath.Join(s.ckdir, train.CheckpointName(step)))
-		}
-		latest := func() (*train.Checkpoint, error) { return train.LatestCheckpoint(s.ckdir) }
-		if jd.remote {
-			sc := storeCheckpoints{jd.st}
-			load = func(step int64) (*train.Checkpoint, error) { return sc.read(ctx, step) }
-			latest = func() (*train.Checkpoint, error) { return sc.latest(ctx) }
-		}
-		ck, err := latest()
-		if err != nil {
-			return workflows.WorkerResult{}, err
-		}
-		if err := shard.Restore(ck, 0); err != nil {
-			return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeBadData, err)
-		}
-		restored, _ := shard.Step()
-		w.follow(func() int64 { step, _ := shard.Step(); return step })
-		lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
-		if err != nil {
-			return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: listen: %w", in.Task, err)
-		}
-		srv := dist.NewServer(shard, load)
-		defer srv.Stop()
-		_, port, _ := net.SplitHostPort(lis.Addr().String())
-		host, _ := os.Hostname()
-		reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored}
-		info := activity.GetInfo(ctx)
-		h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID,
-			UpdateName: workflows.RegisterParameterServerUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
-		if err != nil {
-			lis.Close()
-			return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: register: %w", in.Task, err)
-		}
-		var cl workflows.ClusterState
-		if err := h.Get(ctx, &cl); err != nil {
-			lis.Close()
-			return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: register: %w", in.Task, err)
-		}
-		if cl.RestoreStep != restored { // another server restarted from another checkpoint
-			if ck, err = load(cl.RestoreStep); err == nil {
-				err = shard.Restore(ck, cl.Gen)
-			}
-			if err != nil {
-				lis.Close()
-				return workflows.WorkerResult{}, err
-			}
-		}
-		shard.SetGeneration(cl.Gen)
-		jd.event(ctx, map[string]any{"event": "ps_start", "task": in.Task, "addr": reg.Addr, "host": host, "pid": reg.PID,
-			"attempt": info.Attempt, "restored_step": restored, "gen": cl.Gen})
-		activity.GetLogger(ctx).Info("parameter server listening", "task", in.Task, "addr", reg.Addr, "restored_step", restored, "gen", cl.Gen)
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(lis) }()
-		select {
-		case <-shard.Finished():
-			// Answer "done" a little longer to workers still stepping.
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-			}
-		case <-ctx.Done():
-			return workflows.WorkerResult{}, ctx.Err()
-		case err := <-served:
-			return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: serve: %w", in.Task, err)
-		}
-		step, _ := shard.Step()
-		return workflows.WorkerResult{Task: in.Task, Step: step}, nil
+	name := fmt.Sprintf("parameter server %d", in.Task)
+	return watchStalls(ctx, hb, name, stallTimeout(in.TrainInput), func(ctx context.Context, w *stallWatch) (workflows.WorkerResult, error) {
+		return a.parameterServer(ctx, in, w)
 	})
+}
+
+// parameterServer is ParameterServer's work; w follows the shard's step.
+func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput, w *stallWatch) (workflows.WorkerResult, error) {
+	jd, err := a.openJobDir(ctx, in.JobDir)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	defer jd.Close()
+	s := setup(in, jd)
+	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Meta: s.meta, Seed: in.Train.Seed,
+		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, Sync: s.replicas > 0, Replicas: s.replicas})
+	if err != nil {
+		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
+	}
+	load := func(step int64) (*train.Checkpoint, error) {
+		return train.ReadCheckpoint(filepath.Join(s.ckdir, train.CheckpointName(step)))
+	}
+	latest := func() (*train.Checkpoint, error) { return train.LatestCheckpoint(s.ckdir) }
+	if jd.remote {
+		sc := storeCheckpoints{jd.st}
+		load = func(step int64) (*train.Checkpoint, error) { return sc.read(ctx, step) }
+		latest = func() (*train.Checkpoint, error) { return sc.latest(ctx) }
+	}
+	ck, err := latest()
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	if err := shard.Restore(ck, 0); err != nil {
+		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeBadData, err)
+	}
+	restored, _ := shard.Step()
+	w.follow(func() int64 { step, _ := shard.Step(); return step })
+	lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
+	if err != nil {
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: listen: %w", in.Task, err)
+	}
+	srv := dist.NewServer(shard, load)
+	defer srv.Stop()
+	_, port, _ := net.SplitHostPort(lis.Addr().String())
+	host, _ := os.Hostname()
+	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored}
+	info := activity.GetInfo(ctx)
+	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID,
+		UpdateName: workflows.RegisterParameterServerUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		lis.Close()
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: register: %w", in.Task, err)
+	}
+	var cl workflows.ClusterState
+	if err := h.Get(ctx, &cl); err != nil {
+		lis.Close()
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: register: %w", in.Task, err)
+	}
+	if cl.RestoreStep != restored { // another server restarted from another checkpoint
+		if ck, err = load(cl.RestoreStep); err == nil {
+			err = shard.Restore(ck, cl.Gen)
+		}
+		if err != nil {
+			lis.Close()
+			return workflows.WorkerResult{}, err
+		}
+	}
+	shard.SetGeneration(cl.Gen)
+	jd.event(ctx, map[string]any{"event": "ps_start", "task": in.Task, "addr": reg.Addr, "host": host, "pid": reg.PID,
+		"attempt": info.Attempt, "restored_step": restored, "gen": cl.Gen})
+	activity.GetLogger(ctx).Info("parameter server listening", "task", in.Task, "addr", reg.Addr, "restored_step", restored, "gen", cl.Gen)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	select {
+	case <-shard.Finished():
+		// Answer "done" a little longer to workers still stepping.
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	case <-ctx.Done():
+		return workflows.WorkerResult{}, ctx.Err()
+	case err := <-served:
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: serve: %w", in.Task, err)
+	}
+	step, _ := shard.Step()
+	return workflows.WorkerResult{Task: in.Task, Step: step}, nil
 }
 
 // psListenHost is the interface parameter servers listen on.
@@ -166,102 +172,132 @@ func (a *Activities) psAdvertiseHost() string {
 func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
 	hb := keepAlive(ctx)
 	defer hb.Stop()
-	role := fmt.Sprintf("worker %d", in.Task)
+	name := fmt.Sprintf("worker %d", in.Task)
 	if in.Task == 0 {
-		role = "chief (worker 0)"
+		name = "chief (worker 0)"
 	}
-	return watchStalls(ctx, hb, role, stallTimeout(in.TrainInput), func(ctx context.Context, w *stallWatch) (workflows.WorkerResult, error) {
-		jd, err := a.openJobDir(ctx, in.JobDir)
-		if err != nil {
-			return workflows.WorkerResult{}, err
-		}
-		defer jd.Close()
-		m, mb, err := jd.trainingManifest(ctx, in.TransformHash)
-		if err != nil {
-			return workflows.WorkerResult{}, err
-		}
-		seed := workerSeed(in.Train.Seed, in.Task)
-		mine, byRow := workerShards(m.Train, in.Task, in.Cluster.Workers(), seed)
-		dataDir, err := jd.stageShards(ctx, mb, mine)
-		if err != nil {
-			return workflows.WorkerResult{}, err
-		}
-		data, files, err := workerData(dataDir, mine, byRow, in.Task, in.Cluster.Workers())
-		if err != nil {
-			return workflows.WorkerResult{}, err
-		}
-		w.mark()
-		s := setup(in, jd)
-		info := activity.GetInfo(ctx)
-		log := activity.GetLogger(ctx)
-		wf := info.WorkflowExecution
-		resolve := func(ctx context.Context) (dist.Cluster, error) {
-			v, err := a.Client.QueryWorkflow(ctx, wf.ID, "", workflows.ClusterQuery)
-			if err != nil {
-				return dist.Cluster{}, err
-			}
-			var cs workflows.ClusterState
-			if err := v.Get(&cs); err != nil {
-				return dist.Cluster{}, err
-			}
-			c := dist.Cluster{Gen: cs.Gen, RestoreStep: cs.RestoreStep}
-			for _, ep := range cs.PS {
-				c.Addrs = append(c.Addrs, ep.Addr)
-			}
-			return c, nil
-		}
-		model, err := train.Initial(s.meta, in.Train.Seed)
-		if err != nil {
-			return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
-		}
-		c, err := dist.Dial(ctx, resolve, len(model.Params()), in.Cluster.ParameterServerCount)
-		if err != nil {
-			return workflows.WorkerResult{}, err
-		}
-		defer c.Close()
-		w.mark()
-		var hint dist.Position
-		if activity.HasHeartbeatDetails(ctx) {
-			activity.GetHeartbeatDetails(ctx, &hint)
-		}
-		jd.event(ctx, map[string]any{"event": "worker_start", "task": in.Task, "attempt": info.Attempt, "pid": os.Getpid(), "files": files, "rows": len(data.Y),
-			"ps": c.Addrs(), "gen": c.Gen(), "heartbeat_global_step": hint.GlobalStep})
-		hooks := dist.Hooks{
-			Moved: func(p dist.Position) {
-				w.at(p.GlobalStep)
-				hb.set(ctx, p)
-				stepHook(ctx, role, p.GlobalStep)
-			},
-			Resumed: func(p dist.Position, source string) {
-				jd.event(ctx, map[string]any{"event": "worker_resumed", "task": in.Task, "source": source, "epoch": p.Epoch, "cursor": p.Cursor,
-					"heartbeat_epoch": hint.Epoch, "heartbeat_cursor": hint.Cursor})
-			},
-			Recovered: func(err error, cl dist.Cluster, last int64) {
-				w.mark()
-				log.Warn("parameter servers recovered", "task", in.Task, "error", err, "gen", cl.Gen, "restore_step", cl.RestoreStep, "last_step", last)
-				jd.event(ctx, map[string]any{"event": "ps_recovered", "task": in.Task, "gen": cl.Gen, "restore_step": cl.RestoreStep,
-					"last_step": last, "cause": err.Error()})
-			},
-		}
-		if in.Task == 0 {
-			hooks.Committed = func(p train.Progress) error { w.mark(); return a.reportCheckpoint(ctx, jd, p) }
-		}
-		cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
-			MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
-			BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}
-		if jd.remote { // the chief commits to the store before it reports
-			cfg.Checkpoints = storeCheckpoints{jd.st}
-		}
-		r, err := dist.RunWorker(ctx, cfg, data, c, hooks)
-		res := workflows.WorkerResult{Task: in.Task, Step: r.Step, Steps: r.Steps, Applied: r.Applied, Loss: r.Loss,
-			ComputeSecs: r.Compute.Seconds(), PullSecs: r.Pull.Seconds(), PushSecs: r.Push.Seconds()}
-		if err != nil {
-			return res, err
-		}
-		jd.event(ctx, map[string]any{"event": "worker_done", "task": in.Task, "global_step": r.Step, "steps": r.Steps, "applied": r.Applied,
-			"compute_secs": res.ComputeSecs, "pull_secs": res.PullSecs, "push_secs": res.PushSecs})
-		return res, nil
+	return watchStalls(ctx, hb, name, stallTimeout(in.TrainInput), func(ctx context.Context, w *stallWatch) (workflows.WorkerResult, error) {
+		return a.trainWorker(ctx, in, name, hb, w)
 	})
+}
+
+// trainWorker is TrainWorker's work, reporting its progress to w.
+func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, name string, hb *beater, w *stallWatch) (workflows.WorkerResult, error) {
+	jd, err := a.openJobDir(ctx, in.JobDir)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	defer jd.Close()
+	m, mb, err := jd.trainingManifest(ctx, in.TransformHash)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	seed := workerSeed(in.Train.Seed, in.Task)
+	mine, byRow := workerShards(m.Train, in.Task, in.Cluster.Workers(), seed)
+	dataDir, err := jd.stageShards(ctx, mb, mine)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	data, files, err := workerData(dataDir, mine, byRow, in.Task, in.Cluster.Workers())
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	w.mark()
+	s := setup(in, jd)
+	info := activity.GetInfo(ctx)
+	log := activity.GetLogger(ctx)
+	wf := info.WorkflowExecution
+	resolve := func(ctx context.Context) (dist.Cluster, error) {
+		v, err := a.Client.QueryWorkflow(ctx, wf.ID, "", workflows.ClusterQuery)
+		if err != nil {
+			return dist.Cluster{}, err
+		}
+		var cs workflows.ClusterState
+		if err := v.Get(&cs); err != nil {
+			return dist.Cluster{}, err
+		}
+		c := dist.Cluster{Gen: cs.Gen, RestoreStep: cs.RestoreStep}
+		for _, ep := range cs.PS {
+			c.Addrs = append(c.Addrs, ep.Addr)
+		}
+		return c, nil
+	}
+	model, err := train.Initial(s.meta, in.Train.Seed)
+	if err != nil {
+		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
+	}
+	c, err := dist.Dial(ctx, resolve, len(model.Params()), in.Cluster.ParameterServerCount)
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	defer c.Close()
+	w.mark()
+	var hint dist.Position
+	if activity.HasHeartbeatDetails(ctx) {
+		activity.GetHeartbeatDetails(ctx, &hint)
+	}
+	jd.event(ctx, map[string]any{"event": "worker_start", "task": in.Task, "attempt": info.Attempt, "pid": os.Getpid(), "files": files, "rows": len(data.Y),
+		"ps": c.Addrs(), "gen": c.Gen(), "heartbeat_global_step": hint.GlobalStep})
+	hooks := dist.Hooks{
+		Moved: func(p dist.Position) {
+			w.at(p.GlobalStep)
+			hb.set(ctx, p)
+			stepHook(ctx, name, p.GlobalStep)
+		},
+		Resumed: func(p dist.Position, source string) {
+			jd.event(ctx, map[string]any{"event": "worker_resumed", "task": in.Task, "source": source, "epoch": p.Epoch, "cursor": p.Cursor,
+				"heartbeat_epoch": hint.Epoch, "heartbeat_cursor": hint.Cursor})
+		},
+		Recovered: func(err error, cl dist.Cluster, last int64) {
+			w.mark()
+			log.Warn("parameter servers recovered", "task", in.Task, "error", err, "gen", cl.Gen, "restore_step", cl.RestoreStep, "last_step", last)
+			jd.event(ctx, map[string]any{"event": "ps_recovered", "task": in.Task, "gen": cl.Gen, "restore_step": cl.RestoreStep,
+				"last_step": last, "cause": err.Error()})
+		},
+	}
+	role, job := "worker", activity.GetInfo(ctx).WorkflowExecution.ID
+	if in.Task == 0 {
+		role = "chief"
+	}
+	defer a.Metrics.started(role, info.Attempt)()
+	stepped := a.Metrics.stepper(job, role)
+	hooks.Stepped = func(st dist.StepStats) {
+		stepped(st.GlobalStep, st.Examples)
+		a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+	}
+	if in.Task == 0 {
+		sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize*max(s.replicas, 1), in.Model.LearningRate)
+		sums.onLoss = func(l float64) { a.Metrics.trainLoss(job, l) }
+		hooks.Stepped = func(st dist.StepStats) {
+			sums.stepped(st.GlobalStep, st.Loss)
+			stepped(st.GlobalStep, st.Examples)
+			a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+		}
+		defer sums.close(ctx, jd)
+		hooks.Committed = func(p train.Progress) error {
+			w.mark()
+			a.Metrics.committed(p.Commit)
+			if err := sums.flush(ctx, jd, p.Step); err != nil {
+				return err
+			}
+			return a.reportCheckpoint(ctx, jd, p)
+		}
+	}
+	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
+		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
+		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}
+	if jd.remote { // the chief commits to the store before it reports
+		cfg.Checkpoints = storeCheckpoints{jd.st}
+	}
+	r, err := dist.RunWorker(ctx, cfg, data, c, hooks)
+	res := workflows.WorkerResult{Task: in.Task, Step: r.Step, Steps: r.Steps, Applied: r.Applied, Loss: r.Loss,
+		ComputeSecs: r.Compute.Seconds(), PullSecs: r.Pull.Seconds(), PushSecs: r.Push.Seconds()}
+	if err != nil {
+		return res, err
+	}
+	jd.event(ctx, map[string]any{"event": "worker_done", "task": in.Task, "global_step": r.Step, "steps": r.Steps, "applied": r.Applied,
+		"compute_secs": res.ComputeSecs, "pull_secs": res.PullSecs, "push_secs": res.PushSecs})
+	return res, nil
 }
 
 // reportCheckpoint tells the workflow and the events log about a

@@ -224,7 +224,7 @@ func TestSaveEveryFollowsTheClock(t *testing.T) {
 	cfg.Now = func() time.Time { clock = clock.Add(time.Second); return clock }
 	var reported []int64
 	var stepped int64
-	cfg.Stepped = func(s int64) { stepped = s }
+	cfg.Stepped = func(s int64, _ float64) { stepped = s }
 	if _, err := Run(context.Background(), cfg, d, func(p Progress) error { reported = append(reported, p.Step); return nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -36,8 +36,9 @@ type JobSpec struct {
 	Preset string `json:"preset,omitempty"`
 	// JobDir is where the job writes everything: a local path, or a
 	// storage URI (s3://, gs://, azblob://, file://) when the workers share
-	// no disk. Default: the worker's --jobs/<job_id>, else
-	// home/jobs/<job_id>.
+	// no disk, inside the worker's --jobs or --data-roots and without query
+	// parameters (it takes its root's). Default: the worker's
+	// --jobs/<job_id>, else home/jobs/<job_id>.
 	JobDir string    `json:"job_dir,omitempty"`
 	Data   DataSpec  `json:"data"`
 	Model  ModelSpec `json:"model"`
@@ -177,7 +178,7 @@ var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximiz
 // DataSpec says where the raw data is and how to read it.
 type DataSpec struct {
 	// Train and Eval list CSV files (paths on the worker, or storage
-	// URIs).
+	// URIs without query), inside the worker's --data-roots or --jobs.
 	Train []string `json:"train,omitempty"`
 	Eval  []string `json:"eval,omitempty"`
 	// Dir, with the census preset, is a directory (or storage URI)
@@ -222,9 +223,10 @@ type DataSpec struct {
 	// BeamArgs are further Beam pipeline options for preprocessing, e.g.
 	// ["--parallelism=4"] or Dataflow's ["--project=P", "--region=R",
 	// "--staging_location=gs://B/staging"]. They come after the flags of
-	// the fields above and must not repeat one of them. Older jobs set the
-	// runner here (["--runner=flink", "--endpoint=host:8099"]); that
-	// still works.
+	// the fields above. Only tuning options are allowed (TuningFlags, and
+	// DataflowFlags with runner dataflow): the runner, its endpoint, the
+	// environment and the worker binary come from the fields above and the
+	// worker's operator (see ValidateTrust).
 	BeamArgs []string `json:"beam_args,omitempty"`
 }
 
@@ -284,6 +286,9 @@ type TrainSpec struct {
 	SaveCheckpointsSecs int64  `json:"save_checkpoints_secs,omitempty"`
 	KeepCheckpointMax   int    `json:"keep_checkpoint_max,omitempty"` // default 5
 	Seed                uint64 `json:"seed,omitempty"`                // default 1
+	// SaveSummarySteps is how often (in global steps) the chief writes
+	// TensorBoard scalars to <job_dir>/logs/train. Default 100.
+	SaveSummarySteps int64 `json:"save_summary_steps,omitempty"`
 }
 
 // Model types.
@@ -354,6 +359,9 @@ func (s JobSpec) WithDefaults() JobSpec {
 	}
 	if s.Train.MaxSteps == 0 && s.Train.NumEpochs == 0 {
 		s.Train.MaxSteps = 3000
+	}
+	if s.Train.SaveSummarySteps == 0 {
+		s.Train.SaveSummarySteps = 100
 	}
 	if s.Train.SaveCheckpointsSteps == 0 && s.Train.SaveCheckpointsSecs == 0 {
 		s.Train.SaveCheckpointsSteps = 500
@@ -509,6 +517,7 @@ func (s *JobSpec) Validate() error {
 		{s.Model.L2 >= 0, "model.l2", s.Model.L2},
 		{s.Train.MaxSteps > 0 || s.Train.NumEpochs > 0, "train.max_steps", s.Train.MaxSteps},
 		{s.Train.SaveCheckpointsSteps > 0 || s.Train.SaveCheckpointsSecs > 0, "train.save_checkpoints_steps", s.Train.SaveCheckpointsSteps},
+		{s.Train.SaveSummarySteps > 0, "train.save_summary_steps", s.Train.SaveSummarySteps},
 		{s.Train.KeepCheckpointMax > 0, "train.keep_checkpoint_max", s.Train.KeepCheckpointMax},
 		{s.Data.GeneratedRows > 0 && s.Data.GeneratedRows <= 10_000_000, "data.generated_rows", s.Data.GeneratedRows},
 		{s.Data.TrainShards > 0 && s.Data.TrainShards <= 10000, "data.train_shards", s.Data.TrainShards},

@@ -250,6 +250,11 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	if err := spec.Validate(); err != nil {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 	}
+	if workflow.GetVersion(ctx, trustChange, workflow.DefaultVersion, 1) >= 1 {
+		if err := spec.ValidateTrust(); err != nil {
+			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+		}
+	}
 	if spec.JobID != info.WorkflowExecution.ID {
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
@@ -310,6 +315,10 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version
 	return res, nil
 }
+
+// trustChange marks the start of ValidateTrust in the workflow: jobs
+// started before it replay without it (their activities still check).
+const trustChange = "spec-trust"
 
 // evaluatorChange marks the change from the linear train → evaluate →
 // export flow to training beside an evaluator with exporters.
