@@ -55,6 +55,14 @@ func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput
 	defer a.Metrics.started("ps", activity.GetInfo(ctx).Attempt)()
 	hb := keepAlive(ctx)
 	defer hb.Stop()
+	name := fmt.Sprintf("parameter server %d", in.Task)
+	return watchStalls(ctx, hb, name, stallTimeout(in.TrainInput), func(ctx context.Context, w *stallWatch) (workflows.WorkerResult, error) {
+		return a.parameterServer(ctx, in, w)
+	})
+}
+
+// parameterServer is ParameterServer's work; w follows the shard's step.
+func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput, w *stallWatch) (workflows.WorkerResult, error) {
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
 		return workflows.WorkerResult{}, err
@@ -95,6 +103,7 @@ func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput
 		return workflows.WorkerResult{}, err
 	}
 	defer srv.Stop()
+	w.follow(func() int64 { step, _ := shard.Step(); return step })
 	lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
 	if err != nil {
 		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: listen: %w", in.Task, err)
@@ -250,6 +259,17 @@ func (a *Activities) psAdvertiseHost() string {
 func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
 	hb := keepAlive(ctx)
 	defer hb.Stop()
+	name := fmt.Sprintf("worker %d", in.Task)
+	if in.Task == 0 {
+		name = "chief (worker 0)"
+	}
+	return watchStalls(ctx, hb, name, stallTimeout(in.TrainInput), func(ctx context.Context, w *stallWatch) (workflows.WorkerResult, error) {
+		return a.trainWorker(ctx, in, name, hb, w)
+	})
+}
+
+// trainWorker is TrainWorker's work, reporting its progress to w.
+func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, name string, hb *beater, w *stallWatch) (workflows.WorkerResult, error) {
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
 		return workflows.WorkerResult{}, err
@@ -269,6 +289,7 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 	if err != nil {
 		return workflows.WorkerResult{}, err
 	}
+	w.mark()
 	s := setup(in, jd)
 	info := activity.GetInfo(ctx)
 	log := activity.GetLogger(ctx)
@@ -289,6 +310,7 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 		return workflows.WorkerResult{}, err
 	}
 	defer c.Close()
+	w.mark()
 	var hint dist.Position
 	if activity.HasHeartbeatDetails(ctx) {
 		activity.GetHeartbeatDetails(ctx, &hint)
@@ -296,12 +318,17 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 	jd.event(ctx, map[string]any{"event": "worker_start", "task": in.Task, "attempt": info.Attempt, "pid": os.Getpid(), "files": files, "rows": len(data.Y),
 		"ps": c.Addrs(), "gen": c.Gen(), "heartbeat_global_step": hint.GlobalStep})
 	hooks := dist.Hooks{
-		Moved: func(p dist.Position) { hb.set(ctx, p) },
+		Moved: func(p dist.Position) {
+			w.at(p.GlobalStep)
+			hb.set(ctx, p)
+			stepHook(ctx, name, p.GlobalStep)
+		},
 		Resumed: func(p dist.Position, source string) {
 			jd.event(ctx, map[string]any{"event": "worker_resumed", "task": in.Task, "source": source, "epoch": p.Epoch, "cursor": p.Cursor,
 				"heartbeat_epoch": hint.Epoch, "heartbeat_cursor": hint.Cursor})
 		},
 		Recovered: func(err error, cl dist.Cluster, last int64) {
+			w.mark()
 			log.Warn("parameter servers recovered", "task", in.Task, "error", err, "gen", cl.Gen, "restore_step", cl.RestoreStep, "last_step", last)
 			jd.event(ctx, map[string]any{"event": "ps_recovered", "task": in.Task, "gen": cl.Gen, "restore_step": cl.RestoreStep,
 				"last_step": last, "cause": err.Error()})
@@ -327,6 +354,7 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 		}
 		defer sums.close(ctx, jd)
 		hooks.Committed = func(p train.Progress) error {
+			w.mark()
 			a.Metrics.committed(p.Commit)
 			if err := sums.flush(ctx, jd, p.Step); err != nil {
 				return err
@@ -336,7 +364,7 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
-		BatchesPerStep: max(s.replicas, 1)}
+		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}
 	if jd.remote { // the chief commits to the store before it reports
 		cfg.Checkpoints = storeCheckpoints{jd.st}
 	}

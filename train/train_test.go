@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func randData(r *rand.Rand, n, dim, classes int) Data {
@@ -295,5 +296,44 @@ func TestNonFinite(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSaveEveryFollowsTheClock checks time-based checkpoints on a fake
+// clock that advances 1 s per reading: with SaveEvery 10 s Run reads it
+// once at the start and once after each step, so checkpoints land at steps
+// 10, 20, 30 and at MaxSteps 35, and a run resumed at 35 keeps the
+// interval from its own start.
+func TestSaveEveryFollowsTheClock(t *testing.T) {
+	d := separable(500, 3)
+	dir := t.TempDir()
+	cfg := config(dir, 35)
+	cfg.SaveSteps, cfg.KeepMax = 0, 0
+	cfg.SaveEvery = 10 * time.Second
+	var clock time.Time
+	cfg.Now = func() time.Time { clock = clock.Add(time.Second); return clock }
+	var reported []int64
+	var stepped int64
+	cfg.Stepped = func(s int64, _ float64) { stepped = s }
+	if _, err := Run(context.Background(), cfg, d, func(p Progress) error { reported = append(reported, p.Step); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := ListCheckpoints(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{10, 20, 30, 35}; !slices.Equal(steps, want) || !slices.Equal(reported, want) || stepped != 35 {
+		t.Fatalf("checkpoints %v, reported %v, last step %d; want %v and 35", steps, reported, stepped, want)
+	}
+	cfg.MaxSteps = 50
+	if _, err := Run(context.Background(), cfg, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	if steps, _ := ListCheckpoints(dir); !slices.Equal(steps, []int64{10, 20, 30, 35, 45, 50}) {
+		t.Fatalf("after resuming: checkpoints %v, want 10 20 30 35 45 50", steps)
+	}
+	cfg.SaveEvery = 0
+	if _, err := Run(context.Background(), cfg, d, nil); !errors.Is(err, ErrShape) {
+		t.Fatalf("no save interval: %v, want ErrShape", err)
 	}
 }

@@ -179,6 +179,45 @@ func (c *Client) Push(ctx context.Context, worker int, grad, cursor []float64) (
 	return PushResult{Step: res[0].Step, Applied: res[0].Applied, Done: done}, err
 }
 
+// PushAdmitted is Push for sync mode with backup workers: shard 0 admits
+// the gradient (it is one of the step's Replicas) or drops it (a
+// straggler's), and only an admitted gradient then goes to the other
+// shards, tagged with the step shard 0 admitted it for. So every shard
+// averages the same workers' gradients at every step, and no shard waits
+// for a gradient that another shard dropped: pushing to every shard at
+// once let shard 1 complete a step with workers {0, 1} while shard 0 had
+// dropped worker 1's gradient as stale, and when shard 1 then held at an
+// uncommitted checkpoint step with workers 1 and 2 blocked on it, shard 0
+// waited forever for the gradient it needed to reach that step, which the
+// chief needed to commit it.
+func (c *Client) PushAdmitted(ctx context.Context, worker int, grad, cursor []float64) (PushResult, error) {
+	lo, hi := Range(c.n, c.tasks, 0)
+	var first pushResponse
+	req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[0], Cursor: cursor, Grad: grad[lo:hi]}
+	if err := c.call(ctx, 0, "Push", &req, &first); err != nil {
+		return PushResult{}, err
+	}
+	if !first.Applied || c.tasks == 1 {
+		// Done only from every shard: the next Pull tells.
+		return PushResult{Step: first.Step, Applied: first.Applied, Done: first.Done && c.tasks == 1}, nil
+	}
+	tag := c.steps[0] // the step shard 0 admitted the gradient for
+	res := make([]pushResponse, c.tasks)
+	err := c.each(func(i int) error {
+		if i == 0 {
+			return nil
+		}
+		lo, hi := Range(c.n, c.tasks, i)
+		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: tag, Grad: grad[lo:hi]}
+		return c.call(ctx, i, "Push", &req, &res[i])
+	})
+	done := first.Done
+	for _, r := range res[1:] {
+		done = done && r.Done
+	}
+	return PushResult{Step: first.Step, Applied: true, Done: done}, err
+}
+
 // Cursor returns worker's data cursor as recorded by shard 0, or nil.
 func (c *Client) Cursor(ctx context.Context, worker int) ([]float64, error) {
 	var resp cursorResponse

@@ -3,6 +3,7 @@ package dist
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"path/filepath"
@@ -144,7 +145,7 @@ func (c *cluster) worker(ctx context.Context, data train.Data, task, tasks int, 
 	}
 	defer cl.Close()
 	cfg := WorkerConfig{Task: task, Meta: c.cfg.Meta, Seed: uint64(100 + task), BatchSize: 32, MaxSteps: c.cfg.MaxSteps,
-		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir}
+		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir, Backups: c.cfg.Sync && c.cfg.Replicas < tasks}
 	return RunWorker(ctx, cfg, split(data, task, tasks), cl, hooks)
 }
 
@@ -444,5 +445,51 @@ func TestChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 	t.Logf("saved steps %v; restarted chief ended at %d", ckpts.steps, r.Step)
 	if r.Step != 200 || !slices.Equal(ckpts.steps, []int64{50, 100, 150, 200}) {
 		t.Fatalf("ended at %d with checkpoints %v, want 200 with 50, 100, 150, 200", r.Step, ckpts.steps)
+	}
+}
+
+// TestSyncBackupWorkersTwoShardsNoHang is the cluster of issue 14: sync
+// updates, 3 workers of which 1 is a backup, 2 parameter servers. Pushing
+// each gradient to both shards at once hung within the first rounds
+// (shard 0 one step short of a checkpoint step, shard 1 held there
+// waiting for the chief's commit, the chief waiting for shard 0); every
+// round must now finish within its deadline with one consistent set of
+// gradients per step.
+func TestSyncBackupWorkersTwoShardsNoHang(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	for round := range 5 {
+		cl := newCluster(t, 2, true, 2, 400)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errs := make([]error, 3)
+		res := make([]WorkerResult, 3)
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() { res[i], errs[i] = cl.worker(ctx, data, i, 3, Hooks{}) })
+		}
+		wg.Wait()
+		cancel()
+		if err := errors.Join(errs...); err != nil {
+			var at []string
+			for i, s := range cl.servers {
+				step, _ := s.shard.Step()
+				s.shard.mu.Lock()
+				at = append(at, fmt.Sprintf("shard %d at step %d (committed %d, %d gradients summed)", i, step, s.shard.committed, len(s.shard.accFrom)))
+				s.shard.mu.Unlock()
+			}
+			t.Fatalf("round %d: %v; %v; workers %+v", round, err, at, res)
+		}
+		var applied int64
+		for _, r := range res {
+			applied += r.Applied
+		}
+		// Every shard averaged the same 2 gradients per step.
+		if applied != 2*400 {
+			t.Fatalf("round %d: %d gradients applied, want 2 per step (800)", round, applied)
+		}
+		for i, s := range cl.servers {
+			if step, _ := s.shard.Step(); step != 400 {
+				t.Fatalf("round %d: shard %d ended at step %d, want 400", round, i, step)
+			}
+		}
 	}
 }

@@ -6,7 +6,9 @@
 // for it and applies gradients: in async mode each gradient as it arrives,
 // in sync mode the mean of Replicas gradients tagged with the current step
 // (more workers than Replicas are backups: a straggler's late gradient is
-// dropped). Servers speak gRPC (service trainflow.dist.ParameterServer,
+// dropped). With backups, shard 0 admits or drops each gradient first and
+// only admitted ones go to the other shards (Client.PushAdmitted), so every
+// shard averages the same workers at every step. Servers speak gRPC (service trainflow.dist.ParameterServer,
 // methods Pull, Push, Snapshot, Cursor and Finish) with the binary codec in
 // wire.go.
 //

@@ -260,7 +260,9 @@ func (s *Shard) doneLocked() bool { return s.finished || s.step >= s.cfg.MaxStep
 // the Replicas-th applies their mean and advances the step; Push then
 // waits for that step to complete, so a worker's next Pull sees it. A
 // gradient tagged with an older step (a straggler when backups outran it)
-// is dropped at once. Push returns early with ctx's error.
+// is dropped at once; one tagged with a later step (admitted by shard 0
+// for a step this shard has not reached yet, see Client.PushAdmitted)
+// waits for the shard to get there. Push returns early with ctx's error.
 //
 // Refused, with nothing applied: a worker outside the cluster
 // (ErrUnknownWorker), a gradient of the wrong length (train.ErrShape) or
@@ -279,8 +281,16 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 		return PushResult{}, fmt.Errorf("%w: cursor of worker %d: %d values, want 2 to %d, epoch and row finite and ≥ 0", train.ErrShape, worker, len(cursor), maxCursor)
 	}
 	s.mu.Lock()
-	// Hold at a cut until the chief has committed it.
-	if err := s.waitLocked(ctx, func() bool { return s.step%s.cfg.SaveSteps == 0 && s.step > s.committed && !s.doneLocked() }); err != nil {
+	gen := s.gen
+	// Hold at a cut until the chief has committed it, and a gradient
+	// admitted for a later step until the shard gets there.
+	if err := s.waitLocked(ctx, func() bool {
+		if s.doneLocked() || s.gen != gen {
+			return false
+		}
+		held := s.step%s.cfg.SaveSteps == 0 && s.step > s.committed
+		return held || (s.cfg.Sync && tag > s.step)
+	}); err != nil {
 		return PushResult{}, err
 	}
 	if s.doneLocked() {
@@ -299,7 +309,6 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 		s.setCursor(worker, cursor)
 		return PushResult{Step: s.step, Done: s.doneLocked()}, nil
 	}
-	wait := s.advanced
 	_, dup := s.accFrom[worker]
 	if !dup {
 		for i, g := range grad {
@@ -322,15 +331,13 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 			return PushResult{Step: s.step, Applied: true, Done: s.doneLocked()}, nil
 		}
 	}
-	s.mu.Unlock()
-	select {
-	case <-wait:
-	case <-ctx.Done():
-		return PushResult{}, ctx.Err()
+	// Wait for the step to complete (or the shard to roll back to another
+	// generation, which drops the sum).
+	if err := s.waitLocked(ctx, func() bool { return s.step == tag && s.gen == gen && !s.doneLocked() }); err != nil {
+		return PushResult{}, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	return PushResult{Step: s.step, Applied: !dup, Done: s.doneLocked()}, nil
+	return PushResult{Step: s.step, Applied: !dup && s.gen == gen, Done: s.doneLocked()}, nil
 }
 
 // checkWorker refuses a worker ID outside the cluster.

@@ -38,6 +38,9 @@ type WorkerConfig struct {
 	// the replicas averaged per step in sync mode, 1 in async mode. It
 	// only scales the examples/s the chief reports.
 	BatchesPerStep int
+	// Backups is set in sync mode with backup workers (fewer replicas per
+	// step than workers): gradients go through Client.PushAdmitted.
+	Backups bool
 }
 
 // Checkpoints is where the chief commits checkpoints, and where workers
@@ -398,7 +401,11 @@ func (w *worker) step(ctx context.Context) error {
 		w.hooks.Computed()
 	}
 	t2 := time.Now()
-	r, err := w.c.Push(ctx, w.cfg.Task, w.grad, w.pos.encode())
+	push := w.c.Push
+	if w.cfg.Backups {
+		push = w.c.PushAdmitted
+	}
+	r, err := push(ctx, w.cfg.Task, w.grad, w.pos.encode())
 	if err != nil {
 		return err
 	}
