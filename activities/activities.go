@@ -534,18 +534,28 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	}
 	hb := keepAlive(ctx)
 	defer hb.Stop()
+	return watchStalls(ctx, hb, "training", stallTimeout(in), func(ctx context.Context, w *stallWatch) (workflows.TrainResult, error) {
+		return a.train(ctx, in, jd, m, mb, hb, w)
+	})
+}
+
+// train is Train's work, reporting its progress to w.
+func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *jobDir, m *preprocess.Manifest, mb []byte, hb *beater, w *stallWatch) (workflows.TrainResult, error) {
 	dataDir, err := jd.stageShards(ctx, mb, m.Train)
 	if err != nil {
 		return workflows.TrainResult{}, err
 	}
+	w.mark()
 	data, err := loadSplit(dataDir, m.Train)
 	if err != nil {
 		return workflows.TrainResult{}, err
 	}
+	w.mark()
 	cfg := train.Config{
 		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate,
 		L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
 		Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
+		SaveEvery:     time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
 		CheckpointDir: filepath.Join(jd.dir, checkpoints),
 		Meta:          checkpointMeta(in),
 	}
@@ -555,8 +565,10 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	sums.onLoss = func(l float64) { a.Metrics.trainLoss(job, l) }
 	stepped := a.Metrics.stepper(job, "train")
 	cfg.Stepped = func(step int64, loss float64) {
+		w.at(step)
 		sums.stepped(step, loss)
 		stepped(step, in.Model.BatchSize)
+		stepHook(ctx, "training", step)
 	}
 	defer sums.close(ctx, jd)
 	sc := storeCheckpoints{jd.st}
@@ -575,7 +587,7 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 			return workflows.TrainResult{}, err
 		}
 	}
-	return train.Run(ctx, cfg, data, func(p train.Progress) error {
+	res, err := train.Run(ctx, cfg, data, func(p train.Progress) error {
 		hb.set(ctx, p)
 		t0 := time.Now()
 		defer func() { a.Metrics.committed(p.Commit + time.Since(t0)) }()
@@ -593,6 +605,7 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		}
 		return a.reportCheckpoint(ctx, jd, p)
 	})
+	return res, diverged(err)
 }
 
 // appendLine appends one line to path, creating it and its directory.
@@ -648,6 +661,15 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		data.X, data.Y = data.X[:rows*data.Dim], data.Y[:rows]
 	}
 	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, 1024)}
+	mt := res.Metrics
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"log_loss", mt.LogLoss}, {"rmse", mt.RMSE}, {"mae", mt.MAE}, {"accuracy", mt.Accuracy}, {"auc", mt.AUC}, {"precision", mt.Precision}, {"recall", mt.Recall}} {
+		if f.v-f.v != 0 && mt.Examples > 0 { // a checkpoint of weights so large its outputs overflow
+			return workflows.EvaluateResult{}, diverged(fmt.Errorf("%w: evaluation of checkpoint %d: %s is %v", train.ErrNonFinite, in.Step, f.name, f.v))
+		}
+	}
 	a.Metrics.evaluated(activity.GetInfo(ctx).WorkflowExecution.ID, res.Metrics)
 	if err := jd.evalSummaries(ctx, in.Name, in.Step, res.Metrics); err != nil {
 		return res, err

@@ -65,6 +65,9 @@ const (
 	ErrTypeInvalidSpec = "InvalidSpec"
 	ErrTypeBadData     = "BadData"
 	ErrTypeJobExists   = "JobExists"
+	// ErrTypeNonFiniteLoss marks training that diverged: a NaN or
+	// infinite loss, gradient or weight. No checkpoint of it is written.
+	ErrTypeNonFiniteLoss = "NonFiniteLoss"
 )
 
 // JobResult is the result of TrainingJob.
@@ -149,6 +152,8 @@ type TrainInput struct {
 	TransformHash string    `json:"transform_hash"`
 	Model         ModelSpec `json:"model"`
 	Train         TrainSpec `json:"train"`
+	// StallTimeoutSecs is cluster.stall_timeout_secs (0: the default).
+	StallTimeoutSecs int `json:"stall_timeout_secs,omitempty"`
 }
 
 // TrainResult is the outcome of the Train activity.
@@ -295,7 +300,12 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	res.JobDir = prep.JobDir
 	res.TransformHash, res.TrainRows, res.EvalRows = pre.TransformHash, pre.TrainRows, pre.EvalRows
 
-	tin := TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: spec.Model, Train: spec.Train}
+	tin := TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: spec.Model, Train: spec.Train,
+		StallTimeoutSecs: spec.Cluster.StallTimeoutSecs}
+	if spec.Train.NumEpochs > 0 { // the steps of num_epochs, now that the rows are counted
+		tin.Train.MaxSteps = spec.StepsFor(pre.TrainRows)
+		p.MaxSteps = tin.Train.MaxSteps
+	}
 	if spec.Carry == nil && workflow.GetVersion(ctx, evaluatorChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return trainThenExportV0(ctx, spec, prep, tin, p, res)
 	}

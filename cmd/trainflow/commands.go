@@ -37,7 +37,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	jobs := fs.String("jobs", "", "where default job dirs go, JOBS/<job_id>: a directory or a storage URI such as s3://bucket/jobs?region=eu-west-1 (default HOME/jobs)")
 	models := fs.String("models", "", "model repository Publish writes to: a directory or a storage URI such as s3://bucket/models?region=eu-west-1 (default HOME/models)")
 	level := fs.String("log-level", "info", "log level")
-	psListen := fs.String("ps-listen", "0.0.0.0", "interface the parameter servers of distributed jobs listen on")
+	psListen := fs.String("ps-listen", "", "interface the parameter servers of distributed jobs listen on (default: 127.0.0.1 when --temporal is on this machine, else 0.0.0.0)")
 	maxRoles := fs.Int("max-roles", 0, "run at most this many distributed-training roles (parameter servers, workers) at once, so jobs spread over worker processes; 0: no bound")
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics of this worker (steps, examples, loss, evaluation metrics, parameter-server latency, checkpoint commits, role restarts, preprocessing rows) at http://ADDR/metrics; empty: off")
 	psAdvertise := fs.String("ps-advertise", "", "host name workers dial to reach this process's parameter servers (default: this host's name, or the -ps-listen address when it is a specific one)")
@@ -63,6 +63,14 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 			return usageError{fmt.Errorf("--jobs: %w", err)}
 		}
 		st.Close()
+	}
+	if *psListen == "" {
+		*psListen = defaultPSListen(tc.Address)
+		reason := "temporal is remote: workers on other machines must reach the parameter servers"
+		if *psListen == "127.0.0.1" {
+			reason = "temporal is local: pass --ps-listen 0.0.0.0 for workers on other machines"
+		}
+		log.Info("parameter server interface chosen", "ps_listen", *psListen, "temporal", tc.Address, "reason", reason)
 	}
 	acts := &activities.Activities{Home: h, Jobs: *jobs, Models: &serving.Repository{Root: *models},
 		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}
@@ -106,6 +114,21 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
+// defaultPSListen is the interface parameter servers listen on unless
+// --ps-listen says: the loopback when the Temporal frontend at addr is on
+// this machine (then so are the job's other workers, as far as this
+// worker can tell), else every interface.
+func defaultPSListen(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return "127.0.0.1"
+	}
+	return "0.0.0.0"
+}
+
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -114,11 +137,31 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	addr := fs.String("http", "127.0.0.1:8080", "listen address")
 	poll := fs.Duration("poll", 2*time.Second, "how often to look for new model versions")
 	level := fs.String("log-level", "info", "log level")
+	maxConns := fs.Int("max-conns", serving.DefaultMaxConns, "most connections open at once; more wait until one closes")
+	tokenFile := fs.String("auth-token-file", "", "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live); none: no auth")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *poll <= 0 {
 		return usageError{errors.New("--poll must be positive")}
+	}
+	if *maxConns < 1 {
+		return usageError{errors.New("--max-conns must be positive")}
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+	opts := serving.Options{MaxConns: *maxConns, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return usageError{fmt.Errorf("--auth-token-file: %w", err)}
+		}
+		if opts.AuthToken = strings.TrimSpace(string(b)); len(opts.AuthToken) < 16 || strings.ContainsAny(opts.AuthToken, " \t\r\n") {
+			return usageError{fmt.Errorf("--auth-token-file %s: want one token of at least 16 characters, no spaces", *tokenFile)}
+		}
 	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
@@ -161,8 +204,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			reg.Watch(wctx, *poll)
 		}
 	}()
-	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root)
-	err = serving.New(reg, log, serving.Options{}).Serve(ctx, ln)
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" {
+		log.Warn("serving beyond the loopback without --auth-token-file: anyone who reaches the port can query every model")
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns)
+	err = serving.New(reg, log, opts).Serve(ctx, ln)
 	stop()
 	<-watched
 	return err
