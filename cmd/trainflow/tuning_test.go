@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -68,6 +69,16 @@ func TestTuningJobEndToEnd(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(home, "models", "census", "1", "metadata.json"))
 	if err != nil || json.Unmarshal(b, &meta) != nil || meta.JobID != best.ID {
 		t.Errorf("published model metadata %s (%v): want the bundle of %s", b, err, best.ID)
+	}
+
+	d, err := st.Client.DescribeWorkflowExecution(context.Background(), "hp_1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa float64
+	if p := d.WorkflowExecutionInfo.SearchAttributes.GetIndexedFields()[workflows.SearchBestMetric.GetName()]; p == nil ||
+		converter.GetDefaultDataConverter().FromPayload(p, &sa) != nil || sa != *best.Objective {
+		t.Errorf("search attribute %s = %g, want the best objective %g", workflows.SearchBestMetric.GetName(), sa, *best.Objective)
 	}
 
 	code, out, _ = cli(t, "jobs", "describe", "hp_1", "--temporal", addr)
