@@ -340,9 +340,10 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 	}
 	defer a.Metrics.started(role, info.Attempt)()
 	stepped := a.Metrics.stepper(job, role)
+	meter := a.Metrics.psMeter(c)
 	hooks.Stepped = func(st dist.StepStats) {
 		stepped(st.GlobalStep, st.Examples)
-		a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+		meter(st)
 	}
 	if in.Task == 0 {
 		sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize*max(s.replicas, 1), in.Model.LearningRate)
@@ -350,7 +351,7 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 		hooks.Stepped = func(st dist.StepStats) {
 			sums.stepped(st.GlobalStep, st.Loss)
 			stepped(st.GlobalStep, st.Examples)
-			a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+			meter(st)
 		}
 		defer sums.close(ctx, jd)
 		hooks.Committed = func(p train.Progress) error {
