@@ -228,7 +228,7 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 		},
 	}
 	if in.Task == 0 {
-		hooks.Committed = func(p train.Progress) error { return a.reportCheckpoint(ctx, jd, p) }
+		hooks.Committed = func(p train.Progress) error { return a.reportCheckpoint(ctx, jd, p, in.PinForEval) }
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
@@ -248,9 +248,14 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 }
 
 // reportCheckpoint tells the workflow and the events log about a
-// committed checkpoint.
-func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress) error {
+// committed checkpoint, first pinning it for the evaluator if pin is set.
+func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress, pin bool) error {
 	log := activity.GetLogger(ctx)
+	if pin {
+		if err := jd.queueCheckpoint(ctx, p.Step); err != nil {
+			return err
+		}
+	}
 	log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
 	if a.Client != nil {
 		c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}

@@ -56,6 +56,10 @@ const (
 	PhaseSucceeded     = "SUCCEEDED"
 	PhaseFailed        = "FAILED"
 	PhaseCancelled     = "CANCELLED"
+	// PhaseDuplicate marks a run started with the ID of an existing job:
+	// it is refused and ends at once; `jobs describe` and `jobs list`
+	// ignore such runs.
+	PhaseDuplicate = "DUPLICATE"
 )
 
 // Error types of non-retryable application errors.
@@ -143,6 +147,11 @@ type TrainInput struct {
 	TransformHash string    `json:"transform_hash"`
 	Model         ModelSpec `json:"model"`
 	Train         TrainSpec `json:"train"`
+	// PinForEval asks the trainer (the chief) to pin each checkpoint it
+	// commits until the evaluator has evaluated it, so that retention
+	// cannot delete it first (eval_spec.throttle_secs 0: every committed
+	// checkpoint is evaluated).
+	PinForEval bool `json:"pin_for_eval,omitempty"`
 }
 
 // TrainResult is the outcome of the Train activity.
@@ -215,6 +224,21 @@ func activityOptions(startToClose time.Duration, summary string) workflow.Activi
 	return workflow.ActivityOptions{StartToCloseTimeout: startToClose, HeartbeatTimeout: HeartbeatTimeout, RetryPolicy: retry, Summary: summary}
 }
 
+// opsChange marks the operations change: every step waits for its
+// activity to stop when the job is cancelled, a duplicate run is marked
+// DUPLICATE, throttle_secs 0 evaluates every committed checkpoint in
+// order, and training is stopped before the job ends on any error.
+const opsChange = "ops-cancel-evaluate-every"
+
+// stepOptions are activityOptions that, from opsChange on, wait for the
+// activity to acknowledge a cancellation: the job reaches CANCELLED only
+// once the step has stopped.
+func stepOptions(ops bool, startToClose time.Duration, summary string) workflow.ActivityOptions {
+	o := activityOptions(startToClose, summary)
+	o.WaitForCancellation = ops
+	return o
+}
+
 // TrainingJob runs one job end to end: validate → prepare → preprocess
 // (Beam) → train → evaluate → export (final) → publish. Every step is an
 // activity; the workflow records only URIs, steps and metrics.
@@ -235,6 +259,8 @@ func TrainingJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
 	case temporal.IsCanceledError(err):
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
 		setPhase(dctx, p, PhaseCancelled)
+	case p.Phase == PhaseDuplicate:
+		p.Error = err.Error()
 	default:
 		p.Error = err.Error()
 		setPhase(ctx, p, PhaseFailed)
@@ -252,6 +278,7 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 	}
+	ops := workflow.GetVersion(ctx, opsChange, workflow.DefaultVersion, 1) >= 1
 	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName), SearchScaleTier.ValueSet(spec.Cluster.ScaleTier)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
@@ -262,12 +289,19 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	if c := spec.Carry; c != nil { // a continued run: prepared and preprocessed
 		prep, pre = c.Prep, c.Pre
 	} else {
-		short := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, "prepare job dir and data"))
+		short := workflow.WithActivityOptions(ctx, stepOptions(ops, 10*time.Minute, "prepare job dir and data"))
 		if err := workflow.ExecuteActivity(short, PrepareJobActivity, PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}).Get(ctx, &prep); err != nil {
+			var ae *temporal.ApplicationError
+			if ops && errors.As(err, &ae) && ae.Type() == ErrTypeJobExists {
+				// Another job owns this ID: mark the run so that job
+				// listings keep showing that job, not this refusal.
+				setPhase(ctx, p, PhaseDuplicate)
+				workflow.SetCurrentDetails(ctx, "**Refused**: "+ae.Error())
+			}
 			return res, err
 		}
 		setPhase(ctx, p, PhasePreprocessing)
-		pctx := workflow.WithActivityOptions(ctx, activityOptions(6*time.Hour, "Beam analyze + transform"))
+		pctx := workflow.WithActivityOptions(ctx, stepOptions(ops, 6*time.Hour, "Beam analyze + transform"))
 		in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Request: preprocess.Request{
 			Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
 			TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
@@ -285,7 +319,7 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 		return trainThenExportV0(ctx, spec, prep, tin, p, res)
 	}
 	setPhase(ctx, p, PhaseTraining)
-	exports, err := trainAndEvaluate(ctx, spec, prep, pre, tin, p, &res)
+	exports, err := trainAndEvaluate(ctx, ops, spec, prep, pre, tin, p, &res)
 	if err != nil {
 		return res, err
 	}
@@ -295,7 +329,7 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	res.Export = exports[spec.Publish].newest()
 	p.Export = res.Export
 	setPhase(ctx, p, PhasePublishing)
-	pubctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "publish "+spec.Publish+" export"))
+	pubctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "publish "+spec.Publish+" export"))
 	var pub PublishResult
 	if err := workflow.ExecuteActivity(pubctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote}).Get(ctx, &pub); err != nil {
 		return res, err
