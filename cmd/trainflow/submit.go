@@ -17,7 +17,9 @@ import (
 )
 
 // startJob starts TrainingJob for spec with workflow ID = job ID. A job ID
-// used before, by a running or a finished job, is refused.
+// used before, by a running or a finished job, is refused by the server
+// before any run is created (every start path of trainflow's own goes
+// through here: jobs submit, dev --demo).
 func startJob(ctx context.Context, c client.Client, spec workflows.JobSpec) (client.WorkflowRun, error) {
 	d := spec.WithDefaults()
 	if err := d.Validate(); err != nil {
@@ -27,6 +29,7 @@ func startJob(ctx context.Context, c client.Client, spec workflows.JobSpec) (cli
 		ID:                                       spec.JobID,
 		TaskQueue:                                workflows.TaskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		StaticSummary:                            fmt.Sprintf("model %s (%s), preset %s", d.ModelName, d.Model.Type, d.Preset),
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(d.ModelName)),
