@@ -90,8 +90,9 @@ func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput
 	defer srv.Stop()
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
 	host, _ := os.Hostname()
-	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored}
 	info := activity.GetInfo(ctx)
+	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored,
+		RunID: info.WorkflowExecution.RunID}
 	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID,
 		UpdateName: workflows.RegisterParameterServerUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {

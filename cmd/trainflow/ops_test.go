@@ -5,10 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -84,5 +91,184 @@ func TestThrottleZeroEvaluatesEveryCheckpoint(t *testing.T) {
 				t.Errorf("eval/queue still holds %d checkpoints after the job", len(left))
 			}
 		})
+	}
+}
+
+// trainingActivities are the activities that train: the single trainer
+// and the roles of a cluster.
+var trainingActivities = []string{workflows.TrainActivity, workflows.ParameterServerActivity, workflows.TrainWorkerActivity}
+
+// scheduledAfter counts the activities of the given types run id's
+// history schedules after event point.
+func scheduledAfter(t *testing.T, st *stack, id, runID string, point int64, types ...string) int {
+	t.Helper()
+	h, err := fetchHistory(context.Background(), st.Client, id, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range h.Events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && ev.EventId > point && slices.Contains(types, a.ActivityType.GetName()) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkpointTimes returns the modification times of the job's checkpoint
+// files by name.
+func checkpointTimes(t *testing.T, jobDir string) map[string]time.Time {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(jobDir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && strings.HasPrefix(e.Name(), "ckpt-") {
+			out[e.Name()] = info.ModTime()
+		}
+	}
+	return out
+}
+
+// TestResetEveryPhase resets BASIC and distributed jobs on the default
+// schedule (6 checkpoints, 5 kept) to every phase: preprocess, train,
+// evaluate, export, publish. Each kind runs three jobs: one that
+// succeeded, one that failed (its model repository was blocked, so
+// Publish failed after its retries), and one that continued as new
+// while training (on a second server that suggests it after 40 events),
+// whose last run has no preprocessing to reset to: `--to preprocess`
+// resets the chain's first run. Half the resets go through `jobs reset`, half through a raw
+// ResetWorkflowExecution on the event the CLI picks, which is what the
+// Temporal UI's Reset button sends. Every reset run must succeed at step
+// 3000; a reset to train must resume from the newest checkpoint (no
+// checkpoint rewritten), and resets to evaluate, export and publish must
+// not train at all.
+func TestResetEveryPhase(t *testing.T) {
+	home, home2 := t.TempDir(), t.TempDir()
+	st := testStack(t, home)
+	st2, err := startStack(context.Background(), stackConfig{Home: home2, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		SuggestContinueAsNewEvents: 40, Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st2.Stop() })
+	ctx := context.Background()
+	type job struct {
+		id, kind, state, run, dir string
+		st                        *stack
+	}
+	var jobs []*job
+	runs := map[*job]client.WorkflowRun{}
+	for _, c := range clusters {
+		for _, state := range []string{"succeeded", "failed", "continued"} {
+			j := &job{id: "reset_" + c.name + "_" + state, kind: c.name, state: state, st: st, dir: filepath.Join(home, "jobs", "reset_"+c.name+"_"+state)}
+			extra := fmt.Sprintf(`,"model_name":%q`, j.id)
+			switch state {
+			case "failed": // a file where the model's directory goes
+				os.MkdirAll(filepath.Join(home, "models"), 0o755)
+				os.WriteFile(filepath.Join(home, "models", j.id), []byte("in the way"), 0o644)
+			case "continued": // a DNN, so that training outlasts 40 events
+				j.st, j.dir = st2, filepath.Join(home2, "jobs", j.id)
+				extra += `,"model":{"type":"dnn_classifier","hidden_units":[128,64]}`
+			}
+			runs[j] = startUIStyle(t, j.st.Client, j.id, defaultLikeInput(j.id, 2000, `{}`, c.spec, extra))
+			j.run = runs[j].GetRunID()
+			jobs = append(jobs, j)
+		}
+	}
+	for _, j := range jobs {
+		res, err := waitJob(t, runs[j])
+		if (err == nil) != (j.state != "failed") {
+			t.Fatalf("%s: %v, want it %s", j.id, err, j.state)
+		}
+		if err == nil && res.Version != 1 {
+			t.Fatalf("%s: %+v", j.id, res)
+		}
+		os.Remove(filepath.Join(home, "models", j.id))
+		if j.state == "continued" { // reset the last run of the chain
+			d, err := j.st.Client.DescribeWorkflowExecution(ctx, j.id, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.run = d.WorkflowExecutionInfo.Execution.RunId; j.run == d.WorkflowExecutionInfo.FirstRunId {
+				t.Fatalf("%s never continued as new", j.id)
+			}
+		}
+	}
+	phases := []string{"preprocess", "train", "evaluate", "export", "publish"}
+	cell := 0
+	for _, j := range jobs {
+		for _, to := range phases {
+			cell++
+			viaCLI := cell%2 == 1
+			t.Run(j.kind+"/"+j.state+"/"+to, func(t *testing.T) {
+				st := j.st
+				ns, addr := st.Temporal.Namespace(), st.Temporal.FrontendAddr()
+				before := checkpointTimes(t, j.dir)
+				runID, point, err := findResetPoint(ctx, st.Client, j.id, j.run, resetTargets[to])
+				if err != nil {
+					t.Fatal(err)
+				}
+				var newRun string
+				if viaCLI {
+					code, out, errs := cli(t, "jobs", "reset", j.id, "--run", j.run, "--to", to, "--temporal", addr, "--output", "json")
+					var r struct {
+						RunID string `json:"run_id"`
+						Event int64  `json:"reset_event_id"`
+					}
+					if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Event != point {
+						t.Fatalf("jobs reset: exit %d, %s %s; want event %d", code, out, errs, point)
+					}
+					newRun = r.RunID
+				} else {
+					resp, err := j.st.Client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{Namespace: ns,
+						WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: j.id, RunId: runID}, Reason: "UI reset",
+						WorkflowTaskFinishEventId: point, RequestId: fmt.Sprintf("ui-%d", cell)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					newRun = resp.RunId
+				}
+				var res workflows.JobResult
+				wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				if err := st.Client.GetWorkflow(wctx, j.id, newRun).Get(wctx, &res); err != nil {
+					t.Fatalf("reset run: %v", err)
+				}
+				if res.GlobalStep != 3000 || res.Version < 1 || res.Export == "" {
+					t.Fatalf("reset run result %+v, want step 3000, a published export", res)
+				}
+				trained := scheduledAfter(t, st, j.id, newRun, point, trainingActivities...)
+				switch to {
+				case "preprocess", "train":
+					if trained == 0 {
+						t.Errorf("reset to %s never trained", to)
+					}
+				default:
+					if trained != 0 {
+						t.Errorf("reset to %s trained again (%d training activities)", to, trained)
+					}
+				}
+				if to == "preprocess" && scheduledAfter(t, st, j.id, newRun, point, workflows.PreprocessActivity) == 0 {
+					t.Error("reset to preprocess did not preprocess")
+				}
+				if to == "publish" && scheduledAfter(t, st, j.id, newRun, point, workflows.ExportActivity, workflows.EvaluateActivity) != 0 {
+					t.Error("reset to publish evaluated or exported again")
+				}
+				// Training resumed from the newest checkpoint: none rewritten.
+				after := checkpointTimes(t, j.dir)
+				for name, mt := range before {
+					if at, ok := after[name]; ok && !at.Equal(mt) {
+						t.Errorf("%s rewritten by the reset run: training did not resume from the newest checkpoint", name)
+					}
+				}
+				d, err := describeJob(ctx, st.Client, ns, j.id)
+				if err != nil || d.Status != "SUCCEEDED" || d.RunID != newRun {
+					t.Errorf("describe after reset: %+v %v, want the reset run SUCCEEDED", d, err)
+				}
+			})
+		}
 	}
 }

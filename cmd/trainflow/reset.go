@@ -42,11 +42,16 @@ var resetTargets = map[string]string{
 // resetTargetNames lists resetTargets' keys in the order of a job.
 const resetTargetNames = "preprocess, train, evaluate, export or publish"
 
-// phaseActivities are, for histories without phase upserts, the
-// activities whose first scheduling starts a phase.
+// phaseActivities are, for runs that never recorded a phase (histories
+// without phase upserts; a job that failed in an evaluation or export
+// during training, before its EVALUATING and EXPORTING phases), the
+// activities whose first scheduling is the reset point.
 var phaseActivities = map[string][]string{
 	workflows.PhasePreprocessing: {workflows.PreprocessActivity},
 	workflows.PhaseTraining:      {workflows.TrainActivity, workflows.ParameterServerActivity, workflows.TrainWorkerActivity},
+	workflows.PhaseEvaluating:    {workflows.EvaluateActivity},
+	workflows.PhaseExporting:     {workflows.ExportActivity},
+	workflows.PhasePublishing:    {workflows.PublishActivity},
 }
 
 // fetchHistory reads the whole history of the job's latest run.
