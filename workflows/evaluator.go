@@ -165,6 +165,9 @@ func trainAndEvaluate(ctx workflow.Context, ops bool, spec JobSpec, prep Prepare
 	}
 
 	evaluate := func(step int64) error {
+		if err := cancelled(ctx, ops); err != nil {
+			return err
+		}
 		var ev EvaluateResult
 		in := EvaluateInput{JobDir: jobDir, Step: step, Batches: spec.Eval.Steps, BatchSize: spec.Model.BatchSize, Name: spec.Eval.Name}
 		err := workflow.ExecuteActivity(ectx, EvaluateActivity, in).Get(ctx, &ev)
@@ -342,6 +345,9 @@ func export(ctx workflow.Context, ops bool, spec JobSpec, jobDir string, e Expor
 	if _, ok := st.Dirs[step]; ok {
 		return nil
 	}
+	if err := cancelled(ctx, ops); err != nil {
+		return err
+	}
 	xctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, fmt.Sprintf("%s export of step %d", e.Name, step)))
 	var ex ExportResult
 	in := ExportInput{JobID: spec.JobID, JobDir: jobDir, Exporter: e.Name, Step: step, Metrics: m}
@@ -356,6 +362,9 @@ func export(ctx workflow.Context, ops bool, spec JobSpec, jobDir string, e Expor
 	p.Exports = append(p.Exports, ex.Dir)
 	for e.ExportsToKeep > 0 && len(st.Kept) > e.ExportsToKeep {
 		old := st.Kept[0]
+		if err := cancelled(ctx, ops); err != nil {
+			return err
+		}
 		dctx := workflow.WithActivityOptions(ctx, stepOptions(ops, 10*time.Minute, "delete old export"))
 		if err := workflow.ExecuteActivity(dctx, DeleteExportActivity, DeleteExportInput{Dir: st.Dirs[old]}).Get(ctx, nil); err != nil {
 			return err

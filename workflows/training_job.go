@@ -239,6 +239,16 @@ func stepOptions(ops bool, startToClose time.Duration, summary string) workflow.
 	return o
 }
 
+// cancelled returns a cancellation error once the job has been asked to
+// stop (from opsChange on): no step is scheduled after the request, even
+// when the one before it completed in the meantime.
+func cancelled(ctx workflow.Context, ops bool) error {
+	if ops && ctx.Err() != nil {
+		return temporal.NewCanceledError()
+	}
+	return nil
+}
+
 // TrainingJob runs one job end to end: validate → prepare → preprocess
 // (Beam) → train → evaluate → export (final) → publish. Every step is an
 // activity; the workflow records only URIs, steps and metrics.
@@ -300,6 +310,9 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 			}
 			return res, err
 		}
+		if err := cancelled(ctx, ops); err != nil {
+			return res, err
+		}
 		setPhase(ctx, p, PhasePreprocessing)
 		pctx := workflow.WithActivityOptions(ctx, stepOptions(ops, 6*time.Hour, "Beam analyze + transform"))
 		in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Request: preprocess.Request{
@@ -318,6 +331,9 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	if spec.Carry == nil && workflow.GetVersion(ctx, evaluatorChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return trainThenExportV0(ctx, spec, prep, tin, p, res)
 	}
+	if err := cancelled(ctx, ops); err != nil {
+		return res, err
+	}
 	setPhase(ctx, p, PhaseTraining)
 	exports, err := trainAndEvaluate(ctx, ops, spec, prep, pre, tin, p, &res)
 	if err != nil {
@@ -325,6 +341,9 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	}
 	if spec.Publish == PublishNone {
 		return res, nil
+	}
+	if err := cancelled(ctx, ops); err != nil {
+		return res, err
 	}
 	res.Export = exports[spec.Publish].newest()
 	p.Export = res.Export

@@ -16,6 +16,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -270,5 +271,142 @@ func TestResetEveryPhase(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// waitProgress polls job id's progress until ok holds.
+func waitProgress(t *testing.T, st *stack, id string, ok func(workflows.Progress) bool) workflows.Progress {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+		var p workflows.Progress
+		v, err := st.Client.QueryWorkflow(context.Background(), id, "", workflows.ProgressQuery)
+		if err == nil && v.Get(&p) == nil && ok(p) {
+			return p
+		}
+		time.Sleep(50 * time.Millisecond) // polling a remote job, not synchronising goroutines
+	}
+	t.Fatalf("job %s never reached the awaited progress", id)
+	return workflows.Progress{}
+}
+
+// checkStoppedBeforeCancelled checks the history of a cancelled run:
+// every activity it scheduled ended before the run did, and nothing but
+// the acknowledgements came after the cancel request. It returns the
+// times of the request and of the run's end.
+func checkStoppedBeforeCancelled(t *testing.T, st *stack, id, runID string) (requested, ended time.Time) {
+	t.Helper()
+	h, err := fetchHistory(context.Background(), st.Client, id, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := map[int64]string{}
+	var reqID int64
+	for _, ev := range h.Events {
+		switch {
+		case ev.GetActivityTaskScheduledEventAttributes() != nil:
+			name := ev.GetActivityTaskScheduledEventAttributes().ActivityType.GetName()
+			open[ev.EventId] = name
+			if reqID != 0 {
+				t.Errorf("%s scheduled after the cancel request (event %d)", name, ev.EventId)
+			}
+		case ev.GetActivityTaskCompletedEventAttributes() != nil:
+			delete(open, ev.GetActivityTaskCompletedEventAttributes().ScheduledEventId)
+		case ev.GetActivityTaskFailedEventAttributes() != nil:
+			delete(open, ev.GetActivityTaskFailedEventAttributes().ScheduledEventId)
+		case ev.GetActivityTaskTimedOutEventAttributes() != nil:
+			delete(open, ev.GetActivityTaskTimedOutEventAttributes().ScheduledEventId)
+		case ev.GetActivityTaskCanceledEventAttributes() != nil:
+			delete(open, ev.GetActivityTaskCanceledEventAttributes().ScheduledEventId)
+		case ev.GetWorkflowExecutionCancelRequestedEventAttributes() != nil:
+			reqID, requested = ev.EventId, ev.EventTime.AsTime()
+		case ev.GetWorkflowExecutionCanceledEventAttributes() != nil:
+			ended = ev.EventTime.AsTime()
+			if len(open) != 0 {
+				t.Errorf("job reached CANCELLED with activities still running: %v", open)
+			}
+		}
+	}
+	if requested.IsZero() || ended.IsZero() {
+		t.Fatalf("history of %s lacks the cancel request or the cancellation", id)
+	}
+	return requested, ended
+}
+
+// TestCancelStopsEveryStep cancels jobs while they preprocess and while
+// they train beside the evaluator (BASIC and a CUSTOM cluster with a
+// parameter server and two workers): the job reaches CANCELLED only
+// after every activity (preprocess child, trainer, parameter server,
+// workers, evaluator, exporters) has stopped, schedules nothing after the
+// cancel request, and no checkpoint is written after it ended. Then a
+// reset --to train of the cancelled job resumes from its newest
+// checkpoint, never from step 0.
+func TestCancelStopsEveryStep(t *testing.T) {
+	home := t.TempDir()
+	st := testStack(t, home)
+	addr := st.Temporal.FrontendAddr()
+	cancel := func(t *testing.T, id, runID string) (time.Duration, time.Time) {
+		t.Helper()
+		if code, _, errs := cli(t, "jobs", "cancel", id, "--temporal", addr); code != exitOK {
+			t.Fatalf("jobs cancel: exit %d: %s", code, errs)
+		}
+		if _, err := waitJob(t, st.Client.GetWorkflow(context.Background(), id, runID)); !temporal.IsCanceledError(err) {
+			t.Fatalf("cancelled job ended with %v", err)
+		}
+		req, end := checkStoppedBeforeCancelled(t, st, id, runID)
+		t.Logf("%s: cancel request to CANCELLED with every step stopped: %v", id, end.Sub(req).Round(time.Millisecond))
+		return end.Sub(req), end
+	}
+
+	t.Run("preprocess", func(t *testing.T) {
+		id := "cancel_preprocess"
+		run := startUIStyle(t, st.Client, id, defaultLikeInput(id, 400_000, `{}`, `{}`, ""))
+		waitProgress(t, st, id, func(p workflows.Progress) bool { return p.Phase == workflows.PhasePreprocessing })
+		cancel(t, id, run.GetRunID())
+	})
+	for _, c := range []struct{ name, spec string }{
+		{"basic", `{"heartbeat_timeout_secs":4}`},
+		{"distributed", `{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1,"heartbeat_timeout_secs":4}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := "cancel_" + c.name
+			input := strings.Replace(defaultLikeInput(id, 3000, `{"throttle_secs":0,"exporters":[{"type":"latest"}]}`, c.spec, `,"publish":"latest"`),
+				`"max_steps":3000`, `"max_steps":100000000`, 1)
+			run := startUIStyle(t, st.Client, id, input)
+			waitProgress(t, st, id, func(p workflows.Progress) bool { return p.GlobalStep >= 2000 })
+			_, end := cancel(t, id, run.GetRunID())
+			jobDir := filepath.Join(home, "jobs", id)
+			var newest int64
+			for name, mt := range checkpointTimes(t, jobDir) {
+				if mt.After(end) {
+					t.Errorf("%s written at %v, after the job was CANCELLED at %v", name, mt, end)
+				}
+				if s, ok := strings.CutPrefix(name, "ckpt-"); ok {
+					var n int64
+					fmt.Sscan(s, &n)
+					newest = max(newest, n)
+				}
+			}
+			// Reset to train: it resumes from the newest checkpoint.
+			code, out, errs := cli(t, "jobs", "reset", id, "--to", "train", "--temporal", addr, "--output", "json")
+			var r struct {
+				RunID string `json:"run_id"`
+			}
+			if code != exitOK || json.Unmarshal([]byte(out), &r) != nil {
+				t.Fatalf("jobs reset: exit %d: %s %s", code, out, errs)
+			}
+			before := checkpointTimes(t, jobDir)
+			seen := len(checkCommits(t, events(t, jobDir)))
+			waitProgress(t, st, id, func(p workflows.Progress) bool { return p.GlobalStep > newest })
+			commits := checkCommits(t, events(t, jobDir))
+			if first := commits[seen]; first != newest+500 {
+				t.Errorf("the reset run's first checkpoint is step %d, want %d: it did not resume from checkpoint %d", first, newest+500, newest)
+			}
+			for name, mt := range before {
+				if at, ok := checkpointTimes(t, jobDir)[name]; ok && !at.Equal(mt) {
+					t.Errorf("%s rewritten by the reset run", name)
+				}
+			}
+			cancel(t, id, r.RunID)
+		})
 	}
 }
