@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -408,5 +409,65 @@ func TestCancelStopsEveryStep(t *testing.T) {
 			}
 			cancel(t, id, r.RunID)
 		})
+	}
+}
+
+// TestOneJobPerID: a second start with the ID of a job that succeeded is
+// refused before any run exists when it goes through trainflow (jobs
+// submit), and a run started around it (the Temporal UI allows a
+// duplicate ID of a closed workflow) refuses itself as DUPLICATE: `jobs
+// describe` and `jobs list` keep showing the job that succeeded, once.
+func TestOneJobPerID(t *testing.T) {
+	st := testStack(t, t.TempDir())
+	addr := st.Temporal.FrontendAddr()
+	ctx := context.Background()
+	id := "once_1"
+	run, err := startJob(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{GeneratedRows: 1000}, Train: workflows.TrainSpec{MaxSteps: 200, SaveCheckpointsSteps: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitJob(t, run); err != nil {
+		t.Fatal(err)
+	}
+	runs := func() int {
+		resp, err := st.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: st.Temporal.Namespace(), Query: "WorkflowId = '" + id + "'"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.Executions)
+	}
+	if code, _, errs := cli(t, "jobs", "submit", "training", id, "--temporal", addr); code != exitError || !strings.Contains(errs, "already exists") {
+		t.Fatalf("second submit: exit %d: %s", code, errs)
+	}
+	if n := runs(); n != 1 {
+		t.Fatalf("%d runs after a refused submit, want 1", n)
+	}
+
+	dup := startUIStyle(t, st.Client, id, `{"job_id":"once_1","preset":"census","data":{"generated_rows":1000}}`)
+	_, err = waitJob(t, dup)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeJobExists {
+		t.Fatalf("duplicate run ended with %v, want a JobExists refusal", err)
+	}
+	d, err := describeJob(ctx, st.Client, st.Temporal.Namespace(), id)
+	if err != nil || d.Status != "SUCCEEDED" || d.RunID != run.GetRunID() || d.Result == nil || d.Result.Version != 1 {
+		t.Fatalf("describe after a duplicate: %+v %v, want the first run, SUCCEEDED", d, err)
+	}
+	var rows []jobRow
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		code, out, errs := cli(t, "jobs", "list", "--temporal", addr, "--output", "json")
+		if code != exitOK || json.Unmarshal([]byte(out), &rows) != nil {
+			t.Fatalf("list: exit %d: %s %s", code, out, errs)
+		}
+		if runs() == 2 || time.Now().After(deadline) { // visibility has the duplicate
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the visibility store
+	}
+	if len(rows) != 1 || rows[0].Status != "SUCCEEDED" || rows[0].Phase != workflows.PhaseSucceeded {
+		t.Fatalf("jobs list %+v, want one SUCCEEDED row", rows)
+	}
+	if code, out, _ := cli(t, "jobs", "list", "--temporal", addr, "--filter", "state=FAILED", "--output", "json"); code != exitOK || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("list state=FAILED: exit %d: %s, want []", code, out)
 	}
 }
