@@ -54,6 +54,9 @@ type Activities struct {
 	// OnPublish, if set, is called after a version is published (the dev
 	// stack reloads its prediction server).
 	OnPublish func(model string)
+	// Metrics, if set, records what the activities do (worker
+	// --metrics-listen).
+	Metrics *Metrics
 	// Client, if set, lets Train report committed checkpoints to the job's
 	// workflow (signal workflows.CheckpointSignal). Distributed training
 	// needs it: parameter servers register through it and workers find
@@ -236,6 +239,16 @@ func (j *jobDir) claim(ctx context.Context, c claim) error {
 // its outputs are uploaded: Transform, shards and bad records, then the
 // manifest.
 func (a *Activities) Preprocess(ctx context.Context, in workflows.PreprocessInput) (workflows.PreprocessResult, error) {
+	defer a.Metrics.started("preprocess", activity.GetInfo(ctx).Attempt)()
+	t0 := time.Now()
+	res, err := a.preprocess(ctx, in)
+	if err == nil {
+		a.Metrics.preprocessed(res.TrainRows+res.EvalRows, res.BadRows, time.Since(t0))
+	}
+	return res, err
+}
+
+func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInput) (workflows.PreprocessResult, error) {
 	r := in.Request
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
@@ -484,6 +497,16 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		CheckpointDir: filepath.Join(jd.dir, checkpoints),
 		Meta:          checkpointMeta(in),
 	}
+	job := activity.GetInfo(ctx).WorkflowExecution.ID
+	defer a.Metrics.started("train", activity.GetInfo(ctx).Attempt)()
+	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, in.Model.LearningRate)
+	sums.onLoss = func(l float64) { a.Metrics.trainLoss(job, l) }
+	stepped := a.Metrics.stepper(job, "train")
+	cfg.Stepped = func(step int64, loss float64) {
+		sums.stepped(step, loss)
+		stepped(step, in.Model.BatchSize)
+	}
+	defer sums.close(ctx, jd)
 	sc := storeCheckpoints{jd.st}
 	if jd.remote {
 		tmp, err := jd.tempDir("train-")
@@ -502,6 +525,8 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	}
 	return train.Run(ctx, cfg, data, func(p train.Progress) error {
 		hb.set(ctx, p)
+		t0 := time.Now()
+		defer func() { a.Metrics.committed(p.Commit + time.Since(t0)) }()
 		if jd.remote {
 			b, err := os.ReadFile(filepath.Join(cfg.CheckpointDir, train.CheckpointName(p.Step)))
 			if err != nil {
@@ -510,6 +535,9 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 			if err := sc.commit(ctx, p.Step, b, cfg.KeepMax); err != nil {
 				return err
 			}
+		}
+		if err := sums.flush(ctx, jd, p.Step); err != nil {
+			return err
 		}
 		return a.reportCheckpoint(ctx, jd, p, in.PinForEval)
 	})
@@ -537,6 +565,7 @@ func appendLine(path string, line []byte) error {
 // retried evaluation does not add a second line. A checkpoint that
 // retention already deleted is a non-retryable CheckpointGone error.
 func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (workflows.EvaluateResult, error) {
+	defer a.Metrics.started("evaluate", activity.GetInfo(ctx).Attempt)()
 	defer keepAlive(ctx).Stop()
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
@@ -570,6 +599,10 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		data.X, data.Y = data.X[:rows*data.Dim], data.Y[:rows]
 	}
 	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, 1024)}
+	a.Metrics.evaluated(activity.GetInfo(ctx).WorkflowExecution.ID, res.Metrics)
+	if err := jd.evalSummaries(ctx, in.Name, in.Step, res.Metrics); err != nil {
+		return res, err
+	}
 	return res, jd.appendMetrics(ctx, in.Name, in.Step, res.Metrics)
 }
 

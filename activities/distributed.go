@@ -52,6 +52,7 @@ func setup(in workflows.RoleInput, jd *jobDir) roleSetup {
 // restores the newest committed checkpoint, listens on a free port and
 // registers its address with the workflow, which tells the workers.
 func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
+	defer a.Metrics.started("ps", activity.GetInfo(ctx).Attempt)()
 	hb := keepAlive(ctx)
 	defer hb.Stop()
 	jd, err := a.openJobDir(ctx, in.JobDir)
@@ -228,8 +229,32 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 				"last_step": last, "cause": err.Error()})
 		},
 	}
+	role, job := "worker", activity.GetInfo(ctx).WorkflowExecution.ID
 	if in.Task == 0 {
-		hooks.Committed = func(p train.Progress) error { return a.reportCheckpoint(ctx, jd, p, in.PinForEval) }
+		role = "chief"
+	}
+	defer a.Metrics.started(role, info.Attempt)()
+	stepped := a.Metrics.stepper(job, role)
+	hooks.Stepped = func(st dist.StepStats) {
+		stepped(st.GlobalStep, st.Examples)
+		a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+	}
+	if in.Task == 0 {
+		sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize*max(s.replicas, 1), in.Model.LearningRate)
+		sums.onLoss = func(l float64) { a.Metrics.trainLoss(job, l) }
+		hooks.Stepped = func(st dist.StepStats) {
+			sums.stepped(st.GlobalStep, st.Loss)
+			stepped(st.GlobalStep, st.Examples)
+			a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+		}
+		defer sums.close(ctx, jd)
+		hooks.Committed = func(p train.Progress) error {
+			a.Metrics.committed(p.Commit)
+			if err := sums.flush(ctx, jd, p.Step); err != nil {
+				return err
+			}
+			return a.reportCheckpoint(ctx, jd, p, in.PinForEval)
+		}
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,

@@ -40,6 +40,9 @@ type Config struct {
 	KeepMax       int
 	CheckpointDir string
 	Meta          CheckpointMeta
+	// Stepped, if set, is called after every step with the step and the
+	// batch's loss (summaries).
+	Stepped func(step int64, loss float64)
 }
 
 // Progress is reported after every checkpoint.
@@ -47,6 +50,8 @@ type Progress struct {
 	Step           int64   `json:"step"`
 	Loss           float64 `json:"loss"`
 	ExamplesPerSec float64 `json:"examples_per_sec"`
+	// Commit is how long writing and committing the checkpoint took.
+	Commit time.Duration `json:"-"`
 }
 
 // Result summarises a finished Run.
@@ -114,12 +119,16 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 		examples += len(rows)
 		lossSum += loss
 		lossN++
+		if cfg.Stepped != nil {
+			cfg.Stepped(step, loss)
+		}
 		if step%max(cfg.SaveSteps, 1) == 0 || step == cfg.MaxSteps {
+			t0 := time.Now()
 			if err := SaveCheckpoint(cfg.CheckpointDir, Snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
 				return res, err
 			}
 			res.Step, res.Loss = step, lossSum/float64(lossN)
-			p := Progress{Step: step, Loss: res.Loss, ExamplesPerSec: float64(examples) / time.Since(since).Seconds()}
+			p := Progress{Step: step, Loss: res.Loss, ExamplesPerSec: float64(examples) / time.Since(since).Seconds(), Commit: time.Since(t0)}
 			since, examples, lossSum, lossN = time.Now(), 0, 0, 0
 			if report != nil {
 				if err := report(p); err != nil {

@@ -262,6 +262,9 @@ type TrainSpec struct {
 	SaveCheckpointsSteps int64  `json:"save_checkpoints_steps,omitempty"` // default 500
 	KeepCheckpointMax    int    `json:"keep_checkpoint_max,omitempty"`    // default 5
 	Seed                 uint64 `json:"seed,omitempty"`                   // default 1
+	// SaveSummarySteps is how often (in global steps) the chief writes
+	// TensorBoard scalars to <job_dir>/logs/train. Default 100.
+	SaveSummarySteps int64 `json:"save_summary_steps,omitempty"`
 }
 
 // Model types.
@@ -332,6 +335,9 @@ func (s JobSpec) WithDefaults() JobSpec {
 	}
 	if s.Train.MaxSteps == 0 {
 		s.Train.MaxSteps = 3000
+	}
+	if s.Train.SaveSummarySteps == 0 {
+		s.Train.SaveSummarySteps = 100
 	}
 	if s.Train.SaveCheckpointsSteps == 0 {
 		s.Train.SaveCheckpointsSteps = 500
@@ -472,6 +478,7 @@ func (s *JobSpec) Validate() error {
 		{s.Model.L2 >= 0, "model.l2", s.Model.L2},
 		{s.Train.MaxSteps > 0, "train.max_steps", s.Train.MaxSteps},
 		{s.Train.SaveCheckpointsSteps > 0, "train.save_checkpoints_steps", s.Train.SaveCheckpointsSteps},
+		{s.Train.SaveSummarySteps > 0, "train.save_summary_steps", s.Train.SaveSummarySteps},
 		{s.Train.KeepCheckpointMax > 0, "train.keep_checkpoint_max", s.Train.KeepCheckpointMax},
 		{s.Data.GeneratedRows > 0 && s.Data.GeneratedRows <= 10_000_000, "data.generated_rows", s.Data.GeneratedRows},
 		{s.Data.TrainShards > 0 && s.Data.TrainShards <= 10000, "data.train_shards", s.Data.TrainShards},

@@ -13,12 +13,12 @@ import (
 	"strings"
 	"time"
 
-	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/internal/temporalconn"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/worker"
 )
@@ -31,14 +31,15 @@ func quietLogger() sdklog.Logger {
 func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("temporal", "127.0.0.1:7233", "Temporal frontend host:port")
-	ns := fs.String("namespace", "default", "Temporal namespace")
+	var tc temporalconn.Flags
+	tc.Register(fs, "temporal")
 	home := fs.String("home", defaultHome(), "home directory: default job dirs go to HOME/jobs (unless --jobs), the cache of job dirs in object storage to HOME/cache")
 	jobs := fs.String("jobs", "", "where default job dirs go, JOBS/<job_id>: a directory or a storage URI such as s3://bucket/jobs?region=eu-west-1 (default HOME/jobs)")
 	models := fs.String("models", "", "model repository Publish writes to: a directory or a storage URI such as s3://bucket/models?region=eu-west-1 (default HOME/models)")
 	level := fs.String("log-level", "info", "log level")
 	psListen := fs.String("ps-listen", "0.0.0.0", "interface the parameter servers of distributed jobs listen on")
 	maxRoles := fs.Int("max-roles", 0, "run at most this many distributed-training roles (parameter servers, workers) at once, so jobs spread over worker processes; 0: no bound")
+	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics of this worker (steps, examples, loss, evaluation metrics, parameter-server latency, checkpoint commits, role restarts, preprocessing rows) at http://ADDR/metrics; empty: off")
 	psAdvertise := fs.String("ps-advertise", "", "host name workers dial to reach this process's parameter servers (default: this host's name, or the -ps-listen address when it is a specific one)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -71,12 +72,20 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		defer st.Close()
 		acts.Models, acts.ModelStore = nil, &serving.ObjectRepository{Store: st}
 	}
-	c, err := client.Dial(client.Options{HostPort: *addr, Namespace: *ns, Logger: sdklog.NewStructuredLogger(log.With("component", "temporal-client"))})
+	if *metricsAddr != "" {
+		acts.Metrics = activities.NewMetrics()
+		at, err := serveMetrics(ctx, *metricsAddr, acts.Metrics, log)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Info("worker metrics", "url", "http://"+at+"/metrics")
+	}
+	c, err := tc.Dial(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
 	if err != nil {
-		return fmt.Errorf("connect to temporal at %s: %w", *addr, err)
+		return err
 	}
 	defer c.Close()
-	if err := worker.EnsureSearchAttributes(ctx, c, *ns); err != nil {
+	if err := worker.EnsureSearchAttributes(ctx, c, tc.Namespace); err != nil {
 		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
 	}
 	acts.Client = c
@@ -85,7 +94,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	host, _ := os.Hostname()
-	log.Info("worker started", "temporal", *addr, "namespace", *ns, "home", h, "jobs", *jobs, "models", *models, "host", host, "pid", os.Getpid())
+	log.Info("worker started", "temporal", tc.Address, "namespace", tc.Namespace, "tls", tc.Secured(), "home", h, "jobs", *jobs, "models", *models, "host", host, "pid", os.Getpid())
 	<-ctx.Done()
 	w.Stop()
 	return nil

@@ -44,7 +44,8 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func testStack(t *testing.T, home string) *stack {
+// testStack starts the dev stack in home; options adjust its config.
+func testStack(t *testing.T, home string, options ...func(*stackConfig)) *stack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -52,10 +53,14 @@ func testStack(t *testing.T, home string) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := startStack(ctx, stackConfig{
+	cfg := stackConfig{
 		Home: home, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Exe: exe,
 		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	for _, o := range options {
+		o(&cfg)
+	}
+	st, err := startStack(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,7 +136,7 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	id, cl, c, phase := j.id, j.client, j.conn, resetTargets[*to]
 	runID := *run
 	if runID == "" {
-		info, err := meaningfulRun(ctx, cl, c.namespace, id)
+		info, err := meaningfulRun(ctx, cl, c.Namespace, id)
 		if err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var rid [16]byte
 	rand.Read(rid[:])
 	resp, err := cl.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace:                 c.namespace,
+		Namespace:                 c.Namespace,
 		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID},
 		Reason:                    *reason,
 		WorkflowTaskFinishEventId: point,

@@ -99,6 +99,8 @@ type Hooks struct {
 	Resumed func(p Position, source string)
 	// Moved is called after every step with the worker's position.
 	Moved func(Position)
+	// Stepped is called after every step this worker pushed.
+	Stepped func(StepStats)
 	// Computed is called after each gradient is computed, before it is
 	// pushed.
 	Computed func()
@@ -106,6 +108,17 @@ type Hooks struct {
 	// found them again: err says why it lost them, lastStep is the global
 	// step it saw before, c the cluster it found.
 	Recovered func(err error, c Cluster, lastStep int64)
+}
+
+// StepStats describe one step of a worker.
+type StepStats struct {
+	// GlobalStep is the global step after the push.
+	GlobalStep int64
+	// Loss is the batch's loss, Examples its size.
+	Loss     float64
+	Examples int
+	// Where the step's time went.
+	Pull, Compute, Push time.Duration
 }
 
 // WorkerResult summarises a worker's run.
@@ -383,6 +396,9 @@ func (w *worker) step(ctx context.Context) error {
 	if w.hooks.Moved != nil {
 		w.hooks.Moved(w.pos)
 	}
+	if w.hooks.Stepped != nil {
+		w.hooks.Stepped(StepStats{GlobalStep: r.Step, Loss: loss, Examples: len(y), Pull: t1.Sub(t0), Compute: t2.Sub(t1), Push: time.Since(t2)})
+	}
 	if r.Done {
 		return errDone
 	}
@@ -441,6 +457,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 		}
 	}
 	w.mu.Unlock()
+	t0 := time.Now()
 	if err := w.ckpts.Save(ctx, ck, w.cfg.KeepMax); err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", ck.Step, err)
 	}
@@ -449,7 +466,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 	}
 	w.mu.Lock()
 	examples := (ck.Step - w.committed) * int64(w.cfg.BatchSize*max(w.cfg.BatchesPerStep, 1))
-	p := train.Progress{Step: ck.Step, ExamplesPerSec: float64(examples) / time.Since(w.since).Seconds()}
+	p := train.Progress{Step: ck.Step, ExamplesPerSec: float64(examples) / time.Since(w.since).Seconds(), Commit: time.Since(t0)}
 	if w.lossN > 0 {
 		p.Loss = w.lossSum / float64(w.lossN)
 		w.res.Loss = p.Loss
