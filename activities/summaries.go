@@ -149,7 +149,16 @@ func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) erro
 	for _, p := range out {
 		b.Add(p.step, p.at, trainTags, p.values)
 	}
-	return jd.writeSummaries(ctx, "train", "chief", out[0].step, &b)
+	if err := jd.writeSummaries(ctx, "train", "chief", out[0].step, &b); err != nil {
+		// Keep them for the next flush or close: a flush cut short by
+		// the activity's cancellation must not lose a committed
+		// checkpoint's summaries.
+		s.mu.Lock()
+		s.pending = append(out, s.pending...)
+		s.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // close writes what is left when the activity ends, even if it ends
