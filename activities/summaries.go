@@ -129,8 +129,13 @@ func (s *trainSummaries) stepped(step int64, loss float64) {
 	s.next = (step/s.every + 1) * s.every
 }
 
-// flush writes the summaries up to step (all of them if step < 0).
+// flush writes the summaries up to step (all of them if step < 0). The
+// checkpoint of step is committed by then, so a resumed chief will not
+// redo these steps: the write goes ahead even if ctx was just cancelled,
+// and what it could not write stays pending for the next flush.
 func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	s.mu.Lock()
 	n := len(s.pending)
 	if step >= 0 {
@@ -150,9 +155,6 @@ func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) erro
 		b.Add(p.step, p.at, trainTags, p.values)
 	}
 	if err := jd.writeSummaries(ctx, "train", "chief", out[0].step, &b); err != nil {
-		// Keep them for the next flush or close: a flush cut short by
-		// the activity's cancellation must not lose a committed
-		// checkpoint's summaries.
 		s.mu.Lock()
 		s.pending = append(out, s.pending...)
 		s.mu.Unlock()
@@ -164,8 +166,6 @@ func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) erro
 // close writes what is left when the activity ends, even if it ends
 // because its context was cancelled.
 func (s *trainSummaries) close(ctx context.Context, jd *jobDir) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
 	if err := s.flush(ctx, jd, -1); err != nil {
 		activity.GetLogger(ctx).Warn("write training summaries", "error", err)
 	}

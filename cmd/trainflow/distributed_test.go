@@ -41,6 +41,9 @@ type clusterOptions struct {
 	Jobs string
 	// OwnHomes gives each process its own --home instead of the stack's.
 	OwnHomes bool
+	// DataRoots is a further --data-roots of each process, besides
+	// testTrust's.
+	DataRoots string
 	// Metrics gives each process a --metrics-listen address, in
 	// cluster.metrics.
 	Metrics bool
@@ -83,6 +86,10 @@ func (c *cluster) start(i int) {
 		"--ps-listen", "127.0.0.1", "--max-roles", strconv.Itoa(c.opts.MaxRoles)}
 	if c.opts.Jobs != "" {
 		args = append(args, "--jobs", c.opts.Jobs)
+	}
+	args = append(args, testTrustArgs()...)
+	if c.opts.DataRoots != "" {
+		args = append(args, "--data-roots", c.opts.DataRoots)
 	}
 	if c.opts.Metrics {
 		if c.metrics[i] == "" {
