@@ -137,11 +137,31 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	addr := fs.String("http", "127.0.0.1:8080", "listen address")
 	poll := fs.Duration("poll", 2*time.Second, "how often to look for new model versions")
 	level := fs.String("log-level", "info", "log level")
+	maxConns := fs.Int("max-conns", serving.DefaultMaxConns, "most connections open at once; more wait until one closes")
+	tokenFile := fs.String("auth-token-file", "", "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live); none: no auth")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *poll <= 0 {
 		return usageError{errors.New("--poll must be positive")}
+	}
+	if *maxConns < 1 {
+		return usageError{errors.New("--max-conns must be positive")}
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+	opts := serving.Options{MaxConns: *maxConns, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return usageError{fmt.Errorf("--auth-token-file: %w", err)}
+		}
+		if opts.AuthToken = strings.TrimSpace(string(b)); len(opts.AuthToken) < 16 || strings.ContainsAny(opts.AuthToken, " \t\r\n") {
+			return usageError{fmt.Errorf("--auth-token-file %s: want one token of at least 16 characters, no spaces", *tokenFile)}
+		}
 	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
@@ -184,8 +204,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			reg.Watch(wctx, *poll)
 		}
 	}()
-	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root)
-	err = serving.New(reg, log, serving.Options{}).Serve(ctx, ln)
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" {
+		log.Warn("serving beyond the loopback without --auth-token-file: anyone who reaches the port can query every model")
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns)
+	err = serving.New(reg, log, opts).Serve(ctx, ln)
 	stop()
 	<-watched
 	return err
