@@ -110,7 +110,8 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	}
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
 	host, _ := os.Hostname()
-	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored}
+	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored,
+		RunID: info.WorkflowExecution.RunID}
 	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID,
 		UpdateName: workflows.RegisterParameterServerUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
@@ -360,7 +361,7 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 			if err := sums.flush(ctx, jd, p.Step); err != nil {
 				return err
 			}
-			return a.reportCheckpoint(ctx, jd, p)
+			return a.reportCheckpoint(ctx, jd, p, in.PinForEval)
 		}
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
@@ -391,9 +392,14 @@ func diverged(err error) error {
 }
 
 // reportCheckpoint tells the workflow and the events log about a
-// committed checkpoint.
-func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress) error {
+// committed checkpoint, first pinning it for the evaluator if pin is set.
+func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress, pin bool) error {
 	log := activity.GetLogger(ctx)
+	if pin {
+		if err := jd.queueCheckpoint(ctx, p.Step); err != nil {
+			return err
+		}
+	}
 	log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
 	if a.Client != nil {
 		c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}
