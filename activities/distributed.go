@@ -361,7 +361,8 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 			if err := sums.flush(ctx, jd, p.Step); err != nil {
 				return err
 			}
-			return a.reportCheckpoint(ctx, jd, p, in.PinForEval)
+			// Committed: reported even if the role is being stopped.
+			return a.reportCheckpoint(context.WithoutCancel(ctx), jd, p, in.PinForEval)
 		}
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
