@@ -29,6 +29,9 @@ type Options struct {
 	BodyLimit int64
 	// MaxInstances bounds instances per request; default 1000.
 	MaxInstances int
+	// Routes, if set, adds routes to the server's Echo instance (the web
+	// console); they share its middleware and error handler.
+	Routes func(*echo.Echo)
 }
 
 // Server is the prediction HTTP server.
@@ -68,6 +71,9 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	e.GET("/v2/models/:name/versions/:version/ready", s.v2ModelReady)
 	e.POST("/v2/models/:name/infer", s.v2Infer)
 	e.POST("/v2/models/:name/versions/:version/infer", s.v2Infer)
+	if opts.Routes != nil {
+		opts.Routes(e)
+	}
 	return s
 }
 
