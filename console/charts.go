@@ -51,6 +51,7 @@ func renderChart(title, ylabel string, curves []series, ms []marks) (*chart, err
 	p.Y.Label.Text = ylabel
 	p.Legend.Top = true
 	p.Legend.Left = false
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	p.Add(plotter.NewGrid())
 	ch := &chart{Title: title}
 	k := 0

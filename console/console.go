@@ -9,9 +9,11 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -144,7 +146,14 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05")
 	},
-	"f4":      func(v float64) string { return fmt.Sprintf("%.4f", v) },
+	"f4": func(v float64) string { return fmt.Sprintf("%.4f", v) },
+	// num shows whole numbers (counts) as such, others to 4 decimals.
+	"num": func(v float64) string {
+		if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+			return strconv.FormatFloat(v, 'f', 0, 64)
+		}
+		return fmt.Sprintf("%.4f", v)
+	},
 	"f0":      func(v float64) string { return fmt.Sprintf("%.0f", v) },
 	"pathesc": url.PathEscape,
 	"add":     func(a, b int) int { return a + b },

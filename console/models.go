@@ -135,7 +135,8 @@ func metrics(m train.Metrics) []metric {
 
 // form fills the try-it inputs from version sv's signature, with values
 // from vals (a submitted form) or else a typical value: a string's most
-// frequent one, a number's training mean or range midpoint.
+// frequent one (else its default), a number's training mean or range
+// midpoint.
 func (b *modelBody) form(sv *serving.Servable, vals func(string) (string, bool)) {
 	t := sv.Transform
 	b.Try, b.Signature, b.Classes = sv.Version, t.Signature(), t.LabelVocab
@@ -154,10 +155,10 @@ func (b *modelBody) form(sv *serving.Servable, vals func(string) (string, bool))
 		switch v, ok := vals(in.Name); {
 		case ok:
 			fi.Value = v
-		case in.Default != nil:
-			fi.Value = *in.Default
 		case len(fi.Choices) > 0:
 			fi.Value = fi.Choices[0]
+		case in.Default != nil:
+			fi.Value = *in.Default
 		case f.Treatment == preprocess.ZScore:
 			fi.Value = strconv.FormatFloat(f.Mean, 'f', 0, 64)
 		case f.Treatment == preprocess.MinMax:
