@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,7 +20,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/trainflow/trainflow/internal/datagen"
-	"github.com/trainflow/trainflow/workflows"
 )
 
 // get fetches a console page from the stack's HTTP server.
@@ -304,8 +304,47 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	t.Run("serve", func(t *testing.T) {
+		// `trainflow serve` over the same models and Temporal: its console
+		// lists the same jobs and models.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		var logs bytes.Buffer
+		served := make(chan error, 1)
+		go func() {
+			served <- runServe(ctx, []string{"--models", filepath.Join(home, "models"), "--http", addr, "--log-level", "warn",
+				"--temporal", st.Temporal.FrontendAddr(), "--namespace", st.Temporal.Namespace(), "--temporal-ui", "http://ui.example"}, &logs)
+		}()
+		defer func() {
+			cancel()
+			if err := <-served; err != nil {
+				t.Errorf("serve: %v\n%s", err, logs.String())
+			}
+		}()
+		var page string
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if resp, err := http.Get("http://" + addr + "/console/jobs"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if page = string(b); count(page, `<tr class="job">`) == 2 {
+					break
+				}
+			}
+		}
+		if n := count(page, `<tr class="job">`); n != 2 || !strings.Contains(page, `href="http://ui.example/namespaces/default/workflows/console_dist"`) {
+			t.Errorf("serve's jobs page has %d rows (want 2) or no Temporal UI link:\n%s", n, page)
+		}
+		if code, page := get(t, "http://"+addr, "/console/models/census"); code != http.StatusOK || count(page, `<tr class="version">`) != 2 {
+			t.Errorf("serve's model page: %d\n%s", code, page)
+		}
+	})
+
 	t.Run("chromium", func(t *testing.T) { browseConsole(t, base, "console_basic") })
-	_ = workflows.TaskQueue
 }
 
 func htmlUnescape(s string) string {
