@@ -129,8 +129,13 @@ func (s *trainSummaries) stepped(step int64, loss float64) {
 	s.next = (step/s.every + 1) * s.every
 }
 
-// flush writes the summaries up to step (all of them if step < 0).
+// flush writes the summaries up to step (all of them if step < 0). The
+// checkpoint of step is committed by then, so a resumed chief will not
+// redo these steps: the write goes ahead even if ctx was just cancelled,
+// and what it could not write stays pending for the next flush.
 func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	s.mu.Lock()
 	n := len(s.pending)
 	if step >= 0 {
@@ -149,14 +154,18 @@ func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) erro
 	for _, p := range out {
 		b.Add(p.step, p.at, trainTags, p.values)
 	}
-	return jd.writeSummaries(ctx, "train", "chief", out[0].step, &b)
+	if err := jd.writeSummaries(ctx, "train", "chief", out[0].step, &b); err != nil {
+		s.mu.Lock()
+		s.pending = append(out, s.pending...)
+		s.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // close writes what is left when the activity ends, even if it ends
 // because its context was cancelled.
 func (s *trainSummaries) close(ctx context.Context, jd *jobDir) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
 	if err := s.flush(ctx, jd, -1); err != nil {
 		activity.GetLogger(ctx).Warn("write training summaries", "error", err)
 	}

@@ -34,9 +34,14 @@ type Config struct {
 	// permutation drawn from PCG(Seed, e), so the batch of any step is a
 	// function of (Seed, step) and a resumed run sees the same batches.
 	Seed uint64
-	// SaveSteps is the checkpoint interval; a checkpoint is always written
-	// at MaxSteps.
-	SaveSteps     int64
+	// SaveSteps is the checkpoint interval in steps; SaveEvery, if
+	// positive, in time instead: a checkpoint is written after the first
+	// step that ends SaveEvery or more after the previous checkpoint (or
+	// the start of Run). A checkpoint is always written at MaxSteps.
+	SaveSteps int64
+	SaveEvery time.Duration
+	// Now is the clock of SaveEvery; nil means time.Now.
+	Now           func() time.Time
 	KeepMax       int
 	CheckpointDir string
 	Meta          CheckpointMeta
@@ -64,12 +69,14 @@ type Result struct {
 // Run trains the model cfg.Meta describes on data from the newest
 // checkpoint in cfg.CheckpointDir (or from a fresh model), committing a
 // checkpoint every cfg.SaveSteps steps and calling report after each. It
-// returns when cfg.MaxSteps is reached or ctx is done.
+// returns when cfg.MaxSteps is reached or ctx is done, and at once with an
+// error wrapping ErrNonFinite when the loss or the weights stop being
+// finite (no checkpoint of a diverged model is written).
 func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error) (Result, error) {
 	n := len(data.Y)
-	if n == 0 || cfg.BatchSize < 1 || cfg.MaxSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim {
-		return Result{}, fmt.Errorf("%w: %d rows of dim %d, batch %d, max steps %d, model dim %d",
-			ErrShape, n, data.Dim, cfg.BatchSize, cfg.MaxSteps, cfg.Meta.Dim)
+	if n == 0 || cfg.BatchSize < 1 || cfg.MaxSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim || (cfg.SaveSteps < 1 && cfg.SaveEvery <= 0) {
+		return Result{}, fmt.Errorf("%w: %d rows of dim %d, batch %d, max steps %d, model dim %d, save every %d steps or %v",
+			ErrShape, n, data.Dim, cfg.BatchSize, cfg.MaxSteps, cfg.Meta.Dim, cfg.SaveSteps, cfg.SaveEvery)
 	}
 	m, err := Initial(cfg.Meta, cfg.Seed)
 	if err != nil {
@@ -99,7 +106,12 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 	grad := make([]float64, len(m.Params()))
 	var perm []int
 	epoch := int64(-1)
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
 	since, examples, lossSum, lossN := time.Now(), 0, 0.0, 0
+	saved := now()
 	for step < cfg.MaxSteps {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -115,6 +127,9 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 			yb[i] = data.Y[r]
 		}
 		loss := Step(m, opt, grad, xb[:len(rows)*data.Dim], yb[:len(rows)], cfg.ClipNorm)
+		if loss-loss != 0 {
+			return res, fmt.Errorf("%w: loss %v at step %d (lower the learning rate, or clip gradients with clip_norm)", ErrNonFinite, loss, step+1)
+		}
 		step++
 		examples += len(rows)
 		lossSum += loss
@@ -122,7 +137,15 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 		if cfg.Stepped != nil {
 			cfg.Stepped(step, loss)
 		}
-		if step%max(cfg.SaveSteps, 1) == 0 || step == cfg.MaxSteps {
+		save := step == cfg.MaxSteps
+		if cfg.SaveEvery > 0 {
+			if t := now(); save || t.Sub(saved) >= cfg.SaveEvery {
+				save, saved = true, t
+			}
+		} else if step%cfg.SaveSteps == 0 {
+			save = true
+		}
+		if save {
 			t0 := time.Now()
 			if err := SaveCheckpoint(cfg.CheckpointDir, Snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
 				return res, err

@@ -40,10 +40,12 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	jobs := fs.String("jobs", "", "where default job dirs go, JOBS/<job_id>: a directory or a storage URI such as s3://bucket/jobs?region=eu-west-1 (default HOME/jobs)")
 	models := fs.String("models", "", "model repository Publish writes to: a directory or a storage URI such as s3://bucket/models?region=eu-west-1 (default HOME/models)")
 	level := fs.String("log-level", "info", "log level")
-	psListen := fs.String("ps-listen", "0.0.0.0", "interface the parameter servers of distributed jobs listen on")
+	psListen := fs.String("ps-listen", "", "interface the parameter servers of distributed jobs listen on (default: 127.0.0.1 when --temporal is on this machine, else 0.0.0.0)")
 	maxRoles := fs.Int("max-roles", 0, "run at most this many distributed-training roles (parameter servers, workers) at once, so jobs spread over worker processes; 0: no bound")
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics of this worker (steps, examples, loss, evaluation metrics, parameter-server latency, checkpoint commits, role restarts, preprocessing rows) at http://ADDR/metrics; empty: off")
 	psAdvertise := fs.String("ps-advertise", "", "host name workers dial to reach this process's parameter servers (default: this host's name, or the -ps-listen address when it is a specific one)")
+	var trust trustFlags
+	trust.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -65,8 +67,19 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		st.Close()
 	}
+	if *psListen == "" {
+		*psListen = defaultPSListen(tc.Address)
+		reason := "temporal is remote: workers on other machines must reach the parameter servers"
+		if *psListen == "127.0.0.1" {
+			reason = "temporal is local: pass --ps-listen 0.0.0.0 for workers on other machines"
+		}
+		log.Info("parameter server interface chosen", "ps_listen", *psListen, "temporal", tc.Address, "reason", reason)
+	}
 	acts := &activities.Activities{Home: h, Jobs: *jobs, Models: &serving.Repository{Root: *models},
 		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}
+	if err := trust.apply(acts); err != nil {
+		return err
+	}
 	if isURI(*models) {
 		st, err := storage.Open(ctx, *models)
 		if err != nil {
@@ -97,10 +110,26 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	host, _ := os.Hostname()
-	log.Info("worker started", "temporal", tc.Address, "namespace", tc.Namespace, "tls", tc.Secured(), "home", h, "jobs", *jobs, "models", *models, "host", host, "pid", os.Getpid())
+	log.Info("worker started", "temporal", tc.Address, "namespace", tc.Namespace, "tls", tc.Secured(), "home", h, "jobs", *jobs,
+		"data_roots", acts.DataRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments, "models", *models, "host", host, "pid", os.Getpid())
 	<-ctx.Done()
 	w.Stop()
 	return nil
+}
+
+// defaultPSListen is the interface parameter servers listen on unless
+// --ps-listen says: the loopback when the Temporal frontend at addr is on
+// this machine (then so are the job's other workers, as far as this
+// worker can tell), else every interface.
+func defaultPSListen(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return "127.0.0.1"
+	}
+	return "0.0.0.0"
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {

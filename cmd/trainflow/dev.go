@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/trainflow/trainflow/workflows"
@@ -28,6 +29,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	exit := fs.Bool("exit", false, "with --demo: stop once the demo job is done instead of serving until Ctrl-C")
 	level := fs.String("log-level", "warn", "log level")
 	metricsAddr := fs.String("metrics-listen", "", "serve the worker's Prometheus metrics at http://ADDR/metrics (the prediction server's are at --http /metrics); empty: off")
+	var trust trustFlags
+	trust.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -35,7 +38,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	st, err := startStack(ctx, stackConfig{Home: *home, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log})
+	if *data != "" {
+		// The demo's data directory is one jobs may read.
+		if *data, err = filepath.Abs(*data); err != nil {
+			return usageError{fmt.Errorf("--data: %w", err)}
+		}
+		trust.dataRoots = append(trust.dataRoots, *data)
+	}
+	st, err := startStack(ctx, stackConfig{Home: *home, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust})
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,18 @@ func TestMain(m *testing.M) {
 
 const censusDir = "../../../shared/datasets/census"
 
+// testTrust lets the tests' jobs read and write the temporary directories
+// and the census data: what an operator lists with --data-roots.
+func testTrust() *trustFlags {
+	census, _ := filepath.Abs(censusDir)
+	return &trustFlags{dataRoots: listFlag{os.TempDir(), census}}
+}
+
+// testTrustArgs are testTrust as worker flags.
+func testTrustArgs() []string {
+	return []string{"--data-roots", testTrust().dataRoots.String()}
+}
+
 type logWriter struct{ t *testing.T }
 
 func (w logWriter) Write(p []byte) (int, error) {
@@ -54,7 +66,7 @@ func testStack(t *testing.T, home string, options ...func(*stackConfig)) *stack 
 		t.Fatal(err)
 	}
 	cfg := stackConfig{
-		Home: home, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Exe: exe,
+		Home: home, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Exe: exe, Trust: testTrust(),
 		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	for _, o := range options {

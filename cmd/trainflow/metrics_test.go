@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -120,5 +123,82 @@ func TestWorkerMetrics(t *testing.T) {
 	}
 	if v := value(m, "trainflow_worker_role_starts_total", "role=ps"); v != 1 {
 		t.Errorf("parameter servers started: %v, want 1", v)
+	}
+}
+
+// freeAddr returns a loopback address with a port free a moment ago, for
+// a process started with it.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestDistributedMetricsFromEachProcess scrapes three worker processes,
+// one role each, twice while a distributed job trains: each process
+// running a chief or a worker shows its step counter moving (a non-zero
+// step rate), and the parameter server's process shows its role. A
+// CUSTOM job with worker_count 1 runs a chief, a worker and a parameter
+// server.
+func TestDistributedMetricsFromEachProcess(t *testing.T) {
+	c := newClusterWith(t, clusterOptions{Workers: 3, MaxRoles: 1, Metrics: true})
+	id := "metrics_procs"
+	run := startUIStyle(t, c.st.Client, id, jobInput(id, `{"generated_rows":4000}`,
+		`{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1,"update":"async"}`, 1_000_000, 1000))
+	defer c.st.Client.CancelWorkflow(context.Background(), run.GetID(), "")
+	c.waitStep(id, 1000)
+	first := make([]map[string]*dto.MetricFamily, len(c.metrics))
+	for i, addr := range c.metrics {
+		first[i] = waitScrape(t, addr)
+	}
+	c.waitStep(id, 3000)
+	training, ps := 0, 0
+	for i, addr := range c.metrics {
+		second := scrape(t, addr)
+		if value(second, "trainflow_worker_roles_running", "role=ps") == 1 {
+			ps++
+		}
+		var before, after float64
+		for _, role := range []string{"chief", "worker"} {
+			if value(second, "trainflow_worker_roles_running", "role="+role) != 1 {
+				continue
+			}
+			training++
+			// A role that had not started at the first scrape had no steps.
+			before, after = value(first[i], "trainflow_train_steps_total", "role="+role), value(second, "trainflow_train_steps_total", "role="+role)
+			if math.IsNaN(before) {
+				before = 0
+			}
+			if !(after > before) {
+				t.Errorf("process %d (%s): steps %v then %v, want a non-zero step rate", i, role, before, after)
+			}
+			if n := value(second, "trainflow_ps_pull_seconds"); !(n >= after) {
+				t.Errorf("process %d (%s): %v pulls timed for %v steps", i, role, n, after)
+			}
+		}
+	}
+	if training != 2 || ps != 1 {
+		t.Fatalf("%d processes run a training role and %d a parameter server, want 2 and 1 (one role each)", training, ps)
+	}
+}
+
+// waitScrape scrapes addr, waiting for a process that may still be
+// starting its metrics server.
+func waitScrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+			return scrape(t, addr)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics at %s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling another process's listener
 	}
 }

@@ -34,6 +34,9 @@ type stackConfig struct {
 	ExeArgs []string
 	// NoWorker leaves the worker out, for workers run as other processes.
 	NoWorker bool
+	// Trust, if set, holds the operator's limits on job specs (data
+	// roots, Beam runners and environments).
+	Trust *trustFlags
 	// MetricsAddr, if set, serves the worker's Prometheus metrics there.
 	MetricsAddr string
 	// SuggestContinueAsNewEvents lowers the history length at which jobs
@@ -105,6 +108,11 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 				log.Error("reload models", "error", err)
 			}
 		},
+	}
+	if cfg.Trust != nil {
+		if err := cfg.Trust.apply(acts); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.MetricsAddr != "" {
 		acts.Metrics = activities.NewMetrics()

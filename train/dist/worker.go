@@ -38,6 +38,9 @@ type WorkerConfig struct {
 	// the replicas averaged per step in sync mode, 1 in async mode. It
 	// only scales the examples/s the chief reports.
 	BatchesPerStep int
+	// Backups is set in sync mode with backup workers (fewer replicas per
+	// step than workers): gradients go through Client.PushAdmitted.
+	Backups bool
 }
 
 // Checkpoints is where the chief commits checkpoints, and where workers
@@ -154,6 +157,10 @@ type rngModel interface {
 // The chief also commits checkpoints: beside training, it fetches the
 // shards' cuts at each multiple of SaveSteps and at MaxSteps and writes
 // them, then finishes the parameter servers.
+//
+// A NaN or infinite loss or gradient, or a cut holding non-finite
+// variables, ends the worker at once with an error wrapping
+// train.ErrNonFinite; no checkpoint of the diverged model is committed.
 func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client, hooks Hooks) (WorkerResult, error) {
 	n := len(data.Y)
 	if n == 0 || cfg.BatchSize < 1 || cfg.SaveSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim {
@@ -187,9 +194,22 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 		}
 		defer cc.Close()
 		w.since = time.Now()
-		go func() { committed <- w.commitLoop(ctx, cc) }()
+		go func() {
+			err := w.commitLoop(ctx, cc)
+			committed <- err
+			if err != nil {
+				cancel() // the shards hold at the uncommitted cut: stop training
+			}
+		}()
 	}
 	if err := w.train(ctx); err != nil {
+		select {
+		case cerr := <-committed:
+			if cerr != nil {
+				return w.result(), cerr
+			}
+		default:
+		}
 		return w.result(), err
 	}
 	if cfg.Task != 0 {
@@ -225,6 +245,8 @@ func (w *worker) train(ctx context.Context) error {
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, train.ErrNonFinite):
+			return err
 		case err != nil:
 			if err := w.recover(ctx, err); errors.Is(err, errDone) {
 				return nil
@@ -364,6 +386,9 @@ func (w *worker) step(ctx context.Context) error {
 	}
 	x, y := w.batch()
 	loss := w.m.Gradient(w.grad, x, y)
+	if i := train.NonFinite(w.grad); loss-loss != 0 || i >= 0 {
+		return fmt.Errorf("%w: worker %d: loss %v on the variables of global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, loss, step)
+	}
 	if w.cfg.ClipNorm > 0 {
 		train.ClipByGlobalNorm(w.grad, w.cfg.ClipNorm)
 	}
@@ -376,7 +401,11 @@ func (w *worker) step(ctx context.Context) error {
 		w.hooks.Computed()
 	}
 	t2 := time.Now()
-	r, err := w.c.Push(ctx, w.cfg.Task, w.grad, w.pos.encode())
+	push := w.c.Push
+	if w.cfg.Backups {
+		push = w.c.PushAdmitted
+	}
+	r, err := push(ctx, w.cfg.Task, w.grad, w.pos.encode())
 	if err != nil {
 		return err
 	}
@@ -433,6 +462,9 @@ func (w *worker) commitLoop(ctx context.Context, cc *Client) error {
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, train.ErrNonFinite) { // diverged: never commit it
+			return err
 		}
 		if err := cc.Refresh(ctx); err != nil {
 			return err
