@@ -345,6 +345,29 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("chromium", func(t *testing.T) { browseConsole(t, base, "console_basic") })
+
+	t.Run("running job", func(t *testing.T) {
+		// A running job's page shows its progress and reloads itself; so
+		// does the jobs list while it holds a running job.
+		id := "console_running"
+		startUIStyle(t, st.Client, id, jobInput(id, `{"generated_rows":2000}`, `{}`, 10_000_000, 1000))
+		defer st.Client.CancelWorkflow(context.Background(), id, "")
+		var page string
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if _, page = get(t, base, "/console/jobs/"+id); strings.Contains(page, "TRAINING") && strings.Contains(page, "checkpoint") {
+				break
+			}
+		}
+		if !strings.Contains(page, `<meta http-equiv="refresh" content="5">`) || !regexp.MustCompile(`step \d+ / 10000000`).MatchString(page) {
+			t.Fatalf("running job's page has no refresh or no progress:\n%s", page)
+		}
+		if c, ok := charts(t, page)["Loss and evaluation metrics"]; !ok || !strings.Contains(c[1], ">loss (train)</text>") {
+			t.Errorf("running job's page has no training curve yet")
+		}
+		if _, page = get(t, base, "/console/jobs?state=RUNNING"); !strings.Contains(page, `http-equiv="refresh"`) || count(page, `<tr class="job">`) != 1 {
+			t.Errorf("jobs list filtered on RUNNING: want one row and a refresh:\n%s", page)
+		}
+	})
 }
 
 func htmlUnescape(s string) string {
