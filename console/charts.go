@@ -87,6 +87,10 @@ func renderChart(title, ylabel string, curves []series, ms []marks) (*chart, err
 		p.Legend.Add(m.Name, v)
 		ch.Series = append(ch.Series, m.Name)
 	}
+	// Headroom above the curves for the legend, which sits top right.
+	if span := p.Y.Max - p.Y.Min; span > 0 {
+		p.Y.Max += span * 0.08 * float64(len(ch.Series))
+	}
 	cv := vgsvg.New(7*vg.Inch, 3.2*vg.Inch)
 	p.Draw(draw.New(cv))
 	var buf bytes.Buffer

@@ -344,7 +344,7 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
-	t.Run("chromium", func(t *testing.T) { browseConsole(t, base, "console_basic") })
+	t.Run("chromium", func(t *testing.T) { browseConsole(t, base, "console_dist") })
 
 	t.Run("running job", func(t *testing.T) {
 		// A running job's page shows its progress and reloads itself; so
