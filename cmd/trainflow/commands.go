@@ -142,13 +142,33 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	level := fs.String("log-level", "info", "log level")
 	withConsole := fs.Bool("console", true, "serve the web console at /console/ (jobs from Temporal, models from --models)")
 	uiURL := fs.String("temporal-ui", "", "Temporal Web UI base URL the console links jobs to, e.g. http://127.0.0.1:8233")
-	var tc temporalconn.Flags
+	var tc temporalconn.Flags // the console's Temporal connection, as on worker
 	tc.Register(fs, "temporal")
+	maxConns := fs.Int("max-conns", serving.DefaultMaxConns, "most connections open at once; more wait until one closes")
+	tokenFile := fs.String("auth-token-file", "", "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live); none: no auth")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *poll <= 0 {
 		return usageError{errors.New("--poll must be positive")}
+	}
+	if *maxConns < 1 {
+		return usageError{errors.New("--max-conns must be positive")}
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+	opts := serving.Options{MaxConns: *maxConns, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return usageError{fmt.Errorf("--auth-token-file: %w", err)}
+		}
+		if opts.AuthToken = strings.TrimSpace(string(b)); len(opts.AuthToken) < 16 || strings.ContainsAny(opts.AuthToken, " \t\r\n") {
+			return usageError{fmt.Errorf("--auth-token-file %s: want one token of at least 16 characters, no spaces", *tokenFile)}
+		}
 	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
@@ -191,8 +211,6 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			reg.Watch(wctx, *poll)
 		}
 	}()
-	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root)
-	var opts serving.Options
 	if *withConsole {
 		routes, closeConsole, err := serveConsole(tc, *uiURL, reg, repo, log)
 		if err != nil {
@@ -203,6 +221,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		defer closeConsole()
 		opts.Routes = routes
 	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" {
+		log.Warn("serving beyond the loopback without --auth-token-file: anyone who reaches the port can query every model")
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns, "console", *withConsole)
 	err = serving.New(reg, log, opts).Serve(ctx, ln)
 	stop()
 	<-watched
