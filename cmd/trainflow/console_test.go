@@ -305,19 +305,23 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("serve", func(t *testing.T) {
-		// `trainflow serve` over the same models and Temporal: its console
-		// lists the same jobs and models.
+		// `trainflow serve --auth-token-file` over the same models and
+		// Temporal: its console lists the same jobs and models to clients
+		// with the token, and the try-it form passes the token on.
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		addr := l.Addr().String()
 		l.Close()
+		token := "console-test-token-0123456789"
+		tokenFile := filepath.Join(t.TempDir(), "token")
+		os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
 		ctx, cancel := context.WithCancel(context.Background())
 		var logs bytes.Buffer
 		served := make(chan error, 1)
 		go func() {
-			served <- runServe(ctx, []string{"--models", filepath.Join(home, "models"), "--http", addr, "--log-level", "warn",
+			served <- runServe(ctx, []string{"--models", filepath.Join(home, "models"), "--http", addr, "--log-level", "warn", "--auth-token-file", tokenFile,
 				"--temporal", st.Temporal.FrontendAddr(), "--namespace", st.Temporal.Namespace(), "--temporal-ui", "http://ui.example"}, &logs)
 		}()
 		defer func() {
@@ -326,21 +330,40 @@ func TestConsole(t *testing.T) {
 				t.Errorf("serve: %v\n%s", err, logs.String())
 			}
 		}()
+		do := func(method, path, auth string, form url.Values) (int, string) {
+			req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(form.Encode()))
+			if form != nil {
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			}
+			if auth != "" {
+				req.Header.Set("Authorization", "Bearer "+auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return 0, ""
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
 		var page string
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if resp, err := http.Get("http://" + addr + "/console/jobs"); err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if page = string(b); count(page, `<tr class="job">`) == 2 {
-					break
-				}
+			if _, page = do("GET", "/console/jobs", token, nil); count(page, `<tr class="job">`) == 2 {
+				break
 			}
 		}
 		if n := count(page, `<tr class="job">`); n != 2 || !strings.Contains(page, `href="http://ui.example/namespaces/default/workflows/console_dist"`) {
 			t.Errorf("serve's jobs page has %d rows (want 2) or no Temporal UI link:\n%s", n, page)
 		}
-		if code, page := get(t, "http://"+addr, "/console/models/census"); code != http.StatusOK || count(page, `<tr class="version">`) != 2 {
+		if code, page := do("GET", "/console/models/census", token, nil); code != http.StatusOK || count(page, `<tr class="version">`) != 2 {
 			t.Errorf("serve's model page: %d\n%s", code, page)
+		}
+		if code, _ := do("GET", "/console/jobs", "", nil); code != http.StatusUnauthorized {
+			t.Errorf("serve's console without the token: %d, want 401", code)
+		}
+		if code, page := do("POST", "/console/models/census", token, url.Values{"version": {"1"}, "f_age": {"40"}, "f_education_num": {"10"},
+			"f_capital_gain": {"0"}, "f_capital_loss": {"0"}, "f_hours_per_week": {"40"}}); code != http.StatusOK || !strings.Contains(page, `id="prediction"`) {
+			t.Errorf("serve's try-it with the token: %d, no prediction:\n%s", code, section(page, "answer"))
 		}
 	})
 
