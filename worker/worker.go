@@ -72,6 +72,7 @@ type WorkflowRegistry interface {
 // RegisterWorkflows registers every trainflow workflow under its wire name.
 func RegisterWorkflows(r WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.TrainingJob, workflow.RegisterOptions{Name: workflows.TrainingJobName})
+	r.RegisterWorkflowWithOptions(workflows.HyperparameterTuningJob, workflow.RegisterOptions{Name: workflows.HyperparameterTuningJobName})
 }
 
 // SearchAttributes are the custom search attributes trainflow's workflows

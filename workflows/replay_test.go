@@ -17,7 +17,8 @@ import (
 
 // TestReplayRecordedHistories replays histories recorded from real runs
 // (testdata/histories: a job that succeeded, one whose worker was killed
-// and retried, one that failed on bad data, one cancelled) against the
+// and retried, one that failed on bad data, one cancelled, a tuning job
+// recorded by cmd/trainflow TestTuningJobEndToEnd) against the
 // current workflow code. A change that would break running jobs fails
 // here with a non-determinism error. Deliberate changes go behind
 // workflow.GetVersion; then re-record with
@@ -28,7 +29,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"succeeded.json": false, "worker_killed.json": false, "bad_data.json": false, "cancelled.json": false}
+	want := map[string]bool{"succeeded.json": false, "worker_killed.json": false, "bad_data.json": false, "cancelled.json": false, "tuning_succeeded.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -56,6 +56,8 @@ const (
 	PhaseSucceeded     = "SUCCEEDED"
 	PhaseFailed        = "FAILED"
 	PhaseCancelled     = "CANCELLED"
+	// PhaseTuning is a tuning job running its trials.
+	PhaseTuning = "TUNING"
 )
 
 // Error types of non-retryable application errors.
@@ -80,6 +82,8 @@ type JobResult struct {
 	Export        string        `json:"export"`
 	Model         string        `json:"model"`
 	Version       int64         `json:"version"`
+	// Tuning is a tuning job's trials (HyperparameterTuningJob only).
+	Tuning *TuningReport `json:"tuning,omitempty"`
 }
 
 // Progress is what the "progress" query answers.
@@ -102,6 +106,8 @@ type Progress struct {
 	Error          string         `json:"error,omitempty"`
 	// Cluster is the distributed job's cluster (nil for BASIC).
 	Cluster *ClusterState `json:"cluster,omitempty"`
+	// Tuning is a tuning job's trials (HyperparameterTuningJob only).
+	Tuning *TuningReport `json:"tuning,omitempty"`
 }
 
 // PrepareInput is the input of the PrepareJob activity.
@@ -260,6 +266,10 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	}
 	if spec.JobID != info.WorkflowExecution.ID {
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+	}
+	if spec.Tuning != nil {
+		err := fmt.Errorf("%w: tuning: a spec with a tuning block runs as %s, not %s", ErrInvalidSpec, HyperparameterTuningJobName, TrainingJobName)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName), SearchScaleTier.ValueSet(spec.Cluster.ScaleTier)); err != nil {

@@ -159,14 +159,14 @@ func oneJobID(fs *flag.FlagSet, args []string) (string, error) {
 
 // listFilter turns "state=RUNNING,model=census" into a visibility query.
 func listFilter(filter string) (string, error) {
-	q := []string{fmt.Sprintf("WorkflowType = '%s'", workflows.TrainingJobName)}
+	q := []string{fmt.Sprintf("WorkflowType IN ('%s', '%s')", workflows.TrainingJobName, workflows.HyperparameterTuningJobName)}
 	if filter == "" {
 		return q[0], nil
 	}
 	statuses := map[string]string{"RUNNING": "Running", "SUCCEEDED": "Completed", "COMPLETED": "Completed", "FAILED": "Failed",
 		"CANCELLED": "Canceled", "CANCELED": "Canceled", "TERMINATED": "Terminated", "TIMED_OUT": "TimedOut"}
 	phases := map[string]bool{workflows.PhaseValidating: true, workflows.PhasePreprocessing: true, workflows.PhaseTraining: true,
-		workflows.PhaseEvaluating: true, workflows.PhaseExporting: true, workflows.PhasePublishing: true}
+		workflows.PhaseEvaluating: true, workflows.PhaseExporting: true, workflows.PhasePublishing: true, workflows.PhaseTuning: true}
 	for _, term := range strings.Split(filter, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(term), "=")
 		if !ok || v == "" || strings.ContainsAny(v, `'"\`) {
@@ -374,10 +374,16 @@ func runJobsDescribe(ctx context.Context, args []string, stdout, stderr io.Write
 	if d.End != nil {
 		fmt.Fprintf(stdout, "ended:    %s (%s)\n", d.End.Format(time.RFC3339), d.End.Sub(d.Start).Round(time.Millisecond))
 	}
-	if p := d.Progress; p != nil {
+	if p := d.Progress; p != nil && p.Tuning == nil {
 		fmt.Fprintf(stdout, "step:     %d / %d  loss %.4f  %.0f examples/s\n", p.GlobalStep, p.MaxSteps, p.Loss, p.ExamplesPerSec)
 	}
-	if r := d.Result; r != nil {
+	if p := d.Progress; p != nil && p.Tuning != nil {
+		writeTrials(stdout, p.Tuning)
+	}
+	if r := d.Result; r != nil && r.Tuning != nil {
+		writeTrials(stdout, r.Tuning)
+		fmt.Fprintf(stdout, "export:   %s\nmodel:    %s version %d\n", r.Export, r.Model, r.Version)
+	} else if r != nil {
 		fmt.Fprintf(stdout, "steps:    %d\nmetrics:  accuracy %.4f  auc %.4f  log_loss %.4f on %d examples\nexport:   %s\nmodel:    %s version %d\n",
 			r.GlobalStep, r.Metrics.Accuracy, r.Metrics.AUC, r.Metrics.LogLoss, r.Metrics.Examples, r.Export, r.Model, r.Version)
 	}
