@@ -45,9 +45,14 @@ var palette = []color.RGBA{
 // with gonum/plot. Empty curves and marks are left out; a chart with no
 // curve is nil.
 func renderChart(title, ylabel string, curves []series, ms []marks) (*chart, error) {
+	return renderChartX(title, "global step", ylabel, curves, ms)
+}
+
+// renderChartX is renderChart against another x than the global step.
+func renderChartX(title, xlabel, ylabel string, curves []series, ms []marks) (*chart, error) {
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "global step"
+	p.X.Label.Text = xlabel
 	p.Y.Label.Text = ylabel
 	p.Legend.Top = true
 	p.Legend.Left = false

@@ -33,12 +33,12 @@ var states = []string{"RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED
 var statusQuery = map[string]string{"RUNNING": "Running", "SUCCEEDED": "Completed", "FAILED": "Failed",
 	"CANCELLED": "Canceled", "TERMINATED": "Terminated", "TIMED_OUT": "TimedOut"}
 
-// jobQuery is the visibility query of the jobs list: TrainingJob
-// workflows, of one state and one model if given. Both were checked
+// jobQuery is the visibility query of the jobs list: TrainingJob and
+// HyperparameterTuningJob workflows, of one state and one model if given. Both were checked
 // against fixed lists or the name rule, so nothing a request sends
 // reaches the query unchecked.
 func jobQuery(state, model string) (string, error) {
-	q := fmt.Sprintf("WorkflowType = '%s'", workflows.TrainingJobName)
+	q := fmt.Sprintf("(WorkflowType = '%s' OR WorkflowType = '%s')", workflows.TrainingJobName, workflows.HyperparameterTuningJobName)
 	switch {
 	case state == "":
 	case statusQuery[state] != "":
@@ -100,6 +100,9 @@ func (c *Console) jobs(ec echo.Context) error {
 			r := jobRow{ID: e.Execution.GetWorkflowId(), Status: statusName(e.Status), Start: e.StartTime.AsTime(),
 				Phase: keyword(f, workflows.SearchState.GetName()), Model: keyword(f, workflows.SearchModel.GetName()),
 				Tier: keyword(f, workflows.SearchScaleTier.GetName()), Best: float(f, workflows.SearchBestMetric.GetName())}
+			if e.GetType().GetName() == workflows.HyperparameterTuningJobName {
+				r.Tier = "tuning"
+			}
 			end := time.Now()
 			if e.CloseTime != nil {
 				end = e.CloseTime.AsTime()
@@ -198,6 +201,40 @@ type jobBody struct {
 	Events                                []eventRow
 	EventsHidden                          int
 	BadReasons                            []badReason
+	// Tuning is a tuning job's trials (nil for a training job).
+	Tuning *workflows.TuningReport
+}
+
+// tuningChart draws a tuning job's objective per trial and the best so
+// far.
+func (b *jobBody) tuningChart(log interface{ Warn(string, ...any) }) {
+	rep := b.Tuning
+	if rep == nil {
+		return
+	}
+	var obj, best plotter.XYs
+	maximize := !strings.EqualFold(rep.Goal, "MINIMIZE")
+	for _, tr := range rep.Trials {
+		if tr.Objective == nil || (tr.State != workflows.TrialSucceeded && tr.State != workflows.TrialStopped) {
+			continue
+		}
+		v := *tr.Objective
+		obj = append(obj, plotter.XY{X: float64(tr.Number), Y: v})
+		if tr.State != workflows.TrialSucceeded {
+			continue
+		}
+		if n := len(best); n > 0 && (maximize && best[n-1].Y > v || !maximize && best[n-1].Y < v) {
+			v = best[n-1].Y
+		}
+		best = append(best, plotter.XY{X: float64(tr.Number), Y: v})
+	}
+	ch, err := renderChartX("Objective per trial", "trial", rep.Metric, []series{{Name: rep.Metric + " (trial)", Points: obj}, {Name: "best so far", Points: best}}, nil)
+	if err != nil {
+		log.Warn("draw chart", "chart", "tuning", "error", err)
+	}
+	if ch != nil {
+		b.Charts = append(b.Charts, ch)
+	}
 }
 
 type eventRow struct {
@@ -230,8 +267,9 @@ func (c *Console) job(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadGateway, "jobs", "cannot read the job from Temporal: "+temporalError(err))
 	}
 	info := d.WorkflowExecutionInfo
-	if info.GetType().GetName() != workflows.TrainingJobName {
-		return c.fail(ec, http.StatusNotFound, "jobs", fmt.Sprintf("%s is not a %s workflow", id, workflows.TrainingJobName))
+	tuning := info.GetType().GetName() == workflows.HyperparameterTuningJobName
+	if info.GetType().GetName() != workflows.TrainingJobName && !tuning {
+		return c.fail(ec, http.StatusNotFound, "jobs", fmt.Sprintf("%s is not a %s or %s workflow", id, workflows.TrainingJobName, workflows.HyperparameterTuningJobName))
 	}
 	f := info.SearchAttributes.GetIndexedFields()
 	b := &jobBody{ID: id, RunID: info.Execution.GetRunId(), Status: statusName(info.Status), Start: info.StartTime.AsTime(),
@@ -264,6 +302,20 @@ func (c *Console) job(ec echo.Context) error {
 		} else {
 			b.Result = &res
 		}
+	}
+	if tuning {
+		if b.Progress != nil {
+			b.Tuning = b.Progress.Tuning
+		}
+		if b.Result != nil {
+			b.Tuning = b.Result.Tuning
+		}
+		b.tuningChart(c.log)
+		refresh := 0
+		if running {
+			refresh = 5
+		}
+		return c.render(ec, http.StatusOK, "job", page{Title: "Tuning job " + id, Nav: "jobs", Refresh: refresh, Body: b})
 	}
 	b.JobDir, err = c.jobDirOf(ctx, id, b.RunID)
 	if b.JobDir == "" && b.Result != nil {

@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"go.temporal.io/sdk/client"
 
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/workflows"
 )
 
 // get fetches a console page from the stack's HTTP server.
@@ -368,6 +370,43 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("chromium", func(t *testing.T) { browseConsole(t, base, "console_dist") })
+
+	t.Run("tuning job", func(t *testing.T) {
+		// A tuning job's page charts the objective per trial and the best
+		// so far, and lists its trials, each linked to its own page.
+		id := "console_hp"
+		var payload map[string]any
+		json.Unmarshal([]byte(`{"job_id":"console_hp","preset":"census","data":{"generated_rows":600,"train_shards":2,"eval_shards":1},
+		  "train":{"max_steps":40,"save_checkpoints_steps":20},"eval_spec":{"throttle_secs":0},
+		  "tuning":{"max_trials":3,"max_parallel_trials":3,"algorithm":"RANDOM_SEARCH","seed":7,
+		    "params":[{"parameter_name":"model.learning_rate","type":"DOUBLE","min_value":0.0001,"max_value":0.3,"scale_type":"UNIT_LOG_SCALE"}]}}`), &payload)
+		run, err := st.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue}, workflows.HyperparameterTuningJobName, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := waitJob(t, run)
+		if err != nil || res.Tuning == nil {
+			t.Fatalf("tuning job: %v", err)
+		}
+		code, page := get(t, base, "/console/jobs/"+id)
+		if code != http.StatusOK {
+			t.Fatalf("GET tuning job: %d\n%s", code, page)
+		}
+		c, ok := charts(t, page)["Objective per trial"]
+		if !ok || c[0] != "2" || !strings.Contains(c[1], ">accuracy (trial)</text>") || !strings.Contains(c[1], ">best so far</text>") {
+			t.Errorf("tuning job's page has no objective chart with 2 series")
+		}
+		trials := section(page, "trials")
+		if n := count(trials, `<tr class="trial">`); n != len(res.Tuning.Trials) || n != 3 {
+			t.Errorf("trials table has %d rows, want %d", n, len(res.Tuning.Trials))
+		}
+		if !strings.Contains(trials, `href="/console/jobs/console_hp_trial_1"`) {
+			t.Error("trials table does not link trial 1's page")
+		}
+		if code, _ := get(t, base, "/console/jobs/console_hp_trial_1"); code != http.StatusOK {
+			t.Errorf("trial 1's page: %d", code)
+		}
+	})
 
 	t.Run("running job", func(t *testing.T) {
 		// A running job's page shows its progress and reloads itself; so
