@@ -28,7 +28,7 @@ const maxJobs = 200
 // states are the choices of the jobs list's state filter: execution
 // statuses, then the phases of a running job.
 var states = []string{"RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT",
-	workflows.PhasePreprocessing, workflows.PhaseTraining, workflows.PhaseEvaluating, workflows.PhaseExporting, workflows.PhasePublishing}
+	workflows.PhasePreprocessing, workflows.PhaseTraining, workflows.PhaseEvaluating, workflows.PhaseExporting, workflows.PhasePublishing, workflows.PhaseTuning}
 
 var statusQuery = map[string]string{"RUNNING": "Running", "SUCCEEDED": "Completed", "FAILED": "Failed",
 	"CANCELLED": "Canceled", "TERMINATED": "Terminated", "TIMED_OUT": "TimedOut"}
