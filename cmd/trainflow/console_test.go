@@ -406,6 +406,9 @@ func TestConsole(t *testing.T) {
 		if code, _ := get(t, base, "/console/jobs/console_hp_trial_1"); code != http.StatusOK {
 			t.Errorf("trial 1's page: %d", code)
 		}
+		if dir := os.Getenv("TRAINFLOW_SCREENSHOTS"); dir != "" {
+			screenshot(t, base+"/console/jobs/"+id, filepath.Join(dir, "console-tuning.png"))
+		}
 	})
 
 	t.Run("running job", func(t *testing.T) {
@@ -436,28 +439,46 @@ func htmlUnescape(s string) string {
 	return strings.NewReplacer("&gt;", ">", "&lt;", "<", "&amp;", "&", "&#34;", `"`, "&#39;", "'").Replace(s)
 }
 
+// chromium returns the path of a Chromium binary, or skips t.
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
+	return ""
+}
+
+// browserContext starts headless Chromium for t.
+func browserContext(t *testing.T) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1100, 900))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// screenshot saves a PNG of the page at url.
+func screenshot(t *testing.T, url, file string) {
+	var png []byte
+	if err := chromedp.Run(browserContext(t), chromedp.Navigate(url), chromedp.FullScreenshot(&png, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // browseConsole drives headless Chromium through jobs → job → model →
 // try-it, asserting that the prediction appears. With
 // TRAINFLOW_SCREENSHOTS=DIR it saves a PNG of each page there.
 func browseConsole(t *testing.T, base, job string) {
-	exe := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			exe = p
-			break
-		}
-	}
-	if exe == "" {
-		t.Skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1100, 900))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
+	ctx := browserContext(t)
 	shots := os.Getenv("TRAINFLOW_SCREENSHOTS")
 	shot := func(name string) chromedp.Action {
 		return chromedp.ActionFunc(func(ctx context.Context) error {
