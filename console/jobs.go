@@ -454,16 +454,16 @@ func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
 			continue
 		}
 		pts := map[int64]float64{}
-		any := false
+		nonzero := false
 		for _, e := range d.Evals {
 			if e.Name != "" && e.Name != "eval" {
 				continue
 			}
 			v := m.get(e)
 			pts[e.GlobalStep] = v
-			any = any || v != 0
+			nonzero = nonzero || v != 0
 		}
-		if any {
+		if nonzero {
 			curves = append(curves, series{Name: m.name + " (eval)", Points: curve(pts)})
 		}
 	}
