@@ -212,7 +212,7 @@ func TestResetToExportSkipsTraining(t *testing.T) {
 	// While export retries, describe shows the attempt and the last failure.
 	var retrying *pendingActivity
 	for deadline := time.Now().Add(time.Minute); retrying == nil && time.Now().Before(deadline); {
-		d, err := describeJob(context.Background(), st.Client, "reset_1")
+		d, err := describeJob(context.Background(), st.Client, st.Temporal.Namespace(), "reset_1")
 		if err != nil {
 			t.Fatal(err)
 		}

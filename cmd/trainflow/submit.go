@@ -19,7 +19,9 @@ import (
 
 // startJob starts TrainingJob for spec (HyperparameterTuningJob when it
 // has a tuning block) with workflow ID = job ID. A job ID used before, by
-// a running or a finished job, is refused.
+// a running or a finished job, is refused by the server before any run is
+// created (every start path of trainflow's own goes through here: jobs
+// submit, dev --demo).
 func startJob(ctx context.Context, c client.Client, spec workflows.JobSpec) (client.WorkflowRun, error) {
 	d := spec.WithDefaults()
 	if err := d.Validate(); err != nil {
@@ -33,6 +35,7 @@ func startJob(ctx context.Context, c client.Client, spec workflows.JobSpec) (cli
 		ID:                                       spec.JobID,
 		TaskQueue:                                workflows.TaskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		StaticSummary:                            summary,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(d.ModelName)),
