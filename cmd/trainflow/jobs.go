@@ -244,6 +244,11 @@ func meaningfulRun(ctx context.Context, cl client.Client, namespace, id string) 
 			return nil, fmt.Errorf("list runs of job %s: %w", id, err)
 		}
 		for _, e := range resp.Executions {
+			// The latest run is a refused duplicate (Describe said so);
+			// visibility may not show its state yet.
+			if e.GetExecution().GetRunId() == d.WorkflowExecutionInfo.GetExecution().GetRunId() {
+				continue
+			}
 			if meaningful(best, e) {
 				best = e
 			}
