@@ -22,9 +22,9 @@ rounds=${1:-5}
 secs=${SECONDS_PER_RUN:-3}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
+cpus=$(getconf _NPROCESSORS_ONLN) # not nproc, which obeys OMP_NUM_THREADS
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 python=/usr/bin/python3 # Debian's, where python3-torch lives
-cpus=$(nproc)
 
 go test -c -o "$out/kernel.test" ./train/
 backends=(kernel)
@@ -95,9 +95,9 @@ awk -v e1="$mlp32" -v e2="$mlp2" -v f="$flop" -v ghz="$ghz" 'BEGIN {
 
 echo
 echo "where a float32 MLP step's time goes (GOMAXPROCS=1, pprof -top):"
-(cd train && GOMAXPROCS=1 "$out/kernel.test" -test.run '^$' -test.bench 'TrainMLP/float32/batch=128$' -test.benchtime "${secs}s" \
+(cd train && GOMAXPROCS=1 "$out/kernel.test" -test.run '^$' -test.bench 'TrainMLP/float32/batch=128$' -test.benchtime "$((2 * secs))s" \
 	-test.cpuprofile "$out/mlp.pprof" >/dev/null)
-go tool pprof -top -nodecount=14 "$out/kernel.test" "$out/mlp.pprof" 2>/dev/null | sed -n '/flat%/,$p'
+go tool pprof -top -nodecount=16 -focus 'benchmarkSteps' "$out/kernel.test" "$out/mlp.pprof" 2>/dev/null | sed -n '/flat%/,$p'
 
 if command -v benchstat >/dev/null || [ -x "$(go env GOPATH)/bin/benchstat" ]; then
 	echo

@@ -215,6 +215,15 @@ func packA[T Float](dst, a []T, lda int, ta bool, i0, mb, p0, kb, mr int) {
 			}
 			continue
 		}
+		if rows == 6 && mr == 6 { // the AVX2 tile: six rows read in step, written in order
+			row := func(r int) []T { return a[(i0+ir+r)*lda+p0:][:kb:kb] }
+			r0, r1, r2, r3, r4, r5 := row(0), row(1), row(2), row(3), row(4), row(5)
+			for p := range kb {
+				dp := d[6*p : 6*p+6 : 6*p+6]
+				dp[0], dp[1], dp[2], dp[3], dp[4], dp[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+			}
+			continue
+		}
 		for r := range rows { // op(A)[i, p] = a[i·lda + p]
 			src := a[(i0+ir+r)*lda+p0:]
 			src = src[:kb]
