@@ -54,6 +54,9 @@ type Activities struct {
 	// OnPublish, if set, is called after a version is published (the dev
 	// stack reloads its prediction server).
 	OnPublish func(model string)
+	// Metrics, if set, records what the activities do (worker
+	// --metrics-listen).
+	Metrics *Metrics
 	// Client, if set, lets Train report committed checkpoints to the job's
 	// workflow (signal workflows.CheckpointSignal). Distributed training
 	// needs it: parameter servers register through it and workers find
@@ -64,6 +67,22 @@ type Activities struct {
 	// PSAdvertiseHost the host name workers dial (default: the listen
 	// host, or this machine's host name when listening on all interfaces).
 	PSListenHost, PSAdvertiseHost string
+	// DataRoots are the directories and storage URIs, besides the job
+	// root (Jobs, else Home/jobs), inside which a job's data.dir,
+	// data.train, data.eval and job_dir must lie. A URI root's query
+	// parameters (endpoint, region…) apply to every location under it;
+	// job specs carry none. See trust.go.
+	DataRoots []string
+	// BeamRunners are the Beam runners besides the in-process default that
+	// data.runner may name (e.g. "flink", "universal"); none if empty.
+	BeamRunners []string
+	// BeamEnvironments are the Beam environment types among DOCKER,
+	// PROCESS and EXTERNAL that a job's pipeline may run in (they run a
+	// command or container the job names); LOOPBACK is always allowed.
+	BeamEnvironments []string
+	// BeamArgs are Beam pipeline options the operator adds after a job's
+	// own, unchecked (e.g. --worker_binary=PATH).
+	BeamArgs []string
 }
 
 // Paths inside a job directory written by the activities.
@@ -97,9 +116,26 @@ type claim struct {
 func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) (workflows.PrepareResult, error) {
 	defer keepAlive(ctx).Stop()
 	spec := in.Spec
-	dir := spec.JobDir
+	if err := spec.ValidateTrust(); err != nil {
+		return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
+	}
+	if err := a.checkBeamArgs(spec.Data.BeamFlags()); err != nil {
+		return workflows.PrepareResult{}, err
+	}
+	var dir string
+	var err error
 	switch {
-	case dir != "":
+	case spec.JobDir != "":
+		if dir, err = a.locate("job_dir", spec.JobDir, true); err != nil {
+			return workflows.PrepareResult{}, err
+		}
+		other, err := enclosingJob(ctx, dir)
+		if err != nil {
+			return workflows.PrepareResult{}, err
+		}
+		if other != "" {
+			return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: job_dir %q lies inside the job directory %s of another job", workflows.ErrInvalidSpec, spec.JobDir, other))
+		}
 	case a.Jobs != "":
 		dir = joinURI(a.Jobs, spec.JobID)
 	default:
@@ -112,6 +148,32 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 		}
 		dir = abs
 	}
+	data := workflows.PrepareResult{}
+	for _, split := range []struct {
+		field string
+		in    []string
+		out   *[]string
+	}{{"data.train", spec.Data.Train, &data.Train}, {"data.eval", spec.Data.Eval, &data.Eval}} {
+		for i, f := range split.in {
+			loc, err := a.locate(fmt.Sprintf("%s[%d]", split.field, i), f, false)
+			if err != nil {
+				return workflows.PrepareResult{}, err
+			}
+			*split.out = append(*split.out, loc)
+		}
+	}
+	if spec.Data.Dir != "" && len(data.Train) == 0 {
+		if _, err := a.locate("data.dir", spec.Data.Dir, false); err != nil {
+			return workflows.PrepareResult{}, err
+		}
+		for name, out := range map[string]*[]string{"adult.data": &data.Train, "adult.test": &data.Eval} {
+			loc, err := a.locate("data.dir", joinURI(spec.Data.Dir, name), false)
+			if err != nil {
+				return workflows.PrepareResult{}, err
+			}
+			*out = []string{loc}
+		}
+	}
 	jd, err := a.openJobDir(ctx, dir)
 	if err != nil {
 		return workflows.PrepareResult{}, err
@@ -120,12 +182,9 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	if err := jd.claim(ctx, claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
 		return workflows.PrepareResult{}, err
 	}
-	res := workflows.PrepareResult{JobDir: jd.uri, Train: abs(spec.Data.Train), Eval: abs(spec.Data.Eval)}
+	res := workflows.PrepareResult{JobDir: jd.uri, Train: data.Train, Eval: data.Eval}
 	switch {
 	case len(res.Train) > 0:
-	case spec.Data.Dir != "":
-		res.Train = abs([]string{joinURI(spec.Data.Dir, "adult.data")})
-		res.Eval = abs([]string{joinURI(spec.Data.Dir, "adult.test")})
 	default:
 		keys := []string{rawDir + "/train.csv", rawDir + "/eval.csv"}
 		rows := spec.Data.GeneratedRows
@@ -153,20 +212,6 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 		}
 	}
 	return res, nil
-}
-
-// abs makes the plain paths among paths absolute; storage URIs stay.
-func abs(paths []string) []string {
-	out := make([]string, len(paths))
-	for i, p := range paths {
-		if !isURI(p) {
-			if a, err := filepath.Abs(p); err == nil {
-				p = a
-			}
-		}
-		out[i] = p
-	}
-	return out
 }
 
 // checkInput fails for good when the data file at p (a path or a storage
@@ -232,12 +277,28 @@ func (j *jobDir) claim(ctx context.Context, c claim) error {
 // its outputs are uploaded: Transform, shards and bad records, then the
 // manifest.
 func (a *Activities) Preprocess(ctx context.Context, in workflows.PreprocessInput) (workflows.PreprocessResult, error) {
+	defer a.Metrics.started("preprocess", activity.GetInfo(ctx).Attempt)()
+	t0 := time.Now()
+	res, err := a.preprocess(ctx, in)
+	if err == nil {
+		a.Metrics.preprocessed(res.TrainRows+res.EvalRows, res.BadRows, time.Since(t0))
+	}
+	return res, err
+}
+
+func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInput) (workflows.PreprocessResult, error) {
 	r := in.Request
+	if err := a.checkPreprocess(in); err != nil {
+		return workflows.PreprocessResult{}, err
+	}
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
 	}
 	defer jd.Close()
+	if !jd.remote && filepath.Clean(r.OutDir) != jd.dir {
+		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("preprocess writes into %s, outside its job directory %s", r.OutDir, jd.dir))
+	}
 	if !jd.remote {
 		if err := r.Check(); err != nil {
 			return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
@@ -280,7 +341,7 @@ func (a *Activities) Preprocess(ctx context.Context, in workflows.PreprocessInpu
 	if err := atomicfile.Write(childReq, rb); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
-	err = a.runChild(ctx, work, append([]string{"preprocess", childReq}, in.BeamArgs...))
+	err = a.runChild(ctx, work, append(append([]string{"preprocess", childReq}, in.BeamArgs...), a.BeamArgs...))
 	if jd.remote {
 		if err := upload(ctx, jd.st, work, "", []string{"preprocess/child.log"}); err != nil {
 			activity.GetLogger(ctx).Warn("upload preprocess log", "error", err)
@@ -412,7 +473,7 @@ func (a *Activities) runChild(ctx context.Context, jobDir string, args []string)
 		return ctx.Err()
 	}
 	var ee *exec.ExitError
-	msg := fmt.Errorf("preprocess child: %w: %s (log: %s)", err, stderr.last(), logPath)
+	msg := fmt.Errorf("preprocess child: %w: %s (log: %s)", err, stderr.reason(), logPath)
 	if errors.As(err, &ee) && ee.ExitCode() == preprocess.ExitRejected {
 		return nonRetryable(workflows.ErrTypeBadData, msg)
 	}
@@ -430,8 +491,16 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tail) last() string {
+// reason returns the child's reason of its failure: the last line
+// starting with preprocess.ReasonPrefix (without it), else the last line
+// (the runner's logs may follow the reason).
+func (t *tail) reason() string {
 	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if r, ok := strings.CutPrefix(lines[i], preprocess.ReasonPrefix); ok {
+			return r
+		}
+	}
 	return lines[len(lines)-1]
 }
 
@@ -465,21 +534,43 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	}
 	hb := keepAlive(ctx)
 	defer hb.Stop()
+	return watchStalls(ctx, hb, "training", stallTimeout(in), func(ctx context.Context, w *stallWatch) (workflows.TrainResult, error) {
+		return a.train(ctx, in, jd, m, mb, hb, w)
+	})
+}
+
+// train is Train's work, reporting its progress to w.
+func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *jobDir, m *preprocess.Manifest, mb []byte, hb *beater, w *stallWatch) (workflows.TrainResult, error) {
 	dataDir, err := jd.stageShards(ctx, mb, m.Train)
 	if err != nil {
 		return workflows.TrainResult{}, err
 	}
+	w.mark()
 	data, err := loadSplit(dataDir, m.Train)
 	if err != nil {
 		return workflows.TrainResult{}, err
 	}
+	w.mark()
 	cfg := train.Config{
 		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate,
 		L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
 		Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
+		SaveEvery:     time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
 		CheckpointDir: filepath.Join(jd.dir, checkpoints),
 		Meta:          checkpointMeta(in),
 	}
+	job := activity.GetInfo(ctx).WorkflowExecution.ID
+	defer a.Metrics.started("train", activity.GetInfo(ctx).Attempt)()
+	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, in.Model.LearningRate)
+	sums.onLoss = func(l float64) { a.Metrics.trainLoss(job, l) }
+	stepped := a.Metrics.stepper(job, "train")
+	cfg.Stepped = func(step int64, loss float64) {
+		w.at(step)
+		sums.stepped(step, loss)
+		stepped(step, in.Model.BatchSize)
+		stepHook(ctx, "training", step)
+	}
+	defer sums.close(ctx, jd)
 	sc := storeCheckpoints{jd.st}
 	if jd.remote {
 		tmp, err := jd.tempDir("train-")
@@ -496,8 +587,10 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 			return workflows.TrainResult{}, err
 		}
 	}
-	return train.Run(ctx, cfg, data, func(p train.Progress) error {
+	res, err := train.Run(ctx, cfg, data, func(p train.Progress) error {
 		hb.set(ctx, p)
+		t0 := time.Now()
+		defer func() { a.Metrics.committed(p.Commit + time.Since(t0)) }()
 		if jd.remote {
 			b, err := os.ReadFile(filepath.Join(cfg.CheckpointDir, train.CheckpointName(p.Step)))
 			if err != nil {
@@ -507,8 +600,12 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 				return err
 			}
 		}
+		if err := sums.flush(ctx, jd, p.Step); err != nil {
+			return err
+		}
 		return a.reportCheckpoint(ctx, jd, p)
 	})
+	return res, diverged(err)
 }
 
 // appendLine appends one line to path, creating it and its directory.
@@ -533,6 +630,7 @@ func appendLine(path string, line []byte) error {
 // retried evaluation does not add a second line. A checkpoint that
 // retention already deleted is a non-retryable CheckpointGone error.
 func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (workflows.EvaluateResult, error) {
+	defer a.Metrics.started("evaluate", activity.GetInfo(ctx).Attempt)()
 	defer keepAlive(ctx).Stop()
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
@@ -563,6 +661,19 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		data.X, data.Y = data.X[:rows*data.Dim], data.Y[:rows]
 	}
 	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, 1024)}
+	mt := res.Metrics
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"log_loss", mt.LogLoss}, {"rmse", mt.RMSE}, {"mae", mt.MAE}, {"accuracy", mt.Accuracy}, {"auc", mt.AUC}, {"precision", mt.Precision}, {"recall", mt.Recall}} {
+		if f.v-f.v != 0 && mt.Examples > 0 { // a checkpoint of weights so large its outputs overflow
+			return workflows.EvaluateResult{}, diverged(fmt.Errorf("%w: evaluation of checkpoint %d: %s is %v", train.ErrNonFinite, in.Step, f.name, f.v))
+		}
+	}
+	a.Metrics.evaluated(activity.GetInfo(ctx).WorkflowExecution.ID, res.Metrics)
+	if err := jd.evalSummaries(ctx, in.Name, in.Step, res.Metrics); err != nil {
+		return res, err
+	}
 	return res, jd.appendMetrics(ctx, in.Name, in.Step, res.Metrics)
 }
 

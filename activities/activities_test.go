@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,7 +38,8 @@ func newActs(t *testing.T) *Activities {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	return &Activities{Home: home, Models: &serving.Repository{Root: filepath.Join(home, "models")}, Exe: exe}
+	// The tests' data and job dirs are temporary directories.
+	return &Activities{Home: home, Models: &serving.Repository{Root: filepath.Join(home, "models")}, Exe: exe, DataRoots: []string{os.TempDir()}}
 }
 
 func env(acts *Activities) *testsuite.TestActivityEnvironment {
@@ -165,6 +167,10 @@ func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
 			e := env(acts)
 			s := spec("train_1")
 			s.JobDir = kind.dir("train_1")
+			if strings.HasPrefix(s.JobDir, "mem://") {
+				acts.DataRoots = append(acts.DataRoots, path.Dir(strings.TrimPrefix(s.JobDir, "mem://")))
+				acts.DataRoots[1] = "mem://" + acts.DataRoots[1]
+			}
 			prep, pre := prepare(t, e, acts, s)
 			ctx := context.Background()
 			st, err := storage.Open(ctx, prep.JobDir)
@@ -356,6 +362,7 @@ func TestInputsAndJobDirsInObjectStorage(t *testing.T) {
 	}
 	acts := newActs(t)
 	acts.Jobs = root + "/jobs"
+	acts.DataRoots = append(acts.DataRoots, root+"/datasets")
 	e := env(acts)
 	s := spec("remote_1")
 	s.Data.Train, s.Data.Eval = []string{root + "/datasets/train.csv"}, []string{root + "/datasets/eval.csv"}

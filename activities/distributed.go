@@ -52,15 +52,24 @@ func setup(in workflows.RoleInput, jd *jobDir) roleSetup {
 // restores the newest committed checkpoint, listens on a free port and
 // registers its address with the workflow, which tells the workers.
 func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
+	defer a.Metrics.started("ps", activity.GetInfo(ctx).Attempt)()
 	hb := keepAlive(ctx)
 	defer hb.Stop()
+	name := fmt.Sprintf("parameter server %d", in.Task)
+	return watchStalls(ctx, hb, name, stallTimeout(in.TrainInput), func(ctx context.Context, w *stallWatch) (workflows.WorkerResult, error) {
+		return a.parameterServer(ctx, in, w)
+	})
+}
+
+// parameterServer is ParameterServer's work; w follows the shard's step.
+func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput, w *stallWatch) (workflows.WorkerResult, error) {
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
 		return workflows.WorkerResult{}, err
 	}
 	defer jd.Close()
 	s := setup(in, jd)
-	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Meta: s.meta, Seed: in.Train.Seed,
+	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Workers: in.Cluster.Workers(), Meta: s.meta, Seed: in.Train.Seed,
 		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, Sync: s.replicas > 0, Replicas: s.replicas})
 	if err != nil {
 		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
@@ -82,16 +91,26 @@ func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput
 		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeBadData, err)
 	}
 	restored, _ := shard.Step()
+	info := activity.GetInfo(ctx)
+	// The secret goes to the job directory, never to the workflow: the
+	// workers read it from there (see psSecretPath).
+	secret := dist.NewSecret()
+	if err := jd.writePSSecret(ctx, in.Task, secret); err != nil {
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: %w", in.Task, err)
+	}
+	srv, err := dist.NewServer(shard, load, dist.ServerConfig{Secret: secret, Resolve: a.clusterView(info.WorkflowExecution.ID)})
+	if err != nil {
+		return workflows.WorkerResult{}, err
+	}
+	defer srv.Stop()
+	w.follow(func() int64 { step, _ := shard.Step(); return step })
 	lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
 	if err != nil {
 		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: listen: %w", in.Task, err)
 	}
-	srv := dist.NewServer(shard, load)
-	defer srv.Stop()
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
 	host, _ := os.Hostname()
 	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored}
-	info := activity.GetInfo(ctx)
 	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID,
 		UpdateName: workflows.RegisterParameterServerUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
@@ -134,6 +153,84 @@ func (a *Activities) ParameterServer(ctx context.Context, in workflows.RoleInput
 	return workflows.WorkerResult{Task: in.Task, Step: step}, nil
 }
 
+// clusterView answers the parameter servers of job wfID as its workflow
+// knows them (without their secrets).
+func (a *Activities) clusterView(wfID string) dist.Resolver {
+	return func(ctx context.Context) (dist.Cluster, error) {
+		v, err := a.Client.QueryWorkflow(ctx, wfID, "", workflows.ClusterQuery)
+		if err != nil {
+			return dist.Cluster{}, err
+		}
+		var cs workflows.ClusterState
+		if err := v.Get(&cs); err != nil {
+			return dist.Cluster{}, err
+		}
+		c := dist.Cluster{Gen: cs.Gen, RestoreStep: cs.RestoreStep}
+		for _, ep := range cs.PS {
+			c.Addrs = append(c.Addrs, ep.Addr)
+		}
+		return c, nil
+	}
+}
+
+// psSecretPath is where parameter server task keeps its secret in the job
+// directory. Each start of a parameter server writes a new one before it
+// registers its address, so a worker that finds the address finds its
+// secret. In a local job directory the file is private to the worker's
+// user (mode 0600 in a 0700 directory); in object storage, readable by
+// whoever may read the job directory.
+func psSecretPath(task int) string { return fmt.Sprintf("cluster/ps-%d.secret", task) }
+
+// writePSSecret replaces parameter server task's secret.
+func (j *jobDir) writePSSecret(ctx context.Context, task int, secret string) error {
+	dir, local := j.st.LocalDir()
+	if !local {
+		if err := j.st.Write(ctx, psSecretPath(task), []byte(secret)); err != nil {
+			return fmt.Errorf("write secret: %w", err)
+		}
+		return nil
+	}
+	p := filepath.Join(dir, filepath.FromSlash(psSecretPath(task)))
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("write secret: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".secret-*") // mode 0600
+	if err != nil {
+		return fmt.Errorf("write secret: %w", err)
+	}
+	_, err = f.WriteString(secret)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("write secret: %w", err)
+	}
+	return nil
+}
+
+// psSecrets reads the secrets of the parameter servers of c.
+func (j *jobDir) psSecrets(ctx context.Context, c *dist.Cluster) error {
+	c.Secrets = make([]string, len(c.Addrs))
+	for i, addr := range c.Addrs {
+		if addr == "" {
+			continue
+		}
+		b, err := j.st.Read(ctx, psSecretPath(i))
+		if err != nil {
+			return fmt.Errorf("secret of parameter server %d: %w", i, err)
+		}
+		c.Secrets[i] = string(b)
+	}
+	return nil
+}
+
 // psListenHost is the interface parameter servers listen on.
 func (a *Activities) psListenHost() string {
 	if a.PSListenHost != "" {
@@ -162,6 +259,17 @@ func (a *Activities) psAdvertiseHost() string {
 func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (workflows.WorkerResult, error) {
 	hb := keepAlive(ctx)
 	defer hb.Stop()
+	name := fmt.Sprintf("worker %d", in.Task)
+	if in.Task == 0 {
+		name = "chief (worker 0)"
+	}
+	return watchStalls(ctx, hb, name, stallTimeout(in.TrainInput), func(ctx context.Context, w *stallWatch) (workflows.WorkerResult, error) {
+		return a.trainWorker(ctx, in, name, hb, w)
+	})
+}
+
+// trainWorker is TrainWorker's work, reporting its progress to w.
+func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, name string, hb *beater, w *stallWatch) (workflows.WorkerResult, error) {
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
 		return workflows.WorkerResult{}, err
@@ -181,24 +289,17 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 	if err != nil {
 		return workflows.WorkerResult{}, err
 	}
+	w.mark()
 	s := setup(in, jd)
 	info := activity.GetInfo(ctx)
 	log := activity.GetLogger(ctx)
-	wf := info.WorkflowExecution
+	view := a.clusterView(info.WorkflowExecution.ID)
 	resolve := func(ctx context.Context) (dist.Cluster, error) {
-		v, err := a.Client.QueryWorkflow(ctx, wf.ID, "", workflows.ClusterQuery)
+		c, err := view(ctx)
 		if err != nil {
-			return dist.Cluster{}, err
+			return c, err
 		}
-		var cs workflows.ClusterState
-		if err := v.Get(&cs); err != nil {
-			return dist.Cluster{}, err
-		}
-		c := dist.Cluster{Gen: cs.Gen, RestoreStep: cs.RestoreStep}
-		for _, ep := range cs.PS {
-			c.Addrs = append(c.Addrs, ep.Addr)
-		}
-		return c, nil
+		return c, jd.psSecrets(ctx, &c)
 	}
 	model, err := train.Initial(s.meta, in.Train.Seed)
 	if err != nil {
@@ -209,6 +310,7 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 		return workflows.WorkerResult{}, err
 	}
 	defer c.Close()
+	w.mark()
 	var hint dist.Position
 	if activity.HasHeartbeatDetails(ctx) {
 		activity.GetHeartbeatDetails(ctx, &hint)
@@ -216,23 +318,53 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 	jd.event(ctx, map[string]any{"event": "worker_start", "task": in.Task, "attempt": info.Attempt, "pid": os.Getpid(), "files": files, "rows": len(data.Y),
 		"ps": c.Addrs(), "gen": c.Gen(), "heartbeat_global_step": hint.GlobalStep})
 	hooks := dist.Hooks{
-		Moved: func(p dist.Position) { hb.set(ctx, p) },
+		Moved: func(p dist.Position) {
+			w.at(p.GlobalStep)
+			hb.set(ctx, p)
+			stepHook(ctx, name, p.GlobalStep)
+		},
 		Resumed: func(p dist.Position, source string) {
 			jd.event(ctx, map[string]any{"event": "worker_resumed", "task": in.Task, "source": source, "epoch": p.Epoch, "cursor": p.Cursor,
 				"heartbeat_epoch": hint.Epoch, "heartbeat_cursor": hint.Cursor})
 		},
 		Recovered: func(err error, cl dist.Cluster, last int64) {
+			w.mark()
 			log.Warn("parameter servers recovered", "task", in.Task, "error", err, "gen", cl.Gen, "restore_step", cl.RestoreStep, "last_step", last)
 			jd.event(ctx, map[string]any{"event": "ps_recovered", "task": in.Task, "gen": cl.Gen, "restore_step": cl.RestoreStep,
 				"last_step": last, "cause": err.Error()})
 		},
 	}
+	role, job := "worker", activity.GetInfo(ctx).WorkflowExecution.ID
 	if in.Task == 0 {
-		hooks.Committed = func(p train.Progress) error { return a.reportCheckpoint(ctx, jd, p) }
+		role = "chief"
+	}
+	defer a.Metrics.started(role, info.Attempt)()
+	stepped := a.Metrics.stepper(job, role)
+	hooks.Stepped = func(st dist.StepStats) {
+		stepped(st.GlobalStep, st.Examples)
+		a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+	}
+	if in.Task == 0 {
+		sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize*max(s.replicas, 1), in.Model.LearningRate)
+		sums.onLoss = func(l float64) { a.Metrics.trainLoss(job, l) }
+		hooks.Stepped = func(st dist.StepStats) {
+			sums.stepped(st.GlobalStep, st.Loss)
+			stepped(st.GlobalStep, st.Examples)
+			a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+		}
+		defer sums.close(ctx, jd)
+		hooks.Committed = func(p train.Progress) error {
+			w.mark()
+			a.Metrics.committed(p.Commit)
+			if err := sums.flush(ctx, jd, p.Step); err != nil {
+				return err
+			}
+			return a.reportCheckpoint(ctx, jd, p)
+		}
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
-		BatchesPerStep: max(s.replicas, 1)}
+		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}
 	if jd.remote { // the chief commits to the store before it reports
 		cfg.Checkpoints = storeCheckpoints{jd.st}
 	}
@@ -240,11 +372,21 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 	res := workflows.WorkerResult{Task: in.Task, Step: r.Step, Steps: r.Steps, Applied: r.Applied, Loss: r.Loss,
 		ComputeSecs: r.Compute.Seconds(), PullSecs: r.Pull.Seconds(), PushSecs: r.Push.Seconds()}
 	if err != nil {
-		return res, err
+		return res, diverged(err)
 	}
 	jd.event(ctx, map[string]any{"event": "worker_done", "task": in.Task, "global_step": r.Step, "steps": r.Steps, "applied": r.Applied,
 		"compute_secs": res.ComputeSecs, "pull_secs": res.PullSecs, "push_secs": res.PushSecs})
 	return res, nil
+}
+
+// diverged makes a NaN or infinite loss, gradient or weight (wrapping
+// train.ErrNonFinite) a non-retryable NonFiniteLoss failure: a retry
+// would diverge again. Other errors are returned as they are.
+func diverged(err error) error {
+	if errors.Is(err, train.ErrNonFinite) {
+		return nonRetryable(workflows.ErrTypeNonFiniteLoss, err)
+	}
+	return err
 }
 
 // reportCheckpoint tells the workflow and the events log about a

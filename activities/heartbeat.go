@@ -19,6 +19,7 @@ const heartbeatEvery = 5 * time.Second
 type beater struct {
 	mu      sync.Mutex
 	details any
+	sealed  bool // details are final: set changes nothing
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -54,9 +55,22 @@ func keepAlive(ctx context.Context) *beater {
 // set records details to send with the next heartbeat, and sends them now.
 func (b *beater) set(ctx context.Context, details any) {
 	b.mu.Lock()
+	if b.sealed {
+		b.mu.Unlock()
+		return
+	}
 	b.details = details
 	b.mu.Unlock()
 	activity.RecordHeartbeat(ctx, details)
+}
+
+// seal sets details for good: later heartbeats all send them, whatever
+// set is called with (the last details are what a retry reads).
+func (b *beater) seal(ctx context.Context, details any) {
+	b.set(ctx, details)
+	b.mu.Lock()
+	b.sealed = true
+	b.mu.Unlock()
 }
 
 // Stop ends the heartbeats and waits for the goroutine to exit.

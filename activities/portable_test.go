@@ -28,6 +28,7 @@ import (
 func TestPreprocessOnPortableRunner(t *testing.T) {
 	endpoint, jobs := startPrism(t)
 	acts := newActs(t)
+	acts.BeamRunners = []string{workflows.RunnerUniversal}
 	e := env(acts)
 
 	s := spec("portable_1")

@@ -78,7 +78,9 @@ func reasonOf(err error) string {
 type ShardResult struct {
 	Split string `json:"split"`
 	// Name is the shard's file name inside the data directory.
-	Name        string           `json:"name"`
+	Name string `json:"name"`
+	// File is the input file the shard's rows come from.
+	File        string           `json:"file,omitempty"`
 	Rows        int64            `json:"rows"`
 	Bad         map[string]int64 `json:"bad,omitempty"`
 	BadExamples []BadRecord      `json:"bad_examples,omitempty"`
@@ -105,7 +107,7 @@ func badPath(shard string) string {
 // and reason, to jobDir/BadRecordsDir (see ShardResult.BadRecords). Only
 // the block's raw bytes are held in memory; examples stream to disk.
 func TransformBlock(t *Transform, b Block, jobDir string, seed uint64) (ShardResult, error) {
-	res := ShardResult{Split: b.Split, Name: ShardName(b.Split, b.Index, b.Of)}
+	res := ShardResult{Split: b.Split, Name: ShardName(b.Split, b.Index, b.Of), File: b.Path}
 	p, err := t.Schema.parser(b.Path)
 	if err != nil {
 		return res, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -250,21 +251,33 @@ func (s *Schema) parser(path string) (*lineParser, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: header of %s: %w", ErrRequest, path, err)
 	}
+	if err := s.checkHeader(path, cols); err != nil {
+		return nil, err
+	}
 	p.fields = len(cols)
 	p.perm = make([]int, len(s.Columns))
 	for i, c := range s.Columns {
-		p.perm[i] = -1
-		for j, h := range cols {
-			if h == c.Name {
-				p.perm[i] = j
-				break
-			}
-		}
-		if p.perm[i] < 0 {
-			return nil, fmt.Errorf("%w: input %s: column %q is not in the header %q", ErrRequest, path, c.Name, cols)
-		}
+		p.perm[i] = slices.Index(cols, c.Name)
 	}
 	return p, nil
+}
+
+// checkHeader fails when the header cols of the input file path lacks a
+// column of s. The error names the file and the columns expected, never
+// the header line itself: the file may be one no job should read, and
+// errors go to the job's history.
+func (s *Schema) checkHeader(path string, cols []string) error {
+	for _, c := range s.Columns {
+		if !slices.Contains(cols, c.Name) {
+			names := make([]string, len(s.Columns))
+			for i, c := range s.Columns {
+				names[i] = c.Name
+			}
+			return fmt.Errorf("%w: input %s: its header (line 1) has no column %q; want a header naming the columns %s",
+				ErrRequest, path, c.Name, strings.Join(names, ","))
+		}
+	}
+	return nil
 }
 
 func (p *lineParser) parse(dst []Value, line string) error {

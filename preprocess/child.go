@@ -21,6 +21,10 @@ const (
 	ExitRejected = 3 // not retryable: bad request or bad data
 )
 
+// ReasonPrefix starts the line of ChildMain's stderr that gives the reason
+// of a failure, so that the parent finds it among the runner's logs.
+const ReasonPrefix = "preprocess failed: "
+
 // ChildMain is the body of `trainflow preprocess REQUEST.json [beam flags]`:
 // it runs the Beam pipeline of the request with the given Beam pipeline
 // options (e.g. --runner=flink --endpoint=host:8099) and returns an exit
@@ -33,34 +37,34 @@ func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
 		return ExitRejected
 	}
 	if err := flag.CommandLine.Parse(args[1:]); err != nil {
-		fmt.Fprintf(stderr, "beam flags: %v\n", err)
+		fmt.Fprintf(stderr, "%sbeam flags: %v\n", ReasonPrefix, err)
 		return ExitRejected
 	}
 	if err := defaultWorkerBinary(); err != nil {
-		fmt.Fprintf(stderr, "beam flags: %v\n", err)
+		fmt.Fprintf(stderr, "%sbeam flags: %v\n", ReasonPrefix, err)
 		return ExitFailed
 	}
 	beam.Init()
 	b, err := os.ReadFile(args[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "read request: %v\n", err)
+		fmt.Fprintf(stderr, "%sread request: %v\n", ReasonPrefix, err)
 		return ExitRejected
 	}
 	var r Request
 	if err := json.Unmarshal(b, &r); err != nil {
-		fmt.Fprintf(stderr, "read request %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "%sread request %s: %v\n", ReasonPrefix, args[0], err)
 		return ExitRejected
 	}
 	m, err := RunBeam(ctx, &r)
 	switch {
 	case err != nil && isRejection(err):
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, ReasonPrefix+err.Error())
 		return ExitRejected
 	case err != nil:
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, ReasonPrefix+err.Error())
 		return ExitFailed
 	case m.Failure != "":
-		fmt.Fprintln(stderr, m.Failure)
+		fmt.Fprintln(stderr, ReasonPrefix+m.Failure)
 		return ExitRejected
 	}
 	return ExitOK

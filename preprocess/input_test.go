@@ -167,14 +167,21 @@ func TestRequestCheckHeader(t *testing.T) {
 	s.Header = true
 	ok, missing := filepath.Join(dir, "ok.csv"), filepath.Join(dir, "missing.csv")
 	writeLines(t, ok, []string{"label,id,hours,color,age", "yes,1,2,red,30"})
-	writeLines(t, missing, []string{"label,id,hours,age", "yes,1,2,30"})
+	writeLines(t, missing, []string{"label,id,hours,age,s3cr3t", "yes,1,2,30,x"})
 	r := &Request{Schema: s, Train: []string{ok}, Eval: []string{ok}, OutDir: dir, TrainShards: 1, EvalShards: 1}
 	if err := r.Check(); err != nil {
 		t.Fatalf("Check() = %v", err)
 	}
 	r.Eval = []string{missing}
-	if err := r.Check(); !errors.Is(err, ErrRequest) || !strings.Contains(err.Error(), `"color"`) {
-		t.Fatalf("Check() = %v, want ErrRequest naming color", err)
+	if err := r.Check(); !errors.Is(err, ErrRequest) || !strings.Contains(err.Error(), `"color"`) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Check() = %v, want ErrRequest naming color and the file", err)
+	}
+	// Neither Check nor the pipeline's parser quotes the header line: the
+	// file may be one no job should read.
+	for _, err := range []error{r.Check(), func() error { _, err := s.parser(missing); return err }()} {
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+			t.Fatalf("header error %v quotes the file's first line", err)
+		}
 	}
 }
 

@@ -90,10 +90,8 @@ func (r *Request) Check() error {
 				if err != nil {
 					return fmt.Errorf("%w: input %s: %w", ErrRequest, f, err)
 				}
-				for _, c := range r.Schema.Columns {
-					if !slices.Contains(cols, c.Name) {
-						return fmt.Errorf("%w: input %s: column %q is not in the header %q", ErrRequest, f, c.Name, cols)
-					}
+				if err := r.Schema.checkHeader(f, cols); err != nil {
+					return err
 				}
 			}
 		}
@@ -116,7 +114,7 @@ func (r *Request) blocks() (train, eval []Block, err error) {
 func (r *Request) fit(st *Stats) (*Transform, []byte, error) {
 	t, err := Fit(r.Schema, st)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("fit on %s: %w", strings.Join(r.Train, ", "), err)
 	}
 	b, err := t.Marshal()
 	if err != nil {
@@ -167,6 +165,9 @@ func (r *Request) finish(t *Transform, shards []ShardResult) (*Manifest, error) 
 			m.Failure = fmt.Sprintf("%d of %d %s rows rejected (%.4f > max_bad_fraction %v): %v", bad[i], total, split, frac, r.MaxBadFraction, m.Bad)
 		}
 	}
+	if f := emptyFile(shards); f != "" {
+		m.Failure = fmt.Sprintf("input %s has no valid rows (every row was rejected: see %s in the job directory)", f, BadRecordsDir)
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err
@@ -175,6 +176,29 @@ func (r *Request) finish(t *Transform, shards []ShardResult) (*Manifest, error) 
 		return nil, err
 	}
 	return m, nil
+}
+
+// emptyFile returns the first input file (by shard order) of which no row
+// was valid, or "". Such a file is not data with a few bad records, it is
+// the wrong file: it fails the run whatever max_bad_fraction allows.
+func emptyFile(shards []ShardResult) string {
+	rows := map[string]int64{}
+	var files []string
+	for _, s := range shards {
+		if s.File == "" {
+			continue
+		}
+		if _, ok := rows[s.File]; !ok {
+			files = append(files, s.File)
+		}
+		rows[s.File] += s.Rows
+	}
+	for _, f := range files {
+		if rows[f] == 0 {
+			return f
+		}
+	}
+	return ""
 }
 
 // ReadManifest reads the manifest of a completed run in jobDir.

@@ -10,8 +10,10 @@ package serving
 // against the JSON grammar as it goes (RFC 8259, as encoding/json does,
 // invalid UTF-8 included). Anything else — other keys, "inputs", an
 // instance that is not an object, escapes in a key, empty instances,
-// deep nesting — makes scanPredict decline, and the request goes through
-// the strict encoding/json decoder, which names what is wrong. Whatever
+// deep nesting, more instances or features than the limits — makes
+// scanPredict decline, and the request goes through boundPredict (which
+// refuses it, without allocating, if it holds more than the limits) and
+// then the strict encoding/json decoder, which names what is wrong. Whatever
 // the fast path accepts, encoding/json accepts too and decodes to the same
 // features (TestScanPredict, FuzzScanPredict), so it changes no answer.
 
@@ -41,10 +43,17 @@ func (in *instances) features(i int) []feature {
 // values; deeper requests go through encoding/json.
 const maxScanDepth = 32
 
+// limits bound the work of one request before anything is allocated per
+// instance: rows instances (V2: rows per tensor), feats features per
+// instance (V2: input tensors) — a model has a fixed number of features,
+// so more can only be unknown or repeated ones.
+type limits struct{ rows, feats int }
+
 // scanPredict decodes body into dst (reusing its memory) if it is of the
-// fast path's form, returning the signature_name ("" if absent). ok is
-// false if it is not; dst then holds garbage.
-func scanPredict(dst *instances, body []byte) (signature []byte, ok bool) {
+// fast path's form and within lim, returning the signature_name ("" if
+// absent). ok is false if it is not; dst then holds garbage. dst never
+// grows past lim.rows instances of lim.feats features.
+func scanPredict(dst *instances, body []byte, lim limits) (signature []byte, ok bool) {
 	dst.feats, dst.ends = dst.feats[:0], dst.ends[:0]
 	s := scanner{b: body}
 	if !s.byte('{') {
@@ -58,7 +67,7 @@ func scanPredict(dst *instances, body []byte) (signature []byte, ok bool) {
 		}
 		switch string(key) {
 		case "instances":
-			if seenInstances || !s.instances(dst) {
+			if seenInstances || !s.instances(dst, lim) {
 				return nil, false
 			}
 			seenInstances = true
@@ -122,16 +131,21 @@ func (s *scanner) byte(c byte) bool {
 	return true
 }
 
-// instances scans a non-empty array of non-empty objects into dst.
-func (s *scanner) instances(dst *instances) bool {
+// instances scans a non-empty array of non-empty objects into dst,
+// declining more than lim.rows instances or lim.feats features in one.
+func (s *scanner) instances(dst *instances, lim limits) bool {
 	if !s.byte('[') {
 		return false
 	}
 	for {
-		if !s.byte('{') {
-			return false // not an object, or no instances: let encoding/json say
+		if !s.byte('{') || len(dst.ends) == lim.rows {
+			return false // not an object, no instances or too many: let boundPredict and encoding/json say
 		}
+		start := len(dst.feats)
 		for {
+			if len(dst.feats)-start == lim.feats {
+				return false
+			}
 			key, plain, ok := s.str()
 			if !ok || !plain || !s.byte(':') {
 				return false

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
+	"strings"
 	"testing"
 )
 
@@ -31,7 +32,7 @@ func strictInstances(body []byte) (signature string, insts []map[string]json.Raw
 func checkScan(t *testing.T, body []byte) (accepted bool) {
 	t.Helper()
 	var in instances
-	sig, ok := scanPredict(&in, body)
+	sig, ok := scanPredict(&in, body, noLimits)
 	if !ok {
 		return false
 	}
@@ -124,4 +125,95 @@ func FuzzScanPredict(f *testing.F) {
 		f.Add([]byte(tc.body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) { checkScan(t, body) })
+}
+
+// noLimits are limits no test body reaches.
+var noLimits = limits{rows: 1 << 30, feats: 1 << 30}
+
+// TestScanPredictLimits checks that the fast path declines a body over the
+// limits (so that boundPredict refuses it) and never decodes past them.
+func TestScanPredictLimits(t *testing.T) {
+	lim := limits{rows: 2, feats: 2}
+	for _, tc := range []struct {
+		body   string
+		accept bool
+	}{
+		{`{"instances":[{"a":1,"b":2},{"a":1}]}`, true},
+		{`{"instances":[{"a":1},{"a":1},{"a":1}]}`, false},
+		{`{"instances":[{"a":1,"b":2,"c":3}]}`, false},
+		{`{"instances":[{"a":1,"a":2,"a":3}]}`, false},
+	} {
+		var in instances
+		_, ok := scanPredict(&in, []byte(tc.body), lim)
+		if ok != tc.accept {
+			t.Errorf("scanPredict(%q): got ok %v, want %v", tc.body, ok, tc.accept)
+		}
+		if in.len() > lim.rows || len(in.feats) > lim.rows*lim.feats {
+			t.Errorf("scanPredict(%q): decoded %d instances, %d features, past the limits %+v", tc.body, in.len(), len(in.feats), lim)
+		}
+	}
+}
+
+func TestBoundPredict(t *testing.T) {
+	lim := limits{rows: 3, feats: 2}
+	for _, tc := range []struct {
+		body string
+		want string // "" for no error
+	}{
+		{`{"instances":[{"a":1,"b":2},{},{}]}`, ""},
+		{`{"instances":[{},{},{},{}]}`, "4 instances, at most 3"},
+		{`{"Instances":[{},{},{},{},{}]}`, "5 instances, at most 3"},
+		{`{"\u0069nstances":[1,2,3,4]}`, "4 instances, at most 3"},
+		{`{"instances":[{"a":1,"b":2,"c":3}]}`, "instances[0] has 3 features, this model has 2"},
+		{`{"instances":[{"a":[1,2,3,4]}]}`, "instances[0] holds a value of more than 3 elements"},
+		{`{"instances":[{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}]}`, "nested more than 32 deep"},
+		{`{"inputs":{"a":[1,2,3,4]}}`, "4 instances, at most 3"},
+		{`{"inputs":{"a":[1],"b":[1],"c":[1]}}`, "inputs has 3 columns, this model has 2"},
+		{`{"inputs":{"a":[[1,2,3,4]]}}`, "inputs.a holds a value"},
+		{`{"instances":[{},{},{},{}`, ""}, // not JSON: the strict decoder says so
+		{`[1,2,3,4]`, ""},
+		{``, ""},
+	} {
+		err := boundPredict([]byte(tc.body), lim)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("boundPredict(%q): got %v, want no error", tc.body, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("boundPredict(%q): got %v, want an error containing %q", tc.body, err, tc.want)
+		}
+	}
+}
+
+// TestDecodeV2Bounds checks that decodeV2 refuses shapes and data over the
+// row limit, and too many inputs, without allocating per value: a body of
+// 650,000 values costs a handful of allocations (the error's).
+func TestDecodeV2Bounds(t *testing.T) {
+	lim := limits{rows: 1000, feats: 15}
+	data := strings.Repeat("0,", 650_000)
+	data = data[:len(data)-1]
+	tensor := func(shape, data string) string {
+		return `{"name":"age","shape":` + shape + `,"datatype":"FP64","data":[` + data + `]}`
+	}
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"shape [650000]", `{"inputs":[` + tensor("[650000]", data) + `]}`, "shape [650000] holds more than 1000 values"},
+		{"data before shape", `{"inputs":[{"name":"age","data":[` + data + `],"shape":[650000],"datatype":"FP64"}]}`, "more than 1000 values"},
+		{"shape [1] with 650000 values", `{"inputs":[` + tensor("[1]", data) + `]}`, "more than 1000 values"},
+		{"shape product", `{"inputs":[` + tensor("[1000,1000,1000,1000,1000,1000,1000]", "0") + `]}`, "holds more than 1000 values"},
+		{"many inputs", `{"inputs":[` + strings.Repeat(tensor("[1]", "0")+",", 100) + tensor("[1]", "0") + `]}`, "more than 15 inputs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d v2Decoded
+			body := []byte(tc.body)
+			var err error
+			allocs := testing.AllocsPerRun(5, func() { err = decodeV2(&d, body, lim) })
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+			if allocs > 10 {
+				t.Errorf("%v allocations for a body of %d bytes, want at most 10", allocs, len(body))
+			}
+		})
+	}
 }

@@ -13,4 +13,14 @@
 // A repository in object storage (see ObjectRepository) is served from a
 // local mirror: Sync or Mirror copies its complete versions into a
 // Repository directory that the Registry loads.
+//
+// Requests are untrusted. Work is bounded before memory is spent on it:
+// bodies are read into a buffer that grows as bytes arrive, up to
+// Options.BodyLimit; instance counts, features per instance and V2 tensor
+// shapes and value counts are checked against Options.MaxInstances and
+// the model's number of columns by scanners that allocate nothing, before
+// anything is decoded per instance. Serve sets read, write and idle
+// timeouts and holds at most Options.MaxConns connections. An operator who
+// exposes the server can require a bearer token (Options.AuthToken) on
+// every route but the liveness probe, and serve HTTPS.
 package serving

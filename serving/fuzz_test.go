@@ -81,3 +81,46 @@ func FuzzPredictRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzV2Infer sends arbitrary bodies to the V2 infer route: never a 5xx,
+// always valid JSON, an {"error"} object for a 4xx, and no more rows than
+// MaxInstances in a 200.
+func FuzzV2Infer(f *testing.F) {
+	const maxInstances = 8
+	e := newEnv(f, serving.Options{MaxInstances: maxInstances}, 0)
+	for _, seed := range []string{
+		mustJSON(f, map[string]any{"id": "a", "inputs": []map[string]any{{"name": "age", "shape": []int{2}, "datatype": "FP64", "data": []float64{39, 40}}}}),
+		mustJSON(f, map[string]any{"inputs": []map[string]any{{"name": "age", "shape": []int{1, 1}, "datatype": "FP64", "data": []any{39}, "parameters": map[string]any{}}}, "outputs": []any{}, "parameters": map[string]any{}}),
+		`{"inputs":[{"name":"age","shape":[9],"datatype":"FP64","data":[1,2,3,4,5,6,7,8,9]}]}`,
+		`{"inputs":[{"name":"age","shape":[650000],"datatype":"FP64","data":[1]}]}`,
+		`{"inputs":[{"name":"\u0061ge","shape":[1],"datatype":"FP64","data":[1]},{"name":"age","shape":[1],"datatype":"FP64","data":[1]}]}`,
+		`{"inputs":[{"name":"workclass","shape":[1],"datatype":"BYTES","data":["Private"]}],"id":"\u00e9"}`,
+		`{"inputs":[{"name":"age","shape":[-1],"datatype":"FP64","data":[]}]}`,
+		`{"inputs":[{"name":"age","shape":[1],"datatype":"FP64","data":[[[[1]]]]}]}`,
+		`{"inputs":null}`, `{"inputs":[{}]}`, `{"inputs":[5]}`, `{}`, `[]`, `null`, ``, `{"inputs":[`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		w := serve(e.srv, http.MethodPost, "/v2/models/census/infer", "application/json", bytes.NewReader(body))
+		if w.Code >= 500 {
+			t.Fatalf("status: got %d (%s), want no 5xx", w.Code, clip(w.Body.Bytes()))
+		}
+		if !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("body: got %q, want valid JSON", clip(w.Body.Bytes()))
+		}
+		if w.Code != http.StatusOK {
+			errorMessage(t, w)
+			return
+		}
+		var got struct {
+			Outputs []struct{ Shape []int64 }
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || len(got.Outputs) == 0 {
+			t.Fatalf("200 body %s: %v", clip(w.Body.Bytes()), err)
+		}
+		if n := got.Outputs[0].Shape[0]; n < 1 || n > maxInstances {
+			t.Fatalf("got %d rows, want 1 to %d", n, maxInstances)
+		}
+	})
+}

@@ -3,6 +3,8 @@ package serving
 import (
 	"compress/gzip"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"log/slog"
 	"net/http"
@@ -31,6 +33,7 @@ var errPanic = &httpError{code: http.StatusInternalServerError, msg: "internal e
 //
 //   - a request ID: the client's X-Request-ID, else a new one, echoed in
 //     the response;
+//   - the bearer token check, if the server has a token (authorized);
 //   - gzip response compression for clients that accept it, for bodies of
 //     at least gzipMinLength bytes;
 //   - panic recovery into a 500 that names nothing internal;
@@ -54,7 +57,13 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 		x := exchangePool.Get().(*exchange)
 		x.reset(res.Writer, acceptsGzip(req.Header.Get(echo.HeaderAcceptEncoding)))
 		res.Writer = x
-		err := s.call(next, c)
+		var err error
+		if s.authorized(c) {
+			err = s.call(next, c)
+		} else {
+			h[echo.HeaderWWWAuthenticate] = wwwAuthenticate
+			err = errUnauthorized
+		}
 		if err != nil {
 			c.Error(err)
 		}
@@ -80,6 +89,28 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 		return nil
 	}
 }
+
+// authorized reports whether a request may proceed: always when the
+// server has no token, else on the liveness route or with the token as
+// "Authorization: Bearer TOKEN". The token is compared as a SHA-256 in
+// constant time, which leaks neither its content nor its length.
+func (s *Server) authorized(c echo.Context) bool {
+	if s.token == nil || c.Path() == livenessRoute {
+		return true
+	}
+	scheme, token, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
+}
+
+// errUnauthorized answers a request without the server's token.
+var errUnauthorized = &httpError{code: http.StatusUnauthorized, msg: "send the server's token as \"Authorization: Bearer TOKEN\""}
+
+// wwwAuthenticate is the challenge of a 401.
+var wwwAuthenticate = []string{`Bearer realm="trainflow"`}
 
 // varyAcceptEncoding is the Vary header of every response: whether it is
 // compressed depends on Accept-Encoding. Header values are never written

@@ -25,7 +25,11 @@ type scratch struct {
 	body  []byte      // the request body
 	insts instances   // the fast path's instances, slices of body
 	rows  []rawObject // or the strict decoder's
-	feats rawObject   // the features of one fast-path instance
+	feats rawObject   // the features of one fast-path or V2 instance
+
+	tensors bool      // the instances are V2 tensors: v2
+	v2      v2Decoded // the V2 request, slices of body
+	seen    []bool    // V2: the schema columns named so far
 
 	row              []preprocess.Value
 	x, probs, logits []float64
@@ -44,7 +48,7 @@ func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 func putScratch(sc *scratch) {
 	clear(sc.feats) // they point into body
-	sc.rows = nil
+	sc.rows, sc.tensors = nil, false
 	if cap(sc.body) > maxPooled || cap(sc.insts.feats) > maxPooled/32 || cap(sc.x) > maxPooled/8 || cap(sc.out) > maxPooled {
 		return
 	}
@@ -116,18 +120,28 @@ func (sv *Servable) predict(sc *scratch, n int) error {
 
 // parse parses instance i of sc into sc.row.
 func (sv *Servable) parse(sc *scratch, i int) error {
-	if sc.rows != nil {
+	switch {
+	case sc.rows != nil:
 		return sv.Transform.Schema.ParseInstance(sc.row, sc.rows[i])
+	case sc.tensors:
+		nextV2Row(sc, sc.body) // row i: predict parses rows in order
+		return sv.Transform.Schema.ParseInstance(sc.row, sc.feats)
 	}
 	clear(sc.feats)
 	for _, f := range sc.insts.features(i) {
-		name, ok := sv.columns[string(f.key)]
-		if !ok {
-			name = string(f.key) // not a feature: ParseInstance says so
+		name := string(f.key) // not a feature: ParseInstance says so
+		if c, ok := sv.columns[string(f.key)]; ok {
+			name = sv.Transform.Schema.Columns[c].Name
 		}
 		sc.feats[name] = f.val
 	}
 	return sv.Transform.Schema.ParseInstance(sc.row, sc.feats)
+}
+
+// limits are the bounds of one request to sv: maxRows instances, and
+// no more features than its schema has columns.
+func (sv *Servable) limits(maxRows int) limits {
+	return limits{rows: maxRows, feats: len(sv.Transform.Schema.Columns)}
 }
 
 // regressor reports whether the model answers a value, not classes.

@@ -25,11 +25,11 @@ type Servable struct {
 	Bundle    *train.Bundle
 	Transform *preprocess.Transform
 
-	id            string            // versionID of the directory it was loaded from
-	versionText   string            // Version in decimal
-	versionHeader []string          // X-Model-Version: versionText
-	columns       map[string]string // the Schema's column names, by name
-	classJSON     [][]byte          // LabelVocab as JSON strings
+	id            string         // versionID of the directory it was loaded from
+	versionText   string         // Version in decimal
+	versionHeader []string       // X-Model-Version: versionText
+	columns       map[string]int // the Schema's columns' indexes, by name
+	classJSON     [][]byte       // LabelVocab as JSON strings
 }
 
 // versionID identifies the content of a version directory: the SHA-256 of
@@ -74,10 +74,10 @@ func Load(model string, version int64, dir string) (*Servable, error) {
 	case t.Dim != b.Model.InputDim() || t.Classes() != b.Model.NumClasses():
 		return nil, fmt.Errorf("%w: %s: transform gives %d features and %d classes, model takes %d and %d", train.ErrBundle, dir, t.Dim, t.Classes(), b.Model.InputDim(), b.Model.NumClasses())
 	}
-	sv := &Servable{Model: model, Version: version, Bundle: b, Transform: t, versionText: strconv.FormatInt(version, 10), columns: map[string]string{}}
+	sv := &Servable{Model: model, Version: version, Bundle: b, Transform: t, versionText: strconv.FormatInt(version, 10), columns: map[string]int{}}
 	sv.versionHeader = []string{sv.versionText}
-	for _, c := range t.Schema.Columns {
-		sv.columns[c.Name] = c.Name
+	for i, c := range t.Schema.Columns {
+		sv.columns[c.Name] = i
 	}
 	for _, class := range t.LabelVocab {
 		q, err := marshalPlain(class)

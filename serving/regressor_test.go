@@ -50,7 +50,7 @@ func exportModel(t *testing.T, schema preprocess.Schema, meta train.CheckpointMe
 		t.Fatal(err)
 	}
 	meta.Dim, meta.TransformHash = man.Dim, man.TransformHash
-	cfg := train.Config{BatchSize: 64, MaxSteps: steps, LearningRate: 0.01, Seed: 1, CheckpointDir: filepath.Join(dir, "ckpt"), Meta: meta}
+	cfg := train.Config{BatchSize: 64, MaxSteps: steps, SaveSteps: steps, LearningRate: 0.01, Seed: 1, CheckpointDir: filepath.Join(dir, "ckpt"), Meta: meta}
 	if _, err := train.Run(t.Context(), cfg, train.Data{Dim: ex.Features, X: ex.X, Y: ex.Y}, nil); err != nil {
 		t.Fatalf("train: %v", err)
 	}

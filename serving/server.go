@@ -3,8 +3,11 @@ package serving
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +16,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,14 +26,47 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// Options configures a Server.
+// Options configures a Server. Zero fields take their defaults.
 type Options struct {
 	// BodyLimit bounds request bodies; default 1.5 MB, as AI Platform online
 	// prediction. Larger bodies get 413.
 	BodyLimit int64
-	// MaxInstances bounds instances per request; default 1000.
+	// MaxInstances bounds instances per request (V2: rows); default 1000.
+	// Bodies over it get 413 before they are decoded.
 	MaxInstances int
+
+	// ReadHeaderTimeout bounds reading a request's headers (default
+	// 10 s), ReadTimeout the whole request, body included (default 30 s:
+	// a slow body is answered 408 and its connection closed),
+	// WriteTimeout the response (default 60 s, from the end of the
+	// headers), IdleTimeout a keep-alive connection waiting for its next
+	// request (default 60 s).
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxConns bounds open connections (default 256); more wait in the
+	// listen backlog until one closes.
+	MaxConns int
+
+	// AuthToken, if not empty, must be sent as "Authorization: Bearer
+	// TOKEN" on every route (metrics included) but the liveness probe
+	// /v2/health/live; other requests get 401.
+	AuthToken string
+	// TLSCertFile and TLSKeyFile, if set, are PEM files of the
+	// certificate chain and key Serve serves HTTPS with.
+	TLSCertFile, TLSKeyFile string
 }
+
+// Defaults of Options.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 60 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultMaxConns          = 256
+)
+
+// maxHeaderBytes bounds a request's headers: 256 idle connections can
+// hold 16 MB of headers, not the 256 MB of net/http's default 1 MB.
+const maxHeaderBytes = 64 << 10
 
 // Server is the prediction HTTP server.
 type Server struct {
@@ -39,6 +76,7 @@ type Server struct {
 	echo    *echo.Echo
 	metrics *metrics
 	ids     *requestIDs
+	token   *[sha256.Size]byte // SHA-256 of opts.AuthToken; nil: no auth
 }
 
 // New builds the server's routes over reg.
@@ -49,7 +87,16 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	if opts.MaxInstances == 0 {
 		opts.MaxInstances = 1000
 	}
+	opts.ReadHeaderTimeout = cmp.Or(opts.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	opts.ReadTimeout = cmp.Or(opts.ReadTimeout, DefaultReadTimeout)
+	opts.WriteTimeout = cmp.Or(opts.WriteTimeout, DefaultWriteTimeout)
+	opts.IdleTimeout = cmp.Or(opts.IdleTimeout, DefaultIdleTimeout)
+	opts.MaxConns = cmp.Or(opts.MaxConns, DefaultMaxConns)
 	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg), ids: newRequestIDs()}
+	if opts.AuthToken != "" {
+		sum := sha256.Sum256([]byte(opts.AuthToken))
+		s.token = &sum
+	}
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.JSONSerializer = plainJSON{}
@@ -60,7 +107,7 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	e.GET("/v1/models/:name", s.modelStatus)
 	e.GET("/v1/models/:name/metadata", s.modelMetadata)
 	e.POST("/v1/models/*", s.predict)
-	e.GET("/v2/health/live", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"live": true}) })
+	e.GET(livenessRoute, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"live": true}) })
 	e.GET("/v2/health/ready", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"ready": true}) })
 	e.GET("/v2/models/:name", s.v2Metadata)
 	e.GET("/v2/models/:name/versions/:version", s.v2Metadata)
@@ -71,15 +118,47 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	return s
 }
 
+// livenessRoute is the one route open without the auth token: it answers
+// that the process is up, and nothing else, for probes that send no
+// headers.
+const livenessRoute = "/v2/health/live"
+
 // ServeHTTP lets tests and embedders drive the server directly.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
 
 // Serve serves on ln until ctx is done, then shuts down gracefully,
-// letting in-flight requests finish for up to 10 s.
+// letting in-flight requests finish for up to 10 s. It serves HTTPS if
+// Options name a certificate (HTTP/1.1 only, so that MaxConns also bounds
+// concurrent requests), and at most Options.MaxConns connections at once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.echo, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
+		WriteTimeout:      s.opts.WriteTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	tlsOn := s.opts.TLSCertFile != "" || s.opts.TLSKeyFile != ""
+	if tlsOn {
+		cert, err := tls.LoadX509KeyPair(s.opts.TLSCertFile, s.opts.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("load TLS certificate: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+	}
+	ln = newLimitListener(ln, s.opts.MaxConns)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if tlsOn {
+			errc <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
@@ -207,7 +286,7 @@ func (s *Server) predict(c echo.Context) error {
 	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
-	n, err := decodePredict(sc)
+	n, err := decodePredict(sc, sv.limits(s.opts.MaxInstances))
 	if err != nil {
 		return err
 	}
@@ -254,11 +333,11 @@ func readBody(dst []byte, r *http.Request, limit int64) ([]byte, error) {
 	}
 	switch enc := r.Header.Get(echo.HeaderContentEncoding); {
 	case enc == "" || strings.EqualFold(enc, "identity"):
+		// A declared length over the limit is refused at once; one within
+		// it is not trusted with memory: the buffer grows as bytes
+		// arrive, so a slow client holds only what it has sent.
 		if r.ContentLength > limit {
 			return dst, tooLarge(limit)
-		}
-		if r.ContentLength > 0 {
-			dst = slices.Grow(dst, int(r.ContentLength)+1) // +1: room to read EOF
 		}
 	case strings.EqualFold(enc, "gzip") || strings.EqualFold(enc, "x-gzip"):
 		zr := gzipReaders.Get().(*gzipReader)
@@ -278,7 +357,10 @@ func readBody(dst []byte, r *http.Request, limit int64) ([]byte, error) {
 	start := len(dst)
 	for {
 		if len(dst) == cap(dst) {
-			dst = slices.Grow(dst, max(512, len(dst)-start))
+			// Double, up to one byte over the limit (to see that it is).
+			room := int64(max(512, len(dst)-start))
+			room = min(room, limit+1-int64(len(dst)-start))
+			dst = slices.Grow(dst, int(max(room, 1)))
 		}
 		n, err := body.Read(dst[len(dst):cap(dst)])
 		dst = dst[:len(dst)+n]
@@ -287,6 +369,9 @@ func readBody(dst []byte, r *http.Request, limit int64) ([]byte, error) {
 		}
 		if err == io.EOF {
 			break
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return dst, &httpError{code: http.StatusRequestTimeout, msg: "request body not received in time"}
 		}
 		if err != nil {
 			return dst, badRequest("read request body: %v", err)
@@ -319,13 +404,19 @@ var gzipReaders = sync.Pool{New: func() any {
 // decodePredict decodes the :predict body in sc.body into sc.insts (the
 // common form, in one pass) or sc.rows (any other, through encoding/json),
 // and returns the number of instances.
-func decodePredict(sc *scratch) (int, error) {
-	if sig, ok := scanPredict(&sc.insts, sc.body); ok {
+//
+// No more than lim is decoded: beyond it, the request is refused before
+// anything is allocated per instance.
+func decodePredict(sc *scratch, lim limits) (int, error) {
+	if sig, ok := scanPredict(&sc.insts, sc.body, lim); ok {
 		if err := checkSignature(string(sig)); err != nil {
 			return 0, err
 		}
 		sc.rows = nil
 		return sc.insts.len(), nil
+	}
+	if err := boundPredict(sc.body, lim); err != nil {
+		return 0, err
 	}
 	var req predictRequest
 	if err := strictDecode(sc.body, &req); err != nil {

@@ -1,9 +1,6 @@
 package serving
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -18,21 +15,6 @@ import (
 // same. A classifier answers the tensors class [N] BYTES, class_index [N]
 // INT64, probabilities [N, classes] FP64 and logits [N, outputs] FP64; a
 // regressor answers value [N] FP64.
-
-// v2Tensor is one named tensor of a V2 request or response.
-type v2Tensor struct {
-	Name     string            `json:"name"`
-	Shape    []int64           `json:"shape"`
-	Datatype string            `json:"datatype"`
-	Data     []json.RawMessage `json:"data,omitempty"`
-}
-
-type v2Request struct {
-	ID         string          `json:"id,omitempty"`
-	Parameters json.RawMessage `json:"parameters,omitempty"`
-	Inputs     []v2Tensor      `json:"inputs"`
-	Outputs    json.RawMessage `json:"outputs,omitempty"`
-}
 
 type v2Output struct {
 	Name     string  `json:"name"`
@@ -56,46 +38,6 @@ func v2Datatype(colType string) string {
 	return "BYTES"
 }
 
-// v2Rows turns named input tensors into row instances. Every tensor must
-// hold one value per row: shape [N] or [N, 1], N the same for all.
-func v2Rows(req v2Request) ([]map[string]json.RawMessage, error) {
-	if len(req.Inputs) == 0 {
-		return nil, badRequest("no inputs: send {\"inputs\": [{\"name\": feature, \"shape\": [N], \"datatype\": \"FP64\"|\"BYTES\", \"data\": [...]}]}")
-	}
-	n := -1
-	seen := map[string]bool{}
-	for i, in := range req.Inputs {
-		field := fmt.Sprintf("inputs[%d] (%q)", i, in.Name)
-		if in.Name == "" || seen[in.Name] {
-			return nil, badRequest("inputs[%d]: name is empty or repeated", i)
-		}
-		seen[in.Name] = true
-		switch in.Datatype {
-		case "FP64", "FP32", "FP16", "INT64", "INT32", "INT16", "INT8", "UINT64", "UINT32", "UINT16", "UINT8", "BYTES", "BOOL":
-		default:
-			return nil, badRequest("%s: datatype %q is not a V2 datatype", field, in.Datatype)
-		}
-		if len(in.Shape) == 0 || len(in.Shape) > 2 || (len(in.Shape) == 2 && in.Shape[1] != 1) || in.Shape[0] < 1 {
-			return nil, badRequest("%s: shape %v: want [N] or [N, 1], one value per row", field, in.Shape)
-		}
-		if int64(len(in.Data)) != in.Shape[0] {
-			return nil, badRequest("%s: %d values for shape %v", field, len(in.Data), in.Shape)
-		}
-		if n >= 0 && int(in.Shape[0]) != n {
-			return nil, badRequest("%s: %d rows, other inputs have %d", field, in.Shape[0], n)
-		}
-		n = int(in.Shape[0])
-	}
-	rows := make([]map[string]json.RawMessage, n)
-	for r := range rows {
-		rows[r] = make(map[string]json.RawMessage, len(req.Inputs))
-		for _, in := range req.Inputs {
-			rows[r][in.Name] = in.Data[r]
-		}
-	}
-	return rows, nil
-}
-
 func (s *Server) v2Infer(c echo.Context) error {
 	sv, err := s.v2Servable(c)
 	if err != nil {
@@ -107,25 +49,22 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
-	var req v2Request
-	dec := json.NewDecoder(bytes.NewReader(sc.body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return badRequest("request is not a V2 inference request: %v", err)
+	if err := decodeV2(&sc.v2, sc.body, sv.limits(s.opts.MaxInstances)); err != nil {
+		return err
 	}
-	rows, err := v2Rows(req)
+	rows, err := sv.v2Rows(sc)
 	if err != nil {
 		return err
 	}
-	if len(rows) > s.opts.MaxInstances {
-		return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("%d rows, at most %d per request", len(rows), s.opts.MaxInstances)}
+	if rows > s.opts.MaxInstances {
+		return tooManyRows(rows, "rows", s.opts.MaxInstances)
 	}
-	sc.rows = rows
-	if err := sv.predict(sc, len(rows)); err != nil {
+	sc.rows, sc.tensors = nil, true
+	if err := sv.predict(sc, rows); err != nil {
 		return err
 	}
-	n := int64(len(rows))
-	resp := v2Response{ModelName: sv.Model, ModelVersion: sv.versionText, ID: req.ID}
+	n := int64(rows)
+	resp := v2Response{ModelName: sv.Model, ModelVersion: sv.versionText, ID: string(sc.v2.id)}
 	m := sv.Bundle.Model
 	k, classes := int64(m.Outputs()), int64(m.NumClasses())
 	if sv.regressor() {

@@ -34,12 +34,20 @@ type Config struct {
 	// permutation drawn from PCG(Seed, e), so the batch of any step is a
 	// function of (Seed, step) and a resumed run sees the same batches.
 	Seed uint64
-	// SaveSteps is the checkpoint interval; a checkpoint is always written
-	// at MaxSteps.
-	SaveSteps     int64
+	// SaveSteps is the checkpoint interval in steps; SaveEvery, if
+	// positive, in time instead: a checkpoint is written after the first
+	// step that ends SaveEvery or more after the previous checkpoint (or
+	// the start of Run). A checkpoint is always written at MaxSteps.
+	SaveSteps int64
+	SaveEvery time.Duration
+	// Now is the clock of SaveEvery; nil means time.Now.
+	Now           func() time.Time
 	KeepMax       int
 	CheckpointDir string
 	Meta          CheckpointMeta
+	// Stepped, if set, is called after every step with the step and the
+	// batch's loss (summaries).
+	Stepped func(step int64, loss float64)
 }
 
 // Progress is reported after every checkpoint.
@@ -47,6 +55,8 @@ type Progress struct {
 	Step           int64   `json:"step"`
 	Loss           float64 `json:"loss"`
 	ExamplesPerSec float64 `json:"examples_per_sec"`
+	// Commit is how long writing and committing the checkpoint took.
+	Commit time.Duration `json:"-"`
 }
 
 // Result summarises a finished Run.
@@ -59,12 +69,14 @@ type Result struct {
 // Run trains the model cfg.Meta describes on data from the newest
 // checkpoint in cfg.CheckpointDir (or from a fresh model), committing a
 // checkpoint every cfg.SaveSteps steps and calling report after each. It
-// returns when cfg.MaxSteps is reached or ctx is done.
+// returns when cfg.MaxSteps is reached or ctx is done, and at once with an
+// error wrapping ErrNonFinite when the loss or the weights stop being
+// finite (no checkpoint of a diverged model is written).
 func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error) (Result, error) {
 	n := len(data.Y)
-	if n == 0 || cfg.BatchSize < 1 || cfg.MaxSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim {
-		return Result{}, fmt.Errorf("%w: %d rows of dim %d, batch %d, max steps %d, model dim %d",
-			ErrShape, n, data.Dim, cfg.BatchSize, cfg.MaxSteps, cfg.Meta.Dim)
+	if n == 0 || cfg.BatchSize < 1 || cfg.MaxSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim || (cfg.SaveSteps < 1 && cfg.SaveEvery <= 0) {
+		return Result{}, fmt.Errorf("%w: %d rows of dim %d, batch %d, max steps %d, model dim %d, save every %d steps or %v",
+			ErrShape, n, data.Dim, cfg.BatchSize, cfg.MaxSteps, cfg.Meta.Dim, cfg.SaveSteps, cfg.SaveEvery)
 	}
 	m, err := Initial(cfg.Meta, cfg.Seed)
 	if err != nil {
@@ -94,7 +106,12 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 	grad := make([]float64, len(m.Params()))
 	var perm []int
 	epoch := int64(-1)
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
 	since, examples, lossSum, lossN := time.Now(), 0, 0.0, 0
+	saved := now()
 	for step < cfg.MaxSteps {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -110,16 +127,31 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 			yb[i] = data.Y[r]
 		}
 		loss := Step(m, opt, grad, xb[:len(rows)*data.Dim], yb[:len(rows)], cfg.ClipNorm)
+		if loss-loss != 0 {
+			return res, fmt.Errorf("%w: loss %v at step %d (lower the learning rate, or clip gradients with clip_norm)", ErrNonFinite, loss, step+1)
+		}
 		step++
 		examples += len(rows)
 		lossSum += loss
 		lossN++
-		if step%max(cfg.SaveSteps, 1) == 0 || step == cfg.MaxSteps {
+		if cfg.Stepped != nil {
+			cfg.Stepped(step, loss)
+		}
+		save := step == cfg.MaxSteps
+		if cfg.SaveEvery > 0 {
+			if t := now(); save || t.Sub(saved) >= cfg.SaveEvery {
+				save, saved = true, t
+			}
+		} else if step%cfg.SaveSteps == 0 {
+			save = true
+		}
+		if save {
+			t0 := time.Now()
 			if err := SaveCheckpoint(cfg.CheckpointDir, Snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
 				return res, err
 			}
 			res.Step, res.Loss = step, lossSum/float64(lossN)
-			p := Progress{Step: step, Loss: res.Loss, ExamplesPerSec: float64(examples) / time.Since(since).Seconds()}
+			p := Progress{Step: step, Loss: res.Loss, ExamplesPerSec: float64(examples) / time.Since(since).Seconds(), Commit: time.Since(t0)}
 			since, examples, lossSum, lossN = time.Now(), 0, 0, 0
 			if report != nil {
 				if err := report(p); err != nil {

@@ -8,7 +8,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 func randData(r *rand.Rand, n, dim, classes int) Data {
@@ -204,5 +207,133 @@ func TestBundleRoundTripAndTamper(t *testing.T) {
 	os.WriteFile(filepath.Join(p, "transform.json"), []byte(`{"x":2}`), 0o644)
 	if _, err := ReadBundle(p); !errors.Is(err, ErrBundle) {
 		t.Fatalf("tampered bundle: %v, want ErrBundle", err)
+	}
+}
+
+// TestDivergedRunFailsWithoutCheckpoint resumes a healthy run on data that
+// makes it diverge: Run fails with ErrNonFinite, at the first non-finite
+// loss (SGD) or at the next checkpoint when only the optimizer's slots
+// overflowed (Adam's second moments), and the newest checkpoint is still
+// the healthy one.
+func TestDivergedRunFailsWithoutCheckpoint(t *testing.T) {
+	d := separable(200, 4)
+	huge := Data{Dim: d.Dim, X: make([]float64, len(d.X)), Y: d.Y}
+	for i, x := range d.X {
+		huge.X[i] = x * 1e200 // logits of ±1e200·w, gradients of 1e200
+	}
+	for _, c := range []struct{ optimizer, names string }{{SGDOptimizer, "loss"}, {AdamOptimizer, "adam/v"}} {
+		t.Run(c.optimizer, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := config(dir, 25)
+			cfg.Optimizer = c.optimizer
+			if _, err := Run(context.Background(), cfg, d, nil); err != nil {
+				t.Fatal(err)
+			}
+			reported := 0
+			cfg.MaxSteps = 100
+			res, err := Run(context.Background(), cfg, huge, func(Progress) error { reported++; return nil })
+			if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), c.names) {
+				t.Fatalf("diverging run: %v, want ErrNonFinite naming %q", err, c.names)
+			}
+			steps, _ := ListCheckpoints(dir)
+			if len(steps) != 1 || steps[0] != 25 || reported != 0 || res.Step != 25 {
+				t.Fatalf("checkpoints %v, %d reports, result step %d; want only the healthy step 25, none reported", steps, reported, res.Step)
+			}
+			ck, err := LatestCheckpoint(dir)
+			if err != nil || ck.Step != 25 || ck.CheckFinite() != nil {
+				t.Fatalf("latest checkpoint %v, %v: want the finite one at 25", ck, err)
+			}
+		})
+	}
+}
+
+// TestCheckpointRefusesNonFinite: a checkpoint with a NaN or infinite
+// weight or optimizer slot is neither encoded nor saved; the opaque random
+// state may hold any bits.
+func TestCheckpointRefusesNonFinite(t *testing.T) {
+	meta := CheckpointMeta{Model: "linear", Dim: 3, Classes: 2}
+	for name, v := range map[string]float64{"NaN": math.NaN(), "+Inf": math.Inf(1), "-Inf": math.Inf(-1)} {
+		for _, tensor := range []string{"params", "adam/v"} {
+			dir := t.TempDir()
+			ck := &Checkpoint{Step: 7, Meta: meta, Tensors: map[string][]float64{"params": {1, 2, 3, 4}, "adam/v": {0, 0, 0, 0}}}
+			ck.Tensors[tensor][2] = v
+			if _, err := ck.Encode(); !errors.Is(err, ErrNonFinite) {
+				t.Errorf("%s in %s: Encode %v, want ErrNonFinite", name, tensor, err)
+			}
+			if err := SaveCheckpoint(dir, ck, 0); !errors.Is(err, ErrNonFinite) {
+				t.Errorf("%s in %s: SaveCheckpoint %v, want ErrNonFinite", name, tensor, err)
+			}
+			if steps, _ := ListCheckpoints(dir); len(steps) != 0 {
+				t.Errorf("%s in %s: checkpoints %v written", name, tensor, steps)
+			}
+		}
+	}
+	ck := &Checkpoint{Step: 7, Meta: meta, Tensors: map[string][]float64{"params": {1, 2, 3, 4}, "rng/dropout": {math.NaN(), math.Inf(1)}}}
+	if _, err := ck.Encode(); err != nil {
+		t.Fatalf("random state with NaN bits: %v", err)
+	}
+}
+
+func TestNonFinite(t *testing.T) {
+	for n := range 11 {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = float64(i) - 3.5
+		}
+		if got := NonFinite(v); got != -1 {
+			t.Fatalf("finite %v: %d, want -1", v, got)
+		}
+		for i := range n {
+			for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+				w := slices.Clone(v)
+				w[i] = bad
+				if n > 1 {
+					w[n-1-i] = math.MaxFloat64 // huge but finite
+					w[i] = bad
+				}
+				if got := NonFinite(w); got != i {
+					t.Fatalf("%v: %d, want %d", w, got, i)
+				}
+			}
+		}
+	}
+}
+
+// TestSaveEveryFollowsTheClock checks time-based checkpoints on a fake
+// clock that advances 1 s per reading: with SaveEvery 10 s Run reads it
+// once at the start and once after each step, so checkpoints land at steps
+// 10, 20, 30 and at MaxSteps 35, and a run resumed at 35 keeps the
+// interval from its own start.
+func TestSaveEveryFollowsTheClock(t *testing.T) {
+	d := separable(500, 3)
+	dir := t.TempDir()
+	cfg := config(dir, 35)
+	cfg.SaveSteps, cfg.KeepMax = 0, 0
+	cfg.SaveEvery = 10 * time.Second
+	var clock time.Time
+	cfg.Now = func() time.Time { clock = clock.Add(time.Second); return clock }
+	var reported []int64
+	var stepped int64
+	cfg.Stepped = func(s int64, _ float64) { stepped = s }
+	if _, err := Run(context.Background(), cfg, d, func(p Progress) error { reported = append(reported, p.Step); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := ListCheckpoints(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{10, 20, 30, 35}; !slices.Equal(steps, want) || !slices.Equal(reported, want) || stepped != 35 {
+		t.Fatalf("checkpoints %v, reported %v, last step %d; want %v and 35", steps, reported, stepped, want)
+	}
+	cfg.MaxSteps = 50
+	if _, err := Run(context.Background(), cfg, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	if steps, _ := ListCheckpoints(dir); !slices.Equal(steps, []int64{10, 20, 30, 35, 45, 50}) {
+		t.Fatalf("after resuming: checkpoints %v, want 10 20 30 35 45 50", steps)
+	}
+	cfg.SaveEvery = 0
+	if _, err := Run(context.Background(), cfg, d, nil); !errors.Is(err, ErrShape) {
+		t.Fatalf("no save interval: %v, want ErrShape", err)
 	}
 }

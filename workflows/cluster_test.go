@@ -42,6 +42,8 @@ func TestClusterSpecErrorsNameTheField(t *testing.T) {
 		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, BackupWorkers: 1}, "cluster.backup_workers needs update"},
 		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, Update: UpdateSync, BackupWorkers: 2}, "cluster.backup_workers = 2"},
 		{ClusterSpec{HeartbeatTimeoutSecs: 1}, "cluster.heartbeat_timeout_secs = 1"},
+		{ClusterSpec{StallTimeoutSecs: 1}, "cluster.stall_timeout_secs = 1"},
+		{ClusterSpec{StallTimeoutSecs: -5}, "cluster.stall_timeout_secs = -5"},
 	} {
 		s := JobSpec{JobID: "j", Cluster: c.in}.WithDefaults()
 		err := s.Validate()
@@ -73,5 +75,51 @@ func TestTrainFloat32Default(t *testing.T) {
 	s := JobSpec{JobID: "j", Preset: "census", Model: ModelSpec{Type: "dnn_classifier", Float32: true, Float64: true}}.WithDefaults()
 	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "model.float64") {
 		t.Errorf("float32 and float64 both set: got %v, want an error naming model.float64", err)
+	}
+}
+
+func TestEpochsAndTimedCheckpointsSpec(t *testing.T) {
+	s := JobSpec{JobID: "j", Train: TrainSpec{NumEpochs: 2, SaveCheckpointsSecs: 60}}.WithDefaults()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Train.MaxSteps != 0 || s.Train.SaveCheckpointsSteps != 0 || s.Cluster.StallTimeoutSecs != 300 {
+		t.Fatalf("defaulted train %+v, stall %d: want no max_steps nor save_checkpoints_steps beside their alternatives, stall 300", s.Train, s.Cluster.StallTimeoutSecs)
+	}
+	// 1000 rows, batch 64: 16 steps an epoch, the last one of 40 rows.
+	if got := s.StepsFor(1000); got != 32 {
+		t.Fatalf("BASIC, 2 epochs of 1000 rows: %d steps, want 32", got)
+	}
+	dist := JobSpec{JobID: "j", Train: TrainSpec{NumEpochs: 2}, Cluster: ClusterSpec{ScaleTier: TierCustom, WorkerCount: 2, ParameterServerCount: 2, Update: UpdateSync, BackupWorkers: 1}}.WithDefaults()
+	if err := dist.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// Sync, 2 replicas a step: ⌈2 × 1000 / (64 × 2)⌉ = 16.
+	if got := dist.StepsFor(1000); got != 16 {
+		t.Fatalf("sync with 2 replicas, 2 epochs of 1000 rows: %d steps, want 16", got)
+	}
+	dist.Cluster.Update, dist.Cluster.BackupWorkers = UpdateAsync, 0
+	if got := dist.StepsFor(1000); got != 32 {
+		t.Fatalf("async, 2 epochs of 1000 rows: %d steps, want 32", got)
+	}
+	if got := (JobSpec{Train: TrainSpec{MaxSteps: 7}}).StepsFor(1000); got != 7 {
+		t.Fatalf("max_steps 7: StepsFor %d", got)
+	}
+	for _, c := range []struct {
+		train   TrainSpec
+		cluster ClusterSpec
+		want    string
+	}{
+		{TrainSpec{NumEpochs: 2, MaxSteps: 100}, ClusterSpec{}, "train.num_epochs 2 and train.max_steps 100: set one, not both"},
+		{TrainSpec{NumEpochs: -1}, ClusterSpec{}, "train.num_epochs = -1"},
+		{TrainSpec{SaveCheckpointsSecs: 5, SaveCheckpointsSteps: 100}, ClusterSpec{}, "train.save_checkpoints_secs 5 and train.save_checkpoints_steps 100"},
+		{TrainSpec{SaveCheckpointsSecs: -3}, ClusterSpec{}, "train.save_checkpoints_secs = -3"},
+		{TrainSpec{SaveCheckpointsSecs: 30}, ClusterSpec{ScaleTier: TierCustom, ParameterServerCount: 1}, "train.save_checkpoints_secs is for scale_tier BASIC"},
+	} {
+		s := JobSpec{JobID: "j", Train: c.train, Cluster: c.cluster}.WithDefaults()
+		err := s.Validate()
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want an invalid-spec error containing %q", c.train, err, c.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -145,6 +146,10 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 				switch {
 				case err != nil && !temporal.IsCanceledError(err) && failed == nil:
 					failed = fmt.Errorf("%s: %w", roleName(i, c.ParameterServerCount), err)
+					if ae := (*temporal.ApplicationError)(nil); errors.As(err, &ae) && ae.NonRetryable() {
+						// Keep the role's error type (BadData, NonFiniteLoss…) as the job's.
+						failed = temporal.NewNonRetryableApplicationError(roleName(i, c.ParameterServerCount)+": "+ae.Message(), ae.Type(), err)
+					}
 					cancelRoles()
 				case err == nil && f == workers[0]:
 					chief, chiefDone = wr, true

@@ -36,8 +36,9 @@ type JobSpec struct {
 	Preset string `json:"preset,omitempty"`
 	// JobDir is where the job writes everything: a local path, or a
 	// storage URI (s3://, gs://, azblob://, file://) when the workers share
-	// no disk. Default: the worker's --jobs/<job_id>, else
-	// home/jobs/<job_id>.
+	// no disk, inside the worker's --jobs or --data-roots and without query
+	// parameters (it takes its root's). Default: the worker's
+	// --jobs/<job_id>, else home/jobs/<job_id>.
 	JobDir string    `json:"job_dir,omitempty"`
 	Data   DataSpec  `json:"data"`
 	Model  ModelSpec `json:"model"`
@@ -87,7 +88,22 @@ type ClusterSpec struct {
 	// HeartbeatTimeoutSecs bounds how long a dead process running a role
 	// goes unnoticed before Temporal retries the role elsewhere. Default 30.
 	HeartbeatTimeoutSecs int `json:"heartbeat_timeout_secs,omitempty"`
+	// StallTimeoutSecs fails a role (training, chief, worker, parameter
+	// server) that makes no progress (its global step does not move) for
+	// this long, although its process is alive and heartbeating: the role
+	// is retried, and the job fails after 3 stalled attempts in a row
+	// (activities.MaxStalls; none getting past the step of the stall
+	// before). Default 300.
+	StallTimeoutSecs int `json:"stall_timeout_secs,omitempty"`
 }
+
+// DefaultStallTimeout is cluster.stall_timeout_secs's default.
+const DefaultStallTimeout = 300 * time.Second
+
+// ErrTypeStalled is the application error type of a role that made no
+// progress for cluster.stall_timeout_secs: retryable, except after
+// activities.MaxStalls stalled attempts in a row.
+const ErrTypeStalled = "Stalled"
 
 // Scale tiers and update modes.
 const (
@@ -162,7 +178,7 @@ var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximiz
 // DataSpec says where the raw data is and how to read it.
 type DataSpec struct {
 	// Train and Eval list CSV files (paths on the worker, or storage
-	// URIs).
+	// URIs without query), inside the worker's --data-roots or --jobs.
 	Train []string `json:"train,omitempty"`
 	Eval  []string `json:"eval,omitempty"`
 	// Dir, with the census preset, is a directory (or storage URI)
@@ -207,9 +223,10 @@ type DataSpec struct {
 	// BeamArgs are further Beam pipeline options for preprocessing, e.g.
 	// ["--parallelism=4"] or Dataflow's ["--project=P", "--region=R",
 	// "--staging_location=gs://B/staging"]. They come after the flags of
-	// the fields above and must not repeat one of them. Older jobs set the
-	// runner here (["--runner=flink", "--endpoint=host:8099"]); that
-	// still works.
+	// the fields above. Only tuning options are allowed (TuningFlags, and
+	// DataflowFlags with runner dataflow): the runner, its endpoint, the
+	// environment and the worker binary come from the fields above and the
+	// worker's operator (see ValidateTrust).
 	BeamArgs []string `json:"beam_args,omitempty"`
 }
 
@@ -266,10 +283,20 @@ var optimizers = map[string]bool{train.AdamOptimizer: true, train.SGDOptimizer: 
 
 // TrainSpec bounds training and sets its checkpoints.
 type TrainSpec struct {
-	MaxSteps             int64  `json:"max_steps,omitempty"`              // default 3000
-	SaveCheckpointsSteps int64  `json:"save_checkpoints_steps,omitempty"` // default 500
-	KeepCheckpointMax    int    `json:"keep_checkpoint_max,omitempty"`    // default 5
-	Seed                 uint64 `json:"seed,omitempty"`                   // default 1
+	MaxSteps int64 `json:"max_steps,omitempty"` // default 3000 (unless num_epochs)
+	// NumEpochs trains for this many passes over the training rows instead
+	// of max_steps (not both): see StepsFor.
+	NumEpochs            int64 `json:"num_epochs,omitempty"`
+	SaveCheckpointsSteps int64 `json:"save_checkpoints_steps,omitempty"` // default 500 (unless save_checkpoints_secs)
+	// SaveCheckpointsSecs commits a checkpoint each time this many seconds
+	// passed since the last one, instead of every save_checkpoints_steps
+	// (not both); BASIC only. A checkpoint is always committed at the end.
+	SaveCheckpointsSecs int64  `json:"save_checkpoints_secs,omitempty"`
+	KeepCheckpointMax   int    `json:"keep_checkpoint_max,omitempty"` // default 5
+	Seed                uint64 `json:"seed,omitempty"`                // default 1
+	// SaveSummarySteps is how often (in global steps) the chief writes
+	// TensorBoard scalars to <job_dir>/logs/train. Default 100.
+	SaveSummarySteps int64 `json:"save_summary_steps,omitempty"`
 }
 
 // Model types.
@@ -338,10 +365,13 @@ func (s JobSpec) WithDefaults() JobSpec {
 	if s.Model.Deep() && len(s.Model.HiddenUnits) == 0 {
 		s.Model.HiddenUnits = []int{64, 32}
 	}
-	if s.Train.MaxSteps == 0 {
+	if s.Train.MaxSteps == 0 && s.Train.NumEpochs == 0 {
 		s.Train.MaxSteps = 3000
 	}
-	if s.Train.SaveCheckpointsSteps == 0 {
+	if s.Train.SaveSummarySteps == 0 {
+		s.Train.SaveSummarySteps = 100
+	}
+	if s.Train.SaveCheckpointsSteps == 0 && s.Train.SaveCheckpointsSecs == 0 {
 		s.Train.SaveCheckpointsSteps = 500
 	}
 	if s.Train.KeepCheckpointMax == 0 {
@@ -398,6 +428,9 @@ func (s JobSpec) WithDefaults() JobSpec {
 	}
 	if c.HeartbeatTimeoutSecs == 0 {
 		c.HeartbeatTimeoutSecs = int(HeartbeatTimeout / time.Second)
+	}
+	if c.StallTimeoutSecs == 0 {
+		c.StallTimeoutSecs = int(DefaultStallTimeout / time.Second)
 	}
 	return s
 }
@@ -463,6 +496,18 @@ func (s *JobSpec) Validate() error {
 	if err := s.Cluster.validate(); err != nil {
 		return err
 	}
+	switch t := s.Train; {
+	case t.NumEpochs > 0 && t.MaxSteps > 0:
+		return fmt.Errorf("%w: train.num_epochs %d and train.max_steps %d: set one, not both", ErrInvalidSpec, t.NumEpochs, t.MaxSteps)
+	case t.NumEpochs < 0 || t.NumEpochs > 1_000_000:
+		return fmt.Errorf("%w: train.num_epochs = %d is out of range [1, 1000000]", ErrInvalidSpec, t.NumEpochs)
+	case t.SaveCheckpointsSecs > 0 && t.SaveCheckpointsSteps > 0:
+		return fmt.Errorf("%w: train.save_checkpoints_secs %d and train.save_checkpoints_steps %d: set one, not both", ErrInvalidSpec, t.SaveCheckpointsSecs, t.SaveCheckpointsSteps)
+	case t.SaveCheckpointsSecs < 0 || t.SaveCheckpointsSecs > 7*24*3600:
+		return fmt.Errorf("%w: train.save_checkpoints_secs = %d is out of range [1, 604800]", ErrInvalidSpec, t.SaveCheckpointsSecs)
+	case t.SaveCheckpointsSecs > 0 && s.Cluster.Distributed():
+		return fmt.Errorf("%w: train.save_checkpoints_secs is for scale_tier BASIC; distributed jobs cut checkpoints at the same step on every parameter server: use train.save_checkpoints_steps", ErrInvalidSpec)
+	}
 	checks := []struct {
 		ok    bool
 		field string
@@ -479,8 +524,9 @@ func (s *JobSpec) Validate() error {
 		{s.Model.LearningRate > 0, "model.learning_rate", s.Model.LearningRate},
 		{s.Model.BatchSize > 0 && s.Model.BatchSize <= 1<<16, "model.batch_size", s.Model.BatchSize},
 		{s.Model.L2 >= 0, "model.l2", s.Model.L2},
-		{s.Train.MaxSteps > 0, "train.max_steps", s.Train.MaxSteps},
-		{s.Train.SaveCheckpointsSteps > 0, "train.save_checkpoints_steps", s.Train.SaveCheckpointsSteps},
+		{s.Train.MaxSteps > 0 || s.Train.NumEpochs > 0, "train.max_steps", s.Train.MaxSteps},
+		{s.Train.SaveCheckpointsSteps > 0 || s.Train.SaveCheckpointsSecs > 0, "train.save_checkpoints_steps", s.Train.SaveCheckpointsSteps},
+		{s.Train.SaveSummarySteps > 0, "train.save_summary_steps", s.Train.SaveSummarySteps},
 		{s.Train.KeepCheckpointMax > 0, "train.keep_checkpoint_max", s.Train.KeepCheckpointMax},
 		{s.Data.GeneratedRows > 0 && s.Data.GeneratedRows <= 10_000_000, "data.generated_rows", s.Data.GeneratedRows},
 		{s.Data.TrainShards > 0 && s.Data.TrainShards <= 10000, "data.train_shards", s.Data.TrainShards},
@@ -526,6 +572,8 @@ func (c ClusterSpec) validate() error {
 		return bad("backup_workers needs update \"sync\"")
 	case c.HeartbeatTimeoutSecs < 2 || c.HeartbeatTimeoutSecs > 3600:
 		return bad("heartbeat_timeout_secs = %d is out of range [2, 3600]", c.HeartbeatTimeoutSecs)
+	case c.StallTimeoutSecs < 2 || c.StallTimeoutSecs > 7*24*3600:
+		return bad("stall_timeout_secs = %d is out of range [2, 604800]", c.StallTimeoutSecs)
 	}
 	return nil
 }
@@ -541,6 +589,34 @@ func exporterNames(es []ExporterSpec) []string {
 		out[i] = e.Name
 	}
 	return out
+}
+
+// StepsFor returns the number of global steps the job trains for when
+// its training data has trainRows rows: train.max_steps, or for
+// train.num_epochs E
+//
+//	BASIC:       E × ⌈trainRows / batch_size⌉ (exactly E passes: every
+//	             epoch ends with one partial batch if batch_size does not
+//	             divide trainRows)
+//	distributed: ⌈E × trainRows / (batch_size × b)⌉, b batches per
+//	             global step: 1 in async mode, workers − backup_workers in
+//	             sync mode (E passes in total over the workers' shares,
+//	             each worker's own pass ending with a partial batch)
+//
+// and at least 1.
+func (s JobSpec) StepsFor(trainRows int64) int64 {
+	t := s.Train
+	if t.NumEpochs <= 0 {
+		return t.MaxSteps
+	}
+	b := int64(max(s.Model.BatchSize, 1))
+	if !s.Cluster.Distributed() {
+		return max(1, t.NumEpochs*((trainRows+b-1)/b))
+	}
+	if s.Cluster.Update == UpdateSync {
+		b *= int64(max(s.Cluster.Replicas(), 1))
+	}
+	return max(1, (t.NumEpochs*trainRows+b-1)/b)
 }
 
 // Secs returns a pointer to n, for the optional durations of a JobSpec.

@@ -63,6 +63,9 @@ const (
 	ErrTypeInvalidSpec = "InvalidSpec"
 	ErrTypeBadData     = "BadData"
 	ErrTypeJobExists   = "JobExists"
+	// ErrTypeNonFiniteLoss marks training that diverged: a NaN or
+	// infinite loss, gradient or weight. No checkpoint of it is written.
+	ErrTypeNonFiniteLoss = "NonFiniteLoss"
 )
 
 // JobResult is the result of TrainingJob.
@@ -143,6 +146,8 @@ type TrainInput struct {
 	TransformHash string    `json:"transform_hash"`
 	Model         ModelSpec `json:"model"`
 	Train         TrainSpec `json:"train"`
+	// StallTimeoutSecs is cluster.stall_timeout_secs (0: the default).
+	StallTimeoutSecs int `json:"stall_timeout_secs,omitempty"`
 }
 
 // TrainResult is the outcome of the Train activity.
@@ -248,6 +253,11 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	if err := spec.Validate(); err != nil {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 	}
+	if workflow.GetVersion(ctx, trustChange, workflow.DefaultVersion, 1) >= 1 {
+		if err := spec.ValidateTrust(); err != nil {
+			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+		}
+	}
 	if spec.JobID != info.WorkflowExecution.ID {
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
@@ -280,7 +290,12 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	res.JobDir = prep.JobDir
 	res.TransformHash, res.TrainRows, res.EvalRows = pre.TransformHash, pre.TrainRows, pre.EvalRows
 
-	tin := TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: spec.Model, Train: spec.Train}
+	tin := TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: spec.Model, Train: spec.Train,
+		StallTimeoutSecs: spec.Cluster.StallTimeoutSecs}
+	if spec.Train.NumEpochs > 0 { // the steps of num_epochs, now that the rows are counted
+		tin.Train.MaxSteps = spec.StepsFor(pre.TrainRows)
+		p.MaxSteps = tin.Train.MaxSteps
+	}
 	if spec.Carry == nil && workflow.GetVersion(ctx, evaluatorChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return trainThenExportV0(ctx, spec, prep, tin, p, res)
 	}
@@ -303,6 +318,10 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version
 	return res, nil
 }
+
+// trustChange marks the start of ValidateTrust in the workflow: jobs
+// started before it replay without it (their activities still check).
+const trustChange = "spec-trust"
 
 // evaluatorChange marks the change from the linear train → evaluate →
 // export flow to training beside an evaluator with exporters.

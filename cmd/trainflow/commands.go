@@ -13,12 +13,12 @@ import (
 	"strings"
 	"time"
 
-	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/internal/temporalconn"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/worker"
 )
@@ -31,15 +31,18 @@ func quietLogger() sdklog.Logger {
 func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("temporal", "127.0.0.1:7233", "Temporal frontend host:port")
-	ns := fs.String("namespace", "default", "Temporal namespace")
+	var tc temporalconn.Flags
+	tc.Register(fs, "temporal")
 	home := fs.String("home", defaultHome(), "home directory: default job dirs go to HOME/jobs (unless --jobs), the cache of job dirs in object storage to HOME/cache")
 	jobs := fs.String("jobs", "", "where default job dirs go, JOBS/<job_id>: a directory or a storage URI such as s3://bucket/jobs?region=eu-west-1 (default HOME/jobs)")
 	models := fs.String("models", "", "model repository Publish writes to: a directory or a storage URI such as s3://bucket/models?region=eu-west-1 (default HOME/models)")
 	level := fs.String("log-level", "info", "log level")
-	psListen := fs.String("ps-listen", "0.0.0.0", "interface the parameter servers of distributed jobs listen on")
+	psListen := fs.String("ps-listen", "", "interface the parameter servers of distributed jobs listen on (default: 127.0.0.1 when --temporal is on this machine, else 0.0.0.0)")
 	maxRoles := fs.Int("max-roles", 0, "run at most this many distributed-training roles (parameter servers, workers) at once, so jobs spread over worker processes; 0: no bound")
+	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics of this worker (steps, examples, loss, evaluation metrics, parameter-server latency, checkpoint commits, role restarts, preprocessing rows) at http://ADDR/metrics; empty: off")
 	psAdvertise := fs.String("ps-advertise", "", "host name workers dial to reach this process's parameter servers (default: this host's name, or the -ps-listen address when it is a specific one)")
+	var trust trustFlags
+	trust.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -61,8 +64,19 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		st.Close()
 	}
+	if *psListen == "" {
+		*psListen = defaultPSListen(tc.Address)
+		reason := "temporal is remote: workers on other machines must reach the parameter servers"
+		if *psListen == "127.0.0.1" {
+			reason = "temporal is local: pass --ps-listen 0.0.0.0 for workers on other machines"
+		}
+		log.Info("parameter server interface chosen", "ps_listen", *psListen, "temporal", tc.Address, "reason", reason)
+	}
 	acts := &activities.Activities{Home: h, Jobs: *jobs, Models: &serving.Repository{Root: *models},
 		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}
+	if err := trust.apply(acts); err != nil {
+		return err
+	}
 	if isURI(*models) {
 		st, err := storage.Open(ctx, *models)
 		if err != nil {
@@ -71,12 +85,20 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		defer st.Close()
 		acts.Models, acts.ModelStore = nil, &serving.ObjectRepository{Store: st}
 	}
-	c, err := client.Dial(client.Options{HostPort: *addr, Namespace: *ns, Logger: sdklog.NewStructuredLogger(log.With("component", "temporal-client"))})
+	if *metricsAddr != "" {
+		acts.Metrics = activities.NewMetrics()
+		at, err := serveMetrics(ctx, *metricsAddr, acts.Metrics, log)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Info("worker metrics", "url", "http://"+at+"/metrics")
+	}
+	c, err := tc.Dial(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
 	if err != nil {
-		return fmt.Errorf("connect to temporal at %s: %w", *addr, err)
+		return err
 	}
 	defer c.Close()
-	if err := worker.EnsureSearchAttributes(ctx, c, *ns); err != nil {
+	if err := worker.EnsureSearchAttributes(ctx, c, tc.Namespace); err != nil {
 		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
 	}
 	acts.Client = c
@@ -85,10 +107,26 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	host, _ := os.Hostname()
-	log.Info("worker started", "temporal", *addr, "namespace", *ns, "home", h, "jobs", *jobs, "models", *models, "host", host, "pid", os.Getpid())
+	log.Info("worker started", "temporal", tc.Address, "namespace", tc.Namespace, "tls", tc.Secured(), "home", h, "jobs", *jobs,
+		"data_roots", acts.DataRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments, "models", *models, "host", host, "pid", os.Getpid())
 	<-ctx.Done()
 	w.Stop()
 	return nil
+}
+
+// defaultPSListen is the interface parameter servers listen on unless
+// --ps-listen says: the loopback when the Temporal frontend at addr is on
+// this machine (then so are the job's other workers, as far as this
+// worker can tell), else every interface.
+func defaultPSListen(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return "127.0.0.1"
+	}
+	return "0.0.0.0"
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -99,11 +137,31 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	addr := fs.String("http", "127.0.0.1:8080", "listen address")
 	poll := fs.Duration("poll", 2*time.Second, "how often to look for new model versions")
 	level := fs.String("log-level", "info", "log level")
+	maxConns := fs.Int("max-conns", serving.DefaultMaxConns, "most connections open at once; more wait until one closes")
+	tokenFile := fs.String("auth-token-file", "", "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live); none: no auth")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *poll <= 0 {
 		return usageError{errors.New("--poll must be positive")}
+	}
+	if *maxConns < 1 {
+		return usageError{errors.New("--max-conns must be positive")}
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+	opts := serving.Options{MaxConns: *maxConns, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return usageError{fmt.Errorf("--auth-token-file: %w", err)}
+		}
+		if opts.AuthToken = strings.TrimSpace(string(b)); len(opts.AuthToken) < 16 || strings.ContainsAny(opts.AuthToken, " \t\r\n") {
+			return usageError{fmt.Errorf("--auth-token-file %s: want one token of at least 16 characters, no spaces", *tokenFile)}
+		}
 	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
@@ -146,8 +204,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			reg.Watch(wctx, *poll)
 		}
 	}()
-	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root)
-	err = serving.New(reg, log, serving.Options{}).Serve(ctx, ln)
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" {
+		log.Warn("serving beyond the loopback without --auth-token-file: anyone who reaches the port can query every model")
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns)
+	err = serving.New(reg, log, opts).Serve(ctx, ln)
 	stop()
 	<-watched
 	return err

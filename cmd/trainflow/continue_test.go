@@ -19,7 +19,7 @@ import (
 // of all runs.
 func TestLongJobsContinueAsNew(t *testing.T) {
 	st, err := startStack(context.Background(), stackConfig{Home: t.TempDir(), FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		SuggestContinueAsNewEvents: 150, Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		SuggestContinueAsNewEvents: 150, Trust: testTrust(), Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,15 +24,11 @@ var envRead = []string{"TRAINFLOW_HOME", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE
 // variables the binary knows, and starts after what it needs.
 func TestComposeFile(t *testing.T) {
 	root := filepath.Join("..", "..")
-	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
-	if err != nil {
-		t.Fatal(err)
+	if _, err := loadCompose(root, types.Mapping{}); err == nil || !strings.Contains(err.Error(), "deploy/make-env.sh") {
+		t.Fatalf("docker-compose.yml loads with no .env (%v): credentials must come from .env, and the error say how to make it", err)
 	}
-	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
-		WorkingDir:  root,
-		ConfigFiles: []types.ConfigFile{{Filename: "docker-compose.yml", Content: b}},
-		Environment: types.Mapping{},
-	}, func(o *loader.Options) { o.SetProjectName("trainflow", true) })
+	env := makeEnv(t, root)
+	p, err := loadCompose(root, env)
 	if err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
@@ -98,6 +95,92 @@ func TestComposeFile(t *testing.T) {
 		if v := names[n].Volumes; len(v) > 0 {
 			t.Errorf("service %s mounts %v, want no shared disk", n, v)
 		}
+	}
+}
+
+// loadCompose loads docker-compose.yml as `docker compose` would with env
+// as the .env file's variables.
+func loadCompose(root string, env types.Mapping) (*types.Project, error) {
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		return nil, err
+	}
+	return loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  root,
+		ConfigFiles: []types.ConfigFile{{Filename: "docker-compose.yml", Content: b}},
+		Environment: env,
+	}, func(o *loader.Options) { o.SetProjectName("trainflow", true) })
+}
+
+// makeEnv runs deploy/make-env.sh, as the README says to, and parses the
+// .env it prints.
+func makeEnv(t *testing.T, root string) types.Mapping {
+	t.Helper()
+	out, err := exec.Command("sh", filepath.Join(root, "deploy", "make-env.sh")).Output()
+	if err != nil {
+		t.Fatalf("deploy/make-env.sh: %v", err)
+	}
+	env := types.Mapping{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			env[k] = v
+		}
+	}
+	for _, k := range []string{"POSTGRES_PASSWORD", "MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD", "TRAINFLOW_S3_ACCESS_KEY", "TRAINFLOW_S3_SECRET_KEY"} {
+		if len(env[k]) < 12 {
+			t.Fatalf("make-env.sh gives %s=%q, want a generated secret", k, env[k])
+		}
+	}
+	return env
+}
+
+// TestComposeSecrets checks what docker-compose.yml exposes: every
+// published port on 127.0.0.1 by default, every password and key from
+// .env, and workers and the server holding the bucket-scoped MinIO user,
+// not the root account.
+func TestComposeSecrets(t *testing.T) {
+	root := filepath.Join("..", "..")
+	env := makeEnv(t, root)
+	delete(env, "TRAINFLOW_BIND")
+	p, err := loadCompose(root, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string]bool{}
+	for _, v := range env {
+		secrets[v] = true
+	}
+	published := 0
+	for name, s := range p.AllServices() {
+		for _, port := range s.Ports {
+			published++
+			if port.HostIP != "127.0.0.1" {
+				t.Errorf("service %s publishes %s on %q, want 127.0.0.1 by default", name, port.Published, port.HostIP)
+			}
+		}
+		for k, v := range s.Environment {
+			secretName := strings.Contains(k, "PASSWORD") || strings.Contains(k, "PWD") || strings.Contains(k, "SECRET") || strings.HasSuffix(k, "_KEY") || strings.HasSuffix(k, "KEY_ID")
+			if secretName && (v == nil || !secrets[*v]) {
+				t.Errorf("service %s: %s is not taken from .env", name, k)
+			}
+		}
+	}
+	if published < 4 {
+		t.Fatalf("%d published ports, want Temporal, the UI, MinIO and the server", published)
+	}
+	for _, n := range []string{"worker", "serve"} {
+		e := p.AllServices()[n].Environment
+		if id := e["AWS_ACCESS_KEY_ID"]; id == nil || *id != env["TRAINFLOW_S3_ACCESS_KEY"] || *id == env["MINIO_ROOT_USER"] {
+			t.Errorf("service %s uses MinIO access key %v, want the bucket-scoped user %s", n, id, env["TRAINFLOW_S3_ACCESS_KEY"])
+		}
+		if _, ok := e["MINIO_ROOT_PASSWORD"]; ok {
+			t.Errorf("service %s is given MinIO's root password", n)
+		}
+	}
+	// An operator may publish on another interface, on purpose.
+	env["TRAINFLOW_BIND"] = "0.0.0.0"
+	if p, err = loadCompose(root, env); err != nil || p.AllServices()["serve"].Ports[0].HostIP != "0.0.0.0" {
+		t.Fatalf("TRAINFLOW_BIND=0.0.0.0 not honoured (%v)", err)
 	}
 }
 

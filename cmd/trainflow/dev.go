@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/trainflow/trainflow/workflows"
@@ -27,6 +28,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	data := fs.String("data", "", "with --demo: directory holding adult.data and adult.test (default: generated census-like rows)")
 	exit := fs.Bool("exit", false, "with --demo: stop once the demo job is done instead of serving until Ctrl-C")
 	level := fs.String("log-level", "warn", "log level")
+	metricsAddr := fs.String("metrics-listen", "", "serve the worker's Prometheus metrics at http://ADDR/metrics (the prediction server's are at --http /metrics); empty: off")
+	var trust trustFlags
+	trust.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -34,7 +38,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	st, err := startStack(ctx, stackConfig{Home: *home, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, Logger: log})
+	if *data != "" {
+		// The demo's data directory is one jobs may read.
+		if *data, err = filepath.Abs(*data); err != nil {
+			return usageError{fmt.Errorf("--data: %w", err)}
+		}
+		trust.dataRoots = append(trust.dataRoots, *data)
+	}
+	st, err := startStack(ctx, stackConfig{Home: *home, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust})
 	if err != nil {
 		return err
 	}
@@ -46,6 +57,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "  Temporal API      %s (namespace %s, task queue %s)\n", st.Temporal.FrontendAddr(), ns, workflows.TaskQueue)
 	fmt.Fprintf(stdout, "  Predictions       http://%s/v1/models/MODEL:predict\n", st.HTTPAddr)
+	if st.MetricsAddr != "" {
+		fmt.Fprintf(stdout, "  Worker metrics    http://%s/metrics\n", st.MetricsAddr)
+	}
 	if *demo {
 		if err := runDemo(ctx, st, *data, stdout); err != nil {
 			return err

@@ -23,12 +23,13 @@ import (
 // cluster is the embedded Temporal server plus separate `trainflow worker`
 // OS processes (this test binary, see TestMain).
 type cluster struct {
-	t     *testing.T
-	st    *stack
-	home  string
-	opts  clusterOptions
-	homes []string // each process's --home
-	procs []*exec.Cmd
+	t       *testing.T
+	st      *stack
+	home    string
+	opts    clusterOptions
+	homes   []string // each process's --home
+	procs   []*exec.Cmd
+	metrics []string // each process's --metrics-listen address
 }
 
 // clusterOptions configures the worker processes of a cluster.
@@ -40,6 +41,12 @@ type clusterOptions struct {
 	Jobs string
 	// OwnHomes gives each process its own --home instead of the stack's.
 	OwnHomes bool
+	// DataRoots is a further --data-roots of each process, besides
+	// testTrust's.
+	DataRoots string
+	// Metrics gives each process a --metrics-listen address, in
+	// cluster.metrics.
+	Metrics bool
 }
 
 func newProcessCluster(t *testing.T, workers int) *cluster {
@@ -54,7 +61,8 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, st: st, home: home, opts: opts, homes: make([]string, opts.Workers), procs: make([]*exec.Cmd, opts.Workers)}
+	c := &cluster{t: t, st: st, home: home, opts: opts, homes: make([]string, opts.Workers), procs: make([]*exec.Cmd, opts.Workers),
+		metrics: make([]string, opts.Workers)}
 	for i := range opts.Workers {
 		c.homes[i] = home
 		if opts.OwnHomes {
@@ -78,6 +86,16 @@ func (c *cluster) start(i int) {
 		"--ps-listen", "127.0.0.1", "--max-roles", strconv.Itoa(c.opts.MaxRoles)}
 	if c.opts.Jobs != "" {
 		args = append(args, "--jobs", c.opts.Jobs)
+	}
+	args = append(args, testTrustArgs()...)
+	if c.opts.DataRoots != "" {
+		args = append(args, "--data-roots", c.opts.DataRoots)
+	}
+	if c.opts.Metrics {
+		if c.metrics[i] == "" {
+			c.metrics[i] = freeAddr(c.t)
+		}
+		args = append(args, "--metrics-listen", c.metrics[i])
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Stderr = logWriter{c.t}
@@ -201,6 +219,9 @@ func TestDistributedJobOnThreeProcesses(t *testing.T) {
 			}
 			evs := events(t, res.JobDir)
 			commits := checkCommits(t, evs)
+			if steps := checkTrainEvents(t, filepath.Join(res.JobDir, "logs", "train")); len(steps) < 20 || steps[len(steps)-1] > 4000 {
+				t.Errorf("chief's summaries at steps %v, want at least 20 up to 4000", steps)
+			}
 			pids := map[float64]bool{}
 			for _, ev := range evs {
 				if ev["event"] == "ps_start" || ev["event"] == "worker_start" {

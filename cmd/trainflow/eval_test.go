@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainflow/trainflow/internal/tfevents"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -59,6 +62,7 @@ func TestBestExportAcrossRestart(t *testing.T) {
 	}
 	defer f.Close()
 	best, bestStep, seen := -1.0, int64(0), map[int64]bool{}
+	evaluated := map[int64]train.Metrics{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var l struct {
@@ -72,12 +76,24 @@ func TestBestExportAcrossRestart(t *testing.T) {
 			t.Errorf("step %d evaluated twice in metrics.jsonl", l.Step)
 		}
 		seen[l.Step] = true
+		evaluated[l.Step] = l.Metrics
 		if l.Metrics.Accuracy > best {
 			best, bestStep = l.Metrics.Accuracy, l.Step
 		}
 	}
 	if len(seen) < 3 || !seen[30000] {
 		t.Fatalf("evaluated steps %v, want several including the final 30000", seen)
+	}
+	checkEvalEvents(t, filepath.Join(jobDir, "logs", "eval"), evaluated)
+	summarised := checkTrainEvents(t, filepath.Join(jobDir, "logs", "train"))
+	var missing []int64
+	for s := int64(100); s <= 30000; s += 100 {
+		if !slices.Contains(summarised, s) {
+			missing = append(missing, s)
+		}
+	}
+	if len(summarised) != 300 || len(missing) > 0 {
+		t.Errorf("training summaries at %d steps, missing %v; want every 100th of 30000 once across the restart", len(summarised), missing)
 	}
 	ents, _ := os.ReadDir(filepath.Join(jobDir, "export", "best"))
 	var steps []int64
@@ -104,4 +120,84 @@ func TestBestExportAcrossRestart(t *testing.T) {
 	if res.Export != filepath.Join(jobDir, "export", "best", strconv.FormatInt(bestStep, 10)) {
 		t.Fatalf("published %s, want the best bundle of step %d", res.Export, bestStep)
 	}
+}
+
+// checkEvalEvents decodes the TensorBoard event files in dir (record CRCs,
+// protobuf fields) and checks them against eval/metrics.jsonl: one event
+// per evaluated step, none twice, holding that evaluation's metrics.
+func checkEvalEvents(t *testing.T, dir string, evaluated map[int64]train.Metrics) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, tfevents.Prefix+"*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no event files in %s (%v)", dir, err)
+	}
+	got := map[int64]map[string]float32{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := tfevents.Read(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(evs) == 0 || evs[0].Version != "brain.Event:2" {
+			t.Fatalf("%s does not start with the file version event", f)
+		}
+		for _, e := range evs[1:] {
+			if got[e.Step] != nil {
+				t.Errorf("step %d has two evaluation events", e.Step)
+			}
+			got[e.Step] = e.Values
+		}
+	}
+	for step, m := range evaluated {
+		v := got[step]
+		if v == nil {
+			t.Errorf("evaluation of step %d has no event", step)
+			continue
+		}
+		if v["accuracy"] != float32(m.Accuracy) || v["auc"] != float32(m.AUC) || v["log_loss"] != float32(m.LogLoss) {
+			t.Errorf("step %d: event %v, metrics.jsonl %+v", step, v, m)
+		}
+	}
+	if len(got) != len(evaluated) {
+		t.Errorf("%d evaluation events, %d evaluations in metrics.jsonl", len(got), len(evaluated))
+	}
+}
+
+// checkTrainEvents decodes the training summaries in dir in the order
+// TensorBoard reads them and returns their steps, failing the test if a
+// step repeats or goes back, or a scalar is missing or not finite.
+func checkTrainEvents(t *testing.T, dir string) []int64 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, tfevents.Prefix+"*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no event files in %s (%v)", dir, err)
+	}
+	slices.Sort(files)
+	var steps []int64
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := tfevents.Read(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, e := range evs[1:] {
+			if len(steps) > 0 && e.Step <= steps[len(steps)-1] {
+				t.Fatalf("%s: step %d after step %d", filepath.Base(f), e.Step, steps[len(steps)-1])
+			}
+			steps = append(steps, e.Step)
+			for _, tag := range []string{"loss", "examples_per_sec", "global_step/sec", "learning_rate"} {
+				v, ok := e.Values[tag]
+				if !ok || math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || (tag != "loss" && v <= 0) {
+					t.Fatalf("step %d: %s = %v (present %v)", e.Step, tag, v, ok)
+				}
+			}
+		}
+	}
+	return steps
 }

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/trainflow/trainflow/internal/temporalconn"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -31,12 +32,12 @@ type notFoundError struct{ error }
 
 // conn holds the flags every command that talks to Temporal takes.
 type conn struct {
-	addr, namespace, output string
+	temporalconn.Flags
+	output string
 }
 
 func (c *conn) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.addr, "temporal", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port ($TEMPORAL_ADDRESS)")
-	fs.StringVar(&c.namespace, "namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace ($TEMPORAL_NAMESPACE)")
+	c.Flags.Register(fs, "temporal")
 	fs.StringVar(&c.output, "output", "text", "output format: text or json")
 }
 
@@ -48,11 +49,7 @@ func (c *conn) check() error {
 }
 
 func (c *conn) dial() (client.Client, error) {
-	cl, err := client.Dial(client.Options{HostPort: c.addr, Namespace: c.namespace, Logger: quietLogger()})
-	if err != nil {
-		return nil, fmt.Errorf("connect to temporal at %s: %w", c.addr, err)
-	}
-	return cl, nil
+	return c.Dial(quietLogger())
 }
 
 func envOr(k, def string) string {
@@ -229,7 +226,7 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	rows := []jobRow{}
 	var token []byte
 	for len(rows) < *limit {
-		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: c.namespace, Query: query, NextPageToken: token})
+		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: c.Namespace, Query: query, NextPageToken: token})
 		if err != nil {
 			return fmt.Errorf("list jobs: %w", err)
 		}

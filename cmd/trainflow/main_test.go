@@ -37,6 +37,18 @@ func TestMain(m *testing.M) {
 
 const censusDir = "../../../shared/datasets/census"
 
+// testTrust lets the tests' jobs read and write the temporary directories
+// and the census data: what an operator lists with --data-roots.
+func testTrust() *trustFlags {
+	census, _ := filepath.Abs(censusDir)
+	return &trustFlags{dataRoots: listFlag{os.TempDir(), census}}
+}
+
+// testTrustArgs are testTrust as worker flags.
+func testTrustArgs() []string {
+	return []string{"--data-roots", testTrust().dataRoots.String()}
+}
+
 type logWriter struct{ t *testing.T }
 
 func (w logWriter) Write(p []byte) (int, error) {
@@ -44,7 +56,8 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func testStack(t *testing.T, home string) *stack {
+// testStack starts the dev stack in home; options adjust its config.
+func testStack(t *testing.T, home string, options ...func(*stackConfig)) *stack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -52,10 +65,14 @@ func testStack(t *testing.T, home string) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := startStack(ctx, stackConfig{
-		Home: home, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Exe: exe,
+	cfg := stackConfig{
+		Home: home, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Exe: exe, Trust: testTrust(),
 		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	for _, o := range options {
+		o(&cfg)
+	}
+	st, err := startStack(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

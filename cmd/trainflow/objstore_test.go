@@ -76,7 +76,7 @@ func TestDistributedJobSharesOnlyObjectStorage(t *testing.T) {
 func runSharedOnly(t *testing.T, root string) {
 	data := uploadCensus(t, root)
 	jobs := joinURI(root, "jobs")
-	c := newClusterWith(t, clusterOptions{Workers: 3, MaxRoles: objstoreMaxRoles, Jobs: jobs, OwnHomes: true})
+	c := newClusterWith(t, clusterOptions{Workers: 3, MaxRoles: objstoreMaxRoles, Jobs: jobs, OwnHomes: true, DataRoots: joinURI(root, "datasets")})
 
 	id := "shared_only"
 	start := time.Now()
@@ -185,7 +185,8 @@ func uploadCensus(t *testing.T, root string) string {
 			t.Fatal(err)
 		}
 	}
-	return fmt.Sprintf(`{"dir":%q}`, dir)
+	spec, _, _ := strings.Cut(dir, "?") // the worker's --data-roots gives the query
+	return fmt.Sprintf(`{"dir":%q}`, spec)
 }
 
 // rolePIDs returns the processes that ran the job's roles.

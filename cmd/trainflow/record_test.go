@@ -43,7 +43,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 	defer st.Stop()
 	startWorker := func() *exec.Cmd {
-		cmd := exec.Command(exe, "worker", "--temporal", st.Temporal.FrontendAddr(), "--home", home, "--log-level", "warn")
+		cmd := exec.Command(exe, append([]string{"worker", "--temporal", st.Temporal.FrontendAddr(), "--home", home, "--log-level", "warn"}, testTrustArgs()...)...)
 		cmd.Stderr = os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {

@@ -97,7 +97,7 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var rid [16]byte
 	rand.Read(rid[:])
 	resp, err := cl.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace:                 c.namespace,
+		Namespace:                 c.Namespace,
 		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID},
 		Reason:                    *reason,
 		WorkflowTaskFinishEventId: point,

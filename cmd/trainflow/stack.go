@@ -33,6 +33,11 @@ type stackConfig struct {
 	ExeArgs []string
 	// NoWorker leaves the worker out, for workers run as other processes.
 	NoWorker bool
+	// Trust, if set, holds the operator's limits on job specs (data
+	// roots, Beam runners and environments).
+	Trust *trustFlags
+	// MetricsAddr, if set, serves the worker's Prometheus metrics there.
+	MetricsAddr string
 	// SuggestContinueAsNewEvents lowers the history length at which jobs
 	// continue as new (tests).
 	SuggestContinueAsNewEvents int
@@ -44,6 +49,8 @@ type stack struct {
 	Client   client.Client
 	Registry *serving.Registry
 	HTTPAddr string
+	// MetricsAddr is where the worker's metrics are served ("" if not).
+	MetricsAddr string
 
 	worker   *worker.Workers
 	cancel   context.CancelFunc
@@ -101,6 +108,14 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 			}
 		},
 	}
+	if cfg.Trust != nil {
+		if err := cfg.Trust.apply(acts); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.MetricsAddr != "" {
+		acts.Metrics = activities.NewMetrics()
+	}
 	if !cfg.NoWorker {
 		s.worker = worker.New(s.Client, acts, worker.Options{})
 		if err := s.worker.Start(); err != nil {
@@ -112,6 +127,11 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	srv := serving.New(s.Registry, log, serving.Options{})
 	go func() { s.served <- srv.Serve(sctx, ln) }()
 	go s.Registry.Watch(sctx, 2*time.Second)
+	if cfg.MetricsAddr != "" {
+		if s.MetricsAddr, err = serveMetrics(sctx, cfg.MetricsAddr, acts.Metrics, log); err != nil {
+			return nil, fmt.Errorf("worker metrics: %w", err)
+		}
+	}
 	ok = true
 	return s, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -80,7 +81,11 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	spec.JobID = id
 	if *data != "" {
-		spec.Data.Dir = *data
+		if spec.Data.Dir = *data; !isURI(*data) {
+			if spec.Data.Dir, err = filepath.Abs(*data); err != nil {
+				return usageError{fmt.Errorf("--data: %w", err)}
+			}
+		}
 	}
 	if d := spec.WithDefaults(); d.Validate() != nil {
 		return usageError{d.Validate()}

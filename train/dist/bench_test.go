@@ -67,7 +67,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 		replicas = workers
 	}
 	cl := &cluster{ckdir: b.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, tasks)}, servers: make([]*Server, tasks)}
-	cl.cfg = ShardConfig{Tasks: tasks, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
+	cl.cfg = ShardConfig{Tasks: tasks, Workers: workers, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
 		MaxSteps: steps, SaveSteps: steps, Sync: syncMode, Replicas: replicas}
 	for i := range tasks {
 		if err := cl.startB(i); err != nil {
@@ -129,12 +129,15 @@ func (c *cluster) startB(i int) error {
 	if err != nil {
 		return err
 	}
-	srv, addr, err := serveLoopback(sh, nil)
+	secret := NewSecret()
+	srv, addr, err := serveLoopback(sh, nil, ServerConfig{Secret: secret, Resolve: c.resolve})
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
 	c.servers[i] = srv
-	c.view.Addrs[i] = addr
+	c.setAddr(i, addr, secret)
+	c.mu.Unlock()
 	return nil
 }
 
@@ -142,16 +145,19 @@ func (c *cluster) startB(i int) error {
 // DNN's 109,386 variables from one parameter server over loopback gRPC.
 func BenchmarkPullPush(b *testing.B) {
 	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
-	sh, err := NewShard(ShardConfig{Tasks: 1, Meta: meta, Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1e-9}, MaxSteps: 1 << 62, SaveSteps: 1 << 62})
+	sh, err := NewShard(ShardConfig{Tasks: 1, Workers: 1, Meta: meta, Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1e-9}, MaxSteps: 1 << 62, SaveSteps: 1 << 62})
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, addr, err := serveLoopback(sh, nil)
+	secret := NewSecret()
+	srv, addr, err := serveLoopback(sh, nil, ServerConfig{Secret: secret})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer srv.Stop()
-	resolve := func(context.Context) (Cluster, error) { return Cluster{Gen: 0, Addrs: []string{addr}}, nil }
+	resolve := func(context.Context) (Cluster, error) {
+		return Cluster{Gen: 0, Addrs: []string{addr}, Secrets: []string{secret}}, nil
+	}
 	c, err := Dial(context.Background(), resolve, sh.Len(), 1)
 	if err != nil {
 		b.Fatal(err)
@@ -202,7 +208,7 @@ func TestTimeToAccuracy(t *testing.T) {
 		if c.sync {
 			replicas = c.workers
 		}
-		cl.cfg = ShardConfig{Tasks: c.tasks, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
+		cl.cfg = ShardConfig{Tasks: c.tasks, Workers: c.workers, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
 			MaxSteps: 20 * every, SaveSteps: every, Sync: c.sync, Replicas: replicas}
 		for i := range c.tasks {
 			if err := cl.startB(i); err != nil {
@@ -303,4 +309,34 @@ func readFashion(split string) (train.Data, error) {
 		d.Y[i] = float64(v)
 	}
 	return d, nil
+}
+
+// BenchmarkPing measures the smallest request, one Cursor round trip to
+// one parameter server over loopback gRPC: per-request costs such as the
+// secret's check show most here.
+func BenchmarkPing(b *testing.B) {
+	sh, err := NewShard(ShardConfig{Tasks: 1, Workers: 1, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1e-9}, MaxSteps: 1 << 62, SaveSteps: 1 << 62})
+	if err != nil {
+		b.Fatal(err)
+	}
+	secret := NewSecret()
+	srv, addr, err := serveLoopback(sh, nil, ServerConfig{Secret: secret})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	resolve := func(context.Context) (Cluster, error) {
+		return Cluster{Addrs: []string{addr}, Secrets: []string{secret}}, nil
+	}
+	c, err := Dial(context.Background(), resolve, sh.Len(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		if err := c.Ping(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

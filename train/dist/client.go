@@ -23,11 +23,15 @@ type Cluster struct {
 	Gen         int64    `json:"gen"`
 	RestoreStep int64    `json:"restore_step"`
 	Addrs       []string `json:"addrs"`
+	// Secrets are the parameter servers' secrets, in task order (see
+	// NewSecret). They are never marshalled.
+	Secrets []string `json:"-"`
 }
 
-// ready reports whether every parameter server has an address.
+// ready reports whether every parameter server has an address and a
+// secret.
 func (c Cluster) ready(tasks int) bool {
-	return len(c.Addrs) == tasks && !slices.Contains(c.Addrs, "")
+	return len(c.Addrs) == tasks && !slices.Contains(c.Addrs, "") && len(c.Secrets) == tasks && !slices.Contains(c.Secrets, "")
 }
 
 // Resolver answers the current Cluster (the training workflow knows it).
@@ -42,6 +46,7 @@ type Client struct {
 	tasks   int
 	cluster Cluster
 	conns   []*grpc.ClientConn
+	creds   []*secretCreds
 	steps   []int64 // per-shard steps of the last Pull: the tags of Push
 }
 
@@ -49,7 +54,7 @@ type Client struct {
 // parameter servers has an address, and connects to them. n is the
 // model's number of variables.
 func Dial(ctx context.Context, resolve Resolver, n, tasks int) (*Client, error) {
-	c := &Client{resolve: resolve, n: n, tasks: tasks, conns: make([]*grpc.ClientConn, tasks), steps: make([]int64, tasks)}
+	c := &Client{resolve: resolve, n: n, tasks: tasks, conns: make([]*grpc.ClientConn, tasks), creds: make([]*secretCreds, tasks), steps: make([]int64, tasks)}
 	if err := c.Refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -63,7 +68,8 @@ func (c *Client) Gen() int64 { return c.cluster.Gen }
 func (c *Client) Addrs() []string { return slices.Clone(c.cluster.Addrs) }
 
 // Refresh re-resolves the cluster until every parameter server has an
-// address, and reconnects to the ones whose address changed.
+// address and a secret, reconnects to the ones whose address changed and
+// takes up their current secrets.
 func (c *Client) Refresh(ctx context.Context) error {
 	wait := 50 * time.Millisecond
 	for {
@@ -71,13 +77,16 @@ func (c *Client) Refresh(ctx context.Context) error {
 		if err == nil && cl.ready(c.tasks) {
 			for i, a := range cl.Addrs {
 				if c.conns[i] != nil && i < len(c.cluster.Addrs) && c.cluster.Addrs[i] == a {
+					c.creds[i].set(cl.Secrets[i])
 					continue
 				}
 				if c.conns[i] != nil {
 					c.conns[i].Close()
 				}
+				creds := &secretCreds{}
+				creds.set(cl.Secrets[i])
 				conn, err := grpc.NewClient(a,
-					grpc.WithTransportCredentials(insecure.NewCredentials()),
+					grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(creds),
 					grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{}), grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 					grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes),
 					grpc.WithWriteBufferSize(1<<20), grpc.WithReadBufferSize(1<<20),
@@ -86,7 +95,7 @@ func (c *Client) Refresh(ctx context.Context) error {
 				if err != nil {
 					return fmt.Errorf("connect to parameter server %d at %s: %w", i, a, err)
 				}
-				c.conns[i] = conn
+				c.conns[i], c.creds[i] = conn, creds
 			}
 			c.cluster = cl
 			return nil
@@ -168,6 +177,45 @@ func (c *Client) Push(ctx context.Context, worker int, grad, cursor []float64) (
 		done = done && r.Done
 	}
 	return PushResult{Step: res[0].Step, Applied: res[0].Applied, Done: done}, err
+}
+
+// PushAdmitted is Push for sync mode with backup workers: shard 0 admits
+// the gradient (it is one of the step's Replicas) or drops it (a
+// straggler's), and only an admitted gradient then goes to the other
+// shards, tagged with the step shard 0 admitted it for. So every shard
+// averages the same workers' gradients at every step, and no shard waits
+// for a gradient that another shard dropped: pushing to every shard at
+// once let shard 1 complete a step with workers {0, 1} while shard 0 had
+// dropped worker 1's gradient as stale, and when shard 1 then held at an
+// uncommitted checkpoint step with workers 1 and 2 blocked on it, shard 0
+// waited forever for the gradient it needed to reach that step, which the
+// chief needed to commit it.
+func (c *Client) PushAdmitted(ctx context.Context, worker int, grad, cursor []float64) (PushResult, error) {
+	lo, hi := Range(c.n, c.tasks, 0)
+	var first pushResponse
+	req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[0], Cursor: cursor, Grad: grad[lo:hi]}
+	if err := c.call(ctx, 0, "Push", &req, &first); err != nil {
+		return PushResult{}, err
+	}
+	if !first.Applied || c.tasks == 1 {
+		// Done only from every shard: the next Pull tells.
+		return PushResult{Step: first.Step, Applied: first.Applied, Done: first.Done && c.tasks == 1}, nil
+	}
+	tag := c.steps[0] // the step shard 0 admitted the gradient for
+	res := make([]pushResponse, c.tasks)
+	err := c.each(func(i int) error {
+		if i == 0 {
+			return nil
+		}
+		lo, hi := Range(c.n, c.tasks, i)
+		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: tag, Grad: grad[lo:hi]}
+		return c.call(ctx, i, "Push", &req, &res[i])
+	})
+	done := first.Done
+	for _, r := range res[1:] {
+		done = done && r.Done
+	}
+	return PushResult{Step: first.Step, Applied: true, Done: done}, err
 }
 
 // Cursor returns worker's data cursor as recorded by shard 0, or nil.

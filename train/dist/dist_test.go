@@ -3,6 +3,7 @@ package dist
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"path/filepath"
@@ -67,7 +68,7 @@ type cluster struct {
 
 func newCluster(t *testing.T, tasks int, sync bool, replicas int, maxSteps int64) *cluster {
 	c := &cluster{t: t, ckdir: t.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, tasks)}, servers: make([]*Server, tasks)}
-	c.cfg = ShardConfig{Tasks: tasks, Meta: linearMeta(8), Seed: 3, Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.05},
+	c.cfg = ShardConfig{Tasks: tasks, Workers: 3, Meta: linearMeta(8), Seed: 3, Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.05},
 		MaxSteps: maxSteps, SaveSteps: 50, Sync: sync, Replicas: replicas}
 	for i := range tasks {
 		c.start(i, nil, 1)
@@ -91,25 +92,38 @@ func (c *cluster) start(i int, ck *train.Checkpoint, gen int64) {
 	if err := sh.Restore(ck, gen); err != nil {
 		c.t.Fatal(err)
 	}
+	secret := NewSecret()
 	srv, addr, err := serveLoopback(sh, func(step int64) (*train.Checkpoint, error) {
 		return train.ReadCheckpoint(filepath.Join(c.ckdir, train.CheckpointName(step)))
-	})
+	}, ServerConfig{Secret: secret, Resolve: c.resolve})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	c.mu.Lock()
 	c.servers[i] = srv
-	c.view.Addrs[i] = addr
+	c.setAddr(i, addr, secret)
 	c.mu.Unlock()
 }
 
+// setAddr records parameter server i's address and secret. Call with mu
+// held.
+func (c *cluster) setAddr(i int, addr, secret string) {
+	if c.view.Secrets == nil {
+		c.view.Secrets = make([]string, len(c.view.Addrs))
+	}
+	c.view.Addrs[i], c.view.Secrets[i] = addr, secret
+}
+
 // serveLoopback serves sh on a free loopback port.
-func serveLoopback(sh *Shard, load Loader) (*Server, string, error) {
+func serveLoopback(sh *Shard, load Loader, cfg ServerConfig) (*Server, string, error) {
+	srv, err := NewServer(sh, load, cfg)
+	if err != nil {
+		return nil, "", err
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", err
 	}
-	srv := NewServer(sh, load)
 	go srv.Serve(lis)
 	return srv, lis.Addr().String(), nil
 }
@@ -118,7 +132,8 @@ func (c *cluster) resolve(context.Context) (Cluster, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := c.view
-	v.Addrs = append([]string(nil), v.Addrs...)
+	v.Addrs = slices.Clone(v.Addrs)
+	v.Secrets = slices.Clone(v.Secrets)
 	return v, nil
 }
 
@@ -130,7 +145,7 @@ func (c *cluster) worker(ctx context.Context, data train.Data, task, tasks int, 
 	}
 	defer cl.Close()
 	cfg := WorkerConfig{Task: task, Meta: c.cfg.Meta, Seed: uint64(100 + task), BatchSize: 32, MaxSteps: c.cfg.MaxSteps,
-		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir}
+		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir, Backups: c.cfg.Sync && c.cfg.Replicas < tasks}
 	return RunWorker(ctx, cfg, split(data, task, tasks), cl, hooks)
 }
 
@@ -430,5 +445,51 @@ func TestChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 	t.Logf("saved steps %v; restarted chief ended at %d", ckpts.steps, r.Step)
 	if r.Step != 200 || !slices.Equal(ckpts.steps, []int64{50, 100, 150, 200}) {
 		t.Fatalf("ended at %d with checkpoints %v, want 200 with 50, 100, 150, 200", r.Step, ckpts.steps)
+	}
+}
+
+// TestSyncBackupWorkersTwoShardsNoHang is the cluster of issue 14: sync
+// updates, 3 workers of which 1 is a backup, 2 parameter servers. Pushing
+// each gradient to both shards at once hung within the first rounds
+// (shard 0 one step short of a checkpoint step, shard 1 held there
+// waiting for the chief's commit, the chief waiting for shard 0); every
+// round must now finish within its deadline with one consistent set of
+// gradients per step.
+func TestSyncBackupWorkersTwoShardsNoHang(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	for round := range 5 {
+		cl := newCluster(t, 2, true, 2, 400)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errs := make([]error, 3)
+		res := make([]WorkerResult, 3)
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() { res[i], errs[i] = cl.worker(ctx, data, i, 3, Hooks{}) })
+		}
+		wg.Wait()
+		cancel()
+		if err := errors.Join(errs...); err != nil {
+			var at []string
+			for i, s := range cl.servers {
+				step, _ := s.shard.Step()
+				s.shard.mu.Lock()
+				at = append(at, fmt.Sprintf("shard %d at step %d (committed %d, %d gradients summed)", i, step, s.shard.committed, len(s.shard.accFrom)))
+				s.shard.mu.Unlock()
+			}
+			t.Fatalf("round %d: %v; %v; workers %+v", round, err, at, res)
+		}
+		var applied int64
+		for _, r := range res {
+			applied += r.Applied
+		}
+		// Every shard averaged the same 2 gradients per step.
+		if applied != 2*400 {
+			t.Fatalf("round %d: %d gradients applied, want 2 per step (800)", round, applied)
+		}
+		for i, s := range cl.servers {
+			if step, _ := s.shard.Step(); step != 400 {
+				t.Fatalf("round %d: shard %d ended at step %d, want 400", round, i, step)
+			}
+		}
 	}
 }

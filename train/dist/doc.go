@@ -6,7 +6,9 @@
 // for it and applies gradients: in async mode each gradient as it arrives,
 // in sync mode the mean of Replicas gradients tagged with the current step
 // (more workers than Replicas are backups: a straggler's late gradient is
-// dropped). Servers speak gRPC (service trainflow.dist.ParameterServer,
+// dropped). With backups, shard 0 admits or drops each gradient first and
+// only admitted ones go to the other shards (Client.PushAdmitted), so every
+// shard averages the same workers at every step. Servers speak gRPC (service trainflow.dist.ParameterServer,
 // methods Pull, Push, Snapshot, Cursor and Finish) with the binary codec in
 // wire.go.
 //
@@ -26,4 +28,13 @@
 // request, and workers of an older generation are refused
 // (codes.FailedPrecondition) until they refresh and re-read their
 // positions. Lost work is bounded by the checkpoint interval.
+//
+// Peers are not trusted (auth.go): every request must carry the server's
+// secret, which the Resolver hands the workers beside the addresses and
+// which never travels through the workflow; a server also refuses worker
+// IDs outside the cluster, NaN or infinite gradients, generations the
+// cluster (its own Resolver) has not reached, and messages larger than a
+// gradient of its shard. A worker whose loss or gradient stops being
+// finite ends with train.ErrNonFinite instead of pushing it, and the chief
+// never commits a checkpoint holding a NaN or an infinity.
 package dist

@@ -2,6 +2,7 @@ package dist
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -18,9 +19,10 @@ import (
 // serviceName is the gRPC service of a parameter server.
 const serviceName = "trainflow.dist.ParameterServer"
 
-// MaxMessageBytes bounds a gRPC message: the largest shard a parameter
-// server sends or receives, with its optimizer slots (a 64 M-variable shard
-// of Adam).
+// MaxMessageBytes bounds the gRPC messages a parameter server sends and a
+// worker receives: the largest shard with its optimizer slots (a
+// 64 M-variable shard of Adam). What a server receives is bounded by its
+// shard (maxRequestBytes).
 const MaxMessageBytes = 2 << 30 / 4
 
 // windowBytes is the HTTP/2 flow-control window of parameter-server
@@ -33,30 +35,66 @@ const windowBytes = 32 << 20
 // initial model, which the loader reports as nil).
 type Loader func(step int64) (*train.Checkpoint, error)
 
-// Server serves one Shard over gRPC. A request from a newer cluster
-// generation first restores the shard from the checkpoint the request
-// names, so every shard rolls back to the same committed step after a
-// parameter server restarts; a request from an older generation fails with
-// codes.FailedPrecondition, telling the worker to refresh its cluster view.
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Secret is what every request must carry (see NewSecret): at least
+	// 32 characters.
+	Secret string
+	// Resolve answers the cluster as the training workflow knows it. A
+	// request of a newer generation than the shard's is checked against
+	// it: a generation the cluster has not reached is refused, and the
+	// checkpoint the shard rolls back to is the cluster's RestoreStep, not
+	// the request's. Nil: every newer generation is refused.
+	Resolve Resolver
+}
+
+// Server serves one Shard over gRPC to the peers that hold its secret. A
+// request from a newer cluster generation first restores the shard from
+// the checkpoint the cluster names, so every shard rolls back to the same
+// committed step after a parameter server restarts; a request from an
+// older generation fails with codes.FailedPrecondition, telling the worker
+// to refresh its cluster view.
+//
+// Refused: requests without the secret (codes.Unauthenticated, before
+// their body is read), messages larger than a push of the shard's gradient
+// (codes.ResourceExhausted), pushes from worker IDs outside the cluster
+// (codes.PermissionDenied), non-finite gradients (codes.InvalidArgument,
+// nothing applied) and generations from the future (codes.InvalidArgument).
 type Server struct {
-	shard *Shard
-	load  Loader
-	g     *grpc.Server
-	mu    sync.Mutex // serialises generation catch-up
+	shard   *Shard
+	load    Loader
+	resolve Resolver
+	secret  []byte
+	g       *grpc.Server
+	mu      sync.Mutex // serialises generation catch-up
+}
+
+// ErrNoSecret is returned by NewServer for a missing or short secret.
+var ErrNoSecret = errors.New("dist: parameter server needs a secret of at least 32 characters")
+
+// maxRequestBytes bounds the requests to a shard of n variables: the
+// largest is a push of its gradient with a cursor, plus slack for gRPC's
+// framing.
+func maxRequestBytes(n int) int {
+	return (&pushRequest{}).size() + 8*maxCursor + 8*n + 4<<10
 }
 
 // NewServer returns a server for shard.
-func NewServer(shard *Shard, load Loader) *Server {
-	s := &Server{shard: shard, load: load}
+func NewServer(shard *Shard, load Loader, cfg ServerConfig) (*Server, error) {
+	if len(cfg.Secret) < minSecretLen {
+		return nil, ErrNoSecret
+	}
+	s := &Server{shard: shard, load: load, resolve: cfg.Resolve, secret: []byte(cfg.Secret)}
 	s.g = grpc.NewServer(
 		grpc.ForceServerCodecV2(codec{}),
-		grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.InTapHandle(s.tapAuth), grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth),
+		grpc.MaxRecvMsgSize(maxRequestBytes(shard.Len())), grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.InitialWindowSize(windowBytes), grpc.InitialConnWindowSize(windowBytes),
 		grpc.WriteBufferSize(1<<20), grpc.ReadBufferSize(1<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	s.g.RegisterService(&serviceDesc, s)
-	return s
+	return s, nil
 }
 
 // Serve answers requests on lis until Stop.
@@ -66,54 +104,83 @@ func (s *Server) Serve(lis net.Listener) error { return s.g.Serve(lis) }
 func (s *Server) Stop() { s.g.Stop() }
 
 // catchUp brings the shard to the caller's generation, or refuses a caller
-// behind it.
-func (s *Server) catchUp(h header) error {
+// behind it or ahead of the cluster.
+func (s *Server) catchUp(ctx context.Context, h header) error {
 	if _, gen := s.shard.Step(); h.Gen == gen {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, gen := s.shard.Step()
-	switch {
-	case h.Gen == gen:
+	if h.Gen == gen {
 		return nil
-	case h.Gen < gen:
-		return status.Errorf(codes.FailedPrecondition, "%v: request of generation %d, parameter server %d is at %d", ErrStale, h.Gen, s.shard.cfg.Task, gen)
 	}
-	var ck *train.Checkpoint
-	if h.RestoreStep > 0 {
-		var err error
-		if ck, err = s.load(h.RestoreStep); err != nil {
-			return status.Errorf(codes.Unavailable, "restore checkpoint %d for generation %d: %v", h.RestoreStep, h.Gen, err)
+	if h.Gen > gen {
+		if s.resolve == nil {
+			return status.Errorf(codes.InvalidArgument, "request of generation %d, parameter server %d is at %d and cannot check a newer one", h.Gen, s.shard.cfg.Task, gen)
+		}
+		cl, err := s.resolve(ctx)
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "check generation %d: %v", h.Gen, err)
+		}
+		if h.Gen > cl.Gen {
+			return status.Errorf(codes.InvalidArgument, "request of generation %d, the cluster is at %d", h.Gen, cl.Gen)
+		}
+		if cl.Gen > gen {
+			if err := s.restore(cl.Gen, cl.RestoreStep); err != nil {
+				return err
+			}
+			gen = cl.Gen
 		}
 	}
-	if err := s.shard.Restore(ck, h.Gen); err != nil {
-		return status.Errorf(codes.Internal, "restore checkpoint %d: %v", h.RestoreStep, err)
+	if h.Gen < gen {
+		return status.Errorf(codes.FailedPrecondition, "%v: request of generation %d, parameter server %d is at %d", ErrStale, h.Gen, s.shard.cfg.Task, gen)
 	}
 	return nil
 }
 
-func (s *Server) pull(_ context.Context, req *pullRequest) (*pullResponse, error) {
-	if err := s.catchUp(req.header); err != nil {
+// restore rolls the shard back to the committed checkpoint at step (0:
+// the initial model) as generation gen.
+func (s *Server) restore(gen, step int64) error {
+	var ck *train.Checkpoint
+	if step > 0 {
+		var err error
+		if ck, err = s.load(step); err != nil {
+			return status.Errorf(codes.Unavailable, "restore checkpoint %d for generation %d: %v", step, gen, err)
+		}
+	}
+	if err := s.shard.Restore(ck, gen); err != nil {
+		return status.Errorf(codes.Internal, "restore checkpoint %d: %v", step, err)
+	}
+	return nil
+}
+
+func (s *Server) pull(ctx context.Context, req *pullRequest) (*pullResponse, error) {
+	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
 	}
 	return &pullResponse{from: s.shard}, nil
 }
 
 func (s *Server) push(ctx context.Context, req *pushRequest) (*pushResponse, error) {
-	if err := s.catchUp(req.header); err != nil {
+	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
 	}
 	r, err := s.shard.Push(ctx, int(req.Worker), req.Tag, req.Grad, req.Cursor)
 	req.release()
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrUnknownWorker):
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	case err != nil && ctx.Err() != nil:
+		return nil, status.FromContextError(err).Err()
+	case err != nil:
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return &pushResponse{Step: r.Step, Applied: r.Applied, Done: r.Done}, nil
 }
 
 func (s *Server) snapshot(ctx context.Context, req *snapshotRequest) (*snapshotResponse, error) {
-	if err := s.catchUp(req.header); err != nil {
+	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
 	}
 	st, err := s.shard.Cut(ctx, req.Step)
@@ -123,24 +190,27 @@ func (s *Server) snapshot(ctx context.Context, req *snapshotRequest) (*snapshotR
 	return &snapshotResponse{st}, nil
 }
 
-func (s *Server) cursor(_ context.Context, req *cursorRequest) (*cursorResponse, error) {
-	if err := s.catchUp(req.header); err != nil {
+func (s *Server) cursor(ctx context.Context, req *cursorRequest) (*cursorResponse, error) {
+	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
+	}
+	if err := s.shard.checkWorker(int(req.Worker)); err != nil {
+		return nil, status.Error(codes.PermissionDenied, err.Error())
 	}
 	c := s.shard.Cursor(int(req.Worker))
 	return &cursorResponse{Found: c != nil, Cursor: c}, nil
 }
 
-func (s *Server) committed(_ context.Context, req *committedRequest) (*empty, error) {
-	if err := s.catchUp(req.header); err != nil {
+func (s *Server) committed(ctx context.Context, req *committedRequest) (*empty, error) {
+	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
 	}
 	s.shard.Committed(req.Step)
 	return &empty{}, nil
 }
 
-func (s *Server) finish(_ context.Context, req *finishRequest) (*empty, error) {
-	if err := s.catchUp(req.header); err != nil {
+func (s *Server) finish(ctx context.Context, req *finishRequest) (*empty, error) {
+	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
 	}
 	s.shard.Finish()
@@ -152,12 +222,17 @@ func handler[Req any, Resp any, PReq interface {
 	*Req
 	message
 }](f func(*Server, context.Context, PReq) (Resp, error)) grpc.MethodHandler {
-	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	return func(srv any, ctx context.Context, dec func(any) error, intercept grpc.UnaryServerInterceptor) (any, error) {
 		req := PReq(new(Req))
 		if err := dec(req); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		return f(srv.(*Server), ctx, req)
+		if intercept == nil {
+			return f(srv.(*Server), ctx, req)
+		}
+		return intercept(ctx, req, &grpc.UnaryServerInfo{Server: srv}, func(ctx context.Context, _ any) (any, error) {
+			return f(srv.(*Server), ctx, req)
+		})
 	}
 }
 

@@ -17,6 +17,14 @@ import (
 // the shard's: the caller must refresh its view of the cluster.
 var ErrStale = errors.New("dist: stale cluster generation")
 
+// ErrUnknownWorker is returned to a request naming a worker the cluster
+// does not have.
+var ErrUnknownWorker = errors.New("dist: unknown worker")
+
+// maxCursor bounds the values of a worker's data cursor (Position.encode:
+// epoch, cursor and a random source's state).
+const maxCursor = 16
+
 // Range returns the half-open range [lo, hi) of the n flat parameters that
 // shard i of k holds: contiguous, sizes differing by at most one.
 func Range(n, k, i int) (lo, hi int) { return i * n / k, (i + 1) * n / k }
@@ -25,6 +33,9 @@ func Range(n, k, i int) (lo, hi int) { return i * n / k, (i + 1) * n / k }
 type ShardConfig struct {
 	// Task is this shard's index among Tasks shards.
 	Task, Tasks int
+	// Workers is the number of workers of the cluster: only workers 0 to
+	// Workers-1 may push.
+	Workers int
 	// Meta is the model; Seed its initial weights (train.Initial), so
 	// every shard starts from its slice of the same model.
 	Meta train.CheckpointMeta
@@ -90,8 +101,8 @@ const keepCuts = 3
 // NewShard returns shard cfg.Task at step 0 holding its slice of the
 // initial model.
 func NewShard(cfg ShardConfig) (*Shard, error) {
-	if cfg.Tasks < 1 || cfg.Task < 0 || cfg.Task >= cfg.Tasks || cfg.MaxSteps < 1 || cfg.SaveSteps < 1 || (cfg.Sync && cfg.Replicas < 1) {
-		return nil, fmt.Errorf("%w: shard %d of %d, max steps %d, save steps %d, replicas %d", train.ErrShape, cfg.Task, cfg.Tasks, cfg.MaxSteps, cfg.SaveSteps, cfg.Replicas)
+	if cfg.Tasks < 1 || cfg.Task < 0 || cfg.Task >= cfg.Tasks || cfg.Workers < 1 || cfg.MaxSteps < 1 || cfg.SaveSteps < 1 || (cfg.Sync && cfg.Replicas < 1) {
+		return nil, fmt.Errorf("%w: shard %d of %d, %d workers, max steps %d, save steps %d, replicas %d", train.ErrShape, cfg.Task, cfg.Tasks, cfg.Workers, cfg.MaxSteps, cfg.SaveSteps, cfg.Replicas)
 	}
 	m, err := train.Initial(cfg.Meta, cfg.Seed)
 	if err != nil {
@@ -249,14 +260,37 @@ func (s *Shard) doneLocked() bool { return s.finished || s.step >= s.cfg.MaxStep
 // the Replicas-th applies their mean and advances the step; Push then
 // waits for that step to complete, so a worker's next Pull sees it. A
 // gradient tagged with an older step (a straggler when backups outran it)
-// is dropped at once. Push returns early with ctx's error.
+// is dropped at once; one tagged with a later step (admitted by shard 0
+// for a step this shard has not reached yet, see Client.PushAdmitted)
+// waits for the shard to get there. Push returns early with ctx's error.
+//
+// Refused, with nothing applied: a worker outside the cluster
+// (ErrUnknownWorker), a gradient of the wrong length (train.ErrShape) or
+// holding a NaN or an infinity (train.ErrNonFinite), a malformed cursor.
 func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []float64) (PushResult, error) {
+	if err := s.checkWorker(worker); err != nil {
+		return PushResult{}, err
+	}
 	if len(grad) != s.Len() {
 		return PushResult{}, fmt.Errorf("%w: gradient has %d values, shard %d holds %d", train.ErrShape, len(grad), s.cfg.Task, s.Len())
 	}
+	if i := train.NonFinite(grad); i >= 0 {
+		return PushResult{}, fmt.Errorf("%w: gradient of worker %d: value %d is %v", train.ErrNonFinite, worker, i, grad[i])
+	}
+	if cursor != nil && (len(cursor) < 2 || len(cursor) > maxCursor || train.NonFinite(cursor[:2]) >= 0 || cursor[0] < 0 || cursor[1] < 0) {
+		return PushResult{}, fmt.Errorf("%w: cursor of worker %d: %d values, want 2 to %d, epoch and row finite and ≥ 0", train.ErrShape, worker, len(cursor), maxCursor)
+	}
 	s.mu.Lock()
-	// Hold at a cut until the chief has committed it.
-	if err := s.waitLocked(ctx, func() bool { return s.step%s.cfg.SaveSteps == 0 && s.step > s.committed && !s.doneLocked() }); err != nil {
+	gen := s.gen
+	// Hold at a cut until the chief has committed it, and a gradient
+	// admitted for a later step until the shard gets there.
+	if err := s.waitLocked(ctx, func() bool {
+		if s.doneLocked() || s.gen != gen {
+			return false
+		}
+		held := s.step%s.cfg.SaveSteps == 0 && s.step > s.committed
+		return held || (s.cfg.Sync && tag > s.step)
+	}); err != nil {
 		return PushResult{}, err
 	}
 	if s.doneLocked() {
@@ -275,7 +309,6 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 		s.setCursor(worker, cursor)
 		return PushResult{Step: s.step, Done: s.doneLocked()}, nil
 	}
-	wait := s.advanced
 	_, dup := s.accFrom[worker]
 	if !dup {
 		for i, g := range grad {
@@ -298,15 +331,21 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 			return PushResult{Step: s.step, Applied: true, Done: s.doneLocked()}, nil
 		}
 	}
-	s.mu.Unlock()
-	select {
-	case <-wait:
-	case <-ctx.Done():
-		return PushResult{}, ctx.Err()
+	// Wait for the step to complete (or the shard to roll back to another
+	// generation, which drops the sum).
+	if err := s.waitLocked(ctx, func() bool { return s.step == tag && s.gen == gen && !s.doneLocked() }); err != nil {
+		return PushResult{}, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	return PushResult{Step: s.step, Applied: !dup, Done: s.doneLocked()}, nil
+	return PushResult{Step: s.step, Applied: !dup && s.gen == gen, Done: s.doneLocked()}, nil
+}
+
+// checkWorker refuses a worker ID outside the cluster.
+func (s *Shard) checkWorker(worker int) error {
+	if worker < 0 || worker >= s.cfg.Workers {
+		return fmt.Errorf("%w: worker %d, the cluster has workers 0 to %d", ErrUnknownWorker, worker, s.cfg.Workers-1)
+	}
+	return nil
 }
 
 // setCursor records worker's cursor. Call with mu held.

@@ -19,7 +19,7 @@ func linearMeta(dim int) train.CheckpointMeta {
 
 func sgdShard(t *testing.T, task, tasks int, sync bool, replicas int) *Shard {
 	t.Helper()
-	s, err := NewShard(ShardConfig{Task: task, Tasks: tasks, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1},
+	s, err := NewShard(ShardConfig{Task: task, Tasks: tasks, Workers: 3, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1},
 		MaxSteps: 10, SaveSteps: 1000, Sync: sync, Replicas: replicas})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestShardDoneAtMaxSteps(t *testing.T) {
 func TestSnapshotRestoreAcrossShards(t *testing.T) {
 	meta := linearMeta(9) // 10 variables
 	cfg := func(i int) ShardConfig {
-		return ShardConfig{Task: i, Tasks: 3, Meta: meta, Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.1}, MaxSteps: 100, SaveSteps: 10}
+		return ShardConfig{Task: i, Tasks: 3, Workers: 3, Meta: meta, Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.1}, MaxSteps: 100, SaveSteps: 10}
 	}
 	ctx := context.Background()
 	var states []ShardState
@@ -214,7 +214,7 @@ func TestShardRefusesForeignCheckpoint(t *testing.T) {
 }
 
 func TestShardHoldsAtUncommittedCut(t *testing.T) {
-	s, err := NewShard(ShardConfig{Tasks: 1, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1},
+	s, err := NewShard(ShardConfig{Tasks: 1, Workers: 1, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1},
 		MaxSteps: 10, SaveSteps: 2})
 	if err != nil {
 		t.Fatal(err)

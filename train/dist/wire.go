@@ -212,7 +212,8 @@ func (d *decoder) tensors() map[string][]float64 {
 }
 
 // header travels with every request: the cluster generation the caller
-// knows and, for a shard behind it, the checkpoint step to restore.
+// knows and the checkpoint step that generation restored (servers with a
+// Resolver take the step from the cluster instead).
 type header struct {
 	Gen, RestoreStep int64
 }

@@ -38,6 +38,9 @@ type WorkerConfig struct {
 	// the replicas averaged per step in sync mode, 1 in async mode. It
 	// only scales the examples/s the chief reports.
 	BatchesPerStep int
+	// Backups is set in sync mode with backup workers (fewer replicas per
+	// step than workers): gradients go through Client.PushAdmitted.
+	Backups bool
 }
 
 // Checkpoints is where the chief commits checkpoints, and where workers
@@ -99,6 +102,8 @@ type Hooks struct {
 	Resumed func(p Position, source string)
 	// Moved is called after every step with the worker's position.
 	Moved func(Position)
+	// Stepped is called after every step this worker pushed.
+	Stepped func(StepStats)
 	// Computed is called after each gradient is computed, before it is
 	// pushed.
 	Computed func()
@@ -106,6 +111,17 @@ type Hooks struct {
 	// found them again: err says why it lost them, lastStep is the global
 	// step it saw before, c the cluster it found.
 	Recovered func(err error, c Cluster, lastStep int64)
+}
+
+// StepStats describe one step of a worker.
+type StepStats struct {
+	// GlobalStep is the global step after the push.
+	GlobalStep int64
+	// Loss is the batch's loss, Examples its size.
+	Loss     float64
+	Examples int
+	// Where the step's time went.
+	Pull, Compute, Push time.Duration
 }
 
 // WorkerResult summarises a worker's run.
@@ -141,6 +157,10 @@ type rngModel interface {
 // The chief also commits checkpoints: beside training, it fetches the
 // shards' cuts at each multiple of SaveSteps and at MaxSteps and writes
 // them, then finishes the parameter servers.
+//
+// A NaN or infinite loss or gradient, or a cut holding non-finite
+// variables, ends the worker at once with an error wrapping
+// train.ErrNonFinite; no checkpoint of the diverged model is committed.
 func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client, hooks Hooks) (WorkerResult, error) {
 	n := len(data.Y)
 	if n == 0 || cfg.BatchSize < 1 || cfg.SaveSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim {
@@ -174,9 +194,22 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 		}
 		defer cc.Close()
 		w.since = time.Now()
-		go func() { committed <- w.commitLoop(ctx, cc) }()
+		go func() {
+			err := w.commitLoop(ctx, cc)
+			committed <- err
+			if err != nil {
+				cancel() // the shards hold at the uncommitted cut: stop training
+			}
+		}()
 	}
 	if err := w.train(ctx); err != nil {
+		select {
+		case cerr := <-committed:
+			if cerr != nil {
+				return w.result(), cerr
+			}
+		default:
+		}
 		return w.result(), err
 	}
 	if cfg.Task != 0 {
@@ -212,6 +245,8 @@ func (w *worker) train(ctx context.Context) error {
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, train.ErrNonFinite):
+			return err
 		case err != nil:
 			if err := w.recover(ctx, err); errors.Is(err, errDone) {
 				return nil
@@ -351,6 +386,9 @@ func (w *worker) step(ctx context.Context) error {
 	}
 	x, y := w.batch()
 	loss := w.m.Gradient(w.grad, x, y)
+	if i := train.NonFinite(w.grad); loss-loss != 0 || i >= 0 {
+		return fmt.Errorf("%w: worker %d: loss %v on the variables of global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, loss, step)
+	}
 	if w.cfg.ClipNorm > 0 {
 		train.ClipByGlobalNorm(w.grad, w.cfg.ClipNorm)
 	}
@@ -363,7 +401,11 @@ func (w *worker) step(ctx context.Context) error {
 		w.hooks.Computed()
 	}
 	t2 := time.Now()
-	r, err := w.c.Push(ctx, w.cfg.Task, w.grad, w.pos.encode())
+	push := w.c.Push
+	if w.cfg.Backups {
+		push = w.c.PushAdmitted
+	}
+	r, err := push(ctx, w.cfg.Task, w.grad, w.pos.encode())
 	if err != nil {
 		return err
 	}
@@ -382,6 +424,9 @@ func (w *worker) step(ctx context.Context) error {
 	w.mu.Unlock()
 	if w.hooks.Moved != nil {
 		w.hooks.Moved(w.pos)
+	}
+	if w.hooks.Stepped != nil {
+		w.hooks.Stepped(StepStats{GlobalStep: r.Step, Loss: loss, Examples: len(y), Pull: t1.Sub(t0), Compute: t2.Sub(t1), Push: time.Since(t2)})
 	}
 	if r.Done {
 		return errDone
@@ -418,6 +463,9 @@ func (w *worker) commitLoop(ctx context.Context, cc *Client) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, train.ErrNonFinite) { // diverged: never commit it
+			return err
+		}
 		if err := cc.Refresh(ctx); err != nil {
 			return err
 		}
@@ -441,6 +489,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 		}
 	}
 	w.mu.Unlock()
+	t0 := time.Now()
 	if err := w.ckpts.Save(ctx, ck, w.cfg.KeepMax); err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", ck.Step, err)
 	}
@@ -449,7 +498,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 	}
 	w.mu.Lock()
 	examples := (ck.Step - w.committed) * int64(w.cfg.BatchSize*max(w.cfg.BatchesPerStep, 1))
-	p := train.Progress{Step: ck.Step, ExamplesPerSec: float64(examples) / time.Since(w.since).Seconds()}
+	p := train.Progress{Step: ck.Step, ExamplesPerSec: float64(examples) / time.Since(w.since).Seconds(), Commit: time.Since(t0)}
 	if w.lossN > 0 {
 		p.Loss = w.lossSum / float64(w.lossN)
 		w.res.Loss = p.Loss

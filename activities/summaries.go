@@ -1,0 +1,172 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"path"
+	"slices"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/trainflow/trainflow/internal/tfevents"
+	"github.com/trainflow/trainflow/train"
+)
+
+// TensorBoard event files: <job_dir>/logs/train/ (the chief's training
+// scalars) and logs/eval/ (one file per evaluation; logs/eval_<name>/
+// for a named evaluation), so `tensorboard --logdir <job_dir>` shows the
+// job's curves, and --logdir over several job dirs puts them side by side.
+const logsDir = "logs"
+
+// summaryRun is the TensorBoard run (directory under logs/) of an
+// evaluation called name.
+func summaryRun(name string) string {
+	if name == "" || name == "eval" {
+		return "eval"
+	}
+	return "eval_" + name
+}
+
+// writeSummaries writes batch as the event file of run whose first event
+// is at step, replacing one a retry or a resumed run wrote from that step.
+func (j *jobDir) writeSummaries(ctx context.Context, run, writer string, step int64, b *tfevents.Batch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	return j.st.Write(ctx, path.Join(logsDir, run, tfevents.FileName(step, writer)), b.File(time.Now()))
+}
+
+// metricScalars returns an evaluation's metrics as TensorBoard tags and
+// values, sorted by tag: every metric the model kind has.
+func metricScalars(m train.Metrics) (tags []string, values []float64) {
+	b, _ := json.Marshal(m)
+	var all map[string]float64
+	json.Unmarshal(b, &all)
+	delete(all, "examples")
+	if m.RMSE != 0 || m.MAE != 0 { // a regressor: no classes to be accurate about
+		delete(all, "accuracy")
+		delete(all, "log_loss")
+	}
+	for k := range all {
+		tags = append(tags, k)
+	}
+	slices.Sort(tags)
+	for _, k := range tags {
+		values = append(values, all[k])
+	}
+	return tags, values
+}
+
+// evalSummaries writes the event file of one evaluation.
+func (j *jobDir) evalSummaries(ctx context.Context, name string, step int64, m train.Metrics) error {
+	var b tfevents.Batch
+	tags, values := metricScalars(m)
+	b.Add(step, time.Now(), tags, values)
+	return j.writeSummaries(ctx, summaryRun(name), "evaluator", step, &b)
+}
+
+// trainSummaries collects the chief's training scalars every `every`
+// global steps and writes those up to each committed checkpoint as one
+// event file named by its first step (and what is left when the activity
+// ends). A chief that resumes from a checkpoint redoes the steps after it
+// and starts its next file at the same step as the file its predecessor
+// wrote from there, replacing it: no step is shown twice.
+type trainSummaries struct {
+	every           int64
+	examplesPerStep float64
+	learningRate    float64
+	// onLoss, if set, gets each summary's mean loss.
+	onLoss func(float64)
+
+	mu       sync.Mutex // a distributed chief commits on another goroutine
+	pending  []pendingSummary
+	next     int64 // the first global step of the next summary
+	lossSum  float64
+	lossN    int
+	lastStep int64
+	lastAt   time.Time
+}
+
+type pendingSummary struct {
+	step   int64
+	at     time.Time
+	values []float64
+}
+
+var trainTags = []string{"loss", "examples_per_sec", "global_step/sec", "learning_rate"}
+
+func newTrainSummaries(every int64, examplesPerStep int, learningRate float64) *trainSummaries {
+	if every <= 0 {
+		every = 100
+	}
+	return &trainSummaries{every: every, examplesPerStep: float64(examplesPerStep), learningRate: learningRate}
+}
+
+// stepped records the loss of the batch that took the job to step.
+func (s *trainSummaries) stepped(step int64, loss float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if s.lastAt.IsZero() { // the first step of this process: rates start here
+		s.lastStep, s.lastAt = step-1, now.Add(-time.Millisecond)
+		s.next = (step + s.every - 1) / s.every * s.every
+	}
+	s.lossSum += loss
+	s.lossN++
+	if step < s.next {
+		return
+	}
+	stepsPerSec := float64(step-s.lastStep) / now.Sub(s.lastAt).Seconds()
+	loss = s.lossSum / float64(s.lossN)
+	s.pending = append(s.pending, pendingSummary{step, now,
+		[]float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}})
+	if s.onLoss != nil {
+		s.onLoss(loss)
+	}
+	s.lossSum, s.lossN, s.lastStep, s.lastAt = 0, 0, step, now
+	s.next = (step/s.every + 1) * s.every
+}
+
+// flush writes the summaries up to step (all of them if step < 0). The
+// checkpoint of step is committed by then, so a resumed chief will not
+// redo these steps: the write goes ahead even if ctx was just cancelled,
+// and what it could not write stays pending for the next flush.
+func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	s.mu.Lock()
+	n := len(s.pending)
+	if step >= 0 {
+		n = 0
+		for n < len(s.pending) && s.pending[n].step <= step {
+			n++
+		}
+	}
+	out := s.pending[:n:n]
+	s.pending = s.pending[n:]
+	s.mu.Unlock()
+	if len(out) == 0 {
+		return nil
+	}
+	var b tfevents.Batch
+	for _, p := range out {
+		b.Add(p.step, p.at, trainTags, p.values)
+	}
+	if err := jd.writeSummaries(ctx, "train", "chief", out[0].step, &b); err != nil {
+		s.mu.Lock()
+		s.pending = append(out, s.pending...)
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// close writes what is left when the activity ends, even if it ends
+// because its context was cancelled.
+func (s *trainSummaries) close(ctx context.Context, jd *jobDir) {
+	if err := s.flush(ctx, jd, -1); err != nil {
+		activity.GetLogger(ctx).Warn("write training summaries", "error", err)
+	}
+}

@@ -1,0 +1,338 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// A job spec is untrusted; the worker's operator (the Activities fields,
+// from flags and environment) is trusted. PrepareJob and Preprocess check
+// every spec against the operator's configuration, whatever started it:
+//
+//   - data.dir, data.train, data.eval and job_dir lie inside a root: the
+//     job root (Jobs, else Home/jobs) or one of DataRoots. Local paths are
+//     cleaned and their symbolic links followed (for a job dir not yet
+//     created, those of its nearest existing parent). A URI lies inside a
+//     URI root of its scheme and bucket, under the root's prefix, and takes
+//     the root's query parameters: a spec carries none.
+//   - The Beam runner is the in-process default or one of BeamRunners; the
+//     environment types DOCKER, PROCESS and EXTERNAL (which run code or
+//     containers the spec names) only those of BeamEnvironments.
+
+// jobRoot is the root of default job directories.
+func (a *Activities) jobRoot() string {
+	if a.Jobs != "" {
+		return a.Jobs
+	}
+	return filepath.Join(a.Home, "jobs")
+}
+
+// root is one place jobs may read and write, resolved.
+type root struct {
+	// local: a resolved absolute directory (also for file:// roots).
+	local string
+	// scheme, bucket and prefix (no leading or trailing '/') of an object
+	// storage root; query is its query, given to every location under it.
+	scheme, bucket, prefix, query string
+	isURI                         bool
+	// shown is the root as errors name it: without its query.
+	shown string
+}
+
+// roots resolves the job root and DataRoots.
+func (a *Activities) roots() ([]root, error) {
+	var out []root
+	for _, s := range append([]string{a.jobRoot()}, a.DataRoots...) {
+		if s == "" {
+			continue
+		}
+		r, err := parseRoot(s)
+		if err != nil {
+			return nil, fmt.Errorf("root %s: %w", s, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func parseRoot(s string) (root, error) {
+	if !isURI(s) {
+		p, err := resolveLocal(s)
+		return root{local: p, shown: p}, err
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return root{}, err
+	}
+	r := root{scheme: strings.ToLower(u.Scheme), query: u.RawQuery, isURI: true}
+	r.shown, _, _ = strings.Cut(s, "?")
+	if r.scheme == "file" {
+		r.local, err = resolveLocal(fileURIPath(u))
+		return r, err
+	}
+	r.bucket, r.prefix = u.Host, strings.Trim(path.Clean("/"+u.Path), "/")
+	return r, nil
+}
+
+// fileURIPath is the local path of a file:// URI ("file://./x" is
+// relative to the working directory).
+func fileURIPath(u *url.URL) string {
+	if u.Host == "." {
+		return "." + u.Path
+	}
+	return u.Path
+}
+
+// resolveLocal makes p absolute and clean and follows its symbolic links;
+// the part of p that does not exist yet is kept as is, after its nearest
+// existing parent resolved.
+func resolveLocal(p string) (string, error) {
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	cur, rest := p, ""
+	for {
+		_, err := os.Lstat(cur)
+		if err == nil {
+			r, err := filepath.EvalSymlinks(cur)
+			if err != nil {
+				return "", err
+			}
+			return filepath.Join(r, rest), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return p, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}
+
+// within reports whether the clean absolute path p is dir or inside it
+// (strictly inside when strict).
+func within(dir, p string, strict bool) bool {
+	rel, err := filepath.Rel(dir, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return false
+	}
+	return rel != "." || !strict
+}
+
+// locate returns where the spec's location loc (field names it in errors)
+// is for this worker: a local path resolved, or a storage URI with its
+// root's query. Outside every root it fails for good. A job directory
+// (strict) must lie strictly inside a root, not be one.
+func (a *Activities) locate(field, loc string, strict bool) (string, error) {
+	refuse := func(format string, args ...any) error {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", workflows.ErrInvalidSpec, field, loc, fmt.Sprintf(format, args...)))
+	}
+	roots, err := a.roots()
+	if err != nil {
+		return "", err
+	}
+	outside := func() error {
+		shown := make([]string, len(roots))
+		for i, r := range roots {
+			shown[i] = r.shown
+		}
+		return refuse("outside the directories and buckets this worker lets jobs use (%s; worker --jobs and --data-roots)", strings.Join(shown, ", "))
+	}
+	var u *url.URL
+	local := loc
+	if isURI(loc) {
+		if u, err = url.Parse(loc); err != nil {
+			return "", refuse("not a URI: %v", err)
+		}
+		if u.User != nil || u.Fragment != "" {
+			return "", refuse("user information and fragments are not allowed")
+		}
+		if !strings.EqualFold(u.Scheme, "file") {
+			bucket, key := u.Host, strings.Trim(path.Clean("/"+u.Path), "/")
+			if slices.Contains(strings.Split(u.Path, "/"), "..") {
+				return "", refuse("'..' is not allowed")
+			}
+			for _, r := range roots {
+				if !r.isURI || r.local != "" || !strings.EqualFold(u.Scheme, r.scheme) || bucket != r.bucket {
+					continue
+				}
+				if r.prefix != "" && key != r.prefix && !strings.HasPrefix(key, r.prefix+"/") || strict && key == r.prefix {
+					continue
+				}
+				if u.RawQuery != "" && u.RawQuery != r.query {
+					return "", refuse("query parameters come from the worker's root %s, not from a job spec", r.shown)
+				}
+				out := r.scheme + "://" + bucket + "/" + key
+				if r.query != "" {
+					out += "?" + r.query
+				}
+				return out, nil
+			}
+			return "", outside()
+		}
+		local = fileURIPath(u)
+	}
+	if slices.Contains(strings.Split(filepath.ToSlash(local), "/"), "..") {
+		return "", refuse("'..' is not allowed")
+	}
+	p, err := resolveLocal(local)
+	if err != nil {
+		return "", refuse("%v", err)
+	}
+	for _, r := range roots {
+		if r.local == "" || !within(r.local, p, strict) {
+			continue
+		}
+		if u == nil {
+			return p, nil
+		}
+		if u.RawQuery != "" && u.RawQuery != r.query {
+			return "", refuse("query parameters come from the worker's root %s, not from a job spec", r.shown)
+		}
+		out := "file://" + filepath.ToSlash(p)
+		if r.query != "" {
+			out += "?" + r.query
+		}
+		return out, nil
+	}
+	return "", outside()
+}
+
+// checkBeamArgs checks the Beam pipeline options of a job's preprocessing
+// (workflows.DataSpec.BeamFlags) against the operator's configuration: each
+// a typed field's flag or a workflows.BeamArgAllowed option, the runner the
+// in-process default or one of BeamRunners, the environment LOOPBACK or one
+// of BeamEnvironments.
+func (a *Activities) checkBeamArgs(args []string) error {
+	refuse := func(format string, v ...any) error {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s", workflows.ErrInvalidSpec, fmt.Sprintf(format, v...)))
+	}
+	set := map[string]string{}
+	for _, arg := range args {
+		name, value, ok := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-"), "=")
+		if !strings.HasPrefix(arg, "-") || name == "" {
+			return refuse("data.beam_args: %q is not a --name=value option", arg)
+		}
+		if !ok {
+			value = "true"
+		}
+		set[name] = value
+	}
+	runner := strings.ToLower(set["runner"])
+	for name := range set {
+		switch name {
+		case "runner", "endpoint", "environment_type", "environment_config", "job_name":
+		default:
+			if !workflows.BeamArgAllowed(name, runner) {
+				return refuse("data.beam_args sets --%s, which a job spec may not set", name)
+			}
+		}
+	}
+	if runner != workflows.RunnerInProcess && !containsFold(a.BeamRunners, runner) {
+		return refuse("data.runner %q is not allowed by this worker (allowed: the in-process default%s; the operator allows more with worker --beam-runners)", runner, also(a.BeamRunners))
+	}
+	if runner == workflows.RunnerInProcess && set["endpoint"] != "" {
+		return refuse("data.runner_endpoint needs data.runner")
+	}
+	env := strings.ToUpper(set["environment_type"])
+	if env == "" && set["environment_config"] != "" {
+		env = workflows.EnvDocker // the portable runners' default
+	}
+	if env != "" && env != workflows.EnvLoopback && !containsFold(a.BeamEnvironments, env) {
+		return refuse("data.environment_type %s is not allowed by this worker: it runs a command or container the job names (allowed: LOOPBACK%s; the operator allows more with worker --beam-environments)", env, also(a.BeamEnvironments))
+	}
+	return nil
+}
+
+// also lists what else the operator allows, for an error message.
+func also(allowed []string) string {
+	if len(allowed) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(allowed, ", ")
+}
+
+func containsFold(list []string, s string) bool {
+	return slices.ContainsFunc(list, func(e string) bool { return strings.EqualFold(e, s) })
+}
+
+// checkPreprocess checks a Preprocess input again, whatever workflow
+// version built it: its Beam options, and its job directory and inputs
+// inside the roots.
+func (a *Activities) checkPreprocess(in workflows.PreprocessInput) error {
+	if err := a.checkBeamArgs(in.BeamArgs); err != nil {
+		return err
+	}
+	if _, err := a.locate("job_dir", in.JobDir, false); err != nil {
+		return err
+	}
+	for _, split := range []struct {
+		field string
+		files []string
+	}{{"data.train", in.Request.Train}, {"data.eval", in.Request.Eval}} {
+		for i, f := range split.files {
+			if _, err := a.locate(fmt.Sprintf("%s[%d]", split.field, i), f, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// enclosingJob returns the directory of a job that the job directory dir
+// (as locate returns it) lies inside, or "": a job spec must not put its
+// job directory among another job's outputs.
+func enclosingJob(ctx context.Context, dir string) (string, error) {
+	p := dir
+	if isURI(dir) {
+		u, err := url.Parse(dir)
+		if err != nil {
+			return "", err
+		}
+		if !strings.EqualFold(u.Scheme, "file") {
+			bucket := u.Scheme + "://" + u.Host
+			if u.RawQuery != "" {
+				bucket += "?" + u.RawQuery
+			}
+			st, err := storage.Open(ctx, bucket)
+			if err != nil {
+				return "", err
+			}
+			defer st.Close()
+			for k := path.Dir(strings.Trim(u.Path, "/")); k != "." && k != "/"; k = path.Dir(k) {
+				ok, err := st.Exists(ctx, k+"/"+jobFile)
+				if err != nil {
+					return "", err
+				}
+				if ok {
+					return u.Scheme + "://" + u.Host + "/" + k, nil
+				}
+			}
+			return "", nil
+		}
+		p = fileURIPath(u)
+	}
+	for q := filepath.Dir(p); ; q = filepath.Dir(q) {
+		if _, err := os.Stat(filepath.Join(q, jobFile)); err == nil {
+			return q, nil
+		}
+		if filepath.Dir(q) == q {
+			return "", nil
+		}
+	}
+}

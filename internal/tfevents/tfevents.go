@@ -1,0 +1,260 @@
+// Package tfevents writes and reads TensorBoard event files with no
+// TensorFlow: a file is a sequence of TFRecords (length, masked CRC32C of
+// the length, the bytes, masked CRC32C of the bytes), each holding an
+// Event protocol buffer encoded by hand with protowire. Only what scalar
+// curves need is written: the file version, then Events with a wall time,
+// a step and a Summary of {tag, simple_value} values.
+//
+// A Batch collects events in memory and is written whole, as one new file
+// (a temporary name renamed into place, or one object put), so a crash
+// never leaves a torn record for TensorBoard to stop at: a file is there
+// complete or not at all. TensorBoard reads every events.out.tfevents.*
+// file of a directory in name order; names hold the first step of their
+// batch, so batches are read in step order (see FileName).
+package tfevents
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// fileVersion is what TensorBoard expects in a file's first event.
+const fileVersion = "brain.Event:2"
+
+// Prefix starts every event file's name.
+const Prefix = "events.out.tfevents."
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// maskedCRC is TFRecord's CRC: CRC32C, rotated and offset so a CRC of
+// data holding CRCs is not trivially related to them.
+func maskedCRC(b []byte) uint32 {
+	c := crc32.Checksum(b, castagnoli)
+	return (c>>15 | c<<17) + 0xa282ead8
+}
+
+// Scalar is one value of one tag at one step.
+type Scalar struct {
+	Tag   string
+	Step  int64
+	Value float64
+	Time  time.Time
+}
+
+// Batch is the scalars of one file in the making.
+type Batch struct {
+	buf []byte
+	n   int
+}
+
+// Add appends scalars, all at the same step and time, as one Event.
+func (b *Batch) Add(step int64, at time.Time, tags []string, values []float64) {
+	if len(tags) == 0 {
+		return
+	}
+	var sum []byte
+	for i, tag := range tags {
+		var v []byte
+		v = protowire.AppendTag(v, 1, protowire.BytesType)
+		v = protowire.AppendString(v, tag)
+		v = protowire.AppendTag(v, 2, protowire.Fixed32Type)
+		v = protowire.AppendFixed32(v, math.Float32bits(float32(values[i])))
+		sum = protowire.AppendTag(sum, 1, protowire.BytesType)
+		sum = protowire.AppendBytes(sum, v)
+	}
+	ev := eventHeader(at, step)
+	ev = protowire.AppendTag(ev, 5, protowire.BytesType)
+	ev = protowire.AppendBytes(ev, sum)
+	b.record(ev)
+}
+
+// Len is the number of events added.
+func (b *Batch) Len() int { return b.n }
+
+func eventHeader(at time.Time, step int64) []byte {
+	var ev []byte
+	ev = protowire.AppendTag(ev, 1, protowire.Fixed64Type)
+	ev = protowire.AppendFixed64(ev, math.Float64bits(float64(at.UnixNano())/1e9))
+	ev = protowire.AppendTag(ev, 2, protowire.VarintType)
+	ev = protowire.AppendVarint(ev, uint64(step))
+	return ev
+}
+
+func (b *Batch) record(data []byte) {
+	var hdr [12]byte
+	binary.LittleEndian.PutUint64(hdr[:8], uint64(len(data)))
+	binary.LittleEndian.PutUint32(hdr[8:], maskedCRC(hdr[:8]))
+	b.buf = append(b.buf, hdr[:]...)
+	b.buf = append(b.buf, data...)
+	b.buf = binary.LittleEndian.AppendUint32(b.buf, maskedCRC(data))
+	b.n++
+}
+
+// File returns the batch as a whole event file: the version event, then
+// the events added. at is the version event's time.
+func (b *Batch) File(at time.Time) []byte {
+	var head Batch
+	ev := eventHeader(at, 0)
+	ev = protowire.AppendTag(ev, 3, protowire.BytesType)
+	ev = protowire.AppendString(ev, fileVersion)
+	head.record(ev)
+	return append(head.buf, b.buf...)
+}
+
+// FileName names the event file whose first event is at step, written by
+// writer (e.g. "chief", "evaluator"). Names sort in step order, which is
+// the order TensorBoard reads them in; a writer that redoes the steps
+// after a checkpoint (a resumed run, a retried evaluation) starts a file
+// at the same step again and replaces, rather than duplicates, what it
+// wrote before.
+func FileName(step int64, writer string) string {
+	writer = strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r < ' ' || r == '.' {
+			return '_'
+		}
+		return r
+	}, writer)
+	return fmt.Sprintf("%s%019d.%s", Prefix, step, writer)
+}
+
+// Event is a decoded event: its step and time and the scalar values it
+// holds (none for the version event).
+type Event struct {
+	Step     int64
+	WallTime float64
+	Version  string
+	Values   map[string]float32
+}
+
+// ErrCorrupt reports a record whose CRC does not match or that is cut off.
+var ErrCorrupt = errors.New("tfevents: corrupt record")
+
+// Read decodes every record of an event file, checking both CRCs of each.
+func Read(r io.Reader) ([]Event, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	var out []Event
+	for len(b) > 0 {
+		if len(b) < 12 {
+			return out, fmt.Errorf("%w: %d bytes left, less than a header", ErrCorrupt, len(b))
+		}
+		if maskedCRC(b[:8]) != binary.LittleEndian.Uint32(b[8:12]) {
+			return out, fmt.Errorf("%w: length CRC", ErrCorrupt)
+		}
+		n := binary.LittleEndian.Uint64(b[:8])
+		if rest := uint64(len(b) - 12); rest < 4 || n > rest-4 {
+			return out, fmt.Errorf("%w: record of %d bytes, %d left", ErrCorrupt, n, rest)
+		}
+		data := b[12 : 12+n]
+		if maskedCRC(data) != binary.LittleEndian.Uint32(b[12+n:]) {
+			return out, fmt.Errorf("%w: data CRC", ErrCorrupt)
+		}
+		ev, err := decodeEvent(data)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, ev)
+		b = b[16+n:]
+	}
+	return out, nil
+}
+
+// fields calls f for each field of a message, or reports a malformed one.
+func fields(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %v", ErrCorrupt, protowire.ParseError(n))
+		}
+		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.VarintType:
+			x, n = protowire.ConsumeVarint(b)
+		case protowire.Fixed32Type:
+			var u uint32
+			u, n = protowire.ConsumeFixed32(b)
+			x = uint64(u)
+		case protowire.Fixed64Type:
+			x, n = protowire.ConsumeFixed64(b)
+		case protowire.BytesType:
+			v, n = protowire.ConsumeBytes(b)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return fmt.Errorf("%w: %v", ErrCorrupt, protowire.ParseError(n))
+		}
+		if err := f(num, typ, v, x); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func decodeEvent(b []byte) (Event, error) {
+	ev := Event{Values: map[string]float32{}}
+	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == 1 && typ == protowire.Fixed64Type:
+			ev.WallTime = math.Float64frombits(x)
+		case num == 2 && typ == protowire.VarintType:
+			ev.Step = int64(x)
+		case num == 3 && typ == protowire.BytesType:
+			ev.Version = string(v)
+		case num == 5 && typ == protowire.BytesType:
+			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+				if num != 1 || typ != protowire.BytesType {
+					return nil
+				}
+				var tag string
+				var val float32
+				err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+					switch {
+					case num == 1 && typ == protowire.BytesType:
+						tag = string(v)
+					case num == 2 && typ == protowire.Fixed32Type:
+						val = math.Float32frombits(uint32(x))
+					}
+					return nil
+				})
+				ev.Values[tag] = val
+				return err
+			})
+		}
+		return nil
+	})
+	return ev, err
+}
+
+// Scalars flattens events into scalars sorted by tag, then step.
+func Scalars(evs []Event) []Scalar {
+	var out []Scalar
+	for _, e := range evs {
+		sec, frac := math.Modf(e.WallTime)
+		at := time.Unix(int64(sec), int64(frac*1e9))
+		for tag, v := range e.Values {
+			out = append(out, Scalar{Tag: tag, Step: e.Step, Value: float64(v), Time: at})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Tag != out[j].Tag {
+			return out[i].Tag < out[j].Tag
+		}
+		return out[i].Step < out[j].Step
+	})
+	return out
+}
