@@ -206,6 +206,14 @@ func packA[T Float](dst, a []T, lda int, ta bool, i0, mb, p0, kb, mr int) {
 	for ir := 0; ir < mb; ir += mr {
 		rows := min(mr, mb-ir)
 		d := dst[ir*kb : (ir+mr)*kb]
+		if ta && rows == 6 && mr == 6 { // the AVX2 tile, without a copy call per six values
+			for p := range kb {
+				src := a[(p0+p)*lda+i0+ir:][:6:6]
+				dp := d[6*p : 6*p+6 : 6*p+6]
+				dp[0], dp[1], dp[2], dp[3], dp[4], dp[5] = src[0], src[1], src[2], src[3], src[4], src[5]
+			}
+			continue
+		}
 		if ta { // op(A)[i, p] = a[p·lda + i]: mr contiguous values per p
 			for p := range kb {
 				src := a[(p0+p)*lda+i0+ir:]
