@@ -7,8 +7,12 @@ import (
 
 // parallelMin is the number of multiply-adds (m·n·k) from which a product
 // is split across the pool: below it, handing a part to another core costs
-// more than it saves (BenchmarkParallel in this package).
-const parallelMin = 1 << 17
+// more than it saves. On the 2-core machine of the issue #19 measurements
+// (shared with other work) two parts were slower than one at 1M
+// multiply-adds (128×128×64) and about even to 1.2× faster at 12.8M
+// (BenchmarkParallel in this package), so only the MLP's two large
+// products split.
+const parallelMin = 1 << 21
 
 // maxWorkers bounds the pool.
 const maxWorkers = 64
