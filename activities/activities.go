@@ -95,6 +95,10 @@ const (
 	// exported (copies in object storage), so retention cannot delete it
 	// under a slow or retried export.
 	pinnedDir = "eval/pinned"
+	// queueDir holds hard links to (copies of) committed checkpoints the
+	// evaluator has yet to evaluate when it evaluates every one
+	// (TrainInput.PinForEval), so retention cannot delete them first.
+	queueDir  = "eval/queue"
 	exportDir = "export"
 	// requestFile records the request of the last completed preprocessing.
 	requestFile = "preprocess/request.json"
@@ -603,7 +607,7 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 		if err := sums.flush(ctx, jd, p.Step); err != nil {
 			return err
 		}
-		return a.reportCheckpoint(ctx, jd, p)
+		return a.reportCheckpoint(ctx, jd, p, in.PinForEval)
 	})
 	return res, diverged(err)
 }
@@ -643,6 +647,9 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	}
 	ck, err := jd.pinCheckpoint(ctx, in.Step)
 	if err != nil {
+		return workflows.EvaluateResult{}, err
+	}
+	if err := jd.unqueue(ctx, in.Step); err != nil {
 		return workflows.EvaluateResult{}, err
 	}
 	model, err := train.Load(ck)
@@ -708,7 +715,11 @@ func pinCheckpoint(jobDir string, step int64) (string, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return "", err
 		}
-		if err := os.Link(filepath.Join(jobDir, checkpoints, train.CheckpointName(step)), pin); err != nil && !errors.Is(err, os.ErrExist) {
+		err := os.Link(filepath.Join(jobDir, checkpoints, train.CheckpointName(step)), pin)
+		if errors.Is(err, fs.ErrNotExist) { // retention deleted it: the evaluator's queue may hold it
+			err = os.Link(filepath.Join(jobDir, queueDir, train.CheckpointName(step)), pin)
+		}
+		if err != nil && !errors.Is(err, os.ErrExist) {
 			return "", fmt.Errorf("pin checkpoint %d: %w", step, err)
 		}
 	}
@@ -729,7 +740,11 @@ func pinObject(ctx context.Context, st *storage.Store, step int64) (*train.Check
 	ck, err := readCheckpointObject(ctx, st, pin)
 	if errors.Is(err, fs.ErrNotExist) {
 		var b []byte
-		if b, err = st.Read(ctx, checkpoints+"/"+train.CheckpointName(step)); err != nil {
+		b, err = st.Read(ctx, checkpoints+"/"+train.CheckpointName(step))
+		if errors.Is(err, fs.ErrNotExist) { // retention deleted it: the evaluator's queue may hold it
+			b, err = st.Read(ctx, queueDir+"/"+train.CheckpointName(step))
+		}
+		if err != nil {
 			return nil, fmt.Errorf("pin checkpoint %d: %w", step, err)
 		}
 		if ck, err = train.DecodeCheckpoint(b); err != nil {
@@ -757,20 +772,91 @@ func pinObject(ctx context.Context, st *storage.Store, step int64) (*train.Check
 }
 
 // exportedCheckpoint reads the checkpoint an export of step uses: the
-// evaluator's pin, else the checkpoint itself.
+// evaluator's pin, else the checkpoint itself. One that is gone from both
+// is a non-retryable CheckpointGone error.
 func (j *jobDir) exportedCheckpoint(ctx context.Context, step int64) (*train.Checkpoint, error) {
+	var ck *train.Checkpoint
+	var err error
 	if !j.remote {
-		ck, err := train.ReadCheckpoint(filepath.Join(j.dir, pinnedDir, train.CheckpointName(step)))
+		ck, err = train.ReadCheckpoint(filepath.Join(j.dir, pinnedDir, train.CheckpointName(step)))
 		if errors.Is(err, os.ErrNotExist) {
-			return train.ReadCheckpoint(filepath.Join(j.dir, checkpoints, train.CheckpointName(step)))
+			ck, err = train.ReadCheckpoint(filepath.Join(j.dir, checkpoints, train.CheckpointName(step)))
 		}
-		return ck, err
+	} else {
+		ck, err = readCheckpointObject(ctx, j.st, pinnedDir+"/"+train.CheckpointName(step))
+		if errors.Is(err, fs.ErrNotExist) {
+			ck, err = storeCheckpoints{j.st}.read(ctx, step)
+		}
 	}
-	ck, err := readCheckpointObject(ctx, j.st, pinnedDir+"/"+train.CheckpointName(step))
 	if errors.Is(err, fs.ErrNotExist) {
-		return storeCheckpoints{j.st}.read(ctx, step)
+		return nil, nonRetryable(workflows.ErrTypeCheckpointGone, fmt.Errorf("export step %d: %w", step, err))
 	}
 	return ck, err
+}
+
+// queueCheckpoint pins the just committed checkpoint of step for the
+// evaluator (eval/queue): a hard link, or a copy in object storage.
+func (j *jobDir) queueCheckpoint(ctx context.Context, step int64) error {
+	name := train.CheckpointName(step)
+	if !j.remote {
+		dir := filepath.Join(j.dir, queueDir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		err := os.Link(filepath.Join(j.dir, checkpoints, name), filepath.Join(dir, name))
+		if err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
+		}
+		return nil
+	}
+	b, err := j.st.Read(ctx, checkpoints+"/"+name)
+	if err == nil {
+		err = j.st.Write(ctx, queueDir+"/"+name, b)
+	}
+	if err != nil {
+		return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
+	}
+	return nil
+}
+
+// unqueue removes the evaluator's queue pins of step and earlier steps:
+// the evaluator evaluates queued checkpoints in order.
+func (j *jobDir) unqueue(ctx context.Context, step int64) error {
+	if !j.remote {
+		ents, err := os.ReadDir(filepath.Join(j.dir, queueDir))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if s, ok := checkpointStep(e.Name()); ok && s <= step {
+				if err := os.Remove(filepath.Join(j.dir, queueDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	keys, err := j.st.List(ctx, queueDir+"/")
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if s, ok := checkpointStep(path.Base(k)); ok && s <= step {
+			if err := j.st.Delete(ctx, k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkpointStep parses the step of a checkpoint's file name.
+func checkpointStep(name string) (int64, bool) {
+	s, err := strconv.ParseInt(strings.TrimPrefix(name, "ckpt-"), 10, 64)
+	return s, err == nil && strings.HasPrefix(name, "ckpt-")
 }
 
 // metricsLine is one line of eval/metrics.jsonl.

@@ -110,7 +110,8 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	}
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
 	host, _ := os.Hostname()
-	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored}
+	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored,
+		RunID: info.WorkflowExecution.RunID}
 	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID,
 		UpdateName: workflows.RegisterParameterServerUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
@@ -340,9 +341,10 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 	}
 	defer a.Metrics.started(role, info.Attempt)()
 	stepped := a.Metrics.stepper(job, role)
+	meter := a.Metrics.psMeter(c)
 	hooks.Stepped = func(st dist.StepStats) {
 		stepped(st.GlobalStep, st.Examples)
-		a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+		meter(st)
 	}
 	if in.Task == 0 {
 		sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize*max(s.replicas, 1), in.Model.LearningRate)
@@ -350,7 +352,7 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 		hooks.Stepped = func(st dist.StepStats) {
 			sums.stepped(st.GlobalStep, st.Loss)
 			stepped(st.GlobalStep, st.Examples)
-			a.Metrics.psStep(st.Pull, st.Compute, st.Push)
+			meter(st)
 		}
 		defer sums.close(ctx, jd)
 		hooks.Committed = func(p train.Progress) error {
@@ -359,7 +361,8 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 			if err := sums.flush(ctx, jd, p.Step); err != nil {
 				return err
 			}
-			return a.reportCheckpoint(ctx, jd, p)
+			// Committed: reported even if the role is being stopped.
+			return a.reportCheckpoint(context.WithoutCancel(ctx), jd, p, in.PinForEval)
 		}
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
@@ -390,9 +393,14 @@ func diverged(err error) error {
 }
 
 // reportCheckpoint tells the workflow and the events log about a
-// committed checkpoint.
-func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress) error {
+// committed checkpoint, first pinning it for the evaluator if pin is set.
+func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress, pin bool) error {
 	log := activity.GetLogger(ctx)
+	if pin {
+		if err := jd.queueCheckpoint(ctx, p.Step); err != nil {
+			return err
+		}
+	}
 	log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
 	if a.Client != nil {
 		c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}

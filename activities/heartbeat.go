@@ -9,9 +9,11 @@ import (
 )
 
 // heartbeatEvery is how often running activities heartbeat, at most: a
-// quarter of the activity's heartbeat timeout when that is shorter. The SDK
-// throttles what reaches the server to one per 0.8 × timeout.
-const heartbeatEvery = 5 * time.Second
+// quarter of the activity's heartbeat timeout when that is shorter. A
+// cancellation reaches an activity only in the answer to a heartbeat, so
+// this (with the workers' HeartbeatThrottle) bounds how long a cancelled
+// job's steps keep running.
+const heartbeatEvery = time.Second
 
 // beater heartbeats an activity in the background until stopped, so the
 // server notices a dead worker within the heartbeat timeout whatever the

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/train/dist"
 )
 
 // Metrics are a worker process's Prometheus metrics: what its activities
@@ -23,6 +24,7 @@ type Metrics struct {
 	globalStep, loss         *prometheus.GaugeVec
 	evalMetric               *prometheus.GaugeVec
 	pull, push, compute      prometheus.Observer
+	wireSent, wireReceived   prometheus.Counter
 	commit                   prometheus.Observer
 	rows, badRows            prometheus.Counter
 	preprocessSecs           prometheus.Observer
@@ -56,6 +58,10 @@ func NewMetrics() *Metrics {
 		push:    latency("trainflow_ps_push_seconds", "Time a worker waited for a push of its gradient to the parameter servers (in sync mode, including the other replicas)."),
 		compute: latency("trainflow_train_step_compute_seconds", "Time to compute one gradient."),
 		commit:  latency("trainflow_checkpoint_commit_seconds", "Time to write and commit one checkpoint."),
+		wireSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "trainflow_ps_wire_sent_bytes_total",
+			Help: "Bytes of messages workers in this process sent to parameter servers, as framed on the wire."}),
+		wireReceived: prometheus.NewCounter(prometheus.CounterOpts{Name: "trainflow_ps_wire_received_bytes_total",
+			Help: "Bytes of messages workers in this process received from parameter servers, as framed on the wire."}),
 		rows: prometheus.NewCounter(prometheus.CounterOpts{Name: "trainflow_preprocess_rows_total",
 			Help: "Rows preprocessed (training and evaluation) by finished preprocessing runs."}),
 		badRows: prometheus.NewCounter(prometheus.CounterOpts{Name: "trainflow_preprocess_bad_rows_total",
@@ -64,7 +70,7 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(m.roleStarts, m.roleRestarts, m.rolesRunning, m.steps, m.examples, m.globalStep, m.loss, m.evalMetric,
 		m.pull.(prometheus.Collector), m.push.(prometheus.Collector), m.compute.(prometheus.Collector), m.commit.(prometheus.Collector),
-		m.rows, m.badRows, m.preprocessSecs.(prometheus.Collector),
+		m.wireSent, m.wireReceived, m.rows, m.badRows, m.preprocessSecs.(prometheus.Collector),
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -102,14 +108,22 @@ func (m *Metrics) stepper(job, role string) func(globalStep int64, examples int)
 	}
 }
 
-// psStep records where one distributed step's time went.
-func (m *Metrics) psStep(pull, compute, push time.Duration) {
+// psMeter returns what records each distributed step of a worker using
+// c: where its time went, and the bytes c moved since the step before.
+func (m *Metrics) psMeter(c *dist.Client) func(dist.StepStats) {
 	if m == nil {
-		return
+		return func(dist.StepStats) {}
 	}
-	m.pull.Observe(pull.Seconds())
-	m.compute.Observe(compute.Seconds())
-	m.push.Observe(push.Seconds())
+	var sent, received int64
+	return func(st dist.StepStats) {
+		m.pull.Observe(st.Pull.Seconds())
+		m.compute.Observe(st.Compute.Seconds())
+		m.push.Observe(st.Push.Seconds())
+		s, r := c.WireBytes()
+		m.wireSent.Add(float64(s - sent))
+		m.wireReceived.Add(float64(r - received))
+		sent, received = s, r
+	}
 }
 
 func (m *Metrics) trainLoss(job string, loss float64) {

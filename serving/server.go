@@ -53,6 +53,10 @@ type Options struct {
 	// TLSCertFile and TLSKeyFile, if set, are PEM files of the
 	// certificate chain and key Serve serves HTTPS with.
 	TLSCertFile, TLSKeyFile string
+
+	// Routes, if set, adds routes to the server's Echo instance (the web
+	// console); they share its middleware, auth and error handler.
+	Routes func(*echo.Echo)
 }
 
 // Defaults of Options.
@@ -115,6 +119,9 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	e.GET("/v2/models/:name/versions/:version/ready", s.v2ModelReady)
 	e.POST("/v2/models/:name/infer", s.v2Infer)
 	e.POST("/v2/models/:name/versions/:version/infer", s.v2Infer)
+	if opts.Routes != nil {
+		opts.Routes(e)
+	}
 	return s
 }
 

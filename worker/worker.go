@@ -5,6 +5,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -24,6 +25,13 @@ type Options struct {
 	MaxRoles int
 }
 
+// HeartbeatThrottle is the longest an activity's heartbeat is held back
+// before it is sent (the SDK's default is 0.8 × the heartbeat timeout, up
+// to a minute). A cancellation reaches a running activity only in the
+// answer to a heartbeat, so this bounds how long the steps of a cancelled
+// job keep running: about 2 s with activities heartbeating every second.
+const HeartbeatThrottle = time.Second
+
 // Workers are a trainflow process's Temporal workers: one polls
 // workflows.TaskQueue for workflows and job steps, one polls
 // workflows.RoleTaskQueue for distributed-training roles, up to
@@ -36,8 +44,9 @@ type Workers struct {
 // registered. Start them with Start.
 func New(c client.Client, acts *activities.Activities, opts Options) *Workers {
 	w := &Workers{
-		jobs:  sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{}),
-		roles: sdkworker.New(c, workflows.RoleTaskQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: opts.MaxRoles}),
+		jobs: sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{MaxHeartbeatThrottleInterval: HeartbeatThrottle}),
+		roles: sdkworker.New(c, workflows.RoleTaskQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: opts.MaxRoles,
+			MaxHeartbeatThrottleInterval: HeartbeatThrottle}),
 	}
 	RegisterWorkflows(w.jobs)
 	w.jobs.RegisterActivity(acts)
@@ -72,6 +81,7 @@ type WorkflowRegistry interface {
 // RegisterWorkflows registers every trainflow workflow under its wire name.
 func RegisterWorkflows(r WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.TrainingJob, workflow.RegisterOptions{Name: workflows.TrainingJobName})
+	r.RegisterWorkflowWithOptions(workflows.HyperparameterTuningJob, workflow.RegisterOptions{Name: workflows.HyperparameterTuningJobName})
 }
 
 // SearchAttributes are the custom search attributes trainflow's workflows

@@ -40,6 +40,10 @@ type PSRegistration struct {
 	PID  int    `json:"pid"`
 	// RestoredStep is the committed checkpoint it restored (0: none).
 	RestoredStep int64 `json:"restored_step"`
+	// RunID is the workflow run whose activity the server is. A
+	// registration of another run (re-applied to a reset run, whose
+	// parameter servers are new) is refused.
+	RunID string `json:"run_id,omitempty"`
 }
 
 // PSEndpoint is a registered parameter server.
@@ -105,7 +109,12 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 			}
 			return *state, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: state.validate})
+		workflow.UpdateHandlerOptions{Validator: func(r PSRegistration) error {
+			if run := workflow.GetInfo(ctx).WorkflowExecution.RunID; r.RunID != "" && r.RunID != run {
+				return fmt.Errorf("parameter server %d of run %s: this is run %s", r.Task, r.RunID, run)
+			}
+			return state.validate(r)
+		}})
 	if err != nil {
 		return nil, err
 	}

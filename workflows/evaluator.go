@@ -88,6 +88,9 @@ type Carry struct {
 	Runs     int           `json:"runs"`
 	Progress Progress      `json:"progress"`
 	Metrics  train.Metrics `json:"metrics"`
+	// Queue lists committed steps not yet evaluated, oldest first, when
+	// every checkpoint is evaluated (eval_spec.throttle_secs 0).
+	Queue []int64 `json:"queue,omitempty"`
 }
 
 // trainAndEvaluate runs training and, beside it, the evaluator: it
@@ -96,13 +99,19 @@ type Carry struct {
 // throttle_secs, always evaluates the final checkpoint, and runs the
 // exporters after each evaluation. It returns the training result, the
 // final evaluation and the exporters' state.
-func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pre PreprocessResult, tin TrainInput, p *Progress, res *JobResult) (map[string]*ExportState, error) {
+//
+// From opsChange on (ops): with throttle_secs 0 every committed checkpoint
+// is evaluated, in order and once (the trainer pins each until then), and
+// whenever this returns an error while training runs, training is
+// cancelled and waited for first, so nothing trains after the job ended.
+func trainAndEvaluate(ctx workflow.Context, ops bool, spec JobSpec, prep PrepareResult, pre PreprocessResult, tin TrainInput, p *Progress, res *JobResult) (exports map[string]*ExportState, err error) {
 	jobDir := prep.JobDir
-	exports := map[string]*ExportState{}
+	exports = map[string]*ExportState{}
 	for _, e := range spec.Eval.Exporters {
 		exports[e.Name] = &ExportState{Name: e.Name, Type: e.Type, Dirs: map[int64]string{}}
 	}
 	var newest, evaluated int64 // newest committed step; newest evaluated step
+	var queue []int64           // committed steps not yet evaluated (everyCkpt)
 	runs := 1
 	if c := spec.Carry; c != nil {
 		for name, st := range c.Exports {
@@ -113,7 +122,7 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 				exports[name] = st
 			}
 		}
-		newest, evaluated, runs = c.Newest, c.Evaluated, c.Runs+1
+		newest, evaluated, runs, queue = c.Newest, c.Evaluated, c.Runs+1, c.Queue
 		*p = c.Progress
 		p.Cluster = nil
 		res.Metrics = c.Metrics
@@ -131,14 +140,39 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 	throttle := time.Duration(*spec.Eval.ThrottleSecs) * time.Second
 	var lastEval time.Time
 	force := false
+	// everyCkpt: evaluate every committed checkpoint, in order.
+	everyCkpt := ops && throttle == 0 && spec.Cluster.EvaluatorOn()
+	if everyCkpt {
+		tin.PinForEval = true
+	}
+	if ops {
+		topts.WaitForCancellation, eopts.WaitForCancellation = true, true
+		ectx = workflow.WithActivityOptions(ctx, eopts)
+	}
+	// next returns the step to evaluate next: the oldest queued one when
+	// every checkpoint is evaluated, else the newest committed.
+	next := func() int64 {
+		if !everyCkpt {
+			return newest
+		}
+		for len(queue) > 0 && queue[0] <= evaluated {
+			queue = queue[1:]
+		}
+		if len(queue) == 0 {
+			return evaluated
+		}
+		return queue[0]
+	}
 
 	evaluate := func(step int64) error {
+		if err := cancelled(ctx, ops); err != nil {
+			return err
+		}
 		var ev EvaluateResult
 		in := EvaluateInput{JobDir: jobDir, Step: step, Batches: spec.Eval.Steps, BatchSize: spec.Model.BatchSize, Name: spec.Eval.Name}
 		err := workflow.ExecuteActivity(ectx, EvaluateActivity, in).Get(ctx, &ev)
 		lastEval, evaluated, force = workflow.Now(ctx), step, false
-		var ae *temporal.ApplicationError
-		if errors.As(err, &ae) && ae.Type() == ErrTypeCheckpointGone {
+		if isCheckpointGone(err) {
 			workflow.GetLogger(ctx).Warn("checkpoint deleted before its evaluation; skipped", "global_step", step)
 			return nil
 		}
@@ -163,7 +197,7 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 			default:
 				continue
 			}
-			if err := export(ctx, spec, jobDir, e, st, step, ev.Metrics, p); err != nil {
+			if err := export(ctx, ops, spec, jobDir, e, st, step, ev.Metrics, p); err != nil {
 				return err
 			}
 		}
@@ -171,6 +205,9 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 	}
 
 	var trainF workflow.Future
+	var tr TrainResult
+	var trainErr error
+	done := false
 	if spec.Cluster.Distributed() {
 		var err error
 		if trainF, err = trainDistributed(trainCtx, spec, tin, p); err != nil {
@@ -179,18 +216,27 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 	} else {
 		trainF = workflow.ExecuteActivity(tctx, TrainActivity, tin)
 	}
+	if ops {
+		defer func() {
+			if err != nil && !done && !workflow.IsContinueAsNewError(err) {
+				// Stop training before the job ends: wait for every role.
+				cancelTraining()
+				trainF.Get(ctx, nil)
+			}
+		}()
+	}
 	commits := workflow.GetSignalChannel(ctx, CheckpointSignal)
 	evalNow := workflow.GetSignalChannel(ctx, EvaluateNowSignal)
 	sel := workflow.NewSelector(ctx)
-	var tr TrainResult
-	var trainErr error
-	done := false
 	sel.AddFuture(trainF, func(f workflow.Future) { trainErr, done = f.Get(ctx, &tr), true })
 	sel.AddReceive(commits, func(c workflow.ReceiveChannel, _ bool) {
 		var cc CheckpointCommitted
 		c.Receive(ctx, &cc)
 		if cc.Step > newest { // a retried attempt may repeat steps: never go back
 			newest = cc.Step
+			if everyCkpt {
+				queue = append(queue, cc.Step)
+			}
 			p.GlobalStep, p.Loss, p.ExamplesPerSec = cc.Step, cc.Loss, cc.ExamplesPerSec
 			p.Checkpoints++
 		}
@@ -202,8 +248,16 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 	timerCtx, cancelTimer := workflow.WithCancel(ctx)
 	defer cancelTimer()
 	timerArmed := false
+	more := false // everyCkpt: checkpoints are waiting, do not block
 	for !done {
-		sel.Select(ctx)
+		if more {
+			for sel.HasPending() {
+				sel.Select(ctx)
+			}
+			more = false
+		} else {
+			sel.Select(ctx)
+		}
 		if !done && newest > runStart && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// The history is long: stop training (it resumes from the newest
 			// checkpoint) and continue as a new run with the evaluator's and
@@ -213,12 +267,13 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 				done = true // training finished before the cancel took: finish in this run
 				break
 			}
-			next := spec
-			next.Carry = &Carry{Prep: prep, Pre: pre, Exports: exports, Newest: newest, Evaluated: evaluated, Runs: runs, Progress: *p, Metrics: res.Metrics}
+			cont := spec
+			cont.Carry = &Carry{Prep: prep, Pre: pre, Exports: exports, Newest: newest, Evaluated: evaluated, Runs: runs, Progress: *p, Metrics: res.Metrics, Queue: queue}
 			workflow.GetLogger(ctx).Info("continuing as new", "global_step", newest, "history_events", workflow.GetInfo(ctx).GetCurrentHistoryLength(), "run", runs)
-			return exports, workflow.NewContinueAsNewError(ctx, TrainingJobName, next)
+			return exports, workflow.NewContinueAsNewError(ctx, TrainingJobName, cont)
 		}
-		if done || newest <= evaluated || !(spec.Cluster.EvaluatorOn() || force) {
+		step := next()
+		if done || step <= evaluated || !(spec.Cluster.EvaluatorOn() || force) {
 			continue
 		}
 		now := workflow.Now(ctx)
@@ -228,9 +283,10 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 		}
 		if force || !now.Before(ready) {
 			setPhase(ctx, p, PhaseTraining)
-			if err := evaluate(newest); err != nil {
+			if err := evaluate(step); err != nil {
 				return exports, err
 			}
+			more = everyCkpt
 			continue
 		}
 		if !timerArmed {
@@ -248,12 +304,25 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 			break
 		}
 		p.Checkpoints++
+		if everyCkpt && cc.Step > newest {
+			newest = cc.Step
+			queue = append(queue, cc.Step)
+		}
 	}
 	p.GlobalStep, res.GlobalStep = tr.Step, tr.Step
 	if tr.Loss != 0 {
 		p.Loss = tr.Loss
 	}
 	setPhase(ctx, p, PhaseEvaluating)
+	for everyCkpt {
+		step := next()
+		if step <= evaluated || step >= tr.Step {
+			break
+		}
+		if err := evaluate(step); err != nil {
+			return exports, err
+		}
+	}
 	if evaluated != tr.Step || p.Metrics == nil {
 		if err := evaluate(tr.Step); err != nil {
 			return exports, err
@@ -262,7 +331,7 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 	setPhase(ctx, p, PhaseExporting)
 	for _, e := range spec.Eval.Exporters {
 		if e.Type == ExporterFinal {
-			if err := export(ctx, spec, jobDir, e, exports[e.Name], tr.Step, res.Metrics, p); err != nil {
+			if err := export(ctx, ops, spec, jobDir, e, exports[e.Name], tr.Step, res.Metrics, p); err != nil {
 				return exports, err
 			}
 		}
@@ -272,21 +341,31 @@ func trainAndEvaluate(ctx workflow.Context, spec JobSpec, prep PrepareResult, pr
 
 // export writes the bundle of step for exporter e (idempotent: keyed by
 // exporter and step) and drops bundles beyond exports_to_keep.
-func export(ctx workflow.Context, spec JobSpec, jobDir string, e ExporterSpec, st *ExportState, step int64, m train.Metrics, p *Progress) error {
+func export(ctx workflow.Context, ops bool, spec JobSpec, jobDir string, e ExporterSpec, st *ExportState, step int64, m train.Metrics, p *Progress) error {
 	if _, ok := st.Dirs[step]; ok {
 		return nil
 	}
-	xctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, fmt.Sprintf("%s export of step %d", e.Name, step)))
+	if err := cancelled(ctx, ops); err != nil {
+		return err
+	}
+	xctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, fmt.Sprintf("%s export of step %d", e.Name, step)))
 	var ex ExportResult
 	in := ExportInput{JobID: spec.JobID, JobDir: jobDir, Exporter: e.Name, Step: step, Metrics: m}
 	if err := workflow.ExecuteActivity(xctx, ExportActivity, in).Get(ctx, &ex); err != nil {
+		if ops && isCheckpointGone(err) && e.Type != ExporterFinal {
+			workflow.GetLogger(ctx).Warn("checkpoint deleted before its export; skipped", "exporter", e.Name, "global_step", step)
+			return nil
+		}
 		return err
 	}
 	st.Kept, st.Dirs[step] = append(st.Kept, step), ex.Dir
 	p.Exports = append(p.Exports, ex.Dir)
 	for e.ExportsToKeep > 0 && len(st.Kept) > e.ExportsToKeep {
 		old := st.Kept[0]
-		dctx := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, "delete old export"))
+		if err := cancelled(ctx, ops); err != nil {
+			return err
+		}
+		dctx := workflow.WithActivityOptions(ctx, stepOptions(ops, 10*time.Minute, "delete old export"))
 		if err := workflow.ExecuteActivity(dctx, DeleteExportActivity, DeleteExportInput{Dir: st.Dirs[old]}).Get(ctx, nil); err != nil {
 			return err
 		}
@@ -294,4 +373,11 @@ func export(ctx workflow.Context, spec JobSpec, jobDir string, e ExporterSpec, s
 		delete(st.Dirs, old)
 	}
 	return nil
+}
+
+// isCheckpointGone reports whether err is an activity's CheckpointGone
+// error: retention deleted the checkpoint it needed.
+func isCheckpointGone(err error) bool {
+	var ae *temporal.ApplicationError
+	return errors.As(err, &ae) && ae.Type() == ErrTypeCheckpointGone
 }

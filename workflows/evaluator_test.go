@@ -191,3 +191,36 @@ func TestExportRetryMakesOneVersion(t *testing.T) {
 		t.Fatalf("exports %v after %d export calls, want %v after 3 (one retry)", p.Exports, calls, want)
 	}
 }
+
+// TestThrottleZeroEvaluatesEveryCommit: with throttle_secs 0, checkpoints
+// committed while an evaluation runs are all evaluated afterwards, in
+// order and once each, and training is asked to pin them.
+func TestThrottleZeroEvaluatesEveryCommit(t *testing.T) {
+	env := newEnv(t, "census_1")
+	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1"}, nil)
+	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
+	env.OnActivity(TrainActivity, mock.Anything, mock.MatchedBy(func(in TrainInput) bool { return in.PinForEval })).
+		Return(TrainResult{Step: 3000}, nil).After(time.Hour)
+	var evaluated []int64
+	env.OnActivity(EvaluateActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in EvaluateInput) (EvaluateResult, error) {
+		evaluated = append(evaluated, in.Step)
+		return EvaluateResult{Step: in.Step, Metrics: train.Metrics{Accuracy: float64(in.Step) / 1e4}}, nil
+	}).After(10 * time.Minute) // slower than training commits
+	env.OnActivity(ExportActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in ExportInput) (ExportResult, error) {
+		return ExportResult{Dir: fmt.Sprintf("/jobs/census_1/export/%s/%d", in.Exporter, in.Step)}, nil
+	})
+	env.OnActivity(DeleteExportActivity, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
+	for i := int64(1); i <= 6; i++ {
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(CheckpointSignal, CheckpointCommitted{Step: 500 * i})
+		}, time.Duration(i)*time.Minute)
+	}
+	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Preset: PresetCensus, Eval: EvalSpec{ThrottleSecs: Secs(0)}})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{500, 1000, 1500, 2000, 2500, 3000}; !slices.Equal(evaluated, want) {
+		t.Fatalf("evaluated %v, want %v", evaluated, want)
+	}
+}

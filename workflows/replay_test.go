@@ -16,9 +16,8 @@ import (
 )
 
 // TestReplayRecordedHistories replays histories recorded from real runs
-// (testdata/histories: a job that succeeded, one whose worker was killed
-// and retried, one that failed on bad data, one cancelled) against the
-// current workflow code. A change that would break running jobs fails
+// (testdata/histories, listed in want) against the current workflow
+// code. A change that would break running jobs fails
 // here with a non-determinism error. Deliberate changes go behind
 // workflow.GetVersion; then re-record with
 //
@@ -28,7 +27,20 @@ func TestReplayRecordedHistories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"succeeded.json": false, "worker_killed.json": false, "bad_data.json": false, "cancelled.json": false}
+	want := map[string]bool{
+		// Recorded before the evaluator: the trainThenExportV0 flow.
+		"succeeded.json": false, "worker_killed.json": false, "bad_data.json": false, "cancelled.json": false,
+		// Today's flows (opsChange): evaluator and best, latest and final
+		// exporters; a run reset to export; a refused duplicate; a CUSTOM
+		// job whose worker process was killed (roles retried, the
+		// parameter server restarted); a CUSTOM job cancelled while
+		// training; bad data; the first and last runs of a job that
+		// continued as new.
+		"evaluator_exporters.json": false, "reset_run.json": false, "duplicate.json": false, "distributed_killed.json": false,
+		"cancelled_training.json": false, "bad_data_evaluator.json": false, "continued_first.json": false, "continued_last.json": false,
+		// A tuning job recorded by cmd/trainflow TestTuningJobEndToEnd.
+		"tuning_succeeded.json": false,
+	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -59,6 +59,9 @@ type JobSpec struct {
 	// Carry is set by the job itself when it continues as new (its history
 	// grew long): what the earlier runs did. Never set it by hand.
 	Carry *Carry `json:"carry,omitempty"`
+	// Tuning makes the job a hyperparameter tuning job: start
+	// HyperparameterTuningJob, which runs the rest of the spec as trials.
+	Tuning *TuningSpec `json:"tuning,omitempty"`
 }
 
 // ClusterSpec is Cloud ML Engine's scale tier: who trains the model. Every
@@ -346,6 +349,10 @@ func (s JobSpec) WithDefaults() JobSpec {
 		s.Data.MaxBadFraction = &f
 	}
 	s.Data.normalizeRunner(s.JobID)
+	if s.Tuning != nil {
+		t := s.Tuning.WithDefaults()
+		s.Tuning = &t
+	}
 	regression := s.Data.Schema != nil && s.Data.Schema.LabelKind == preprocess.LabelRegression
 	if s.Model.Type == "" {
 		s.Model.Type = ModelLinearClassifier
@@ -540,6 +547,9 @@ func (s *JobSpec) Validate() error {
 		if !c.ok {
 			return fmt.Errorf("%w: %s = %v is out of range", ErrInvalidSpec, c.field, c.value)
 		}
+	}
+	if s.Tuning != nil {
+		return s.validateTuning()
 	}
 	return nil
 }

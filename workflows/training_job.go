@@ -56,6 +56,12 @@ const (
 	PhaseSucceeded     = "SUCCEEDED"
 	PhaseFailed        = "FAILED"
 	PhaseCancelled     = "CANCELLED"
+	// PhaseTuning is a tuning job running its trials.
+	PhaseTuning = "TUNING"
+	// PhaseDuplicate marks a run started with the ID of an existing job:
+	// it is refused and ends at once; `jobs describe` and `jobs list`
+	// ignore such runs.
+	PhaseDuplicate = "DUPLICATE"
 )
 
 // Error types of non-retryable application errors.
@@ -80,6 +86,8 @@ type JobResult struct {
 	Export        string        `json:"export"`
 	Model         string        `json:"model"`
 	Version       int64         `json:"version"`
+	// Tuning is a tuning job's trials (HyperparameterTuningJob only).
+	Tuning *TuningReport `json:"tuning,omitempty"`
 }
 
 // Progress is what the "progress" query answers.
@@ -102,6 +110,8 @@ type Progress struct {
 	Error          string         `json:"error,omitempty"`
 	// Cluster is the distributed job's cluster (nil for BASIC).
 	Cluster *ClusterState `json:"cluster,omitempty"`
+	// Tuning is a tuning job's trials (HyperparameterTuningJob only).
+	Tuning *TuningReport `json:"tuning,omitempty"`
 }
 
 // PrepareInput is the input of the PrepareJob activity.
@@ -146,6 +156,11 @@ type TrainInput struct {
 	TransformHash string    `json:"transform_hash"`
 	Model         ModelSpec `json:"model"`
 	Train         TrainSpec `json:"train"`
+	// PinForEval asks the trainer (the chief) to pin each checkpoint it
+	// commits until the evaluator has evaluated it, so that retention
+	// cannot delete it first (eval_spec.throttle_secs 0: every committed
+	// checkpoint is evaluated).
+	PinForEval bool `json:"pin_for_eval,omitempty"`
 	// StallTimeoutSecs is cluster.stall_timeout_secs (0: the default).
 	StallTimeoutSecs int `json:"stall_timeout_secs,omitempty"`
 }
@@ -220,6 +235,31 @@ func activityOptions(startToClose time.Duration, summary string) workflow.Activi
 	return workflow.ActivityOptions{StartToCloseTimeout: startToClose, HeartbeatTimeout: HeartbeatTimeout, RetryPolicy: retry, Summary: summary}
 }
 
+// opsChange marks the operations change: every step waits for its
+// activity to stop when the job is cancelled, a duplicate run is marked
+// DUPLICATE, throttle_secs 0 evaluates every committed checkpoint in
+// order, and training is stopped before the job ends on any error.
+const opsChange = "ops-cancel-evaluate-every"
+
+// stepOptions are activityOptions that, from opsChange on, wait for the
+// activity to acknowledge a cancellation: the job reaches CANCELLED only
+// once the step has stopped.
+func stepOptions(ops bool, startToClose time.Duration, summary string) workflow.ActivityOptions {
+	o := activityOptions(startToClose, summary)
+	o.WaitForCancellation = ops
+	return o
+}
+
+// cancelled returns a cancellation error once the job has been asked to
+// stop (from opsChange on): no step is scheduled after the request, even
+// when the one before it completed in the meantime.
+func cancelled(ctx workflow.Context, ops bool) error {
+	if ops && ctx.Err() != nil {
+		return temporal.NewCanceledError()
+	}
+	return nil
+}
+
 // TrainingJob runs one job end to end: validate → prepare → preprocess
 // (Beam) → train → evaluate → export (final) → publish. Every step is an
 // activity; the workflow records only URIs, steps and metrics.
@@ -240,6 +280,8 @@ func TrainingJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
 	case temporal.IsCanceledError(err):
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
 		setPhase(dctx, p, PhaseCancelled)
+	case p.Phase == PhaseDuplicate:
+		p.Error = err.Error()
 	default:
 		p.Error = err.Error()
 		setPhase(ctx, p, PhaseFailed)
@@ -262,6 +304,11 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 	}
+	if spec.Tuning != nil {
+		err := fmt.Errorf("%w: tuning: a spec with a tuning block runs as %s, not %s", ErrInvalidSpec, HyperparameterTuningJobName, TrainingJobName)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+	}
+	ops := workflow.GetVersion(ctx, opsChange, workflow.DefaultVersion, 1) >= 1
 	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName), SearchScaleTier.ValueSet(spec.Cluster.ScaleTier)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
@@ -272,12 +319,22 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	if c := spec.Carry; c != nil { // a continued run: prepared and preprocessed
 		prep, pre = c.Prep, c.Pre
 	} else {
-		short := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, "prepare job dir and data"))
+		short := workflow.WithActivityOptions(ctx, stepOptions(ops, 10*time.Minute, "prepare job dir and data"))
 		if err := workflow.ExecuteActivity(short, PrepareJobActivity, PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}).Get(ctx, &prep); err != nil {
+			var ae *temporal.ApplicationError
+			if ops && errors.As(err, &ae) && ae.Type() == ErrTypeJobExists {
+				// Another job owns this ID: mark the run so that job
+				// listings keep showing that job, not this refusal.
+				setPhase(ctx, p, PhaseDuplicate)
+				workflow.SetCurrentDetails(ctx, "**Refused**: "+ae.Error())
+			}
+			return res, err
+		}
+		if err := cancelled(ctx, ops); err != nil {
 			return res, err
 		}
 		setPhase(ctx, p, PhasePreprocessing)
-		pctx := workflow.WithActivityOptions(ctx, activityOptions(6*time.Hour, "Beam analyze + transform"))
+		pctx := workflow.WithActivityOptions(ctx, stepOptions(ops, 6*time.Hour, "Beam analyze + transform"))
 		in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Request: preprocess.Request{
 			Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
 			TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
@@ -299,18 +356,24 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	if spec.Carry == nil && workflow.GetVersion(ctx, evaluatorChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return trainThenExportV0(ctx, spec, prep, tin, p, res)
 	}
+	if err := cancelled(ctx, ops); err != nil {
+		return res, err
+	}
 	setPhase(ctx, p, PhaseTraining)
-	exports, err := trainAndEvaluate(ctx, spec, prep, pre, tin, p, &res)
+	exports, err := trainAndEvaluate(ctx, ops, spec, prep, pre, tin, p, &res)
 	if err != nil {
 		return res, err
 	}
 	if spec.Publish == PublishNone {
 		return res, nil
 	}
+	if err := cancelled(ctx, ops); err != nil {
+		return res, err
+	}
 	res.Export = exports[spec.Publish].newest()
 	p.Export = res.Export
 	setPhase(ctx, p, PhasePublishing)
-	pubctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "publish "+spec.Publish+" export"))
+	pubctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "publish "+spec.Publish+" export"))
 	var pub PublishResult
 	if err := workflow.ExecuteActivity(pubctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote}).Get(ctx, &pub); err != nil {
 		return res, err

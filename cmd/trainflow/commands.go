@@ -13,9 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/labstack/echo/v4"
+	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/internal/temporalconn"
@@ -137,6 +140,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	addr := fs.String("http", "127.0.0.1:8080", "listen address")
 	poll := fs.Duration("poll", 2*time.Second, "how often to look for new model versions")
 	level := fs.String("log-level", "info", "log level")
+	withConsole := fs.Bool("console", true, "serve the web console at /console/ (jobs from Temporal, models from --models)")
+	uiURL := fs.String("temporal-ui", "", "Temporal Web UI base URL the console links jobs to, e.g. http://127.0.0.1:8233")
+	var tc temporalconn.Flags // the console's Temporal connection, as on worker
+	tc.Register(fs, "temporal")
 	maxConns := fs.Int("max-conns", serving.DefaultMaxConns, "most connections open at once; more wait until one closes")
 	tokenFile := fs.String("auth-token-file", "", "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live); none: no auth")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
@@ -204,14 +211,44 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			reg.Watch(wctx, *poll)
 		}
 	}()
+	if *withConsole {
+		routes, closeConsole, err := serveConsole(tc, *uiURL, reg, repo, log)
+		if err != nil {
+			stop()
+			<-watched
+			return err
+		}
+		defer closeConsole()
+		opts.Routes = routes
+	}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" {
 		log.Warn("serving beyond the loopback without --auth-token-file: anyone who reaches the port can query every model")
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns)
+	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns, "console", *withConsole)
 	err = serving.New(reg, log, opts).Serve(ctx, ln)
 	stop()
 	<-watched
 	return err
+}
+
+// serveConsole builds the web console of `serve`. Its Temporal client is
+// lazy: it connects on the first jobs page, and a Temporal that cannot be
+// reached makes the jobs pages say so while models and predictions work.
+func serveConsole(tc temporalconn.Flags, uiURL string, reg *serving.Registry, repo *serving.Repository, log *slog.Logger) (func(*echo.Echo), func(), error) {
+	o, err := tc.Options(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("console: %w", err)}
+	}
+	cl, err := client.NewLazyClient(o)
+	if err != nil {
+		return nil, nil, fmt.Errorf("console: temporal client: %w", err)
+	}
+	con, err := console.New(console.Options{Client: cl, Namespace: tc.Namespace, UIURL: uiURL, Registry: reg, Repository: repo, Logger: log})
+	if err != nil {
+		cl.Close()
+		return nil, nil, err
+	}
+	return con.Routes, cl.Close, nil
 }
 
 // isURI reports whether a --models or --jobs value is a storage URI

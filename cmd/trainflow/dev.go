@@ -57,6 +57,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "  Temporal API      %s (namespace %s, task queue %s)\n", st.Temporal.FrontendAddr(), ns, workflows.TaskQueue)
 	fmt.Fprintf(stdout, "  Predictions       http://%s/v1/models/MODEL:predict\n", st.HTTPAddr)
+	fmt.Fprintf(stdout, "  Console           http://%s/console/\n", st.HTTPAddr)
 	if st.MetricsAddr != "" {
 		fmt.Fprintf(stdout, "  Worker metrics    http://%s/metrics\n", st.MetricsAddr)
 	}

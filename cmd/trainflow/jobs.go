@@ -16,6 +16,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -74,7 +75,7 @@ commands:
   describe JOB_ID          state, phase, steps, metrics, export, errors, pending retries
   stream-logs JOB_ID       follow the job's events until it ends
   cancel JOB_ID            cancel a job
-  reset JOB_ID --to STEP   re-run a job from preprocess, train or export
+  reset JOB_ID --to STEP   re-run a job from preprocess, train, evaluate, export or publish
 `
 
 func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -157,38 +158,104 @@ func oneJobID(fs *flag.FlagSet, args []string) (string, error) {
 	return id, nil
 }
 
-// listFilter turns "state=RUNNING,model=census" into a visibility query.
-func listFilter(filter string) (string, error) {
-	q := []string{fmt.Sprintf("WorkflowType = '%s'", workflows.TrainingJobName)}
+// jobFilter is the part of `jobs list --filter` applied to each job's
+// meaningful run: its status or phase.
+type jobFilter struct{ status, phase string }
+
+func (f jobFilter) match(r jobRow) bool {
+	return (f.status == "" || r.Status == f.status) && (f.phase == "" || r.Phase == f.phase)
+}
+
+// listFilter turns "state=RUNNING,model=census" into a visibility query
+// over every run of the matching jobs and the filter their meaningful
+// runs must pass.
+func listFilter(filter string) (string, jobFilter, error) {
+	q := []string{fmt.Sprintf("WorkflowType IN ('%s', '%s')", workflows.TrainingJobName, workflows.HyperparameterTuningJobName)}
+	var jf jobFilter
 	if filter == "" {
-		return q[0], nil
+		return q[0], jf, nil
 	}
-	statuses := map[string]string{"RUNNING": "Running", "SUCCEEDED": "Completed", "COMPLETED": "Completed", "FAILED": "Failed",
-		"CANCELLED": "Canceled", "CANCELED": "Canceled", "TERMINATED": "Terminated", "TIMED_OUT": "TimedOut"}
+	statuses := map[string]string{"RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED", "COMPLETED": "SUCCEEDED", "FAILED": "FAILED",
+		"CANCELLED": "CANCELLED", "CANCELED": "CANCELLED", "TERMINATED": "TERMINATED", "TIMED_OUT": "TIMED_OUT"}
 	phases := map[string]bool{workflows.PhaseValidating: true, workflows.PhasePreprocessing: true, workflows.PhaseTraining: true,
-		workflows.PhaseEvaluating: true, workflows.PhaseExporting: true, workflows.PhasePublishing: true}
+		workflows.PhaseEvaluating: true, workflows.PhaseExporting: true, workflows.PhasePublishing: true, workflows.PhaseTuning: true}
 	for _, term := range strings.Split(filter, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(term), "=")
 		if !ok || v == "" || strings.ContainsAny(v, `'"\`) {
-			return "", usageError{fmt.Errorf("--filter %q: want key=value[,key=value], keys state and model", term)}
+			return "", jf, usageError{fmt.Errorf("--filter %q: want key=value[,key=value], keys state and model", term)}
 		}
 		switch strings.ToLower(k) {
 		case "state":
 			v = strings.ToUpper(v)
 			if s, ok := statuses[v]; ok {
-				q = append(q, fmt.Sprintf("ExecutionStatus = '%s'", s))
+				jf.status = s
 			} else if phases[v] {
-				q = append(q, fmt.Sprintf("%s = '%s'", workflows.SearchState.GetName(), v))
+				jf.phase = v
 			} else {
-				return "", usageError{fmt.Errorf("--filter state=%s: want RUNNING, SUCCEEDED, FAILED, CANCELLED or a phase like TRAINING", v)}
+				return "", jf, usageError{fmt.Errorf("--filter state=%s: want RUNNING, SUCCEEDED, FAILED, CANCELLED or a phase like TRAINING", v)}
 			}
 		case "model":
 			q = append(q, fmt.Sprintf("%s = '%s'", workflows.SearchModel.GetName(), v))
 		default:
-			return "", usageError{fmt.Errorf("--filter key %q: want state or model", k)}
+			return "", jf, usageError{fmt.Errorf("--filter key %q: want state or model", k)}
 		}
 	}
-	return strings.Join(q, " AND "), nil
+	return strings.Join(q, " AND "), jf, nil
+}
+
+// meaningful reports whether run b of a job should be shown before run a
+// (nil: none yet): runs refused as duplicates never; a running run
+// first; else the one that closed last (a reset or continued run closes
+// after the run it replaced).
+func meaningful(a, b *workflowpb.WorkflowExecutionInfo) bool {
+	if searchKeyword(b.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName()) == workflows.PhaseDuplicate {
+		return false
+	}
+	if a == nil {
+		return true
+	}
+	if running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING; a.Status == running || b.Status == running {
+		return b.Status == running && a.Status != running
+	}
+	return b.CloseTime.AsTime().After(a.CloseTime.AsTime())
+}
+
+// meaningfulRun returns the run of job id that `jobs describe` shows: the
+// latest run, unless that was refused as a duplicate of the job (then
+// the job's own latest run).
+func meaningfulRun(ctx context.Context, cl client.Client, namespace, id string) (*workflowpb.WorkflowExecutionInfo, error) {
+	d, err := cl.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return nil, notFoundError{fmt.Errorf("job %s not found", id)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("describe job %s: %w", id, err)
+	}
+	if meaningful(nil, d.WorkflowExecutionInfo) {
+		return d.WorkflowExecutionInfo, nil
+	}
+	var best *workflowpb.WorkflowExecutionInfo
+	var token []byte
+	for {
+		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, NextPageToken: token,
+			Query: fmt.Sprintf("WorkflowType = '%s' AND WorkflowId = '%s'", workflows.TrainingJobName, id)})
+		if err != nil {
+			return nil, fmt.Errorf("list runs of job %s: %w", id, err)
+		}
+		for _, e := range resp.Executions {
+			if meaningful(best, e) {
+				best = e
+			}
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			break
+		}
+	}
+	if best == nil { // only refused runs: show the latest
+		return d.WorkflowExecutionInfo, nil
+	}
+	return best, nil
 }
 
 // jobRow is one line of `jobs list`.
@@ -214,7 +281,7 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := c.check(); err != nil {
 		return err
 	}
-	query, err := listFilter(*filter)
+	query, jf, err := listFilter(*filter)
 	if err != nil {
 		return err
 	}
@@ -223,28 +290,49 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer cl.Close()
-	rows := []jobRow{}
+	// One row per job: its meaningful run (see meaningful), in the order
+	// the jobs were first listed (newest first).
+	var order []string
+	runs := map[string]*workflowpb.WorkflowExecutionInfo{}
 	var token []byte
-	for len(rows) < *limit {
+	for {
 		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: c.Namespace, Query: query, NextPageToken: token})
 		if err != nil {
 			return fmt.Errorf("list jobs: %w", err)
 		}
 		for _, e := range resp.Executions {
-			r := jobRow{JobID: e.Execution.WorkflowId, Status: statusName(e.Status), Start: e.StartTime.AsTime().UTC()}
-			if e.CloseTime != nil {
-				t := e.CloseTime.AsTime().UTC()
-				r.End = &t
+			id := e.Execution.WorkflowId
+			best, seen := runs[id]
+			if !seen {
+				order = append(order, id)
 			}
-			r.Phase = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName())
-			r.Model = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchModel.GetName())
-			rows = append(rows, r)
+			if meaningful(best, e) {
+				runs[id] = e
+			} else if !seen {
+				runs[id] = nil
+			}
 		}
 		if token = resp.NextPageToken; len(token) == 0 {
 			break
 		}
 	}
-	rows = rows[:min(len(rows), *limit)]
+	rows := []jobRow{}
+	for _, id := range order {
+		e := runs[id]
+		if e == nil || len(rows) >= *limit {
+			continue
+		}
+		r := jobRow{JobID: id, Status: statusName(e.Status), Start: e.StartTime.AsTime().UTC()}
+		if e.CloseTime != nil {
+			t := e.CloseTime.AsTime().UTC()
+			r.End = &t
+		}
+		r.Phase = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName())
+		r.Model = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchModel.GetName())
+		if jf.match(r) {
+			rows = append(rows, r)
+		}
+	}
 	if c.output == "json" {
 		return writeJSON(stdout, rows)
 	}
@@ -310,16 +398,17 @@ type jobDescription struct {
 	Pending  []pendingActivity    `json:"pending_activities,omitempty"`
 }
 
-func describeJob(ctx context.Context, cl client.Client, id string) (*jobDescription, error) {
-	d, err := cl.DescribeWorkflowExecution(ctx, id, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return nil, notFoundError{fmt.Errorf("job %s not found", id)}
+func describeJob(ctx context.Context, cl client.Client, namespace, id string) (*jobDescription, error) {
+	run, err := meaningfulRun(ctx, cl, namespace, id)
+	if err != nil {
+		return nil, err
 	}
+	d, err := cl.DescribeWorkflowExecution(ctx, id, run.Execution.RunId)
 	if err != nil {
 		return nil, fmt.Errorf("describe job %s: %w", id, err)
 	}
 	info := d.WorkflowExecutionInfo
+	runID := info.Execution.RunId
 	out := &jobDescription{JobID: id, RunID: info.Execution.RunId, Status: statusName(info.Status), Start: info.StartTime.AsTime().UTC(),
 		Phase: searchKeyword(info.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName())}
 	if info.CloseTime != nil {
@@ -336,7 +425,7 @@ func describeJob(ctx context.Context, cl client.Client, id string) (*jobDescript
 	if info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		if v, err := cl.QueryWorkflow(qctx, id, "", workflows.ProgressQuery); err == nil {
+		if v, err := cl.QueryWorkflow(qctx, id, runID, workflows.ProgressQuery); err == nil {
 			var p workflows.Progress
 			if v.Get(&p) == nil {
 				out.Progress = &p
@@ -345,7 +434,7 @@ func describeJob(ctx context.Context, cl client.Client, id string) (*jobDescript
 		return out, nil
 	}
 	var res workflows.JobResult
-	if err := cl.GetWorkflow(ctx, id, "").Get(ctx, &res); err != nil {
+	if err := cl.GetWorkflow(ctx, id, runID).Get(ctx, &res); err != nil {
 		out.Error = err.Error()
 	} else {
 		out.Result = &res
@@ -359,7 +448,7 @@ func runJobsDescribe(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	defer j.client.Close()
-	d, err := describeJob(ctx, j.client, j.id)
+	d, err := describeJob(ctx, j.client, j.conn.Namespace, j.id)
 	if err != nil {
 		return err
 	}
@@ -374,10 +463,16 @@ func runJobsDescribe(ctx context.Context, args []string, stdout, stderr io.Write
 	if d.End != nil {
 		fmt.Fprintf(stdout, "ended:    %s (%s)\n", d.End.Format(time.RFC3339), d.End.Sub(d.Start).Round(time.Millisecond))
 	}
-	if p := d.Progress; p != nil {
+	if p := d.Progress; p != nil && p.Tuning == nil {
 		fmt.Fprintf(stdout, "step:     %d / %d  loss %.4f  %.0f examples/s\n", p.GlobalStep, p.MaxSteps, p.Loss, p.ExamplesPerSec)
 	}
-	if r := d.Result; r != nil {
+	if p := d.Progress; p != nil && p.Tuning != nil {
+		writeTrials(stdout, p.Tuning)
+	}
+	if r := d.Result; r != nil && r.Tuning != nil {
+		writeTrials(stdout, r.Tuning)
+		fmt.Fprintf(stdout, "export:   %s\nmodel:    %s version %d\n", r.Export, r.Model, r.Version)
+	} else if r != nil {
 		fmt.Fprintf(stdout, "steps:    %d\nmetrics:  accuracy %.4f  auc %.4f  log_loss %.4f on %d examples\nexport:   %s\nmodel:    %s version %d\n",
 			r.GlobalStep, r.Metrics.Accuracy, r.Metrics.AUC, r.Metrics.LogLoss, r.Metrics.Examples, r.Export, r.Model, r.Version)
 	}

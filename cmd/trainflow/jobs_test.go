@@ -25,7 +25,7 @@ func TestLoadSpecFixtures(t *testing.T) {
 			check: func(s workflows.JobSpec) bool {
 				return s.Preset == "census" && s.JobDir == "/tmp/census-job" && s.Train.MaxSteps == 1200 && s.Model.LearningRate == 0.01 && s.Model.BatchSize == 128
 			},
-			warnings: []string{"args: --verbosity", "hyperparameters: tuning", "pythonVersion", "region", "runtimeVersion"},
+			warnings: []string{"args: --verbosity", "hyperparameters: no params", "pythonVersion", "region", "runtimeVersion"},
 		},
 		"good_mlengine_standard.yaml": {
 			check: func(s workflows.JobSpec) bool {
@@ -35,6 +35,12 @@ func TestLoadSpecFixtures(t *testing.T) {
 		},
 		"good_native.yaml": {check: func(s workflows.JobSpec) bool {
 			return s.Data.GeneratedRows == 5000 && s.Model.LearningRate == 0.005 && s.Train.MaxSteps == 800
+		}},
+		"good_mlengine_hptuning.yaml": {check: func(s workflows.JobSpec) bool {
+			t := s.Tuning
+			return t != nil && t.MaxTrials == 8 && t.MaxParallelTrials == 2 && t.EnableTrialEarlyStopping && t.Algorithm == workflows.AlgorithmRandom &&
+				len(t.Params) == 3 && t.Params[0].ParameterName == "model.learning_rate" && t.Params[0].ScaleType == workflows.ScaleLog &&
+				t.Params[1].ParameterName == "model.batch_size" && len(t.Params[1].DiscreteValues) == 3 && t.Params[2].CategoricalValues[1] == "dnn_classifier"
 		}},
 		"good_native.json": {check: func(s workflows.JobSpec) bool { return s.ModelName == "census_small" && s.Train.MaxSteps == 500 }},
 	}
@@ -69,6 +75,7 @@ func TestLoadSpecFixtures(t *testing.T) {
 		"bad_args.yaml":                `--train-steps="many"`,
 		"bad_trainingInput_field.yaml": "trainingInput.scaleTeir: unknown field",
 		"bad_not_yaml.yaml":            "not YAML or JSON",
+		"bad_hptuning_param.yaml":      `trainingInput.hyperparameters: json: unknown field "max_vlaue"`,
 	}
 	for name, want := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -205,7 +212,7 @@ func TestResetToExportSkipsTraining(t *testing.T) {
 	// While export retries, describe shows the attempt and the last failure.
 	var retrying *pendingActivity
 	for deadline := time.Now().Add(time.Minute); retrying == nil && time.Now().Before(deadline); {
-		d, err := describeJob(context.Background(), st.Client, "reset_1")
+		d, err := describeJob(context.Background(), st.Client, st.Temporal.Namespace(), "reset_1")
 		if err != nil {
 			t.Fatal(err)
 		}

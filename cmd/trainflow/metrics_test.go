@@ -118,6 +118,12 @@ func TestWorkerMetrics(t *testing.T) {
 		t.Errorf("distributed: %v steps, %v pulls, %v pushes timed; want ≥ 200, one of each per step",
 			steps, value(m, "trainflow_ps_pull_seconds"), value(m, "trainflow_ps_push_seconds"))
 	}
+	// A push carries a gradient, a pull the weights: each more than 50
+	// float64s for the census linear model.
+	sent, received := value(m, "trainflow_ps_wire_sent_bytes_total"), value(m, "trainflow_ps_wire_received_bytes_total")
+	if !(sent/steps > 400 && received/steps > 400) {
+		t.Errorf("bytes on the wire: %v sent, %v received for %v steps; want more than 400 a step each way", sent, received, steps)
+	}
 	if v := value(m, "trainflow_train_global_step", "job=metrics_dist"); v != 200 {
 		t.Errorf("distributed global step %v, want 200", v)
 	}

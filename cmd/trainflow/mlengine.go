@@ -113,7 +113,15 @@ func fromTrainingInput(in map[string]json.RawMessage) (workflows.JobSpec, []stri
 			}
 			warn = append(warn, w...)
 		case "hyperparameters":
-			warn = append(warn, "hyperparameters: tuning is not available yet; ignored")
+			t, err := fromHyperparameters(in[k])
+			if err != nil {
+				return spec, nil, err
+			}
+			if len(t.Params) == 0 {
+				warn = append(warn, "hyperparameters: no params to tune; running a single training job")
+				continue
+			}
+			spec.Tuning = t
 		case "region", "runtimeVersion", "pythonVersion", "packageUris", "pythonModule", "scheduling", "network", "serviceAccount", "useChiefInTfConfig":
 			warn = append(warn, fmt.Sprintf("%s: does not apply to trainflow; ignored", k))
 		default:
@@ -166,4 +174,64 @@ func applyArgs(spec *workflows.JobSpec, args []string) ([]string, error) {
 		}
 	}
 	return warn, nil
+}
+
+// fromHyperparameters maps Cloud ML Engine's HyperparameterSpec
+// (camelCase keys) onto a TuningSpec. A parameterName may be a JobSpec
+// path (model.learning_rate) or one of the census sample's trainer flags
+// (learning-rate, train-batch-size, ...).
+func fromHyperparameters(raw json.RawMessage) (*workflows.TuningSpec, error) {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, fmt.Errorf("trainingInput.hyperparameters: %w", err)
+	}
+	b, _ := json.Marshal(snakeKeys(v))
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var t workflows.TuningSpec
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("trainingInput.hyperparameters: %w", err)
+	}
+	for i, p := range t.Params {
+		if path, ok := flagFields[strings.ReplaceAll(strings.TrimLeft(p.ParameterName, "-"), "_", "-")]; ok {
+			t.Params[i].ParameterName = path
+		}
+	}
+	return &t, nil
+}
+
+// flagFields maps trainer flags, as hyperparameter names, to JobSpec paths.
+var flagFields = map[string]string{
+	"learning-rate": "model.learning_rate", "train-batch-size": "model.batch_size", "batch-size": "model.batch_size",
+	"train-steps": "train.max_steps", "max-steps": "train.max_steps", "dropout": "model.dropout", "optimizer": "model.optimizer",
+	"hidden-units": "model.hidden_units", "first-layer-size": "model.hidden_units[0]", "l1": "model.l1", "l2": "model.l2",
+	"model-type": "model.type",
+}
+
+// snakeKeys rewrites object keys from camelCase to snake_case, at every
+// depth (values are left alone).
+func snakeKeys(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			var sb strings.Builder
+			for i, r := range k {
+				if r >= 'A' && r <= 'Z' {
+					if i > 0 {
+						sb.WriteByte('_')
+					}
+					r += 'a' - 'A'
+				}
+				sb.WriteRune(r)
+			}
+			out[sb.String()] = snakeKeys(e)
+		}
+		return out
+	case []any:
+		for i := range x {
+			x[i] = snakeKeys(x[i])
+		}
+	}
+	return v
 }

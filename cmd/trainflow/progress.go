@@ -60,6 +60,21 @@ func follow(ctx context.Context, cl client.Client, run client.WorkflowRun, spec 
 func progressLine(p workflows.Progress, batch int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-13s", p.Phase)
+	if t := p.Tuning; t != nil {
+		done, running := 0, 0
+		for _, tr := range t.Trials {
+			if tr.State == workflows.TrialRunning {
+				running++
+			} else {
+				done++
+			}
+		}
+		fmt.Fprintf(&b, " trials %d done, %d running of %d", done, running, t.MaxTrials)
+		if t.BestObjective != nil {
+			fmt.Fprintf(&b, "; best %s %.4f (trial %d)", t.Metric, *t.BestObjective, t.BestTrial)
+		}
+		return b.String()
+	}
 	if p.MaxSteps > 0 {
 		const width = 30
 		frac := min(1, float64(p.GlobalStep)/float64(p.MaxSteps))

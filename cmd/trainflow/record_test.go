@@ -10,7 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"strings"
+
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -21,15 +26,18 @@ import (
 // replays against the current workflow code.
 const historiesDir = "../../workflows/testdata/histories"
 
-// TestRecordHistories re-records workflows/testdata/histories from real
-// runs on the embedded server with real worker processes. Run it on purpose
+// TestRecordHistories records workflows/testdata/histories from real runs
+// on the embedded server with real worker processes. Run it on purpose
 // after a deliberate workflow change (guarded by workflow.GetVersion for
 // jobs already running):
 //
 //	TRAINFLOW_RECORD_HISTORIES=1 go test -run TestRecordHistories -v ./cmd/trainflow
 //
-// It takes about two minutes: the killed worker's activity is retried only
-// after its one-minute heartbeat timeout.
+// Histories already there are kept (they stand for jobs started by older
+// builds, which must still replay); delete one to record it anew. The
+// first four (succeeded, bad_data, cancelled, worker_killed) were recorded
+// before the evaluator existed; the others (recordCurrentFlows) record
+// today's flows.
 func TestRecordHistories(t *testing.T) {
 	if os.Getenv("TRAINFLOW_RECORD_HISTORIES") == "" {
 		t.Skip("records histories only when TRAINFLOW_RECORD_HISTORIES=1 (see the doc comment)")
@@ -43,7 +51,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 	defer st.Stop()
 	startWorker := func() *exec.Cmd {
-		cmd := exec.Command(exe, append([]string{"worker", "--temporal", st.Temporal.FrontendAddr(), "--home", home, "--log-level", "warn"}, testTrustArgs()...)...)
+		cmd := exec.Command(exe, append([]string{"worker", "--temporal", st.Temporal.FrontendAddr(), "--home", home, "--log-level", "warn", "--ps-listen", "127.0.0.1"}, testTrustArgs()...)...)
 		cmd.Stderr = os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
@@ -58,16 +66,10 @@ func TestRecordHistories(t *testing.T) {
 	w := startWorker()
 	defer func() { kill(w) }()
 	ctx := context.Background()
-	save := func(id string) {
-		h, err := fetchHistory(ctx, st.Client, id, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
-		if err := os.WriteFile(filepath.Join(historiesDir, id+".json"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("recorded %s: %d events", id, len(h.Events))
+	save := func(id string) { saveHistory(t, st, id, "", id) }
+	recorded := func(name string) bool {
+		_, err := os.Stat(filepath.Join(historiesDir, name+".json"))
+		return err == nil
 	}
 	// waitStarted blocks until activity has an attempt running.
 	waitStarted := func(id, activity string) {
@@ -85,6 +87,10 @@ func TestRecordHistories(t *testing.T) {
 		t.Fatalf("%s of %s never started", activity, id)
 	}
 
+	recordCurrentFlows(t, st, home, startWorker, kill, &w)
+	if recorded("succeeded") && recorded("bad_data") && recorded("cancelled") && recorded("worker_killed") {
+		return
+	}
 	ok, err := startJob(ctx, st.Client, workflows.JobSpec{JobID: "succeeded", Data: workflows.DataSpec{GeneratedRows: 2000}, Train: workflows.TrainSpec{MaxSteps: 300, SaveCheckpointsSteps: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -119,4 +125,129 @@ func TestRecordHistories(t *testing.T) {
 		t.Fatal(err)
 	}
 	save("worker_killed")
+}
+
+// saveHistory writes the history of run runID ("" the latest) of job id
+// to historiesDir/name.json.
+func saveHistory(t *testing.T, st *stack, id, runID, name string) {
+	t.Helper()
+	h, err := fetchHistory(context.Background(), st.Client, id, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
+	if err := os.WriteFile(filepath.Join(historiesDir, name+".json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recorded %s: %d events", name, len(h.Events))
+}
+
+// recordCurrentFlows records histories of today's flows, each unless
+// already recorded: a BASIC job with its evaluator and best, latest and
+// final exporters on the default schedule (evaluator_exporters), a run
+// reset to export (reset_run), a refused duplicate (duplicate), a CUSTOM
+// job whose worker process (running the chief, a worker and the
+// parameter server) is killed with SIGKILL and restarted mid-training,
+// so roles are retried and the parameter server restarts
+// (distributed_killed), a CUSTOM job cancelled while training
+// (cancelled_training), bad data (bad_data_evaluator) and a job that
+// continues as new (continued_first, continued_last: the chain's first
+// and last runs, from a second server that suggests it after 40 events).
+func recordCurrentFlows(t *testing.T, st *stack, home string, startWorker func() *exec.Cmd, kill func(*exec.Cmd), w **exec.Cmd) {
+	ctx := context.Background()
+	todo := func(names ...string) bool {
+		for _, n := range names {
+			if _, err := os.Stat(filepath.Join(historiesDir, n+".json")); err != nil {
+				return true
+			}
+		}
+		return false
+	}
+	wait := func(run client.WorkflowRun) error {
+		_, err := waitJob(t, run)
+		return err
+	}
+	if todo("evaluator_exporters", "reset_run", "duplicate") {
+		id := "evaluator_exporters"
+		run := startUIStyle(t, st.Client, id, defaultLikeInput(id, 3000,
+			`{"throttle_secs":0,"exporters":[{"type":"best","exports_to_keep":2},{"type":"latest","exports_to_keep":2},{"type":"final"}]}`, `{}`, ""))
+		if err := wait(run); err != nil {
+			t.Fatal(err)
+		}
+		saveHistory(t, st, id, run.GetRunID(), "evaluator_exporters")
+		runID, point, err := findResetPoint(ctx, st.Client, id, run.GetRunID(), workflows.PhaseExporting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{Namespace: st.Temporal.Namespace(),
+			WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID}, Reason: "record", WorkflowTaskFinishEventId: point, RequestId: "record-reset"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wait(st.Client.GetWorkflow(ctx, id, resp.RunId)); err != nil {
+			t.Fatal(err)
+		}
+		saveHistory(t, st, id, resp.RunId, "reset_run")
+		dup := startUIStyle(t, st.Client, id, `{"job_id":"evaluator_exporters","preset":"census"}`)
+		if err := wait(dup); err == nil {
+			t.Fatal("duplicate succeeded")
+		}
+		saveHistory(t, st, id, dup.GetRunID(), "duplicate")
+	}
+	cluster := `{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1,"heartbeat_timeout_secs":4}`
+	if todo("distributed_killed") {
+		id := "distributed_killed"
+		input := strings.Replace(defaultLikeInput(id, 3000, `{}`, cluster, ""), `"max_steps":3000`, `"max_steps":40000`, 1)
+		run := startUIStyle(t, st.Client, id, input)
+		waitProgress(t, st, id, func(p workflows.Progress) bool { return p.GlobalStep >= 2000 })
+		kill(*w)
+		*w = startWorker()
+		if err := wait(run); err != nil {
+			t.Fatal(err)
+		}
+		saveHistory(t, st, id, run.GetRunID(), id)
+	}
+	if todo("cancelled_training") {
+		id := "cancelled_training"
+		input := strings.Replace(defaultLikeInput(id, 3000, `{"throttle_secs":0}`, cluster, ""), `"max_steps":3000`, `"max_steps":100000000`, 1)
+		run := startUIStyle(t, st.Client, id, input)
+		waitProgress(t, st, id, func(p workflows.Progress) bool { return p.GlobalStep >= 2000 })
+		st.Client.CancelWorkflow(ctx, id, "")
+		if err := wait(run); !temporal.IsCanceledError(err) {
+			t.Fatalf("cancelled job: %v", err)
+		}
+		saveHistory(t, st, id, run.GetRunID(), id)
+	}
+	if todo("bad_data_evaluator") {
+		id := "bad_data_evaluator"
+		bad := filepath.Join(t.TempDir(), "bad.csv")
+		os.WriteFile(bad, []byte("39, State-gov, oops\n"), 0o644)
+		run, _ := startJob(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{Train: []string{bad}, Eval: []string{bad}}})
+		if err := wait(run); err == nil {
+			t.Fatal("bad data succeeded")
+		}
+		saveHistory(t, st, id, run.GetRunID(), id)
+	}
+	if todo("continued_first", "continued_last") {
+		st2, err := startStack(ctx, stackConfig{Home: filepath.Join(home, "continued"), FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+			SuggestContinueAsNewEvents: 40, Exe: os.Args[0], Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st2.Stop()
+		id := "continued"
+		run := startUIStyle(t, st2.Client, id, defaultLikeInput(id, 2000, `{}`, `{"heartbeat_timeout_secs":4}`, `,"model":{"type":"dnn_classifier","hidden_units":[128,64]}`))
+		if err := wait(run); err != nil {
+			t.Fatal(err)
+		}
+		d, err := st2.Client.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.WorkflowExecutionInfo.FirstRunId == d.WorkflowExecutionInfo.Execution.RunId {
+			t.Fatal("the job never continued as new")
+		}
+		saveHistory(t, st2, id, d.WorkflowExecutionInfo.FirstRunId, "continued_first")
+		saveHistory(t, st2, id, d.WorkflowExecutionInfo.Execution.RunId, "continued_last")
+	}
 }

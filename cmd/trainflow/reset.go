@@ -10,12 +10,15 @@ import (
 	"io"
 	"os"
 
+	"slices"
+
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/trainflow/trainflow/worker"
@@ -23,12 +26,32 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 )
 
-// resetTargets maps `jobs reset --to` to the activity whose scheduling is
-// the reset point.
+// resetTargets maps `jobs reset --to` to the phase the job enters there.
+// The reset point is the workflow task that first recorded that phase
+// (its TrainflowState upsert): the job re-runs from there, with the state
+// it had then. Phases entered after training (evaluate, export, publish)
+// are recorded once training has ended, so those resets never train.
 var resetTargets = map[string]string{
-	"preprocess": workflows.PreprocessActivity,
-	"train":      workflows.TrainActivity,
-	"export":     workflows.ExportActivity,
+	"preprocess": workflows.PhasePreprocessing,
+	"train":      workflows.PhaseTraining,
+	"evaluate":   workflows.PhaseEvaluating,
+	"export":     workflows.PhaseExporting,
+	"publish":    workflows.PhasePublishing,
+}
+
+// resetTargetNames lists resetTargets' keys in the order of a job.
+const resetTargetNames = "preprocess, train, evaluate, export or publish"
+
+// phaseActivities are, for runs that never recorded a phase (histories
+// without phase upserts; a job that failed in an evaluation or export
+// during training, before its EVALUATING and EXPORTING phases), the
+// activities whose first scheduling is the reset point.
+var phaseActivities = map[string][]string{
+	workflows.PhasePreprocessing: {workflows.PreprocessActivity},
+	workflows.PhaseTraining:      {workflows.TrainActivity, workflows.ParameterServerActivity, workflows.TrainWorkerActivity},
+	workflows.PhaseEvaluating:    {workflows.EvaluateActivity},
+	workflows.PhaseExporting:     {workflows.ExportActivity},
+	workflows.PhasePublishing:    {workflows.PublishActivity},
 }
 
 // fetchHistory reads the whole history of the job's latest run.
@@ -49,25 +72,59 @@ func fetchHistory(ctx context.Context, cl client.Client, id, runID string) (*his
 	return h, nil
 }
 
-// resetPoint returns the ID of the workflow task completion that scheduled
-// the first attempt of activity in h.
-func resetPoint(h *historypb.History, activity string) (int64, error) {
+// resetPoint returns the ID of the workflow task completion that first
+// recorded phase in h (the TrainflowState upsert), or else scheduled the
+// first activity of the phase; 0 if the run never reached it.
+func resetPoint(h *historypb.History, phase string) int64 {
+	dc := converter.GetDefaultDataConverter()
 	for _, ev := range h.Events {
-		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.ActivityType.GetName() == activity {
-			return a.WorkflowTaskCompletedEventId, nil
+		a := ev.GetUpsertWorkflowSearchAttributesEventAttributes()
+		if a == nil {
+			continue
+		}
+		var got string
+		if p, ok := a.SearchAttributes.GetIndexedFields()[workflows.SearchState.GetName()]; ok && dc.FromPayload(p, &got) == nil && got == phase {
+			return a.WorkflowTaskCompletedEventId
 		}
 	}
-	return 0, fmt.Errorf("the job never reached %s: nothing to reset to", activity)
+	for _, ev := range h.Events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && slices.Contains(phaseActivities[phase], a.ActivityType.GetName()) {
+			return a.WorkflowTaskCompletedEventId
+		}
+	}
+	return 0
+}
+
+// findResetPoint finds where to reset job id to reach phase: in run runID,
+// or else in the runs it continued (a run continued as new starts at
+// training, so `--to preprocess` resets the chain's first run). It returns
+// the run and the event ID of its reset point.
+func findResetPoint(ctx context.Context, cl client.Client, id, runID, phase string) (string, int64, error) {
+	for run := runID; run != ""; {
+		h, err := fetchHistory(ctx, cl, id, run)
+		if err != nil {
+			return "", 0, err
+		}
+		if point := resetPoint(h, phase); point != 0 {
+			return run, point, nil
+		}
+		if len(h.Events) == 0 {
+			break
+		}
+		run = h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
+	}
+	return "", 0, fmt.Errorf("job %s (run %s) never reached %s: nothing to reset to", id, runID, phase)
 }
 
 func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var to, reason *string
+	var to, reason, run *string
 	j, err := openJobCommand("jobs reset", args, stderr, func(fs *flag.FlagSet) func() error {
-		to = fs.String("to", "", "step to re-run from: preprocess, train or export")
+		to = fs.String("to", "", "step to re-run from: "+resetTargetNames)
 		reason = fs.String("reason", "reset by trainflow jobs reset", "reason recorded in the history")
+		run = fs.String("run", "", "reset this run of the job (default: its latest meaningful run)")
 		return func() error {
 			if _, ok := resetTargets[*to]; !ok {
-				return usageError{fmt.Errorf("--to %q: want preprocess, train or export", *to)}
+				return usageError{fmt.Errorf("--to %q: want %s", *to, resetTargetNames)}
 			}
 			return nil
 		}
@@ -76,21 +133,16 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer j.client.Close()
-	id, cl, c, activity := j.id, j.client, j.conn, resetTargets[*to]
-	d, err := cl.DescribeWorkflowExecution(ctx, id, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return notFoundError{fmt.Errorf("job %s not found", id)}
+	id, cl, c, phase := j.id, j.client, j.conn, resetTargets[*to]
+	runID := *run
+	if runID == "" {
+		info, err := meaningfulRun(ctx, cl, c.Namespace, id)
+		if err != nil {
+			return err
+		}
+		runID = info.Execution.RunId
 	}
-	if err != nil {
-		return fmt.Errorf("describe job %s: %w", id, err)
-	}
-	runID := d.WorkflowExecutionInfo.Execution.RunId
-	h, err := fetchHistory(ctx, cl, id, runID)
-	if err != nil {
-		return err
-	}
-	point, err := resetPoint(h, activity)
+	runID, point, err := findResetPoint(ctx, cl, id, runID, phase)
 	if err != nil {
 		return err
 	}

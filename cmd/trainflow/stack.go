@@ -15,6 +15,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/internal/devserver"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/worker"
@@ -124,7 +125,14 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	srv := serving.New(s.Registry, log, serving.Options{})
+	con, err := console.New(console.Options{
+		Client: s.Client, Namespace: s.Temporal.Namespace(), UIURL: s.Temporal.UIURL(),
+		Registry: s.Registry, Repository: repo, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv := serving.New(s.Registry, log, serving.Options{Routes: con.Routes})
 	go func() { s.served <- srv.Serve(sctx, ln) }()
 	go s.Registry.Watch(sctx, 2*time.Second)
 	if cfg.MetricsAddr != "" {

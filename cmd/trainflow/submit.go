@@ -17,21 +17,29 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// startJob starts TrainingJob for spec with workflow ID = job ID. A job ID
-// used before, by a running or a finished job, is refused.
+// startJob starts TrainingJob for spec (HyperparameterTuningJob when it
+// has a tuning block) with workflow ID = job ID. A job ID used before, by
+// a running or a finished job, is refused by the server before any run is
+// created (every start path of trainflow's own goes through here: jobs
+// submit, dev --demo).
 func startJob(ctx context.Context, c client.Client, spec workflows.JobSpec) (client.WorkflowRun, error) {
 	d := spec.WithDefaults()
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
+	wf, summary := workflows.TrainingJobName, fmt.Sprintf("model %s (%s), preset %s", d.ModelName, d.Model.Type, d.Preset)
+	if t := d.Tuning; t != nil {
+		wf, summary = workflows.HyperparameterTuningJobName, fmt.Sprintf("tuning model %s (%s): %s, %d trials", d.ModelName, d.Model.Type, t.Algorithm, t.MaxTrials)
+	}
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       spec.JobID,
 		TaskQueue:                                workflows.TaskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            fmt.Sprintf("model %s (%s), preset %s", d.ModelName, d.Model.Type, d.Preset),
+		StaticSummary:                            summary,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(d.ModelName)),
-	}, workflows.TrainingJobName, spec)
+	}, wf, spec)
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &exists) {
 		return nil, fmt.Errorf("job %s already exists (job IDs are unique; pick another): %w", spec.JobID, err)
@@ -115,6 +123,11 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if c.output == "json" {
 		return writeJSON(stdout, res)
+	}
+	if t := res.Tuning; t != nil && t.BestObjective != nil {
+		fmt.Fprintf(stdout, "tuning job %s succeeded: best trial %d of %d, %s %.4f; model %s version %d\n",
+			res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, res.Model, res.Version)
+		return nil
 	}
 	fmt.Fprintf(stdout, "job %s succeeded: %d steps, accuracy %.4f, AUC %.4f; model %s version %d\n",
 		res.JobID, res.GlobalStep, res.Metrics.Accuracy, res.Metrics.AUC, res.Model, res.Version)

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/stats"
 
 	"github.com/trainflow/trainflow/train"
 )
@@ -48,6 +50,7 @@ type Client struct {
 	conns   []*grpc.ClientConn
 	creds   []*secretCreds
 	steps   []int64 // per-shard steps of the last Pull: the tags of Push
+	wire    wireCounter
 }
 
 // Dial resolves the cluster, waiting until every one of the tasks
@@ -59,6 +62,29 @@ func Dial(ctx context.Context, resolve Resolver, n, tasks int) (*Client, error) 
 		return nil, err
 	}
 	return c, nil
+}
+
+// WireBytes returns the bytes of messages the client has sent to and
+// received from the parameter servers, as framed on the wire.
+func (c *Client) WireBytes() (sent, received int64) {
+	return c.wire.sent.Load(), c.wire.received.Load()
+}
+
+// wireCounter is a gRPC stats handler counting payload bytes on the wire.
+type wireCounter struct{ sent, received atomic.Int64 }
+
+func (w *wireCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (w *wireCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (w *wireCounter) HandleConn(context.Context, stats.ConnStats) {}
+func (w *wireCounter) HandleRPC(_ context.Context, s stats.RPCStats) {
+	switch p := s.(type) {
+	case *stats.OutPayload:
+		w.sent.Add(int64(p.WireLength))
+	case *stats.InPayload:
+		w.received.Add(int64(p.WireLength))
+	}
 }
 
 // Gen returns the cluster generation the client works in.
@@ -91,6 +117,7 @@ func (c *Client) Refresh(ctx context.Context) error {
 					grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes),
 					grpc.WithWriteBufferSize(1<<20), grpc.WithReadBufferSize(1<<20),
 					grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+					grpc.WithStatsHandler(&c.wire),
 				)
 				if err != nil {
 					return fmt.Errorf("connect to parameter server %d at %s: %w", i, a, err)

@@ -493,6 +493,11 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 	if err := w.ckpts.Save(ctx, ck, w.cfg.KeepMax); err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", ck.Step, err)
 	}
+	// The checkpoint is committed: tell the shards and report it even if
+	// ctx was cancelled meanwhile (a continue-as-new or a cancel stopping
+	// the role), or a run that restores it would never report it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	if err := cc.Committed(ctx, ck.Step); err != nil {
 		return err
 	}

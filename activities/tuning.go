@@ -1,0 +1,202 @@
+package activities
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/tuning"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// tuningSpace converts a tuning spec's params into the search space.
+func tuningSpace(t workflows.TuningSpec) tuning.Space {
+	s := make(tuning.Space, len(t.Params))
+	for i, p := range t.Params {
+		q := tuning.Param{Name: p.ParameterName}
+		switch p.Type {
+		case workflows.ParamDouble, workflows.ParamInteger:
+			q.Kind = tuning.Double
+			if p.Type == workflows.ParamInteger {
+				q.Kind = tuning.Integer
+			}
+			if p.MinValue != nil && p.MaxValue != nil {
+				q.Min, q.Max = *p.MinValue, *p.MaxValue
+			}
+		case workflows.ParamDiscrete:
+			q.Kind, q.Values = tuning.Discrete, p.DiscreteValues
+		case workflows.ParamCategorical:
+			q.Kind, q.Choices = tuning.Categorical, len(p.CategoricalValues)
+		}
+		switch p.ScaleType {
+		case workflows.ScaleLog:
+			q.Scale = tuning.Log
+		case workflows.ScaleReverseLog:
+			q.Scale = tuning.ReverseLog
+		}
+		s[i] = q
+	}
+	return s
+}
+
+// SuggestTrials suggests the parameter values of the next trials: a pure
+// function of the tuning spec (algorithm, seed), the trials so far and the
+// number asked, so a retry answers the same.
+func (a *Activities) SuggestTrials(ctx context.Context, in workflows.SuggestInput) (workflows.SuggestResult, error) {
+	defer keepAlive(ctx).Stop()
+	alg := tuning.Bayesian
+	switch in.Tuning.Algorithm {
+	case workflows.AlgorithmGrid:
+		alg = tuning.Grid
+	case workflows.AlgorithmRandom:
+		alg = tuning.Random
+	}
+	r := tuning.Request{Space: tuningSpace(in.Tuning), Algorithm: alg, Maximize: in.Tuning.Goal == workflows.TuningMaximize,
+		Pending: in.Pending, N: in.N, Seed: in.Tuning.Seed}
+	for _, t := range in.Observed {
+		if t.Objective != nil {
+			r.Observed = append(r.Observed, tuning.Observation{X: t.Values, Y: *t.Objective})
+		}
+	}
+	pts, err := tuning.Suggest(r)
+	if err != nil {
+		return workflows.SuggestResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
+	}
+	return workflows.SuggestResult{Points: pts}, nil
+}
+
+// trialJobDir is where a trial's job dir is: the same rule as PrepareJob,
+// a spec's job_dir only inside the worker's roots.
+func (a *Activities) trialJobDir(ref workflows.TrialRef) (string, error) {
+	if ref.JobDir != "" {
+		return a.locate("job_dir", ref.JobDir, true)
+	}
+	if a.Jobs != "" {
+		return joinURI(a.Jobs, ref.ID), nil
+	}
+	return filepath.Abs(filepath.Join(a.Home, "jobs", ref.ID))
+}
+
+// TrialEvaluations reads the running or finished trials' evaluations of
+// one metric from their eval/metrics.jsonl, ordered by step. A trial that
+// has not evaluated yet (or has no job dir yet) has none.
+func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEvaluationsInput) (workflows.TrialEvaluationsResult, error) {
+	defer keepAlive(ctx).Stop()
+	out := workflows.TrialEvaluationsResult{Evals: make([][]workflows.TrialEval, len(in.Trials))}
+	for i, ref := range in.Trials {
+		dir, err := a.trialJobDir(ref)
+		if err != nil {
+			return out, err
+		}
+		if !isURI(dir) { // not started yet: opening would create the directory
+			if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+		}
+		jd, err := a.openJobDir(ctx, dir)
+		if err != nil {
+			return out, err
+		}
+		b, err := jd.st.Read(ctx, evalMetrics)
+		jd.Close()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		seen := map[int64]bool{}
+		for l := range bytes.SplitSeq(b, []byte("\n")) {
+			var ml metricsLine
+			if json.Unmarshal(l, &ml) != nil || ml.Name != in.Name || seen[ml.GlobalStep] {
+				continue
+			}
+			seen[ml.GlobalStep] = true
+			out.Evals[i] = append(out.Evals[i], workflows.TrialEval{Step: ml.GlobalStep, Value: workflows.MetricValue(ml.Metrics, in.Metric)})
+		}
+		slices.SortFunc(out.Evals[i], func(a, b workflows.TrialEval) int { return cmp.Compare(a.Step, b.Step) })
+	}
+	return out, nil
+}
+
+// TrialExport returns the newest complete bundle (one with its metadata)
+// of an exporter in a finished trial's job dir.
+func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportInput) (string, error) {
+	defer keepAlive(ctx).Stop()
+	dir, err := a.locate("job_dir", in.JobDir, true)
+	if err != nil {
+		return "", err
+	}
+	jd, err := a.openJobDir(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	defer jd.Close()
+	prefix := path.Join(exportDir, in.Exporter) + "/"
+	keys, err := jd.st.List(ctx, prefix)
+	if err != nil {
+		return "", err
+	}
+	newest := int64(-1)
+	for _, k := range keys {
+		step, file, ok := strings.Cut(strings.TrimPrefix(k, prefix), "/")
+		n, err := strconv.ParseInt(step, 10, 64)
+		if ok && err == nil && file == train.MetadataFile && n > newest {
+			newest = n
+		}
+	}
+	if newest < 0 {
+		return "", nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%s has no %s export", dir, in.Exporter))
+	}
+	return jd.location(prefix + strconv.FormatInt(newest, 10)), nil
+}
+
+// TuningHistory returns the trials table of a finished tuning job, for
+// resume_previous_job_id.
+func (a *Activities) TuningHistory(ctx context.Context, in workflows.TuningHistoryInput) (workflows.TuningReport, error) {
+	defer keepAlive(ctx).Stop()
+	if a.Client == nil {
+		return workflows.TuningReport{}, errors.New("resume_previous_job_id needs a worker with a Temporal client")
+	}
+	bad := func(format string, args ...any) error {
+		err := fmt.Errorf("%w: tuning.resume_previous_job_id %s: %s", workflows.ErrInvalidSpec, in.JobID, fmt.Sprintf(format, args...))
+		return nonRetryable(workflows.ErrTypeInvalidSpec, err)
+	}
+	d, err := a.Client.DescribeWorkflowExecution(ctx, in.JobID, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return workflows.TuningReport{}, bad("no such job")
+	}
+	if err != nil {
+		return workflows.TuningReport{}, err
+	}
+	info := d.WorkflowExecutionInfo
+	if info.Type.GetName() != workflows.HyperparameterTuningJobName {
+		return workflows.TuningReport{}, bad("is a %s, not a tuning job", info.Type.GetName())
+	}
+	if info.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		return workflows.TuningReport{}, bad("has not completed (status %s)", strings.TrimPrefix(info.Status.String(), "WORKFLOW_EXECUTION_STATUS_"))
+	}
+	var res workflows.JobResult
+	if err := a.Client.GetWorkflow(ctx, in.JobID, "").Get(ctx, &res); err != nil {
+		return workflows.TuningReport{}, err
+	}
+	if res.Tuning == nil {
+		return workflows.TuningReport{}, bad("its result has no trials")
+	}
+	return *res.Tuning, nil
+}

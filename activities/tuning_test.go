@@ -1,0 +1,99 @@
+package activities
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+func TestTrialEvaluationsAndExport(t *testing.T) {
+	acts := newActs(t)
+	e := env(acts)
+	dir := filepath.Join(acts.Home, "jobs", "hp_1_trial_2")
+	os.MkdirAll(filepath.Join(dir, "eval"), 0o755)
+	lines := `{"name":"eval","global_step":40,"metrics":{"accuracy":0.8,"auc":0.7}}
+{"name":"other","global_step":20,"metrics":{"accuracy":0.1}}
+{"name":"eval","global_step":20,"metrics":{"accuracy":0.75,"auc":0.6}}
+{"name":"eval","global_step":20,"metrics":{"accuracy":0.75,"auc":0.6}}
+not json
+`
+	os.WriteFile(filepath.Join(dir, evalMetrics), []byte(lines), 0o644)
+	v, err := e.ExecuteActivity(acts.TrialEvaluations, workflows.TrialEvaluationsInput{Metric: "auc", Name: "eval",
+		Trials: []workflows.TrialRef{{Number: 1, ID: "hp_1_trial_1"}, {Number: 2, ID: "hp_1_trial_2"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got workflows.TrialEvaluationsResult
+	v.Get(&got)
+	want := []workflows.TrialEval{{Step: 20, Value: 0.6}, {Step: 40, Value: 0.7}}
+	if len(got.Evals) != 2 || len(got.Evals[0]) != 0 || !slices.Equal(got.Evals[1], want) {
+		t.Errorf("evaluations %+v, want none for trial 1 and %v for trial 2", got.Evals, want)
+	}
+	if _, err := os.Stat(filepath.Join(acts.Home, "jobs", "hp_1_trial_1")); err == nil {
+		t.Error("reading a trial not started yet created its job dir")
+	}
+
+	_, err = e.ExecuteActivity(acts.TrialEvaluations, workflows.TrialEvaluationsInput{Metric: "auc", Name: "eval",
+		Trials: []workflows.TrialRef{{Number: 1, ID: "hp_1_trial_1", JobDir: "/etc/x"}}})
+	if errType(err) != workflows.ErrTypeInvalidSpec {
+		t.Errorf("a trial job_dir outside the worker's roots: %v, want an InvalidSpec refusal", err)
+	}
+	if _, err := e.ExecuteActivity(acts.TrialExport, workflows.TrialExportInput{JobDir: "/etc", Exporter: "best"}); errType(err) != workflows.ErrTypeInvalidSpec {
+		t.Errorf("TrialExport outside the roots: %v, want an InvalidSpec refusal", err)
+	}
+
+	for _, step := range []string{"20", "40", "60"} {
+		os.MkdirAll(filepath.Join(dir, "export", "best", step), 0o755)
+	}
+	for _, step := range []string{"20", "40"} { // 60 is incomplete: no metadata
+		os.WriteFile(filepath.Join(dir, "export", "best", step, train.MetadataFile), []byte("{}"), 0o644)
+	}
+	v, err = e.ExecuteActivity(acts.TrialExport, workflows.TrialExportInput{JobDir: dir, Exporter: "best"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exp string
+	v.Get(&exp)
+	if exp != filepath.Join(dir, "export", "best", "40") {
+		t.Errorf("trial export %s, want the newest complete bundle export/best/40", exp)
+	}
+	if _, err := e.ExecuteActivity(acts.TrialExport, workflows.TrialExportInput{JobDir: dir, Exporter: "final"}); errType(err) != workflows.ErrTypeBadData {
+		t.Errorf("missing export: %v, want a BadData error", err)
+	}
+}
+
+func TestSuggestTrialsIsReproducible(t *testing.T) {
+	acts := newActs(t)
+	e := env(acts)
+	lo, hi := 1e-4, 0.1
+	spec := workflows.TuningSpec{Goal: workflows.TuningMaximize, Algorithm: workflows.AlgorithmBayesian, Seed: 3, Params: []workflows.TuningParam{
+		{ParameterName: "model.learning_rate", Type: workflows.ParamDouble, MinValue: &lo, MaxValue: &hi, ScaleType: workflows.ScaleLog},
+		{ParameterName: "model.optimizer", Type: workflows.ParamCategorical, CategoricalValues: []string{"adam", "sgd", "ftrl"}},
+		{ParameterName: "model.batch_size", Type: workflows.ParamDiscrete, DiscreteValues: []float64{32, 64}},
+	}}
+	obj := func(v float64) *float64 { return &v }
+	in := workflows.SuggestInput{Tuning: spec, N: 2, Pending: [][]float64{{0.01, 1, 32}}, Observed: []workflows.Trial{
+		{Values: []float64{0.001, 0, 32}, Objective: obj(0.8)}, {Values: []float64{0.05, 2, 64}, Objective: obj(0.7)},
+		{Values: []float64{0.0002, 1, 64}, Objective: obj(0.75)}, {Values: []float64{0.003, 0, 64}, Objective: obj(0.82)},
+	}}
+	var a, b workflows.SuggestResult
+	v, err := e.ExecuteActivity(acts.SuggestTrials, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Get(&a)
+	v, _ = e.ExecuteActivity(acts.SuggestTrials, in)
+	v.Get(&b)
+	if len(a.Points) != 2 || !slices.EqualFunc(a.Points, b.Points, slices.Equal) {
+		t.Fatalf("suggestions %v then %v, want the same two", a.Points, b.Points)
+	}
+	for _, p := range a.Points {
+		if p[0] < lo || p[0] > hi || (p[1] != 0 && p[1] != 1 && p[1] != 2) || (p[2] != 32 && p[2] != 64) {
+			t.Errorf("suggestion %v outside the space", p)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/serving"
+)
+
+// Prefix is where the console is mounted.
+const Prefix = "/console"
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+// Options are the console's dependencies. Every one may be nil or empty:
+// the pages then say what they cannot show.
+type Options struct {
+	// Client reads the jobs from Temporal (visibility, histories,
+	// queries); nil: the jobs pages say the console is not connected.
+	Client client.Client
+	// Namespace is the client's namespace, for links into the Temporal UI.
+	Namespace string
+	// UIURL is the Temporal Web UI's base URL (http://host:8233); ""
+	// leaves the links out.
+	UIURL string
+	// Registry and Repository are the prediction server's models.
+	Registry   *serving.Registry
+	Repository *serving.Repository
+	// OpenJobDir opens a job directory (an absolute path or a storage URI)
+	// for reading; nil means storage.Open, refusing local paths that do
+	// not exist.
+	OpenJobDir func(ctx context.Context, dir string) (*storage.Store, error)
+	// Logger logs what a page could not read; nil discards.
+	Logger *slog.Logger
+}
+
+// Console serves the web console's pages. Build one with New and mount it
+// with Routes.
+type Console struct {
+	opts  Options
+	log   *slog.Logger
+	pages map[string]*template.Template
+	// echo is the server the console is mounted on: the try-it form posts
+	// to its predict API.
+	echo *echo.Echo
+}
+
+// New parses the console's templates.
+func New(opts Options) (*Console, error) {
+	if opts.OpenJobDir == nil {
+		opts.OpenJobDir = openJobDir
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Console{opts: opts, log: log.With("component", "console"), pages: map[string]*template.Template{}}
+	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
+	if err != nil {
+		return nil, err
+	}
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		name := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if name == "layout" {
+			continue
+		}
+		t, err := template.Must(base.Clone()).ParseFS(templateFS, n)
+		if err != nil {
+			return nil, fmt.Errorf("console template %s: %w", n, err)
+		}
+		c.pages[name] = t
+	}
+	return c, nil
+}
+
+// Routes mounts the console under Prefix on e.
+func (c *Console) Routes(e *echo.Echo) {
+	c.echo = e
+	home := func(ec echo.Context) error { return ec.Redirect(http.StatusFound, Prefix+"/jobs") }
+	e.GET(Prefix, home)
+	e.GET(Prefix+"/", home)
+	e.GET(Prefix+"/jobs", c.jobs)
+	e.GET(Prefix+"/jobs/:id", c.job)
+	e.GET(Prefix+"/models", c.models)
+	e.GET(Prefix+"/models/:name", c.model)
+	e.POST(Prefix+"/models/:name", c.try)
+}
+
+// page is what the layout renders.
+type page struct {
+	Title string
+	Nav   string // "jobs" or "models"
+	// Refresh, if positive, reloads the page after that many seconds.
+	Refresh int
+	Body    any
+}
+
+// render writes a page with status code.
+func (c *Console) render(ec echo.Context, code int, name string, p page) error {
+	var buf bytes.Buffer
+	if err := c.pages[name].ExecuteTemplate(&buf, "layout.html", p); err != nil {
+		c.log.Error("render console page", "page", name, "error", err)
+		return ec.String(http.StatusInternalServerError, "internal error")
+	}
+	h := ec.Response().Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	return ec.HTMLBlob(code, buf.Bytes())
+}
+
+// fail renders an error page whose message is safe to show.
+func (c *Console) fail(ec echo.Context, code int, nav, msg string) error {
+	return c.render(ec, code, "error", page{Title: http.StatusText(code), Nav: nav, Body: msg})
+}
+
+var funcs = template.FuncMap{
+	"time": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05")
+	},
+	"f4": func(v float64) string { return fmt.Sprintf("%.4f", v) },
+	// num shows whole numbers (counts) as such, others to 4 decimals.
+	"num": func(v float64) string {
+		if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+			return strconv.FormatFloat(v, 'f', 0, 64)
+		}
+		return fmt.Sprintf("%.4f", v)
+	},
+	"f0":      func(v float64) string { return fmt.Sprintf("%.0f", v) },
+	"pathesc": url.PathEscape,
+	"add":     func(a, b int) int { return a + b },
+}
+
+// openJobDir opens a job directory for reading: a local path must exist
+// (storage.Open would create it).
+func openJobDir(ctx context.Context, dir string) (*storage.Store, error) {
+	if !strings.Contains(dir, "://") {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, err
+		}
+	}
+	return storage.Open(ctx, dir)
+}
+
+// errNoTemporal is what the jobs pages say without a Temporal client.
+var errNoTemporal = errors.New("the console is not connected to Temporal: jobs cannot be listed")

@@ -1,0 +1,496 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+	"gonum.org/v1/plot/plotter"
+
+	"github.com/trainflow/trainflow/internal/ident"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// maxJobs bounds the jobs list.
+const maxJobs = 200
+
+// states are the choices of the jobs list's state filter: execution
+// statuses, then the phases of a running job.
+var states = []string{"RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT",
+	workflows.PhasePreprocessing, workflows.PhaseTraining, workflows.PhaseEvaluating, workflows.PhaseExporting, workflows.PhasePublishing, workflows.PhaseTuning}
+
+var statusQuery = map[string]string{"RUNNING": "Running", "SUCCEEDED": "Completed", "FAILED": "Failed",
+	"CANCELLED": "Canceled", "TERMINATED": "Terminated", "TIMED_OUT": "TimedOut"}
+
+// jobQuery is the visibility query of the jobs list: TrainingJob and
+// HyperparameterTuningJob workflows, of one state and one model if given. Both were checked
+// against fixed lists or the name rule, so nothing a request sends
+// reaches the query unchecked.
+func jobQuery(state, model string) (string, error) {
+	q := fmt.Sprintf("(WorkflowType = '%s' OR WorkflowType = '%s')", workflows.TrainingJobName, workflows.HyperparameterTuningJobName)
+	switch {
+	case state == "":
+	case statusQuery[state] != "":
+		q += fmt.Sprintf(" AND ExecutionStatus = '%s'", statusQuery[state])
+	case slices.Contains(states, state):
+		q += fmt.Sprintf(" AND %s = '%s'", workflows.SearchState.GetName(), state)
+	default:
+		return "", fmt.Errorf("state %q: want one of %s", state, strings.Join(states, ", "))
+	}
+	if model != "" {
+		if err := ident.Check(model); err != nil {
+			return "", fmt.Errorf("model: %v", err)
+		}
+		q += fmt.Sprintf(" AND %s = '%s'", workflows.SearchModel.GetName(), model)
+	}
+	return q, nil
+}
+
+// jobRow is one row of the jobs list.
+type jobRow struct {
+	ID, Status, Phase, Model, Tier string
+	Best                           *float64
+	Start                          time.Time
+	Duration                       string
+	UILink                         string
+}
+
+type jobsBody struct {
+	Error  string
+	State  string
+	Model  string
+	States []string
+	Rows   []jobRow
+	More   bool
+}
+
+func (c *Console) jobs(ec echo.Context) error {
+	b := jobsBody{State: strings.ToUpper(ec.QueryParam("state")), Model: ec.QueryParam("model"), States: states}
+	if c.opts.Client == nil {
+		b.Error = errNoTemporal.Error()
+		return c.render(ec, http.StatusOK, "jobs", page{Title: "Jobs", Nav: "jobs", Body: b})
+	}
+	q, err := jobQuery(b.State, b.Model)
+	if err != nil {
+		return c.fail(ec, http.StatusBadRequest, "jobs", err.Error())
+	}
+	ctx, cancel := context.WithTimeout(ec.Request().Context(), 10*time.Second)
+	defer cancel()
+	var token []byte
+	for len(b.Rows) < maxJobs {
+		resp, err := c.opts.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: c.opts.Namespace, Query: q, NextPageToken: token, PageSize: 100})
+		if err != nil {
+			c.log.Warn("list jobs", "error", err)
+			b.Error = "cannot list jobs from Temporal: " + temporalError(err)
+			break
+		}
+		for _, e := range resp.Executions {
+			f := e.SearchAttributes.GetIndexedFields()
+			r := jobRow{ID: e.Execution.GetWorkflowId(), Status: statusName(e.Status), Start: e.StartTime.AsTime(),
+				Phase: keyword(f, workflows.SearchState.GetName()), Model: keyword(f, workflows.SearchModel.GetName()),
+				Tier: keyword(f, workflows.SearchScaleTier.GetName()), Best: float(f, workflows.SearchBestMetric.GetName())}
+			if e.GetType().GetName() == workflows.HyperparameterTuningJobName {
+				r.Tier = "tuning"
+			}
+			end := time.Now()
+			if e.CloseTime != nil {
+				end = e.CloseTime.AsTime()
+			}
+			r.Duration = end.Sub(r.Start).Round(time.Second).String()
+			r.UILink = c.uiLink(r.ID)
+			b.Rows = append(b.Rows, r)
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			break
+		}
+	}
+	b.More = len(token) > 0
+	refresh := 0
+	if slices.ContainsFunc(b.Rows, func(r jobRow) bool { return r.Status == "RUNNING" }) {
+		refresh = 5
+	}
+	return c.render(ec, http.StatusOK, "jobs", page{Title: "Jobs", Nav: "jobs", Refresh: refresh, Body: b})
+}
+
+// uiLink is the job's page in the Temporal UI, or "".
+func (c *Console) uiLink(id string) string {
+	if c.opts.UIURL == "" {
+		return ""
+	}
+	return strings.TrimRight(c.opts.UIURL, "/") + "/namespaces/" + url.PathEscape(c.opts.Namespace) + "/workflows/" + url.PathEscape(id)
+}
+
+// temporalError is an error from Temporal worth showing: its message,
+// cut to a line.
+func temporalError(err error) string {
+	msg := err.Error()
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	return msg
+}
+
+func statusName(s enumspb.WorkflowExecutionStatus) string {
+	switch s {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return "RUNNING"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return "SUCCEEDED"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+		return "FAILED"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
+		return "CANCELLED"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+		return "TERMINATED"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		return "TIMED_OUT"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		return "CONTINUED_AS_NEW"
+	}
+	return strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_")
+}
+
+func keyword(f map[string]*commonpb.Payload, name string) string {
+	var s string
+	if p, ok := f[name]; ok && converter.GetDefaultDataConverter().FromPayload(p, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+func float(f map[string]*commonpb.Payload, name string) *float64 {
+	var v float64
+	if p, ok := f[name]; ok && converter.GetDefaultDataConverter().FromPayload(p, &v) == nil {
+		return &v
+	}
+	return nil
+}
+
+// pending is a step running or waiting to retry.
+type pending struct {
+	Activity, State string
+	Attempt         int32
+	LastFailure     string
+}
+
+type jobBody struct {
+	ID, RunID, Status, Phase, Model, Tier string
+	Start, End                            time.Time
+	Best                                  *float64
+	UILink                                string
+	Progress                              *workflows.Progress
+	Result                                *workflows.JobResult
+	Error                                 string
+	Pending                               []pending
+	JobDir                                string
+	DirError                              string
+	Data                                  *jobData
+	Charts                                []*chart
+	Roles                                 []role
+	Events                                []eventRow
+	EventsHidden                          int
+	BadReasons                            []badReason
+	// Tuning is a tuning job's trials (nil for a training job).
+	Tuning *workflows.TuningReport
+}
+
+// tuningChart draws a tuning job's objective per trial and the best so
+// far.
+func (b *jobBody) tuningChart(log interface{ Warn(string, ...any) }) {
+	rep := b.Tuning
+	if rep == nil {
+		return
+	}
+	var obj, best plotter.XYs
+	maximize := !strings.EqualFold(rep.Goal, "MINIMIZE")
+	for _, tr := range rep.Trials {
+		if tr.Objective == nil || (tr.State != workflows.TrialSucceeded && tr.State != workflows.TrialStopped) {
+			continue
+		}
+		v := *tr.Objective
+		obj = append(obj, plotter.XY{X: float64(tr.Number), Y: v})
+		if tr.State != workflows.TrialSucceeded {
+			continue
+		}
+		if n := len(best); n > 0 && (maximize && best[n-1].Y > v || !maximize && best[n-1].Y < v) {
+			v = best[n-1].Y
+		}
+		best = append(best, plotter.XY{X: float64(tr.Number), Y: v})
+	}
+	ch, err := renderChartX("Objective per trial", "trial", rep.Metric, []series{{Name: rep.Metric + " (trial)", Points: obj}, {Name: "best so far", Points: best}}, nil)
+	if err != nil {
+		log.Warn("draw chart", "chart", "tuning", "error", err)
+	}
+	if ch != nil {
+		b.Charts = append(b.Charts, ch)
+	}
+}
+
+type eventRow struct {
+	Time, Event, Task, Detail string
+}
+
+type badReason struct {
+	Reason string
+	Count  int64
+}
+
+func (c *Console) job(ec echo.Context) error {
+	id := ec.Param("id")
+	if err := ident.Check(id); err != nil {
+		return c.fail(ec, http.StatusBadRequest, "jobs", fmt.Sprintf("job ID: %v", err))
+	}
+	if c.opts.Client == nil {
+		return c.fail(ec, http.StatusServiceUnavailable, "jobs", errNoTemporal.Error())
+	}
+	ctx, cancel := context.WithTimeout(ec.Request().Context(), 15*time.Second)
+	defer cancel()
+	cl := c.opts.Client
+	d, err := cl.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return c.fail(ec, http.StatusNotFound, "jobs", fmt.Sprintf("no job %s", id))
+	case err != nil:
+		c.log.Warn("describe job", "job_id", id, "error", err)
+		return c.fail(ec, http.StatusBadGateway, "jobs", "cannot read the job from Temporal: "+temporalError(err))
+	}
+	info := d.WorkflowExecutionInfo
+	tuning := info.GetType().GetName() == workflows.HyperparameterTuningJobName
+	if info.GetType().GetName() != workflows.TrainingJobName && !tuning {
+		return c.fail(ec, http.StatusNotFound, "jobs", fmt.Sprintf("%s is not a %s or %s workflow", id, workflows.TrainingJobName, workflows.HyperparameterTuningJobName))
+	}
+	f := info.SearchAttributes.GetIndexedFields()
+	b := &jobBody{ID: id, RunID: info.Execution.GetRunId(), Status: statusName(info.Status), Start: info.StartTime.AsTime(),
+		Phase: keyword(f, workflows.SearchState.GetName()), Model: keyword(f, workflows.SearchModel.GetName()),
+		Tier: keyword(f, workflows.SearchScaleTier.GetName()), Best: float(f, workflows.SearchBestMetric.GetName()), UILink: c.uiLink(id)}
+	if info.CloseTime != nil {
+		b.End = info.CloseTime.AsTime()
+	}
+	for _, pa := range d.PendingActivities {
+		p := pending{Activity: pa.ActivityType.GetName(), State: strings.TrimPrefix(pa.State.String(), "PENDING_ACTIVITY_STATE_"), Attempt: pa.Attempt}
+		if pa.LastFailure != nil {
+			p.LastFailure = pa.LastFailure.Message
+		}
+		b.Pending = append(b.Pending, p)
+	}
+	running := info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	if running {
+		qctx, qcancel := context.WithTimeout(ctx, 3*time.Second)
+		if v, err := cl.QueryWorkflow(qctx, id, "", workflows.ProgressQuery); err == nil {
+			var p workflows.Progress
+			if v.Get(&p) == nil {
+				b.Progress = &p
+			}
+		}
+		qcancel()
+	} else {
+		var res workflows.JobResult
+		if err := cl.GetWorkflow(ctx, id, "").Get(ctx, &res); err != nil {
+			b.Error = err.Error()
+		} else {
+			b.Result = &res
+		}
+	}
+	if tuning {
+		if b.Progress != nil {
+			b.Tuning = b.Progress.Tuning
+		}
+		if b.Result != nil {
+			b.Tuning = b.Result.Tuning
+		}
+		b.tuningChart(c.log)
+		refresh := 0
+		if running {
+			refresh = 5
+		}
+		return c.render(ec, http.StatusOK, "job", page{Title: "Tuning job " + id, Nav: "jobs", Refresh: refresh, Body: b})
+	}
+	b.JobDir, err = c.jobDirOf(ctx, id, b.RunID)
+	if b.JobDir == "" && b.Result != nil {
+		b.JobDir, err = b.Result.JobDir, nil
+	}
+	switch {
+	case err != nil:
+		b.DirError = "cannot find the job directory in the job's history: " + temporalError(err)
+	case b.JobDir == "":
+		b.DirError = "the job has no job directory yet"
+	default:
+		c.readJob(ctx, b)
+	}
+	refresh := 0
+	if running {
+		refresh = 5
+	}
+	return c.render(ec, http.StatusOK, "job", page{Title: "Job " + id, Nav: "jobs", Refresh: refresh, Body: b})
+}
+
+// readJob fills b from its job directory.
+func (c *Console) readJob(ctx context.Context, b *jobBody) {
+	st, err := c.opts.OpenJobDir(ctx, b.JobDir)
+	if err != nil {
+		b.DirError = fmt.Sprintf("cannot open the job directory from this server: %v", err)
+		return
+	}
+	defer st.Close()
+	// The directory must be this job's: job.json names its owner.
+	owner, _, err := readBounded(ctx, st, "job.json", 64<<10)
+	var claim struct {
+		JobID string `json:"job_id"`
+	}
+	if err != nil || jsonUnmarshal(owner, &claim) != nil || claim.JobID != b.ID {
+		b.DirError = fmt.Sprintf("%s does not hold job %s's directory (job.json)", b.JobDir, b.ID)
+		return
+	}
+	d := readJobDir(ctx, st)
+	b.Data = d
+	b.Roles = roles(d.Events)
+	for i, ev := range d.Events {
+		if len(d.Events)-i > maxEventsShown {
+			b.EventsHidden++
+			continue
+		}
+		b.Events = append(b.Events, eventRow{Time: str(ev["time"]), Event: str(ev["event"]), Task: str(ev["task"]), Detail: eventDetail(ev)})
+	}
+	if m := d.Manifest; m != nil {
+		for r, n := range m.Bad {
+			b.BadReasons = append(b.BadReasons, badReason{r, n})
+		}
+		slices.SortFunc(b.BadReasons, func(x, y badReason) int { return strings.Compare(x.Reason, y.Reason) })
+	}
+	b.Charts = jobCharts(d, c.log)
+}
+
+// eventDetail formats an event's other fields as key=value, sorted.
+func eventDetail(ev map[string]any) string {
+	var keys []string
+	for k := range ev {
+		if k != "time" && k != "event" && k != "task" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var sb strings.Builder
+	for _, k := range keys {
+		if sb.Len() > 0 {
+			sb.WriteByte(' ')
+		}
+		fmt.Fprintf(&sb, "%s=%s", k, str(ev[k]))
+		if sb.Len() > 1000 {
+			sb.WriteString(" …")
+			break
+		}
+	}
+	return sb.String()
+}
+
+// curve returns step → value as sorted points.
+func curve(m map[int64]float64) plotter.XYs {
+	steps := make([]int64, 0, len(m))
+	for s := range m {
+		steps = append(steps, s)
+	}
+	slices.Sort(steps)
+	out := make(plotter.XYs, 0, len(steps))
+	for _, s := range steps {
+		out = append(out, plotter.XY{X: float64(s), Y: m[s]})
+	}
+	return out
+}
+
+// jobCharts draws the job's curves: training loss with every evaluation
+// metric, and training throughput, with checkpoints and exports marked.
+// Training values come from the TensorBoard files, else from the
+// checkpoint events.
+func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
+	loss, speed := d.Train["loss"], d.Train["examples_per_sec"]
+	var ckpts []float64
+	ckLoss, ckSpeed := map[int64]float64{}, map[int64]float64{}
+	for _, ev := range d.Events {
+		if ev["event"] != "checkpoint" {
+			continue
+		}
+		if s, ok := ev["global_step"].(float64); ok {
+			ckpts = append(ckpts, s)
+			if v, ok := ev["loss"].(float64); ok {
+				ckLoss[int64(s)] = v
+			}
+			if v, ok := ev["examples_per_sec"].(float64); ok {
+				ckSpeed[int64(s)] = v
+			}
+		}
+	}
+	if len(loss) == 0 {
+		loss = ckLoss
+	}
+	if len(speed) == 0 {
+		speed = ckSpeed
+	}
+	curves := []series{{Name: "loss (train)", Points: curve(loss)}}
+	metrics := []struct {
+		name string
+		get  func(m evalLine) float64
+	}{
+		{"log_loss", func(m evalLine) float64 { return m.Metrics.LogLoss }},
+		{"accuracy", func(m evalLine) float64 { return m.Metrics.Accuracy }},
+		{"auc", func(m evalLine) float64 { return m.Metrics.AUC }},
+		{"rmse", func(m evalLine) float64 { return m.Metrics.RMSE }},
+		{"mae", func(m evalLine) float64 { return m.Metrics.MAE }},
+	}
+	regressor := slices.ContainsFunc(d.Evals, func(e evalLine) bool { return e.Metrics.RMSE != 0 || e.Metrics.MAE != 0 })
+	for _, m := range metrics {
+		if regressor != (m.name == "rmse" || m.name == "mae") {
+			continue
+		}
+		pts := map[int64]float64{}
+		nonzero := false
+		for _, e := range d.Evals {
+			if e.Name != "" && e.Name != "eval" {
+				continue
+			}
+			v := m.get(e)
+			pts[e.GlobalStep] = v
+			nonzero = nonzero || v != 0
+		}
+		if nonzero {
+			curves = append(curves, series{Name: m.name + " (eval)", Points: curve(pts)})
+		}
+	}
+	var exportSteps []float64
+	for _, e := range d.Exports {
+		if !slices.Contains(exportSteps, float64(e.Step)) {
+			exportSteps = append(exportSteps, float64(e.Step))
+		}
+	}
+	ms := []marks{{Name: "checkpoint", Steps: ckpts, Dashed: true}, {Name: "export", Steps: exportSteps}}
+	var out []*chart
+	for _, spec := range []struct {
+		title, ylabel string
+		curves        []series
+		marks         []marks
+	}{
+		{"Loss and evaluation metrics", "value", curves, ms},
+		{"Training throughput", "examples/s", []series{{Name: "examples/s (train)", Points: curve(speed)}}, ms[:1]},
+	} {
+		ch, err := renderChart(spec.title, spec.ylabel, spec.curves, spec.marks)
+		if err != nil {
+			log.Warn("draw chart", "chart", spec.title, "error", err)
+			continue
+		}
+		if ch != nil {
+			out = append(out, ch)
+		}
+	}
+	return out
+}

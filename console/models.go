@@ -1,0 +1,295 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/trainflow/trainflow/internal/ident"
+	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/serving"
+	"github.com/trainflow/trainflow/train"
+)
+
+// Bounds on the try-it form.
+const (
+	maxFormBytes = 64 << 10
+	maxChoices   = 300 // known values offered for a string input
+)
+
+type modelRow struct {
+	Name     string
+	Versions []int64
+	Default  int64
+}
+
+func (c *Console) models(ec echo.Context) error {
+	var rows []modelRow
+	if c.opts.Registry != nil {
+		for _, name := range c.opts.Registry.Models() {
+			vs, def, err := c.opts.Registry.Status(name)
+			if err == nil {
+				rows = append(rows, modelRow{Name: name, Versions: vs, Default: def})
+			}
+		}
+	}
+	return c.render(ec, http.StatusOK, "models", page{Title: "Models", Nav: "models", Body: rows})
+}
+
+// version is one version of a model as the model page shows it.
+type version struct {
+	Version  int64
+	Loaded   bool
+	Default  bool
+	Labels   []string
+	JobID    string
+	Exporter string
+	Step     int64
+	Model    string
+	Metrics  []metric
+}
+
+type metric struct {
+	Name  string
+	Value float64
+}
+
+// input is one field of the try-it form.
+type input struct {
+	Name    string
+	Number  bool
+	Value   string
+	Choices []string
+}
+
+// answer is what the predict API said to the try-it form.
+type answer struct {
+	Status  int
+	Request string
+	Body    string
+	Error   string
+	Class   string
+	Value   *float64
+	Probs   []metric
+}
+
+type modelBody struct {
+	Name     string
+	Default  int64
+	Versions []version
+	// Try is the version the form predicts with; its signature.
+	Try       int64
+	Signature []preprocess.Input
+	Inputs    []input
+	Classes   []string
+	Answer    *answer
+}
+
+func (c *Console) modelBody(name string) (*modelBody, error) {
+	if c.opts.Registry == nil {
+		return nil, fmt.Errorf("this server serves no models")
+	}
+	loaded, def, err := c.opts.Registry.Status(name)
+	if err != nil {
+		return nil, fmt.Errorf("model %s is not served here", name)
+	}
+	b := &modelBody{Name: name, Default: def, Try: def}
+	all := loaded
+	labels := map[int64][]string{}
+	if r := c.opts.Repository; r != nil {
+		if vs, err := r.Versions(name); err == nil {
+			all = vs
+		}
+		if cfg, err := r.Config(name); err == nil {
+			for l, v := range cfg.Labels {
+				labels[v] = append(labels[v], l)
+			}
+		}
+	}
+	for _, v := range slices.Backward(all) {
+		ver := version{Version: v, Default: v == def, Labels: labels[v]}
+		slices.Sort(ver.Labels)
+		if sv, err := c.opts.Registry.Get(name, v); err == nil {
+			m := sv.Bundle.Meta
+			ver.Loaded, ver.JobID, ver.Exporter, ver.Step, ver.Model = true, m.JobID, m.Exporter, m.Step, m.Model.Model
+			ver.Metrics = metrics(m.Metrics)
+		}
+		b.Versions = append(b.Versions, ver)
+	}
+	return b, nil
+}
+
+// metrics lists the non-zero metrics of an evaluation.
+func metrics(m train.Metrics) []metric {
+	all := []metric{{"accuracy", m.Accuracy}, {"auc", m.AUC}, {"log_loss", m.LogLoss}, {"precision", m.Precision},
+		{"recall", m.Recall}, {"rmse", m.RMSE}, {"mae", m.MAE}, {"examples", float64(m.Examples)}}
+	return slices.DeleteFunc(all, func(x metric) bool { return x.Value == 0 })
+}
+
+// form fills the try-it inputs from version sv's signature, with values
+// from vals (a submitted form) or else a typical value: a string's most
+// frequent one (else its default), a number's training mean or range
+// midpoint.
+func (b *modelBody) form(sv *serving.Servable, vals func(string) (string, bool)) {
+	t := sv.Transform
+	b.Try, b.Signature, b.Classes = sv.Version, t.Signature(), t.LabelVocab
+	feat := map[string]preprocess.Feature{}
+	for _, f := range t.Features {
+		if f.Column >= 0 && f.Column < len(t.Schema.Columns) {
+			feat[t.Schema.Columns[f.Column].Name] = f
+		}
+	}
+	for _, in := range b.Signature {
+		f := feat[in.Name]
+		fi := input{Name: in.Name, Number: in.Type == preprocess.TypeNumber}
+		if len(f.Vocab) > 0 {
+			fi.Choices = f.Vocab[:min(len(f.Vocab), maxChoices)]
+		}
+		switch v, ok := vals(in.Name); {
+		case ok:
+			fi.Value = v
+		case len(fi.Choices) > 0:
+			fi.Value = fi.Choices[0]
+		case in.Default != nil:
+			fi.Value = *in.Default
+		case f.Treatment == preprocess.ZScore:
+			fi.Value = strconv.FormatFloat(f.Mean, 'f', 0, 64)
+		case f.Treatment == preprocess.MinMax:
+			fi.Value = strconv.FormatFloat((f.Min+f.Max)/2, 'f', 0, 64)
+		case fi.Number:
+			fi.Value = "0"
+		}
+		b.Inputs = append(b.Inputs, fi)
+	}
+}
+
+func (c *Console) model(ec echo.Context) error {
+	name := ec.Param("name")
+	if err := ident.Check(name); err != nil {
+		return c.fail(ec, http.StatusBadRequest, "models", fmt.Sprintf("model name: %v", err))
+	}
+	b, err := c.modelBody(name)
+	if err != nil {
+		return c.fail(ec, http.StatusNotFound, "models", err.Error())
+	}
+	v := b.Default
+	if q := ec.QueryParam("version"); q != "" {
+		if v, err = strconv.ParseInt(q, 10, 64); err != nil || v <= 0 {
+			return c.fail(ec, http.StatusBadRequest, "models", fmt.Sprintf("version %q is not a positive integer", q))
+		}
+	}
+	sv, err := c.opts.Registry.Get(name, v)
+	if err != nil {
+		return c.fail(ec, http.StatusNotFound, "models", fmt.Sprintf("model %s has no loaded version %d", name, v))
+	}
+	b.form(sv, func(string) (string, bool) { return "", false })
+	return c.render(ec, http.StatusOK, "model", page{Title: "Model " + name, Nav: "models", Body: b})
+}
+
+// try answers the try-it form: it builds one instance from the form's
+// fields, posts it to this server's predict API (with the request's
+// Authorization header, so the API's own checks apply) and shows the
+// answer under the form. It works without JavaScript.
+func (c *Console) try(ec echo.Context) error {
+	name := ec.Param("name")
+	if err := ident.Check(name); err != nil {
+		return c.fail(ec, http.StatusBadRequest, "models", fmt.Sprintf("model name: %v", err))
+	}
+	req := ec.Request()
+	req.Body = http.MaxBytesReader(ec.Response(), req.Body, maxFormBytes)
+	if err := req.ParseForm(); err != nil {
+		return c.fail(ec, http.StatusBadRequest, "models", "the form is not a form of at most 64 KiB")
+	}
+	b, err := c.modelBody(name)
+	if err != nil {
+		return c.fail(ec, http.StatusNotFound, "models", err.Error())
+	}
+	v, err := strconv.ParseInt(req.PostForm.Get("version"), 10, 64)
+	if err != nil || v <= 0 {
+		return c.fail(ec, http.StatusBadRequest, "models", "version: want a positive integer")
+	}
+	sv, err := c.opts.Registry.Get(name, v)
+	if err != nil {
+		return c.fail(ec, http.StatusNotFound, "models", fmt.Sprintf("model %s has no loaded version %d", name, v))
+	}
+	b.form(sv, func(k string) (string, bool) {
+		vs, ok := req.PostForm["f_"+k]
+		if !ok || len(vs) == 0 {
+			return "", false
+		}
+		return vs[0], true
+	})
+	// One instance: numbers as JSON numbers when they parse, so that a
+	// typo reaches the API, which names the field; empty fields are left
+	// out (the model's default applies).
+	inst := map[string]any{}
+	for _, in := range b.Inputs {
+		val := strings.TrimSpace(in.Value)
+		if val == "" {
+			continue
+		}
+		if f, err := strconv.ParseFloat(val, 64); in.Number && err == nil {
+			inst[in.Name] = f
+		} else {
+			inst[in.Name] = val
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"instances": []any{inst}})
+	b.Answer = c.predict(ec, name, v, body, sv.Transform.LabelVocab)
+	return c.render(ec, http.StatusOK, "model", page{Title: "Model " + name, Nav: "models", Body: b})
+}
+
+// predict posts body to the predict API of the server the console is
+// mounted on, in process, and reads its answer.
+func (c *Console) predict(ec echo.Context, model string, version int64, body []byte, classes []string) *answer {
+	a := &answer{Request: string(body)}
+	if c.echo == nil {
+		a.Error = "the console is not mounted on a prediction server"
+		return a
+	}
+	target := fmt.Sprintf("/v1/models/%s/versions/%d:predict", model, version)
+	req := httptest.NewRequestWithContext(ec.Request().Context(), http.MethodPost, target, bytes.NewReader(body))
+	req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	if auth := ec.Request().Header.Get(echo.HeaderAuthorization); auth != "" {
+		req.Header.Set(echo.HeaderAuthorization, auth)
+	}
+	rec := httptest.NewRecorder()
+	c.echo.ServeHTTP(rec, req)
+	a.Status, a.Body = rec.Code, rec.Body.String()
+	if len(a.Body) > 64<<10 {
+		a.Body = a.Body[:64<<10] + "…"
+	}
+	var resp struct {
+		Error       string `json:"error"`
+		Predictions []struct {
+			Class         string    `json:"class"`
+			Probabilities []float64 `json:"probabilities"`
+			Value         *float64  `json:"value"`
+		} `json:"predictions"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+		a.Error = fmt.Sprintf("the predict API answered %d with no JSON", rec.Code)
+		return a
+	}
+	if rec.Code != http.StatusOK || len(resp.Predictions) != 1 {
+		a.Error = fmt.Sprintf("the predict API answered %d: %s", rec.Code, resp.Error)
+		return a
+	}
+	p := resp.Predictions[0]
+	a.Class, a.Value = p.Class, p.Value
+	for i, pr := range p.Probabilities {
+		name := strconv.Itoa(i)
+		if i < len(classes) {
+			name = classes[i]
+		}
+		a.Probs = append(a.Probs, metric{name, pr})
+	}
+	return a
+}

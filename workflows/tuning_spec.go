@@ -1,0 +1,493 @@
+package workflows
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/trainflow/trainflow/internal/ident"
+)
+
+// TuningSpec is Cloud ML Engine's HyperparameterSpec in snake_case: what
+// HyperparameterTuningJob searches and how. Every trial is a TrainingJob
+// of the enclosing JobSpec with the trial's parameters applied.
+type TuningSpec struct {
+	// Goal is MAXIMIZE or MINIMIZE. Default: the metric's natural goal.
+	Goal string `json:"goal,omitempty"`
+	// HyperparameterMetricTag is the evaluation metric the trials are
+	// compared on: accuracy (default), auc, log_loss, rmse or mae, of the
+	// trial's final evaluation.
+	HyperparameterMetricTag string `json:"hyperparameter_metric_tag,omitempty"`
+	// MaxTrials bounds the trials run (default 10, at most 1000).
+	MaxTrials int `json:"max_trials,omitempty"`
+	// MaxParallelTrials bounds the trials running at once (default 1).
+	MaxParallelTrials int `json:"max_parallel_trials,omitempty"`
+	// MaxFailedTrials fails the tuning job once this many trials failed
+	// (default: max_trials, so the job fails only if every trial fails).
+	MaxFailedTrials int `json:"max_failed_trials,omitempty"`
+	// EnableTrialEarlyStopping cancels a trial whose intermediate
+	// evaluations fall behind (median stopping rule; see
+	// HyperparameterTuningJob).
+	EnableTrialEarlyStopping bool `json:"enable_trial_early_stopping,omitempty"`
+	// ResumePreviousJobID seeds the search with the trials of a finished
+	// tuning job over the same parameters.
+	ResumePreviousJobID string `json:"resume_previous_job_id,omitempty"`
+	// Algorithm is ALGORITHM_UNSPECIFIED or BAYESIAN_OPTIMIZATION (the
+	// default: a Gaussian process), GRID_SEARCH or RANDOM_SEARCH.
+	Algorithm string `json:"algorithm,omitempty"`
+	// Params are the parameters searched.
+	Params []TuningParam `json:"params"`
+	// Seed makes the search reproducible. Default 1.
+	Seed uint64 `json:"seed,omitempty"`
+	// PollSecs is how often running trials' evaluations are read for early
+	// stopping. Default 10.
+	PollSecs int `json:"poll_secs,omitempty"`
+	// Carry is set by the job itself when it continues as new. Never set
+	// it by hand.
+	Carry *TuningCarry `json:"carry,omitempty"`
+}
+
+// TuningParam is one searched parameter.
+type TuningParam struct {
+	// ParameterName is the JobSpec field, by its JSON path: e.g.
+	// model.learning_rate, model.batch_size, model.hidden_units[0],
+	// model.optimizer. TunableFields lists them.
+	ParameterName string `json:"parameter_name"`
+	// Type is DOUBLE, INTEGER, CATEGORICAL or DISCRETE.
+	Type string `json:"type"`
+	// MinValue and MaxValue bound DOUBLE and INTEGER parameters.
+	MinValue *float64 `json:"min_value,omitempty"`
+	MaxValue *float64 `json:"max_value,omitempty"`
+	// CategoricalValues are a CATEGORICAL parameter's values.
+	CategoricalValues []string `json:"categorical_values,omitempty"`
+	// DiscreteValues are a DISCRETE parameter's values, ascending.
+	DiscreteValues []float64 `json:"discrete_values,omitempty"`
+	// ScaleType is UNIT_LINEAR_SCALE (default), UNIT_LOG_SCALE or
+	// UNIT_REVERSE_LOG_SCALE.
+	ScaleType string `json:"scale_type,omitempty"`
+}
+
+// Tuning parameter types, scales, goals and algorithms.
+const (
+	ParamDouble      = "DOUBLE"
+	ParamInteger     = "INTEGER"
+	ParamCategorical = "CATEGORICAL"
+	ParamDiscrete    = "DISCRETE"
+
+	ScaleLinear     = "UNIT_LINEAR_SCALE"
+	ScaleLog        = "UNIT_LOG_SCALE"
+	ScaleReverseLog = "UNIT_REVERSE_LOG_SCALE"
+
+	TuningMaximize = "MAXIMIZE"
+	TuningMinimize = "MINIMIZE"
+
+	AlgorithmBayesian = "BAYESIAN_OPTIMIZATION"
+	AlgorithmGrid     = "GRID_SEARCH"
+	AlgorithmRandom   = "RANDOM_SEARCH"
+)
+
+// MaxTuningTrials bounds max_trials.
+const MaxTuningTrials = 1000
+
+// fieldKind is what a tunable field holds.
+type fieldKind int
+
+const (
+	fieldFloat fieldKind = iota
+	fieldInt
+	fieldString
+	fieldLayers // model.hidden_units as a whole: CATEGORICAL "64,32"
+)
+
+// TunableFields are the JobSpec fields a tuning parameter can name, by
+// JSON path, with what they hold. model.hidden_units[i] (i < 8) sets one
+// layer's width; model.hidden_units itself takes CATEGORICAL values such
+// as "128,64". Transform options are not tunable yet, so preprocessing
+// never depends on a tuned parameter.
+var TunableFields = map[string]fieldKind{
+	"model.learning_rate": fieldFloat,
+	"model.l1":            fieldFloat,
+	"model.l2":            fieldFloat,
+	"model.momentum":      fieldFloat,
+	"model.clip_norm":     fieldFloat,
+	"model.dropout":       fieldFloat,
+	"model.batch_size":    fieldInt,
+	"model.hidden_units":  fieldLayers,
+	"model.type":          fieldString,
+	"model.optimizer":     fieldString,
+	"train.max_steps":     fieldInt,
+}
+
+// tunableField resolves a parameter name: a TunableFields path or
+// model.hidden_units[i].
+func tunableField(name string) (fieldKind, int, bool) {
+	if k, ok := TunableFields[name]; ok {
+		return k, -1, true
+	}
+	if rest, ok := strings.CutPrefix(name, "model.hidden_units["); ok {
+		if n, ok := strings.CutSuffix(rest, "]"); ok {
+			if i, err := strconv.Atoi(n); err == nil && i >= 0 && i < 8 && strconv.Itoa(i) == n {
+				return fieldInt, i, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+// WithDefaults returns t with defaults filled in.
+func (t TuningSpec) WithDefaults() TuningSpec {
+	if t.HyperparameterMetricTag == "" {
+		t.HyperparameterMetricTag = "accuracy"
+	}
+	if t.Goal == "" {
+		t.Goal = strings.ToUpper(metricGoals[t.HyperparameterMetricTag])
+	}
+	if t.MaxTrials == 0 {
+		t.MaxTrials = 10
+	}
+	if t.MaxParallelTrials == 0 {
+		t.MaxParallelTrials = 1
+	}
+	if t.MaxFailedTrials == 0 {
+		t.MaxFailedTrials = t.MaxTrials
+	}
+	if t.Algorithm == "" || t.Algorithm == "ALGORITHM_UNSPECIFIED" {
+		t.Algorithm = AlgorithmBayesian
+	}
+	if t.Seed == 0 {
+		t.Seed = 1
+	}
+	if t.PollSecs == 0 {
+		t.PollSecs = 10
+	}
+	params := slices.Clone(t.Params)
+	for i := range params {
+		if params[i].ScaleType == "" {
+			params[i].ScaleType = ScaleLinear
+		}
+	}
+	t.Params = params
+	return t
+}
+
+// trialIDSuffix is the longest suffix a trial's job ID adds: _trial_NNNN.
+const trialIDSuffix = len("_trial_1000")
+
+// TrialID is the job (and workflow) ID of trial n of tuning job jobID.
+func TrialID(jobID string, n int) string { return fmt.Sprintf("%s_trial_%d", jobID, n) }
+
+// validateTuning checks a defaulted spec's tuning block against the spec
+// (s has Tuning set and defaults applied).
+func (s *JobSpec) validateTuning() error {
+	t := s.Tuning
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: tuning.%s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+	}
+	if len(s.JobID) > MaxJobIDLength-trialIDSuffix {
+		return fmt.Errorf("%w: job_id: a tuning job's ID has at most %d characters (trial IDs add %q)", ErrInvalidSpec, MaxJobIDLength-trialIDSuffix, "_trial_N")
+	}
+	goal, known := metricGoals[t.HyperparameterMetricTag]
+	switch {
+	case !known:
+		return bad("hyperparameter_metric_tag %q: want accuracy, auc, log_loss, rmse or mae", t.HyperparameterMetricTag)
+	case t.Goal != TuningMaximize && t.Goal != TuningMinimize:
+		return bad("goal %q: want MAXIMIZE or MINIMIZE", t.Goal)
+	case t.MaxTrials < 1 || t.MaxTrials > MaxTuningTrials:
+		return bad("max_trials = %d is out of range [1, %d]", t.MaxTrials, MaxTuningTrials)
+	case t.MaxParallelTrials < 1 || t.MaxParallelTrials > t.MaxTrials:
+		return bad("max_parallel_trials = %d: want 1 ≤ max_parallel_trials ≤ max_trials (%d)", t.MaxParallelTrials, t.MaxTrials)
+	case t.MaxFailedTrials < 1:
+		return bad("max_failed_trials = %d is negative", t.MaxFailedTrials)
+	case t.Algorithm != AlgorithmBayesian && t.Algorithm != AlgorithmGrid && t.Algorithm != AlgorithmRandom:
+		return bad("algorithm %q: want BAYESIAN_OPTIMIZATION, GRID_SEARCH or RANDOM_SEARCH", t.Algorithm)
+	case t.PollSecs < 1 || t.PollSecs > 3600:
+		return bad("poll_secs = %d is out of range [1, 3600]", t.PollSecs)
+	case len(t.Params) == 0:
+		return bad("params: at least one parameter is needed")
+	case len(t.Params) > 20:
+		return bad("params: %d parameters, at most 20", len(t.Params))
+	case t.ResumePreviousJobID != "" && !ident.Valid(t.ResumePreviousJobID):
+		return bad("resume_previous_job_id %q is not a job ID", t.ResumePreviousJobID)
+	case t.ResumePreviousJobID == s.JobID:
+		return bad("resume_previous_job_id is this job")
+	}
+	_ = goal
+	seen := map[string]bool{}
+	grid := 1
+	for i, p := range t.Params {
+		field := fmt.Sprintf("params[%d] (%s)", i, p.ParameterName)
+		kind, _, ok := tunableField(p.ParameterName)
+		if !ok {
+			return bad("params[%d].parameter_name %q is not a tunable field (want one of %s, or model.hidden_units[i])", i, p.ParameterName, strings.Join(sortedTunable(), ", "))
+		}
+		if seen[p.ParameterName] {
+			return bad("%s: parameter named twice", field)
+		}
+		seen[p.ParameterName] = true
+		if p.ParameterName == "model.hidden_units" && slices.ContainsFunc(t.Params, func(q TuningParam) bool { return strings.HasPrefix(q.ParameterName, "model.hidden_units[") }) {
+			return bad("%s: tune model.hidden_units or its layers, not both", field)
+		}
+		numeric := p.MinValue != nil || p.MaxValue != nil
+		switch p.Type {
+		case ParamDouble, ParamInteger:
+			if kind != fieldFloat && kind != fieldInt {
+				return bad("%s.type %s: the field takes CATEGORICAL values", field, p.Type)
+			}
+			if p.Type == ParamDouble && kind == fieldInt {
+				return bad("%s.type DOUBLE on an integer field: want INTEGER or DISCRETE", field)
+			}
+			if p.MinValue == nil || p.MaxValue == nil {
+				return bad("%s: min_value and max_value are required for %s", field, p.Type)
+			}
+			lo, hi := *p.MinValue, *p.MaxValue
+			if math.IsNaN(lo) || math.IsNaN(hi) || math.IsInf(lo, 0) || math.IsInf(hi, 0) || lo > hi {
+				return bad("%s: min_value %g > max_value %g", field, lo, hi)
+			}
+			if p.Type == ParamInteger && (lo != math.Trunc(lo) || hi != math.Trunc(hi) || hi-lo > 1e9) {
+				return bad("%s: INTEGER bounds must be integers", field)
+			}
+			if len(p.CategoricalValues) > 0 || len(p.DiscreteValues) > 0 {
+				return bad("%s: %s takes min_value and max_value only", field, p.Type)
+			}
+			if p.Type == ParamInteger {
+				grid *= int(min(hi-lo+1, float64(MaxTuningTrials+1)))
+			} else {
+				grid = MaxTuningTrials + 1 // no grid over a continuous parameter
+			}
+			for _, v := range []float64{lo, hi} {
+				if err := s.checkValue(p, kind, v, ""); err != nil {
+					return bad("%s: %v", field, err)
+				}
+			}
+		case ParamDiscrete:
+			if kind != fieldFloat && kind != fieldInt {
+				return bad("%s.type DISCRETE: the field takes CATEGORICAL values", field)
+			}
+			if len(p.DiscreteValues) == 0 || len(p.DiscreteValues) > 1000 || numeric || len(p.CategoricalValues) > 0 {
+				return bad("%s: DISCRETE takes 1 to 1000 discrete_values only", field)
+			}
+			if !slices.IsSorted(p.DiscreteValues) || len(slices.Compact(slices.Clone(p.DiscreteValues))) != len(p.DiscreteValues) {
+				return bad("%s.discrete_values must be distinct and ascending", field)
+			}
+			for _, v := range p.DiscreteValues {
+				if kind == fieldInt && v != math.Trunc(v) {
+					return bad("%s.discrete_values: %g on an integer field", field, v)
+				}
+				if err := s.checkValue(p, kind, v, ""); err != nil {
+					return bad("%s: %v", field, err)
+				}
+			}
+			grid *= len(p.DiscreteValues)
+		case ParamCategorical:
+			if kind != fieldString && kind != fieldLayers {
+				return bad("%s.type CATEGORICAL on a numeric field: want DOUBLE, INTEGER or DISCRETE", field)
+			}
+			if len(p.CategoricalValues) == 0 || len(p.CategoricalValues) > 100 || numeric || len(p.DiscreteValues) > 0 {
+				return bad("%s: CATEGORICAL takes 1 to 100 categorical_values only", field)
+			}
+			for j, v := range p.CategoricalValues {
+				if slices.Index(p.CategoricalValues, v) != j {
+					return bad("%s.categorical_values: %q twice", field, v)
+				}
+				if err := s.checkValue(p, kind, 0, v); err != nil {
+					return bad("%s: %v", field, err)
+				}
+			}
+			grid *= len(p.CategoricalValues)
+		default:
+			return bad("%s.type %q: want DOUBLE, INTEGER, CATEGORICAL or DISCRETE", field, p.Type)
+		}
+		switch p.ScaleType {
+		case ScaleLinear:
+		case ScaleLog, ScaleReverseLog:
+			if p.Type == ParamCategorical {
+				return bad("%s.scale_type %s: a CATEGORICAL parameter has no scale", field, p.ScaleType)
+			}
+			if lo := lowest(p); lo <= 0 {
+				return bad("%s.scale_type %s needs values > 0, min is %g", field, p.ScaleType, lo)
+			}
+		default:
+			return bad("%s.scale_type %q: want UNIT_LINEAR_SCALE, UNIT_LOG_SCALE or UNIT_REVERSE_LOG_SCALE", field, p.ScaleType)
+		}
+		grid = min(grid, MaxTuningTrials+1)
+	}
+	if t.Algorithm == AlgorithmGrid {
+		for i, p := range t.Params {
+			if p.Type == ParamDouble {
+				return bad("params[%d] (%s): GRID_SEARCH needs INTEGER, CATEGORICAL or DISCRETE parameters", i, p.ParameterName)
+			}
+		}
+		if grid > t.MaxTrials {
+			return bad("max_trials = %d is smaller than the grid (%s points): raise max_trials or shrink the grid", t.MaxTrials, gridSizeText(grid))
+		}
+	}
+	return nil
+}
+
+func gridSizeText(n int) string {
+	if n > MaxTuningTrials {
+		return fmt.Sprintf("more than %d", MaxTuningTrials)
+	}
+	return strconv.Itoa(n)
+}
+
+func lowest(p TuningParam) float64 {
+	if p.Type == ParamDiscrete {
+		return p.DiscreteValues[0]
+	}
+	return *p.MinValue
+}
+
+func sortedTunable() []string {
+	out := make([]string, 0, len(TunableFields))
+	for k := range TunableFields {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkValue applies one value of p to a copy of the spec and validates
+// the result, so a value the training job would refuse is refused here.
+func (s *JobSpec) checkValue(p TuningParam, kind fieldKind, num float64, str string) error {
+	trial := *s
+	trial.Tuning = nil
+	trial.Model.HiddenUnits = slices.Clone(s.Model.HiddenUnits)
+	if err := setField(&trial, p.ParameterName, num, str); err != nil {
+		return err
+	}
+	if err := trial.Validate(); err != nil {
+		return fmt.Errorf("value %s: %s", valueText(kind, num, str), strings.TrimPrefix(err.Error(), ErrInvalidSpec.Error()+": "))
+	}
+	return nil
+}
+
+func valueText(kind fieldKind, num float64, str string) string {
+	if kind == fieldString || kind == fieldLayers {
+		return strconv.Quote(str)
+	}
+	return strconv.FormatFloat(num, 'g', -1, 64)
+}
+
+// setField sets the field named by path to num (numeric fields) or str.
+func setField(s *JobSpec, path string, num float64, str string) error {
+	kind, layer, ok := tunableField(path)
+	if !ok {
+		return fmt.Errorf("%s is not a tunable field", path)
+	}
+	if layer >= 0 {
+		if layer >= len(s.Model.HiddenUnits) {
+			return fmt.Errorf("%s: model.hidden_units has %d layers", path, len(s.Model.HiddenUnits))
+		}
+		s.Model.HiddenUnits[layer] = int(num)
+		return nil
+	}
+	switch path {
+	case "model.learning_rate":
+		s.Model.LearningRate = num
+	case "model.l1":
+		s.Model.L1 = num
+	case "model.l2":
+		s.Model.L2 = num
+	case "model.momentum":
+		s.Model.Momentum = num
+	case "model.clip_norm":
+		s.Model.ClipNorm = num
+	case "model.dropout":
+		s.Model.Dropout = num
+	case "model.batch_size":
+		s.Model.BatchSize = int(num)
+	case "train.max_steps":
+		s.Train.MaxSteps = int64(num)
+	case "model.type":
+		s.Model.Type = str
+	case "model.optimizer":
+		s.Model.Optimizer = str
+	case "model.hidden_units":
+		var units []int
+		for f := range strings.FieldsFuncSeq(str, func(r rune) bool { return r == ',' || r == ' ' }) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				return fmt.Errorf("model.hidden_units value %q: want layer widths such as \"128,64\"", str)
+			}
+			units = append(units, n)
+		}
+		if len(units) == 0 || len(units) > 16 {
+			return fmt.Errorf("model.hidden_units value %q: want 1 to 16 layer widths such as \"128,64\"", str)
+		}
+		s.Model.HiddenUnits = units
+	}
+	_ = kind
+	return nil
+}
+
+// TrialSpec is the JobSpec of trial n with parameter values x (one per
+// tuning param: the number, or the index of a categorical value): the
+// tuning job's spec without its tuning block, under the trial's job ID, in
+// a job dir of its own, publishing nothing (the tuning job publishes the
+// best trial's model).
+//
+// s is the spec as given (not defaulted), so that the trial defaults its
+// own job-derived fields (data.job_name).
+func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
+	d := s.WithDefaults()
+	t := d.Tuning
+	trial := s
+	trial.Tuning = nil
+	trial.Carry = nil
+	trial.JobID = TrialID(s.JobID, n)
+	trial.Publish = PublishNone
+	trial.Promote = false
+	trial.Model.HiddenUnits = slices.Clone(d.Model.HiddenUnits)
+	if s.JobDir != "" {
+		trial.JobDir = joinJobDir(s.JobDir, "trial_"+strconv.Itoa(n))
+	}
+	if len(x) != len(t.Params) {
+		return trial, fmt.Errorf("trial %d: %d values for %d parameters", n, len(x), len(t.Params))
+	}
+	for i, p := range t.Params {
+		num, str := x[i], ""
+		if p.Type == ParamCategorical {
+			j := int(x[i])
+			if j < 0 || j >= len(p.CategoricalValues) {
+				return trial, fmt.Errorf("trial %d: %s index %d", n, p.ParameterName, j)
+			}
+			str = p.CategoricalValues[j]
+		}
+		if err := setField(&trial, p.ParameterName, num, str); err != nil {
+			return trial, err
+		}
+	}
+	return trial, nil
+}
+
+// TrialParams renders trial values x by parameter name.
+func (t TuningSpec) TrialParams(x []float64) map[string]string {
+	out := make(map[string]string, len(t.Params))
+	for i, p := range t.Params {
+		if i >= len(x) {
+			break
+		}
+		if p.Type == ParamCategorical {
+			if j := int(x[i]); j >= 0 && j < len(p.CategoricalValues) {
+				out[p.ParameterName] = p.CategoricalValues[j]
+			}
+			continue
+		}
+		out[p.ParameterName] = strconv.FormatFloat(x[i], 'g', 6, 64)
+	}
+	return out
+}
+
+// joinJobDir appends elem to a job dir path or storage URI, before any
+// query string (s3://bucket/jobs?region=r → s3://bucket/jobs/elem?region=r).
+func joinJobDir(dir, elem string) string {
+	base, query, hasQuery := strings.Cut(dir, "?")
+	out := strings.TrimSuffix(base, "/") + "/" + elem
+	if hasQuery {
+		out += "?" + query
+	}
+	return out
+}

@@ -1,0 +1,326 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainflow/trainflow/train"
+)
+
+func f64(v float64) *float64 { return &v }
+
+func tuningSpec(id string) JobSpec {
+	return JobSpec{JobID: id, Model: ModelSpec{Type: train.DNNClassifierModel}, Tuning: &TuningSpec{
+		MaxTrials: 5, MaxParallelTrials: 2,
+		Params: []TuningParam{
+			{ParameterName: "model.learning_rate", Type: ParamDouble, MinValue: f64(1e-4), MaxValue: f64(0.1), ScaleType: ScaleLog},
+			{ParameterName: "model.optimizer", Type: ParamCategorical, CategoricalValues: []string{"adam", "sgd"}},
+			{ParameterName: "model.hidden_units[0]", Type: ParamDiscrete, DiscreteValues: []float64{16, 32, 64}},
+		},
+	}}
+}
+
+func TestTuningSpecErrorsNameTheField(t *testing.T) {
+	s := tuningSpec("hp_1").WithDefaults()
+	if err := s.Validate(); err != nil {
+		t.Fatalf("valid tuning spec: %v", err)
+	}
+	if s.Tuning.Goal != TuningMaximize || s.Tuning.Algorithm != AlgorithmBayesian || s.Tuning.HyperparameterMetricTag != "accuracy" || s.Tuning.MaxFailedTrials != 5 {
+		t.Errorf("tuning defaults %+v", *s.Tuning)
+	}
+	bad := []struct {
+		mut   func(*TuningSpec)
+		field string
+	}{
+		{func(t *TuningSpec) { t.Params[0].ParameterName = "model.learning_rat" }, "params[0].parameter_name \"model.learning_rat\" is not a tunable field"},
+		{func(t *TuningSpec) { t.Params[0].MinValue = f64(0.5) }, "min_value 0.5 > max_value 0.1"},
+		{func(t *TuningSpec) { t.Params[0].Type = ParamCategorical }, "params[0] (model.learning_rate).type CATEGORICAL on a numeric field"},
+		{func(t *TuningSpec) { t.Params[1].Type = ParamDouble }, "params[1] (model.optimizer).type DOUBLE"},
+		{func(t *TuningSpec) { t.Params[1].CategoricalValues = []string{"adam", "lbfgs"} }, "model.optimizer"},
+		{func(t *TuningSpec) { t.Params[2].DiscreteValues = []float64{16, 8} }, "params[2] (model.hidden_units[0]).discrete_values must be distinct and ascending"},
+		{func(t *TuningSpec) { t.Params[2].DiscreteValues = []float64{16, 32.5} }, "32.5 on an integer field"},
+		{func(t *TuningSpec) { t.Params[0].MinValue = f64(0) }, "params[0] (model.learning_rate): value 0: model.learning_rate = 0 is out of range"},
+		{func(t *TuningSpec) {
+			t.Params = append(t.Params, TuningParam{ParameterName: "model.l2", Type: ParamDouble, MinValue: f64(0), MaxValue: f64(1), ScaleType: ScaleLog})
+		}, "params[3] (model.l2).scale_type UNIT_LOG_SCALE needs values > 0"},
+		{func(t *TuningSpec) {
+			t.Params = append(t.Params, TuningParam{ParameterName: "model.dropout", Type: ParamDouble, MinValue: f64(0), MaxValue: f64(1)})
+		}, "params[3] (model.dropout): value 1"},
+		{func(t *TuningSpec) { t.Params[0].ParameterName = "model.batch_size" }, "type DOUBLE on an integer field"},
+		{func(t *TuningSpec) { t.HyperparameterMetricTag = "f1" }, "hyperparameter_metric_tag \"f1\""},
+		{func(t *TuningSpec) { t.Goal = "BIGGER" }, "tuning.goal"},
+		{func(t *TuningSpec) { t.MaxParallelTrials = 6 }, "max_parallel_trials = 6"},
+		{func(t *TuningSpec) { t.Algorithm = "ANNEALING" }, "tuning.algorithm"},
+		{func(t *TuningSpec) { t.Algorithm = AlgorithmGrid }, "params[0] (model.learning_rate): GRID_SEARCH needs"},
+		{func(t *TuningSpec) { t.Algorithm, t.Params = AlgorithmGrid, t.Params[1:] }, "max_trials = 5 is smaller than the grid (6 points)"},
+		{func(t *TuningSpec) { t.Params = nil }, "tuning.params"},
+		{func(t *TuningSpec) { t.Params[1].ParameterName = "model.learning_rate" }, "parameter named twice"},
+		{func(t *TuningSpec) { t.ResumePreviousJobID = "../x" }, "resume_previous_job_id"},
+	}
+	for _, b := range bad {
+		raw := tuningSpec("hp_1")
+		b.mut(raw.Tuning)
+		s := raw.WithDefaults()
+		err := s.Validate()
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), b.field) {
+			t.Errorf("Validate() = %v, want an error containing %q", err, b.field)
+		}
+	}
+	long := tuningSpec(strings.Repeat("a", MaxJobIDLength-3)).WithDefaults()
+	if err := long.Validate(); err == nil || !strings.Contains(err.Error(), "job_id") {
+		t.Errorf("a tuning job ID leaving no room for trial IDs: %v", err)
+	}
+}
+
+func TestTrialSpec(t *testing.T) {
+	raw := tuningSpec("hp_1")
+	raw.JobDir = "s3://bucket/jobs/hp_1"
+	ts, err := raw.TrialSpec(3, []float64{0.01, 1, 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts.JobID != "hp_1_trial_3" || ts.Tuning != nil || ts.Publish != PublishNone || ts.JobDir != "s3://bucket/jobs/hp_1/trial_3" {
+		t.Errorf("trial spec %+v", ts)
+	}
+	if ts.Model.LearningRate != 0.01 || ts.Model.Optimizer != "sgd" || !slices.Equal(ts.Model.HiddenUnits, []int{64, 32}) {
+		t.Errorf("trial model %+v", ts.Model)
+	}
+	if d := ts.WithDefaults(); d.Validate() != nil || d.Data.JobName != "" {
+		t.Errorf("trial spec invalid: %v", d.Validate())
+	}
+	if got := raw.Tuning.TrialParams([]float64{0.01, 1, 64}); got["model.optimizer"] != "sgd" || got["model.learning_rate"] != "0.01" {
+		t.Errorf("TrialParams = %v", got)
+	}
+}
+
+// fakeTrials stands in for TrainingJob: a trial "trains" for a while,
+// then reports accuracy = 1 − |lr − 0.01|·10, or fails when lr > 0.09.
+type fakeTrials struct {
+	mu          sync.Mutex
+	running, hi int
+	started     []string
+}
+
+func (f *fakeTrials) job(ctx workflow.Context, spec JobSpec) (JobResult, error) {
+	f.mu.Lock()
+	f.running++
+	f.hi = max(f.hi, f.running)
+	f.started = append(f.started, spec.JobID)
+	f.mu.Unlock()
+	defer func() { f.mu.Lock(); f.running--; f.mu.Unlock() }()
+	if err := workflow.Sleep(ctx, time.Duration(60+int(spec.Model.LearningRate*1000))*time.Second); err != nil {
+		return JobResult{}, err
+	}
+	if spec.Model.LearningRate > 0.09 {
+		return JobResult{}, temporal.NewNonRetryableApplicationError("diverged", "BadData", nil)
+	}
+	acc := 1 - 10*max(spec.Model.LearningRate-0.01, 0.01-spec.Model.LearningRate)
+	return JobResult{JobID: spec.JobID, JobDir: "/jobs/" + spec.JobID, GlobalStep: 100, Metrics: train.Metrics{Accuracy: acc}}, nil
+}
+
+func tuningEnv(t *testing.T, id string, f *fakeTrials, points [][]float64) *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(HyperparameterTuningJob, workflow.RegisterOptions{Name: HyperparameterTuningJobName})
+	env.RegisterWorkflowWithOptions(f.job, workflow.RegisterOptions{Name: TrainingJobName})
+	next := 0
+	var mu sync.Mutex
+	env.RegisterActivityWithOptions(func(_ context.Context, in SuggestInput) (SuggestResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var out SuggestResult
+		for range in.N {
+			if next < len(points) {
+				out.Points = append(out.Points, points[next])
+				next++
+			}
+		}
+		return out, nil
+	}, activity.RegisterOptions{Name: SuggestTrialsActivity})
+	env.RegisterActivityWithOptions(func(context.Context, TrialEvaluationsInput) (TrialEvaluationsResult, error) { panic("not mocked") }, activity.RegisterOptions{Name: TrialEvaluationsActivity})
+	env.RegisterActivityWithOptions(func(_ context.Context, in TrialExportInput) (string, error) {
+		return in.JobDir + "/export/best/100", nil
+	}, activity.RegisterOptions{Name: TrialExportActivity})
+	env.RegisterActivityWithOptions(func(context.Context, PublishInput) (PublishResult, error) { panic("not mocked") }, activity.RegisterOptions{Name: PublishActivity})
+	env.RegisterActivityWithOptions(func(context.Context, TuningHistoryInput) (TuningReport, error) { panic("not mocked") }, activity.RegisterOptions{Name: TuningHistoryActivity})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
+	return env
+}
+
+func tuningResult(t *testing.T, env *testsuite.TestWorkflowEnvironment) JobResult {
+	t.Helper()
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow error: %v", err)
+	}
+	var res JobResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestTuningJobBoundsParallelismCountsFailuresPublishesBest: five trials,
+// two at a time, one diverging; the best trial's best export is published.
+func TestTuningJobBoundsParallelismCountsFailuresPublishesBest(t *testing.T) {
+	f := &fakeTrials{}
+	pts := [][]float64{{0.05, 0, 16}, {0.095, 0, 16}, {0.011, 1, 32}, {0.002, 0, 64}, {0.03, 1, 16}}
+	env := tuningEnv(t, "hp_1", f, pts)
+	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "hp_1", Bundle: "/jobs/hp_1_trial_3/export/best/100", Model: "census"}).
+		Return(PublishResult{Model: "census", Version: 4}, nil).Once()
+	env.ExecuteWorkflow(HyperparameterTuningJobName, tuningSpec("hp_1"))
+	res := tuningResult(t, env)
+	rep := res.Tuning
+	if f.hi != 2 || len(f.started) != 5 {
+		t.Errorf("%d trials started, at most %d at once; want 5, 2", len(f.started), f.hi)
+	}
+	if rep == nil || len(rep.Trials) != 5 || rep.BestTrial != 3 || res.Version != 4 || res.Export != "/jobs/hp_1_trial_3/export/best/100" {
+		t.Fatalf("result %+v, report %+v", res, rep)
+	}
+	states := ""
+	for _, tr := range rep.Trials {
+		states += tr.State[:1]
+	}
+	if states != "SFSSS" || rep.Trials[1].Error == "" || rep.Trials[2].Params["model.optimizer"] != "sgd" || rep.Trials[2].ID != "hp_1_trial_3" {
+		t.Errorf("trials %+v (states %s)", rep.Trials, states)
+	}
+	if *rep.BestObjective < 0.98 {
+		t.Errorf("best objective %g", *rep.BestObjective)
+	}
+	env.AssertExpectations(t)
+}
+
+func TestTuningJobFailsAfterMaxFailedTrials(t *testing.T) {
+	f := &fakeTrials{}
+	spec := tuningSpec("hp_2")
+	spec.Tuning.MaxFailedTrials, spec.Tuning.MaxParallelTrials = 2, 1
+	env := tuningEnv(t, "hp_2", f, [][]float64{{0.01, 0, 16}, {0.095, 0, 16}, {0.099, 0, 16}, {0.02, 0, 16}, {0.03, 0, 16}})
+	env.ExecuteWorkflow(HyperparameterTuningJobName, spec)
+	err := env.GetWorkflowError()
+	if err == nil || !strings.Contains(err.Error(), "2 trials failed, max_failed_trials is 2") {
+		t.Fatalf("workflow error %v", err)
+	}
+	if len(f.started) != 3 {
+		t.Errorf("%d trials started after the second failure stopped new ones, want 3", len(f.started))
+	}
+}
+
+// TestTuningJobStopsALaggingTrial: with early stopping, a trial whose
+// intermediate accuracy is below the median of three finished trials is
+// cancelled and marked stopped early.
+func TestTuningJobStopsALaggingTrial(t *testing.T) {
+	f := &fakeTrials{}
+	spec := tuningSpec("hp_3")
+	spec.Tuning.MaxTrials, spec.Tuning.MaxParallelTrials, spec.Tuning.EnableTrialEarlyStopping = 4, 1, true
+	env := tuningEnv(t, "hp_3", f, [][]float64{{0.01, 0, 16}, {0.012, 0, 16}, {0.008, 0, 16}, {0.05, 0, 16}})
+	env.OnActivity(TrialEvaluationsActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in TrialEvaluationsInput) (TrialEvaluationsResult, error) {
+		var out TrialEvaluationsResult
+		for _, tr := range in.Trials {
+			v := 0.9
+			if tr.ID == "hp_3_trial_4" {
+				v = 0.5
+			}
+			out.Evals = append(out.Evals, []TrialEval{{Step: 10, Value: v}, {Step: 20, Value: v + 0.01}})
+		}
+		return out, nil
+	})
+	env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
+	env.ExecuteWorkflow(HyperparameterTuningJobName, spec)
+	rep := tuningResult(t, env).Tuning
+	last := rep.Trials[3]
+	if last.State != TrialStopped || !last.StoppedEarly || last.Objective == nil || *last.Objective != 0.51 {
+		t.Errorf("lagging trial %+v, want STOPPED early at 0.51", last)
+	}
+	for _, tr := range rep.Trials[:3] {
+		if tr.State != TrialSucceeded || tr.StoppedEarly || len(tr.Evals) != 2 {
+			t.Errorf("trial %+v, want succeeded with its curve", tr)
+		}
+	}
+}
+
+func TestMedianStoppingRule(t *testing.T) {
+	done := func(n int, vals ...float64) Trial {
+		tr := Trial{Number: n, State: TrialSucceeded}
+		for i, v := range vals {
+			tr.Evals = append(tr.Evals, TrialEval{Step: int64(10 * (i + 1)), Value: v})
+		}
+		return tr
+	}
+	all := []Trial{done(1, 0.7, 0.8, 0.9), done(2, 0.6, 0.7, 0.8), done(3, 0.5, 0.6, 0.7)}
+	// Means up to step 20: 0.75, 0.65, 0.55 → median 0.65.
+	for _, c := range []struct {
+		best     float64
+		maximize bool
+		stop     bool
+	}{{0.64, true, true}, {0.66, true, false}, {0.64, false, false}, {0.66, false, true}} {
+		run := Trial{Number: 9, State: TrialRunning, Evals: []TrialEval{{Step: 10, Value: c.best - 0.1}, {Step: 20, Value: c.best}}}
+		if !c.maximize {
+			run.Evals[0].Value = c.best + 0.1
+		}
+		if got := ShouldStopTrial(run, all, c.maximize); got != c.stop {
+			t.Errorf("best %g maximize %v: stop = %v, want %v", c.best, c.maximize, got, c.stop)
+		}
+	}
+	if ShouldStopTrial(Trial{Number: 9, Evals: []TrialEval{{Step: 20, Value: 0}}}, all[:2], true) {
+		t.Error("stopped with two finished trials")
+	}
+}
+
+// TestTuningJobContinuesAsNew: after tuningContinueEvery trials the job
+// drains and continues as new with its trials table; the next run
+// finishes the job without repeating a trial.
+func TestTuningJobContinuesAsNew(t *testing.T) {
+	defer func(n int) { tuningContinueEvery = n }(tuningContinueEvery)
+	tuningContinueEvery = 2
+	pts := [][]float64{{0.05, 0, 16}, {0.02, 0, 16}, {0.011, 1, 32}, {0.002, 0, 64}, {0.03, 1, 16}}
+	f := &fakeTrials{}
+	env := tuningEnv(t, "hp_4", f, pts)
+	env.ExecuteWorkflow(HyperparameterTuningJobName, tuningSpec("hp_4"))
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("first run: %v, want continue-as-new", err)
+	}
+	var next JobSpec
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	if next.Tuning.Carry == nil || len(next.Tuning.Carry.Report.Trials) != 2 {
+		t.Fatalf("carry %+v", next.Tuning.Carry)
+	}
+	for run := 2; ; run++ {
+		env = tuningEnv(t, "hp_4", f, pts[len(next.Tuning.Carry.Report.Trials):])
+		env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
+		env.ExecuteWorkflow(HyperparameterTuningJobName, next)
+		if err := env.GetWorkflowError(); errors.As(err, &can) {
+			next = JobSpec{}
+			if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		res := tuningResult(t, env)
+		if len(res.Tuning.Trials) != 5 || res.Tuning.Runs != run || res.Tuning.BestTrial != 3 {
+			t.Fatalf("final report %+v", res.Tuning)
+		}
+		break
+	}
+	if fmt.Sprint(f.started) != "[hp_4_trial_1 hp_4_trial_2 hp_4_trial_3 hp_4_trial_4 hp_4_trial_5]" {
+		t.Errorf("trials started %v: each once, in order", f.started)
+	}
+}
