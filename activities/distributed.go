@@ -25,7 +25,7 @@ import (
 func checkpointMeta(in workflows.TrainInput) train.CheckpointMeta {
 	meta := train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash}
 	if !in.Model.Linear() {
-		meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.Float32}
+		meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.TrainFloat32()}
 	}
 	return meta
 }

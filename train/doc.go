@@ -21,13 +21,15 @@
 // (workers of a parameter-server cluster). Evaluate and Stream compute
 // accuracy, log loss, AUC, precision, recall, RMSE and MAE over batches.
 //
-// Batch math goes through gonum's blas64.Gemm (blas32.Gemm for a Net with
-// ModelSpec.Float32, which computes its passes in float32 while variables
-// and optimizer state stay float64). By default that is gonum's pure-Go
-// BLAS, in tiles small enough that gonum stays on the calling goroutine and
-// allocates nothing. Built with -tags openblas (cgo and Debian's
-// libopenblas-dev), Gemm runs in OpenBLAS and Adam's update in AVX C, about
-// 3× faster for the DNN; set OPENBLAS_NUM_THREADS=1 where several trainers
-// share a machine. BLAS names the backend of a build. Training steps
-// allocate nothing once the first batch has sized the scratch space.
+// Batch math goes through train/internal/kernel: row-major GEMM in float64
+// and float32 (for a Net with ModelSpec.Float32, which computes its passes
+// in float32 while variables and optimizer state stay float64), the Adam
+// update and the precision conversions, in AVX2+FMA assembly where the CPU
+// has it (Go elsewhere, or with TRAINFLOW_KERNELS=generic); products large
+// enough are split across GOMAXPROCS cores on a bounded worker pool.
+// Kernels names the implementation. Built with -tags openblas (cgo and
+// Debian's libopenblas-dev), Gemm runs in OpenBLAS and Adam's update in AVX
+// C instead; set OPENBLAS_NUM_THREADS=1 where several trainers share a
+// machine. BLAS names the backend of a build. Training steps allocate
+// nothing once the first batch has sized the scratch space.
 package train

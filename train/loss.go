@@ -10,12 +10,19 @@ import "math"
 // logisticLoss is the binary log loss of one logit per row, y ∈ {0, 1}:
 //
 //	L = -[y log σ(z) + (1-y) log(1-σ(z))],  ∂L/∂z = σ(z) - y
+//
+// An infinite logit makes L +Inf: the weights have overflowed, which the
+// clamp inside logLoss would otherwise hide (with FMA kernels an
+// overflowing dot product saturates to ±Inf rather than turning NaN).
 func logisticLoss(dz, z, y []float64) float64 {
 	n := float64(len(y))
 	loss := 0.0
 	for i, t := range y {
 		p := sigmoid(z[i])
 		loss += logLoss(p, int(t))
+		if math.IsInf(z[i], 0) {
+			loss = math.Inf(1)
+		}
 		dz[i] = (p - t) / n
 	}
 	return loss / n

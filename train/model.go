@@ -66,7 +66,8 @@ type ModelSpec struct {
 	// appended to the DNN input.
 	Embeddings []Embedding `json:"embeddings,omitempty"`
 	// Float32 makes training compute forward and backward passes in
-	// float32 (variables and optimizer state stay float64).
+	// float32 (variables, optimizer state and Predict stay float64). Jobs
+	// set it for the DNN types unless their spec asks for float64.
 	Float32 bool `json:"float32,omitempty"`
 }
 
@@ -80,13 +81,17 @@ type Embedding struct {
 }
 
 // Equal reports whether two metas describe the same model and transform:
-// same fields and the same Spec, a nil Spec being the empty one.
+// same fields and the same Spec, a nil Spec being the empty one. Float32
+// is how training computes, not what the model is, so a checkpoint
+// written with either precision resumes in the other.
 func (m CheckpointMeta) Equal(o CheckpointMeta) bool {
 	if m.Model != o.Model || m.Dim != o.Dim || m.Classes != o.Classes || m.TransformHash != o.TransformHash {
 		return false
 	}
-	a, _ := json.Marshal(m.spec()) // nil and empty specs are the same
-	b, _ := json.Marshal(o.spec())
+	ms, os := m.spec(), o.spec()
+	ms.Float32, os.Float32 = false, false
+	a, _ := json.Marshal(ms) // nil and empty specs are the same
+	b, _ := json.Marshal(os)
 	return string(a) == string(b)
 }
 

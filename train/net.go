@@ -413,26 +413,16 @@ func (n *Net) gradient32(grad, x, y []float64) float64 {
 		newWorkspace(n, &n.ws32, rows)
 	}
 	ws := &n.ws32
-	for i, v := range n.params {
-		ws.w[i] = float32(v)
-	}
+	narrow(ws.w, n.params)
 	x32 := ws.x[:len(x)]
-	for i, v := range x {
-		x32[i] = float32(v)
-	}
+	narrow(x32, x)
 	z, deepIn := forward(n, ws, ws.w, x32, rows, true)
 	z64, dz64 := ws.z64[:rows*n.k], ws.dz64[:rows*n.k]
-	for i, v := range z {
-		z64[i] = float64(v)
-	}
+	widen(z64, z)
 	loss := n.loss(dz64, z64, y, ws.p)
 	dz := ws.d0[:rows*n.k]
-	for i, v := range dz64 {
-		dz[i] = float32(v)
-	}
+	narrow(dz, dz64)
 	backward(n, ws, ws.w, ws.g, dz, x32, deepIn, rows)
-	for i, v := range ws.g {
-		grad[i] = float64(v)
-	}
+	widen(grad, ws.g)
 	return loss
 }

@@ -324,6 +324,51 @@ func TestFTRLTrainsLinear(t *testing.T) {
 
 // TestNetRestoreRefusesOtherArchitecture resumes a DNN's checkpoint
 // directory with other hidden units and expects ErrCheckpoint.
+// TestNetFloat32AgreesAtMLPSize checks the float32 gradient of the
+// Fashion-MNIST MLP (784-128-64-10, batch 128: full kernel tiles, k blocks
+// and products split across the cores) against the float64 one, relative
+// to the largest gradient of each tensor.
+func TestNetFloat32AgreesAtMLPSize(t *testing.T) {
+	meta := CheckpointMeta{Model: DNNClassifierModel, Dim: 784, Classes: 10, Spec: &ModelSpec{HiddenUnits: []int{128, 64}}}
+	meta32 := meta
+	meta32.Spec = &ModelSpec{HiddenUnits: []int{128, 64}, Float32: true}
+	m64, err := New(meta, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m32, err := New(meta32, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(2, 2))
+	const rows = 128
+	x, y := make([]float64, rows*784), make([]float64, rows)
+	for i := range x {
+		x[i] = r.Float64()
+	}
+	for i := range y {
+		y[i] = float64(r.IntN(10))
+	}
+	g64, g32 := make([]float64, len(m64.Params())), make([]float64, len(m64.Params()))
+	l64, l32 := m64.Gradient(g64, x, y), m32.Gradient(g32, x, y)
+	if math.Abs(l64-l32) > 1e-5*math.Abs(l64) {
+		t.Errorf("float32 loss %v, float64 %v", l32, l64)
+	}
+	for _, l := range m64.(*Net).layers {
+		for _, part := range [][2]int{{l.off, l.off + l.in*l.out}, {l.off + l.in*l.out, l.off + (l.in+1)*l.out}} {
+			scale := 0.0
+			for _, v := range g64[part[0]:part[1]] {
+				scale = max(scale, math.Abs(v))
+			}
+			for i := part[0]; i < part[1]; i++ {
+				if math.Abs(g64[i]-g32[i]) > 1e-4*scale {
+					t.Fatalf("param %d (layer %d→%d): float32 gradient %v, float64 %v (largest %v)", i, l.in, l.out, g32[i], g64[i], scale)
+				}
+			}
+		}
+	}
+}
+
 func TestNetRestoreRefusesOtherArchitecture(t *testing.T) {
 	dir := t.TempDir()
 	d := separable(100, 2)
@@ -371,5 +416,27 @@ func TestNetPredictConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestNetResumesAcrossPrecision checks that a checkpoint written while
+// computing in float64 resumes with Float32 set (the DNN default since
+// issue #19), since precision is not part of the architecture.
+func TestNetResumesAcrossPrecision(t *testing.T) {
+	dir := t.TempDir()
+	d := separable(100, 2)
+	cfg := Config{BatchSize: 16, MaxSteps: 10, LearningRate: 0.01, Seed: 1, SaveSteps: 10, CheckpointDir: dir,
+		Meta: CheckpointMeta{Model: DNNClassifierModel, Dim: 3, Classes: 2, Spec: &ModelSpec{HiddenUnits: []int{4}}}}
+	if _, err := Run(context.Background(), cfg, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxSteps = 20
+	cfg.Meta.Spec = &ModelSpec{HiddenUnits: []int{4}, Float32: true}
+	res, err := Run(context.Background(), cfg, d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ResumedFrom != 10 || res.Step != 20 {
+		t.Fatalf("resumed from %d to %d, want 10 to 20", res.ResumedFrom, res.Step)
 	}
 }

@@ -69,6 +69,23 @@ func init() {
 // BLAS names the blas64 backend this build uses.
 const BLAS = "openblas"
 
+// Kernels names the kernels in use: "openblas" in this build.
+func Kernels() string { return BLAS }
+
+// narrow and widen convert between the float64 variables and a float32
+// computation.
+func narrow(dst []float32, src []float64) {
+	for i, v := range src {
+		dst[i] = float32(v)
+	}
+}
+
+func widen(dst []float64, src []float32) {
+	for i, v := range src {
+		dst[i] = float64(v)
+	}
+}
+
 // openBLAS is gonum's pure-Go BLAS with Dgemm and Sgemm replaced by
 // OpenBLAS's.
 type openBLAS struct{ gonum.Implementation }

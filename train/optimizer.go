@@ -207,16 +207,19 @@ func (a *Adam) Update(params, grad []float64) {
 //
 //	m ← β1·m + (1-β1)·g,  v ← β2·v + (1-β2)·g²,  θ ← θ - lr·m / (sqrt(v)·s + ε)
 //
-// Builds with -tags openblas run the same arithmetic, in the same order,
-// in C (openblas.go), where the compiler vectorises it.
+// adamStep runs the same arithmetic, in the same order, in AVX2
+// assembly (train/internal/kernel) or, built with -tags openblas, in C
+// (openblas.go), where the compiler vectorises it.
 func adamStepGo(params, grad, m, v []float64, b1, b2, lr, s, eps float64) {
 	params, m, v = params[:len(grad)], m[:len(grad)], v[:len(grad)]
 	c1, c2 := 1-b1, 1-b2
 	for i, g := range grad {
-		mi := b1*m[i] + c1*g
-		vi := b2*v[i] + c2*(g*g)
+		// float64(…) rounds each product on its own: no fused
+		// multiply-add, whatever GOAMD64 allows.
+		mi := float64(b1*m[i]) + float64(c1*g)
+		vi := float64(b2*v[i]) + float64(c2*float64(g*g))
 		m[i], v[i] = mi, vi
-		params[i] -= lr * mi / (math.Sqrt(vi)*s + eps)
+		params[i] -= float64(lr*mi) / (float64(math.Sqrt(vi)*s) + eps)
 	}
 }
 

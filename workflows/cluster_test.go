@@ -53,6 +53,31 @@ func TestClusterSpecErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// TestTrainFloat32Default checks that DNN types train in float32 unless
+// the spec asks for float64, and linear models in float64.
+func TestTrainFloat32Default(t *testing.T) {
+	for _, tc := range []struct {
+		m    ModelSpec
+		want bool
+	}{
+		{ModelSpec{Type: "dnn_classifier"}, true},
+		{ModelSpec{Type: "dnn_regressor"}, true},
+		{ModelSpec{Type: "dnn_linear_combined_classifier"}, true},
+		{ModelSpec{Type: "dnn_classifier", Float64: true}, false},
+		{ModelSpec{Type: "linear_classifier"}, false},
+		{ModelSpec{Type: "linear_regressor"}, false},
+		{ModelSpec{Type: "linear_regressor", Float32: true}, true},
+	} {
+		if got := tc.m.TrainFloat32(); got != tc.want {
+			t.Errorf("%+v: TrainFloat32 = %v, want %v", tc.m, got, tc.want)
+		}
+	}
+	s := JobSpec{JobID: "j", Preset: "census", Model: ModelSpec{Type: "dnn_classifier", Float32: true, Float64: true}}.WithDefaults()
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "model.float64") {
+		t.Errorf("float32 and float64 both set: got %v, want an error naming model.float64", err)
+	}
+}
+
 func TestEpochsAndTimedCheckpointsSpec(t *testing.T) {
 	s := JobSpec{JobID: "j", Train: TrainSpec{NumEpochs: 2, SaveCheckpointsSecs: 60}}.WithDefaults()
 	if err := s.Validate(); err != nil {

@@ -252,7 +252,11 @@ type ModelSpec struct {
 	HiddenUnits []int   `json:"hidden_units,omitempty"`
 	Dropout     float64 `json:"dropout,omitempty"`
 	// Float32 computes DNN training in float32 (faster, same accuracy).
+	// It is the default for the DNN types; kept for older specs.
 	Float32 bool `json:"float32,omitempty"`
+	// Float64 computes DNN training in float64 instead of the default
+	// float32 (variables and predictions are float64 either way).
+	Float64 bool `json:"float64,omitempty"`
 }
 
 // models lists the model types a job can train, and whether each is a
@@ -267,6 +271,10 @@ func (m ModelSpec) Regressor() bool { return models[m.Type] }
 func (m ModelSpec) Deep() bool {
 	return m.Type == train.DNNClassifierModel || m.Type == train.DNNRegressorModel || m.Type == train.DNNLinearCombinedClassifierModel
 }
+
+// TrainFloat32 reports whether training computes in float32: for the DNN
+// types unless Float64 is set, or wherever Float32 is.
+func (m ModelSpec) TrainFloat32() bool { return m.Float32 || m.Deep() && !m.Float64 }
 
 // Linear reports whether the model has neither hidden layers nor a spec
 // beyond its input and class counts (the linear classifier's checkpoints
@@ -518,6 +526,7 @@ func (s *JobSpec) Validate() error {
 		{s.Model.Momentum >= 0 && s.Model.Momentum < 1, "model.momentum", s.Model.Momentum},
 		{s.Model.ClipNorm >= 0, "model.clip_norm", s.Model.ClipNorm},
 		{s.Model.Dropout >= 0 && s.Model.Dropout < 1, "model.dropout", s.Model.Dropout},
+		{!s.Model.Float32 || !s.Model.Float64, "model.float64 (with model.float32)", s.Model.Float64},
 		{!slices.ContainsFunc(s.Model.HiddenUnits, func(u int) bool { return u < 1 || u > 1<<14 }), "model.hidden_units", s.Model.HiddenUnits},
 		{s.Model.LearningRate > 0, "model.learning_rate", s.Model.LearningRate},
 		{s.Model.BatchSize > 0 && s.Model.BatchSize <= 1<<16, "model.batch_size", s.Model.BatchSize},

@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
-# bench/train/run.sh — single-thread training throughput of trainflow's
-# Fashion-MNIST MLP (784-128-64-10, Adam, batch 128) and census linear
-# model (Adam, batch 64), with gonum's pure-Go BLAS, with OpenBLAS
-# (-tags openblas, when libopenblas-dev is installed) and PyTorch 1.13
-# (Debian python3-torch, torch.set_num_threads(1)) in the same run. The
-# MLP runs twice: computing in float64, and with ModelSpec.Float32 (float32
-# passes, float64 variables), which is what torch (float32) does.
+# bench/train/run.sh — training throughput of trainflow's Fashion-MNIST MLP
+# (784-128-64-10, Adam, batch 128) and census linear model (Adam, batch
+# 64) in the default build (train/internal/kernel: AVX2+FMA assembly where
+# the CPU has it), with OpenBLAS (-tags openblas, when libopenblas-dev is
+# installed) and with PyTorch 1.13 (Debian python3-torch), in the same run:
 #
-# Rounds interleave the three so that load from other processes hits all
-# alike. Usage: bench/train/run.sh [rounds]   (default 5; env OUT=dir keeps
-# the raw outputs, SECONDS_PER_RUN sets each measurement's length).
+#   1 thread:  default build GOMAXPROCS=1 (MLP in float64 and in float32,
+#              the DNN default), OpenBLAS, torch.set_num_threads(1)
+#   2 threads: default build GOMAXPROCS=2 (the kernels split large GEMMs
+#              across a worker pool) vs torch.set_num_threads(2)
+#
+# Rounds interleave all runs so that load from other processes hits all
+# alike. It then prints medians, ratios to torch, the MLP's GEMM GFLOP/s
+# next to the machine's AVX2 peak, and a CPU profile of the default build's
+# float32 MLP step. Usage: bench/train/run.sh [rounds]   (default 5; env
+# OUT=dir keeps the raw outputs, SECONDS_PER_RUN sets each measurement's
+# length).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-5}
 secs=${SECONDS_PER_RUN:-3}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
-export GOMAXPROCS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+cpus=$(getconf _NPROCESSORS_ONLN) # not nproc, which obeys OMP_NUM_THREADS
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 python=/usr/bin/python3 # Debian's, where python3-torch lives
 
-go test -c -o "$out/gonum.test" ./train/
-backends=(gonum)
+go test -c -o "$out/kernel.test" ./train/
+backends=(kernel)
 if [ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ]; then
 	go test -tags openblas -c -o "$out/openblas.test" ./train/
 	backends+=(openblas)
@@ -30,34 +37,68 @@ fi
 torch=0
 if "$python" -c 'import torch' 2>/dev/null; then torch=1; else echo "python3-torch not installed: skipping PyTorch" >&2; fi
 
+bench1='TrainMLP/batch=128$|TrainMLP/float32/batch=128$|TrainCensusLinear/batch=64$'
 : >"$out/torch.txt"
+: >"$out/torch2.txt"
+: >"$out/kernel2.txt"
 for b in "${backends[@]}"; do : >"$out/$b.txt"; done
 features=115
 for r in $(seq "$rounds"); do
 	for b in "${backends[@]}"; do
-		(cd train && "$out/$b.test" -test.run '^$' -test.bench 'TrainMLP/batch=128$|TrainMLP/float32/batch=128$|TrainCensusLinear/batch=64$' \
+		(cd train && GOMAXPROCS=1 "$out/$b.test" -test.run '^$' -test.bench "$bench1" \
 			-test.benchmem -test.benchtime "${secs}s" -test.count 1) >>"$out/$b.txt"
 	done
-	features=$(awk '/CensusLinear/ { for (i = 1; i < NF; i++) if ($(i+1) == "features") printf "%d\n", $i }' "$out/gonum.txt" | tail -1)
+	if [ "$cpus" -ge 2 ]; then
+		(cd train && GOMAXPROCS=2 "$out/kernel.test" -test.run '^$' -test.bench 'TrainMLP/float32/batch=128$' \
+			-test.benchmem -test.benchtime "${secs}s" -test.count 1) >>"$out/kernel2.txt"
+	fi
+	features=$(awk '/CensusLinear/ { for (i = 1; i < NF; i++) if ($(i+1) == "features") printf "%d\n", $i }' "$out/kernel.txt" | tail -1)
 	if [ "$torch" = 1 ]; then
 		"$python" bench/train/torch_bench.py --census-dim "${features:-115}" --seconds "$secs" --count 1 >>"$out/torch.txt"
+		if [ "$cpus" -ge 2 ]; then
+			"$python" bench/train/torch_bench.py --threads 2 --mlp-only --seconds "$secs" --count 1 >>"$out/torch2.txt"
+		fi
 	fi
 	echo "round $r of $rounds done" >&2
 done
 
 # median examples/s of each (backend, model)
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) printf "%.0f", v[(NR+1)/2]; else printf "%.0f", (v[NR/2] + v[NR/2+1]) / 2 }'; }
-goex() { awk -v pat="$2" '$1 ~ pat { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") print $i }' "$out/$1.txt" | median; }
-tex() { awk -v pat="$1" '$0 ~ pat { sub("examples/s=", "", $4); print $4 }' "$out/torch.txt" | median; }
+goex() { [ -s "$out/$1.txt" ] || { echo -; return; }; awk -v pat="$2" '$1 ~ pat { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") print $i }' "$out/$1.txt" | median; }
+tex() { awk -v pat="$2" '$0 ~ pat { for (i = 1; i <= NF; i++) if ($i ~ /^examples\/s=/) { sub("examples/s=", "", $i); print $i } }' "$out/$1.txt" | median; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+
+mlp1=$(goex kernel 'TrainMLP/batch=128'); mlp32=$(goex kernel 'TrainMLP/float32/batch=128')
+mlp2=$(goex kernel2 'TrainMLP/float32/batch=128'); ob=$(goex openblas 'TrainMLP/float32/batch=128')
+lin=$(goex kernel 'TrainCensusLinear/batch=64'); tmlp=$(tex torch 'torch mlp'); tmlp2=$(tex torch2 'torch mlp'); tlin=$(tex torch 'torch linear')
 echo
-echo "single-thread training examples/s, median of $rounds rounds (raw outputs in $out)"
-printf '%-32s %12s %12s %12s\n' model gonum openblas torch
-printf '%-32s %12s %12s %12s\n' "fashion-mnist mlp, batch 128" "$(goex gonum 'TrainMLP/batch=128')" \
-	"$( [ -e "$out/openblas.txt" ] && goex openblas 'TrainMLP/batch=128' || echo -)" "$(tex 'torch mlp')"
-printf '%-32s %12s %12s %12s\n' "  same, float32 compute" "$(goex gonum 'TrainMLP/float32/batch=128')" \
-	"$( [ -e "$out/openblas.txt" ] && goex openblas 'TrainMLP/float32/batch=128' || echo -)" "(float32)"
-printf '%-32s %12s %12s %12s\n' "census linear ($features f), batch 64" "$(goex gonum 'TrainCensusLinear/batch=64')" \
-	"$( [ -e "$out/openblas.txt" ] && goex openblas 'TrainCensusLinear/batch=64' || echo -)" "$(tex 'torch linear')"
+echo "training examples/s, median of $rounds rounds (raw outputs in $out; TRAINFLOW_KERNELS=${TRAINFLOW_KERNELS:-})"
+printf '%-40s %12s %12s %10s\n' run trainflow torch ratio
+printf '%-40s %12s %12s %10s\n' "mlp float32, 1 thread" "$mlp32" "$tmlp" "$(ratio "$mlp32" "$tmlp")"
+printf '%-40s %12s %12s %10s\n' "mlp float32, 2 threads (GOMAXPROCS=2)" "$mlp2" "$tmlp2" "$(ratio "$mlp2" "$tmlp2")"
+printf '%-40s %12s %12s %10s\n' "mlp float64, 1 thread" "$mlp1" "$tmlp" "$(ratio "$mlp1" "$tmlp")"
+printf '%-40s %12s %12s %10s\n' "mlp float32, OpenBLAS, 1 thread" "$ob" "$tmlp" "$(ratio "$ob" "$tmlp")"
+printf '%-40s %12s %12s %10s\n' "census linear ($features f), batch 64" "$lin" "$tlin" "$(ratio "$lin" "$tlin")"
+
+# GEMM work of one MLP example: forward 2·Σ in·out over the three layers,
+# backward the same for the weight gradients plus 2·(128·64 + 64·10) for
+# the activation gradients of layers 2 and 3.
+flop=$(( 2 * (784*128 + 128*64 + 64*10) * 2 + 2 * (128*64 + 64*10) ))
+ghz=$(awk -F: '/^cpu MHz/ { printf "%.3f", $2 / 1000; exit }' /proc/cpuinfo)
+echo
+echo "MLP GEMM work: $flop FLOP per example; AVX2 FMA peak per core = 2 units × 8 float32 lanes × 2 × ${ghz} GHz"
+awk -v e1="$mlp32" -v e2="$mlp2" -v f="$flop" -v ghz="$ghz" 'BEGIN {
+	peak = 2 * 8 * 2 * ghz
+	if (e1 != "-") printf "  1 thread:  %.1f GFLOP/s of %.1f peak (%.0f%%)\n", e1 * f / 1e9, peak, 100 * e1 * f / 1e9 / peak
+	if (e2 != "-") printf "  2 threads: %.1f GFLOP/s of %.1f peak (%.0f%%)\n", e2 * f / 1e9, 2 * peak, 100 * e2 * f / 1e9 / (2 * peak)
+}'
+
+echo
+echo "where a float32 MLP step's time goes (GOMAXPROCS=1, pprof -top):"
+(cd train && GOMAXPROCS=1 "$out/kernel.test" -test.run '^$' -test.bench 'TrainMLP/float32/batch=128$' -test.benchtime "$((2 * secs))s" \
+	-test.cpuprofile "$out/mlp.pprof" >/dev/null)
+go tool pprof -top -nodecount=16 -focus 'benchmarkSteps' "$out/kernel.test" "$out/mlp.pprof" 2>/dev/null | sed -n '/flat%/,$p'
+
 if command -v benchstat >/dev/null || [ -x "$(go env GOPATH)/bin/benchstat" ]; then
 	echo
 	PATH=$PATH:$(go env GOPATH)/bin benchstat $(for b in "${backends[@]}"; do echo "$b=$out/$b.txt"; done) 2>/dev/null | sed 's#'"$out"'/##g' || true

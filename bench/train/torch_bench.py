@@ -1,4 +1,4 @@
-"""Single-thread PyTorch training throughput for the two models of
+"""PyTorch training throughput (--threads, default 1) for the two models of
 trainflow's training benchmark (issue #4), to compare with
 `go test -bench` in the same run.
 
@@ -58,8 +58,10 @@ def main():
     ap.add_argument("--census-dim", type=int, default=115)
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--count", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--mlp-only", action="store_true")
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     torch.manual_seed(1)
 
     if os.path.exists(os.path.join(a.fashion, "train-images-idx3-ubyte.gz")):
@@ -70,7 +72,9 @@ def main():
         mlp = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64),
                                   torch.nn.ReLU(), torch.nn.Linear(64, 10))
         r = throughput(mlp, torch.nn.CrossEntropyLoss(), x, y, 128, 1e-3, a.seconds)
-        print(f"torch mlp batch=128 examples/s={r:.0f}", flush=True)
+        print(f"torch mlp batch=128 examples/s={r:.0f} threads={a.threads}", flush=True)
+    if a.mlp_only:
+        return
 
     # Census-shaped data: one-hot blocks plus a few standardised numerics;
     # a dense linear layer's speed does not depend on the values.

@@ -1,0 +1,292 @@
+// Command asm generates train/internal/kernel's AVX2+FMA assembly with avo
+// (github.com/mmcloughlin/avo): the GEMM micro-kernels, the Adam update and
+// the float64⇄float32 conversions. It is a module of its own so that avo is
+// no dependency of trainflow; the generated kernel_amd64.s and
+// stubs_amd64.go are committed, and building trainflow needs neither avo
+// nor cgo. Run it through go generate in train/internal/kernel.
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The micro-kernel tile is mr rows of C by two YMM vectors of columns:
+// 6×16 in float32, 6×8 in float64. Twelve accumulators, two B vectors and
+// one broadcast A value use 15 of the 16 YMM registers.
+const mr = 6
+
+// prec holds the instructions and sizes of one precision.
+type prec struct {
+	name     string // Go element type
+	size     int    // bytes per element
+	lanes    int    // elements per YMM vector
+	bcast    func(ops ...Op)
+	fma      func(ops ...Op)
+	mul      func(ops ...Op)
+	movu     func(ops ...Op)
+	zero     func(ops ...Op)
+	betaMove func(mr, r Op)
+	betaTest func(ops ...Op) // shift out the sign bit, leaving ZF set iff ±0
+}
+
+var (
+	f32 = prec{name: "float32", size: 4, lanes: 8, bcast: VBROADCASTSS, fma: VFMADD231PS, mul: VMULPS, movu: VMOVUPS,
+		zero: VXORPS, betaMove: MOVL, betaTest: SHLL}
+	f64 = prec{name: "float64", size: 8, lanes: 4, bcast: VBROADCASTSD, fma: VFMADD231PD, mul: VMULPD, movu: VMOVUPD,
+		zero: VXORPD, betaMove: MOVQ, betaTest: SHLQ}
+)
+
+func main() {
+	ConstraintExpr("!purego")
+	gemmKernel("gemmAVX2F32", f32)
+	gemmKernel("gemmAVX2F64", f64)
+	adam()
+	convert()
+	Generate()
+}
+
+// gemmKernel emits the micro-kernel
+//
+//	C[0:6, 0:nr] = alpha·Σₚ A[p]ᵀ·B[p] + beta·C   (beta == ±0: C is not read)
+//
+// where A holds k packed columns of 6 values (a[6p+r]), B holds k packed
+// rows of nr = 2·lanes values (b[nr·p+j]) and C is row-major with row
+// stride ldc elements. The Go side checks that the slices are long enough.
+func gemmKernel(name string, t prec) {
+	nr := 2 * t.lanes
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(k int, a, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from packed A and B (see gemmKernel in asm/main.go).", name, mr, nr))
+	k := Load(Param("k"), GP64())
+	a := Load(Param("a").Base(), GP64())
+	b := Load(Param("b").Base(), GP64())
+	c := Load(Param("c").Base(), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(U8(log2(t.size)), ldc)
+
+	acc := [mr][2]VecPhysical{}
+	ys := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11}
+	for r := range mr {
+		for v := range 2 {
+			acc[r][v] = ys[2*r+v]
+			t.zero(acc[r][v], acc[r][v], acc[r][v])
+		}
+	}
+	b0, b1, av := Y12, Y13, Y14
+
+	// step multiplies packed column/row p (offsets relative to a and b).
+	step := func(p int) {
+		t.movu(Mem{Base: b, Disp: p * nr * t.size}, b0)
+		t.movu(Mem{Base: b, Disp: p*nr*t.size + 32}, b1)
+		for r := range mr {
+			t.bcast(Mem{Base: a, Disp: (p*mr + r) * t.size}, av)
+			t.fma(b0, av, acc[r][0])
+			t.fma(b1, av, acc[r][1])
+		}
+	}
+	const unroll = 4
+	Comment("Four rank-1 updates per iteration, then one at a time.")
+	Label(name + "_loop4")
+	CMPQ(k, U8(unroll))
+	JL(LabelRef(name + "_tail"))
+	for p := range unroll {
+		step(p)
+	}
+	ADDQ(U32(unroll*mr*t.size), a)
+	ADDQ(U32(unroll*nr*t.size), b)
+	SUBQ(U8(unroll), k)
+	JMP(LabelRef(name + "_loop4"))
+	Label(name + "_tail")
+	TESTQ(k, k)
+	JE(LabelRef(name + "_store"))
+	step(0)
+	ADDQ(U32(mr*t.size), a)
+	ADDQ(U32(nr*t.size), b)
+	DECQ(k)
+	JMP(LabelRef(name + "_tail"))
+
+	Label(name + "_store")
+	Comment("Scale by alpha; add beta·C unless beta is ±0.")
+	alpha, beta := Y14, Y15
+	t.bcast(addr("alpha"), alpha)
+	for r := range mr {
+		for v := range 2 {
+			t.mul(alpha, acc[r][v], acc[r][v])
+		}
+	}
+	var bits Register = GP64()
+	if t.size == 4 {
+		bits = GP32()
+	}
+	t.betaMove(addr("beta"), bits)
+	t.betaTest(U8(1), bits)
+	JE(LabelRef(name + "_overwrite"))
+	t.bcast(addr("beta"), beta)
+	for r := range mr {
+		for v := range 2 {
+			t.fma(Mem{Base: c, Disp: 32 * v}, beta, acc[r][v])
+			t.movu(acc[r][v], Mem{Base: c, Disp: 32 * v})
+		}
+		if r < mr-1 {
+			ADDQ(ldc, c)
+		}
+	}
+	VZEROUPPER()
+	RET()
+	Label(name + "_overwrite")
+	for r := range mr {
+		for v := range 2 {
+			t.movu(acc[r][v], Mem{Base: c, Disp: 32 * v})
+		}
+		if r < mr-1 {
+			ADDQ(ldc, c)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// adam emits the Adam update of train's adamStepGo on the first n - n%4
+// elements, with the same IEEE operations in the same order (no FMA), so
+// results are bit-identical to the Go loop:
+//
+//	m ← β1·m + (1-β1)·g,  v ← β2·v + (1-β2)·g²,  θ ← θ - lr·m / (sqrt(v)·s + ε)
+func adam() {
+	TEXT("adamAVX2", NOSPLIT, "func(p, g, m, v []float64, b1, b2, lr, s, eps float64) int")
+	Pragma("noescape")
+	Doc("adamAVX2 runs the Adam update on the first len(g) &^ 3 elements and returns that count (see adam in asm/main.go).")
+	p := Load(Param("p").Base(), GP64())
+	g := Load(Param("g").Base(), GP64())
+	m := Load(Param("m").Base(), GP64())
+	v := Load(Param("v").Base(), GP64())
+	n := Load(Param("g").Len(), GP64())
+	ANDQ(I32(^3), n)
+	i := GP64()
+	XORQ(i, i)
+	B1, C1, B2, C2, LR, S, EPS := YMM(), YMM(), YMM(), YMM(), YMM(), YMM(), YMM()
+	VBROADCASTSD(addr("b1"), B1)
+	VBROADCASTSD(addr("b2"), B2)
+	VBROADCASTSD(addr("lr"), LR)
+	VBROADCASTSD(addr("s"), S)
+	VBROADCASTSD(addr("eps"), EPS)
+	one := YMM()
+	// The bits of 1.0: avo prints F64(1) as the integer 1.
+	VBROADCASTSD(ConstData("one", U64(math.Float64bits(1))), one)
+	VSUBPD(B1, one, C1)
+	VSUBPD(B2, one, C2)
+	at := func(base Register) Mem { return Mem{Base: base, Index: i, Scale: 8} }
+	Label("adam_loop")
+	CMPQ(i, n)
+	JGE(LabelRef("adam_done"))
+	gi, mi, vi, t1, t2 := YMM(), YMM(), YMM(), YMM(), YMM()
+	VMOVUPD(at(g), gi)
+	// mi = B1·m + C1·g
+	VMULPD(at(m), B1, mi)
+	VMULPD(gi, C1, t1)
+	VADDPD(t1, mi, mi)
+	// vi = B2·v + C2·(g·g)
+	VMULPD(at(v), B2, vi)
+	VMULPD(gi, gi, t1)
+	VMULPD(t1, C2, t1)
+	VADDPD(t1, vi, vi)
+	VMOVUPD(mi, at(m))
+	VMOVUPD(vi, at(v))
+	// p -= (LR·mi) / (sqrt(vi)·S + EPS)
+	VSQRTPD(vi, t1)
+	VMULPD(S, t1, t1)
+	VADDPD(EPS, t1, t1)
+	VMULPD(mi, LR, t2)
+	VDIVPD(t1, t2, t2)
+	VMOVUPD(at(p), t1)
+	VSUBPD(t2, t1, t1)
+	VMOVUPD(t1, at(p))
+	ADDQ(U8(4), i)
+	JMP(LabelRef("adam_loop"))
+	Label("adam_done")
+	Store(n, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// convert emits float64→float32 and float32→float64 conversion of the
+// first n - n%8 elements of min(len(dst), len(src)), returning that count.
+func convert() {
+	// float64 → float32: two VCVTPD2PSY per 8 elements.
+	TEXT("narrowAVX2", NOSPLIT, "func(dst []float32, src []float64) int")
+	Pragma("noescape")
+	Doc("narrowAVX2 converts src to float32 into dst for the first min(len) &^ 7 elements and returns that count.")
+	dst := Load(Param("dst").Base(), GP64())
+	src := Load(Param("src").Base(), GP64())
+	n := Load(Param("dst").Len(), GP64())
+	ns := Load(Param("src").Len(), GP64())
+	CMPQ(ns, n)
+	CMOVQLT(ns, n)
+	ANDQ(I32(^7), n)
+	i := GP64()
+	XORQ(i, i)
+	Label("narrow_loop")
+	CMPQ(i, n)
+	JGE(LabelRef("narrow_done"))
+	x0, x1 := XMM(), XMM()
+	VCVTPD2PSY(Mem{Base: src, Index: i, Scale: 8}, x0)
+	VCVTPD2PSY(Mem{Base: src, Index: i, Scale: 8, Disp: 32}, x1)
+	VMOVUPS(x0, Mem{Base: dst, Index: i, Scale: 4})
+	VMOVUPS(x1, Mem{Base: dst, Index: i, Scale: 4, Disp: 16})
+	ADDQ(U8(8), i)
+	JMP(LabelRef("narrow_loop"))
+	Label("narrow_done")
+	Store(n, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+
+	// float32 → float64: two VCVTPS2PD per 8 elements.
+	TEXT("widenAVX2", NOSPLIT, "func(dst []float64, src []float32) int")
+	Pragma("noescape")
+	Doc("widenAVX2 converts src to float64 into dst for the first min(len) &^ 7 elements and returns that count.")
+	dst = Load(Param("dst").Base(), GP64())
+	src = Load(Param("src").Base(), GP64())
+	n = Load(Param("dst").Len(), GP64())
+	ns = Load(Param("src").Len(), GP64())
+	CMPQ(ns, n)
+	CMOVQLT(ns, n)
+	ANDQ(I32(^7), n)
+	i = GP64()
+	XORQ(i, i)
+	Label("widen_loop")
+	CMPQ(i, n)
+	JGE(LabelRef("widen_done"))
+	y0, y1 := YMM(), YMM()
+	VCVTPS2PD(Mem{Base: src, Index: i, Scale: 4}, y0)
+	VCVTPS2PD(Mem{Base: src, Index: i, Scale: 4, Disp: 16}, y1)
+	VMOVUPD(y0, Mem{Base: dst, Index: i, Scale: 8})
+	VMOVUPD(y1, Mem{Base: dst, Index: i, Scale: 8, Disp: 32})
+	ADDQ(U8(8), i)
+	JMP(LabelRef("widen_loop"))
+	Label("widen_done")
+	Store(n, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+func log2(n int) int {
+	l := 0
+	for n > 1 {
+		n >>= 1
+		l++
+	}
+	return l
+}
+
+// addr is the memory operand of a scalar parameter.
+func addr(name string) Mem {
+	b, err := Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}

@@ -1,0 +1,279 @@
+package kernel
+
+import (
+	"fmt"
+	"sync"
+
+	"gonum.org/v1/gonum/blas"
+)
+
+// Float is the element type of a GEMM.
+type Float interface{ ~float32 | ~float64 }
+
+// micro computes one mr×nr tile of C = alpha·A·B + beta·C from k packed
+// columns of A (a[mr·p+r]) and k packed rows of B (b[nr·p+j]); C is
+// row-major with row stride ldc. beta == 0 means C is not read.
+type micro[T Float] func(k int, a, b, c []T, ldc int, alpha, beta T)
+
+// gemmKernel is one micro-kernel with its tile and block sizes: kc rows of
+// op(B) and mc rows of op(A) are packed at a time (mc a multiple of mr).
+type gemmKernel[T Float] struct {
+	f              micro[T]
+	mr, nr, kc, mc int
+}
+
+// Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major float32
+// matrices: op(A) is m×k, op(B) is k×n and C is m×n, with row strides
+// lda, ldb and ldc; op(X) is X or Xᵀ as tX says. beta == 0 means C is
+// not read (NaNs in C are overwritten). It panics, as blas.Sgemm does, on
+// negative sizes or slices too short for them.
+func Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	gemm(&impl.s, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Dgemm is Sgemm for float64.
+func Dgemm(tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	gemm(&impl.d, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// gemm checks the arguments, then runs the product serially or split
+// across the worker pool.
+func gemm[T Float](kn *gemmKernel[T], tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	gemmParts(kn, parallelism(m, n, k), tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// gemmParts is gemm split into at most parts parts.
+func gemmParts[T Float](kn *gemmKernel[T], parts int, tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	ta, tb := checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scale(m, n, beta, c, ldc)
+		return
+	}
+	if parts <= 1 {
+		s := getScratch[T]()
+		gemmSerial(kn, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		putScratch(s)
+		return
+	}
+	g := getCall[T]()
+	g.kn, g.ta, g.tb, g.m, g.n, g.k, g.alpha, g.beta = kn, ta, tb, m, n, k, alpha, beta
+	g.a, g.lda, g.b, g.ldb, g.c, g.ldc = a, lda, b, ldb, c, ldc
+	// Split the longer side of C, in whole tiles: splitting rows packs
+	// op(B) once per part, splitting columns packs op(A) once per part.
+	g.rows = m >= n
+	side, unit := n, kn.nr
+	if g.rows {
+		side, unit = m, kn.mr
+	}
+	g.step = (side + parts - 1) / parts
+	g.step = (g.step + unit - 1) / unit * unit
+	parts = (side + g.step - 1) / g.step
+	runParts(g, parts)
+	putCall(g)
+}
+
+// checkGemm panics on arguments that break the BLAS contract and returns
+// the transposes as booleans.
+func checkGemm(tA, tB blas.Transpose, m, n, k, la, lda, lb, ldb, lc, ldc int) (ta, tb bool) {
+	ta, tb = tA != blas.NoTrans, tB != blas.NoTrans
+	if tA != blas.NoTrans && tA != blas.Trans && tA != blas.ConjTrans || tB != blas.NoTrans && tB != blas.Trans && tB != blas.ConjTrans {
+		panic(fmt.Sprintf("kernel: bad transpose %v, %v", tA, tB))
+	}
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("kernel: negative size %d×%d×%d", m, n, k))
+	}
+	ar, ac := m, k
+	if ta {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if tb {
+		br, bc = n, k
+	}
+	if lda < max(1, ac) || ldb < max(1, bc) || ldc < max(1, n) {
+		panic(fmt.Sprintf("kernel: bad stride lda %d, ldb %d, ldc %d for %d×%d×%d", lda, ldb, ldc, m, n, k))
+	}
+	short := func(l, rows, cols, ld int) bool { return rows > 0 && cols > 0 && l < (rows-1)*ld+cols }
+	if short(la, ar, ac, lda) || short(lb, br, bc, ldb) || short(lc, m, n, ldc) {
+		panic(fmt.Sprintf("kernel: short slice: len(a) %d, len(b) %d, len(c) %d for %d×%d×%d", la, lb, lc, m, n, k))
+	}
+	return ta, tb
+}
+
+// scale sets C = beta·C (C = 0 for beta == 0).
+func scale[T Float](m, n int, beta T, c []T, ldc int) {
+	for i := range m {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// scratch is one goroutine's packing space.
+type scratch[T Float] struct {
+	a, b []T
+	tile []T // an overhanging tile
+}
+
+var scratchPools = struct{ s, d sync.Pool }{}
+
+func getScratch[T Float]() *scratch[T] {
+	p := scratchPool[T]()
+	if s, ok := p.Get().(*scratch[T]); ok {
+		return s
+	}
+	return new(scratch[T])
+}
+
+func putScratch[T Float](s *scratch[T]) { scratchPool[T]().Put(s) }
+
+func scratchPool[T Float]() *sync.Pool {
+	var z T
+	if _, ok := any(z).(float32); ok {
+		return &scratchPools.s
+	}
+	return &scratchPools.d
+}
+
+// grow returns s[:n], reallocated if too small.
+func grow[T Float](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// gemmSerial computes C = alpha·op(A)·op(B) + beta·C on the calling
+// goroutine, for arguments checkGemm accepted with m, n, k, alpha ≠ 0.
+func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	mr, nr := kn.mr, kn.nr
+	kc := min(kn.kc, k)
+	mc := min(kn.mc, (m+mr-1)/mr*mr)
+	ncPad := (n + nr - 1) / nr * nr
+	s.a = grow(s.a, mc*kc)
+	s.b = grow(s.b, kc*ncPad)
+	s.tile = grow(s.tile, mr*nr)
+	for pc := 0; pc < k; pc += kc {
+		kb := min(kc, k-pc)
+		bet := beta
+		if pc > 0 {
+			bet = 1
+		}
+		packB(s.b, b, ldb, tb, pc, kb, n, nr)
+		for ic := 0; ic < m; ic += mc {
+			mb := min(mc, m-ic)
+			packA(s.a, a, lda, ta, ic, mb, pc, kb, mr)
+			for jr := 0; jr < n; jr += nr {
+				cols := min(nr, n-jr)
+				bp := s.b[jr*kb : (jr+nr)*kb]
+				for ir := 0; ir < mb; ir += mr {
+					rows := min(mr, mb-ir)
+					ap := s.a[ir*kb : (ir+mr)*kb]
+					ci := (ic+ir)*ldc + jr
+					if rows == mr && cols == nr {
+						kn.f(kb, ap, bp, c[ci:], ldc, alpha, bet)
+						continue
+					}
+					kn.f(kb, ap, bp, s.tile, nr, alpha, 0)
+					for r := range rows {
+						dst, src := c[ci+r*ldc:ci+r*ldc+cols], s.tile[r*nr:r*nr+cols]
+						if bet == 0 {
+							copy(dst, src)
+							continue
+						}
+						for j, v := range src {
+							dst[j] = v + bet*dst[j]
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// packA writes rows i0…i0+mb-1, columns p0…p0+kb-1 of op(A) into dst as
+// panels of mr rows (panel q at dst[q·mr·kb:], element (r, p) at
+// [p·mr+r]), padding the last panel with zeros.
+func packA[T Float](dst, a []T, lda int, ta bool, i0, mb, p0, kb, mr int) {
+	for ir := 0; ir < mb; ir += mr {
+		rows := min(mr, mb-ir)
+		d := dst[ir*kb : (ir+mr)*kb]
+		if ta && rows == 6 && mr == 6 { // the AVX2 tile, without a copy call per six values
+			for p := range kb {
+				src := a[(p0+p)*lda+i0+ir:][:6:6]
+				dp := d[6*p : 6*p+6 : 6*p+6]
+				dp[0], dp[1], dp[2], dp[3], dp[4], dp[5] = src[0], src[1], src[2], src[3], src[4], src[5]
+			}
+			continue
+		}
+		if ta { // op(A)[i, p] = a[p·lda + i]: mr contiguous values per p
+			for p := range kb {
+				src := a[(p0+p)*lda+i0+ir:]
+				dp := d[p*mr : p*mr+mr]
+				copy(dp, src[:rows])
+				clear(dp[rows:])
+			}
+			continue
+		}
+		if rows == 6 && mr == 6 { // the AVX2 tile: six rows read in step, written in order
+			row := func(r int) []T { return a[(i0+ir+r)*lda+p0:][:kb:kb] }
+			r0, r1, r2, r3, r4, r5 := row(0), row(1), row(2), row(3), row(4), row(5)
+			for p := range kb {
+				dp := d[6*p : 6*p+6 : 6*p+6]
+				dp[0], dp[1], dp[2], dp[3], dp[4], dp[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+			}
+			continue
+		}
+		for r := range rows { // op(A)[i, p] = a[i·lda + p]
+			src := a[(i0+ir+r)*lda+p0:]
+			src = src[:kb]
+			for p, v := range src {
+				d[p*mr+r] = v
+			}
+		}
+		for r := rows; r < mr; r++ {
+			for p := range kb {
+				d[p*mr+r] = 0
+			}
+		}
+	}
+}
+
+// packB writes rows p0…p0+kb-1, all n columns of op(B) into dst as panels
+// of nr columns (panel q at dst[q·nr·kb:], element (p, j) at [p·nr+j]),
+// padding the last panel with zeros.
+func packB[T Float](dst, b []T, ldb int, tb bool, p0, kb, n, nr int) {
+	for jr := 0; jr < n; jr += nr {
+		cols := min(nr, n-jr)
+		d := dst[jr*kb : (jr+nr)*kb]
+		if !tb { // op(B)[p, j] = b[p·ldb + j]: nr contiguous values per p
+			for p := range kb {
+				src := b[(p0+p)*ldb+jr:]
+				dp := d[p*nr : p*nr+nr]
+				copy(dp, src[:cols])
+				clear(dp[cols:])
+			}
+			continue
+		}
+		for j := range cols { // op(B)[p, j] = b[j·ldb + p]
+			src := b[(jr+j)*ldb+p0:]
+			src = src[:kb]
+			for p, v := range src {
+				d[p*nr+j] = v
+			}
+		}
+		for j := cols; j < nr; j++ {
+			for p := range kb {
+				d[p*nr+j] = 0
+			}
+		}
+	}
+}
