@@ -493,3 +493,87 @@ func TestSyncBackupWorkersTwoShardsNoHang(t *testing.T) {
 		}
 	}
 }
+
+// TestTimedCheckpointsFollowTheClock runs a chief with SaveEvery on a
+// clock driven by the global step: 10 ms a step up to step 150, 40 ms a
+// step after. The first cut is at SaveSteps (50); every later one is where
+// the step rate measured since the previous commit reaches 1 s later: 100
+// steps apart while fast, 25 once slow, and always one at MaxSteps (by
+// steps they would have been every 50).
+func TestTimedCheckpointsFollowTheClock(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	for _, c := range []struct {
+		name     string
+		sync     bool
+		replicas int
+	}{{"async", false, 0}, {"sync-backup", true, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCluster(t, 2, c.sync, c.replicas, 400)
+			base := time.Unix(1_000_000, 0)
+			started := make(chan struct{})
+			var once sync.Once
+			clock := func() time.Time {
+				once.Do(func() { close(started) })
+				step, _ := cl.servers[0].shard.Step()
+				d := time.Duration(step) * 10 * time.Millisecond
+				if step > 150 {
+					d = 1500*time.Millisecond + time.Duration(step-150)*40*time.Millisecond
+				}
+				return base.Add(d)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var committed []int64
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
+				if err != nil {
+					errs[0] = err
+					return
+				}
+				defer c.Close()
+				cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 400, SaveSteps: 50, SaveEvery: time.Second, Now: clock,
+					KeepMax: 20, CheckpointDir: cl.ckdir, Backups: cl.cfg.Sync && cl.cfg.Replicas < 3}
+				_, errs[0] = RunWorker(ctx, cfg, split(data, 0, 3), c, Hooks{Committed: func(p train.Progress) error { committed = append(committed, p.Step); return nil }})
+			})
+			<-started // the chief's clock starts at step 0
+			for i := 1; i < 3; i++ {
+				wg.Go(func() { _, errs[i] = cl.worker(ctx, data, i, 3, Hooks{}) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				var at []string
+				for i, s := range cl.servers {
+					s.shard.mu.Lock()
+					at = append(at, fmt.Sprintf("shard %d at step %d (committed %d, next cut %d)", i, s.shard.step, s.shard.committed, s.shard.next))
+					s.shard.mu.Unlock()
+				}
+				t.Fatalf("%v; commits %v; %v", err, committed, at)
+			}
+			want := []int64{50, 150, 250, 275, 300, 325, 350, 375, 400}
+			if !slices.Equal(committed, want) {
+				t.Fatalf("commits at %v, want %v", committed, want)
+			}
+			// Each checkpoint records the cut announced with it, which a
+			// restarted parameter server resumes from.
+			ck, err := train.ReadCheckpoint(filepath.Join(cl.ckdir, train.CheckpointName(250)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ck.Tensors[CutTensor]; !slices.Equal(got, []float64{275}) {
+				t.Fatalf("checkpoint 250 records next cut %v, want [275]", got)
+			}
+			sh, err := NewShard(cl.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sh.Restore(ck, 2); err != nil {
+				t.Fatal(err)
+			}
+			if got := sh.NextCut(); got != 275 {
+				t.Fatalf("shard restored from checkpoint 250 cuts next at %d, want 275", got)
+			}
+		})
+	}
+}

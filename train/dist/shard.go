@@ -461,7 +461,7 @@ func (s *Shard) Cut(ctx context.Context, step int64) (ShardState, error) {
 	}
 	defer s.mu.Unlock()
 	for _, c := range s.cuts {
-		if c.Step == step {
+		if c.Step == step && step != NextCut {
 			return c, nil
 		}
 	}

@@ -313,8 +313,8 @@ func (w *worker) stepCut(step int64) int64 {
 // timedCut is the cut the chief announces after committing step: where
 // the global step rate measured since the previous commit (or its start)
 // gets SaveEvery later, at least one step on, at most MaxSteps.
-func (w *worker) timedCut(step int64) int64 {
-	elapsed := w.now().Sub(w.cutAt)
+func (w *worker) timedCut(step int64, now time.Time) int64 {
+	elapsed := now.Sub(w.cutAt)
 	steps := int64(1)
 	if elapsed > 0 && step > w.committed {
 		rate := float64(step-w.committed) / elapsed.Seconds()
@@ -530,9 +530,9 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 			ck.Tensors["rng/dropout"] = r.RNGState()
 		}
 	}
-	next := w.stepCut(ck.Step)
+	next, cutAt := w.stepCut(ck.Step), w.now() // read while the shards hold at ck.Step
 	if w.cfg.SaveEvery > 0 {
-		next = w.timedCut(ck.Step)
+		next = w.timedCut(ck.Step, cutAt)
 		if ck.Step < w.cfg.MaxSteps {
 			ck.Tensors[CutTensor] = []float64{float64(next)}
 		}
@@ -558,7 +558,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 		w.res.Loss = p.Loss
 	}
 	w.committed = ck.Step
-	w.lossSum, w.lossN, w.since, w.cutAt = 0, 0, time.Now(), w.now()
+	w.lossSum, w.lossN, w.since, w.cutAt = 0, 0, time.Now(), cutAt
 	w.mu.Unlock()
 	if w.hooks.Committed != nil {
 		return w.hooks.Committed(p)
