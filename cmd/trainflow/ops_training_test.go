@@ -84,7 +84,7 @@ func TestEpochsAndTimedCheckpointsBasic(t *testing.T) {
 func TestDistributedTimedCheckpoints(t *testing.T) {
 	st := testStack(t, t.TempDir())
 	id := "timed_custom"
-	input := fmt.Sprintf(`{"job_id":%q,"preset":"census","data":{"generated_rows":4000},"train":{"max_steps":3000,"save_checkpoints_secs":1},
+	input := fmt.Sprintf(`{"job_id":%q,"preset":"census","data":{"generated_rows":4000},"train":{"max_steps":8000,"save_checkpoints_secs":1},
 		"cluster":{"scale_tier":"CUSTOM","worker_count":2,"parameter_server_count":2,"update":"sync","backup_workers":1}}`, id)
 	start := time.Now()
 	res, err := waitJob(t, startUIStyle(t, st.Client, id, input))
@@ -94,8 +94,8 @@ func TestDistributedTimedCheckpoints(t *testing.T) {
 	took := time.Since(start)
 	commits := checkCommits(t, events(t, res.JobDir))
 	t.Logf("step %d in %s, commits %v", res.GlobalStep, took.Round(time.Millisecond), commits)
-	if res.GlobalStep != 3000 || commits[0] != 100 || commits[len(commits)-1] != 3000 {
-		t.Fatalf("ended at step %d with commits %v, want the first at 100 and the last at 3000", res.GlobalStep, commits)
+	if res.GlobalStep != 8000 || commits[0] != 100 || commits[len(commits)-1] != 8000 {
+		t.Fatalf("ended at step %d with commits %v, want the first at 100 and the last at 8000", res.GlobalStep, commits)
 	}
 	if len(commits) < 3 || len(commits) > int(took/time.Second)+3 {
 		t.Fatalf("%d commits in %s (%v): want several, about one a second, not one every 100 steps", len(commits), took, commits)
