@@ -577,3 +577,86 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 		})
 	}
 }
+
+// diskCrashCheckpoints saves to dir and, at step crashAt, makes the
+// checkpoint durable and then calls crash, as a chief killed between
+// writing a checkpoint and telling the shards would.
+type diskCrashCheckpoints struct {
+	dirCheckpoints
+	mu      sync.Mutex
+	steps   []int64
+	crashAt int64
+	crash   func()
+}
+
+func (m *diskCrashCheckpoints) Save(ctx context.Context, ck *train.Checkpoint, keep int) error {
+	if err := m.dirCheckpoints.Save(ctx, ck, keep); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.steps = append(m.steps, ck.Step)
+	crash := ck.Step == m.crashAt
+	if crash {
+		m.crashAt = -1
+	}
+	m.mu.Unlock()
+	if crash {
+		m.crash()
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestTimedChiefRestartAfterSaveBeforeRelease restarts a timed chief
+// after it saved checkpoint 150 but before the shards heard of it: the new
+// chief does not know the cut it announced, the shards read it from the
+// checkpoint (250), and training completes with the same cuts.
+func TestTimedChiefRestartAfterSaveBeforeRelease(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	cl := newCluster(t, 2, false, 0, 400)
+	base := time.Unix(1_000_000, 0)
+	started := make(chan struct{})
+	var once sync.Once
+	clock := func() time.Time {
+		once.Do(func() { close(started) })
+		step, _ := cl.servers[0].shard.Step()
+		return base.Add(time.Duration(step) * 10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ckpts := &diskCrashCheckpoints{dirCheckpoints: dirCheckpoints(cl.ckdir), crashAt: 150, crash: cancel}
+	chief := func(ctx context.Context) (WorkerResult, error) {
+		c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
+		if err != nil {
+			return WorkerResult{}, err
+		}
+		defer c.Close()
+		cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 400, SaveSteps: 50, SaveEvery: time.Second, Now: clock,
+			KeepMax: 20, Checkpoints: ckpts}
+		return RunWorker(ctx, cfg, split(data, 0, 2), c, Hooks{})
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	var wg sync.WaitGroup
+	var otherErr error
+	var crashErr error
+	crashed := make(chan struct{})
+	go func() { _, crashErr = chief(ctx); close(crashed) }()
+	<-started // the chief's clock starts at step 0
+	wg.Go(func() { _, otherErr = cl.worker(wctx, data, 1, 2, Hooks{}) })
+	<-crashed
+	if err := crashErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("crashed chief: %v, want context.Canceled (saved %v)", err, ckpts.steps)
+	}
+	r, err := chief(wctx)
+	if err != nil {
+		t.Fatalf("restarted chief: %v (the shards held at step 150 were never released?)", err)
+	}
+	wg.Wait()
+	if otherErr != nil {
+		t.Fatal(otherErr)
+	}
+	t.Logf("saved steps %v; restarted chief ended at %d", ckpts.steps, r.Step)
+	if want := []int64{50, 150, 250, 350, 400}; r.Step != 400 || !slices.Equal(ckpts.steps, want) {
+		t.Fatalf("ended at %d with checkpoints %v, want 400 with %v", r.Step, ckpts.steps, want)
+	}
+}
