@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -130,5 +134,100 @@ func TestTuningJobEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("recorded tuning_succeeded.json: %d events", len(h.Events))
+	}
+}
+
+// TestTuningJobSurvivesKills runs a tuning job on two separate `trainflow
+// worker` processes and SIGKILLs both of them (the tuning workflow's and
+// the trials' processes) twice while trials run: the job still completes
+// with every trial number run exactly once, each as one child TrainingJob,
+// and none lost.
+func TestTuningJobSurvivesKills(t *testing.T) {
+	c := newProcessCluster(t, 2)
+	const trials = 5
+	spec := fmt.Sprintf(`{"job_id": "hpk", "preset": "census",
+  "data": {"generated_rows": 600, "train_shards": 2, "eval_shards": 1},
+  "train": {"max_steps": 60, "save_checkpoints_steps": 20},
+  "eval_spec": {"throttle_secs": 0},
+  "tuning": {"max_trials": %d, "max_parallel_trials": 2, "algorithm": "RANDOM_SEARCH", "seed": 3,
+    "params": [{"parameter_name": "model.learning_rate", "type": "DOUBLE", "min_value": 0.001, "max_value": 0.3, "scale_type": "UNIT_LOG_SCALE"}]}}`, trials)
+	var payload map[string]any
+	if err := json.Unmarshal([]byte(spec), &payload); err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.st.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: "hpk", TaskQueue: workflows.TaskQueue}, workflows.HyperparameterTuningJobName, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// waitTrials polls the job's trials table until n trials have started.
+	waitTrials := func(n int) {
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); {
+			var p workflows.Progress
+			v, err := c.st.Client.QueryWorkflow(context.Background(), "hpk", "", workflows.ProgressQuery)
+			if err == nil && v.Get(&p) == nil && p.Tuning != nil && len(p.Tuning.Trials) >= n {
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // polling a remote job, not synchronising goroutines
+		}
+		t.Fatalf("tuning job never started %d trials", n)
+	}
+	for _, n := range []int{1, 4} {
+		waitTrials(n)
+		t.Logf("%d trials started: SIGKILL both worker processes", n)
+		for i := range c.procs {
+			c.kill(i)
+		}
+		for i := range c.procs {
+			c.start(i)
+		}
+	}
+	res, err := waitJob(t, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := res.Tuning
+	if rep == nil || len(rep.Trials) != trials || rep.BestTrial == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	for i, tr := range rep.Trials {
+		if tr.Number != i+1 || tr.ID != fmt.Sprintf("hpk_trial_%d", i+1) || tr.State != workflows.TrialSucceeded || tr.Step != 60 {
+			t.Errorf("trial %d: %+v, want trial %d succeeded at step 60", i, tr, i+1)
+		}
+	}
+	h, err := fetchHistory(context.Background(), c.st.Client, "hpk", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := map[string]int{}
+	for _, ev := range h.Events {
+		if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil {
+			started[a.WorkflowId]++
+		}
+	}
+	for i := 1; i <= trials; i++ {
+		if id := fmt.Sprintf("hpk_trial_%d", i); started[id] != 1 {
+			t.Errorf("trial %s started %d times", id, started[id])
+		}
+	}
+	if len(started) != trials {
+		t.Errorf("children started: %v, want the %d trials", started, trials)
+	}
+	// The kills hit running work: some activity of a trial or of the
+	// tuning job ran again.
+	retried := 0
+	for _, id := range append(slices.Collect(maps.Keys(started)), "hpk") {
+		h, err := fetchHistory(context.Background(), c.st.Client, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range h.Events {
+			if a := ev.GetActivityTaskStartedEventAttributes(); a != nil && a.Attempt > 1 {
+				retried++
+			}
+		}
+	}
+	t.Logf("%d activity retries after the kills", retried)
+	if retried == 0 {
+		t.Errorf("no activity ran again: the kills hit no running work")
 	}
 }
