@@ -9,7 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/trainflow/trainflow/activities"
 )
 
 // TestLongJobsContinueAsNew runs jobs on a server that suggests continuing
@@ -24,6 +30,7 @@ func TestLongJobsContinueAsNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Stop() })
+	slowTraining(t, func(id string) bool { return strings.HasPrefix(id, "long_") }, 500*time.Microsecond)
 	for _, c := range []struct{ name, model, cluster string }{
 		// A DNN, so that single-process training outlasts 150 events.
 		{"basic", `{"type":"dnn_classifier","hidden_units":[128,64]}`, `{"heartbeat_timeout_secs":4}`},
@@ -86,4 +93,22 @@ func bestEvaluation(t *testing.T, jobDir string) (float64, int64) {
 		}
 	}
 	return best, step
+}
+
+// slowTraining makes every training step of the jobs whose ID satisfies
+// match take at least perStep, for the rest of the test: a model of a
+// job long enough to continue as new. Training on this machine is too
+// fast for that now (a census DNN does 6000 steps in well under a second),
+// and a job that ends before the cancel that precedes continue-as-new
+// reaches its roles (at the next heartbeat) never continues.
+func slowTraining(t *testing.T, match func(jobID string) bool, perStep time.Duration) {
+	activities.SetStepHookForTest(func(ctx context.Context, _ string, _ int64) {
+		if match(activity.GetInfo(ctx).WorkflowExecution.ID) {
+			select { // a throttle, not a synchronisation
+			case <-ctx.Done():
+			case <-time.After(perStep):
+			}
+		}
+	})
+	t.Cleanup(func() { activities.SetStepHookForTest(nil) })
 }

@@ -193,6 +193,7 @@ func TestResetEveryPhase(t *testing.T) {
 		t.Log("-short: only the jobs that succeeded")
 		states = states[:1]
 	}
+	slowTraining(t, func(id string) bool { return strings.HasSuffix(id, "_continued") }, time.Millisecond)
 	for _, c := range clusters {
 		for _, state := range states {
 			j := &job{id: "reset_" + c.name + "_" + state, kind: c.name, state: state, st: st, dir: filepath.Join(home, "jobs", "reset_"+c.name+"_"+state)}
