@@ -544,7 +544,7 @@ func (t *Transform) Signature() []Input {
 	var in []Input
 	for i, c := range t.Schema.Columns {
 		if used[i] {
-			in = append(in, Input{Name: c.Name, Type: c.Type, Default: c.Default})
+			in = append(in, Input{Name: c.Name, Type: c.Type, Default: c.Default, Length: c.Length})
 		}
 	}
 	return in
@@ -555,4 +555,6 @@ type Input struct {
 	Name    string  `json:"name"`
 	Type    string  `json:"type"`
 	Default *string `json:"default,omitempty"`
+	// Length is the number of elements of a float_vector input.
+	Length int `json:"length,omitempty"`
 }

@@ -127,7 +127,37 @@ func TestServeVectors(t *testing.T) {
 		}
 	}
 
-	w := post(e.srv, predictURL, `{"instances": [{"image": [1, 2, 3]}]}`)
+	// V2: a [N, 784] tensor, one array per row, answers the same logits.
+	rows := make([]any, k)
+	for i := range k {
+		rows[i] = instances[i]["image"]
+	}
+	body := mustJSON(t, map[string]any{"inputs": []any{map[string]any{"name": "image", "shape": []int{k, split.Width}, "datatype": "FP64", "data": rows}}})
+	w := post(e.srv, "/v2/models/census/infer", body)
+	var v2 v2Infer
+	if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &v2) != nil {
+		t.Fatalf("infer: got %d %s, want 200", w.Code, clip(w.Body.Bytes()))
+	}
+	var got []float64
+	for _, o := range v2.Outputs {
+		if o.Name == "logits" {
+			json.Unmarshal(o.Data, &got)
+		}
+	}
+	if len(got) != len(logits) {
+		t.Fatalf("infer logits: got %d values, want %d", len(got), len(logits))
+	}
+	for i := range got {
+		if math.Abs(got[i]-logits[i]) > 1e-9 {
+			t.Fatalf("infer logit %d: got %v, want %v", i, got[i], logits[i])
+		}
+	}
+	body = mustJSON(t, map[string]any{"inputs": []any{map[string]any{"name": "image", "shape": []int{1, 3}, "datatype": "FP64", "data": []any{[]int{1, 2, 3}}}}})
+	if w := post(e.srv, "/v2/models/census/infer", body); w.Code != http.StatusBadRequest || !strings.Contains(errorMessage(t, w), "image") {
+		t.Fatalf("infer wrong shape: got %d %s, want 400 naming image", w.Code, w.Body)
+	}
+
+	w = post(e.srv, predictURL, `{"instances": [{"image": [1, 2, 3]}]}`)
 	if w.Code != http.StatusBadRequest || !strings.Contains(errorMessage(t, w), "image") {
 		t.Fatalf("wrong length: got %d %s, want 400 naming image", w.Code, w.Body)
 	}
