@@ -78,7 +78,7 @@ func TestParseCSV(t *testing.T) {
 				t.Fatalf("ParseCSV(%q): %v", tt.line, err)
 			}
 			for i := range got {
-				if got[i] != tt.want[i] {
+				if got[i].Num != tt.want[i].Num || got[i].Str != tt.want[i].Str {
 					t.Errorf("column %d = %+v, want %+v", i, got[i], tt.want[i])
 				}
 			}
@@ -122,7 +122,7 @@ func TestParseInstance(t *testing.T) {
 				t.Fatalf("ParseInstance(%s): %v", tt.json, err)
 			}
 			for i := range got {
-				if got[i] != tt.want[i] {
+				if got[i].Num != tt.want[i].Num || got[i].Str != tt.want[i].Str {
 					t.Errorf("column %d = %+v, want %+v", i, got[i], tt.want[i])
 				}
 			}

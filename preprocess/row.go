@@ -15,6 +15,8 @@ import (
 type Value struct {
 	Num float64
 	Str string
+	// Vec holds the elements of a float_vector column.
+	Vec []float64
 }
 
 // Reasons a raw row is rejected; they key the bad-record counts.
@@ -27,6 +29,7 @@ const (
 	ReasonWrongType    = "wrong_type"
 	ReasonUnknownField = "unknown_field"
 	ReasonBadJSON      = "bad_json"
+	ReasonWrongLength  = "wrong_length"
 )
 
 // RowError says why a raw row or instance was rejected and which column is
@@ -75,6 +78,9 @@ func (c *Column) missing() (Value, error) {
 func (c *Column) parseField(f string) (Value, error) {
 	if c.Type == TypeString {
 		return Value{Str: f}, nil
+	}
+	if c.Type == TypeFloatVector {
+		return c.parseVectorField(f)
 	}
 	v, err := parseNumber(f)
 	if err != nil {
@@ -232,6 +238,9 @@ func (c *Column) parseJSON(raw json.RawMessage) (Value, error) {
 		}
 		return Value{Str: strings.TrimSpace(s)}, nil
 	}
+	if c.Type == TypeFloatVector {
+		return c.parseVectorJSON(raw)
+	}
 	var n json.Number
 	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &n) != nil {
 		return Value{}, &RowError{Reason: ReasonWrongType, Column: c.Name, Detail: fmt.Sprintf("want a number, got %s", clip(raw))}
@@ -259,4 +268,48 @@ func (s *Schema) column(name string) int {
 		}
 	}
 	return -1
+}
+
+// parseVectorField parses a CSV field of a float_vector column: Length
+// numbers separated by spaces.
+func (c *Column) parseVectorField(f string) (Value, error) {
+	vec := make([]float64, 0, c.Length)
+	for i, w := range strings.Fields(f) {
+		if i >= c.Length {
+			return Value{}, &RowError{Reason: ReasonWrongLength, Column: c.Name, Detail: fmt.Sprintf("more than %d numbers", c.Length)}
+		}
+		x, err := parseNumber(w)
+		if err != nil {
+			return Value{}, &RowError{Reason: ReasonBadNumber, Column: c.Name, Detail: fmt.Sprintf("element %d: %q is not a number", i, clip([]byte(w)))}
+		}
+		vec = append(vec, x)
+	}
+	if len(vec) != c.Length {
+		return Value{}, &RowError{Reason: ReasonWrongLength, Column: c.Name, Detail: fmt.Sprintf("%d numbers, want %d", len(vec), c.Length)}
+	}
+	return Value{Vec: vec}, nil
+}
+
+// parseVectorJSON parses a JSON array of exactly Length numbers.
+func (c *Column) parseVectorJSON(raw json.RawMessage) (Value, error) {
+	var ns []json.RawMessage
+	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &ns) != nil {
+		return Value{}, &RowError{Reason: ReasonWrongType, Column: c.Name, Detail: fmt.Sprintf("want an array of %d numbers, got %s", c.Length, clip(raw))}
+	}
+	if len(ns) != c.Length {
+		return Value{}, &RowError{Reason: ReasonWrongLength, Column: c.Name, Detail: fmt.Sprintf("%d numbers, want %d", len(ns), c.Length)}
+	}
+	vec := make([]float64, len(ns))
+	for i, n := range ns {
+		var num json.Number
+		if len(n) == 0 || n[0] == '"' || json.Unmarshal(n, &num) != nil {
+			return Value{}, &RowError{Reason: ReasonWrongType, Column: c.Name, Detail: fmt.Sprintf("element %d: want a number, got %s", i, clip(n))}
+		}
+		x, err := parseNumber(num.String())
+		if err != nil {
+			return Value{}, &RowError{Reason: ReasonBadNumber, Column: c.Name, Detail: fmt.Sprintf("element %d: %v", i, err)}
+		}
+		vec[i] = x
+	}
+	return Value{Vec: vec}, nil
 }

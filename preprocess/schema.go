@@ -11,7 +11,18 @@ import (
 const (
 	TypeNumber = "number"
 	TypeString = "string"
+	// TypeFloatVector is a fixed-length vector of numbers (Length of them),
+	// such as an image's pixels: a JSON array, or in CSV one field of
+	// numbers separated by spaces.
+	TypeFloatVector = "float_vector"
 )
+
+// Scale is the treatment of a float_vector column: every element divided
+// by the column's Scale (1 when unset).
+const Scale = "scale"
+
+// MaxVectorLength bounds a float_vector column's length.
+const MaxVectorLength = 1 << 16
 
 // numeric returns the value a number column's statistics and treatment
 // see: x clipped to [ClipMin, ClipMax], then log(1+max(x,0)) if Log1P.
@@ -116,6 +127,11 @@ type Column struct {
 	// Output is OutputOneHot (default) or OutputIndex for Bucketize and
 	// Hash columns.
 	Output string `json:"output,omitempty"`
+	// Length is the number of elements of a float_vector column.
+	Length int `json:"length,omitempty"`
+	// Scale divides every element of a float_vector column (treatment
+	// "scale"); 0 means 1.
+	Scale float64 `json:"scale,omitempty"`
 }
 
 // Cross is a crossed feature: the combination of several columns' values
@@ -227,13 +243,27 @@ func (c *Column) validate() error {
 		return fmt.Errorf("%w: column %q: %s", ErrSchema, c.Name, fmt.Sprintf(format, args...))
 	}
 	switch c.Type {
-	case TypeNumber, TypeString:
+	case TypeNumber, TypeString, TypeFloatVector:
 	default:
-		return bad("type %q is not %q or %q", c.Type, TypeNumber, TypeString)
+		return bad("type %q is not %q, %q or %q", c.Type, TypeNumber, TypeString, TypeFloatVector)
+	}
+	if c.Type == TypeFloatVector {
+		if c.Length < 1 || c.Length > MaxVectorLength {
+			return bad("length %d is not in [1, %d]", c.Length, MaxVectorLength)
+		}
+		if c.Scale < 0 || math.IsNaN(c.Scale) || math.IsInf(c.Scale, 0) {
+			return bad("scale %v must be a positive finite number", c.Scale)
+		}
+		if c.Default != nil {
+			return bad("a float_vector column takes no default")
+		}
+	} else if c.Length != 0 || c.Scale != 0 {
+		return bad("length and scale apply to float_vector columns")
 	}
 	t := c.treatment()
 	switch {
 	case t == Ignore:
+	case t == Scale && c.Type == TypeFloatVector:
 	case (t == ZScore || t == MinMax || t == Bucketize) && c.Type == TypeNumber:
 	case (t == OneHot || t == Index || t == Hash) && c.Type == TypeString:
 	default:
@@ -316,6 +346,9 @@ func (c *Column) treatment() string {
 	}
 	if c.Type == TypeNumber {
 		return ZScore
+	}
+	if c.Type == TypeFloatVector {
+		return Scale
 	}
 	return OneHot
 }

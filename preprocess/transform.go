@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -49,6 +50,8 @@ type Feature struct {
 	// Output is OutputIndex for one slot holding the category id; empty
 	// means one-hot over Width slots.
 	Output string `json:"output,omitempty"`
+	// Scale divides every element of a float_vector column (Scale).
+	Scale float64 `json:"scale,omitempty"`
 	// Offset and Width locate the feature's slots in the output vector.
 	Offset int `json:"offset"`
 	Width  int `json:"width"`
@@ -118,6 +121,8 @@ func Fit(s Schema, st *Stats) (*Transform, error) {
 		switch {
 		case f.Treatment == ZScore || f.Treatment == MinMax:
 			f.Width = 1
+		case f.Treatment == Scale:
+			f.Width = s.Columns[f.Column].Length
 		case f.Output == OutputIndex:
 			f.Width = 1
 		default:
@@ -136,6 +141,11 @@ func Fit(s Schema, st *Stats) (*Transform, error) {
 			f.ClipMin, f.ClipMax, f.Log1P = c.ClipMin, c.ClipMax, c.Log1P
 		}
 		switch f.Treatment {
+		case Scale:
+			f.Scale = c.Scale
+			if f.Scale == 0 {
+				f.Scale = 1
+			}
 		case ZScore:
 			f.Mean, f.Std = num[i].Mean, num[i].Std()
 			if f.Std == 0 {
@@ -244,6 +254,11 @@ func (t *Transform) prepare() error {
 		if f.Column >= 0 {
 			byColumn[f.Column] = f
 		}
+		if f.Treatment == Scale {
+			if c := &t.Schema.Columns[f.Column]; c.Type != TypeFloatVector || c.Length != f.Width {
+				return fmt.Errorf("%w: feature %q: scale needs a float_vector column of length %d", ErrTransform, f.Name, f.Width)
+			}
+		}
 		if f.Treatment != OneHot && f.Treatment != Index {
 			continue
 		}
@@ -350,6 +365,11 @@ func (f *Feature) check(columns, offset int) error {
 	}
 	want := 1
 	switch f.Treatment {
+	case Scale:
+		if !(f.Scale > 0) || math.IsInf(f.Scale, 0) {
+			return bad("scale must be positive")
+		}
+		want = f.Width
 	case ZScore, MinMax:
 	case OneHot, Index, Bucketize, Hash, crossTreatment:
 		if f.ids() < 1 {
@@ -392,6 +412,17 @@ func (t *Transform) Apply(dst []float64, row []Value) {
 		f := &t.Features[i]
 		var id int
 		switch f.Treatment {
+		case Scale:
+			out := dst[f.Offset : f.Offset+f.Width]
+			v := row[f.Column].Vec
+			if len(v) != len(out) {
+				clear(out)
+				continue
+			}
+			for k, x := range v {
+				out[k] = x / f.Scale
+			}
+			continue
 		case ZScore:
 			x := prepNumber(row[f.Column].Num, f.ClipMin, f.ClipMax, f.Log1P)
 			dst[f.Offset] = (x - f.Mean) / f.Std
@@ -513,7 +544,7 @@ func (t *Transform) Signature() []Input {
 	var in []Input
 	for i, c := range t.Schema.Columns {
 		if used[i] {
-			in = append(in, Input{Name: c.Name, Type: c.Type, Default: c.Default})
+			in = append(in, Input{Name: c.Name, Type: c.Type, Default: c.Default, Length: c.Length})
 		}
 	}
 	return in
@@ -524,4 +555,6 @@ type Input struct {
 	Name    string  `json:"name"`
 	Type    string  `json:"type"`
 	Default *string `json:"default,omitempty"`
+	// Length is the number of elements of a float_vector input.
+	Length int `json:"length,omitempty"`
 }

@@ -140,8 +140,14 @@ func (sv *Servable) parse(sc *scratch, i int) error {
 
 // limits are the bounds of one request to sv: maxRows instances, and
 // no more features than its schema has columns.
+// feats counts a float_vector column's elements, so that a vector
+// instance passes the bound on values per instance.
 func (sv *Servable) limits(maxRows int) limits {
-	return limits{rows: maxRows, feats: len(sv.Transform.Schema.Columns)}
+	feats := 0
+	for _, c := range sv.Transform.Schema.Columns {
+		feats += max(1, c.Length)
+	}
+	return limits{rows: maxRows, feats: feats}
 }
 
 // regressor reports whether the model answers a value, not classes.

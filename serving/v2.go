@@ -32,7 +32,7 @@ type v2Response struct {
 
 // v2Datatype is the tensor type of a raw column.
 func v2Datatype(colType string) string {
-	if colType == preprocess.TypeNumber {
+	if colType == preprocess.TypeNumber || colType == preprocess.TypeFloatVector {
 		return "FP64"
 	}
 	return "BYTES"
@@ -111,7 +111,11 @@ func (s *Server) v2Metadata(c echo.Context) error {
 	}
 	var inputs []tensorMeta
 	for _, in := range sv.Transform.Signature() {
-		inputs = append(inputs, tensorMeta{Name: in.Name, Datatype: v2Datatype(in.Type), Shape: []int64{-1}})
+		shape := []int64{-1}
+		if in.Type == preprocess.TypeFloatVector {
+			shape = []int64{-1, int64(in.Length)}
+		}
+		inputs = append(inputs, tensorMeta{Name: in.Name, Datatype: v2Datatype(in.Type), Shape: shape})
 	}
 	outputs := []tensorMeta{{"class", "BYTES", []int64{-1}}, {"class_index", "INT64", []int64{-1}},
 		{"probabilities", "FP64", []int64{-1, int64(len(sv.Transform.LabelVocab))}}, {"logits", "FP64", []int64{-1, int64(sv.Bundle.Model.Outputs())}}}

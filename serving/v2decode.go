@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trainflow/trainflow/preprocess"
 	"net/http"
 	"strconv"
 )
@@ -280,6 +281,9 @@ func (s *scanner) v2Shape(in *v2Input, i int, lim limits) error {
 	}
 	in.dims = 0
 	values := int64(1)
+	// At most lim.rows rows of at most lim.feats values (a float_vector
+	// row holds its elements).
+	bound := int64(lim.rows) * int64(max(1, lim.feats))
 	if !s.byte(']') {
 		for {
 			s.ws()
@@ -296,7 +300,7 @@ func (s *scanner) v2Shape(in *v2Input, i int, lim limits) error {
 			}
 			in.dims++
 			if values != 0 {
-				values = min(values*min(d, int64(lim.rows)+1), int64(lim.rows)+1) // saturates: no overflow
+				values = min(values*min(d, bound+1), bound+1) // saturates: no overflow
 			}
 			if s.byte(',') {
 				continue
@@ -308,7 +312,7 @@ func (s *scanner) v2Shape(in *v2Input, i int, lim limits) error {
 		}
 	}
 	in.shapeJSON = s.b[start:s.i]
-	if values > int64(lim.rows) {
+	if values > bound || (in.dims > 0 && in.shape[0] > int64(lim.rows)) {
 		return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("inputs[%d] (%q): shape %s holds more than %d values, at most %d rows per request", i, in.name, clipJSON(in.shapeJSON), lim.rows, lim.rows)}
 	}
 	return nil
@@ -397,10 +401,18 @@ func (sv *Servable) v2Rows(sc *scratch) (int, error) {
 		default:
 			return 0, badRequest("%s: datatype %q is not a V2 datatype", field, in.datatype)
 		}
-		if in.dims == 0 || in.dims > 2 || (in.dims == 2 && in.shape[1] != 1) || in.shape[0] < 1 {
+		if l := cols[c].Length; cols[c].Type == preprocess.TypeFloatVector {
+			// A vector column's rows are arrays: data [[L numbers], …].
+			if in.dims != 2 || in.shape[1] != int64(l) || in.shape[0] < 1 {
+				return 0, badRequest("%s: shape %s: want [N, %d], data a list of N arrays of %d numbers", field, in.shapeText(), l, l)
+			}
+		} else if in.dims == 0 || in.dims > 2 || (in.dims == 2 && in.shape[1] != 1) || in.shape[0] < 1 {
 			return 0, badRequest("%s: shape %s: want [N] or [N, 1], one value per row", field, in.shapeText())
 		}
 		if int64(in.count) != in.shape[0] {
+			if cols[c].Type == preprocess.TypeFloatVector {
+				return 0, badRequest("%s: %d values for shape %s: want a list of %d arrays of %d numbers", field, in.count, in.shapeText(), in.shape[0], cols[c].Length)
+			}
 			return 0, badRequest("%s: %d values for shape %s", field, in.count, in.shapeText())
 		}
 		if n >= 0 && in.count != n {

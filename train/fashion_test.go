@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/train"
-	"github.com/trainflow/trainflow/train/internal/idx"
+	"github.com/trainflow/trainflow/internal/idx"
 )
 
 // fashionDir is where Debian's dataset-fashion-mnist package installs the

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/train"
-	"github.com/trainflow/trainflow/train/internal/idx"
+	"github.com/trainflow/trainflow/internal/idx"
 )
 
 // fashionTrain reads Fashion-MNIST's training split, skipping b without it.
