@@ -80,7 +80,7 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	hb := keepAlive(ctx)
 	defer hb.Stop()
 
-	req := batchjob.Request{Format: spec.DataFormat, OutDir: jd.dir, WorkDir: filepath.Join(jd.dir, batchWorkDir)}
+	req := batchjob.Request{Format: spec.DataFormat, BlockBytes: spec.ShardBytes, BlockImages: spec.ShardImages, OutDir: jd.dir, WorkDir: filepath.Join(jd.dir, batchWorkDir)}
 	if jd.remote {
 		req.OutDir, req.WorkDir = filepath.Join(jd.dir, "out"), filepath.Join(jd.dir, "work")
 	}

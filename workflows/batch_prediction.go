@@ -79,6 +79,11 @@ type PredictionSpec struct {
 	EnvironmentConfig string   `json:"environment_config,omitempty"`
 	JobName           string   `json:"job_name,omitempty"`
 	BeamArgs          []string `json:"beam_args,omitempty"`
+	// ShardBytes (CSV, JSONL: bytes of input) and ShardImages (IDX) size
+	// one output shard, the unit of parallel work and of resumption.
+	// Defaults 4 MiB and 2000.
+	ShardBytes  int64 `json:"shard_bytes,omitempty"`
+	ShardImages int   `json:"shard_images,omitempty"`
 	// HeartbeatTimeoutSecs bounds how long a dead worker goes unnoticed
 	// before the prediction is retried elsewhere. Default 30.
 	HeartbeatTimeoutSecs int `json:"heartbeat_timeout_secs,omitempty"`
@@ -150,6 +155,10 @@ func (s PredictionSpec) Validate() error {
 		return bad("max_worker_count", "%d: want 0 (the runner's choice) to 1000", s.MaxWorkerCount)
 	case s.MaxBadFraction != nil && !(*s.MaxBadFraction >= 0 && *s.MaxBadFraction <= 1):
 		return bad("max_bad_fraction", "%v: want a fraction in [0, 1]", *s.MaxBadFraction)
+	case s.ShardBytes != 0 && (s.ShardBytes < 1024 || s.ShardBytes > 128<<20):
+		return bad("shard_bytes", "%d: want 1024 to 134217728", s.ShardBytes)
+	case s.ShardImages < 0 || s.ShardImages > 1<<20:
+		return bad("shard_images", "%d: want 1 to 1048576", s.ShardImages)
 	case s.HeartbeatTimeoutSecs < 0 || s.HeartbeatTimeoutSecs > 3600:
 		return bad("heartbeat_timeout_secs", "%d: want 1 to 3600", s.HeartbeatTimeoutSecs)
 	}
