@@ -22,7 +22,8 @@ tp=127.0.0.1:$port hp=127.0.0.1:$((port + 2000))
 tf="$work/trainflow"
 "$tf" dev --home "$work/home" --temporal "$tp" --ui "" --http "$hp" --data-roots "$work,$fmnist" >"$work/dev.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do "$tf" jobs list --temporal "$tp" >/dev/null 2>&1 && break; sleep 0.3; done
+for _ in $(seq 300); do grep -q 'trainflow dev is up' "$work/dev.log" && break; sleep 0.3; done
+grep -q 'trainflow dev is up' "$work/dev.log" || { cat "$work/dev.log"; exit 1; }
 
 echo "== training the census model and a Fashion-MNIST DNN (float_vector) =="
 echo '{"preset":"census","train":{"max_steps":1000}}' >"$work/census.json"

@@ -263,6 +263,36 @@ func TestBatchPredictionCensus(t *testing.T) {
 		}
 	})
 
+	t.Run("jsonl", func(t *testing.T) {
+		var lines []string
+		for _, inst := range instances[:5] {
+			b, _ := json.Marshal(inst)
+			lines = append(lines, string(b))
+		}
+		lines = append(lines, `{"age":"SECRET","workclass":"Private"}`, `{"agee":39}`, `[1,2]`)
+		in := filepath.Join(t.TempDir(), "in.jsonl")
+		os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+		out := filepath.Join(home, "jobs", "bp_jsonl")
+		if _, err := submitPrediction(t, st, "bp_jsonl", "--model", "census", "--input-paths", in, "--output-path", out,
+			"--data-format", "jsonl", "--max-bad-fraction", "1"); err != nil {
+			t.Fatal(err)
+		}
+		m, results, errs := readBatchOutput(t, out)
+		if len(results) != 5 || m.Reasons["wrong_type"] != 1 || m.Reasons["unknown_field"] != 1 || m.Reasons["bad_json"] != 1 {
+			t.Fatalf("%d results, errors %+v: want 5 and wrong_type, unknown_field, bad_json", len(results), errs)
+		}
+		for _, r := range results {
+			if !bytes.Equal(r.Prediction, online[r.key()-1]) {
+				t.Errorf("line %d: batch %s, online %s", r.key(), r.Prediction, online[r.key()-1])
+			}
+		}
+		for _, e := range errs {
+			if strings.Contains(e.Error, "SECRET") || strings.Contains(e.Error, "agee") || e.Column == "agee" {
+				t.Errorf("error %+v quotes the row", e)
+			}
+		}
+	})
+
 	t.Run("trust", func(t *testing.T) {
 		outside := "/etc/" + "passwd"
 		cases := []struct{ args []string }{
