@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -424,24 +425,32 @@ func (w *shardWriter) idxBlock(b preprocess.Block) error {
 	for _, d := range a.Dims[1:] {
 		size *= d
 	}
-	inst := map[string]json.RawMessage{}
-	var buf []byte
+	// Each image is the instance {"<col>": [pixels]}: the row the server
+	// parses from it is the template (every other column at its default,
+	// as for an instance without it) with the pixels as float64s, which
+	// is what parsing their JSON integers gives.
+	ci := slices.IndexFunc(w.sv.Transform.Schema.Columns, func(c preprocess.Column) bool { return c.Name == col })
+	if l := w.sv.Transform.Schema.Columns[ci].Length; l != size {
+		return fmt.Errorf("%w: input %s: images of %d values, the model's column %s takes %d", ErrRequest, w.input, size, col, l)
+	}
+	zeros := "[" + strings.Repeat("0,", size-1) + "0]"
+	template := make([]preprocess.Value, len(w.sv.Transform.Schema.Columns))
+	if err := w.sv.Transform.Schema.ParseInstance(template, map[string]json.RawMessage{col: json.RawMessage(zeros)}); err != nil {
+		return fmt.Errorf("%w: the model needs more than its image column: %w", ErrRequest, err)
+	}
+	vecs := make([][]float64, w.batch)
+	for i := range vecs {
+		vecs[i] = make([]float64, size)
+	}
 	for i := b.Start; i < b.End; i++ {
 		img := a.Data[int(i)*size : int(i+1)*size]
-		buf = append(buf[:0], '[')
+		slot := len(w.keys)
+		row := w.bat.Row(slot)
+		copy(row, template)
 		for j, v := range img {
-			if j > 0 {
-				buf = append(buf, ',')
-			}
-			buf = strconv.AppendInt(buf, int64(v), 10)
+			vecs[slot][j] = float64(v)
 		}
-		buf = append(buf, ']')
-		// The instance {"<column>": [pixels]}, parsed as the server parses it.
-		inst[col] = buf
-		if err := w.sv.Transform.Schema.ParseInstance(w.bat.Row(len(w.keys)), inst); err != nil {
-			w.reject(i, err)
-			continue
-		}
+		row[ci] = preprocess.Value{Vec: vecs[slot]}
 		w.keys = append(w.keys, i)
 		if len(w.keys) == w.batch {
 			if err := w.flush(); err != nil {
