@@ -202,7 +202,9 @@ var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximiz
 // DataSpec says where the raw data is and how to read it.
 type DataSpec struct {
 	// Train and Eval list CSV files (paths on the worker, or storage
-	// URIs without query), inside the worker's --data-roots or --jobs.
+	// URIs without query), inside the worker's --data-roots or --jobs
+	// (or --read-roots); with schema format "idx", images files and
+	// their labels files (see preprocess.FormatIDX).
 	Train []string `json:"train,omitempty"`
 	Eval  []string `json:"eval,omitempty"`
 	// Dir, with the census preset, is a directory (or storage URI)
