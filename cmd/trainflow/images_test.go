@@ -74,7 +74,7 @@ func writeIDXFile(t *testing.T, name string, dims []int, data []byte) {
 // predictImages posts test images [0, n) raw (0–255) as V1 instances
 // {"image": [784 numbers]} and returns the fraction answered with the
 // right class name.
-func predictImages(t *testing.T, url string, test *idx.Split, n int) float64 {
+func predictImages(t *testing.T, url string, test *idx.Split, n int, classes []string) float64 {
 	t.Helper()
 	correct := 0
 	for lo := 0; lo < n; lo += 100 {
@@ -105,7 +105,7 @@ func predictImages(t *testing.T, url string, test *idx.Split, n int) float64 {
 			if len(p.Probabilities) != 10 {
 				t.Fatalf("prediction %+v: want 10 probabilities", p)
 			}
-			if p.Class == preprocess.FashionMNISTClasses[test.Labels[lo+k]] {
+			if p.Class == classes[test.Labels[lo+k]] {
 				correct++
 			}
 		}
@@ -117,16 +117,21 @@ func predictImages(t *testing.T, url string, test *idx.Split, n int) float64 {
 // Temporal UI, on a 4000-image subset for 150 steps, single-process and
 // with a parameter server and two workers: each job succeeds, exports and
 // publishes, and the served model answers V1 requests of raw images with
-// class names.
+// class names; the mnist preset on the same files answers digits.
 func TestFashionMNISTPreset(t *testing.T) {
 	dir, test := fashionSubset(t, 4000, 1000)
 	st := testStack(t, t.TempDir())
-	for _, c := range []struct{ id, cluster string }{
-		{"fmnist_fast", ""},
-		{"fmnist_dist", `,"cluster":{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1}`},
+	for _, c := range []struct {
+		id, preset, cluster string
+		classes             []string
+	}{
+		{"fmnist_fast", "fashion_mnist", "", preprocess.FashionMNISTClasses},
+		{"fmnist_dist", "fashion_mnist", `,"cluster":{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1}`, preprocess.FashionMNISTClasses},
+		// The mnist preset on the same files: the classes are digits.
+		{"mnist_fast", "mnist", "", preprocess.MNISTClasses},
 	} {
 		t.Run(c.id, func(t *testing.T) {
-			input := fmt.Sprintf(`{"job_id":%q,"preset":"fashion_mnist","model_name":%q,"data":{"dir":%q},"train":{"max_steps":150}%s}`, c.id, c.id, dir, c.cluster)
+			input := fmt.Sprintf(`{"job_id":%q,"preset":%q,"model_name":%q,"data":{"dir":%q},"train":{"max_steps":150}%s}`, c.id, c.preset, c.id, dir, c.cluster)
 			res, err := waitJob(t, startUIStyle(t, st.Client, c.id, input))
 			if err != nil {
 				t.Fatal(err)
@@ -135,11 +140,14 @@ func TestFashionMNISTPreset(t *testing.T) {
 			if res.Model != c.id || res.Version != 1 || res.GlobalStep != 150 || res.TrainRows != 4000 || res.EvalRows != 1000 || res.Export == "" {
 				t.Fatalf("result %+v, want model %s version 1 after 150 steps on 4000/1000 rows, exported", res, c.id)
 			}
+			if ev, _ := os.ReadFile(filepath.Join(res.JobDir, "events.jsonl")); (c.cluster != "") != bytes.Contains(ev, []byte(`"ps_start"`)) {
+				t.Errorf("cluster %q: events.jsonl has ps_start: %v, want %v", c.cluster, !(c.cluster != ""), c.cluster != "")
+			}
 			if res.Metrics.Accuracy < 0.6 {
 				t.Errorf("eval accuracy %.4f after 150 steps, want ≥ 0.6", res.Metrics.Accuracy)
 			}
 			url := fmt.Sprintf("http://%s/v1/models/%s:predict", st.HTTPAddr, c.id)
-			acc := predictImages(t, url, test, 300)
+			acc := predictImages(t, url, test, 300, c.classes)
 			t.Logf("served accuracy on 300 test images: %.4f", acc)
 			if acc < 0.6 {
 				t.Errorf("served accuracy %.4f, want ≥ 0.6", acc)
