@@ -70,6 +70,16 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 			return workflows.PreprocessResult{}, refuse("job %s was not started by tuning job %q", wf.ID, in.TuningJobID)
 		}
 	}
+	dst, err := a.openJobDir(ctx, in.Preprocess.JobDir)
+	if err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	defer dst.Close()
+	if got, _, err := dst.readManifest(ctx); err == nil && got.Failure == "" && got.TransformHash == in.TransformHash {
+		if ok, err := dst.st.Exists(ctx, sharedFile); err == nil && ok {
+			return summary(got), nil // linked by an earlier attempt, or before a reset
+		}
+	}
 	src, err := a.openJobDir(ctx, from)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
@@ -86,11 +96,6 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 	if m.Failure != "" || m.TransformHash != in.TransformHash {
 		return workflows.PreprocessResult{}, refuse("%s has transform %s, the trial expects %s", in.From, m.TransformHash, in.TransformHash)
 	}
-	dst, err := a.openJobDir(ctx, in.Preprocess.JobDir)
-	if err != nil {
-		return workflows.PreprocessResult{}, err
-	}
-	defer dst.Close()
 	old, err := src.st.Read(ctx, requestFile)
 	if err != nil {
 		return workflows.PreprocessResult{}, fmt.Errorf("shared data %s: %w", in.From, err)
@@ -101,9 +106,6 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 	}{in.Preprocess.Request, in.Preprocess.BeamArgs})
 	if !sameRequest(old, []string{in.From, src.uri}, mine, []string{in.Preprocess.JobDir, dst.uri}) {
 		return workflows.PreprocessResult{}, refuse("%s was preprocessed with another request than this trial's (schema, inputs, shards, seed or Beam options differ)", in.From)
-	}
-	if got, _, err := dst.readManifest(ctx); err == nil && got.Failure == "" && got.TransformHash == m.TransformHash {
-		return summary(got), nil // linked by an earlier attempt
 	}
 	if err := dst.st.Delete(ctx, preprocess.ManifestPath); err != nil {
 		return workflows.PreprocessResult{}, err

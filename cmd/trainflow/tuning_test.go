@@ -114,8 +114,29 @@ func TestTuningJobEndToEnd(t *testing.T) {
 		}
 	}
 
+	// The trials hold their own links: with the shared dir gone, a trial
+	// reset to preprocess runs again from its own data.
+	if err := os.RemoveAll(rep.Data[0].JobDir); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = cli(t, "jobs", "reset", "hp_1_trial_2", "--to", "preprocess", "--temporal", addr, "--output", "json")
+	if code != exitOK {
+		t.Fatalf("reset of a trial: exit %d: %s", code, errs)
+	}
+	var reset struct {
+		RunID string `json:"run_id"`
+	}
+	json.Unmarshal([]byte(out), &reset)
+	var again workflows.JobResult
+	if err := st.Client.GetWorkflow(context.Background(), "hp_1_trial_2", reset.RunID).Get(context.Background(), &again); err != nil {
+		t.Fatalf("trial reset to preprocess after its shared data was deleted: %v", err)
+	}
+	if again.GlobalStep != 40 || again.TransformHash != rep.Data[0].Result.TransformHash {
+		t.Errorf("reset trial: %+v", again)
+	}
+
 	code, out, _ = cli(t, "jobs", "describe", "hp_1", "--temporal", addr)
-	if code != exitOK || !strings.Contains(out, "TRIAL") || !strings.Contains(out, best.ID+" *") || len(regexp.MustCompile(`(?m)^hp_1_trial_\d.*SUCCEEDED`).FindAllString(out, -1)) != 4 {
+	if code != exitOK || !strings.Contains(out, "TRIAL") || !strings.Contains(out, best.ID+" *") || !strings.Contains(out, "data:     hp_1_data_1 SUCCEEDED, shared by 4 trials") || len(regexp.MustCompile(`(?m)^hp_1_trial_\d.*SUCCEEDED`).FindAllString(out, -1)) != 4 {
 		t.Errorf("describe: exit %d\n%s", code, out)
 	}
 	code, out, _ = cli(t, "jobs", "list", "--temporal", addr, "--output", "json")
