@@ -283,11 +283,12 @@ func (c *Client) Cut(ctx context.Context, meta train.CheckpointMeta, step int64)
 		if err != nil {
 			return nil, err
 		}
-		newest := step
+		newest, same := step, true
 		for _, st := range states {
 			newest = max(newest, st.Step)
+			same = same && st.Step == states[0].Step
 		}
-		if newest == step {
+		if newest == step || same && step == NextCut {
 			break
 		}
 		step = newest // a shard moved past step: cut all at its step
@@ -300,10 +301,12 @@ func (c *Client) clone(ctx context.Context) (*Client, error) {
 	return Dial(ctx, c.resolve, c.n, c.tasks)
 }
 
-// Committed tells every shard that the checkpoint at step is committed.
-func (c *Client) Committed(ctx context.Context, step int64) error {
+// Committed tells every shard that the checkpoint at step is committed
+// and that the next cut is at step next (0: the one the checkpoint
+// records, or the next multiple of SaveSteps).
+func (c *Client) Committed(ctx context.Context, step, next int64) error {
 	return c.each(func(i int) error {
-		return c.call(ctx, i, "Committed", &committedRequest{header: c.header(), Step: step}, &empty{})
+		return c.call(ctx, i, "Committed", &committedRequest{header: c.header(), Step: step, Next: next}, &empty{})
 	})
 }
 

@@ -493,3 +493,170 @@ func TestSyncBackupWorkersTwoShardsNoHang(t *testing.T) {
 		}
 	}
 }
+
+// TestTimedCheckpointsFollowTheClock runs a chief with SaveEvery on a
+// clock driven by the global step: 10 ms a step up to step 150, 40 ms a
+// step after. The first cut is at SaveSteps (50); every later one is where
+// the step rate measured since the previous commit reaches 1 s later: 100
+// steps apart while fast, 25 once slow, and always one at MaxSteps (by
+// steps they would have been every 50).
+func TestTimedCheckpointsFollowTheClock(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	for _, c := range []struct {
+		name     string
+		sync     bool
+		replicas int
+	}{{"async", false, 0}, {"sync-backup", true, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCluster(t, 2, c.sync, c.replicas, 400)
+			base := time.Unix(1_000_000, 0)
+			started := make(chan struct{})
+			var once sync.Once
+			clock := func() time.Time {
+				once.Do(func() { close(started) })
+				step, _ := cl.servers[0].shard.Step()
+				d := time.Duration(step) * 10 * time.Millisecond
+				if step > 150 {
+					d = 1500*time.Millisecond + time.Duration(step-150)*40*time.Millisecond
+				}
+				return base.Add(d)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var committed []int64
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
+				if err != nil {
+					errs[0] = err
+					return
+				}
+				defer c.Close()
+				cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 400, SaveSteps: 50, SaveEvery: time.Second, Now: clock,
+					KeepMax: 20, CheckpointDir: cl.ckdir, Backups: cl.cfg.Sync && cl.cfg.Replicas < 3}
+				_, errs[0] = RunWorker(ctx, cfg, split(data, 0, 3), c, Hooks{Committed: func(p train.Progress) error { committed = append(committed, p.Step); return nil }})
+			})
+			<-started // the chief's clock starts at step 0
+			for i := 1; i < 3; i++ {
+				wg.Go(func() { _, errs[i] = cl.worker(ctx, data, i, 3, Hooks{}) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				var at []string
+				for i, s := range cl.servers {
+					s.shard.mu.Lock()
+					at = append(at, fmt.Sprintf("shard %d at step %d (committed %d, next cut %d)", i, s.shard.step, s.shard.committed, s.shard.next))
+					s.shard.mu.Unlock()
+				}
+				t.Fatalf("%v; commits %v; %v", err, committed, at)
+			}
+			want := []int64{50, 150, 250, 275, 300, 325, 350, 375, 400}
+			if !slices.Equal(committed, want) {
+				t.Fatalf("commits at %v, want %v", committed, want)
+			}
+			// Each checkpoint records the cut announced with it, which a
+			// restarted parameter server resumes from.
+			ck, err := train.ReadCheckpoint(filepath.Join(cl.ckdir, train.CheckpointName(250)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ck.Tensors[CutTensor]; !slices.Equal(got, []float64{275}) {
+				t.Fatalf("checkpoint 250 records next cut %v, want [275]", got)
+			}
+			sh, err := NewShard(cl.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sh.Restore(ck, 2); err != nil {
+				t.Fatal(err)
+			}
+			if got := sh.NextCut(); got != 275 {
+				t.Fatalf("shard restored from checkpoint 250 cuts next at %d, want 275", got)
+			}
+		})
+	}
+}
+
+// diskCrashCheckpoints saves to dir and, at step crashAt, makes the
+// checkpoint durable and then calls crash, as a chief killed between
+// writing a checkpoint and telling the shards would.
+type diskCrashCheckpoints struct {
+	dirCheckpoints
+	mu      sync.Mutex
+	steps   []int64
+	crashAt int64
+	crash   func()
+}
+
+func (m *diskCrashCheckpoints) Save(ctx context.Context, ck *train.Checkpoint, keep int) error {
+	if err := m.dirCheckpoints.Save(ctx, ck, keep); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.steps = append(m.steps, ck.Step)
+	crash := ck.Step == m.crashAt
+	if crash {
+		m.crashAt = -1
+	}
+	m.mu.Unlock()
+	if crash {
+		m.crash()
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestTimedChiefRestartAfterSaveBeforeRelease restarts a timed chief
+// after it saved checkpoint 150 but before the shards heard of it: the new
+// chief does not know the cut it announced, the shards read it from the
+// checkpoint (250), and training completes with the same cuts.
+func TestTimedChiefRestartAfterSaveBeforeRelease(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	cl := newCluster(t, 2, false, 0, 400)
+	base := time.Unix(1_000_000, 0)
+	started := make(chan struct{})
+	var once sync.Once
+	clock := func() time.Time {
+		once.Do(func() { close(started) })
+		step, _ := cl.servers[0].shard.Step()
+		return base.Add(time.Duration(step) * 10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ckpts := &diskCrashCheckpoints{dirCheckpoints: dirCheckpoints(cl.ckdir), crashAt: 150, crash: cancel}
+	chief := func(ctx context.Context) (WorkerResult, error) {
+		c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
+		if err != nil {
+			return WorkerResult{}, err
+		}
+		defer c.Close()
+		cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 400, SaveSteps: 50, SaveEvery: time.Second, Now: clock,
+			KeepMax: 20, Checkpoints: ckpts}
+		return RunWorker(ctx, cfg, split(data, 0, 2), c, Hooks{})
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	var wg sync.WaitGroup
+	var otherErr error
+	var crashErr error
+	crashed := make(chan struct{})
+	go func() { _, crashErr = chief(ctx); close(crashed) }()
+	<-started // the chief's clock starts at step 0
+	wg.Go(func() { _, otherErr = cl.worker(wctx, data, 1, 2, Hooks{}) })
+	<-crashed
+	if err := crashErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("crashed chief: %v, want context.Canceled (saved %v)", err, ckpts.steps)
+	}
+	r, err := chief(wctx)
+	if err != nil {
+		t.Fatalf("restarted chief: %v (the shards held at step 150 were never released?)", err)
+	}
+	wg.Wait()
+	if otherErr != nil {
+		t.Fatal(otherErr)
+	}
+	t.Logf("saved steps %v; restarted chief ended at %d", ckpts.steps, r.Step)
+	if want := []int64{50, 150, 250, 350, 400}; r.Step != 400 || !slices.Equal(ckpts.steps, want) {
+		t.Fatalf("ended at %d with checkpoints %v, want 400 with %v", r.Step, ckpts.steps, want)
+	}
+}

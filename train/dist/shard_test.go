@@ -234,7 +234,7 @@ func TestShardHoldsAtUncommittedCut(t *testing.T) {
 	if err != nil || cut.Step != 2 || cut.Sliced["params"][0] != -2 {
 		t.Fatalf("cut at 2: step %d params %v, %v", cut.Step, cut.Sliced["params"], err)
 	}
-	s.Committed(2)
+	s.Committed(2, 0)
 	if r, err := s.Push(ctx, 0, 0, g, nil); err != nil || r.Step != 3 {
 		t.Fatalf("after the commit: %+v, %v; want step 3", r, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -28,7 +29,14 @@ type WorkerConfig struct {
 	// SaveSteps, KeepMax and CheckpointDir: the chief commits a checkpoint
 	// each time the global step passes a multiple of SaveSteps, and at
 	// MaxSteps, keeping the newest KeepMax.
-	SaveSteps     int64
+	SaveSteps int64
+	// SaveEvery, if set, times checkpoints instead: after each commit the
+	// chief announces the next cut at the step the measured global step
+	// rate reaches SaveEvery later (SaveSteps is then only the first cut
+	// after step 0 and the fallback of a shard told nothing).
+	SaveEvery time.Duration
+	// Now is the clock of SaveEvery; nil means time.Now.
+	Now           func() time.Time
 	KeepMax       int
 	CheckpointDir string
 	// Checkpoints, if set, is where checkpoints are committed and looked
@@ -193,7 +201,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 			return WorkerResult{}, err
 		}
 		defer cc.Close()
-		w.since = time.Now()
+		w.since, w.cutAt = time.Now(), w.now()
 		go func() {
 			err := w.commitLoop(ctx, cc)
 			committed <- err
@@ -286,6 +294,33 @@ type worker struct {
 	lossSum   float64
 	lossN     int
 	since     time.Time
+	cutAt     time.Time // when the chief started or last committed (SaveEvery clock)
+}
+
+func (w *worker) now() time.Time {
+	if w.cfg.Now != nil {
+		return w.cfg.Now()
+	}
+	return time.Now()
+}
+
+// stepCut is the cut after step by SaveSteps: its next multiple, at most
+// MaxSteps.
+func (w *worker) stepCut(step int64) int64 {
+	return min((step/w.cfg.SaveSteps+1)*w.cfg.SaveSteps, w.cfg.MaxSteps)
+}
+
+// timedCut is the cut the chief announces after committing step: where
+// the global step rate measured since the previous commit (or its start)
+// gets SaveEvery later, at least one step on, at most MaxSteps.
+func (w *worker) timedCut(step int64, now time.Time) int64 {
+	elapsed := now.Sub(w.cutAt)
+	steps := int64(1)
+	if elapsed > 0 && step > w.committed {
+		rate := float64(step-w.committed) / elapsed.Seconds()
+		steps = max(1, int64(math.Round(min(rate*w.cfg.SaveEvery.Seconds(), 1<<50))))
+	}
+	return min(step+steps, w.cfg.MaxSteps)
 }
 
 // resume reads the worker's position from shard 0 (start of epoch 0 if
@@ -445,12 +480,19 @@ func (w *worker) commitLoop(ctx context.Context, cc *Client) error {
 	for w.committed < w.cfg.MaxSteps {
 		var err error
 		if !released {
-			if err = cc.Committed(ctx, w.committed); err == nil {
+			next := w.stepCut(w.committed)
+			if w.cfg.SaveEvery > 0 {
+				next = 0 // the shards read the cut recorded in the checkpoint
+			}
+			if err = cc.Committed(ctx, w.committed, next); err == nil {
 				released = true
 				continue
 			}
 		} else {
-			next := min((w.committed/w.cfg.SaveSteps+1)*w.cfg.SaveSteps, w.cfg.MaxSteps)
+			next := w.stepCut(w.committed)
+			if w.cfg.SaveEvery > 0 {
+				next = NextCut // whichever cut the chief announced last
+			}
 			var ck *train.Checkpoint
 			ck, err = cc.Cut(ctx, w.cfg.Meta, next)
 			if err == nil && ck.Step > w.committed {
@@ -488,6 +530,13 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 			ck.Tensors["rng/dropout"] = r.RNGState()
 		}
 	}
+	next, cutAt := w.stepCut(ck.Step), w.now() // read while the shards hold at ck.Step
+	if w.cfg.SaveEvery > 0 {
+		next = w.timedCut(ck.Step, cutAt)
+		if ck.Step < w.cfg.MaxSteps {
+			ck.Tensors[CutTensor] = []float64{float64(next)}
+		}
+	}
 	w.mu.Unlock()
 	t0 := time.Now()
 	if err := w.ckpts.Save(ctx, ck, w.cfg.KeepMax); err != nil {
@@ -498,7 +547,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 	// the role), or a run that restores it would never report it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := cc.Committed(ctx, ck.Step); err != nil {
+	if err := cc.Committed(ctx, ck.Step, next); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -509,7 +558,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 		w.res.Loss = p.Loss
 	}
 	w.committed = ck.Step
-	w.lossSum, w.lossN, w.since = 0, 0, time.Now()
+	w.lossSum, w.lossN, w.since, w.cutAt = 0, 0, time.Now(), cutAt
 	w.mu.Unlock()
 	if w.hooks.Committed != nil {
 		return w.hooks.Committed(p)
