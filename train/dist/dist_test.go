@@ -128,6 +128,24 @@ func serveLoopback(sh *Shard, load Loader, cfg ServerConfig) (*Server, string, e
 	return srv, lis.Addr().String(), nil
 }
 
+// restart stops parameter server i, which dies with its state, and starts
+// it again from the newest committed checkpoint as generation 2. It returns
+// the steps lost: how far server i had got past that checkpoint.
+func (c *cluster) restart(i int) (lost int64) {
+	c.servers[i].Stop() // waits for its handlers: its step is final
+	step, _ := c.servers[i].shard.Step()
+	ck, err := train.LatestCheckpoint(c.ckdir)
+	if err != nil || ck == nil {
+		c.t.Errorf("no checkpoint to restore: %v", err)
+		return -1
+	}
+	c.mu.Lock()
+	c.view.Gen, c.view.RestoreStep = 2, ck.Step
+	c.mu.Unlock()
+	c.start(i, ck, 2)
+	return step - ck.Step
+}
+
 func (c *cluster) resolve(context.Context) (Cluster, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -255,18 +273,8 @@ func TestParameterServerRestartRollsBack(t *testing.T) {
 	restarted := make(chan struct{})
 	go func() {
 		defer close(restarted)
-		seen := <-kill
-		cl.servers[1].Stop() // parameter server 1 dies with its state
-		ck, err := train.LatestCheckpoint(cl.ckdir)
-		if err != nil || ck == nil {
-			t.Errorf("no checkpoint to restore: %v", err)
-			return
-		}
-		lost = seen - ck.Step
-		cl.mu.Lock()
-		cl.view.Gen, cl.view.RestoreStep = 2, ck.Step
-		cl.mu.Unlock()
-		cl.start(1, ck, 2)
+		<-kill
+		lost = cl.restart(1)
 	}()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -299,6 +307,93 @@ func TestParameterServerRestartRollsBack(t *testing.T) {
 		if _, gen := s.shard.Step(); gen != 2 {
 			t.Fatalf("shard %d ended at generation %d, want 2", i, gen)
 		}
+	}
+}
+
+// TestChiefStalledThroughRestartFinishes stalls the chief's training
+// (a slow gradient) from before a parameter server restart until the other
+// worker has trained to MaxSteps and the chief's commit loop has committed
+// the final checkpoint. The chief's client is then still in generation 1
+// with the dead server's address: it must find the restarted cluster, tell
+// every shard that training is over and return, not retry a stale Finish
+// forever (a hang of TestParameterServerRestartRollsBack in make test).
+func TestChiefStalledThroughRestartFinishes(t *testing.T) {
+	data, held := trainAndHeldOut()
+	cl := newCluster(t, 2, false, 0, 600)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var committed []int64
+	chief := Hooks{
+		Computed: func() {
+			once.Do(func() {
+				close(stalled)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			})
+		},
+		Committed: func(p train.Progress) error {
+			mu.Lock()
+			committed = append(committed, p.Step)
+			mu.Unlock()
+			if p.Step == 600 {
+				close(release)
+			}
+			return nil
+		},
+	}
+	var lost int64
+	var restartOnce sync.Once
+	other := Hooks{Moved: func(p Position) {
+		if p.GlobalStep >= 230 {
+			restartOnce.Do(func() {
+				<-stalled
+				lost = cl.restart(1)
+			})
+		}
+	}}
+	type result struct {
+		r   WorkerResult
+		err error
+	}
+	done := make([]chan result, 2)
+	for i, h := range []Hooks{chief, other} {
+		done[i] = make(chan result, 1)
+		go func() {
+			r, err := cl.worker(ctx, data, i, 2, h)
+			done[i] <- result{r, err}
+		}()
+	}
+	for i, d := range done {
+		select {
+		case res := <-d:
+			if res.err != nil || res.r.Step != 600 {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("worker %d: %+v, %v; want step 600 (commits %v)", i, res.r, res.err, committed)
+			}
+		case <-time.After(45 * time.Second):
+			t.Fatalf("worker %d never returned (a chief spinning on a stale Finish?)", i)
+		}
+	}
+	for i, s := range cl.servers {
+		select {
+		case <-s.shard.Finished():
+		default:
+			t.Fatalf("shard %d was never told that training is over", i)
+		}
+		if _, gen := s.shard.Step(); gen != 2 {
+			t.Fatalf("shard %d ended at generation %d, want 2", i, gen)
+		}
+	}
+	acc, step := accuracy(t, cl.ckdir, held)
+	t.Logf("accuracy %.4f at step %d; lost %d steps", acc, step, lost)
+	if step != 600 || acc < 0.95 || lost < 0 || lost > 50 {
+		t.Fatalf("finished at step %d with accuracy %.4f, lost %d steps; want 600, ≥ 0.95, at most 50", step, acc, lost)
 	}
 }
 

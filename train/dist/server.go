@@ -171,6 +171,8 @@ func (s *Server) push(ctx context.Context, req *pushRequest) (*pushResponse, err
 	switch {
 	case errors.Is(err, ErrUnknownWorker):
 		return nil, status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, ErrStale):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	case err != nil && ctx.Err() != nil:
 		return nil, status.FromContextError(err).Err()
 	case err != nil:

@@ -91,6 +91,7 @@ type Shard struct {
 	finished  bool
 	finishedC chan struct{} // closed by Finish
 	advanced  chan struct{} // closed and replaced when step advances
+	waiting   int           // requests waiting for the step to move
 	// Sync accumulation of the current step.
 	acc     []float64
 	accFrom map[int][]float64 // worker → cursor of the gradient it added
@@ -227,13 +228,18 @@ func (s *Shard) Restore(ck *train.Checkpoint, gen int64) error {
 func (s *Shard) waitLocked(ctx context.Context, blocked func() bool) error {
 	for blocked() {
 		wait := s.advanced
+		s.waiting++
 		s.mu.Unlock()
 		select {
 		case <-wait:
 		case <-ctx.Done():
+			s.mu.Lock()
+			s.waiting--
+			s.mu.Unlock()
 			return ctx.Err()
 		}
 		s.mu.Lock()
+		s.waiting--
 	}
 	return nil
 }
@@ -288,7 +294,8 @@ func (s *Shard) doneLocked() bool { return s.finished || s.step >= s.cfg.MaxStep
 // for a step this shard has not reached yet, see Client.PushAdmitted)
 // waits for the shard to get there. Push returns early with ctx's error.
 //
-// Refused, with nothing applied: a worker outside the cluster
+// Refused, with nothing applied: a push that waited while the shard was
+// restored to another generation (ErrStale), a worker outside the cluster
 // (ErrUnknownWorker), a gradient of the wrong length (train.ErrShape) or
 // holding a NaN or an infinity (train.ErrNonFinite), a malformed cursor.
 func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []float64) (PushResult, error) {
@@ -316,6 +323,14 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 		return held || (s.cfg.Sync && tag > s.step)
 	}); err != nil {
 		return PushResult{}, err
+	}
+	if s.gen != gen {
+		// The shard rolled back while the push waited: the gradient (and
+		// the cursor) belong to the discarded steps, and applying them
+		// would also set this shard apart from the others, which refused
+		// the generation-old push.
+		defer s.mu.Unlock()
+		return PushResult{}, fmt.Errorf("%w: shard %d rolled back to generation %d while worker %d's push of generation %d waited", ErrStale, s.cfg.Task, s.gen, worker, gen)
 	}
 	if s.doneLocked() {
 		defer s.mu.Unlock()

@@ -226,14 +226,38 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	if err := <-committed; err != nil {
 		return w.result(), err
 	}
+	return w.result(), w.finish(ctx)
+}
+
+// finish tells every parameter server that training is over, once the
+// final checkpoint is committed (chief only). A shard that does not answer
+// may have restarted, at another address or generation, since this
+// worker's client last heard from the cluster: a chief whose own training
+// stalled through a restart, or met it only after the final commit (when
+// recover answers errDone at once), still holds the old view. So the
+// client is refreshed and the shards not yet told are asked again until
+// they all answer or ctx ends. (Retrying recover here instead spun forever
+// on the stale view, ctx or not, since recover reports errDone before
+// looking at the cluster.)
+func (w *worker) finish(ctx context.Context) error {
+	wait := 50 * time.Millisecond
 	for {
-		err := c.Finish(ctx)
+		err := w.c.Finish(ctx)
 		if err == nil {
-			return w.result(), nil
+			return nil
 		}
-		if err := w.recover(ctx, err); err != nil && !errors.Is(err, errDone) {
-			return w.result(), err
+		if ctx.Err() != nil {
+			return fmt.Errorf("finish the parameter servers: %w", err)
 		}
+		if err := w.c.Refresh(ctx); err != nil {
+			return fmt.Errorf("finish the parameter servers: %w", err)
+		}
+		select { // a restarted parameter server is not up yet
+		case <-ctx.Done():
+			return fmt.Errorf("finish the parameter servers: %w", errors.Join(err, ctx.Err()))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
 }
 
@@ -360,6 +384,9 @@ func (w *worker) recover(ctx context.Context, cause error) error {
 	w.mu.Unlock()
 	for {
 		if last, err := w.ckpts.Newest(ctx); err == nil && last >= w.cfg.MaxSteps {
+			w.mu.Lock()
+			w.pos.GlobalStep, w.res.Step = last, last
+			w.mu.Unlock()
 			return errDone
 		}
 		if err := w.c.Refresh(ctx); err != nil {
