@@ -92,8 +92,25 @@ func TestDistributedTimedCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	commits := checkCommits(t, events(t, res.JobDir))
-	t.Logf("step %d in %s, commits %v", res.GlobalStep, took.Round(time.Millisecond), commits)
+	evs := events(t, res.JobDir)
+	commits := checkCommits(t, evs)
+	// The timed intervals: between the commits after the first (step 100)
+	// and before the last (at max_steps, whenever training ends).
+	var at []time.Time
+	for _, ev := range evs {
+		if ev["event"] == "checkpoint" {
+			ts, err := time.Parse(time.RFC3339Nano, ev["time"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			at = append(at, ts)
+		}
+	}
+	var gaps []time.Duration
+	for i := 1; i+1 < len(at); i++ {
+		gaps = append(gaps, at[i].Sub(at[i-1]).Round(10*time.Millisecond))
+	}
+	t.Logf("step %d in %s, commits %v, intervals %v (target 1s)", res.GlobalStep, took.Round(time.Millisecond), commits, gaps)
 	if res.GlobalStep != 8000 || commits[0] != 100 || commits[len(commits)-1] != 8000 {
 		t.Fatalf("ended at step %d with commits %v, want the first at 100 and the last at 8000", res.GlobalStep, commits)
 	}
