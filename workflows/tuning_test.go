@@ -135,6 +135,9 @@ func (f *fakeTrials) job(ctx workflow.Context, spec JobSpec) (JobResult, error) 
 func tuningEnv(t *testing.T, id string, f *fakeTrials, points [][]float64) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	// The default 3 s of wall time is not enough under -race on a loaded
+	// 2-core machine; a workflow that stops early still fails the test.
+	env.SetTestTimeout(2 * time.Minute)
 	env.RegisterWorkflowWithOptions(HyperparameterTuningJob, workflow.RegisterOptions{Name: HyperparameterTuningJobName})
 	env.RegisterWorkflowWithOptions(f.job, workflow.RegisterOptions{Name: TrainingJobName})
 	next := 0
