@@ -62,6 +62,10 @@ type JobSpec struct {
 	// Tuning makes the job a hyperparameter tuning job: start
 	// HyperparameterTuningJob, which runs the rest of the spec as trials.
 	Tuning *TuningSpec `json:"tuning,omitempty"`
+	// SharedData is set by a tuning job in its trials' specs when it
+	// preprocessed their data once for several trials. Never set it by
+	// hand: a job that is not that tuning job's trial is refused.
+	SharedData *SharedData `json:"shared_data,omitempty"`
 }
 
 // ClusterSpec is Cloud ML Engine's scale tier: who trains the model. Every
