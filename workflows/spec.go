@@ -83,6 +83,10 @@ type JobSpec struct {
 	// Tuning makes the job a hyperparameter tuning job: start
 	// HyperparameterTuningJob, which runs the rest of the spec as trials.
 	Tuning *TuningSpec `json:"tuning,omitempty"`
+	// SharedData is set by a tuning job in its trials' specs when it
+	// preprocessed their data once for several trials. Never set it by
+	// hand: a job that is not that tuning job's trial is refused.
+	SharedData *SharedData `json:"shared_data,omitempty"`
 }
 
 // ClusterSpec is Cloud ML Engine's scale tier: who trains the model. Every
@@ -319,7 +323,9 @@ type TrainSpec struct {
 	SaveCheckpointsSteps int64 `json:"save_checkpoints_steps,omitempty"` // default 500 (unless save_checkpoints_secs)
 	// SaveCheckpointsSecs commits a checkpoint each time this many seconds
 	// passed since the last one, instead of every save_checkpoints_steps
-	// (not both); BASIC only. A checkpoint is always committed at the end.
+	// (not both). Distributed jobs cut their first checkpoint at step 100,
+	// then where the chief's measured step rate reaches this many seconds
+	// later. A checkpoint is always committed at the end.
 	SaveCheckpointsSecs int64  `json:"save_checkpoints_secs,omitempty"`
 	KeepCheckpointMax   int    `json:"keep_checkpoint_max,omitempty"` // default 5
 	Seed                uint64 `json:"seed,omitempty"`                // default 1
@@ -541,8 +547,6 @@ func (s *JobSpec) Validate() error {
 		return fmt.Errorf("%w: train.save_checkpoints_secs %d and train.save_checkpoints_steps %d: set one, not both", ErrInvalidSpec, t.SaveCheckpointsSecs, t.SaveCheckpointsSteps)
 	case t.SaveCheckpointsSecs < 0 || t.SaveCheckpointsSecs > 7*24*3600:
 		return fmt.Errorf("%w: train.save_checkpoints_secs = %d is out of range [1, 604800]", ErrInvalidSpec, t.SaveCheckpointsSecs)
-	case t.SaveCheckpointsSecs > 0 && s.Cluster.Distributed():
-		return fmt.Errorf("%w: train.save_checkpoints_secs is for scale_tier BASIC; distributed jobs cut checkpoints at the same step on every parameter server: use train.save_checkpoints_steps", ErrInvalidSpec)
 	}
 	checks := []struct {
 		ok    bool
