@@ -173,7 +173,7 @@ func TestSpecDefaultsAndValidation(t *testing.T) {
 	}{
 		{func(s *JobSpec) { s.Model.BatchSize = -1 }, "model.batch_size"},
 		{func(s *JobSpec) { s.Train.MaxSteps = -5 }, "train.max_steps"},
-		{func(s *JobSpec) { s.Preset = "mnist" }, "preset"},
+		{func(s *JobSpec) { s.Preset = "imagenet" }, "preset"},
 		{func(s *JobSpec) { s.ModelName = "../etc" }, "model_name"},
 		{func(s *JobSpec) { s.Data.Train = []string{"x.csv"} }, "data.train and data.eval"},
 		{func(s *JobSpec) { s.Model.Type = "dnn" }, "model.type"},
