@@ -73,6 +73,12 @@ type Activities struct {
 	// parameters (endpoint, region…) apply to every location under it;
 	// job specs carry none. See trust.go.
 	DataRoots []string
+	// ReadRoots are directories (or storage URIs) a job may read data
+	// from (data.dir, data.train, data.eval) but never put a job directory
+	// in: public, read-only datasets such as /usr/share/datasets, where
+	// Debian's dataset-* packages install theirs (the worker's
+	// --read-roots, whose default is DefaultReadRoots).
+	ReadRoots []string
 	// BeamRunners are the Beam runners besides the in-process default that
 	// data.runner may name (e.g. "flink", "universal"); none if empty.
 	BeamRunners []string
@@ -159,19 +165,24 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 		out   *[]string
 	}{{"data.train", spec.Data.Train, &data.Train}, {"data.eval", spec.Data.Eval, &data.Eval}} {
 		for i, f := range split.in {
-			loc, err := a.locate(fmt.Sprintf("%s[%d]", split.field, i), f, false)
+			loc, err := a.locateData(fmt.Sprintf("%s[%d]", split.field, i), f)
 			if err != nil {
 				return workflows.PrepareResult{}, err
 			}
 			*split.out = append(*split.out, loc)
 		}
 	}
+	if spec.Data.Dir != "" && len(data.Train) == 0 && spec.ImagePreset() {
+		if data.Train, data.Eval, err = a.imageFiles(ctx, spec); err != nil {
+			return workflows.PrepareResult{}, err
+		}
+	}
 	if spec.Data.Dir != "" && len(data.Train) == 0 {
-		if _, err := a.locate("data.dir", spec.Data.Dir, false); err != nil {
+		if _, err := a.locateData("data.dir", spec.Data.Dir); err != nil {
 			return workflows.PrepareResult{}, err
 		}
 		for name, out := range map[string]*[]string{"adult.data": &data.Train, "adult.test": &data.Eval} {
-			loc, err := a.locate("data.dir", joinURI(spec.Data.Dir, name), false)
+			loc, err := a.locateData("data.dir", joinURI(spec.Data.Dir, name))
 			if err != nil {
 				return workflows.PrepareResult{}, err
 			}
@@ -392,7 +403,9 @@ func stageInputs(ctx context.Context, files []string, dir string) ([]string, err
 		if err != nil {
 			return nil, err
 		}
-		out[i] = filepath.Join(dir, fmt.Sprintf("%d-%s", i, key))
+		// dir/<i>/<key>: the file keeps its base name (IDX inputs pair
+		// images and labels files by name).
+		out[i] = filepath.Join(dir, strconv.Itoa(i), key)
 		err = download(ctx, st, key, out[i])
 		st.Close()
 		if errors.Is(err, storage.ErrNotExist) {

@@ -70,7 +70,7 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	defer jd.Close()
 	s := setup(in, jd)
 	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Workers: in.Cluster.Workers(), Meta: s.meta, Seed: in.Train.Seed,
-		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, Sync: s.replicas > 0, Replicas: s.replicas})
+		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), Sync: s.replicas > 0, Replicas: s.replicas})
 	if err != nil {
 		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
 	}
@@ -366,7 +366,8 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 		}
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
-		MaxSteps: in.Train.MaxSteps, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
+		MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), SaveEvery: time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
+		KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
 		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}
 	if jd.remote { // the chief commits to the store before it reports
 		cfg.Checkpoints = storeCheckpoints{jd.st}
@@ -458,4 +459,17 @@ func workerData(dataDir string, mine []preprocess.ShardResult, byRow bool, task,
 		return d, names, nonRetryable(workflows.ErrTypeBadData, errors.New("worker has no training rows: fewer rows than workers"))
 	}
 	return d, names, nil
+}
+
+// firstTimedCut is the step of a distributed job's first checkpoint with
+// train.save_checkpoints_secs: the chief times the later ones from the
+// global step rate it measures up to there (dist.WorkerConfig.SaveEvery).
+const firstTimedCut = 100
+
+// distSaveSteps is the parameter servers' and workers' SaveSteps for t.
+func distSaveSteps(t workflows.TrainSpec) int64 {
+	if t.SaveCheckpointsSteps > 0 {
+		return t.SaveCheckpointsSteps
+	}
+	return firstTimedCut
 }

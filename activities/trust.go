@@ -50,10 +50,15 @@ type root struct {
 	shown string
 }
 
-// roots resolves the job root and DataRoots.
-func (a *Activities) roots() ([]root, error) {
+// roots resolves the job root and DataRoots, and with read also
+// ReadRoots.
+func (a *Activities) roots(read bool) ([]root, error) {
 	var out []root
-	for _, s := range append([]string{a.jobRoot()}, a.DataRoots...) {
+	all := append([]string{a.jobRoot()}, a.DataRoots...)
+	if read {
+		all = append(all, a.ReadRoots...)
+	}
+	for _, s := range all {
 		if s == "" {
 			continue
 		}
@@ -139,10 +144,20 @@ func within(dir, p string, strict bool) bool {
 // root's query. Outside every root it fails for good. A job directory
 // (strict) must lie strictly inside a root, not be one.
 func (a *Activities) locate(field, loc string, strict bool) (string, error) {
+	return a.locateIn(field, loc, strict, false)
+}
+
+// locateData is locate for data a job only reads (data.dir, data.train,
+// data.eval): inside the job root, DataRoots or ReadRoots.
+func (a *Activities) locateData(field, loc string) (string, error) {
+	return a.locateIn(field, loc, false, true)
+}
+
+func (a *Activities) locateIn(field, loc string, strict, read bool) (string, error) {
 	refuse := func(format string, args ...any) error {
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", workflows.ErrInvalidSpec, field, loc, fmt.Sprintf(format, args...)))
 	}
-	roots, err := a.roots()
+	roots, err := a.roots(read)
 	if err != nil {
 		return "", err
 	}
@@ -151,7 +166,11 @@ func (a *Activities) locate(field, loc string, strict bool) (string, error) {
 		for i, r := range roots {
 			shown[i] = r.shown
 		}
-		return refuse("outside the directories and buckets this worker lets jobs use (%s; worker --jobs and --data-roots)", strings.Join(shown, ", "))
+		flags := "worker --jobs and --data-roots"
+		if read {
+			flags = "worker --jobs, --data-roots and --read-roots"
+		}
+		return refuse("outside the directories and buckets this worker lets jobs use (%s; %s)", strings.Join(shown, ", "), flags)
 	}
 	var u *url.URL
 	local := loc
@@ -286,7 +305,7 @@ func (a *Activities) checkPreprocess(in workflows.PreprocessInput) error {
 		files []string
 	}{{"data.train", in.Request.Train}, {"data.eval", in.Request.Eval}} {
 		for i, f := range split.files {
-			if _, err := a.locate(fmt.Sprintf("%s[%d]", split.field, i), f, false); err != nil {
+			if _, err := a.locateData(fmt.Sprintf("%s[%d]", split.field, i), f); err != nil {
 				return err
 			}
 		}

@@ -125,3 +125,26 @@ func TestJobDirNotInsideAnotherJob(t *testing.T) {
 		}
 	}
 }
+
+// TestReadRootsAreReadOnly: a read root (the worker's --read-roots, e.g.
+// /usr/share/datasets) lets jobs read data there but never put a job
+// directory there.
+func TestReadRootsAreReadOnly(t *testing.T) {
+	base := t.TempDir()
+	public := filepath.Join(base, "datasets")
+	os.MkdirAll(filepath.Join(public, "fashion-mnist"), 0o755)
+	a := &Activities{Home: filepath.Join(base, "home"), ReadRoots: []string{public}}
+	f := filepath.Join(public, "fashion-mnist", "train-images-idx3-ubyte.gz")
+	if got, err := a.locateData("data.dir", f); err != nil || got != f {
+		t.Errorf("locateData %s: %q, %v; want it allowed", f, got, err)
+	}
+	for _, strict := range []bool{true, false} {
+		_, err := a.locate("job_dir", filepath.Join(public, "job"), strict)
+		if errType(err) != workflows.ErrTypeInvalidSpec || !strings.Contains(err.Error(), "job_dir") {
+			t.Errorf("job dir in a read root (strict %v): %v; want InvalidSpec naming job_dir", strict, err)
+		}
+	}
+	if _, err := a.locateData("data.dir", filepath.Join(base, "elsewhere")); errType(err) != workflows.ErrTypeInvalidSpec {
+		t.Errorf("outside every root: %v; want InvalidSpec", err)
+	}
+}

@@ -1,11 +1,14 @@
 package activities
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -95,5 +98,42 @@ func TestSuggestTrialsIsReproducible(t *testing.T) {
 		if p[0] < lo || p[0] > hi || (p[1] != 0 && p[1] != 1 && p[1] != 2) || (p[2] != 32 && p[2] != 64) {
 			t.Errorf("suggestion %v outside the space", p)
 		}
+	}
+}
+
+// TestImportPreprocessedRefuses: shared data is linked only into a trial
+// of the tuning job named, and only data made by the same request.
+func TestImportPreprocessedRefuses(t *testing.T) {
+	acts := newActs(t)
+	e := env(acts)
+	prep, pre := prepare(t, e, acts, spec("hp_9_data_1"))
+	in := workflows.ImportInput{From: prep.JobDir, TuningJobID: "hp_9", TransformHash: pre.TransformHash,
+		Preprocess: workflows.PreprocessInput{JobDir: filepath.Join(acts.Home, "jobs", "hp_9_trial_1"), Request: preprocess.Request{OutDir: filepath.Join(acts.Home, "jobs", "hp_9_trial_1")}}}
+	// The test environment's workflow is no trial of hp_9.
+	if _, err := e.ExecuteActivity(acts.ImportPreprocessed, in); errType(err) != workflows.ErrTypeInvalidSpec || !strings.Contains(err.Error(), "not a trial of tuning job") {
+		t.Errorf("import into a job that is no trial: %v, want an InvalidSpec refusal", err)
+	}
+	in.From = "/etc"
+	if _, err := e.ExecuteActivity(acts.ImportPreprocessed, in); errType(err) != workflows.ErrTypeInvalidSpec || !strings.Contains(err.Error(), "shared_data.job_dir") {
+		t.Errorf("import from outside the roots: %v, want an InvalidSpec refusal naming shared_data.job_dir", err)
+	}
+
+	// The request check: inputs inside each job dir compare by their
+	// place in it; another schema or seed is another request.
+	req := func(dir string, seed uint64) []byte {
+		b, _ := json.Marshal(struct {
+			R    preprocess.Request
+			Args []string
+		}{preprocess.Request{Schema: preprocess.CensusSchema(), Train: []string{dir + "/raw/train.csv"}, Eval: []string{"/data/adult.test"}, OutDir: dir, Seed: seed}, []string{"--job_name=" + filepath.Base(dir)}})
+		return b
+	}
+	if !sameRequest(req("/jobs/a", 1), []string{"/jobs/a"}, req("/jobs/b", 1), []string{"/x", "/jobs/b"}) {
+		t.Error("the same request in two job dirs differs")
+	}
+	if sameRequest(req("/jobs/a", 1), []string{"/jobs/a"}, req("/jobs/b", 2), []string{"/jobs/b"}) {
+		t.Error("requests with other seeds are the same")
+	}
+	if sameRequest(req("/jobs/a", 1), []string{"/jobs/a"}, req("/jobs/b", 1), []string{"/jobs/c"}) {
+		t.Error("inputs in another job's dir compare as the trial's own")
 	}
 }

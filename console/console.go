@@ -30,6 +30,12 @@ const Prefix = "/console"
 //go:embed templates/*.html
 var templateFS embed.FS
 
+// drawJS is the one script the console serves (same origin, no inline
+// script): the drawing canvas of image inputs.
+//
+//go:embed static/draw.js
+var drawJS []byte
+
 // Options are the console's dependencies. Every one may be nil or empty:
 // the pages then say what they cannot show.
 type Options struct {
@@ -109,6 +115,15 @@ func (c *Console) Routes(e *echo.Echo) {
 	e.GET(Prefix+"/models", c.models)
 	e.GET(Prefix+"/models/:name", c.model)
 	e.POST(Prefix+"/models/:name", c.try)
+	e.GET(Prefix+"/static/draw.js", c.script)
+}
+
+// script serves the canvas script.
+func (c *Console) script(ec echo.Context) error {
+	h := ec.Response().Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-cache")
+	return ec.Blob(http.StatusOK, "text/javascript; charset=utf-8", drawJS)
 }
 
 // page is what the layout renders.
@@ -128,7 +143,7 @@ func (c *Console) render(ec echo.Context, code int, name string, p page) error {
 		return ec.String(http.StatusInternalServerError, "internal error")
 	}
 	h := ec.Response().Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	return ec.HTMLBlob(code, buf.Bytes())

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/labstack/echo/v4"
 
@@ -22,6 +24,7 @@ import (
 const (
 	maxFormBytes = 64 << 10
 	maxChoices   = 300 // known values offered for a string input
+	maxCanvas    = 128 // the largest side of an image input's canvas
 )
 
 type modelRow struct {
@@ -67,6 +70,11 @@ type input struct {
 	Number  bool
 	Value   string
 	Choices []string
+	// Vector is a float_vector input of Length numbers, entered in a
+	// textarea; Side, when Length is a square (28×28 images), sizes the
+	// canvas that draws them.
+	Vector       bool
+	Length, Side int
 }
 
 // answer is what the predict API said to the try-it form.
@@ -149,6 +157,17 @@ func (b *modelBody) form(sv *serving.Servable, vals func(string) (string, bool))
 	for _, in := range b.Signature {
 		f := feat[in.Name]
 		fi := input{Name: in.Name, Number: in.Type == preprocess.TypeNumber}
+		if in.Type == preprocess.TypeFloatVector {
+			fi.Vector, fi.Length = true, in.Length
+			if r := int(math.Sqrt(float64(in.Length))); r*r == in.Length && r <= maxCanvas {
+				fi.Side = r
+			}
+			if v, ok := vals(in.Name); ok {
+				fi.Value = v
+			}
+			b.Inputs = append(b.Inputs, fi)
+			continue
+		}
 		if len(f.Vocab) > 0 {
 			fi.Choices = f.Vocab[:min(len(f.Vocab), maxChoices)]
 		}
@@ -235,6 +254,10 @@ func (c *Console) try(ec echo.Context) error {
 		if val == "" {
 			continue
 		}
+		if in.Vector {
+			inst[in.Name] = vectorValue(val)
+			continue
+		}
 		if f, err := strconv.ParseFloat(val, 64); in.Number && err == nil {
 			inst[in.Name] = f
 		} else {
@@ -244,6 +267,22 @@ func (c *Console) try(ec echo.Context) error {
 	body, _ := json.Marshal(map[string]any{"instances": []any{inst}})
 	b.Answer = c.predict(ec, name, v, body, sv.Transform.LabelVocab)
 	return c.render(ec, http.StatusOK, "model", page{Title: "Model " + name, Nav: "models", Body: b})
+}
+
+// vectorValue reads a float_vector field: numbers separated by spaces or
+// commas, or a JSON array. Anything else is passed on as the string it
+// is, so that the predict API names the field and what is wrong.
+func vectorValue(val string) any {
+	fields := strings.FieldsFunc(val, func(r rune) bool { return r == ',' || r == '[' || r == ']' || unicode.IsSpace(r) })
+	out := make([]float64, len(fields))
+	for i, f := range fields {
+		x, err := strconv.ParseFloat(f, 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return val
+		}
+		out[i] = x
+	}
+	return out
 }
 
 // predict posts body to the predict API of the server the console is

@@ -41,6 +41,25 @@ const BadRecordsDir = "bad_records"
 // is for I/O.
 func (s *Schema) AnalyzeBlock(b Block) (*Stats, error) {
 	st := NewStats(s)
+	if s.format() == FormatIDX {
+		src, err := s.idxRows(b)
+		if err != nil {
+			return nil, err
+		}
+		row := make([]Value, len(s.Columns))
+		for k := range src.len() {
+			if err := src.parse(k, row); err != nil {
+				st.AddBad(reasonOf(err))
+				continue
+			}
+			st.add(s, row, uint64(b.Start)+uint64(k))
+		}
+		for i := range st.Samples {
+			st.Samples[i].finish()
+		}
+		st.Parts = []NumPart{{Block: b.Index, Num: slices.Clone(st.Num)}}
+		return st, nil
+	}
 	p, err := s.parser(b.Path)
 	if err != nil {
 		return nil, err
@@ -108,16 +127,27 @@ func badPath(shard string) string {
 // the block's raw bytes are held in memory; examples stream to disk.
 func TransformBlock(t *Transform, b Block, jobDir string, seed uint64) (ShardResult, error) {
 	res := ShardResult{Split: b.Split, Name: ShardName(b.Split, b.Index, b.Of), File: b.Path}
-	p, err := t.Schema.parser(b.Path)
-	if err != nil {
-		return res, err
+	var src rowSource
+	if t.Schema.format() == FormatIDX {
+		is, err := t.Schema.idxRows(b)
+		if err != nil {
+			return res, err
+		}
+		is.shuffle(seed, b.Index)
+		src = is
+	} else {
+		p, err := t.Schema.parser(b.Path)
+		if err != nil {
+			return res, err
+		}
+		data, base, err := readBlock(b)
+		if err != nil {
+			return res, err
+		}
+		lines := t.Schema.dataLines(b, data, base)
+		shuffleLines(lines, seed, b.Index)
+		src = &lineRows{p: p, b: b, data: data, base: base, lines: lines}
 	}
-	data, base, err := readBlock(b)
-	if err != nil {
-		return res, err
-	}
-	lines := t.Schema.dataLines(b, data, base)
-	shuffleLines(lines, seed, b.Index)
 
 	w, err := createShard(filepath.Join(jobDir, DataDir, res.Name), t.Dim)
 	if err != nil {
@@ -127,16 +157,16 @@ func TransformBlock(t *Transform, b Block, jobDir string, seed uint64) (ShardRes
 	defer bad.abort()
 	row := make([]Value, len(t.Schema.Columns))
 	x := make([]float64, t.Dim)
-	for _, r := range lines {
-		line := data[r.start:r.end]
-		err := p.parse(row, line)
+	for k := range src.len() {
+		err := src.parse(k, row)
 		var y float64
 		if err == nil {
 			y, err = t.Label(row)
 		}
 		if err != nil {
-			rec := BadRecord{File: b.Path, Line: b.FirstLine + int64(r.num), Offset: base + int64(r.start),
-				Reason: reasonOf(err), Detail: err.Error(), Record: line[:min(len(line), maxRecordBytes)]}
+			line, offset, record := src.where(k)
+			rec := BadRecord{File: b.Path, Line: line, Offset: offset,
+				Reason: reasonOf(err), Detail: err.Error(), Record: record}
 			var re *RowError
 			if errors.As(err, &re) {
 				rec.Column = re.Column
@@ -168,6 +198,38 @@ func TransformBlock(t *Transform, b Block, jobDir string, seed uint64) (ShardRes
 		res.BadRecords = badPath(res.Name)
 	}
 	return res, bad.commit()
+}
+
+// rowSource is the rows of one block, in the order a shard gets them.
+type rowSource interface {
+	len() int
+	// parse parses row k into dst.
+	parse(k int, dst []Value) error
+	// where locates row k for a bad record: line (or record) number,
+	// byte offset, and the raw record cut at maxRecordBytes.
+	where(k int) (line, offset int64, record string)
+}
+
+// lineRows is the rows of a CSV or JSON Lines block.
+type lineRows struct {
+	p     *lineParser
+	b     Block
+	data  string
+	base  int64
+	lines []lineRef
+}
+
+func (l *lineRows) len() int { return len(l.lines) }
+
+func (l *lineRows) parse(k int, dst []Value) error {
+	r := l.lines[k]
+	return l.p.parse(dst, l.data[r.start:r.end])
+}
+
+func (l *lineRows) where(k int) (int64, int64, string) {
+	r := l.lines[k]
+	line := l.data[r.start:r.end]
+	return l.b.FirstLine + int64(r.num), l.base + int64(r.start), line[:min(len(line), maxRecordBytes)]
 }
 
 // shuffleLines permutes lines with a PCG generator seeded by (seed, block).

@@ -26,6 +26,9 @@ type Block struct {
 	Split string
 	Index int
 	Of    int
+	// Labels is, for FormatIDX, the labels file of the images file Path;
+	// Start and End are then image indices.
+	Labels string
 }
 
 // Splits.

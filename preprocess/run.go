@@ -77,6 +77,11 @@ func (r *Request) Check() error {
 		if len(split) == 0 {
 			return fmt.Errorf("%w: no train or no eval files", ErrRequest)
 		}
+		if r.Schema.format() == FormatIDX {
+			if err := r.Schema.checkIDX(split); err != nil {
+				return err
+			}
+		}
 		for _, f := range split {
 			st, err := os.Stat(f)
 			if err != nil {
@@ -101,6 +106,15 @@ func (r *Request) Check() error {
 
 // blocks plans the train and eval blocks of r.
 func (r *Request) blocks() (train, eval []Block, err error) {
+	if r.Schema.format() == FormatIDX {
+		if train, err = planIDXBlocks(SplitTrain, r.Train, r.TrainShards); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrRequest, err)
+		}
+		if eval, err = planIDXBlocks(SplitEval, r.Eval, r.EvalShards); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrRequest, err)
+		}
+		return train, eval, nil
+	}
 	if train, err = PlanBlocks(SplitTrain, r.Train, r.TrainShards); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrRequest, err)
 	}

@@ -189,9 +189,9 @@ func (s *Schema) Validate() error {
 		return fmt.Errorf("%w: no columns", ErrSchema)
 	}
 	switch s.Format {
-	case "", FormatCSV, FormatJSONL:
+	case "", FormatCSV, FormatJSONL, FormatIDX:
 	default:
-		return fmt.Errorf("%w: format %q is not %q or %q", ErrSchema, s.Format, FormatCSV, FormatJSONL)
+		return fmt.Errorf("%w: format %q is not %q, %q or %q", ErrSchema, s.Format, FormatCSV, FormatJSONL, FormatIDX)
 	}
 	seen := map[string]bool{}
 	label := -1
@@ -234,6 +234,9 @@ func (s *Schema) Validate() error {
 		}
 	default:
 		return fmt.Errorf("%w: label_kind %q is not binary, multiclass or regression", ErrSchema, s.LabelKind)
+	}
+	if s.Format == FormatIDX {
+		return s.validateIDX()
 	}
 	return nil
 }

@@ -211,8 +211,10 @@ func TestDecodeV2Bounds(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
-			if allocs > 10 {
-				t.Errorf("%v allocations for a body of %d bytes, want at most 10", allocs, len(body))
+			// A handful (the error's; the race detector adds one), never
+			// one per value.
+			if allocs > 16 {
+				t.Errorf("%v allocations for a body of %d bytes, want at most 16", allocs, len(body))
 			}
 		})
 	}

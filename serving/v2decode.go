@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trainflow/trainflow/preprocess"
 	"net/http"
 	"strconv"
+
+	"github.com/trainflow/trainflow/preprocess"
 )
 
 // The V2 request decoder. A V2 body names each input tensor's shape and

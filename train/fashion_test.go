@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/internal/idx"
+	"github.com/trainflow/trainflow/train"
 )
 
 // fashionDir is where Debian's dataset-fashion-mnist package installs the

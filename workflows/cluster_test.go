@@ -114,7 +114,6 @@ func TestEpochsAndTimedCheckpointsSpec(t *testing.T) {
 		{TrainSpec{NumEpochs: -1}, ClusterSpec{}, "train.num_epochs = -1"},
 		{TrainSpec{SaveCheckpointsSecs: 5, SaveCheckpointsSteps: 100}, ClusterSpec{}, "train.save_checkpoints_secs 5 and train.save_checkpoints_steps 100"},
 		{TrainSpec{SaveCheckpointsSecs: -3}, ClusterSpec{}, "train.save_checkpoints_secs = -3"},
-		{TrainSpec{SaveCheckpointsSecs: 30}, ClusterSpec{ScaleTier: TierCustom, ParameterServerCount: 1}, "train.save_checkpoints_secs is for scale_tier BASIC"},
 	} {
 		s := JobSpec{JobID: "j", Train: c.train, Cluster: c.cluster}.WithDefaults()
 		err := s.Validate()

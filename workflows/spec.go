@@ -23,6 +23,27 @@ const RoleTaskQueue = "trainflow-roles"
 // classifier, model name "census".
 const PresetCensus = "census"
 
+// PresetFashionMNIST and PresetMNIST are the image presets: the 28×28
+// grey images of Fashion-MNIST (classes named "T-shirt/top", "Trouser",
+// …) or MNIST (classes "0"–"9") in their IDX files under data.dir
+// (default ImageDataDirs), an MLP 784-128-64-10 (dnn_classifier, Adam
+// 0.001, batch 128) trained for 5 epochs, model name the preset.
+const (
+	PresetFashionMNIST = "fashion_mnist"
+	PresetMNIST        = "mnist"
+)
+
+// ImageDataDirs are the image presets' default data.dir: where Debian's
+// dataset-fashion-mnist package installs its files, and the same place
+// for MNIST (which has no package).
+var ImageDataDirs = map[string]string{
+	PresetFashionMNIST: "/usr/share/datasets/fashion-mnist",
+	PresetMNIST:        "/usr/share/datasets/mnist",
+}
+
+// ImagePreset reports whether the spec's preset is an image preset.
+func (s JobSpec) ImagePreset() bool { return s.Preset == PresetFashionMNIST || s.Preset == PresetMNIST }
+
 // JobSpec is the input of TrainingJob: plain JSON with snake_case keys and
 // defaults for every field, so {"job_id":"census_1","preset":"census"} typed
 // into the Temporal UI starts a complete job. Add fields only with defaults
@@ -31,8 +52,8 @@ type JobSpec struct {
 	// JobID names the job; it must equal the workflow ID. Letters, digits
 	// and '_', starting with a letter, at most 128 characters.
 	JobID string `json:"job_id"`
-	// Preset fills in data, schema and model for a known dataset. Today:
-	// "census".
+	// Preset fills in data, schema and model for a known dataset:
+	// "census" (the default), "fashion_mnist" or "mnist".
 	Preset string `json:"preset,omitempty"`
 	// JobDir is where the job writes everything: a local path, or a
 	// storage URI (s3://, gs://, azblob://, file://) when the workers share
@@ -62,6 +83,10 @@ type JobSpec struct {
 	// Tuning makes the job a hyperparameter tuning job: start
 	// HyperparameterTuningJob, which runs the rest of the spec as trials.
 	Tuning *TuningSpec `json:"tuning,omitempty"`
+	// SharedData is set by a tuning job in its trials' specs when it
+	// preprocessed their data once for several trials. Never set it by
+	// hand: a job that is not that tuning job's trial is refused.
+	SharedData *SharedData `json:"shared_data,omitempty"`
 }
 
 // ClusterSpec is Cloud ML Engine's scale tier: who trains the model. Every
@@ -181,12 +206,17 @@ var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximiz
 // DataSpec says where the raw data is and how to read it.
 type DataSpec struct {
 	// Train and Eval list CSV files (paths on the worker, or storage
-	// URIs without query), inside the worker's --data-roots or --jobs.
+	// URIs without query), inside the worker's --data-roots or --jobs
+	// (or --read-roots); with schema format "idx", images files and
+	// their labels files (see preprocess.FormatIDX).
 	Train []string `json:"train,omitempty"`
 	Eval  []string `json:"eval,omitempty"`
 	// Dir, with the census preset, is a directory (or storage URI)
 	// holding adult.data and adult.test. With neither Dir nor Train/Eval, the census preset
-	// generates census-like rows.
+	// generates census-like rows. With fashion_mnist or mnist it holds
+	// the four IDX files (train-images-idx3-ubyte, train-labels-idx1-ubyte,
+	// t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each plain or .gz);
+	// default ImageDataDirs.
 	Dir string `json:"dir,omitempty"`
 	// GeneratedRows is the number of generated training rows (evaluation
 	// gets a quarter as many). Default 20000.
@@ -293,7 +323,9 @@ type TrainSpec struct {
 	SaveCheckpointsSteps int64 `json:"save_checkpoints_steps,omitempty"` // default 500 (unless save_checkpoints_secs)
 	// SaveCheckpointsSecs commits a checkpoint each time this many seconds
 	// passed since the last one, instead of every save_checkpoints_steps
-	// (not both); BASIC only. A checkpoint is always committed at the end.
+	// (not both). Distributed jobs cut their first checkpoint at step 100,
+	// then where the chief's measured step rate reaches this many seconds
+	// later. A checkpoint is always committed at the end.
 	SaveCheckpointsSecs int64  `json:"save_checkpoints_secs,omitempty"`
 	KeepCheckpointMax   int    `json:"keep_checkpoint_max,omitempty"` // default 5
 	Seed                uint64 `json:"seed,omitempty"`                // default 1
@@ -328,6 +360,9 @@ func (s JobSpec) WithDefaults() JobSpec {
 	if s.Data.Schema == nil && s.Preset == PresetCensus {
 		cs := preprocess.CensusSchema()
 		s.Data.Schema = &cs
+	}
+	if s.ImagePreset() {
+		s = s.imageDefaults()
 	}
 	if s.ModelName == "" {
 		s.ModelName = s.Preset
@@ -447,8 +482,8 @@ func (s *JobSpec) Validate() error {
 	if err := ValidateJobID(s.JobID); err != nil {
 		return err
 	}
-	if s.Preset != "" && s.Preset != PresetCensus {
-		return fmt.Errorf("%w: preset %q is unknown (known: %q)", ErrInvalidSpec, s.Preset, PresetCensus)
+	if s.Preset != "" && s.Preset != PresetCensus && !s.ImagePreset() {
+		return fmt.Errorf("%w: preset %q is unknown (known: %q, %q, %q)", ErrInvalidSpec, s.Preset, PresetCensus, PresetFashionMNIST, PresetMNIST)
 	}
 	if s.Data.Schema == nil {
 		return fmt.Errorf("%w: data.schema is required without a preset", ErrInvalidSpec)
@@ -512,8 +547,6 @@ func (s *JobSpec) Validate() error {
 		return fmt.Errorf("%w: train.save_checkpoints_secs %d and train.save_checkpoints_steps %d: set one, not both", ErrInvalidSpec, t.SaveCheckpointsSecs, t.SaveCheckpointsSteps)
 	case t.SaveCheckpointsSecs < 0 || t.SaveCheckpointsSecs > 7*24*3600:
 		return fmt.Errorf("%w: train.save_checkpoints_secs = %d is out of range [1, 604800]", ErrInvalidSpec, t.SaveCheckpointsSecs)
-	case t.SaveCheckpointsSecs > 0 && s.Cluster.Distributed():
-		return fmt.Errorf("%w: train.save_checkpoints_secs is for scale_tier BASIC; distributed jobs cut checkpoints at the same step on every parameter server: use train.save_checkpoints_steps", ErrInvalidSpec)
 	}
 	checks := []struct {
 		ok    bool
@@ -627,6 +660,39 @@ func (s JobSpec) StepsFor(trainRows int64) int64 {
 		b *= int64(max(s.Cluster.Replicas(), 1))
 	}
 	return max(1, (t.NumEpochs*trainRows+b-1)/b)
+}
+
+// imageDefaults fills what the image presets set beyond the general
+// defaults: schema, data.dir (unless data.train is set), the MLP of
+// bench/train and 5 epochs.
+func (s JobSpec) imageDefaults() JobSpec {
+	if s.Data.Schema == nil {
+		classes := preprocess.FashionMNISTClasses
+		if s.Preset == PresetMNIST {
+			classes = preprocess.MNISTClasses
+		}
+		sc := preprocess.ImageSchema(classes)
+		s.Data.Schema = &sc
+	}
+	if s.Data.Dir == "" && len(s.Data.Train) == 0 {
+		s.Data.Dir = ImageDataDirs[s.Preset]
+	}
+	if s.Model.Type == "" {
+		s.Model.Type = train.DNNClassifierModel
+	}
+	if s.Model.Deep() && len(s.Model.HiddenUnits) == 0 {
+		s.Model.HiddenUnits = []int{128, 64}
+	}
+	if s.Model.LearningRate == 0 {
+		s.Model.LearningRate = 0.001
+	}
+	if s.Model.BatchSize == 0 {
+		s.Model.BatchSize = 128
+	}
+	if s.Train.MaxSteps == 0 && s.Train.NumEpochs == 0 {
+		s.Train.NumEpochs = 5
+	}
+	return s
 }
 
 // Secs returns a pointer to n, for the optional durations of a JobSpec.

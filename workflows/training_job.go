@@ -27,6 +27,9 @@ const (
 	EvaluateActivity   = "Evaluate"
 	ExportActivity     = "Export"
 	PublishActivity    = "Publish"
+	// ImportPreprocessedActivity links data a tuning job preprocessed once
+	// into one of its trials' job dirs (JobSpec.SharedData).
+	ImportPreprocessedActivity = "ImportPreprocessed"
 )
 
 // Search attributes the workflow upserts; the dev server and workers
@@ -146,6 +149,38 @@ type PreprocessResult struct {
 	TrainRows     int64  `json:"train_rows"`
 	EvalRows      int64  `json:"eval_rows"`
 	BadRows       int64  `json:"bad_rows"`
+}
+
+// SharedData is what a HyperparameterTuningJob sets in the spec of a
+// trial whose preprocessing it has done once for several trials: the job
+// dir of that preprocessed data and its summary. The trial links the data
+// into its own job dir (ImportPreprocessed) instead of running Preprocess.
+// Only a tuning job's own trials may carry it: the trial's workflow checks
+// that its parent is TuningJobID and its job ID TuningJobID_trial_<n>, the
+// activity checks it again against the server and the data dir's owner.
+type SharedData struct {
+	TuningJobID string           `json:"tuning_job_id"`
+	JobDir      string           `json:"job_dir"`
+	Result      PreprocessResult `json:"result"`
+}
+
+// ImportInput is the input of the ImportPreprocessed activity.
+type ImportInput struct {
+	// Preprocess is the preprocessing the trial would have run; the shared
+	// data must have been made by the same request (up to job dirs).
+	Preprocess    PreprocessInput `json:"preprocess"`
+	From          string          `json:"from"`
+	TuningJobID   string          `json:"tuning_job_id"`
+	TransformHash string          `json:"transform_hash"`
+}
+
+// preprocessInput is the Preprocess input of a job prepared as prep.
+func preprocessInput(spec JobSpec, prep PrepareResult) PreprocessInput {
+	return PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Request: preprocess.Request{
+		Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
+		TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
+		MaxBadFraction: *spec.Data.MaxBadFraction,
+	}}
 }
 
 // TrainInput is the input of the Train activity.
@@ -308,6 +343,13 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 		err := fmt.Errorf("%w: tuning: a spec with a tuning block runs as %s, not %s", ErrInvalidSpec, HyperparameterTuningJobName, TrainingJobName)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 	}
+	if sd := spec.SharedData; sd != nil {
+		parent := info.ParentWorkflowExecution
+		if parent == nil || parent.ID != sd.TuningJobID || !isTrialOf(spec.JobID, sd.TuningJobID) {
+			err := fmt.Errorf("%w: shared_data: only a %s sets it, in its own trials' specs (job %s is not a trial started by %q)", ErrInvalidSpec, HyperparameterTuningJobName, spec.JobID, sd.TuningJobID)
+			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+		}
+	}
 	ops := workflow.GetVersion(ctx, opsChange, workflow.DefaultVersion, 1) >= 1
 	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName), SearchScaleTier.ValueSet(spec.Cluster.ScaleTier)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
@@ -334,14 +376,18 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 			return res, err
 		}
 		setPhase(ctx, p, PhasePreprocessing)
-		pctx := workflow.WithActivityOptions(ctx, stepOptions(ops, 6*time.Hour, "Beam analyze + transform"))
-		in := PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Request: preprocess.Request{
-			Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
-			TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
-			MaxBadFraction: *spec.Data.MaxBadFraction,
-		}}
-		if err := workflow.ExecuteActivity(pctx, PreprocessActivity, in).Get(ctx, &pre); err != nil {
-			return res, err
+		in := preprocessInput(spec, prep)
+		if sd := spec.SharedData; sd != nil { // a tuning trial: its parent preprocessed once for all
+			ictx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "link data preprocessed by "+sd.TuningJobID))
+			imp := ImportInput{Preprocess: in, From: sd.JobDir, TuningJobID: sd.TuningJobID, TransformHash: sd.Result.TransformHash}
+			if err := workflow.ExecuteActivity(ictx, ImportPreprocessedActivity, imp).Get(ctx, &pre); err != nil {
+				return res, err
+			}
+		} else {
+			pctx := workflow.WithActivityOptions(ctx, stepOptions(ops, 6*time.Hour, "Beam analyze + transform"))
+			if err := workflow.ExecuteActivity(pctx, PreprocessActivity, in).Get(ctx, &pre); err != nil {
+				return res, err
+			}
 		}
 	}
 	res.JobDir = prep.JobDir

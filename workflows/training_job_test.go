@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
@@ -22,6 +23,9 @@ import (
 func newEnv(t *testing.T, jobID string) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	// The default 3 s of wall time is not enough under -race on a loaded
+	// 2-core machine; a workflow that stops early still fails the test.
+	env.SetTestTimeout(2 * time.Minute)
 	env.RegisterWorkflowWithOptions(TrainingJob, workflow.RegisterOptions{Name: TrainingJobName})
 	stubs := map[string]any{
 		PrepareJobActivity:   func(context.Context, PrepareInput) (PrepareResult, error) { panic("not mocked") },
@@ -169,7 +173,7 @@ func TestSpecDefaultsAndValidation(t *testing.T) {
 	}{
 		{func(s *JobSpec) { s.Model.BatchSize = -1 }, "model.batch_size"},
 		{func(s *JobSpec) { s.Train.MaxSteps = -5 }, "train.max_steps"},
-		{func(s *JobSpec) { s.Preset = "mnist" }, "preset"},
+		{func(s *JobSpec) { s.Preset = "imagenet" }, "preset"},
 		{func(s *JobSpec) { s.ModelName = "../etc" }, "model_name"},
 		{func(s *JobSpec) { s.Data.Train = []string{"x.csv"} }, "data.train and data.eval"},
 		{func(s *JobSpec) { s.Model.Type = "dnn" }, "model.type"},

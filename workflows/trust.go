@@ -78,6 +78,11 @@ func (s *JobSpec) ValidateTrust() error {
 			return err
 		}
 	}
+	if s.SharedData != nil {
+		if err := checkLocation("shared_data.job_dir", s.SharedData.JobDir); err != nil {
+			return err
+		}
+	}
 	if s.Data.Dir != "" {
 		if err := checkLocation("data.dir", s.Data.Dir); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -30,6 +31,11 @@ const (
 	TrialFailed    = "FAILED"
 	TrialStopped   = "STOPPED"
 )
+
+// sharedDataChange marks preprocessing done once by the tuning job for
+// all trials with the same data (tuning.share_preprocessing); runs
+// started before it let every trial preprocess.
+const sharedDataChange = "tuning-shared-preprocessing"
 
 // tuningContinueEvery is how many trials a tuning job starts in one run
 // before it continues as new (sooner if Temporal suggests it).
@@ -71,6 +77,24 @@ type Trial struct {
 	JobDirSpec string      `json:"job_dir_spec,omitempty"`
 	Evals      []TrialEval `json:"evals,omitempty"`
 	Error      string      `json:"error,omitempty"`
+	// Data is the number of the shared preprocessing (TuningReport.Data)
+	// the trial's data comes from; 0: the trial preprocessed on its own.
+	Data int `json:"data,omitempty"`
+}
+
+// TrialData is one preprocessing a tuning job ran once for all its trials
+// with the same data and transform (the same DataKey).
+type TrialData struct {
+	// Number counts the job's preprocessings from 1; ID (DataID) names
+	// the job dir they were written to.
+	Number int    `json:"number"`
+	ID     string `json:"id"`
+	Key    string `json:"key"`
+	// State is RUNNING, SUCCEEDED or FAILED.
+	State  string            `json:"state"`
+	JobDir string            `json:"job_dir,omitempty"`
+	Result *PreprocessResult `json:"result,omitempty"`
+	Error  string            `json:"error,omitempty"`
 }
 
 // TuningReport is a tuning job's state and the trials table; it is the
@@ -91,6 +115,8 @@ type TuningReport struct {
 	BestTrial     int      `json:"best_trial,omitempty"`
 	BestObjective *float64 `json:"best_objective,omitempty"`
 	Runs          int      `json:"runs,omitempty"`
+	// Data are the preprocessings shared by trials (share_preprocessing).
+	Data []TrialData `json:"data,omitempty"`
 }
 
 // TuningCarry is what a tuning job's run hands to the next when it
@@ -163,8 +189,13 @@ type TuningHistoryInput struct {
 // same step (at least medianMinTrials of them) is cancelled and marked
 // STOPPED; its last value joins the search's observations.
 //
-// Preprocessing is not shared: every trial preprocesses its own data,
-// since TrainingJob cannot take a transform made elsewhere.
+// Preprocessing is shared (tuning.share_preprocessing, the default): the
+// job preprocesses once, in DataID(job_id, k), for all trials whose data
+// spec and transform options are the same (DataKey; all trials unless
+// transform options are tuned), before starting them, and each such
+// trial links that data into its own job dir (SharedData) instead of
+// running Preprocess. A trial waiting for its data holds one of the
+// max_parallel_trials slots.
 func HyperparameterTuningJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
 	raw := spec
 	spec = spec.WithDefaults()
@@ -209,6 +240,10 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	if spec.JobID != info.WorkflowExecution.ID {
 		return res, invalid(fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID))
 	}
+	if spec.SharedData != nil {
+		return res, invalid(fmt.Errorf("%w: shared_data: set by a tuning job in its trials' specs only, never in a tuning job's", ErrInvalidSpec))
+	}
+	share := workflow.GetVersion(ctx, sharedDataChange, workflow.DefaultVersion, 1) >= 1 && spec.Tuning.Sharing()
 	t := *spec.Tuning
 	t.Carry = nil
 	rep := &TuningReport{Metric: t.HyperparameterMetricTag, Goal: t.Goal, Algorithm: t.Algorithm, MaxTrials: t.MaxTrials, Parallel: t.MaxParallelTrials}
@@ -267,6 +302,14 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 			rep.Trials[i].State, rep.Trials[i].Error = TrialFailed, "lost across continue-as-new"
 		}
 	}
+	for i := range rep.Data {
+		if rep.Data[i].State == TrialRunning {
+			rep.Data[i].State, rep.Data[i].Error = TrialFailed, "lost across continue-as-new"
+		}
+	}
+	// waiting lists, per shared preprocessing still running, the trials
+	// that wait for it, in launch order.
+	waiting := map[int][]int{}
 	updateBest := func(tr *Trial) {
 		if tr.State != TrialSucceeded || tr.Objective == nil {
 			return
@@ -318,6 +361,69 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 			tr.State, tr.Error = TrialFailed, err.Error()
 		}
 	}
+	startChild := func(n int, ts JobSpec) {
+		tr := trial(n)
+		if tr.Data > 0 {
+			d := rep.Data[tr.Data-1]
+			ts.SharedData = &SharedData{TuningJobID: spec.JobID, JobDir: d.JobDir, Result: *d.Result}
+		}
+		cctx, cancel := workflow.WithCancel(ctx)
+		cctx = workflow.WithChildOptions(cctx, workflow.ChildWorkflowOptions{
+			WorkflowID:            ts.JobID,
+			WaitForCancellation:   true,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+			StaticSummary:         fmt.Sprintf("trial %d of %s: %v", n, spec.JobID, tr.Params),
+		})
+		cancels[n] = cancel
+		f := workflow.ExecuteChildWorkflow(cctx, TrainingJobName, ts)
+		sel.AddFuture(f, func(f workflow.Future) {
+			var r JobResult
+			err := f.Get(ctx, &r)
+			finish(n, r, err)
+		})
+	}
+	// dataDone records the end of shared preprocessing k and starts (or
+	// fails) the trials waiting for it.
+	dataDone := func(k int, dir string, pre PreprocessResult, err error) {
+		d := &rep.Data[k-1]
+		if err != nil {
+			d.State, d.Error = TrialFailed, err.Error()
+		} else {
+			base, _, _ := strings.Cut(dir, "?") // the root's query comes from the worker
+			d.State, d.JobDir, d.Result = TrialSucceeded, base, &pre
+		}
+		for _, n := range waiting[k] {
+			if err != nil {
+				running--
+				trial(n).State, trial(n).Error = TrialFailed, fmt.Sprintf("preprocessing %s: %v", d.ID, err)
+				continue
+			}
+			ts, _ := raw.TrialSpec(n, trial(n).Values) // it succeeded at launch
+			startChild(n, ts)
+		}
+		delete(waiting, k)
+	}
+	// prepareData preprocesses shared data k as the trials of spec ts
+	// would: PrepareJob, then Preprocess, in DataID(job_id, k).
+	prepareData := func(k int, ts JobSpec) {
+		ds := raw.SharedDataSpec(k, ts)
+		pctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "prepare "+ds.JobID))
+		f := workflow.ExecuteActivity(pctx, PrepareJobActivity, PrepareInput{Spec: ds, FirstRunID: info.FirstRunID})
+		sel.AddFuture(f, func(f workflow.Future) {
+			var prep PrepareResult
+			if err := f.Get(ctx, &prep); err != nil {
+				dataDone(k, "", PreprocessResult{}, err)
+				return
+			}
+			qctx := workflow.WithActivityOptions(ctx, stepOptions(true, 6*time.Hour, "Beam analyze + transform for the trials ("+ds.JobID+")"))
+			g := workflow.ExecuteActivity(qctx, PreprocessActivity, preprocessInput(ds, prep))
+			sel.AddFuture(g, func(g workflow.Future) {
+				var pre PreprocessResult
+				err := g.Get(ctx, &pre)
+				dataDone(k, prep.JobDir, pre, err)
+			})
+		})
+	}
 	launch := func(x []float64) error {
 		n := len(rep.Trials) + 1
 		ts, err := raw.TrialSpec(n, x)
@@ -327,23 +433,29 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 			rep.Trials = append(rep.Trials, tr)
 			return nil
 		}
+		if share {
+			key := DataKey(ts)
+			k := slices.IndexFunc(rep.Data, func(d TrialData) bool { return d.Key == key }) + 1
+			if k == 0 {
+				k = len(rep.Data) + 1
+				rep.Data = append(rep.Data, TrialData{Number: k, ID: DataID(spec.JobID, k), Key: key, State: TrialRunning})
+				prepareData(k, ts)
+			}
+			tr.Data = k
+			if d := rep.Data[k-1]; d.State == TrialFailed {
+				tr.State, tr.Error = TrialFailed, fmt.Sprintf("preprocessing %s: %s", d.ID, d.Error)
+				rep.Trials = append(rep.Trials, tr)
+				return nil
+			}
+		}
 		rep.Trials = append(rep.Trials, tr)
-		cctx, cancel := workflow.WithCancel(ctx)
-		cctx = workflow.WithChildOptions(cctx, workflow.ChildWorkflowOptions{
-			WorkflowID:            ts.JobID,
-			WaitForCancellation:   true,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-			StaticSummary:         fmt.Sprintf("trial %d of %s: %v", n, spec.JobID, tr.Params),
-		})
-		cancels[n] = cancel
 		running++
 		startedThisRun++
-		f := workflow.ExecuteChildWorkflow(cctx, TrainingJobName, ts)
-		sel.AddFuture(f, func(f workflow.Future) {
-			var r JobResult
-			err := f.Get(ctx, &r)
-			finish(n, r, err)
-		})
+		if tr.Data > 0 && rep.Data[tr.Data-1].State == TrialRunning {
+			waiting[tr.Data] = append(waiting[tr.Data], n)
+			return nil
+		}
+		startChild(n, ts)
 		return nil
 	}
 

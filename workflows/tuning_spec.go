@@ -1,6 +1,9 @@
 package workflows
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -8,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/internal/ident"
+	"github.com/trainflow/trainflow/preprocess"
 )
 
 // TuningSpec is Cloud ML Engine's HyperparameterSpec in snake_case: what
@@ -44,10 +48,20 @@ type TuningSpec struct {
 	// PollSecs is how often running trials' evaluations are read for early
 	// stopping. Default 10.
 	PollSecs int `json:"poll_secs,omitempty"`
+	// SharePreprocessing preprocesses once for all trials whose data and
+	// transform are the same (every trial, unless transform options are
+	// tuned), in <job_id>_data_<k> (<job_dir>/data_<k> with a job_dir),
+	// and links the result into each trial's job dir. Default true; false
+	// lets every trial preprocess on its own.
+	SharePreprocessing *bool `json:"share_preprocessing,omitempty"`
 	// Carry is set by the job itself when it continues as new. Never set
 	// it by hand.
 	Carry *TuningCarry `json:"carry,omitempty"`
 }
+
+// Sharing reports whether trials share preprocessing (share_preprocessing,
+// default true).
+func (t TuningSpec) Sharing() bool { return t.SharePreprocessing == nil || *t.SharePreprocessing }
 
 // TuningParam is one searched parameter.
 type TuningParam struct {
@@ -99,13 +113,16 @@ const (
 	fieldInt
 	fieldString
 	fieldLayers // model.hidden_units as a whole: CATEGORICAL "64,32"
+	// fieldCrosses is data.schema.crosses as a whole: CATEGORICAL, each
+	// value the names of the schema's crosses to keep ("a,b") or "none".
+	fieldCrosses
 )
 
 // TunableFields are the JobSpec fields a tuning parameter can name, by
 // JSON path, with what they hold. model.hidden_units[i] (i < 8) sets one
 // layer's width; model.hidden_units itself takes CATEGORICAL values such
-// as "128,64". Transform options are not tunable yet, so preprocessing
-// never depends on a tuned parameter.
+// as "128,64". Transform options are tunable too (TransformOptions): a
+// trial whose transform differs from the others' preprocesses on its own.
 var TunableFields = map[string]fieldKind{
 	"model.learning_rate": fieldFloat,
 	"model.l1":            fieldFloat,
@@ -120,10 +137,65 @@ var TunableFields = map[string]fieldKind{
 	"train.max_steps":     fieldInt,
 }
 
-// tunableField resolves a parameter name: a TunableFields path or
-// model.hidden_units[i].
+// Transform options a tuning parameter can name:
+// data.schema.columns.<column>.<option> with an option of ColumnOptions,
+// data.schema.crosses.<cross>.<option> with an option of CrossOptions, and
+// data.schema.crosses itself (CATEGORICAL: which of the schema's crosses
+// to keep, "a,b" or "none").
+const (
+	columnsPrefix = "data.schema.columns."
+	crossesField  = "data.schema.crosses"
+	crossesPrefix = crossesField + "."
+)
+
+// ColumnOptions are the tunable options of a schema column, with what
+// they hold (see preprocess.Column); log1p takes "true" or "false".
+var ColumnOptions = map[string]fieldKind{
+	"buckets": fieldInt, "hash_buckets": fieldInt, "top_k": fieldInt, "min_frequency": fieldInt, "num_oov_buckets": fieldInt,
+	"clip_min": fieldFloat, "clip_max": fieldFloat,
+	"treatment": fieldString, "output": fieldString, "log1p": fieldString,
+}
+
+// CrossOptions are the tunable options of a schema cross.
+var CrossOptions = map[string]fieldKind{"hash_buckets": fieldInt, "output": fieldString}
+
+// transformField splits a transform option's name into the column or
+// cross it names and the option ("" for data.schema.crosses itself).
+func transformField(name string) (kind fieldKind, cross bool, target, option string, ok bool) {
+	if name == crossesField {
+		return fieldCrosses, true, "", "", true
+	}
+	opts, rest := ColumnOptions, ""
+	switch {
+	case strings.HasPrefix(name, columnsPrefix):
+		rest = name[len(columnsPrefix):]
+	case strings.HasPrefix(name, crossesPrefix):
+		opts, cross, rest = CrossOptions, true, name[len(crossesPrefix):]
+	default:
+		return 0, false, "", "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i <= 0 {
+		return 0, false, "", "", false
+	}
+	kind, ok = opts[rest[i+1:]]
+	return kind, cross, rest[:i], rest[i+1:], ok
+}
+
+// IsTransformParam reports whether a tuning parameter names a transform
+// option, so that trials differing in it preprocess apart.
+func IsTransformParam(name string) bool {
+	_, _, _, _, ok := transformField(name)
+	return ok
+}
+
+// tunableField resolves a parameter name: a TunableFields path,
+// model.hidden_units[i] or a transform option.
 func tunableField(name string) (fieldKind, int, bool) {
 	if k, ok := TunableFields[name]; ok {
+		return k, -1, true
+	}
+	if k, _, _, _, ok := transformField(name); ok {
 		return k, -1, true
 	}
 	if rest, ok := strings.CutPrefix(name, "model.hidden_units["); ok {
@@ -178,6 +250,64 @@ const trialIDSuffix = len("_trial_1000")
 // TrialID is the job (and workflow) ID of trial n of tuning job jobID.
 func TrialID(jobID string, n int) string { return fmt.Sprintf("%s_trial_%d", jobID, n) }
 
+// DataID is the job ID under which tuning job jobID preprocesses its k-th
+// distinct data and transform (the name of its job dir).
+func DataID(jobID string, k int) string { return fmt.Sprintf("%s_data_%d", jobID, k) }
+
+// isTrialOf reports whether id is TrialID(jobID, n) for some n ≥ 1.
+func isTrialOf(id, jobID string) bool { return isNumbered(id, jobID+"_trial_") }
+
+// IsDataOf reports whether id is DataID(jobID, k) for some k ≥ 1.
+func IsDataOf(id, jobID string) bool { return isNumbered(id, jobID+"_data_") }
+
+// IsTrialOf reports whether id is TrialID(jobID, n) for some n ≥ 1.
+func IsTrialOf(id, jobID string) bool { return isTrialOf(id, jobID) }
+
+func isNumbered(id, prefix string) bool {
+	n, ok := strings.CutPrefix(id, prefix)
+	if !ok || n == "" || n[0] == '0' || len(n) > 9 {
+		return false
+	}
+	for _, r := range n {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// SharedDataSpec is the spec under which a tuning job preprocesses, once,
+// the data of trials whose spec is like ts: ts with job ID
+// DataID(job_id, k), in <job_dir>/data_<k> when the tuning job has a
+// job_dir, else the worker's default job dir of that ID. Only its data,
+// seed and job dir matter (PrepareJob and Preprocess read nothing else).
+func (s JobSpec) SharedDataSpec(k int, ts JobSpec) JobSpec {
+	d := ts
+	d.JobID = DataID(s.JobID, k)
+	d.JobDir = ""
+	if s.JobDir != "" {
+		d.JobDir = joinJobDir(s.JobDir, "data_"+strconv.Itoa(k))
+	}
+	d.SharedData = nil
+	return d.WithDefaults()
+}
+
+// DataKey identifies what a trial's preprocessing makes: a hash of its
+// defaulted data spec (schema and transform options included, the
+// runner's job name excluded) and its seed. Trials with equal keys can
+// share one preprocessing.
+func DataKey(ts JobSpec) string {
+	d := ts.WithDefaults()
+	k := struct {
+		Data DataSpec `json:"data"`
+		Seed uint64   `json:"seed"`
+	}{d.Data, d.Train.Seed}
+	k.Data.JobName = ""
+	b, _ := json.Marshal(k)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
 // validateTuning checks a defaulted spec's tuning block against the spec
 // (s has Tuning set and defaults applied).
 func (s *JobSpec) validateTuning() error {
@@ -220,7 +350,11 @@ func (s *JobSpec) validateTuning() error {
 		field := fmt.Sprintf("params[%d] (%s)", i, p.ParameterName)
 		kind, _, ok := tunableField(p.ParameterName)
 		if !ok {
-			return bad("params[%d].parameter_name %q is not a tunable field (want one of %s, or model.hidden_units[i])", i, p.ParameterName, strings.Join(sortedTunable(), ", "))
+			return bad("params[%d].parameter_name %q is not a tunable field (want one of %s, model.hidden_units[i], %s<column>.<%s>, %s<cross>.<%s> or %s)",
+				i, p.ParameterName, strings.Join(sortedTunable(), ", "), columnsPrefix, strings.Join(sortedKeys(ColumnOptions), "|"), crossesPrefix, strings.Join(sortedKeys(CrossOptions), "|"), crossesField)
+		}
+		if err := s.checkTransformParam(p.ParameterName); err != nil {
+			return bad("params[%d].parameter_name %q: %v", i, p.ParameterName, err)
 		}
 		if seen[p.ParameterName] {
 			return bad("%s: parameter named twice", field)
@@ -281,7 +415,7 @@ func (s *JobSpec) validateTuning() error {
 			}
 			grid *= len(p.DiscreteValues)
 		case ParamCategorical:
-			if kind != fieldString && kind != fieldLayers {
+			if kind != fieldString && kind != fieldLayers && kind != fieldCrosses {
 				return bad("%s.type CATEGORICAL on a numeric field: want DOUBLE, INTEGER or DISCRETE", field)
 			}
 			if len(p.CategoricalValues) == 0 || len(p.CategoricalValues) > 100 || numeric || len(p.DiscreteValues) > 0 {
@@ -340,13 +474,173 @@ func lowest(p TuningParam) float64 {
 	return *p.MinValue
 }
 
-func sortedTunable() []string {
-	out := make([]string, 0, len(TunableFields))
-	for k := range TunableFields {
+func sortedTunable() []string { return sortedKeys(TunableFields) }
+
+func sortedKeys(m map[string]fieldKind) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
 		out = append(out, k)
 	}
 	slices.Sort(out)
 	return out
+}
+
+// optionTreatments are the treatments under which a column option has an
+// effect (none listed: every treatment of a number column).
+var optionTreatments = map[string][]string{
+	"buckets":         {preprocess.Bucketize},
+	"hash_buckets":    {preprocess.Hash},
+	"top_k":           {preprocess.OneHot, preprocess.Index},
+	"min_frequency":   {preprocess.OneHot, preprocess.Index},
+	"num_oov_buckets": {preprocess.OneHot, preprocess.Index},
+	"output":          {preprocess.Bucketize, preprocess.Hash},
+}
+
+// checkTransformParam checks that a transform option names a column or
+// cross of the spec's schema, and an option that matters under the
+// column's treatment (unless the treatment is tuned too).
+func (s *JobSpec) checkTransformParam(name string) error {
+	_, cross, target, option, ok := transformField(name)
+	if !ok || s.Data.Schema == nil {
+		return nil
+	}
+	sc := s.Data.Schema
+	if cross {
+		if target == "" {
+			if len(sc.Crosses) == 0 {
+				return fmt.Errorf("data.schema has no crosses to choose from")
+			}
+			return nil
+		}
+		if !slices.ContainsFunc(sc.Crosses, func(x preprocess.Cross) bool { return x.Name == target }) {
+			return fmt.Errorf("data.schema has no cross %q (crosses: %s)", target, strings.Join(crossNames(sc.Crosses), ", "))
+		}
+		return nil
+	}
+	j := slices.IndexFunc(sc.Columns, func(c preprocess.Column) bool { return c.Name == target })
+	if j < 0 {
+		names := make([]string, len(sc.Columns))
+		for i, c := range sc.Columns {
+			names[i] = c.Name
+		}
+		return fmt.Errorf("data.schema has no column %q (columns: %s)", target, strings.Join(names, ", "))
+	}
+	c := sc.Columns[j]
+	if c.Name == sc.Label {
+		return fmt.Errorf("column %q is the label", target)
+	}
+	if option == "treatment" || slices.ContainsFunc(s.Tuning.Params, func(q TuningParam) bool { return q.ParameterName == columnsPrefix+target+".treatment" }) {
+		return nil
+	}
+	t := c.Treatment
+	if t == "" {
+		t = map[string]string{preprocess.TypeNumber: preprocess.ZScore, preprocess.TypeString: preprocess.OneHot}[c.Type]
+	}
+	if ts := optionTreatments[option]; len(ts) > 0 && !slices.Contains(ts, t) {
+		return fmt.Errorf("%s applies to treatment %s, column %q has treatment %q (tune %s%s.treatment too, or set it)", option, strings.Join(ts, " or "), target, t, columnsPrefix, target)
+	}
+	if (option == "clip_min" || option == "clip_max" || option == "log1p") && c.Type != preprocess.TypeNumber {
+		return fmt.Errorf("%s applies to number columns, column %q has type %q", option, target, c.Type)
+	}
+	return nil
+}
+
+func crossNames(xs []preprocess.Cross) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = x.Name
+	}
+	return out
+}
+
+// cloneSchema copies a schema deeply enough that setting one column's or
+// cross's option leaves the original as it was.
+func cloneSchema(sc *preprocess.Schema) *preprocess.Schema {
+	c := *sc
+	c.Columns = slices.Clone(sc.Columns)
+	c.Crosses = slices.Clone(sc.Crosses)
+	return &c
+}
+
+// setTransform sets the transform option path of s's schema (cloned
+// first) to num or str.
+func setTransform(s *JobSpec, path string, num float64, str string) error {
+	_, cross, target, option, _ := transformField(path)
+	if s.Data.Schema == nil {
+		return fmt.Errorf("%s: the spec has no data.schema", path)
+	}
+	sc := cloneSchema(s.Data.Schema)
+	s.Data.Schema = sc
+	if cross && target == "" { // which crosses to keep
+		keep := []preprocess.Cross{}
+		if str != "none" {
+			for f := range strings.FieldsFuncSeq(str, func(r rune) bool { return r == ',' || r == ' ' }) {
+				j := slices.IndexFunc(sc.Crosses, func(x preprocess.Cross) bool { return x.Name == f })
+				if j < 0 {
+					return fmt.Errorf("%s value %q: data.schema has no cross %q (want names of its crosses such as \"a,b\", or \"none\")", path, str, f)
+				}
+				keep = append(keep, sc.Crosses[j])
+			}
+			if len(keep) == 0 {
+				return fmt.Errorf("%s value %q: want names of crosses such as \"a,b\", or \"none\"", path, str)
+			}
+		}
+		if len(keep) == 0 {
+			keep = nil
+		}
+		sc.Crosses = keep
+		return nil
+	}
+	if cross {
+		j := slices.IndexFunc(sc.Crosses, func(x preprocess.Cross) bool { return x.Name == target })
+		if j < 0 {
+			return fmt.Errorf("%s: data.schema has no cross %q", path, target)
+		}
+		x := &sc.Crosses[j]
+		x.Columns = slices.Clone(x.Columns)
+		switch option {
+		case "hash_buckets":
+			x.HashBuckets = int(num)
+		case "output":
+			x.Output = str
+		}
+		return nil
+	}
+	j := slices.IndexFunc(sc.Columns, func(c preprocess.Column) bool { return c.Name == target })
+	if j < 0 {
+		return fmt.Errorf("%s: data.schema has no column %q", path, target)
+	}
+	c := &sc.Columns[j]
+	switch option {
+	case "buckets":
+		c.Buckets = int(num)
+	case "hash_buckets":
+		c.HashBuckets = int(num)
+	case "top_k":
+		c.TopK = int(num)
+	case "min_frequency":
+		c.MinFrequency = int64(num)
+	case "num_oov_buckets":
+		c.NumOOVBuckets = int(num)
+	case "clip_min":
+		c.ClipMin = &num
+	case "clip_max":
+		c.ClipMax = &num
+	case "treatment":
+		c.Treatment = str
+	case "output":
+		c.Output = str
+	case "log1p":
+		switch str {
+		case "true":
+			c.Log1P = true
+		case "false":
+			c.Log1P = false
+		default:
+			return fmt.Errorf("%s value %q: want \"true\" or \"false\"", path, str)
+		}
+	}
+	return nil
 }
 
 // checkValue applies one value of p to a copy of the spec and validates
@@ -365,7 +659,7 @@ func (s *JobSpec) checkValue(p TuningParam, kind fieldKind, num float64, str str
 }
 
 func valueText(kind fieldKind, num float64, str string) string {
-	if kind == fieldString || kind == fieldLayers {
+	if kind == fieldString || kind == fieldLayers || kind == fieldCrosses {
 		return strconv.Quote(str)
 	}
 	return strconv.FormatFloat(num, 'g', -1, 64)
@@ -376,6 +670,9 @@ func setField(s *JobSpec, path string, num float64, str string) error {
 	kind, layer, ok := tunableField(path)
 	if !ok {
 		return fmt.Errorf("%s is not a tunable field", path)
+	}
+	if IsTransformParam(path) {
+		return setTransform(s, path, num, str)
 	}
 	if layer >= 0 {
 		if layer >= len(s.Model.HiddenUnits) {
@@ -437,12 +734,16 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 	trial := s
 	trial.Tuning = nil
 	trial.Carry = nil
+	trial.SharedData = nil
 	trial.JobID = TrialID(s.JobID, n)
 	trial.Publish = PublishNone
 	trial.Promote = false
 	trial.Model.HiddenUnits = slices.Clone(d.Model.HiddenUnits)
 	if s.JobDir != "" {
 		trial.JobDir = joinJobDir(s.JobDir, "trial_"+strconv.Itoa(n))
+	}
+	if slices.ContainsFunc(t.Params, func(p TuningParam) bool { return IsTransformParam(p.ParameterName) }) {
+		trial.Data.Schema = d.Data.Schema // the preset's, if s names none; setField clones it
 	}
 	if len(x) != len(t.Params) {
 		return trial, fmt.Errorf("trial %d: %d values for %d parameters", n, len(x), len(t.Params))

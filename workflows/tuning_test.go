@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -70,6 +71,24 @@ func TestTuningSpecErrorsNameTheField(t *testing.T) {
 		{func(t *TuningSpec) { t.Params = nil }, "tuning.params"},
 		{func(t *TuningSpec) { t.Params[1].ParameterName = "model.learning_rate" }, "parameter named twice"},
 		{func(t *TuningSpec) { t.ResumePreviousJobID = "../x" }, "resume_previous_job_id"},
+		// Transform options.
+		{func(t *TuningSpec) { t.Params[0].ParameterName = "data.schema.columns.agee.buckets" }, `params[0].parameter_name "data.schema.columns.agee.buckets": data.schema has no column "agee"`},
+		{func(t *TuningSpec) { t.Params[0].ParameterName = "data.schema.columns.age.bucket" }, `params[0].parameter_name "data.schema.columns.age.bucket" is not a tunable field`},
+		{func(t *TuningSpec) {
+			t.Params[2] = TuningParam{ParameterName: "data.schema.columns.age.buckets", Type: ParamInteger, MinValue: f64(2), MaxValue: f64(20)}
+		}, `"data.schema.columns.age.buckets": buckets applies to treatment bucketize, column "age" has treatment "zscore"`},
+		{func(t *TuningSpec) {
+			t.Params[2] = TuningParam{ParameterName: "data.schema.crosses", Type: ParamCategorical, CategoricalValues: []string{"none"}}
+		}, `"data.schema.crosses": data.schema has no crosses`},
+		{func(t *TuningSpec) {
+			t.Params[2] = TuningParam{ParameterName: "data.schema.columns.capital_gain.log1p", Type: ParamCategorical, CategoricalValues: []string{"yes"}}
+		}, `params[2] (data.schema.columns.capital_gain.log1p): data.schema.columns.capital_gain.log1p value "yes"`},
+		{func(t *TuningSpec) {
+			t.Params[2] = TuningParam{ParameterName: "data.schema.columns.workclass.top_k", Type: ParamInteger, MinValue: f64(-1), MaxValue: f64(5)}
+		}, `params[2] (data.schema.columns.workclass.top_k): value -1: data.schema`},
+		{func(t *TuningSpec) {
+			t.Params[2] = TuningParam{ParameterName: "data.schema.columns.income_bracket.top_k", Type: ParamInteger, MinValue: f64(1), MaxValue: f64(5)}
+		}, `column "income_bracket" is the label`},
 	}
 	for _, b := range bad {
 		raw := tuningSpec("hp_1")
@@ -79,6 +98,32 @@ func TestTuningSpecErrorsNameTheField(t *testing.T) {
 		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), b.field) {
 			t.Errorf("Validate() = %v, want an error containing %q", err, b.field)
 		}
+	}
+	// Transform options of a schema with bucketized columns and crosses.
+	good := tuningSpec("hp_1")
+	wide := preprocess.CensusWideSchema()
+	good.Preset, good.Data.Schema = PresetCensus, &wide
+	good.Tuning.Params = append(good.Tuning.Params[:2],
+		TuningParam{ParameterName: "data.schema.columns.age.buckets", Type: ParamInteger, MinValue: f64(4), MaxValue: f64(20)},
+		TuningParam{ParameterName: "data.schema.crosses", Type: ParamCategorical, CategoricalValues: []string{"none", "education_x_occupation,race_x_gender"}},
+		TuningParam{ParameterName: "data.schema.crosses.race_x_gender.hash_buckets", Type: ParamDiscrete, DiscreteValues: []float64{8, 32}},
+		TuningParam{ParameterName: "data.schema.columns.occupation.hash_buckets", Type: ParamDiscrete, DiscreteValues: []float64{16, 64}})
+	if d := good.WithDefaults(); d.Validate() != nil {
+		t.Fatalf("transform options: %v", d.Validate())
+	}
+	ts, err := good.TrialSpec(1, []float64{0.01, 0, 7, 1, 32, 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := ts.Data.Schema
+	if sc == &wide || sc.Columns[0].Buckets != 7 || len(sc.Crosses) != 2 || sc.Crosses[1].Name != "race_x_gender" || sc.Crosses[1].HashBuckets != 32 || sc.Columns[6].HashBuckets != 16 {
+		t.Errorf("trial schema %+v", sc)
+	}
+	if wide.Columns[0].Buckets != 10 || len(wide.Crosses) != 3 || wide.Crosses[2].HashBuckets != 16 || wide.Columns[6].HashBuckets != 64 {
+		t.Errorf("the tuning spec's schema changed: %+v", wide)
+	}
+	if ts, _ := good.TrialSpec(2, []float64{0.01, 0, 7, 0, 32, 16}); len(ts.Data.Schema.Crosses) != 0 {
+		t.Errorf("crosses \"none\": %+v", ts.Data.Schema.Crosses)
 	}
 	long := tuningSpec(strings.Repeat("a", MaxJobIDLength-3)).WithDefaults()
 	if err := long.Validate(); err == nil || !strings.Contains(err.Error(), "job_id") {
@@ -113,10 +158,19 @@ type fakeTrials struct {
 	mu          sync.Mutex
 	running, hi int
 	started     []string
+	// shared are the trials' SharedData by job ID; preprocessed the
+	// Preprocess inputs the tuning job ran.
+	shared       map[string]*SharedData
+	preprocessed []PreprocessInput
+	prepFails    bool
 }
 
 func (f *fakeTrials) job(ctx workflow.Context, spec JobSpec) (JobResult, error) {
 	f.mu.Lock()
+	if f.shared == nil {
+		f.shared = map[string]*SharedData{}
+	}
+	f.shared[spec.JobID] = spec.SharedData
 	f.running++
 	f.hi = max(f.hi, f.running)
 	f.started = append(f.started, spec.JobID)
@@ -135,6 +189,9 @@ func (f *fakeTrials) job(ctx workflow.Context, spec JobSpec) (JobResult, error) 
 func tuningEnv(t *testing.T, id string, f *fakeTrials, points [][]float64) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	// The default 3 s of wall time is not enough under -race on a loaded
+	// 2-core machine; a workflow that stops early still fails the test.
+	env.SetTestTimeout(2 * time.Minute)
 	env.RegisterWorkflowWithOptions(HyperparameterTuningJob, workflow.RegisterOptions{Name: HyperparameterTuningJobName})
 	env.RegisterWorkflowWithOptions(f.job, workflow.RegisterOptions{Name: TrainingJobName})
 	next := 0
@@ -157,6 +214,21 @@ func tuningEnv(t *testing.T, id string, f *fakeTrials, points [][]float64) *test
 	}, activity.RegisterOptions{Name: TrialExportActivity})
 	env.RegisterActivityWithOptions(func(context.Context, PublishInput) (PublishResult, error) { panic("not mocked") }, activity.RegisterOptions{Name: PublishActivity})
 	env.RegisterActivityWithOptions(func(context.Context, TuningHistoryInput) (TuningReport, error) { panic("not mocked") }, activity.RegisterOptions{Name: TuningHistoryActivity})
+	env.RegisterActivityWithOptions(func(_ context.Context, in PrepareInput) (PrepareResult, error) {
+		if in.Spec.Tuning != nil || in.Spec.JobID != DataID(id, 1) && in.Spec.JobID != DataID(id, 2) {
+			return PrepareResult{}, fmt.Errorf("PrepareJob of %+v", in.Spec)
+		}
+		return PrepareResult{JobDir: "/jobs/" + in.Spec.JobID + "?region=r", Train: []string{"t.csv"}, Eval: []string{"e.csv"}}, nil
+	}, activity.RegisterOptions{Name: PrepareJobActivity})
+	env.RegisterActivityWithOptions(func(_ context.Context, in PreprocessInput) (PreprocessResult, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.preprocessed = append(f.preprocessed, in)
+		if f.prepFails {
+			return PreprocessResult{}, temporal.NewNonRetryableApplicationError("no valid row", ErrTypeBadData, nil)
+		}
+		return PreprocessResult{TransformHash: fmt.Sprintf("hash%d", len(f.preprocessed)), Dim: 9, Classes: 2, TrainRows: 100}, nil
+	}, activity.RegisterOptions{Name: PreprocessActivity})
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
 	return env
 }
@@ -322,5 +394,125 @@ func TestTuningJobContinuesAsNew(t *testing.T) {
 	}
 	if fmt.Sprint(f.started) != "[hp_4_trial_1 hp_4_trial_2 hp_4_trial_3 hp_4_trial_4 hp_4_trial_5]" {
 		t.Errorf("trials started %v: each once, in order", f.started)
+	}
+}
+
+// TestTuningJobSharesPreprocessing: trials that tune only model fields
+// share one preprocessing, run by the tuning job before any trial starts,
+// in <job>_data_1; every trial gets it as SharedData.
+func TestTuningJobSharesPreprocessing(t *testing.T) {
+	f := &fakeTrials{}
+	pts := [][]float64{{0.05, 0, 16}, {0.02, 0, 16}, {0.011, 1, 32}, {0.002, 0, 64}, {0.03, 1, 16}}
+	env := tuningEnv(t, "hp_s", f, pts)
+	env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
+	env.ExecuteWorkflow(HyperparameterTuningJobName, tuningSpec("hp_s"))
+	rep := tuningResult(t, env).Tuning
+	if len(f.preprocessed) != 1 || f.preprocessed[0].JobDir != "/jobs/hp_s_data_1?region=r" {
+		t.Fatalf("Preprocess ran %d times (%+v), want once in hp_s_data_1", len(f.preprocessed), f.preprocessed)
+	}
+	if len(rep.Data) != 1 || rep.Data[0].State != TrialSucceeded || rep.Data[0].JobDir != "/jobs/hp_s_data_1" || rep.Data[0].Result.TransformHash != "hash1" {
+		t.Errorf("shared data %+v", rep.Data)
+	}
+	want := SharedData{TuningJobID: "hp_s", JobDir: "/jobs/hp_s_data_1", Result: PreprocessResult{TransformHash: "hash1", Dim: 9, Classes: 2, TrainRows: 100}}
+	for _, tr := range rep.Trials {
+		if sd := f.shared[tr.ID]; sd == nil || *sd != want || tr.Data != 1 || tr.State != TrialSucceeded {
+			t.Errorf("trial %s: state %s, data %d, shared %+v; want %+v", tr.ID, tr.State, tr.Data, sd, want)
+		}
+	}
+	if len(f.shared) != 5 || f.hi != 2 {
+		t.Errorf("%d trials, %d at once", len(f.shared), f.hi)
+	}
+
+	// share_preprocessing false: every trial preprocesses on its own.
+	f = &fakeTrials{}
+	no := false
+	spec := tuningSpec("hp_n")
+	spec.Tuning.SharePreprocessing = &no
+	env = tuningEnv(t, "hp_n", f, pts)
+	env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
+	env.ExecuteWorkflow(HyperparameterTuningJobName, spec)
+	rep = tuningResult(t, env).Tuning
+	if len(f.preprocessed) != 0 || len(rep.Data) != 0 || len(f.shared) != 5 {
+		t.Errorf("share_preprocessing false: %d preprocessings in the tuning job, data %+v", len(f.preprocessed), rep.Data)
+	}
+	for id, sd := range f.shared {
+		if sd != nil {
+			t.Errorf("trial %s got shared data %+v", id, sd)
+		}
+	}
+}
+
+// TestTuningJobTransformParam: a tuned transform option splits the trials
+// by its value: one preprocessing per distinct transform, each with the
+// trial's schema, shared by the trials with that value.
+func TestTuningJobTransformParam(t *testing.T) {
+	f := &fakeTrials{}
+	spec := tuningSpec("hp_t")
+	spec.Tuning.Params = []TuningParam{
+		{ParameterName: "model.learning_rate", Type: ParamDouble, MinValue: f64(1e-4), MaxValue: f64(0.1)},
+		{ParameterName: "data.schema.columns.capital_gain.log1p", Type: ParamCategorical, CategoricalValues: []string{"false", "true"}},
+	}
+	pts := [][]float64{{0.05, 0}, {0.02, 1}, {0.011, 0}, {0.002, 1}, {0.03, 0}}
+	env := tuningEnv(t, "hp_t", f, pts)
+	env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
+	env.ExecuteWorkflow(HyperparameterTuningJobName, spec)
+	rep := tuningResult(t, env).Tuning
+	if len(f.preprocessed) != 2 || len(rep.Data) != 2 {
+		t.Fatalf("%d preprocessings, data %+v; want 2", len(f.preprocessed), rep.Data)
+	}
+	log1p := func(in PreprocessInput) bool {
+		for _, c := range in.Request.Schema.Columns {
+			if c.Name == "capital_gain" {
+				return c.Log1P
+			}
+		}
+		t.Fatal("no capital_gain column")
+		return false
+	}
+	byDir := map[string]bool{}
+	for _, in := range f.preprocessed {
+		byDir[strings.TrimSuffix(in.JobDir, "?region=r")] = log1p(in)
+	}
+	if byDir["/jobs/hp_t_data_1"] || !byDir["/jobs/hp_t_data_2"] {
+		t.Errorf("log1p by data dir %v, want data_1 false, data_2 true", byDir)
+	}
+	for i, tr := range rep.Trials {
+		want := 1 + int(pts[i][1])
+		if tr.Data != want || f.shared[tr.ID] == nil || f.shared[tr.ID].JobDir != fmt.Sprintf("/jobs/hp_t_data_%d", want) {
+			t.Errorf("trial %s (log1p %s): data %d, shared %+v; want data %d", tr.ID, tr.Params["data.schema.columns.capital_gain.log1p"], tr.Data, f.shared[tr.ID], want)
+		}
+	}
+	if ts, _ := spec.TrialSpec(2, pts[1]); spec.Data.Schema != nil || ts.Data.Schema == nil || ts.Data.Schema.Columns[10].Log1P != true {
+		t.Errorf("trial 2's schema %+v: want its own copy with capital_gain log1p", ts.Data.Schema)
+	}
+}
+
+// TestTuningJobSharedPreprocessingFails: when the shared preprocessing
+// fails, the trials waiting for it fail naming it, and no trial starts.
+func TestTuningJobSharedPreprocessingFails(t *testing.T) {
+	f := &fakeTrials{prepFails: true}
+	env := tuningEnv(t, "hp_f", f, [][]float64{{0.05, 0, 16}, {0.02, 0, 16}, {0.011, 1, 32}, {0.002, 0, 64}, {0.03, 1, 16}})
+	env.ExecuteWorkflow(HyperparameterTuningJobName, tuningSpec("hp_f"))
+	err := env.GetWorkflowError()
+	if err == nil || !strings.Contains(err.Error(), "no trial succeeded") || !strings.Contains(err.Error(), "preprocessing hp_f_data_1") || !strings.Contains(err.Error(), "no valid row") {
+		t.Fatalf("workflow error %v", err)
+	}
+	if len(f.started) != 0 || len(f.preprocessed) != 1 {
+		t.Errorf("%d trials started, %d preprocessings; want 0 and 1", len(f.started), len(f.preprocessed))
+	}
+}
+
+// TestSharedDataOnlyFromTheTuningParent: a TrainingJob started with
+// shared_data by hand (as from the Temporal UI) is refused before any
+// activity runs.
+func TestSharedDataOnlyFromTheTuningParent(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(TrainingJob, workflow.RegisterOptions{Name: TrainingJobName})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: "hp_x_trial_1"})
+	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "hp_x_trial_1", SharedData: &SharedData{TuningJobID: "hp_x", JobDir: "/jobs/other_job"}})
+	err := env.GetWorkflowError()
+	if !IsInvalidSpec(err) || !strings.Contains(err.Error(), "shared_data") {
+		t.Fatalf("workflow error %v, want an invalid spec naming shared_data", err)
 	}
 }

@@ -111,7 +111,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	host, _ := os.Hostname()
 	log.Info("worker started", "temporal", tc.Address, "namespace", tc.Namespace, "tls", tc.Secured(), "home", h, "jobs", *jobs,
-		"data_roots", acts.DataRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments, "models", *models, "host", host, "pid", os.Getpid())
+		"data_roots", acts.DataRoots, "read_roots", acts.ReadRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments, "models", *models, "host", host, "pid", os.Getpid())
 	<-ctx.Done()
 	w.Stop()
 	return nil

@@ -371,6 +371,8 @@ func TestConsole(t *testing.T) {
 
 	t.Run("chromium", func(t *testing.T) { browseConsole(t, base, "console_dist") })
 
+	t.Run("image model", func(t *testing.T) { consoleImageModel(t, st, base) })
+
 	t.Run("tuning job", func(t *testing.T) {
 		// A tuning job's page charts the objective per trial and the best
 		// so far, and lists its trials, each linked to its own page.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -22,6 +23,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.SetOutput(stderr)
 	home := fs.String("home", defaultHome(), "home directory: Temporal's SQLite file, job dirs, model repository")
 	temporalAddr := fs.String("temporal", "127.0.0.1:7233", "Temporal frontend host:port")
+	temporalDB := fs.String("temporal-db", os.Getenv("TRAINFLOW_TEMPORAL_DB"), "keep Temporal's state in PostgreSQL at postgres://user:password@host:port/database (and database_visibility; created if missing) instead of the SQLite file in --home (default $TRAINFLOW_TEMPORAL_DB, which keeps the password out of ps)")
 	uiAddr := fs.String("ui", "127.0.0.1:8233", "Temporal Web UI host:port (empty: no UI)")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "prediction server host:port")
 	demo := fs.Bool("demo", false, "submit a census training job, wait for it, and print a curl to query the model")
@@ -45,7 +47,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		trust.dataRoots = append(trust.dataRoots, *data)
 	}
-	st, err := startStack(ctx, stackConfig{Home: *home, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust})
+	st, err := startStack(ctx, stackConfig{Home: *home, TemporalDB: *temporalDB, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust})
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,51 @@ func TestEpochsAndTimedCheckpointsBasic(t *testing.T) {
 	}
 }
 
+// TestDistributedTimedCheckpoints trains a CUSTOM job (sync updates, a
+// backup worker, 2 parameter servers) with save_checkpoints_secs 1 and no
+// step interval: the first checkpoint is cut at step 100, the later ones
+// where the chief's measured step rate reaches 1 s later (so not every 100
+// steps, and no more of them than seconds passed), and the job completes
+// with its final checkpoint at max_steps. Where the cuts fall is tested on
+// a fake clock in package dist.
+func TestDistributedTimedCheckpoints(t *testing.T) {
+	st := testStack(t, t.TempDir())
+	id := "timed_custom"
+	input := fmt.Sprintf(`{"job_id":%q,"preset":"census","data":{"generated_rows":4000},"train":{"max_steps":8000,"save_checkpoints_secs":1},
+		"cluster":{"scale_tier":"CUSTOM","worker_count":2,"parameter_server_count":2,"update":"sync","backup_workers":1}}`, id)
+	start := time.Now()
+	res, err := waitJob(t, startUIStyle(t, st.Client, id, input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	evs := events(t, res.JobDir)
+	commits := checkCommits(t, evs)
+	// The timed intervals: between the commits after the first (step 100)
+	// and before the last (at max_steps, whenever training ends).
+	var at []time.Time
+	for _, ev := range evs {
+		if ev["event"] == "checkpoint" {
+			ts, err := time.Parse(time.RFC3339Nano, ev["time"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			at = append(at, ts)
+		}
+	}
+	var gaps []time.Duration
+	for i := 1; i+1 < len(at); i++ {
+		gaps = append(gaps, at[i].Sub(at[i-1]).Round(10*time.Millisecond))
+	}
+	t.Logf("step %d in %s, commits %v, intervals %v (target 1s)", res.GlobalStep, took.Round(time.Millisecond), commits, gaps)
+	if res.GlobalStep != 8000 || commits[0] != 100 || commits[len(commits)-1] != 8000 {
+		t.Fatalf("ended at step %d with commits %v, want the first at 100 and the last at 8000", res.GlobalStep, commits)
+	}
+	if len(commits) < 3 || len(commits) > int(took/time.Second)+3 {
+		t.Fatalf("%d commits in %s (%v): want several, about one a second, not one every 100 steps", len(commits), took, commits)
+	}
+}
+
 // TestStalledTrainingFailsTheJob hangs BASIC training at step 30 (the
 // process alive and heartbeating) with stall_timeout_secs 2, through the
 // embedded server and the stack's own worker: each attempt fails as

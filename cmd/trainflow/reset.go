@@ -47,7 +47,7 @@ const resetTargetNames = "preprocess, train, evaluate, export or publish"
 // during training, before its EVALUATING and EXPORTING phases), the
 // activities whose first scheduling is the reset point.
 var phaseActivities = map[string][]string{
-	workflows.PhasePreprocessing: {workflows.PreprocessActivity},
+	workflows.PhasePreprocessing: {workflows.PreprocessActivity, workflows.ImportPreprocessedActivity},
 	workflows.PhaseTraining:      {workflows.TrainActivity, workflows.ParameterServerActivity, workflows.TrainWorkerActivity},
 	workflows.PhaseEvaluating:    {workflows.EvaluateActivity},
 	workflows.PhaseExporting:     {workflows.ExportActivity},

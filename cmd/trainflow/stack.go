@@ -23,7 +23,10 @@ import (
 
 // stackConfig configures the one-process dev stack.
 type stackConfig struct {
-	Home         string
+	Home string
+	// TemporalDB, if set, is the PostgreSQL URL Temporal keeps its state
+	// in instead of the SQLite file in Home.
+	TemporalDB   string
 	FrontendAddr string
 	UIAddr       string // "" disables the UI
 	HTTPAddr     string
@@ -83,7 +86,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		}
 	}()
 	s.Temporal, err = devserver.Start(ctx, devserver.Options{
-		Home: filepath.Join(home, "temporal"), FrontendAddr: cfg.FrontendAddr, UIAddr: cfg.UIAddr,
+		Home: filepath.Join(home, "temporal"), Database: cfg.TemporalDB, FrontendAddr: cfg.FrontendAddr, UIAddr: cfg.UIAddr,
 		SearchAttributes: worker.SearchAttributes, Logger: log, SuggestContinueAsNewEvents: cfg.SuggestContinueAsNewEvents,
 	})
 	if err != nil {

@@ -18,6 +18,22 @@ func writeTrials(w io.Writer, t *workflows.TuningReport) {
 	if len(t.Resumed) > 0 {
 		fmt.Fprintf(w, "resumed:  %d trials of an earlier job\n", len(t.Resumed))
 	}
+	for _, d := range t.Data {
+		users := 0
+		for _, tr := range t.Trials {
+			if tr.Data == d.Number {
+				users++
+			}
+		}
+		line := fmt.Sprintf("data:     %s %s, shared by %d trials", d.ID, d.State, users)
+		if d.Result != nil {
+			line += fmt.Sprintf(", transform %.12s, %d train rows", d.Result.TransformHash, d.Result.TrainRows)
+		}
+		if d.Error != "" {
+			line += ": " + d.Error
+		}
+		fmt.Fprintln(w, line)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "TRIAL\tSTATE\t%s\tSTEP\tSTOPPED EARLY\tPARAMS\n", strings.ToUpper(t.Metric))
 	for _, tr := range t.Trials {

@@ -32,10 +32,21 @@ func (l *listFlag) Set(s string) error {
 type trustFlags struct {
 	dataRoots, runners, envs listFlag
 	beamArgs                 []string
+	// readRoots, when set (readRootsSet), replaces DefaultReadRoots.
+	readRoots    listFlag
+	readRootsSet bool
 }
+
+// DefaultReadRoots is --read-roots' default: where Debian's dataset-*
+// packages install public datasets (dataset-fashion-mnist among them).
+var DefaultReadRoots = []string{"/usr/share/datasets"}
 
 func (t *trustFlags) register(fs *flag.FlagSet) {
 	fs.Var(&t.dataRoots, "data-roots", "directories and storage URIs (comma-separated) besides the job root (--jobs, else HOME/jobs) where jobs may read data and put job dirs, e.g. /srv/datasets,s3://bucket/data?region=eu-west-1; a URI root's query applies to every location under it")
+	fs.Func("read-roots", "directories and storage URIs (comma-separated, repeatable) where jobs may read data (data.dir, data.train, data.eval) but never put a job dir; '' allows none (default "+strings.Join(DefaultReadRoots, ",")+": public datasets, e.g. the fashion_mnist preset's)", func(s string) error {
+		t.readRootsSet = true
+		return t.readRoots.Set(s)
+	})
 	fs.Var(&t.runners, "beam-runners", "Beam runners besides the in-process default that data.runner may name (comma-separated): universal, portable, flink, spark, dataflow (default none)")
 	fs.Var(&t.envs, "beam-environments", "Beam environment types that run a command or container a job names, allowed in data.environment_type (comma-separated): DOCKER, PROCESS, EXTERNAL (default none; LOOPBACK is always allowed)")
 	fs.Func("beam-arg", "a Beam pipeline option added after every job's own, e.g. --beam-arg=--worker_binary=/opt/trainflow-arm64 (repeatable)", func(s string) error {
@@ -78,6 +89,35 @@ func (t *trustFlags) apply(acts *activities.Activities) error {
 		}
 		roots[i] = r
 	}
+	read := DefaultReadRoots
+	if t.readRootsSet {
+		read = t.readRoots
+	}
+	readRoots, err := absRoots("--read-roots", read)
+	if err != nil {
+		return err
+	}
+	acts.ReadRoots = readRoots
 	acts.DataRoots, acts.BeamRunners, acts.BeamEnvironments, acts.BeamArgs = roots, t.runners, t.envs, t.beamArgs
 	return nil
+}
+
+// absRoots makes the local paths among roots absolute and checks the URIs.
+func absRoots(flagName string, roots []string) ([]string, error) {
+	out := make([]string, len(roots))
+	for i, r := range roots {
+		if !isURI(r) {
+			abs, err := filepath.Abs(r)
+			if err != nil {
+				return nil, usageError{fmt.Errorf("%s: %w", flagName, err)}
+			}
+			out[i] = abs
+			continue
+		}
+		if _, err := url.Parse(r); err != nil {
+			return nil, usageError{fmt.Errorf("%s: %w", flagName, err)}
+		}
+		out[i] = r
+	}
+	return out, nil
 }

@@ -58,9 +58,16 @@ func TestUntrustedSpecs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A bucket endpoint of the attacker's: it must never hear from a job.
+	// Only requests for bucket x count (path style /x/..., or virtual-host
+	// style x.HOST): on a busy machine a stray client of another test
+	// process may dial a port this server reused.
 	var requests atomic.Int64
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
+		if r.URL.Path == "/x" || strings.HasPrefix(r.URL.Path, "/x/") || strings.HasPrefix(r.Host, "x.") {
+			requests.Add(1)
+		} else {
+			t.Logf("attacker's endpoint: ignored a request not for bucket x: %s %s (Host %s)", r.Method, r.URL.Path, r.Host)
+		}
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer endpoint.Close()

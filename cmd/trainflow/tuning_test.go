@@ -85,8 +85,58 @@ func TestTuningJobEndToEnd(t *testing.T) {
 		t.Errorf("search attribute %s = %g, want the best objective %g", workflows.SearchBestMetric.GetName(), sa, *best.Objective)
 	}
 
+	// Preprocessing ran once, in the tuning job, into hp_1_data_1; each
+	// trial linked that data into its own job dir instead.
+	if len(rep.Data) != 1 || rep.Data[0].State != workflows.TrialSucceeded || rep.Data[0].ID != "hp_1_data_1" {
+		t.Fatalf("shared data %+v", rep.Data)
+	}
+	ran := map[string]int{}
+	for _, id := range []string{"hp_1", "hp_1_trial_1", "hp_1_trial_2", "hp_1_trial_3", "hp_1_trial_4"} {
+		h, err := fetchHistory(context.Background(), st.Client, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range h.Events {
+			if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+				ran[id+" "+a.ActivityType.GetName()]++
+				ran[a.ActivityType.GetName()]++
+			}
+		}
+	}
+	if ran[workflows.PreprocessActivity] != 1 || ran["hp_1 "+workflows.PreprocessActivity] != 1 || ran[workflows.ImportPreprocessedActivity] != 4 {
+		t.Errorf("activities scheduled %v: want Preprocess once (in hp_1), ImportPreprocessed once per trial", ran)
+	}
+	for _, tr := range rep.Trials {
+		a, errA := os.Stat(filepath.Join(rep.Data[0].JobDir, "transform", "transform.json"))
+		b, errB := os.Stat(filepath.Join(tr.JobDir, "transform", "transform.json"))
+		if errA != nil || errB != nil || !os.SameFile(a, b) || tr.Data != 1 {
+			t.Errorf("trial %s's transform is not the shared one (%v, %v)", tr.ID, errA, errB)
+		}
+	}
+
+	// The trials hold their own links: with the shared dir gone, a trial
+	// reset to preprocess runs again from its own data.
+	if err := os.RemoveAll(rep.Data[0].JobDir); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = cli(t, "jobs", "reset", "hp_1_trial_2", "--to", "preprocess", "--temporal", addr, "--output", "json")
+	if code != exitOK {
+		t.Fatalf("reset of a trial: exit %d: %s", code, errs)
+	}
+	var reset struct {
+		RunID string `json:"run_id"`
+	}
+	json.Unmarshal([]byte(out), &reset)
+	var again workflows.JobResult
+	if err := st.Client.GetWorkflow(context.Background(), "hp_1_trial_2", reset.RunID).Get(context.Background(), &again); err != nil {
+		t.Fatalf("trial reset to preprocess after its shared data was deleted: %v", err)
+	}
+	if again.GlobalStep != 40 || again.TransformHash != rep.Data[0].Result.TransformHash {
+		t.Errorf("reset trial: %+v", again)
+	}
+
 	code, out, _ = cli(t, "jobs", "describe", "hp_1", "--temporal", addr)
-	if code != exitOK || !strings.Contains(out, "TRIAL") || !strings.Contains(out, best.ID+" *") || len(regexp.MustCompile(`(?m)^hp_1_trial_\d.*SUCCEEDED`).FindAllString(out, -1)) != 4 {
+	if code != exitOK || !strings.Contains(out, "TRIAL") || !strings.Contains(out, best.ID+" *") || !strings.Contains(out, "data:     hp_1_data_1 SUCCEEDED, shared by 4 trials") || len(regexp.MustCompile(`(?m)^hp_1_trial_\d.*SUCCEEDED`).FindAllString(out, -1)) != 4 {
 		t.Errorf("describe: exit %d\n%s", code, out)
 	}
 	code, out, _ = cli(t, "jobs", "list", "--temporal", addr, "--output", "json")

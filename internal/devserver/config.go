@@ -3,13 +3,13 @@ package devserver
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"time"
 
 	"go.temporal.io/server/common/cluster"
 	"go.temporal.io/server/common/config"
-	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
 )
 
 const (
@@ -83,6 +83,23 @@ func reserve(e endpoint) (endpoint, net.Listener, error) {
 	return e, l, nil
 }
 
+// reserveLow is reserve for port 0 with a port drawn at random from
+// [lowPortMin, lowPortMax] instead of the kernel's ephemeral range.
+func reserveLow(e endpoint) (endpoint, net.Listener, error) {
+	var last error
+	for range 200 {
+		e.port = lowPortMin + rand.IntN(lowPortMax-lowPortMin+1)
+		l, err := net.Listen("tcp", e.listen())
+		if err == nil {
+			return e, l, nil
+		}
+		last = err
+	}
+	return e, nil, fmt.Errorf("no free port in [%d, %d]: %w", lowPortMin, lowPortMax, last)
+}
+
+const lowPortMin, lowPortMax = 20000, 32767
+
 // listeners is a set of reserved ports, held open until closeAll so that no
 // two reservations get the same port.
 type listeners []net.Listener
@@ -107,9 +124,15 @@ type servicePorts struct {
 }
 
 // reserveServicePorts reserves the seven loopback ports the services need
-// besides the frontend gRPC port, adding their listeners to ls.
-func reserveServicePorts(frontendIP net.IP, ls *listeners) (servicePorts, error) {
+// besides the frontend gRPC port, adding their listeners to ls. With low,
+// the ports are below 32768: the PostgreSQL schema stores membership ports
+// as SMALLINT, and Linux hands out ephemeral ports from 32768 up.
+func reserveServicePorts(frontendIP net.IP, low bool, ls *listeners) (servicePorts, error) {
 	var p servicePorts
+	reserve := reserve
+	if low {
+		reserve = reserveLow
+	}
 	e, l, err := reserve(endpoint{ip: frontendIP})
 	if err != nil {
 		return p, fmt.Errorf("reserve frontend membership port: %w", err)
@@ -128,9 +151,9 @@ func reserveServicePorts(frontendIP net.IP, ls *listeners) (servicePorts, error)
 }
 
 // serverConfig returns the static configuration of a single-process cluster
-// storing everything in the SQLite database sqlCfg, with the frontend on
-// frontend and the other services on loopback.
-func serverConfig(sqlCfg *config.SQL, frontend endpoint, ports servicePorts) *config.Config {
+// storing everything in st, with the frontend on frontend and the other
+// services on loopback.
+func serverConfig(st store, frontend endpoint, ports servicePorts) *config.Config {
 	loopbackRPC := func(grpcPort, membershipPort int) config.Service {
 		// BindOnIP rather than BindOnLocalHost: the latter resolves
 		// "localhost" or the LOCALHOST_IP environment variable, which may
@@ -147,11 +170,12 @@ func serverConfig(sqlCfg *config.SQL, frontend endpoint, ports servicePorts) *co
 			// stays 0 (pprof disabled): no extra ports are opened.
 		},
 		Persistence: config.Persistence{
-			DefaultStore:     sqliteplugin.PluginName,
-			VisibilityStore:  sqliteplugin.PluginName,
+			DefaultStore:     "default",
+			VisibilityStore:  "visibility",
 			NumHistoryShards: numHistoryShards,
 			DataStores: map[string]config.DataStore{
-				sqliteplugin.PluginName: {SQL: sqlCfg},
+				"default":    {SQL: st.main},
+				"visibility": {SQL: st.visibility},
 			},
 		},
 		ClusterMetadata: &cluster.Config{

@@ -60,6 +60,13 @@ type Options struct {
 	// UIAddr is the host:port of the Web UI, with the same rules as
 	// FrontendAddr. Empty means no UI.
 	UIAddr string
+	// Database, if set, is a postgres://user:password@host:port/database
+	// URL: the server keeps its state in that PostgreSQL database and in
+	// database_visibility (both created, with Temporal's schema, if
+	// missing) instead of the SQLite file in Home. Home still holds the
+	// lock, so one Server per Home; the operator must not point two Homes
+	// at one database.
+	Database string
 	// Namespace is created, if missing, with retention Retention. Default
 	// DefaultNamespace.
 	Namespace string
@@ -116,7 +123,7 @@ type Server struct {
 	frontendAddr string
 	uiURL        string
 
-	sqlCfg   *config.SQL
+	store    store
 	tlog     serverLogger
 	lock     *os.File
 	temporal temporal.Server
@@ -188,26 +195,32 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		defer func() { _ = uiListener.Close() }()
 		s.uiURL = "http://" + ui.dial()
 	}
-	ports, err := reserveServicePorts(frontend.ip, &reserved)
+	ports, err := reserveServicePorts(frontend.ip, opts.Database != "", &reserved)
 	if err != nil {
 		return nil, err
 	}
 
-	s.sqlCfg = sqliteConfig(filepath.Join(opts.Home, DBFile))
-	if err := setupSchema(s.sqlCfg, s.tlog); err != nil {
+	st := sqliteStore(filepath.Join(opts.Home, DBFile))
+	if opts.Database != "" {
+		if st, err = postgresStore(opts.Database); err != nil {
+			return nil, fmt.Errorf("options: %w", err)
+		}
+	}
+	if err := st.setup(s.tlog); err != nil {
 		return nil, fmt.Errorf("set up database: %w", err)
 	}
-	if err := resetMembership(s.sqlCfg, s.tlog); err != nil {
+	s.store = st
+	if err := resetMembership(st.main, s.tlog); err != nil {
 		return nil, fmt.Errorf("set up database: %w", err)
 	}
-	if err := createNamespace(s.sqlCfg, clusterName, opts.Namespace, Retention); err != nil {
+	if err := createNamespace(st.main, clusterName, opts.Namespace, Retention); err != nil {
 		return nil, fmt.Errorf("set up database: %w", err)
 	}
 
 	if err := reserved.closeAll(); err != nil {
 		return nil, fmt.Errorf("release reserved ports: %w", err)
 	}
-	if err := s.startTemporal(serverConfig(s.sqlCfg, frontend, ports)); err != nil {
+	if err := s.startTemporal(serverConfig(st, frontend, ports)); err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
 	if opts.UIAddr != "" {
@@ -232,7 +245,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	}
 	s.tlog.setMin(levelRunning)
 	s.logger.Info("dev server started", "frontend", s.frontendAddr, "ui", s.uiURL,
-		"namespace", s.namespace, "db", s.sqlCfg.DatabaseName, "elapsed", time.Since(begin).Round(time.Millisecond))
+		"namespace", s.namespace, "db", st.name(), "elapsed", time.Since(begin).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -360,8 +373,8 @@ func (s *Server) stop() error {
 		}
 		s.temporal = nil
 	}
-	if s.sqlCfg != nil {
-		if err := checkpoint(s.sqlCfg, s.tlog); err != nil {
+	if s.store.main != nil && s.store.sqlite() {
+		if err := checkpoint(s.store.main, s.tlog); err != nil {
 			errs = append(errs, err)
 		}
 	}

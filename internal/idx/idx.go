@@ -84,3 +84,39 @@ func ReadFile(name string) (*Array, error) {
 	}
 	return a, nil
 }
+
+// ReadDims reads only the header of the IDX file name (plain or gzip) and
+// returns its dimensions.
+func ReadDims(name string) ([]int, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	br := bufio.NewReader(r)
+	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w: %v", name, ErrFormat, err)
+		}
+		defer zr.Close()
+		br = bufio.NewReader(zr)
+	}
+	var head [4]byte
+	if _, err := io.ReadFull(br, head[:]); err != nil {
+		return nil, fmt.Errorf("read %s: %w: header: %v", name, ErrFormat, err)
+	}
+	if head[0] != 0 || head[1] != 0 || head[2] != 0x08 || head[3] == 0 {
+		return nil, fmt.Errorf("read %s: %w: magic % x (want 00 00 08 and ≥ 1 dimension)", name, ErrFormat, head)
+	}
+	dims := make([]int, head[3])
+	for i := range dims {
+		var d uint32
+		if err := binary.Read(br, binary.BigEndian, &d); err != nil {
+			return nil, fmt.Errorf("read %s: %w: dimensions: %v", name, ErrFormat, err)
+		}
+		dims[i] = int(d)
+	}
+	return dims, nil
+}

@@ -83,7 +83,8 @@ func (s *Server) Stop() { s.stop() }
 
 // Use starts a server for test t (Start), skipping t with the reason when
 // there is none, stopping it when t ends, and setting its credentials in
-// t's environment, which processes t starts inherit.
+// t's environment, which processes t starts inherit. With
+// TRAINFLOW_REQUIRE_REAL=1 (set by .ci/run) a missing MinIO fails t.
 func Use(t testing.TB) *Server {
 	t.Helper()
 	s, skip, err := Start()
@@ -91,6 +92,9 @@ func Use(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	if s == nil {
+		if os.Getenv("TRAINFLOW_REQUIRE_REAL") == "1" {
+			t.Fatal("TRAINFLOW_REQUIRE_REAL=1 but " + skip)
+		}
 		t.Skip("MinIO variant skipped: " + skip)
 	}
 	t.Cleanup(s.Stop)

@@ -36,6 +36,9 @@ func backends() []backend {
 				t.Fatalf("MinIO: %v", minio.err)
 			}
 			if minio.uri == "" {
+				if os.Getenv("TRAINFLOW_REQUIRE_REAL") == "1" {
+					t.Fatal("TRAINFLOW_REQUIRE_REAL=1 but " + minio.skip)
+				}
 				t.Skip(minio.skip)
 			}
 			u, err := url.Parse(minio.uri)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/internal/idx"
+	"github.com/trainflow/trainflow/train"
 )
 
 // fashionTrain reads Fashion-MNIST's training split, skipping b without it.

@@ -43,21 +43,23 @@ type Resolver func(ctx context.Context) (Cluster, error)
 // fan out to the shards in parallel. It is used by one worker goroutine at
 // a time.
 type Client struct {
-	resolve Resolver
-	n       int // model variables
-	tasks   int
-	cluster Cluster
-	conns   []*grpc.ClientConn
-	creds   []*secretCreds
-	steps   []int64 // per-shard steps of the last Pull: the tags of Push
-	wire    wireCounter
+	resolve  Resolver
+	n        int // model variables
+	tasks    int
+	cluster  Cluster
+	conns    []*grpc.ClientConn
+	creds    []*secretCreds
+	steps    []int64 // per-shard steps of the last Pull: the tags of Push
+	finished []bool  // shards that answered Finish
+	wire     wireCounter
 }
 
 // Dial resolves the cluster, waiting until every one of the tasks
 // parameter servers has an address, and connects to them. n is the
 // model's number of variables.
 func Dial(ctx context.Context, resolve Resolver, n, tasks int) (*Client, error) {
-	c := &Client{resolve: resolve, n: n, tasks: tasks, conns: make([]*grpc.ClientConn, tasks), creds: make([]*secretCreds, tasks), steps: make([]int64, tasks)}
+	c := &Client{resolve: resolve, n: n, tasks: tasks, conns: make([]*grpc.ClientConn, tasks), creds: make([]*secretCreds, tasks), steps: make([]int64, tasks),
+		finished: make([]bool, tasks)}
 	if err := c.Refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -283,11 +285,12 @@ func (c *Client) Cut(ctx context.Context, meta train.CheckpointMeta, step int64)
 		if err != nil {
 			return nil, err
 		}
-		newest := step
+		newest, same := step, true
 		for _, st := range states {
 			newest = max(newest, st.Step)
+			same = same && st.Step == states[0].Step
 		}
-		if newest == step {
+		if newest == step || same && step == NextCut {
 			break
 		}
 		step = newest // a shard moved past step: cut all at its step
@@ -300,14 +303,27 @@ func (c *Client) clone(ctx context.Context) (*Client, error) {
 	return Dial(ctx, c.resolve, c.n, c.tasks)
 }
 
-// Committed tells every shard that the checkpoint at step is committed.
-func (c *Client) Committed(ctx context.Context, step int64) error {
+// Committed tells every shard that the checkpoint at step is committed
+// and that the next cut is at step next (0: the one the checkpoint
+// records, or the next multiple of SaveSteps).
+func (c *Client) Committed(ctx context.Context, step, next int64) error {
 	return c.each(func(i int) error {
-		return c.call(ctx, i, "Committed", &committedRequest{header: c.header(), Step: step}, &empty{})
+		return c.call(ctx, i, "Committed", &committedRequest{header: c.header(), Step: step, Next: next}, &empty{})
 	})
 }
 
-// Finish tells every shard that training is done.
+// Finish tells every shard that training is done. A shard that answered
+// is not asked again by a later call (its parameter server stops soon
+// after), so Finish can be retried until every shard has answered.
 func (c *Client) Finish(ctx context.Context) error {
-	return c.each(func(i int) error { return c.call(ctx, i, "Finish", &finishRequest{c.header()}, &empty{}) })
+	return c.each(func(i int) error {
+		if c.finished[i] {
+			return nil
+		}
+		if err := c.call(ctx, i, "Finish", &finishRequest{c.header()}, &empty{}); err != nil {
+			return err
+		}
+		c.finished[i] = true
+		return nil
+	})
 }

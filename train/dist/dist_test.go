@@ -128,6 +128,24 @@ func serveLoopback(sh *Shard, load Loader, cfg ServerConfig) (*Server, string, e
 	return srv, lis.Addr().String(), nil
 }
 
+// restart stops parameter server i, which dies with its state, and starts
+// it again from the newest committed checkpoint as generation 2. It returns
+// the steps lost: how far server i had got past that checkpoint.
+func (c *cluster) restart(i int) (lost int64) {
+	c.servers[i].Stop() // waits for its handlers: its step is final
+	step, _ := c.servers[i].shard.Step()
+	ck, err := train.LatestCheckpoint(c.ckdir)
+	if err != nil || ck == nil {
+		c.t.Errorf("no checkpoint to restore: %v", err)
+		return -1
+	}
+	c.mu.Lock()
+	c.view.Gen, c.view.RestoreStep = 2, ck.Step
+	c.mu.Unlock()
+	c.start(i, ck, 2)
+	return step - ck.Step
+}
+
 func (c *cluster) resolve(context.Context) (Cluster, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -255,18 +273,8 @@ func TestParameterServerRestartRollsBack(t *testing.T) {
 	restarted := make(chan struct{})
 	go func() {
 		defer close(restarted)
-		seen := <-kill
-		cl.servers[1].Stop() // parameter server 1 dies with its state
-		ck, err := train.LatestCheckpoint(cl.ckdir)
-		if err != nil || ck == nil {
-			t.Errorf("no checkpoint to restore: %v", err)
-			return
-		}
-		lost = seen - ck.Step
-		cl.mu.Lock()
-		cl.view.Gen, cl.view.RestoreStep = 2, ck.Step
-		cl.mu.Unlock()
-		cl.start(1, ck, 2)
+		<-kill
+		lost = cl.restart(1)
 	}()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -299,6 +307,93 @@ func TestParameterServerRestartRollsBack(t *testing.T) {
 		if _, gen := s.shard.Step(); gen != 2 {
 			t.Fatalf("shard %d ended at generation %d, want 2", i, gen)
 		}
+	}
+}
+
+// TestChiefStalledThroughRestartFinishes stalls the chief's training
+// (a slow gradient) from before a parameter server restart until the other
+// worker has trained to MaxSteps and the chief's commit loop has committed
+// the final checkpoint. The chief's client is then still in generation 1
+// with the dead server's address: it must find the restarted cluster, tell
+// every shard that training is over and return, not retry a stale Finish
+// forever (a hang of TestParameterServerRestartRollsBack in make test).
+func TestChiefStalledThroughRestartFinishes(t *testing.T) {
+	data, held := trainAndHeldOut()
+	cl := newCluster(t, 2, false, 0, 600)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var committed []int64
+	chief := Hooks{
+		Computed: func() {
+			once.Do(func() {
+				close(stalled)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			})
+		},
+		Committed: func(p train.Progress) error {
+			mu.Lock()
+			committed = append(committed, p.Step)
+			mu.Unlock()
+			if p.Step == 600 {
+				close(release)
+			}
+			return nil
+		},
+	}
+	var lost int64
+	var restartOnce sync.Once
+	other := Hooks{Moved: func(p Position) {
+		if p.GlobalStep >= 230 {
+			restartOnce.Do(func() {
+				<-stalled
+				lost = cl.restart(1)
+			})
+		}
+	}}
+	type result struct {
+		r   WorkerResult
+		err error
+	}
+	done := make([]chan result, 2)
+	for i, h := range []Hooks{chief, other} {
+		done[i] = make(chan result, 1)
+		go func() {
+			r, err := cl.worker(ctx, data, i, 2, h)
+			done[i] <- result{r, err}
+		}()
+	}
+	for i, d := range done {
+		select {
+		case res := <-d:
+			if res.err != nil || res.r.Step != 600 {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("worker %d: %+v, %v; want step 600 (commits %v)", i, res.r, res.err, committed)
+			}
+		case <-time.After(45 * time.Second):
+			t.Fatalf("worker %d never returned (a chief spinning on a stale Finish?)", i)
+		}
+	}
+	for i, s := range cl.servers {
+		select {
+		case <-s.shard.Finished():
+		default:
+			t.Fatalf("shard %d was never told that training is over", i)
+		}
+		if _, gen := s.shard.Step(); gen != 2 {
+			t.Fatalf("shard %d ended at generation %d, want 2", i, gen)
+		}
+	}
+	acc, step := accuracy(t, cl.ckdir, held)
+	t.Logf("accuracy %.4f at step %d; lost %d steps", acc, step, lost)
+	if step != 600 || acc < 0.95 || lost < 0 || lost > 50 {
+		t.Fatalf("finished at step %d with accuracy %.4f, lost %d steps; want 600, ≥ 0.95, at most 50", step, acc, lost)
 	}
 }
 
@@ -459,7 +554,9 @@ func TestSyncBackupWorkersTwoShardsNoHang(t *testing.T) {
 	data, _ := trainAndHeldOut()
 	for round := range 5 {
 		cl := newCluster(t, 2, true, 2, 400)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// A hang never ends; the bound only needs to outlast a slow run
+		// (400 steps took 30 s under -race with the machine's 2 cores busy).
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		errs := make([]error, 3)
 		res := make([]WorkerResult, 3)
 		var wg sync.WaitGroup
@@ -491,5 +588,172 @@ func TestSyncBackupWorkersTwoShardsNoHang(t *testing.T) {
 				t.Fatalf("round %d: shard %d ended at step %d, want 400", round, i, step)
 			}
 		}
+	}
+}
+
+// TestTimedCheckpointsFollowTheClock runs a chief with SaveEvery on a
+// clock driven by the global step: 10 ms a step up to step 150, 40 ms a
+// step after. The first cut is at SaveSteps (50); every later one is where
+// the step rate measured since the previous commit reaches 1 s later: 100
+// steps apart while fast, 25 once slow, and always one at MaxSteps (by
+// steps they would have been every 50).
+func TestTimedCheckpointsFollowTheClock(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	for _, c := range []struct {
+		name     string
+		sync     bool
+		replicas int
+	}{{"async", false, 0}, {"sync-backup", true, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCluster(t, 2, c.sync, c.replicas, 400)
+			base := time.Unix(1_000_000, 0)
+			started := make(chan struct{})
+			var once sync.Once
+			clock := func() time.Time {
+				once.Do(func() { close(started) })
+				step, _ := cl.servers[0].shard.Step()
+				d := time.Duration(step) * 10 * time.Millisecond
+				if step > 150 {
+					d = 1500*time.Millisecond + time.Duration(step-150)*40*time.Millisecond
+				}
+				return base.Add(d)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var committed []int64
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
+				if err != nil {
+					errs[0] = err
+					return
+				}
+				defer c.Close()
+				cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 400, SaveSteps: 50, SaveEvery: time.Second, Now: clock,
+					KeepMax: 20, CheckpointDir: cl.ckdir, Backups: cl.cfg.Sync && cl.cfg.Replicas < 3}
+				_, errs[0] = RunWorker(ctx, cfg, split(data, 0, 3), c, Hooks{Committed: func(p train.Progress) error { committed = append(committed, p.Step); return nil }})
+			})
+			<-started // the chief's clock starts at step 0
+			for i := 1; i < 3; i++ {
+				wg.Go(func() { _, errs[i] = cl.worker(ctx, data, i, 3, Hooks{}) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				var at []string
+				for i, s := range cl.servers {
+					s.shard.mu.Lock()
+					at = append(at, fmt.Sprintf("shard %d at step %d (committed %d, next cut %d)", i, s.shard.step, s.shard.committed, s.shard.next))
+					s.shard.mu.Unlock()
+				}
+				t.Fatalf("%v; commits %v; %v", err, committed, at)
+			}
+			want := []int64{50, 150, 250, 275, 300, 325, 350, 375, 400}
+			if !slices.Equal(committed, want) {
+				t.Fatalf("commits at %v, want %v", committed, want)
+			}
+			// Each checkpoint records the cut announced with it, which a
+			// restarted parameter server resumes from.
+			ck, err := train.ReadCheckpoint(filepath.Join(cl.ckdir, train.CheckpointName(250)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ck.Tensors[CutTensor]; !slices.Equal(got, []float64{275}) {
+				t.Fatalf("checkpoint 250 records next cut %v, want [275]", got)
+			}
+			sh, err := NewShard(cl.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sh.Restore(ck, 2); err != nil {
+				t.Fatal(err)
+			}
+			if got := sh.NextCut(); got != 275 {
+				t.Fatalf("shard restored from checkpoint 250 cuts next at %d, want 275", got)
+			}
+		})
+	}
+}
+
+// diskCrashCheckpoints saves to dir and, at step crashAt, makes the
+// checkpoint durable and then calls crash, as a chief killed between
+// writing a checkpoint and telling the shards would.
+type diskCrashCheckpoints struct {
+	dirCheckpoints
+	mu      sync.Mutex
+	steps   []int64
+	crashAt int64
+	crash   func()
+}
+
+func (m *diskCrashCheckpoints) Save(ctx context.Context, ck *train.Checkpoint, keep int) error {
+	if err := m.dirCheckpoints.Save(ctx, ck, keep); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.steps = append(m.steps, ck.Step)
+	crash := ck.Step == m.crashAt
+	if crash {
+		m.crashAt = -1
+	}
+	m.mu.Unlock()
+	if crash {
+		m.crash()
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestTimedChiefRestartAfterSaveBeforeRelease restarts a timed chief
+// after it saved checkpoint 150 but before the shards heard of it: the new
+// chief does not know the cut it announced, the shards read it from the
+// checkpoint (250), and training completes with the same cuts.
+func TestTimedChiefRestartAfterSaveBeforeRelease(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	cl := newCluster(t, 2, false, 0, 400)
+	base := time.Unix(1_000_000, 0)
+	started := make(chan struct{})
+	var once sync.Once
+	clock := func() time.Time {
+		once.Do(func() { close(started) })
+		step, _ := cl.servers[0].shard.Step()
+		return base.Add(time.Duration(step) * 10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ckpts := &diskCrashCheckpoints{dirCheckpoints: dirCheckpoints(cl.ckdir), crashAt: 150, crash: cancel}
+	chief := func(ctx context.Context) (WorkerResult, error) {
+		c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
+		if err != nil {
+			return WorkerResult{}, err
+		}
+		defer c.Close()
+		cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 400, SaveSteps: 50, SaveEvery: time.Second, Now: clock,
+			KeepMax: 20, Checkpoints: ckpts}
+		return RunWorker(ctx, cfg, split(data, 0, 2), c, Hooks{})
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	var wg sync.WaitGroup
+	var otherErr error
+	var crashErr error
+	crashed := make(chan struct{})
+	go func() { _, crashErr = chief(ctx); close(crashed) }()
+	<-started // the chief's clock starts at step 0
+	wg.Go(func() { _, otherErr = cl.worker(wctx, data, 1, 2, Hooks{}) })
+	<-crashed
+	if err := crashErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("crashed chief: %v, want context.Canceled (saved %v)", err, ckpts.steps)
+	}
+	r, err := chief(wctx)
+	if err != nil {
+		t.Fatalf("restarted chief: %v (the shards held at step 150 were never released?)", err)
+	}
+	wg.Wait()
+	if otherErr != nil {
+		t.Fatal(otherErr)
+	}
+	t.Logf("saved steps %v; restarted chief ended at %d", ckpts.steps, r.Step)
+	if want := []int64{50, 150, 250, 350, 400}; r.Step != 400 || !slices.Equal(ckpts.steps, want) {
+		t.Fatalf("ended at %d with checkpoints %v, want 400 with %v", r.Step, ckpts.steps, want)
 	}
 }

@@ -27,7 +27,11 @@
 // knows, so the other shards roll back to the same checkpoint on their next
 // request, and workers of an older generation are refused
 // (codes.FailedPrecondition) until they refresh and re-read their
-// positions. Lost work is bounded by the checkpoint interval.
+// positions; so is a push that waited at a checkpoint cut while its shard
+// rolled back. Lost work is bounded by the checkpoint interval. After the
+// final commit the chief refreshes its view of the cluster until every
+// shard has heard Finish (a chief stalled through a restart still holds
+// the old one).
 //
 // Peers are not trusted (auth.go): every request must carry the server's
 // secret, which the Resolver hands the workers beside the addresses and

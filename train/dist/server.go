@@ -171,6 +171,8 @@ func (s *Server) push(ctx context.Context, req *pushRequest) (*pushResponse, err
 	switch {
 	case errors.Is(err, ErrUnknownWorker):
 		return nil, status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, ErrStale):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	case err != nil && ctx.Err() != nil:
 		return nil, status.FromContextError(err).Err()
 	case err != nil:
@@ -205,7 +207,19 @@ func (s *Server) committed(ctx context.Context, req *committedRequest) (*empty, 
 	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
 	}
-	s.shard.Committed(req.Step)
+	next := req.Next
+	if next == 0 && req.Step > 0 {
+		// A restarted chief repeating its last commit does not know the
+		// cut it announced: the checkpoint records it.
+		ck, err := s.load(req.Step)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "read checkpoint %d for its next cut: %v", req.Step, err)
+		}
+		if t := ck.Tensors[CutTensor]; len(t) == 1 && t[0] > float64(req.Step) && t[0] < 1<<62 {
+			next = int64(t[0])
+		}
+	}
+	s.shard.Committed(req.Step, next)
 	return &empty{}, nil
 }
 

@@ -46,11 +46,14 @@ type ShardConfig struct {
 	// dropped and every answer says done.
 	MaxSteps int64
 	// SaveSteps is the checkpoint interval: the shard keeps a copy of its
-	// state at every multiple of SaveSteps (and at MaxSteps) for the
-	// chief to commit, and does not step past such a cut until the chief
-	// reports it committed (Committed). Checkpoints are so cut at exactly
-	// those steps on every shard, and a restart loses less than one
-	// interval.
+	// state at its next cut step (and at MaxSteps) for the chief to
+	// commit, and does not step past such a cut until the chief reports it
+	// committed (Committed). The next cut is the one the chief announced
+	// with its last commit (Committed's next, also recorded in the
+	// checkpoint as CutTensor, so a restored shard agrees with the others),
+	// or else the next multiple of SaveSteps. Checkpoints are so cut at
+	// exactly the same steps on every shard, and a restart loses less than
+	// one interval.
 	SaveSteps int64
 	// Sync averages Replicas gradients per step (sync replicas; workers
 	// beyond Replicas are backups whose late gradients are dropped). Async
@@ -83,10 +86,12 @@ type Shard struct {
 	opt       train.Optimizer
 	step      int64
 	committed int64 // newest step the chief has committed
+	next      int64 // the next cut step
 	gen       int64
 	finished  bool
 	finishedC chan struct{} // closed by Finish
 	advanced  chan struct{} // closed and replaced when step advances
+	waiting   int           // requests waiting for the step to move
 	// Sync accumulation of the current step.
 	acc     []float64
 	accFrom map[int][]float64 // worker → cursor of the gradient it added
@@ -97,6 +102,19 @@ type Shard struct {
 
 // keepCuts is how many checkpoint cuts a shard keeps for a lagging chief.
 const keepCuts = 3
+
+// NextCut, as a step for Cut, asks for the shard's next uncommitted cut.
+const NextCut = 0
+
+// CutTensor names the checkpoint tensor holding the next cut step the
+// chief announced when it committed the checkpoint.
+const CutTensor = "cut/next"
+
+// fallbackCut is the next cut after step when none was announced: the next
+// multiple of SaveSteps, at most MaxSteps.
+func (s *Shard) fallbackCut(step int64) int64 {
+	return min((step/s.cfg.SaveSteps+1)*s.cfg.SaveSteps, s.cfg.MaxSteps)
+}
 
 // NewShard returns shard cfg.Task at step 0 holding its slice of the
 // initial model.
@@ -120,6 +138,7 @@ func NewShard(cfg ShardConfig) (*Shard, error) {
 	}
 	s.acc = make([]float64, s.hi-s.lo)
 	s.cuts = []ShardState{s.stateLocked()}
+	s.next = s.fallbackCut(0)
 	return s, nil
 }
 
@@ -169,8 +188,14 @@ func (s *Shard) Restore(ck *train.Checkpoint, gen int64) error {
 	}
 	slots := map[string][]float64{}
 	cursors := map[int][]float64{}
+	next := s.fallbackCut(ck.Step)
 	for name, t := range ck.Tensors {
 		switch {
+		case name == CutTensor:
+			if len(t) != 1 || !(t[0] > float64(ck.Step)) || t[0] > float64(s.cfg.MaxSteps) {
+				return fmt.Errorf("%w: tensor %q of checkpoint %d: %v, want one step in (%d, %d]", train.ErrCheckpoint, name, ck.Step, t, ck.Step, s.cfg.MaxSteps)
+			}
+			next = int64(t[0])
 		case strings.HasPrefix(name, cursorPrefix):
 			w, err := strconv.Atoi(strings.TrimPrefix(name, cursorPrefix))
 			if err != nil {
@@ -189,7 +214,7 @@ func (s *Shard) Restore(ck *train.Checkpoint, gen int64) error {
 		return err
 	}
 	copy(s.params, slots["params"])
-	s.step, s.committed, s.gen, s.cursors = ck.Step, ck.Step, gen, cursors
+	s.step, s.committed, s.gen, s.cursors, s.next = ck.Step, ck.Step, gen, cursors, next
 	clear(s.acc)
 	clear(s.accFrom)
 	s.cuts = []ShardState{s.stateLocked()}
@@ -203,13 +228,18 @@ func (s *Shard) Restore(ck *train.Checkpoint, gen int64) error {
 func (s *Shard) waitLocked(ctx context.Context, blocked func() bool) error {
 	for blocked() {
 		wait := s.advanced
+		s.waiting++
 		s.mu.Unlock()
 		select {
 		case <-wait:
 		case <-ctx.Done():
+			s.mu.Lock()
+			s.waiting--
+			s.mu.Unlock()
 			return ctx.Err()
 		}
 		s.mu.Lock()
+		s.waiting--
 	}
 	return nil
 }
@@ -224,7 +254,7 @@ func (s *Shard) advance() {
 // waiters. Call with mu held.
 func (s *Shard) stepped() {
 	s.step++
-	if s.step%s.cfg.SaveSteps == 0 || s.step == s.cfg.MaxSteps {
+	if s.step == s.next || s.step == s.cfg.MaxSteps {
 		s.cuts = append(s.cuts, s.stateLocked())
 		if len(s.cuts) > keepCuts {
 			s.cuts = slices.Delete(s.cuts, 0, len(s.cuts)-keepCuts)
@@ -264,7 +294,8 @@ func (s *Shard) doneLocked() bool { return s.finished || s.step >= s.cfg.MaxStep
 // for a step this shard has not reached yet, see Client.PushAdmitted)
 // waits for the shard to get there. Push returns early with ctx's error.
 //
-// Refused, with nothing applied: a worker outside the cluster
+// Refused, with nothing applied: a push that waited while the shard was
+// restored to another generation (ErrStale), a worker outside the cluster
 // (ErrUnknownWorker), a gradient of the wrong length (train.ErrShape) or
 // holding a NaN or an infinity (train.ErrNonFinite), a malformed cursor.
 func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []float64) (PushResult, error) {
@@ -288,10 +319,18 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 		if s.doneLocked() || s.gen != gen {
 			return false
 		}
-		held := s.step%s.cfg.SaveSteps == 0 && s.step > s.committed
+		held := s.step == s.next && s.step > s.committed
 		return held || (s.cfg.Sync && tag > s.step)
 	}); err != nil {
 		return PushResult{}, err
+	}
+	if s.gen != gen {
+		// The shard rolled back while the push waited: the gradient (and
+		// the cursor) belong to the discarded steps, and applying them
+		// would also set this shard apart from the others, which refused
+		// the generation-old push.
+		defer s.mu.Unlock()
+		return PushResult{}, fmt.Errorf("%w: shard %d rolled back to generation %d while worker %d's push of generation %d waited", ErrStale, s.cfg.Task, s.gen, worker, gen)
 	}
 	if s.doneLocked() {
 		defer s.mu.Unlock()
@@ -364,14 +403,29 @@ func (s *Shard) Cursor(worker int) []float64 {
 }
 
 // Committed records that the chief has committed the checkpoint at step,
-// letting the shard step past it.
-func (s *Shard) Committed(step int64) {
+// letting the shard step past it, and that the next cut is at step next
+// (0 or a step not ahead of the shard: the next multiple of SaveSteps).
+// Only the first report of a step counts: a chief repeating it after a
+// restart changes nothing.
+func (s *Shard) Committed(step, next int64) {
 	s.mu.Lock()
 	if step > s.committed {
 		s.committed = step
+		if next > s.step && next <= s.cfg.MaxSteps {
+			s.next = next
+		} else if s.next <= s.step {
+			s.next = s.fallbackCut(s.step)
+		}
 		s.advance()
 	}
 	s.mu.Unlock()
+}
+
+// NextCut returns the step of the shard's next cut.
+func (s *Shard) NextCut() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.next
 }
 
 // Finish marks training done: every later answer says so.
@@ -405,18 +459,24 @@ func (s *Shard) Snapshot() ShardState {
 	return s.stateLocked()
 }
 
-// Cut returns the shard's state at checkpoint step (a multiple of
-// SaveSteps, or MaxSteps), waiting until the shard gets there. If that cut
-// is no longer kept, or training finished before it, the newest cut is
-// returned instead: the caller checks the step.
+// Cut returns the shard's state at checkpoint step (a cut step, or
+// MaxSteps), waiting until the shard gets there; step NextCut (0) is
+// whichever cut the shard holds uncommitted next. If that cut is no longer
+// kept, or training finished before it, the newest cut is returned
+// instead: the caller checks the step.
 func (s *Shard) Cut(ctx context.Context, step int64) (ShardState, error) {
 	s.mu.Lock()
-	if err := s.waitLocked(ctx, func() bool { return s.step < step && !s.finished }); err != nil {
+	if err := s.waitLocked(ctx, func() bool {
+		if step == NextCut {
+			return s.cuts[len(s.cuts)-1].Step <= s.committed && !s.finished && !s.doneLocked()
+		}
+		return s.step < step && !s.finished
+	}); err != nil {
 		return ShardState{}, err
 	}
 	defer s.mu.Unlock()
 	for _, c := range s.cuts {
-		if c.Step == step {
+		if c.Step == step && step != NextCut {
 			return c, nil
 		}
 	}

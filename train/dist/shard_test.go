@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/mem"
 
@@ -234,9 +235,58 @@ func TestShardHoldsAtUncommittedCut(t *testing.T) {
 	if err != nil || cut.Step != 2 || cut.Sliced["params"][0] != -2 {
 		t.Fatalf("cut at 2: step %d params %v, %v", cut.Step, cut.Sliced["params"], err)
 	}
-	s.Committed(2)
+	s.Committed(2, 0)
 	if r, err := s.Push(ctx, 0, 0, g, nil); err != nil || r.Step != 3 {
 		t.Fatalf("after the commit: %+v, %v; want step 3", r, err)
+	}
+}
+
+// TestShardRefusesAPushAcrossARollback holds a push at an uncommitted
+// cut, then restores the shard to the initial model as generation 2 (a
+// parameter server restarted): the held push, of generation 1, must be
+// refused, leaving the restored variables, step and cursor alone.
+func TestShardRefusesAPushAcrossARollback(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		s, err := NewShard(ShardConfig{Tasks: 1, Workers: 1, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1},
+			MaxSteps: 10, SaveSteps: 2, Sync: sync, Replicas: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetGeneration(1)
+		ctx := context.Background()
+		g := []float64{1, 0, 0, 0}
+		for step := range int64(2) {
+			if _, err := s.Push(ctx, 0, step, g, []float64{0, float64(step+1) * 32}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held := make(chan error, 1)
+		go func() {
+			_, err := s.Push(ctx, 0, 2, g, []float64{0, 96})
+			held <- err
+		}()
+		// Wait until the push holds at cut 2.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			s.mu.Lock()
+			waiting := s.waiting
+			s.mu.Unlock()
+			if waiting > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sync %v: the push at cut 2 never waited", sync)
+			}
+		}
+		if err := s.Restore(nil, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-held; !errors.Is(err, ErrStale) {
+			t.Fatalf("sync %v: held push across a rollback: %v, want ErrStale", sync, err)
+		}
+		if step, gen := s.Step(); step != 0 || gen != 2 || params(s)[0] != 0 || s.Cursor(0) != nil {
+			t.Fatalf("sync %v: after the refused push: step %d gen %d params %v cursor %v, want the initial model at step 0, generation 2, no cursor",
+				sync, step, gen, params(s), s.Cursor(0))
+		}
 	}
 }
 

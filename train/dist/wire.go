@@ -379,12 +379,19 @@ type finishRequest struct{ header }
 type committedRequest struct {
 	header
 	Step int64
+	// Next is the next cut step; 0: the one recorded in the checkpoint at
+	// Step, or else the next multiple of the shard's SaveSteps.
+	Next int64
 }
 
-func (m *committedRequest) size() int { return 24 }
+func (m *committedRequest) size() int { return 32 }
 
-func (m *committedRequest) encode(e *encoder) { m.header.encode(e); e.i64(m.Step) }
-func (m *committedRequest) decode(d *decoder) { m.header.decode(d); m.Step = d.i64() }
+func (m *committedRequest) encode(e *encoder) { m.header.encode(e); e.i64(m.Step); e.i64(m.Next) }
+func (m *committedRequest) decode(d *decoder) {
+	m.header.decode(d)
+	m.Step = d.i64()
+	m.Next = d.i64()
+}
 
 type empty struct{}
 

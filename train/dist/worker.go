@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -28,7 +29,14 @@ type WorkerConfig struct {
 	// SaveSteps, KeepMax and CheckpointDir: the chief commits a checkpoint
 	// each time the global step passes a multiple of SaveSteps, and at
 	// MaxSteps, keeping the newest KeepMax.
-	SaveSteps     int64
+	SaveSteps int64
+	// SaveEvery, if set, times checkpoints instead: after each commit the
+	// chief announces the next cut at the step the measured global step
+	// rate reaches SaveEvery later (SaveSteps is then only the first cut
+	// after step 0 and the fallback of a shard told nothing).
+	SaveEvery time.Duration
+	// Now is the clock of SaveEvery; nil means time.Now.
+	Now           func() time.Time
 	KeepMax       int
 	CheckpointDir string
 	// Checkpoints, if set, is where checkpoints are committed and looked
@@ -193,7 +201,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 			return WorkerResult{}, err
 		}
 		defer cc.Close()
-		w.since = time.Now()
+		w.since, w.cutAt = time.Now(), w.now()
 		go func() {
 			err := w.commitLoop(ctx, cc)
 			committed <- err
@@ -218,14 +226,38 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	if err := <-committed; err != nil {
 		return w.result(), err
 	}
+	return w.result(), w.finish(ctx)
+}
+
+// finish tells every parameter server that training is over, once the
+// final checkpoint is committed (chief only). A shard that does not answer
+// may have restarted, at another address or generation, since this
+// worker's client last heard from the cluster: a chief whose own training
+// stalled through a restart, or met it only after the final commit (when
+// recover answers errDone at once), still holds the old view. So the
+// client is refreshed and the shards not yet told are asked again until
+// they all answer or ctx ends. (Retrying recover here instead spun forever
+// on the stale view, ctx or not, since recover reports errDone before
+// looking at the cluster.)
+func (w *worker) finish(ctx context.Context) error {
+	wait := 50 * time.Millisecond
 	for {
-		err := c.Finish(ctx)
+		err := w.c.Finish(ctx)
 		if err == nil {
-			return w.result(), nil
+			return nil
 		}
-		if err := w.recover(ctx, err); err != nil && !errors.Is(err, errDone) {
-			return w.result(), err
+		if ctx.Err() != nil {
+			return fmt.Errorf("finish the parameter servers: %w", err)
 		}
+		if err := w.c.Refresh(ctx); err != nil {
+			return fmt.Errorf("finish the parameter servers: %w", err)
+		}
+		select { // a restarted parameter server is not up yet
+		case <-ctx.Done():
+			return fmt.Errorf("finish the parameter servers: %w", errors.Join(err, ctx.Err()))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
 }
 
@@ -286,6 +318,33 @@ type worker struct {
 	lossSum   float64
 	lossN     int
 	since     time.Time
+	cutAt     time.Time // when the chief started or last committed (SaveEvery clock)
+}
+
+func (w *worker) now() time.Time {
+	if w.cfg.Now != nil {
+		return w.cfg.Now()
+	}
+	return time.Now()
+}
+
+// stepCut is the cut after step by SaveSteps: its next multiple, at most
+// MaxSteps.
+func (w *worker) stepCut(step int64) int64 {
+	return min((step/w.cfg.SaveSteps+1)*w.cfg.SaveSteps, w.cfg.MaxSteps)
+}
+
+// timedCut is the cut the chief announces after committing step: where
+// the global step rate measured since the previous commit (or its start)
+// gets SaveEvery later, at least one step on, at most MaxSteps.
+func (w *worker) timedCut(step int64, now time.Time) int64 {
+	elapsed := now.Sub(w.cutAt)
+	steps := int64(1)
+	if elapsed > 0 && step > w.committed {
+		rate := float64(step-w.committed) / elapsed.Seconds()
+		steps = max(1, int64(math.Round(min(rate*w.cfg.SaveEvery.Seconds(), 1<<50))))
+	}
+	return min(step+steps, w.cfg.MaxSteps)
 }
 
 // resume reads the worker's position from shard 0 (start of epoch 0 if
@@ -325,6 +384,9 @@ func (w *worker) recover(ctx context.Context, cause error) error {
 	w.mu.Unlock()
 	for {
 		if last, err := w.ckpts.Newest(ctx); err == nil && last >= w.cfg.MaxSteps {
+			w.mu.Lock()
+			w.pos.GlobalStep, w.res.Step = last, last
+			w.mu.Unlock()
 			return errDone
 		}
 		if err := w.c.Refresh(ctx); err != nil {
@@ -445,12 +507,19 @@ func (w *worker) commitLoop(ctx context.Context, cc *Client) error {
 	for w.committed < w.cfg.MaxSteps {
 		var err error
 		if !released {
-			if err = cc.Committed(ctx, w.committed); err == nil {
+			next := w.stepCut(w.committed)
+			if w.cfg.SaveEvery > 0 {
+				next = 0 // the shards read the cut recorded in the checkpoint
+			}
+			if err = cc.Committed(ctx, w.committed, next); err == nil {
 				released = true
 				continue
 			}
 		} else {
-			next := min((w.committed/w.cfg.SaveSteps+1)*w.cfg.SaveSteps, w.cfg.MaxSteps)
+			next := w.stepCut(w.committed)
+			if w.cfg.SaveEvery > 0 {
+				next = NextCut // whichever cut the chief announced last
+			}
 			var ck *train.Checkpoint
 			ck, err = cc.Cut(ctx, w.cfg.Meta, next)
 			if err == nil && ck.Step > w.committed {
@@ -488,6 +557,13 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 			ck.Tensors["rng/dropout"] = r.RNGState()
 		}
 	}
+	next, cutAt := w.stepCut(ck.Step), w.now() // read while the shards hold at ck.Step
+	if w.cfg.SaveEvery > 0 {
+		next = w.timedCut(ck.Step, cutAt)
+		if ck.Step < w.cfg.MaxSteps {
+			ck.Tensors[CutTensor] = []float64{float64(next)}
+		}
+	}
 	w.mu.Unlock()
 	t0 := time.Now()
 	if err := w.ckpts.Save(ctx, ck, w.cfg.KeepMax); err != nil {
@@ -498,7 +574,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 	// the role), or a run that restores it would never report it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := cc.Committed(ctx, ck.Step); err != nil {
+	if err := cc.Committed(ctx, ck.Step, next); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -509,7 +585,7 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 		w.res.Loss = p.Loss
 	}
 	w.committed = ck.Step
-	w.lossSum, w.lossN, w.since = 0, 0, time.Now()
+	w.lossSum, w.lossN, w.since, w.cutAt = 0, 0, time.Now(), cutAt
 	w.mu.Unlock()
 	if w.hooks.Committed != nil {
 		return w.hooks.Committed(p)

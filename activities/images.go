@@ -1,0 +1,78 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// imageFiles finds the four IDX files of an image preset in data.dir
+// (each plain or .gz): the train images and labels, then the t10k ones.
+// Missing files fail the job for good, naming the path looked at and
+// where to get the dataset.
+func (a *Activities) imageFiles(ctx context.Context, spec workflows.JobSpec) (train, eval []string, err error) {
+	dir := spec.Data.Dir
+	if _, err := a.locateData("data.dir", dir); err != nil {
+		return nil, nil, err
+	}
+	for _, split := range []struct {
+		name string
+		out  *[]string
+	}{{"train", &train}, {"t10k", &eval}} {
+		for _, kind := range []string{"images-idx3", "labels-idx1"} {
+			name := fmt.Sprintf("%s-%s-ubyte", split.name, kind)
+			found := ""
+			for _, cand := range []string{name + ".gz", name} {
+				loc, err := a.locateData("data.dir", joinURI(dir, cand))
+				if err != nil {
+					return nil, nil, err
+				}
+				ok, err := inputExists(ctx, loc)
+				if err != nil {
+					return nil, nil, err
+				}
+				if ok {
+					found = loc
+					break
+				}
+			}
+			if found == "" {
+				return nil, nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: data.dir %s: no %s[.gz] there: %s",
+					workflows.ErrInvalidSpec, dir, name, DatasetHint(spec.Preset)))
+			}
+			*split.out = append(*split.out, found)
+		}
+	}
+	return train, eval, nil
+}
+
+// DatasetHint says where to get an image preset's dataset.
+func DatasetHint(preset string) string {
+	if preset == workflows.PresetMNIST {
+		return "the mnist preset reads MNIST's four IDX files (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz; " +
+			"from http://yann.lecun.com/exdb/mnist/ or a mirror of it, no Debian package has them): put them in " + workflows.ImageDataDirs[preset] +
+			" or in a directory inside the worker's --data-roots and set data.dir to it"
+	}
+	return "the fashion_mnist preset reads Fashion-MNIST's four IDX files: apt-get install dataset-fashion-mnist (installs them in " +
+		workflows.ImageDataDirs[workflows.PresetFashionMNIST] + "), or set data.dir to a directory inside the worker's --data-roots holding them"
+}
+
+// inputExists reports whether the data file at p (a path or a storage
+// URI, as locate returns it) exists.
+func inputExists(ctx context.Context, p string) (bool, error) {
+	if !isURI(p) {
+		_, err := os.Stat(p)
+		if os.IsNotExist(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	st, key, err := openObject(ctx, p)
+	if err != nil {
+		return false, err
+	}
+	defer st.Close()
+	return st.Exists(ctx, key)
+}

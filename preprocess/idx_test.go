@@ -1,0 +1,133 @@
+package preprocess
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeIDX writes an IDX file of unsigned bytes with the given
+// dimensions, gzip-compressed if the name ends in .gz.
+func writeIDX(t *testing.T, name string, dims []int, data []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	b.Write([]byte{0, 0, 8, byte(len(dims))})
+	for _, d := range dims {
+		binary.Write(&b, binary.BigEndian, uint32(d))
+	}
+	b.Write(data)
+	out := b.Bytes()
+	if strings.HasSuffix(name, ".gz") {
+		var z bytes.Buffer
+		w := gzip.NewWriter(&z)
+		w.Write(out)
+		w.Close()
+		out = z.Bytes()
+	}
+	if err := os.WriteFile(name, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeImages writes n 2×2 images whose pixels encode their label, and
+// their labels (label 7 for every 10th image: beyond a 3-class vocab).
+func writeImages(t *testing.T, dir, split string, n int) (images, labels string) {
+	images = filepath.Join(dir, split+"-images-idx3-ubyte.gz")
+	labels = filepath.Join(dir, split+"-labels-idx1-ubyte")
+	px := make([]byte, 0, 4*n)
+	lb := make([]byte, n)
+	for i := range n {
+		l := byte(i % 3)
+		if i%10 == 9 {
+			l = 7
+		}
+		lb[i] = l
+		px = append(px, 255*(l&1), 255*(l>>1&1), byte(i), 0)
+	}
+	writeIDX(t, images, []int{n, 2, 2}, px)
+	writeIDX(t, labels, []int{n}, lb)
+	return images, labels
+}
+
+// TestIDXPipeline reads IDX inputs (images gzip, labels plain) through the
+// real Beam pipeline and the plain loop: same Transform and shards, the
+// right rows, and label bytes beyond label_vocab quarantined by image
+// index.
+func TestIDXPipeline(t *testing.T) {
+	dir := t.TempDir()
+	ti, tl := writeImages(t, dir, "train", 200)
+	ei, el := writeImages(t, dir, "t10k", 50)
+	s := ImageSchema([]string{"zero", "one", "two"})
+	s.Columns[0].Length = 4
+	r := &Request{Schema: s, Train: []string{tl, ti}, Eval: []string{ei, el}, OutDir: filepath.Join(dir, "beam"),
+		TrainShards: 3, EvalShards: 1, Seed: 3, MaxBadFraction: 0.2}
+	bm, err := RunBeam(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bm.Failure != "" || bm.TrainRows != 180 || bm.EvalRows != 45 || bm.Bad[ReasonUnknownLabel] != 25 || bm.Dim != 4 || bm.Classes != 3 {
+		t.Fatalf("beam manifest: %+v; want 180/45 rows, 25 unknown_label, dim 4, 3 classes", bm)
+	}
+	ex := bm.BadExamples[0]
+	if ex.Line%10 != 0 || ex.Reason != ReasonUnknownLabel || ex.Column != "label" || !strings.Contains(ex.Record, "images-idx3") {
+		t.Errorf("bad example %+v: want a 10th image (1-based), unknown_label on label, naming the file", ex)
+	}
+	r.OutDir = filepath.Join(dir, "local")
+	lm, err := RunLocal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lm.TransformHash != bm.TransformHash {
+		t.Fatalf("transform differs: beam %s local %s", bm.TransformHash, lm.TransformHash)
+	}
+	var all Examples
+	for _, sh := range bm.Train {
+		a, _ := os.ReadFile(filepath.Join(dir, "beam", DataDir, sh.Name))
+		b, _ := os.ReadFile(filepath.Join(dir, "local", DataDir, sh.Name))
+		if !bytes.Equal(a, b) {
+			t.Errorf("shard %s differs between beam and local", sh.Name)
+		}
+		if err := ReadShard(&all, filepath.Join(dir, "beam", DataDir, sh.Name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Pixels are scaled by 1/255 and encode the class: x0 = bit 0, x1 = bit 1.
+	for i := range all.Rows() {
+		x := all.X[i*4 : i*4+4]
+		if y := all.Y[i]; x[0]+2*x[1] != y {
+			t.Fatalf("row %d: features %v, label %v", i, x, y)
+		}
+	}
+}
+
+func TestIDXRequestErrors(t *testing.T) {
+	dir := t.TempDir()
+	ti, tl := writeImages(t, dir, "train", 20)
+	ei, el := writeImages(t, dir, "t10k", 5)
+	s := ImageSchema(MNISTClasses)
+	for name, c := range map[string]struct {
+		train []string
+		want  string
+	}{
+		"no labels file":  {[]string{ti}, "1 images files and 0 labels files"},
+		"not idx names":   {[]string{ti, tl, filepath.Join(dir, "x.csv")}, "an IDX input's name"},
+		"width is length": {[]string{ti, tl}, "holds 2×2 images, but column \"image\" has length 784"},
+	} {
+		r := &Request{Schema: s, Train: c.train, Eval: []string{ei, el}, OutDir: dir, TrainShards: 1, EvalShards: 1}
+		err := r.Check()
+		if !errors.Is(err, ErrRequest) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want ErrRequest with %q", name, err, c.want)
+		}
+	}
+	bad := ImageSchema(MNISTClasses)
+	bad.Columns = append(bad.Columns, Column{Name: "x", Type: TypeNumber})
+	if err := bad.Validate(); !errors.Is(err, ErrSchema) {
+		t.Errorf("three columns: got %v, want ErrSchema", err)
+	}
+}
