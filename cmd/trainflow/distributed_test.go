@@ -148,6 +148,42 @@ func (c *cluster) waitStep(id string, step int64) workflows.Progress {
 	return workflows.Progress{}
 }
 
+// committed polls the events log in the job's directory under the shared
+// home until a checkpoint at step or later is committed, and returns that
+// step and the PID of each parameter server's latest start. It reads the
+// disk rather than querying the workflow: a query waits for a workflow
+// worker, and right after a kill that can take longer than the rest of the
+// job.
+func (c *cluster) committed(id string, step int64) (int64, []int) {
+	c.t.Helper()
+	dir := filepath.Join(c.home, "jobs", id)
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); {
+		// A line being appended can be incomplete: read again.
+		if evs, err := activities.ReadEvents(context.Background(), dir); err == nil {
+			var last int64
+			ps := map[int]int{}
+			for _, ev := range evs {
+				switch ev["event"] {
+				case "checkpoint":
+					last = max(last, int64(ev["global_step"].(float64)))
+				case "ps_start":
+					ps[int(ev["task"].(float64))] = int(ev["pid"].(float64))
+				}
+			}
+			if last >= step {
+				var pids []int
+				for _, p := range ps {
+					pids = append(pids, p)
+				}
+				return last, pids
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // polling a remote job's files, not synchronising goroutines
+	}
+	c.t.Fatalf("job %s never committed step %d", id, step)
+	return 0, nil
+}
+
 // events reads the job's events log (a local directory or object storage).
 func events(t *testing.T, jobDir string) []map[string]any {
 	t.Helper()
@@ -277,20 +313,9 @@ func TestDistributedJobSurvivesKills(t *testing.T) {
 	id := "disturbed"
 	run := startUIStyle(t, c.st.Client, id, distributedInput(t, id, cl, maxSteps, save))
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
-	psPIDs := func() []int {
-		cs, err := c.clusterState(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var pids []int
-		for _, ep := range cs.PS {
-			pids = append(pids, ep.PID)
-		}
-		return pids
-	}
-	// victim picks a process running no parameter server if there is one.
-	victim := func(wantPS bool) int {
-		ps := psPIDs()
+	// victim picks a process running (or not) a parameter server; ps are
+	// the PIDs of the parameter servers' latest starts.
+	victim := func(ps []int, wantPS bool) int {
 		for i, p := range c.procs {
 			if slices.Contains(ps, p.Process.Pid) == wantPS {
 				return i
@@ -301,15 +326,17 @@ func TestDistributedJobSurvivesKills(t *testing.T) {
 	at := int64(1200)
 	for k, wantPS := range []bool{false, false, true} {
 		at += int64(r.IntN(2000))
-		// Under load a progress query can lag by seconds: never wait for
-		// a step past the job's last checkpoints.
+		// Never wait for a step past the job's last checkpoints.
 		at = min(at, maxSteps-2*save)
-		p := c.waitStep(id, at)
-		i := victim(wantPS)
-		t.Logf("kill %d: SIGKILL process %d (pid %d, parameter servers %v) at committed step %d", k+1, i, c.procs[i].Process.Pid, psPIDs(), p.GlobalStep)
+		step, ps := c.committed(id, at)
+		if step >= maxSteps {
+			t.Fatalf("kill %d: the job finished before step %d was seen committed", k+1, at)
+		}
+		i := victim(ps, wantPS)
+		t.Logf("kill %d: SIGKILL process %d (pid %d, parameter servers %v) at committed step %d", k+1, i, c.procs[i].Process.Pid, ps, step)
 		c.kill(i)
 		c.start(i)
-		at = p.GlobalStep + 2000
+		at = step + 2000
 	}
 	res, err := waitJob(t, run)
 	if err != nil {
