@@ -238,7 +238,7 @@ func (a *Activities) batchInputs(ctx context.Context, patterns []string, stage s
 	var out []batchjob.Input
 	for i, p := range patterns {
 		field := fmt.Sprintf("input_paths[%d]", i)
-		loc, err := a.locate(field, p, false)
+		loc, err := a.locateData(field, p)
 		if err != nil {
 			return nil, err
 		}
@@ -250,7 +250,7 @@ func (a *Activities) batchInputs(ctx context.Context, patterns []string, stage s
 			}
 			for _, f := range files {
 				// A match (a symbolic link, say) must lie inside the roots too.
-				lf, err := a.locate(field, f, false)
+				lf, err := a.locateData(field, f)
 				if err != nil {
 					return nil, err
 				}

@@ -507,3 +507,39 @@ func TestBatchPredictionSurvivesKill(t *testing.T) {
 		t.Errorf("the prediction ran in %d attempt(s): the kill did not interrupt it", attempts)
 	}
 }
+
+// batchImageAccuracy batch-predicts an IDX images file with the model in
+// modelDir, as `jobs submit prediction --data-format IDX` does, and returns
+// the fraction of images whose predicted class is classes[labels[index]].
+// Every image must be answered exactly once.
+func batchImageAccuracy(t *testing.T, st *stack, id, modelDir, images string, labels []byte, classes []string) float64 {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), id)
+	if _, err := submitPrediction(t, st, id, "--model-dir", modelDir, "--input-paths", images, "--output-path", out,
+		"--data-format", "IDX"); err != nil {
+		t.Fatal(err)
+	}
+	m, results, errs := readBatchOutput(t, out)
+	if len(results) != len(labels) || len(errs) != 0 || m.Predictions != int64(len(labels)) {
+		t.Fatalf("%d results, %d errors, manifest %+v: want %d and 0", len(results), len(errs), m, len(labels))
+	}
+	seen := make([]bool, len(labels))
+	correct := 0
+	for _, r := range results {
+		k := r.key()
+		if r.Index == nil || k < 0 || int(k) >= len(labels) || seen[k] {
+			t.Fatalf("result key %+v: want each index 0..%d once", r, len(labels)-1)
+		}
+		seen[k] = true
+		var p struct {
+			Class string `json:"class"`
+		}
+		if err := json.Unmarshal(r.Prediction, &p); err != nil {
+			t.Fatalf("prediction %s: %v", r.Prediction, err)
+		}
+		if p.Class == classes[labels[k]] {
+			correct++
+		}
+	}
+	return float64(correct) / float64(len(labels))
+}
