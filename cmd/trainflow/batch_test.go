@@ -230,7 +230,7 @@ func TestBatchPredictionCensus(t *testing.T) {
 		fields[0] = "SECRETabc"
 		badNumber := strings.Join(fields, ",")
 		lines := append([]string{}, good[:10]...)
-		lines = append(lines, badNumber, "1,2,3", "")            // lines 11, 12; 13 blank
+		lines = append(lines, badNumber, "1,2,3", "")        // lines 11, 12; 13 blank
 		lines = append(lines, strings.Join(fields[2:], ",")) // line 14: 13 columns
 		noLabel := strings.Join(strings.Split(good[10], ",")[:14], ",")
 		lines = append(lines, noLabel) // line 15: without the label: fine

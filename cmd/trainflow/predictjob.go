@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/trainflow/trainflow/workflows"
@@ -22,22 +19,9 @@ func startBatchJob(ctx context.Context, c client.Client, spec workflows.Predicti
 	if err := spec.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                                       spec.JobID,
-		TaskQueue:                                workflows.TaskQueue,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            fmt.Sprintf("batch prediction (%s) into %s", spec.DataFormat, spec.OutputPath),
+	return startUnique(ctx, c, spec.JobID, client.StartWorkflowOptions{
+		StaticSummary: fmt.Sprintf("batch prediction (%s) into %s", spec.DataFormat, spec.OutputPath),
 	}, workflows.BatchPredictionJobName, spec)
-	var exists *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &exists) {
-		return nil, fmt.Errorf("job %s already exists (job IDs are unique; pick another): %w", spec.JobID, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("start job %s: %w", spec.JobID, err)
-	}
-	return run, nil
 }
 
 // runSubmitPrediction is `jobs submit prediction JOB_ID --model-dir DIR |
