@@ -169,32 +169,38 @@ func argmax(p []float64) int {
 // {"value"} for a regressor. It writes what encoding/json would, byte for
 // byte (HTML characters unescaped, as plainJSON).
 func (sv *Servable) appendPredictions(b []byte, sc *scratch, n int) []byte {
-	k, classes := sv.Bundle.Model.Outputs(), sv.Bundle.Model.NumClasses()
 	b = append(b, `{"predictions":[`...)
 	for i := range n {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		logits := sc.logits[i*k : (i+1)*k]
-		if classes == 0 {
-			b = append(b, `{"value":`...)
-			b = appendFloat(b, logits[0])
-			b = append(b, '}')
-			continue
-		}
-		p := sc.probs[i*classes : (i+1)*classes]
-		best := argmax(p)
-		b = append(b, `{"class":`...)
-		b = append(b, sv.classJSON[best]...)
-		b = append(b, `,"class_index":`...)
-		b = strconv.AppendInt(b, int64(best), 10)
-		b = append(b, `,"probabilities":`...)
-		b = appendFloats(b, p)
-		b = append(b, `,"logits":`...)
-		b = appendFloats(b, logits)
-		b = append(b, '}')
+		b = sv.appendPrediction(b, sc, i)
 	}
 	return append(b, "]}\n"...)
+}
+
+// appendPrediction appends the v1 answer for instance i of sc after
+// predict: {"class", "class_index", "probabilities", "logits"} for a
+// classifier, {"value"} for a regressor.
+func (sv *Servable) appendPrediction(b []byte, sc *scratch, i int) []byte {
+	k, classes := sv.Bundle.Model.Outputs(), sv.Bundle.Model.NumClasses()
+	logits := sc.logits[i*k : (i+1)*k]
+	if classes == 0 {
+		b = append(b, `{"value":`...)
+		b = appendFloat(b, logits[0])
+		return append(b, '}')
+	}
+	p := sc.probs[i*classes : (i+1)*classes]
+	best := argmax(p)
+	b = append(b, `{"class":`...)
+	b = append(b, sv.classJSON[best]...)
+	b = append(b, `,"class_index":`...)
+	b = strconv.AppendInt(b, int64(best), 10)
+	b = append(b, `,"probabilities":`...)
+	b = appendFloats(b, p)
+	b = append(b, `,"logits":`...)
+	b = appendFloats(b, logits)
+	return append(b, '}')
 }
 
 func appendFloats(b []byte, xs []float64) []byte {

@@ -82,6 +82,7 @@ type WorkflowRegistry interface {
 func RegisterWorkflows(r WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.TrainingJob, workflow.RegisterOptions{Name: workflows.TrainingJobName})
 	r.RegisterWorkflowWithOptions(workflows.HyperparameterTuningJob, workflow.RegisterOptions{Name: workflows.HyperparameterTuningJobName})
+	r.RegisterWorkflowWithOptions(workflows.BatchPredictionJob, workflow.RegisterOptions{Name: workflows.BatchPredictionJobName})
 }
 
 // SearchAttributes are the custom search attributes trainflow's workflows

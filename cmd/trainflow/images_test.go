@@ -152,6 +152,14 @@ func TestFashionMNISTPreset(t *testing.T) {
 			if acc < 0.6 {
 				t.Errorf("served accuracy %.4f, want ≥ 0.6", acc)
 			}
+			if c.id != "mnist_fast" {
+				// Batch prediction of the test images the evaluator saw
+				// gives the evaluator's accuracy.
+				acc := batchImageAccuracy(t, st, c.id+"_pred", res.Export, filepath.Join(dir, "t10k-images-idx3-ubyte.gz"), test.Labels, c.classes)
+				if acc != res.Metrics.Accuracy {
+					t.Errorf("batch prediction of the %d test images: accuracy %.4f, the evaluator's %.4f", len(test.Labels), acc, res.Metrics.Accuracy)
+				}
+			}
 			code, b := postJSON(t, url, `{"instances":[{"image":[0,1,2]}]}`)
 			if code != http.StatusBadRequest || !strings.Contains(string(b), "instances[0].image") {
 				t.Errorf("short image: %d %s, want 400 naming instances[0].image", code, b)
@@ -186,6 +194,17 @@ func TestFashionMNISTPresetFullRun(t *testing.T) {
 	}
 	if res.Metrics.Accuracy < 0.865 {
 		t.Fatalf("test accuracy %.4f after 5 epochs, want ≥ 0.865", res.Metrics.Accuracy)
+	}
+	// Batch prediction of the 10,000 test images gives the evaluator's
+	// accuracy.
+	test, err := idx.ReadSplit(fashionDir, "t10k", "dataset-fashion-mnist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := batchImageAccuracy(t, st, "fmnist_1_pred", res.Export, filepath.Join(fashionDir, "t10k-images-idx3-ubyte.gz"), test.Labels, preprocess.FashionMNISTClasses)
+	t.Logf("batch prediction of the test set: accuracy %.4f", acc)
+	if acc != res.Metrics.Accuracy {
+		t.Errorf("batch prediction of the 10,000 test images: accuracy %.4f, the evaluator's %.4f", acc, res.Metrics.Accuracy)
 	}
 }
 

@@ -71,6 +71,7 @@ const jobsUsage = `usage: trainflow jobs COMMAND [flags]
 
 commands:
   submit training JOB_ID   submit a training job (--config config.yaml: Cloud ML Engine trainingInput or a JobSpec)
+  submit prediction JOB_ID submit a batch prediction job (--model-dir DIR | --model NAME [--version V] --input-paths GLOB... --output-path DIR --data-format CSV|JSONL|IDX)
   list                     list jobs (--filter state=RUNNING,model=census)
   describe JOB_ID          state, phase, steps, metrics, export, errors, pending retries
   stream-logs JOB_ID       follow the job's events until it ends
@@ -85,8 +86,11 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch args[0] {
 	case "submit":
+		if len(args) >= 2 && args[1] == "prediction" {
+			return runSubmitPrediction(ctx, args[2:], stdout, stderr)
+		}
 		if len(args) < 2 || args[1] != "training" {
-			return usageError{errors.New("want: jobs submit training JOB_ID")}
+			return usageError{errors.New("want: jobs submit training|prediction JOB_ID")}
 		}
 		return runSubmit(ctx, args[2:], stdout, stderr)
 	case "list":
@@ -401,6 +405,10 @@ type jobDescription struct {
 	Result   *workflows.JobResult `json:"result,omitempty"`
 	Error    string               `json:"error,omitempty"`
 	Pending  []pendingActivity    `json:"pending_activities,omitempty"`
+	// Batch and BatchResult are a batch prediction job's progress and
+	// result (instead of Progress and Result).
+	Batch       *workflows.BatchPredictionProgress `json:"batch_progress,omitempty"`
+	BatchResult *workflows.BatchPredictionResult   `json:"batch_result,omitempty"`
 }
 
 func describeJob(ctx context.Context, cl client.Client, namespace, id string) (*jobDescription, error) {
@@ -426,6 +434,9 @@ func describeJob(ctx context.Context, cl client.Client, namespace, id string) (*
 			p.LastFailure = f.Message
 		}
 		out.Pending = append(out.Pending, p)
+	}
+	if info.Type.GetName() == workflows.BatchPredictionJobName {
+		return describeBatch(ctx, cl, out, info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
 	}
 	if info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -481,6 +492,7 @@ func runJobsDescribe(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stdout, "steps:    %d\nmetrics:  accuracy %.4f  auc %.4f  log_loss %.4f on %d examples\nexport:   %s\nmodel:    %s version %d\n",
 			r.GlobalStep, r.Metrics.Accuracy, r.Metrics.AUC, r.Metrics.LogLoss, r.Metrics.Examples, r.Export, r.Model, r.Version)
 	}
+	writeBatch(stdout, d)
 	for _, p := range d.Pending {
 		fmt.Fprintf(stdout, "pending:  %s %s attempt %d", p.Activity, p.State, p.Attempt)
 		if p.LastFailure != "" {

@@ -32,6 +32,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/serving/batchjob"
 )
 
 func main() {
@@ -51,6 +52,7 @@ commands:
   models      list and describe served models
   datagen     write census-like CSV rows
   preprocess  run a preprocessing pipeline (started by the preprocess activity)
+  batch-predict  run a batch prediction pipeline (started by the BatchPredict activity)
 
 Run 'trainflow COMMAND -h' for the flags of a command.
 `
@@ -101,6 +103,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runDatagen(rest, stdout, stderr)
 	case "preprocess":
 		return preprocess.ChildMain(ctx, rest, stderr)
+	case "batch-predict":
+		return batchjob.ChildMain(ctx, rest, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

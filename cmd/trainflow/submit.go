@@ -31,21 +31,27 @@ func startJob(ctx context.Context, c client.Client, spec workflows.JobSpec) (cli
 	if t := d.Tuning; t != nil {
 		wf, summary = workflows.HyperparameterTuningJobName, fmt.Sprintf("tuning model %s (%s): %s, %d trials", d.ModelName, d.Model.Type, t.Algorithm, t.MaxTrials)
 	}
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                                       spec.JobID,
-		TaskQueue:                                workflows.TaskQueue,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            summary,
-		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(d.ModelName)),
+	return startUnique(ctx, c, spec.JobID, client.StartWorkflowOptions{
+		StaticSummary:         summary,
+		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(d.ModelName)),
 	}, wf, spec)
+}
+
+// startUnique starts workflow wf with ID id (and opts' summary and search
+// attributes) on trainflow's task queue. An ID used before, by a running or
+// a finished job, is refused by the server before any run is created.
+func startUnique(ctx context.Context, c client.Client, id string, opts client.StartWorkflowOptions, wf string, arg any) (client.WorkflowRun, error) {
+	opts.ID, opts.TaskQueue = id, workflows.TaskQueue
+	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
+	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
+	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
+	run, err := c.ExecuteWorkflow(ctx, opts, wf, arg)
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &exists) {
-		return nil, fmt.Errorf("job %s already exists (job IDs are unique; pick another): %w", spec.JobID, err)
+		return nil, fmt.Errorf("job %s already exists (job IDs are unique; pick another): %w", id, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("start job %s: %w", spec.JobID, err)
+		return nil, fmt.Errorf("start job %s: %w", id, err)
 	}
 	return run, nil
 }

@@ -1,0 +1,298 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/trainflow/trainflow/internal/atomicfile"
+	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/serving/batchjob"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// BatchManifest is the file prediction.manifest.json of a batch
+// prediction's output directory, written after every shard: readers trust
+// the shards it lists.
+type BatchManifest struct {
+	JobID       string           `json:"job_id"`
+	Bundle      string           `json:"bundle"`
+	Model       string           `json:"model,omitempty"`
+	Version     int64            `json:"version,omitempty"`
+	Format      string           `json:"data_format"`
+	Shards      int              `json:"shards"`
+	Predictions int64            `json:"predictions"`
+	Errors      int64            `json:"errors"`
+	Reasons     map[string]int64 `json:"error_reasons,omitempty"`
+	Files       []string         `json:"files"`
+	Failure     string           `json:"failure,omitempty"`
+}
+
+// BatchManifestFile is the manifest's name in the output directory, and
+// batchWorkDir the directory there (local outputs) holding the run's
+// request, plan, shard counts and child log.
+const (
+	BatchManifestFile = "prediction.manifest.json"
+	batchWorkDir      = "_work"
+)
+
+// BatchPredict runs the batch prediction pipeline (serving/batchjob) in a
+// child process, heartbeating while it runs and signalling its progress
+// to the workflow. A retried attempt keeps the shards an earlier one
+// committed and redoes the others; the manifest is written last.
+func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredictInput) (workflows.BatchPredictionResult, error) {
+	spec := in.Spec
+	res := workflows.BatchPredictionResult{JobID: spec.JobID, Model: spec.Model}
+	refuse := func(err error) error { return nonRetryable(workflows.ErrTypeInvalidSpec, err) }
+	if err := spec.Validate(); err != nil {
+		return res, refuse(err)
+	}
+	if err := a.checkBeamArgs(spec.BeamFlags()); err != nil {
+		return res, err
+	}
+	out, err := a.locate("output_path", spec.OutputPath, true)
+	if err != nil {
+		return res, err
+	}
+	if other, err := enclosingJob(ctx, out); err != nil {
+		return res, err
+	} else if other != "" {
+		return res, refuse(fmt.Errorf("%w: output_path %q lies inside the job directory %s of another job", workflows.ErrInvalidSpec, spec.OutputPath, other))
+	}
+	jd, err := a.openJobDir(ctx, out)
+	if err != nil {
+		return res, err
+	}
+	defer jd.Close()
+	if err := jd.claim(ctx, claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
+		return res, err
+	}
+	res.OutputPath = jd.uri
+	hb := keepAlive(ctx)
+	defer hb.Stop()
+
+	req := batchjob.Request{Format: spec.DataFormat, BlockBytes: spec.ShardBytes, BlockImages: spec.ShardImages, OutDir: jd.dir, WorkDir: filepath.Join(jd.dir, batchWorkDir)}
+	if jd.remote {
+		req.OutDir, req.WorkDir = filepath.Join(jd.dir, "out"), filepath.Join(jd.dir, "work")
+	}
+	if req.Bundle, res.Version, err = a.batchBundle(ctx, spec, filepath.Join(jd.dir, "bundle")); err != nil {
+		return res, err
+	}
+	res.Bundle = req.Bundle
+	if req.Inputs, err = a.batchInputs(ctx, spec.InputPaths, filepath.Join(jd.dir, "inputs")); err != nil {
+		return res, err
+	}
+	if err := os.MkdirAll(filepath.Join(req.WorkDir, "preprocess"), 0o755); err != nil {
+		return res, err
+	}
+	rb, _ := json.Marshal(req)
+	reqPath := filepath.Join(req.WorkDir, "request.json")
+	if err := atomicfile.Write(reqPath, rb); err != nil {
+		return res, err
+	}
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		a.watchBatch(watchCtx, req.WorkDir)
+	}()
+	err = a.runChild(ctx, req.WorkDir, append(append([]string{"batch-predict", reqPath}, spec.BeamFlags()...), a.BeamArgs...))
+	stopWatch()
+	<-watched
+	if err != nil {
+		return res, err
+	}
+	sum, err := batchjob.Summarize(req.WorkDir)
+	if err != nil {
+		return res, err
+	}
+	if sum.ShardsDone != sum.Shards {
+		return res, fmt.Errorf("batch prediction: %d of %d shards committed", sum.ShardsDone, sum.Shards)
+	}
+	res.Predictions, res.Errors, res.Shards, res.ErrorReasons = sum.Predictions, sum.Errors, sum.Shards, sum.Reasons
+	m := BatchManifest{JobID: spec.JobID, Bundle: req.Bundle, Model: spec.Model, Version: res.Version, Format: spec.DataFormat,
+		Shards: sum.Shards, Predictions: sum.Predictions, Errors: sum.Errors, Reasons: sum.Reasons, Files: batchjob.ShardFiles(sum.Shards)}
+	var failure error
+	if total := sum.Predictions + sum.Errors; sum.Errors > 0 && float64(sum.Errors) > *spec.MaxBadFraction*float64(total) {
+		failure = fmt.Errorf("%d of %d rows could not be predicted, more than max_bad_fraction %v: see the prediction.errors_stats-* files in %s", sum.Errors, total, *spec.MaxBadFraction, jd.uri)
+		m.Failure = failure.Error()
+	}
+	if jd.remote {
+		if err := upload(ctx, jd.st, req.OutDir, "", m.Files); err != nil {
+			return res, err
+		}
+	}
+	mb, _ := json.MarshalIndent(m, "", "  ")
+	if err := jd.st.Write(ctx, BatchManifestFile, mb); err != nil {
+		return res, err
+	}
+	if failure != nil {
+		return res, nonRetryable(workflows.ErrTypeBadData, failure)
+	}
+	return res, nil
+}
+
+// watchBatch signals the workflow the counts of the shards committed so
+// far whenever they change, at most every two seconds, until ctx ends.
+func (a *Activities) watchBatch(ctx context.Context, workDir string) {
+	if a.Client == nil {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var last workflows.BatchProgress
+	var sent time.Time
+	id := activity.GetInfo(ctx).WorkflowExecution.ID
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sum, err := batchjob.Summarize(workDir)
+		if err != nil {
+			continue // no plan yet
+		}
+		bp := workflows.BatchProgress{Rows: sum.Predictions + sum.Errors, Predictions: sum.Predictions, Errors: sum.Errors, Shards: sum.Shards, ShardsDone: sum.ShardsDone}
+		if bp == last || time.Since(sent) < 2*time.Second {
+			continue
+		}
+		if err := a.Client.SignalWorkflow(ctx, id, "", workflows.BatchProgressSignal, bp); err == nil {
+			last, sent = bp, time.Now()
+		}
+	}
+}
+
+// batchBundle returns the local directory of the spec's bundle (staged
+// into stage when it is in object storage) and its version (0 for a
+// model_dir).
+func (a *Activities) batchBundle(ctx context.Context, spec workflows.PredictionSpec, stage string) (string, int64, error) {
+	refuse := func(format string, v ...any) error {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s", workflows.ErrInvalidSpec, fmt.Sprintf(format, v...)))
+	}
+	if spec.Model != "" {
+		if a.Models == nil {
+			return "", 0, refuse("model %q: this worker reads --model from a local model repository only; give model_dir (a bundle directory or URI) instead", spec.Model)
+		}
+		v := spec.Version
+		if v == 0 {
+			d, err := a.Models.Default(spec.Model)
+			if err != nil {
+				return "", 0, refuse("model %q: %v", spec.Model, err)
+			}
+			v = d
+		}
+		dir := a.Models.Dir(spec.Model, v)
+		if _, err := os.Stat(filepath.Join(dir, "metadata.json")); err != nil {
+			return "", 0, refuse("model %q version %d is not in this worker's model repository", spec.Model, v)
+		}
+		return dir, v, nil
+	}
+	loc, err := a.locate("model_dir", spec.ModelDir, false)
+	if err != nil {
+		return "", 0, err
+	}
+	if !isURI(loc) {
+		if _, err := os.Stat(filepath.Join(loc, "metadata.json")); err != nil {
+			return "", 0, refuse("model_dir %q is not an export bundle (no metadata.json)", spec.ModelDir)
+		}
+		return loc, 0, nil
+	}
+	st, err := storage.Open(ctx, loc)
+	if err != nil {
+		return "", 0, refuse("model_dir %q: %v", spec.ModelDir, err)
+	}
+	defer st.Close()
+	keys, err := st.List(ctx, "")
+	if err != nil {
+		return "", 0, err
+	}
+	if len(keys) == 0 {
+		return "", 0, refuse("model_dir %q holds no bundle", spec.ModelDir)
+	}
+	if err := os.RemoveAll(stage); err != nil {
+		return "", 0, err
+	}
+	for _, k := range keys {
+		if err := download(ctx, st, k, filepath.Join(stage, filepath.FromSlash(k))); err != nil {
+			return "", 0, err
+		}
+	}
+	return stage, 0, nil
+}
+
+// batchInputs expands the spec's input paths (files or globs) into the
+// files to read, each inside the roots; inputs in object storage are
+// staged into stage.
+func (a *Activities) batchInputs(ctx context.Context, patterns []string, stage string) ([]batchjob.Input, error) {
+	var out []batchjob.Input
+	for i, p := range patterns {
+		field := fmt.Sprintf("input_paths[%d]", i)
+		loc, err := a.locateData(field, p)
+		if err != nil {
+			return nil, err
+		}
+		var matches []batchjob.Input
+		if !isURI(loc) {
+			files, err := filepath.Glob(loc)
+			if err != nil {
+				return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %v", workflows.ErrInvalidSpec, field, p, err))
+			}
+			for _, f := range files {
+				// A match (a symbolic link, say) must lie inside the roots too.
+				lf, err := a.locateData(field, f)
+				if err != nil {
+					return nil, err
+				}
+				if st, err := os.Stat(lf); err == nil && st.Mode().IsRegular() {
+					matches = append(matches, batchjob.Input{Path: lf, Name: f})
+				}
+			}
+		} else {
+			u, err := url.Parse(loc)
+			if err != nil {
+				return nil, err
+			}
+			dir, pat := path.Split(u.Path)
+			u.Path = dir
+			st, err := storage.Open(ctx, u.String())
+			if err != nil {
+				return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %v", workflows.ErrInvalidSpec, field, p, err))
+			}
+			keys, err := st.List(ctx, "")
+			if err != nil {
+				st.Close()
+				return nil, err
+			}
+			shown, _, _ := strings.Cut(loc, "?")
+			shownDir := strings.TrimSuffix(shown, pat)
+			for _, k := range keys {
+				if ok, _ := path.Match(pat, k); !ok || strings.Contains(k, "/") {
+					continue
+				}
+				local := filepath.Join(stage, fmt.Sprintf("%d", len(out)+len(matches)), k)
+				if err := download(ctx, st, k, local); err != nil {
+					st.Close()
+					return nil, err
+				}
+				matches = append(matches, batchjob.Input{Path: local, Name: shownDir + k})
+			}
+			st.Close()
+		}
+		if len(matches) == 0 {
+			return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q matches no file", workflows.ErrInvalidSpec, field, p))
+		}
+		out = append(out, matches...)
+	}
+	return out, nil
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// startBatchJob starts BatchPredictionJob for spec with workflow ID = job
+// ID, refusing an ID used before.
+func startBatchJob(ctx context.Context, c client.Client, spec workflows.PredictionSpec) (client.WorkflowRun, error) {
+	if err := spec.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	return startUnique(ctx, c, spec.JobID, client.StartWorkflowOptions{
+		StaticSummary: fmt.Sprintf("batch prediction (%s) into %s", spec.DataFormat, spec.OutputPath),
+	}, workflows.BatchPredictionJobName, spec)
+}
+
+// runSubmitPrediction is `jobs submit prediction JOB_ID --model-dir DIR |
+// --model NAME [--version V] --input-paths GLOB... --output-path URI
+// --data-format CSV|JSONL|IDX [--max-worker-count N]`.
+func runSubmitPrediction(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("jobs submit prediction", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: trainflow jobs submit prediction [flags] JOB_ID")
+		fs.PrintDefaults()
+	}
+	var c conn
+	c.register(fs)
+	var spec workflows.PredictionSpec
+	var inputs listFlag
+	fs.StringVar(&spec.ModelDir, "model-dir", "", "export bundle directory (path or storage URI) to predict with")
+	fs.StringVar(&spec.Model, "model", "", "model of the worker's model repository to predict with (instead of --model-dir)")
+	fs.Int64Var(&spec.Version, "version", 0, "version of --model (default: its default version)")
+	fs.Var(&inputs, "input-paths", "input files or globs, comma-separated or repeated")
+	fs.StringVar(&spec.OutputPath, "output-path", "", "directory (path or storage URI) the results go to")
+	fs.StringVar(&spec.DataFormat, "data-format", "", "CSV, JSONL or IDX")
+	fs.IntVar(&spec.MaxWorkerCount, "max-worker-count", 0, "bound on the pipeline's parallelism (0: the runner's choice)")
+	maxBad := fs.Float64("max-bad-fraction", -1, "fail the job when more than this fraction of rows cannot be predicted (default 0.01)")
+	hb := fs.Int("heartbeat-timeout-secs", 0, "how long a dead worker goes unnoticed (default 30)")
+	wait := fs.Bool("wait", false, "wait for the job and print its result")
+	id, err := oneJobID(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	spec.JobID, spec.InputPaths, spec.HeartbeatTimeoutSecs = id, inputs, *hb
+	if *maxBad >= 0 {
+		spec.MaxBadFraction = maxBad
+	}
+	abs := func(p *string) error {
+		if *p == "" || isURI(*p) {
+			return nil
+		}
+		a, err := filepath.Abs(*p)
+		*p = a
+		return err
+	}
+	for _, p := range append([]*string{&spec.ModelDir, &spec.OutputPath}, ptrs(spec.InputPaths)...) {
+		if err := abs(p); err != nil {
+			return usageError{err}
+		}
+	}
+	if err := spec.WithDefaults().Validate(); err != nil {
+		return usageError{err}
+	}
+	cl, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	run, err := startBatchJob(ctx, cl, spec)
+	if err != nil {
+		return err
+	}
+	if !*wait {
+		if c.output == "json" {
+			return writeJSON(stdout, map[string]string{"job_id": run.GetID(), "run_id": run.GetRunID()})
+		}
+		fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
+		return nil
+	}
+	var res workflows.BatchPredictionResult
+	if err := run.Get(ctx, &res); err != nil {
+		return fmt.Errorf("job %s failed: %w", run.GetID(), err)
+	}
+	if c.output == "json" {
+		return writeJSON(stdout, res)
+	}
+	fmt.Fprintf(stdout, "job %s succeeded: %d predictions, %d errors, %d shards in %s\n", res.JobID, res.Predictions, res.Errors, res.Shards, res.OutputPath)
+	return nil
+}
+
+func ptrs(s []string) []*string {
+	out := make([]*string, len(s))
+	for i := range s {
+		out[i] = &s[i]
+	}
+	return out
+}
+
+// describeBatch fills out with a batch prediction job's progress (running)
+// or result.
+func describeBatch(ctx context.Context, cl client.Client, out *jobDescription, running bool) (*jobDescription, error) {
+	if running {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if v, err := cl.QueryWorkflow(qctx, out.JobID, out.RunID, workflows.ProgressQuery); err == nil {
+			var p workflows.BatchPredictionProgress
+			if v.Get(&p) == nil {
+				out.Batch = &p
+			}
+		}
+		return out, nil
+	}
+	var res workflows.BatchPredictionResult
+	if err := cl.GetWorkflow(ctx, out.JobID, out.RunID).Get(ctx, &res); err != nil {
+		out.Error = err.Error()
+	} else {
+		out.BatchResult = &res
+	}
+	return out, nil
+}
+
+// writeBatch prints a batch prediction job's progress or result.
+func writeBatch(w io.Writer, d *jobDescription) {
+	if p := d.Batch; p != nil {
+		fmt.Fprintf(w, "rows:     %d (%d predictions, %d errors), %d of %d shards committed\n", p.Rows, p.Predictions, p.Errors, p.ShardsDone, p.Shards)
+	}
+	if r := d.BatchResult; r != nil {
+		fmt.Fprintf(w, "rows:     %d predictions, %d errors in %d shards\noutput:   %s\nbundle:   %s\n", r.Predictions, r.Errors, r.Shards, r.OutputPath, r.Bundle)
+	}
+}
