@@ -12,11 +12,6 @@ import (
 // and the file offset of its first byte.
 func ReadBlock(b Block) (string, int64, error) { return readBlock(b) }
 
-// DefaultWorkerBinary sets Beam's --worker_binary to this executable when
-// the runner named by the flags will stage a worker binary and none was
-// given (see ChildMain).
-func DefaultWorkerBinary() error { return defaultWorkerBinary() }
-
 // CSVPredictionParser parses CSV rows to predict: the schema's columns in
 // order, either all of them or all but the label. The label's value, if
 // present, is not used (dst keeps a zero Value there), so an empty or
