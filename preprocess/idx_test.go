@@ -1,56 +1,22 @@
 package preprocess
 
 import (
-	"bytes"
-	"compress/gzip"
-	"encoding/binary"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trainflow/trainflow/internal/datagen"
 )
 
-// writeIDX writes an IDX file of unsigned bytes with the given
-// dimensions, gzip-compressed if the name ends in .gz.
-func writeIDX(t *testing.T, name string, dims []int, data []byte) {
+// writeImages writes n 2×2 images and their labels (see
+// datagen.ToyImages: label 7 for every 10th image, beyond a 3-class vocab).
+func writeImages(t *testing.T, dir, split string, n int) (images, labels string) {
 	t.Helper()
-	var b bytes.Buffer
-	b.Write([]byte{0, 0, 8, byte(len(dims))})
-	for _, d := range dims {
-		binary.Write(&b, binary.BigEndian, uint32(d))
-	}
-	b.Write(data)
-	out := b.Bytes()
-	if strings.HasSuffix(name, ".gz") {
-		var z bytes.Buffer
-		w := gzip.NewWriter(&z)
-		w.Write(out)
-		w.Close()
-		out = z.Bytes()
-	}
-	if err := os.WriteFile(name, out, 0o644); err != nil {
+	images, labels, err := datagen.ToyImages(dir, split, n)
+	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// writeImages writes n 2×2 images whose pixels encode their label, and
-// their labels (label 7 for every 10th image: beyond a 3-class vocab).
-func writeImages(t *testing.T, dir, split string, n int) (images, labels string) {
-	images = filepath.Join(dir, split+"-images-idx3-ubyte.gz")
-	labels = filepath.Join(dir, split+"-labels-idx1-ubyte")
-	px := make([]byte, 0, 4*n)
-	lb := make([]byte, n)
-	for i := range n {
-		l := byte(i % 3)
-		if i%10 == 9 {
-			l = 7
-		}
-		lb[i] = l
-		px = append(px, 255*(l&1), 255*(l>>1&1), byte(i), 0)
-	}
-	writeIDX(t, images, []int{n, 2, 2}, px)
-	writeIDX(t, labels, []int{n}, lb)
 	return images, labels
 }
 

@@ -315,17 +315,9 @@ func TestScanBlockCoversEveryLineOnce(t *testing.T) {
 func writeCensus(t *testing.T, rows int) *Request {
 	t.Helper()
 	dir := t.TempDir()
-	train, eval := filepath.Join(dir, "train.csv"), filepath.Join(dir, "eval.csv")
-	for _, f := range []struct {
-		path string
-		seed uint64
-		test bool
-	}{{train, 1, false}, {eval, 2, true}} {
-		var buf bytes.Buffer
-		if err := datagen.Census(&buf, rows, f.seed, f.test); err != nil {
-			t.Fatal(err)
-		}
-		os.WriteFile(f.path, buf.Bytes(), 0o644)
+	train, eval, err := datagen.CensusFiles(dir, rows)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return &Request{Schema: CensusSchema(), Train: []string{train}, Eval: []string{eval},
 		OutDir: filepath.Join(dir, "job"), TrainShards: 4, EvalShards: 2, Seed: 7, MaxBadFraction: 0.01}

@@ -2,9 +2,7 @@ package beampipe
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -28,66 +26,17 @@ func TestMain(m *testing.M) {
 	ptest.Main(m)
 }
 
-// writeCensus writes generated train and eval files and returns a request.
+// writeCensus writes generated train and eval files and returns a
+// request for them with the wide census schema.
 func writeCensus(t *testing.T, rows int) *preprocess.Request {
 	t.Helper()
 	dir := t.TempDir()
-	train, eval := filepath.Join(dir, "train.csv"), filepath.Join(dir, "eval.csv")
-	for _, f := range []struct {
-		path string
-		seed uint64
-		test bool
-	}{{train, 1, false}, {eval, 2, true}} {
-		var buf bytes.Buffer
-		if err := datagen.Census(&buf, rows, f.seed, f.test); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(f.path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	train, eval, err := datagen.CensusFiles(dir, rows)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return &preprocess.Request{Schema: preprocess.CensusWideSchema(), Train: []string{train}, Eval: []string{eval},
 		OutDir: filepath.Join(dir, "job"), TrainShards: 4, EvalShards: 2, Seed: 7, MaxBadFraction: 0.01}
-}
-
-// writeImages writes n 2×2 images (gzip IDX) whose pixels encode their
-// label, and their labels (plain IDX; label 7 for every 10th image).
-func writeImages(t *testing.T, dir, split string, n int) (images, labels string) {
-	t.Helper()
-	write := func(name string, dims []int, data []byte, gz bool) {
-		var b bytes.Buffer
-		b.Write([]byte{0, 0, 8, byte(len(dims))})
-		for _, d := range dims {
-			binary.Write(&b, binary.BigEndian, uint32(d))
-		}
-		b.Write(data)
-		out := b.Bytes()
-		if gz {
-			var z bytes.Buffer
-			w := gzip.NewWriter(&z)
-			w.Write(out)
-			w.Close()
-			out = z.Bytes()
-		}
-		if err := os.WriteFile(name, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	images = filepath.Join(dir, split+"-images-idx3-ubyte.gz")
-	labels = filepath.Join(dir, split+"-labels-idx1-ubyte")
-	px := make([]byte, 0, 4*n)
-	lb := make([]byte, n)
-	for i := range n {
-		l := byte(i % 3)
-		if i%10 == 9 {
-			l = 7
-		}
-		lb[i] = l
-		px = append(px, 255*(l&1), 255*(l>>1&1), byte(i), 0)
-	}
-	write(images, []int{n, 2, 2}, px, true)
-	write(labels, []int{n}, lb, false)
-	return images, labels
 }
 
 // local is what the plain loop computes for a request: the reference the
@@ -130,6 +79,22 @@ func runLocal(t *testing.T, r preprocess.Request) *local {
 		l.shards = append(l.shards, s)
 	}
 	return l
+}
+
+// sameShards checks that the job directory dir holds the plain loop's
+// shards, byte for byte.
+func (l *local) sameShards(t *testing.T, dir string) {
+	t.Helper()
+	for _, sh := range l.shards {
+		a, err := os.ReadFile(filepath.Join(dir, preprocess.DataDir, sh.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(filepath.Join(l.dir, preprocess.DataDir, sh.Name))
+		if !bytes.Equal(a, b) {
+			t.Errorf("shard %s differs between beam and the plain loop", sh.Name)
+		}
+	}
 }
 
 // fitHashFn fits a Transform from statistics in memory and emits its hash.
@@ -193,17 +158,10 @@ func TestTransform(t *testing.T) {
 	shards := Transform(s, r.OutDir, r.Seed, beam.CreateList(s, l.blocks), beam.Create(s, string(l.artifact)))
 	passert.EqualsList(s, shards, l.shards)
 	ptest.RunAndValidate(t, p)
+	l.sameShards(t, r.OutDir)
 	bad := int64(0)
 	for _, sh := range l.shards {
 		bad += sh.Bad[preprocess.ReasonColumnCount] + sh.Bad[preprocess.ReasonBadNumber]
-		a, err := os.ReadFile(filepath.Join(r.OutDir, preprocess.DataDir, sh.Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := os.ReadFile(filepath.Join(l.dir, preprocess.DataDir, sh.Name))
-		if !bytes.Equal(a, b) {
-			t.Errorf("shard %s differs between the stage and the plain loop", sh.Name)
-		}
 	}
 	if bad != 2 {
 		t.Errorf("%d bad rows in the results, want 2", bad)
@@ -263,8 +221,14 @@ func TestManifest(t *testing.T) {
 func TestPipelineMatchesLocal(t *testing.T) {
 	idxRequest := func(t *testing.T) *preprocess.Request {
 		dir := t.TempDir()
-		ti, tl := writeImages(t, dir, "train", 200)
-		ei, el := writeImages(t, dir, "t10k", 50)
+		ti, tl, err := datagen.ToyImages(dir, "train", 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ei, el, err := datagen.ToyImages(dir, "t10k", 50)
+		if err != nil {
+			t.Fatal(err)
+		}
 		s := preprocess.ImageSchema([]string{"zero", "one", "two"})
 		s.Columns[0].Length = 4
 		return &preprocess.Request{Schema: s, Train: []string{tl, ti}, Eval: []string{ei, el}, OutDir: filepath.Join(dir, "job"),
@@ -293,16 +257,7 @@ func TestPipelineMatchesLocal(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Fatalf("beam manifest\n%s\nlocal\n%s", got, want)
 			}
-			for _, sh := range l.shards {
-				a, err := os.ReadFile(filepath.Join(r.OutDir, preprocess.DataDir, sh.Name))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := os.ReadFile(filepath.Join(l.dir, preprocess.DataDir, sh.Name))
-				if !bytes.Equal(a, b) {
-					t.Errorf("shard %s differs between beam and local", sh.Name)
-				}
-			}
+			l.sameShards(t, r.OutDir)
 		})
 	}
 }

@@ -220,39 +220,27 @@ func (w *shardWriter) textBlock(b preprocess.Block) error {
 	}
 	s := &w.sv.Transform.Schema
 	csvp := s.CSVPredictionParser()
-	for pos, num := 0, b.FirstLine; pos < len(data); num++ {
-		end := strings.IndexByte(data[pos:], '\n')
-		next := len(data)
-		if end < 0 {
-			end = len(data)
-		} else {
-			end += pos
-			next = end + 1
-		}
-		line := strings.TrimRight(data[pos:end], "\r")
-		skip := strings.TrimSpace(line) == "" ||
-			(w.r.Format == batchjob.FormatCSV && s.Header && base+int64(pos) == 0) ||
-			(s.CommentPrefix != "" && strings.HasPrefix(line, s.CommentPrefix))
-		pos = next
-		if skip {
-			continue
-		}
+	csv := w.r.Format == batchjob.FormatCSV
+	err = s.DataLines(b, data, base, csv && s.Header, func(line string, num int64) error {
 		row := w.bat.Row(len(w.keys))
-		if w.r.Format == batchjob.FormatCSV {
+		var err error
+		if csv {
 			err = csvp.Parse(row, line)
 		} else {
 			err = parseJSONInstance(s, row, line)
 		}
 		if err != nil {
 			w.reject(num, err)
-			continue
+			return nil
 		}
 		w.keys = append(w.keys, num)
 		if len(w.keys) == w.batch {
-			if err := w.flush(); err != nil {
-				return err
-			}
+			return w.flush()
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return w.flush()
 }
