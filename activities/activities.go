@@ -285,7 +285,7 @@ func (j *jobDir) claim(ctx context.Context, c claim) error {
 }
 
 // Preprocess runs the Beam pipeline in a child process (see
-// preprocess.ChildMain), heartbeating while it runs. Cancelling the
+// beampipe.ChildMain), heartbeating while it runs. Cancelling the
 // activity kills the child. A completed earlier run with the same request
 // is reused. With the job directory in object storage, inputs there are
 // staged into a local work directory first, the child writes into it, and

@@ -19,6 +19,7 @@ import (
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/preprocess/beampipe"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -26,7 +27,7 @@ import (
 // TestMain lets the test binary be the preprocess child process.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "preprocess" {
-		os.Exit(preprocess.ChildMain(context.Background(), os.Args[2:], os.Stderr))
+		os.Exit(beampipe.ChildMain(context.Background(), os.Args[2:], os.Stderr))
 	}
 	os.Exit(m.Run())
 }

@@ -45,7 +45,7 @@ const (
 	batchWorkDir      = "_work"
 )
 
-// BatchPredict runs the batch prediction pipeline (serving/batchjob) in a
+// BatchPredict runs the batch prediction pipeline (serving/batchjob/batchbeam) in a
 // child process, heartbeating while it runs and signalling its progress
 // to the workflow. A retried attempt keeps the shards an earlier one
 // committed and redoes the others; the manifest is written last.

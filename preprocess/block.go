@@ -181,7 +181,21 @@ type lineRef struct {
 // skipped. Lines end in "\n" or "\r\n".
 func (s *Schema) dataLines(b Block, data string, base int64) []lineRef {
 	refs := make([]lineRef, 0, len(data)/64)
-	for pos, num := 0, uint32(0); pos < len(data); num++ {
+	eachLine(data, base, s.Header && s.format() == FormatCSV, s.CommentPrefix, func(start, end int, num int64) error {
+		refs = append(refs, lineRef{start: uint32(start), end: uint32(end), num: uint32(num)})
+		return nil
+	})
+	return refs
+}
+
+// eachLine calls fn with the byte range [start, end) of every data line of
+// data, a block whose first byte is at offset base of its file, and the
+// line's number relative to the block's first line: blank lines, lines
+// starting with commentPrefix (if not "") and, with header, the file's
+// first line are skipped. A line ends in "\n" or "\r\n" (excluded from the
+// range). It returns fn's first error.
+func eachLine(data string, base int64, header bool, commentPrefix string, fn func(start, end int, num int64) error) error {
+	for pos, num := 0, int64(0); pos < len(data); num++ {
 		end := strings.IndexByte(data[pos:], '\n')
 		next := len(data)
 		if end < 0 {
@@ -192,14 +206,16 @@ func (s *Schema) dataLines(b Block, data string, base int64) []lineRef {
 		}
 		line := strings.TrimRight(data[pos:end], "\r")
 		skip := strings.TrimSpace(line) == "" ||
-			(s.Header && s.format() == FormatCSV && base+int64(pos) == 0) ||
-			(s.CommentPrefix != "" && strings.HasPrefix(line, s.CommentPrefix))
+			(header && base+int64(pos) == 0) ||
+			(commentPrefix != "" && strings.HasPrefix(line, commentPrefix))
 		if !skip {
-			refs = append(refs, lineRef{start: uint32(pos), end: uint32(pos + len(line)), num: num})
+			if err := fn(pos, pos+len(line), num); err != nil {
+				return err
+			}
 		}
 		pos = next
 	}
-	return refs
+	return nil
 }
 
 // ScanBlock calls fn for every data line of b (header, comment and blank

@@ -4,14 +4,19 @@
 // computes statistics over the training data (mean and standard deviation of
 // numeric columns, vocabularies of categorical ones) and fits a Transform: a
 // versioned JSON artifact with a content hash. Transform.Apply is the one and
-// only place feature math lives. The Beam pipeline (pipeline.go) calls it on
-// every training and evaluation row, and the prediction server calls it on
-// every JSON instance, so training and serving cannot compute features
-// differently.
+// only place feature math lives. The Beam pipeline (package
+// preprocess/beampipe) calls it on every training and evaluation row, and
+// the prediction server calls it on every JSON instance, so training and
+// serving cannot compute features differently.
 //
-// The pipeline runs in a child process of the preprocess activity (see
-// ChildMain): Beam's in-process runner can panic its host process, and two
-// in-process runs race on global state.
+// This package does not import Beam: workflows, the prediction server and
+// the activities link it without the Beam SDK. Its Request is the unit of
+// work of the pipeline; the stages' bodies (Schema.AnalyzeBlock,
+// Request.WriteTransform, TransformBlock, Request.WriteManifest) live here
+// and RunLocal runs them in a plain loop. The pipeline runs in a child
+// process of the preprocess activity (see beampipe.ChildMain and the exit
+// codes in child.go): Beam's in-process runner can panic its host process,
+// and two in-process runs race on global state.
 //
 // Column treatments (see Column and Transform.Apply): z-score, min-max
 // scaling, quantile buckets (quantiles from a deterministic bottom-k sample,

@@ -3,7 +3,6 @@ package preprocess
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -291,34 +290,4 @@ func keys[V any](m map[int]V) []int {
 		out = append(out, k)
 	}
 	return out
-}
-
-// TestChildRejectsTooManyBadRows runs ChildMain (the Beam pipeline, in
-// process) over data above the bad-row threshold: exit ExitRejected with
-// the counts on stderr, and a manifest recording the failure.
-func TestChildRejectsTooManyBadRows(t *testing.T) {
-	r := writeCensus(t, 200)
-	f, _ := os.OpenFile(r.Eval[0], os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString("1,2,3\n4,5,6\nx, Private, 1, HS-grad, 9, Divorced, Sales, Unmarried, White, Male, 0, 0, 40, Cuba, <=50K.\n")
-	f.Close()
-	req := filepath.Join(t.TempDir(), "req.json")
-	os.WriteFile(req, must(json.Marshal(r)), 0o644)
-	var stderr bytes.Buffer
-	if code := ChildMain(context.Background(), []string{req}, &stderr); code != ExitRejected {
-		t.Fatalf("exit %d (%s), want %d", code, stderr.String(), ExitRejected)
-	}
-	if !strings.Contains(stderr.String(), "3 of 203 eval rows rejected") {
-		t.Errorf("stderr %q, want the counts", stderr.String())
-	}
-	m, err := ReadManifest(r.OutDir)
-	if err != nil || m.Failure == "" || m.Bad[ReasonColumnCount] != 2 || m.Bad[ReasonBadNumber] != 1 {
-		t.Fatalf("manifest %+v, %v: want a failure with 2 column_count and 1 bad_number", m, err)
-	}
-	lines := map[int64]bool{}
-	for _, ex := range m.BadExamples {
-		lines[ex.Line] = true
-	}
-	if len(lines) != 3 || !lines[202] || !lines[203] || !lines[204] {
-		t.Errorf("bad examples %+v, want lines 202-204 (comment line + 200 rows first)", m.BadExamples)
-	}
 }

@@ -1,7 +1,6 @@
 package preprocess
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -44,14 +43,16 @@ func instance(s *Schema, fields []string) map[string]json.RawMessage {
 }
 
 // TestParityBeamVsServing is the parity gate: every row of the evaluation
-// data goes through the Beam pipeline (CSV, analyze, transform, shard) and
-// through the serving path (JSON instance → ParseInstance → Apply), and the
-// feature vectors must be bit-identical.
+// data goes through the training path (CSV, analyze, transform, shard; here
+// RunLocal, whose shards the Beam pipeline reproduces byte for byte, see
+// preprocess/beampipe's TestPipelineMatchesLocal) and through the serving
+// path (JSON instance → ParseInstance → Apply), and the feature vectors
+// must be bit-identical.
 func TestParityBeamVsServing(t *testing.T) {
 	train, eval, real := censusFiles(t)
 	r := &Request{Schema: CensusWideSchema(), Train: []string{train}, Eval: []string{eval},
 		OutDir: filepath.Join(t.TempDir(), "job"), TrainShards: 3, EvalShards: 3, Seed: 9, MaxBadFraction: 0.01}
-	m, err := RunBeam(context.Background(), r)
+	m, err := RunLocal(r)
 	if err != nil {
 		t.Fatal(err)
 	}

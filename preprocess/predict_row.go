@@ -12,10 +12,16 @@ import (
 // and the file offset of its first byte.
 func ReadBlock(b Block) (string, int64, error) { return readBlock(b) }
 
-// DefaultWorkerBinary sets Beam's --worker_binary to this executable when
-// the runner named by the flags will stage a worker binary and none was
-// given (see ChildMain).
-func DefaultWorkerBinary() error { return defaultWorkerBinary() }
+// DataLines calls fn for every data line of the block b, read by ReadBlock
+// as data starting at file offset base, with the line (without its line
+// end) and its number in the file (counted from b.FirstLine). Blank lines,
+// comment lines (s.CommentPrefix) and, with header, the file's first line
+// are skipped. It returns fn's first error.
+func (s *Schema) DataLines(b Block, data string, base int64, header bool, fn func(line string, num int64) error) error {
+	return eachLine(data, base, header, s.CommentPrefix, func(start, end int, num int64) error {
+		return fn(data[start:end], b.FirstLine+num)
+	})
+}
 
 // CSVPredictionParser parses CSV rows to predict: the schema's columns in
 // order, either all of them or all but the label. The label's value, if

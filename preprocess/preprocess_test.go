@@ -2,7 +2,6 @@ package preprocess
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -12,20 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/trainflow/trainflow/internal/datagen"
 )
-
-func init() {
-	register.Function1x1(statsRows)
-}
-
-func TestMain(m *testing.M) {
-	ptest.Main(m)
-}
 
 func str(s string) *string { return &s }
 
@@ -266,25 +253,6 @@ func TestFitIndependentOfBlockPlan(t *testing.T) {
 	}
 }
 
-// TestAnalyzePassert checks the analyze stage on the in-process runner:
-// per-block statistics combined into one count of rows.
-func TestAnalyzePassert(t *testing.T) {
-	r := writeCensus(t, 1000)
-	blocks, err := PlanBlocks(SplitTrain, r.Train, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, s := beam.NewPipelineWithRoot()
-	partial := beam.ParDo(s, &analyzeFn{Schema: r.Schema}, beam.CreateList(s, blocks))
-	merged := beam.Combine(s, mergeStats, partial)
-	rows := beam.ParDo(s, statsRows, merged)
-	passert.Equals(s, rows, int64(1000))
-	passert.Count(s, partial, "partials", 5)
-	ptest.RunAndValidate(t, p)
-}
-
-func statsRows(st Stats) int64 { return st.Rows }
-
 func TestShardRoundTrip(t *testing.T) {
 	ex := &Examples{Features: 3}
 	ex.Append([]float64{1, 2, 3}, 0)
@@ -347,53 +315,12 @@ func TestScanBlockCoversEveryLineOnce(t *testing.T) {
 func writeCensus(t *testing.T, rows int) *Request {
 	t.Helper()
 	dir := t.TempDir()
-	train, eval := filepath.Join(dir, "train.csv"), filepath.Join(dir, "eval.csv")
-	for _, f := range []struct {
-		path string
-		seed uint64
-		test bool
-	}{{train, 1, false}, {eval, 2, true}} {
-		var buf bytes.Buffer
-		if err := datagen.Census(&buf, rows, f.seed, f.test); err != nil {
-			t.Fatal(err)
-		}
-		os.WriteFile(f.path, buf.Bytes(), 0o644)
+	train, eval, err := datagen.CensusFiles(dir, rows)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return &Request{Schema: CensusSchema(), Train: []string{train}, Eval: []string{eval},
 		OutDir: filepath.Join(dir, "job"), TrainShards: 4, EvalShards: 2, Seed: 7, MaxBadFraction: 0.01}
-}
-
-// TestBeamMatchesLocal runs the real Beam pipeline (prism, in-process) and
-// the plain loop on the same data: same Transform, byte-identical shards.
-func TestBeamMatchesLocal(t *testing.T) {
-	r := writeCensus(t, 3000)
-	r.Schema = CensusWideSchema()
-	beamM, err := RunBeam(context.Background(), r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	beamDir := r.OutDir
-	r.OutDir = filepath.Join(filepath.Dir(beamDir), "local")
-	localM, err := RunLocal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if beamM.TransformHash != localM.TransformHash {
-		t.Fatalf("beam transform %s, local %s", beamM.TransformHash, localM.TransformHash)
-	}
-	if beamM.TrainRows != 3000 || beamM.EvalRows != 3000 || len(beamM.Train) != 4 || len(beamM.Eval) != 2 {
-		t.Fatalf("beam manifest rows %d/%d shards %d/%d, want 3000/3000 and 4/2", beamM.TrainRows, beamM.EvalRows, len(beamM.Train), len(beamM.Eval))
-	}
-	for _, s := range append(beamM.Train, beamM.Eval...) {
-		a, err := os.ReadFile(filepath.Join(beamDir, DataDir, s.Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := os.ReadFile(filepath.Join(r.OutDir, DataDir, s.Name))
-		if !bytes.Equal(a, b) {
-			t.Errorf("shard %s differs between beam and local", s.Name)
-		}
-	}
 }
 
 func TestBadRecordsCountedAndThreshold(t *testing.T) {

@@ -104,8 +104,9 @@ func (r *Request) Check() error {
 	return nil
 }
 
-// blocks plans the train and eval blocks of r.
-func (r *Request) blocks() (train, eval []Block, err error) {
+// Blocks plans the train and eval blocks of r: TrainShards and EvalShards
+// blocks (fewer for small inputs), in shard order.
+func (r *Request) Blocks() (train, eval []Block, err error) {
 	if r.Schema.format() == FormatIDX {
 		if train, err = planIDXBlocks(SplitTrain, r.Train, r.TrainShards); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrRequest, err)
@@ -124,8 +125,9 @@ func (r *Request) blocks() (train, eval []Block, err error) {
 	return train, eval, nil
 }
 
-// fit fits the Transform from merged statistics and writes it atomically.
-func (r *Request) fit(st *Stats) (*Transform, []byte, error) {
+// WriteTransform fits the Transform from merged statistics, writes it
+// atomically to TransformPath in OutDir and returns it with its JSON.
+func (r *Request) WriteTransform(st *Stats) (*Transform, []byte, error) {
 	t, err := Fit(r.Schema, st)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fit on %s: %w", strings.Join(r.Train, ", "), err)
@@ -140,8 +142,11 @@ func (r *Request) fit(st *Stats) (*Transform, []byte, error) {
 	return t, b, nil
 }
 
-// finish builds the manifest from the shard results and writes it last.
-func (r *Request) finish(t *Transform, shards []ShardResult) (*Manifest, error) {
+// WriteManifest builds the manifest from the results of every shard (in
+// any order) and writes it to ManifestPath in OutDir: the last write of a
+// run. A run with too many rejected rows gets a manifest whose Failure says
+// so, and no error.
+func (r *Request) WriteManifest(t *Transform, shards []ShardResult) (*Manifest, error) {
 	m := &Manifest{TransformHash: t.Hash, Dim: t.Dim, Classes: t.Classes(), Seed: r.Seed}
 	slices.SortFunc(shards, func(a, b ShardResult) int { return strings.Compare(a.Name, b.Name) })
 	var bad [2]int64
@@ -241,14 +246,14 @@ func ReadTransform(jobDir string) (*Transform, []byte, error) {
 	return t, b, nil
 }
 
-// RunLocal runs the same analyze and transform as the Beam pipeline in a
-// plain loop on one goroutine. It is the baseline the pipeline is measured
+// RunLocal runs the same analyze and transform as the Beam pipeline
+// (package preprocess/beampipe) in a plain loop on one goroutine. It is the baseline the pipeline is measured
 // against and a reference in tests.
 func RunLocal(r *Request) (*Manifest, error) {
 	if err := r.Check(); err != nil {
 		return nil, err
 	}
-	train, eval, err := r.blocks()
+	train, eval, err := r.Blocks()
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +266,7 @@ func RunLocal(r *Request) (*Manifest, error) {
 		}
 		st.Merge(p)
 	}
-	t, _, err := r.fit(st)
+	t, _, err := r.WriteTransform(st)
 	if err != nil {
 		return nil, err
 	}
@@ -273,5 +278,5 @@ func RunLocal(r *Request) (*Manifest, error) {
 		}
 		shards = append(shards, s)
 	}
-	return r.finish(t, shards)
+	return r.WriteManifest(t, shards)
 }

@@ -1,7 +1,7 @@
 // Command preprocess benchmarks trainflow's preprocessing end to end: it
 // generates census-like rows (internal/datagen), then runs, each in a child
 // process of its own, the Beam pipeline exactly as the preprocess activity
-// does (`trainflow preprocess REQUEST.json`, i.e. preprocess.ChildMain on
+// does (`trainflow preprocess REQUEST.json`, i.e. beampipe.ChildMain on
 // prism) and the plain single-goroutine loop (preprocess.RunLocal), and
 // reports rows/s, peak RSS (the child's maximum resident set size, as
 // /usr/bin/time -v reports it) and their ratio.
@@ -27,13 +27,14 @@ import (
 
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/preprocess/beampipe"
 )
 
 func main() {
 	if len(os.Args) > 2 {
 		switch os.Args[1] {
 		case "child-beam":
-			os.Exit(preprocess.ChildMain(context.Background(), os.Args[2:], os.Stderr))
+			os.Exit(beampipe.ChildMain(context.Background(), os.Args[2:], os.Stderr))
 		case "child-local":
 			os.Exit(childLocal(os.Args[2]))
 		}

@@ -31,8 +31,8 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 
-	"github.com/trainflow/trainflow/preprocess"
-	"github.com/trainflow/trainflow/serving/batchjob"
+	"github.com/trainflow/trainflow/preprocess/beampipe"
+	"github.com/trainflow/trainflow/serving/batchjob/batchbeam"
 )
 
 func main() {
@@ -102,9 +102,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "datagen":
 		err = runDatagen(rest, stdout, stderr)
 	case "preprocess":
-		return preprocess.ChildMain(ctx, rest, stderr)
+		return beampipe.ChildMain(ctx, rest, stderr)
 	case "batch-predict":
-		return batchjob.ChildMain(ctx, rest, stderr)
+		return batchbeam.ChildMain(ctx, rest, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

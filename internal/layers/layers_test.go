@@ -1,0 +1,135 @@
+package layers
+
+import (
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/trainflow/trainflow/"
+
+// graph returns the import graph of pkg (relative to the module root) and
+// its dependencies, with its tests' when tests is set, as `go list -deps`
+// gives it.
+func graph(t *testing.T, pkg string, tests bool) map[string][]string {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not on PATH, so the package graph cannot be listed")
+	}
+	args := []string{"list", "-deps", "-f", `{{.ImportPath}} {{join .Imports " "}}`}
+	if tests {
+		args = append(args, "-test")
+	}
+	out, err := exec.Command(goCmd, append(args, "../../"+pkg)...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, ee.Stderr)
+		}
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		imports[f[0]] = f[1:]
+	}
+	return imports
+}
+
+// beamPackages returns the Apache Beam packages of g, sorted as go list
+// lists them.
+func beamPackages(g map[string][]string) []string {
+	var out []string
+	for p := range g {
+		if strings.HasPrefix(p, "github.com/apache/beam/") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestNoBeam fails when a package that must not link the Beam SDK depends
+// on any github.com/apache/beam package, naming the import chain that
+// brings it in. Beam belongs to the pipelines (preprocess/beampipe,
+// serving/batchjob/batchbeam), which run in child processes, and to the
+// binary.
+func TestNoBeam(t *testing.T) {
+	for _, c := range []struct {
+		pkg   string
+		tests bool // its tests must not link Beam either
+		why   string
+	}{
+		{"workflows", true, "deterministic workflow code; `go test ./workflows` builds without Beam"},
+		{"serving", true, "the prediction server; `go test ./serving` builds without Beam"},
+		{"preprocess", true, "the Transform that training and serving share"},
+		{"serving/batchjob", true, "the batch prediction request the activity writes"},
+		{"activities", false, "activities run the pipelines in a child process"},
+	} {
+		t.Run(c.pkg, func(t *testing.T) {
+			g := graph(t, c.pkg, c.tests)
+			if _, ok := g[module+c.pkg]; !ok {
+				t.Fatalf("go list did not list %s itself", module+c.pkg)
+			}
+			if beam := beamPackages(g); len(beam) > 0 {
+				t.Errorf("%s (%s) depends on %d Beam packages: %s", c.pkg, c.why, len(beam), chain(g, roots(g, module+c.pkg), beam[0]))
+			}
+		})
+	}
+}
+
+// TestBeamSeen is the control of TestNoBeam: the pipeline packages do
+// depend on Beam, so an empty result there means the listing found it.
+func TestBeamSeen(t *testing.T) {
+	for _, pkg := range []string{"preprocess/beampipe", "serving/batchjob/batchbeam"} {
+		g := graph(t, pkg, false)
+		beam := beamPackages(g)
+		if len(beam) == 0 {
+			t.Fatalf("%s: no Beam package in its dependencies", pkg)
+		}
+		if c := chain(g, roots(g, module+pkg), beam[0]); !strings.Contains(c, " → ") {
+			t.Errorf("%s: no import chain to %s: %q", pkg, beam[0], c)
+		}
+	}
+}
+
+// roots returns pkg and, in a graph listed with -test, its test variants
+// ("pkg [pkg.test]", "pkg_test [pkg.test]", "pkg.test").
+func roots(g map[string][]string, pkg string) []string {
+	var out []string
+	for p := range g {
+		if p == pkg || p == pkg+".test" || strings.HasPrefix(p, pkg+" [") || strings.HasPrefix(p, pkg+"_test [") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// chain returns an import path from one of the packages from to the
+// package to, as "a → b → c", found breadth first in the import graph.
+func chain(imports map[string][]string, from []string, to string) string {
+	prev := map[string]string{}
+	for _, f := range from {
+		prev[f] = ""
+	}
+	queue := append([]string(nil), from...)
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p == to {
+			var path []string
+			for ; p != ""; p = prev[p] {
+				path = append([]string{p}, path...)
+			}
+			return strings.Join(path, " → ")
+		}
+		for _, q := range imports[p] {
+			if _, seen := prev[q]; !seen {
+				prev[q] = p
+				queue = append(queue, q)
+			}
+		}
+	}
+	return to
+}
