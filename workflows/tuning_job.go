@@ -263,8 +263,8 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 
 	if t.ResumePreviousJobID != "" && spec.Tuning.Carry == nil {
 		hctx := workflow.WithActivityOptions(ctx, activityOptions(5*time.Minute, "trials of "+t.ResumePreviousJobID))
-		var prev TuningReport
-		if err := workflow.ExecuteActivity(hctx, TuningHistoryActivity, TuningHistoryInput{JobID: t.ResumePreviousJobID}).Get(ctx, &prev); err != nil {
+		prev, err := acts.TuningHistory.Run(hctx, TuningHistoryInput{JobID: t.ResumePreviousJobID})
+		if err != nil {
 			return res, err
 		}
 		if !slices.Equal(prev.ParamNames, rep.ParamNames) {
@@ -328,8 +328,8 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 			in.Trials = append(in.Trials, TrialRef{Number: tr.Number, ID: tr.ID, JobDir: tr.JobDirSpec})
 		}
 		ectx := workflow.WithActivityOptions(ctx, activityOptions(5*time.Minute, "read trial evaluations"))
-		var out TrialEvaluationsResult
-		if err := workflow.ExecuteActivity(ectx, TrialEvaluationsActivity, in).Get(ctx, &out); err != nil {
+		out, err := acts.TrialEvaluations.Run(ectx, in)
+		if err != nil {
 			return err
 		}
 		for i, tr := range trs {
@@ -408,18 +408,17 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	prepareData := func(k int, ts JobSpec) {
 		ds := raw.SharedDataSpec(k, ts)
 		pctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "prepare "+ds.JobID))
-		f := workflow.ExecuteActivity(pctx, PrepareJobActivity, PrepareInput{Spec: ds, FirstRunID: info.FirstRunID})
-		sel.AddFuture(f, func(f workflow.Future) {
-			var prep PrepareResult
-			if err := f.Get(ctx, &prep); err != nil {
+		f := acts.PrepareJob.Execute(pctx, PrepareInput{Spec: ds, FirstRunID: info.FirstRunID})
+		sel.AddFuture(f.Untyped(), func(workflow.Future) {
+			prep, err := f.Result(ctx)
+			if err != nil {
 				dataDone(k, "", PreprocessResult{}, err)
 				return
 			}
 			qctx := workflow.WithActivityOptions(ctx, stepOptions(true, 6*time.Hour, "Beam analyze + transform for the trials ("+ds.JobID+")"))
-			g := workflow.ExecuteActivity(qctx, PreprocessActivity, preprocessInput(ds, prep))
-			sel.AddFuture(g, func(g workflow.Future) {
-				var pre PreprocessResult
-				err := g.Get(ctx, &pre)
+			g := acts.Preprocess.Execute(qctx, preprocessInput(ds, prep))
+			sel.AddFuture(g.Untyped(), func(workflow.Future) {
+				pre, err := g.Result(ctx)
 				dataDone(k, prep.JobDir, pre, err)
 			})
 		})
@@ -485,8 +484,8 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 				}
 			}
 			sctx := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, fmt.Sprintf("suggest %d trials", n)))
-			var sug SuggestResult
-			if err := workflow.ExecuteActivity(sctx, SuggestTrialsActivity, in).Get(ctx, &sug); err != nil {
+			sug, err := acts.SuggestTrials.Run(sctx, in)
+			if err != nil {
 				return res, err
 			}
 			if len(sug.Points) < n {
@@ -569,13 +568,13 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	}
 	setPhase(ctx, p, PhasePublishing)
 	xctx := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, "find trial "+best.ID+"'s "+spec.Publish+" export"))
-	if err := workflow.ExecuteActivity(xctx, TrialExportActivity, TrialExportInput{JobDir: best.JobDir, Exporter: spec.Publish}).Get(ctx, &res.Export); err != nil {
+	if err := acts.TrialExport.Execute(xctx, TrialExportInput{JobDir: best.JobDir, Exporter: spec.Publish}).Into(ctx, &res.Export); err != nil {
 		return res, err
 	}
 	p.Export = res.Export
 	pubctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "publish best trial "+best.ID))
-	var pub PublishResult
-	if err := workflow.ExecuteActivity(pubctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote}).Get(ctx, &pub); err != nil {
+	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote})
+	if err != nil {
 		return res, err
 	}
 	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version

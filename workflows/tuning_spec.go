@@ -733,7 +733,6 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 	t := d.Tuning
 	trial := s
 	trial.Tuning = nil
-	trial.Carry = nil
 	trial.SharedData = nil
 	trial.JobID = TrialID(s.JobID, n)
 	trial.Publish = PublishNone

@@ -1,0 +1,47 @@
+package workflows
+
+import (
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/workflow"
+)
+
+// carryChange marks the move of Carry out of the JobSpec: a run continued
+// from then on gets it as TrainingJob's second argument; runs continued
+// before got it inside the spec (jobInput.Carry), which is still read.
+const carryChange = "carry-out-of-spec"
+
+// jobInput is TrainingJob's first argument: a JobSpec as typed in the UI
+// or sent by the CLI. Carry is read only from runs continued before
+// carryChange, which carried it inside the spec's JSON; it is not part of
+// the JobSpec and never written any more.
+type jobInput struct {
+	JobSpec
+	Carry *Carry `json:"carry,omitempty"`
+}
+
+// continueAsNew continues the job as a new run that resumes from carry:
+// spec and carry as two arguments, or, in a run that began before
+// carryChange, carry inside the spec as such runs did.
+func continueAsNew(ctx workflow.Context, spec JobSpec, carry *Carry) error {
+	if workflow.GetVersion(ctx, carryChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return workflow.NewContinueAsNewError(ctx, TrainingJobName, jobInput{JobSpec: spec, Carry: carry})
+	}
+	return workflow.NewContinueAsNewError(ctx, TrainingJobName, spec, carry)
+}
+
+// DecodeTrainingInput decodes the input of a TrainingJob run (its
+// WorkflowExecutionStarted event or a continue-as-new): the spec and, for
+// a continued run, what the earlier runs carried (nil otherwise), in
+// either form continueAsNew writes.
+func DecodeTrainingInput(dc converter.DataConverter, in *commonpb.Payloads) (JobSpec, *Carry, error) {
+	var spec jobInput
+	var carry *Carry
+	if err := dc.FromPayloads(in, &spec, &carry); err != nil {
+		return JobSpec{}, nil, err
+	}
+	if carry == nil {
+		carry = spec.Carry
+	}
+	return spec.JobSpec, carry, nil
+}
