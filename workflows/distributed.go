@@ -80,15 +80,15 @@ type WorkerResult struct {
 	PushSecs    float64 `json:"push_secs"`
 }
 
-// roleRetry retries a role soon after its process dies: lost time is
-// training time.
-var roleRetry = &temporal.RetryPolicy{
-	InitialInterval:        time.Second,
-	BackoffCoefficient:     2,
-	MaximumInterval:        10 * time.Second,
-	MaximumAttempts:        20,
-	NonRetryableErrorTypes: []string{ErrTypeInvalidSpec, ErrTypeBadData, ErrTypeJobExists},
-}
+// roleRetry is the job's retry policy (retry: same backoff, same errors
+// that never retry) for a role, which retries sooner and longer: a role's
+// process dying is routine in a cluster (the others wait for it and lost
+// time is training time), while a step failing five times is not.
+var roleRetry = func() *temporal.RetryPolicy {
+	r := *retry
+	r.MaximumInterval, r.MaximumAttempts = 10*time.Second, 20
+	return &r
+}()
 
 // trainDistributed starts the parameter servers and workers of the job's
 // cluster and returns a future settled with the chief's result once every
