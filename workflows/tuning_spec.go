@@ -303,6 +303,7 @@ func DataKey(ts JobSpec) string {
 		Seed uint64   `json:"seed"`
 	}{d.Data, d.Train.Seed}
 	k.Data.JobName = ""
+	//workflowcheck:ignore json.Marshal of a struct is deterministic (map keys sorted)
 	b, _ := json.Marshal(k)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
@@ -478,6 +479,7 @@ func sortedTunable() []string { return sortedKeys(TunableFields) }
 
 func sortedKeys(m map[string]fieldKind) []string {
 	out := make([]string, 0, len(m))
+	//workflowcheck:ignore the keys are sorted below
 	for k := range m {
 		out = append(out, k)
 	}
