@@ -45,3 +45,60 @@ func DecodeTrainingInput(dc converter.DataConverter, in *commonpb.Payloads) (Job
 	}
 	return spec.JobSpec, carry, nil
 }
+
+// tuningInput is HyperparameterTuningJob's first argument: a JobSpec as
+// typed in the UI or sent by the CLI. Its tuning block's carry is read
+// only from runs continued before carryChange, which carried it there; it
+// is not part of the TuningSpec and never written any more.
+type tuningInput struct {
+	JobSpec
+	Tuning *tuningBlock `json:"tuning,omitempty"`
+}
+
+// tuningBlock is a TuningSpec with the carry runs continued before
+// carryChange had in it.
+type tuningBlock struct {
+	TuningSpec
+	Carry *TuningCarry `json:"carry,omitempty"`
+}
+
+// split returns the spec and the carry inside it (nil: none).
+func (in tuningInput) split() (JobSpec, *TuningCarry) {
+	spec := in.JobSpec
+	spec.Tuning = nil
+	if in.Tuning == nil {
+		return spec, nil
+	}
+	t := in.Tuning.TuningSpec
+	spec.Tuning = &t
+	return spec, in.Tuning.Carry
+}
+
+// continueTuningAsNew continues a tuning job as a new run that resumes
+// from carry, in the form continueAsNew writes.
+func continueTuningAsNew(ctx workflow.Context, spec JobSpec, carry *TuningCarry) error {
+	if workflow.GetVersion(ctx, carryChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		in := tuningInput{JobSpec: spec}
+		if spec.Tuning != nil {
+			in.Tuning = &tuningBlock{TuningSpec: *spec.Tuning, Carry: carry}
+		}
+		return workflow.NewContinueAsNewError(ctx, HyperparameterTuningJobName, in)
+	}
+	return workflow.NewContinueAsNewError(ctx, HyperparameterTuningJobName, spec, carry)
+}
+
+// DecodeTuningInput decodes the input of a HyperparameterTuningJob run:
+// the spec and, for a continued run, its trials so far (nil otherwise),
+// in either form continueTuningAsNew writes.
+func DecodeTuningInput(dc converter.DataConverter, in *commonpb.Payloads) (JobSpec, *TuningCarry, error) {
+	var raw tuningInput
+	var carry *TuningCarry
+	if err := dc.FromPayloads(in, &raw, &carry); err != nil {
+		return JobSpec{}, nil, err
+	}
+	spec, legacy := raw.split()
+	if carry == nil {
+		carry = legacy
+	}
+	return spec, carry, nil
+}

@@ -196,14 +196,20 @@ type TuningHistoryInput struct {
 // trial links that data into its own job dir (SharedData) instead of
 // running Preprocess. A trial waiting for its data holds one of the
 // max_parallel_trials slots.
-func HyperparameterTuningJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
-	raw := spec
-	spec = spec.WithDefaults()
+//
+// The input is a JobSpec; carry is set only by the job itself when it
+// continues as new: the trials so far.
+func HyperparameterTuningJob(ctx workflow.Context, in tuningInput, carry *TuningCarry) (JobResult, error) {
+	raw, legacy := in.split()
+	if carry == nil {
+		carry = legacy // a run continued before carryChange
+	}
+	spec := raw.WithDefaults()
 	p := &Progress{Phase: PhaseValidating}
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
 		return JobResult{}, err
 	}
-	res, err := runTuning(ctx, raw, spec, p)
+	res, err := runTuning(ctx, raw, spec, carry, p)
 	switch {
 	case err == nil:
 		setPhase(ctx, p, PhaseSucceeded)
@@ -225,7 +231,7 @@ func invalid(err error) error {
 	return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 }
 
-func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult, error) {
+func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *Progress) (JobResult, error) {
 	info := workflow.GetInfo(ctx)
 	res := JobResult{JobID: spec.JobID, Model: spec.ModelName}
 	if spec.Tuning == nil {
@@ -245,12 +251,11 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	}
 	share := workflow.GetVersion(ctx, sharedDataChange, workflow.DefaultVersion, 1) >= 1 && spec.Tuning.Sharing()
 	t := *spec.Tuning
-	t.Carry = nil
 	rep := &TuningReport{Metric: t.HyperparameterMetricTag, Goal: t.Goal, Algorithm: t.Algorithm, MaxTrials: t.MaxTrials, Parallel: t.MaxParallelTrials}
 	for _, prm := range t.Params {
 		rep.ParamNames = append(rep.ParamNames, prm.ParameterName)
 	}
-	if c := spec.Tuning.Carry; c != nil {
+	if c := carry; c != nil {
 		*rep = c.Report
 	}
 	rep.Runs++
@@ -261,7 +266,7 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	setPhase(ctx, p, PhaseTuning)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("tuning `%s`: %s, %s %s, %d trials, %d at once", spec.ModelName, t.Algorithm, t.Goal, t.HyperparameterMetricTag, t.MaxTrials, t.MaxParallelTrials))
 
-	if t.ResumePreviousJobID != "" && spec.Tuning.Carry == nil {
+	if t.ResumePreviousJobID != "" && carry == nil {
 		hctx := workflow.WithActivityOptions(ctx, activityOptions(5*time.Minute, "trials of "+t.ResumePreviousJobID))
 		prev, err := acts.TuningHistory.Run(hctx, TuningHistoryInput{JobID: t.ResumePreviousJobID})
 		if err != nil {
@@ -461,12 +466,8 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	for {
 		drain := startedThisRun >= tuningContinueEvery || info.GetContinueAsNewSuggested()
 		if running == 0 && drain && len(rep.Trials) < t.MaxTrials && failed() < t.MaxFailedTrials && !exhausted {
-			next := raw
-			tc := *raw.Tuning
-			tc.Carry = &TuningCarry{Report: *rep}
-			next.Tuning = &tc
 			workflow.GetLogger(ctx).Info("continuing as new", "trials", len(rep.Trials), "run", rep.Runs)
-			return res, workflow.NewContinueAsNewError(ctx, HyperparameterTuningJobName, next)
+			return res, continueTuningAsNew(ctx, raw, &TuningCarry{Report: *rep})
 		}
 		if !drain && !exhausted && running < t.MaxParallelTrials && len(rep.Trials) < t.MaxTrials && failed() < t.MaxFailedTrials {
 			n := min(t.MaxParallelTrials-running, t.MaxTrials-len(rep.Trials))

@@ -54,9 +54,6 @@ type TuningSpec struct {
 	// and links the result into each trial's job dir. Default true; false
 	// lets every trial preprocess on its own.
 	SharePreprocessing *bool `json:"share_preprocessing,omitempty"`
-	// Carry is set by the job itself when it continues as new. Never set
-	// it by hand.
-	Carry *TuningCarry `json:"carry,omitempty"`
 }
 
 // Sharing reports whether trials share preprocessing (share_preprocessing,

@@ -365,20 +365,27 @@ func TestTuningJobContinuesAsNew(t *testing.T) {
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("first run: %v, want continue-as-new", err)
 	}
-	var next JobSpec
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+	// From carryChange on the carry is the second argument, not in the spec.
+	if b := can.Input.GetPayloads()[0].GetData(); len(can.Input.GetPayloads()) != 2 || strings.Contains(string(b), `"carry"`) {
+		t.Fatalf("continued with %d arguments, spec %s: want the spec without carry, then the carry", len(can.Input.GetPayloads()), b)
+	}
+	next, carry, err := DecodeTuningInput(converter.GetDefaultDataConverter(), can.Input)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if next.Tuning.Carry == nil || len(next.Tuning.Carry.Report.Trials) != 2 {
-		t.Fatalf("carry %+v", next.Tuning.Carry)
+	if carry == nil || len(carry.Report.Trials) != 2 || next.Tuning == nil {
+		t.Fatalf("carry %+v, spec %+v", carry, next)
 	}
 	for run := 2; ; run++ {
-		env = tuningEnv(t, "hp_4", f, pts[len(next.Tuning.Carry.Report.Trials):])
+		env = tuningEnv(t, "hp_4", f, pts[len(carry.Report.Trials):])
 		env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
-		env.ExecuteWorkflow(HyperparameterTuningJobName, next)
+		if run == 2 { // the form runs continued before carryChange have
+			env.ExecuteWorkflow(HyperparameterTuningJobName, tuningInput{JobSpec: next, Tuning: &tuningBlock{TuningSpec: *next.Tuning, Carry: carry}})
+		} else {
+			env.ExecuteWorkflow(HyperparameterTuningJobName, next, carry)
+		}
 		if err := env.GetWorkflowError(); errors.As(err, &can) {
-			next = JobSpec{}
-			if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+			if next, carry, err = DecodeTuningInput(converter.GetDefaultDataConverter(), can.Input); err != nil {
 				t.Fatal(err)
 			}
 			continue
