@@ -20,6 +20,36 @@ type jobInput struct {
 	Carry *Carry `json:"carry,omitempty"`
 }
 
+// split returns the spec and the carry inside it (nil: none).
+func (in jobInput) split() (JobSpec, *Carry) { return in.JobSpec, in.Carry }
+
+// legacyInput is a workflow's first argument with the carry that runs
+// continued before carryChange had inside it (jobInput, tuningInput).
+type legacyInput[C any] interface {
+	split() (JobSpec, *C)
+}
+
+// resolve returns the spec of input in and the carry of the run: carry
+// (the second argument), else the one inside in.
+func resolve[I legacyInput[C], C any](in I, carry *C) (JobSpec, *C) {
+	spec, legacy := in.split()
+	if carry == nil {
+		carry = legacy
+	}
+	return spec, carry
+}
+
+// decodeInput decodes a workflow's input, in either form.
+func decodeInput[I legacyInput[C], C any](dc converter.DataConverter, payloads *commonpb.Payloads) (JobSpec, *C, error) {
+	var in I
+	var carry *C
+	if err := dc.FromPayloads(payloads, &in, &carry); err != nil {
+		return JobSpec{}, nil, err
+	}
+	spec, carry := resolve(in, carry)
+	return spec, carry, nil
+}
+
 // continueAsNew continues the job as a new run that resumes from carry:
 // spec and carry as two arguments, or, in a run that began before
 // carryChange, carry inside the spec as such runs did.
@@ -35,15 +65,7 @@ func continueAsNew(ctx workflow.Context, spec JobSpec, carry *Carry) error {
 // a continued run, what the earlier runs carried (nil otherwise), in
 // either form continueAsNew writes.
 func DecodeTrainingInput(dc converter.DataConverter, in *commonpb.Payloads) (JobSpec, *Carry, error) {
-	var spec jobInput
-	var carry *Carry
-	if err := dc.FromPayloads(in, &spec, &carry); err != nil {
-		return JobSpec{}, nil, err
-	}
-	if carry == nil {
-		carry = spec.Carry
-	}
-	return spec.JobSpec, carry, nil
+	return decodeInput[jobInput, Carry](dc, in)
 }
 
 // tuningInput is HyperparameterTuningJob's first argument: a JobSpec as
@@ -91,14 +113,5 @@ func continueTuningAsNew(ctx workflow.Context, spec JobSpec, carry *TuningCarry)
 // the spec and, for a continued run, its trials so far (nil otherwise),
 // in either form continueTuningAsNew writes.
 func DecodeTuningInput(dc converter.DataConverter, in *commonpb.Payloads) (JobSpec, *TuningCarry, error) {
-	var raw tuningInput
-	var carry *TuningCarry
-	if err := dc.FromPayloads(in, &raw, &carry); err != nil {
-		return JobSpec{}, nil, err
-	}
-	spec, legacy := raw.split()
-	if carry == nil {
-		carry = legacy
-	}
-	return spec, carry, nil
+	return decodeInput[tuningInput, TuningCarry](dc, in)
 }

@@ -302,10 +302,8 @@ func cancelled(ctx workflow.Context, ops bool) error {
 // The input is a JobSpec; carry is set only by the job itself when it
 // continues as new (its history grew long): what the earlier runs did.
 func TrainingJob(ctx workflow.Context, in jobInput, carry *Carry) (JobResult, error) {
-	if carry == nil {
-		carry = in.Carry // a run continued before carryChange
-	}
-	spec := in.JobSpec.WithDefaults()
+	raw, carry := resolve(in, carry)
+	spec := raw.WithDefaults()
 	p := &Progress{Phase: PhaseValidating, MaxSteps: spec.Train.MaxSteps}
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
 		return JobResult{}, err

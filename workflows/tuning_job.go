@@ -200,10 +200,7 @@ type TuningHistoryInput struct {
 // The input is a JobSpec; carry is set only by the job itself when it
 // continues as new: the trials so far.
 func HyperparameterTuningJob(ctx workflow.Context, in tuningInput, carry *TuningCarry) (JobResult, error) {
-	raw, legacy := in.split()
-	if carry == nil {
-		carry = legacy // a run continued before carryChange
-	}
+	raw, carry := resolve(in, carry)
 	spec := raw.WithDefaults()
 	p := &Progress{Phase: PhaseValidating}
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
