@@ -29,10 +29,12 @@ func (c *Console) jobDirOf(ctx context.Context, id, runID string) (string, error
 		}
 		switch ev.EventType {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-			var spec workflows.JobSpec
 			in := ev.GetWorkflowExecutionStartedEventAttributes().GetInput()
-			if in != nil && dc.FromPayloads(in, &spec) == nil && spec.Carry != nil && spec.Carry.Prep.JobDir != "" {
-				return spec.Carry.Prep.JobDir, nil
+			if in == nil {
+				continue
+			}
+			if _, carry, err := workflows.DecodeTrainingInput(dc, in); err == nil && carry != nil && carry.Prep.JobDir != "" {
+				return carry.Prep.JobDir, nil
 			}
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == workflows.PrepareJobActivity {

@@ -301,8 +301,8 @@ func runBatch(ctx workflow.Context, spec PredictionSpec, p *BatchPredictionProgr
 		WaitForCancellation: true,
 		Summary:             "batch prediction pipeline",
 	}
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), BatchPredictActivity,
-		BatchPredictInput{Spec: spec, FirstRunID: info.FirstRunID}).Get(ctx, &res)
+	err := acts.BatchPredict.Execute(workflow.WithActivityOptions(ctx, opts),
+		BatchPredictInput{Spec: spec, FirstRunID: info.FirstRunID}).Into(ctx, &res)
 	var ae *temporal.ApplicationError
 	if err != nil && errors.As(err, &ae) && ae.Type() == ErrTypeJobExists {
 		setBatchPhase(ctx, p, PhaseDuplicate)

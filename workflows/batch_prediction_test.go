@@ -1,14 +1,12 @@
 package workflows
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -19,8 +17,7 @@ func newBatchEnv(jobID string) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(BatchPredictionJob, workflow.RegisterOptions{Name: BatchPredictionJobName})
-	env.RegisterActivityWithOptions(func(context.Context, BatchPredictInput) (BatchPredictionResult, error) { panic("not mocked") },
-		activity.RegisterOptions{Name: BatchPredictActivity})
+	registerStubs(env, acts.BatchPredict)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: jobID})
 	return env
 }

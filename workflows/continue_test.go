@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,17 +39,31 @@ func TestLongJobContinuesAsNew(t *testing.T) {
 	if !stopped {
 		t.Fatal("training was not stopped before the job continued as new")
 	}
-	var next JobSpec
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
-		t.Fatal(err)
+	// From carryChange on the carry is the second argument, not in the spec.
+	if n := len(can.Input.GetPayloads()); n != 2 {
+		t.Fatalf("continued with %d arguments, want the spec and the carry", n)
 	}
-	c := next.Carry
+	if b := can.Input.GetPayloads()[0].GetData(); strings.Contains(string(b), `"carry"`) {
+		t.Fatalf("the continued run's spec carries the carry: %s", b)
+	}
+	next, c, err := DecodeTrainingInput(converter.GetDefaultDataConverter(), can.Input)
+	if err != nil || next.JobID != "census_1" {
+		t.Fatalf("decode continued input: %+v, %v", next, err)
+	}
 	if c == nil || c.Prep.JobDir != "/jobs/census_1" || c.Pre.TransformHash != "h" || c.Newest != 500 || c.Runs != 1 || c.Progress.GlobalStep != 500 {
 		t.Fatalf("carried %+v, want the job dir, the transform, step 500 and run 1", c)
 	}
 }
 
 func TestContinuedJobKeepsExporterState(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "carry argument", true: "carry in spec (runs continued before carryChange)"}[legacy], func(t *testing.T) {
+			testContinuedJobKeepsExporterState(t, legacy)
+		})
+	}
+}
+
+func testContinuedJobKeepsExporterState(t *testing.T, legacy bool) {
 	env := newEnv(t, "census_1")
 	// No PrepareJob or Preprocess mocks: a continued run must not call them.
 	env.OnActivity(TrainActivity, mock.Anything, mock.Anything).Return(TrainResult{Step: 3000, Loss: 0.3}, nil)
@@ -61,7 +76,11 @@ func TestContinuedJobKeepsExporterState(t *testing.T) {
 	carry := &Carry{Prep: PrepareResult{JobDir: "/jobs/census_1"}, Pre: PreprocessResult{TransformHash: "h", Dim: 107, Classes: 2},
 		Newest: 1000, Evaluated: 1000, Runs: 2,
 		Exports: map[string]*ExportState{"best": {Name: "best", Type: ExporterBest, Kept: []int64{1000}, Dirs: map[int64]string{1000: "/jobs/census_1/export/best/1000"}, Best: &best, BestStep: 1000}}}
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Preset: PresetCensus, Carry: carry})
+	if spec := (JobSpec{JobID: "census_1", Preset: PresetCensus}); legacy {
+		env.ExecuteWorkflow(TrainingJobName, jobInput{JobSpec: spec, Carry: carry})
+	} else {
+		env.ExecuteWorkflow(TrainingJobName, spec, carry)
+	}
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}

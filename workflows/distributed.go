@@ -80,27 +80,27 @@ type WorkerResult struct {
 	PushSecs    float64 `json:"push_secs"`
 }
 
-// roleRetry retries a role soon after its process dies: lost time is
-// training time.
-var roleRetry = &temporal.RetryPolicy{
-	InitialInterval:        time.Second,
-	BackoffCoefficient:     2,
-	MaximumInterval:        10 * time.Second,
-	MaximumAttempts:        20,
-	NonRetryableErrorTypes: []string{ErrTypeInvalidSpec, ErrTypeBadData, ErrTypeJobExists},
-}
+// roleRetry is the job's retry policy (retry: same backoff, same errors
+// that never retry) for a role, which retries sooner and longer: a role's
+// process dying is routine in a cluster (the others wait for it and lost
+// time is training time), while a step failing five times is not.
+var roleRetry = func() *temporal.RetryPolicy {
+	r := *retry
+	r.MaximumInterval, r.MaximumAttempts = 10*time.Second, 20
+	return &r
+}()
 
 // trainDistributed starts the parameter servers and workers of the job's
 // cluster and returns a future settled with the chief's result once every
 // role has ended: the chief finishes training and the parameter servers,
 // the others end when told training is done, and whatever still runs is
 // cancelled. A role that fails for good fails the job.
-func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Progress) (workflow.Future, error) {
+func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Progress) (Future[TrainResult], error) {
 	c := spec.Cluster
 	state := &ClusterState{Gen: 1, PS: make([]PSEndpoint, c.ParameterServerCount), Workers: c.Workers(), Update: c.Update}
 	p.Cluster = state
 	if err := workflow.SetQueryHandler(ctx, ClusterQuery, func() (ClusterState, error) { return *state, nil }); err != nil {
-		return nil, err
+		return Future[TrainResult]{}, err
 	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, RegisterParameterServerUpdate,
 		func(ctx workflow.Context, r PSRegistration) (ClusterState, error) {
@@ -116,7 +116,7 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 			return state.validate(r)
 		}})
 	if err != nil {
-		return nil, err
+		return Future[TrainResult]{}, err
 	}
 	hb := time.Duration(c.HeartbeatTimeoutSecs) * time.Second
 	roleCtx, cancelRoles := workflow.WithCancel(ctx)
@@ -126,17 +126,17 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 			WaitForCancellation: true, Summary: summary,
 		})
 	}
-	var roles []workflow.Future
+	var roles []Future[WorkerResult]
 	for i := range c.ParameterServerCount {
-		roles = append(roles, workflow.ExecuteActivity(opts(fmt.Sprintf("parameter server %d", i)), ParameterServerActivity, RoleInput{TrainInput: tin, Cluster: c, Task: i}))
+		roles = append(roles, acts.ParameterServer.Execute(opts(fmt.Sprintf("parameter server %d", i)), RoleInput{TrainInput: tin, Cluster: c, Task: i}))
 	}
-	var workers []workflow.Future
+	var workers []Future[WorkerResult]
 	for i := range c.Workers() {
 		name := fmt.Sprintf("worker %d", i)
 		if i == 0 {
 			name = "chief (worker 0)"
 		}
-		f := workflow.ExecuteActivity(opts(name), TrainWorkerActivity, RoleInput{TrainInput: tin, Cluster: c, Task: i})
+		f := acts.TrainWorker.Execute(opts(name), RoleInput{TrainInput: tin, Cluster: c, Task: i})
 		workers = append(workers, f)
 		roles = append(roles, f)
 	}
@@ -148,10 +148,9 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 		pending := len(roles)
 		sel := workflow.NewSelector(ctx)
 		for i, f := range roles {
-			sel.AddFuture(f, func(f workflow.Future) {
+			sel.AddFuture(f.Untyped(), func(workflow.Future) {
 				pending--
-				var wr WorkerResult
-				err := f.Get(ctx, &wr)
+				wr, err := f.Result(ctx)
 				switch {
 				case err != nil && !temporal.IsCanceledError(err) && failed == nil:
 					failed = fmt.Errorf("%s: %w", roleName(i, c.ParameterServerCount), err)
@@ -178,7 +177,7 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 			settle.Set(TrainResult{Step: chief.Step, Loss: chief.Loss}, nil)
 		}
 	})
-	return result, nil
+	return Future[TrainResult]{result}, nil
 }
 
 // validate checks a registration before it is accepted.

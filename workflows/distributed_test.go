@@ -17,12 +17,11 @@ import (
 // workflow cancelled, by activity type.
 func distributedEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, func(string) int) {
 	env := newEnv(t, "census_1")
-	env.RegisterActivityWithOptions(func(ctx context.Context, in RoleInput) (WorkerResult, error) {
+	registerFunc(env, acts.ParameterServer, func(ctx context.Context, in RoleInput) (WorkerResult, error) {
 		<-ctx.Done()
 		return WorkerResult{}, ctx.Err()
-	}, activity.RegisterOptions{Name: ParameterServerActivity})
-	env.RegisterActivityWithOptions(func(context.Context, RoleInput) (WorkerResult, error) { panic("not mocked") },
-		activity.RegisterOptions{Name: TrainWorkerActivity})
+	})
+	registerStubs(env, acts.TrainWorker)
 	mockHappyPath(env)
 	var mu sync.Mutex
 	cancelled := map[string]int{}

@@ -93,163 +93,132 @@ type Carry struct {
 	Queue []int64 `json:"queue,omitempty"`
 }
 
-// trainAndEvaluate runs training and, beside it, the evaluator: it
-// evaluates committed checkpoints it has not evaluated, no earlier than
-// start_delay_secs after training starts and no more often than
+// evaluator runs training and, beside it, the evaluator of one run of a
+// job: it evaluates committed checkpoints it has not evaluated, no earlier
+// than start_delay_secs after training starts and no more often than
 // throttle_secs, always evaluates the final checkpoint, and runs the
-// exporters after each evaluation. It returns the training result, the
-// final evaluation and the exporters' state.
+// exporters after each evaluation.
 //
 // From opsChange on (ops): with throttle_secs 0 every committed checkpoint
 // is evaluated, in order and once (the trainer pins each until then), and
-// whenever this returns an error while training runs, training is
+// whenever run returns an error while training runs, training is
 // cancelled and waited for first, so nothing trains after the job ended.
-func trainAndEvaluate(ctx workflow.Context, ops bool, spec JobSpec, prep PrepareResult, pre PreprocessResult, tin TrainInput, p *Progress, res *JobResult) (exports map[string]*ExportState, err error) {
-	jobDir := prep.JobDir
-	exports = map[string]*ExportState{}
-	for _, e := range spec.Eval.Exporters {
-		exports[e.Name] = &ExportState{Name: e.Name, Type: e.Type, Dirs: map[int64]string{}}
+//
+// Its state is what a continued run carries (Carry): a run that continues
+// as new hands it to the next.
+type evaluator struct {
+	ops  bool
+	spec JobSpec
+	prep PrepareResult
+	pre  PreprocessResult
+	tin  TrainInput
+	p    *Progress
+	res  *JobResult
+
+	exports   map[string]*ExportState
+	newest    int64   // newest committed step
+	evaluated int64   // newest evaluated step
+	queue     []int64 // committed steps not yet evaluated (everyCkpt)
+	runs      int     // runs of the job so far, this one included
+	runStart  int64   // newest when this run started
+
+	// everyCkpt: evaluate every committed checkpoint, in order.
+	everyCkpt bool
+	throttle  time.Duration
+	started   time.Time // training started (this run)
+	lastEval  time.Time
+	force     bool // evaluate_now was signalled
+	evalCtx   workflow.Context
+
+	training Future[TrainResult]
+	tr       TrainResult
+	trainErr error
+	done     bool // training has returned
+}
+
+// newEvaluator returns the evaluator of a run, restoring a continued
+// run's state from carry (nil for a first run).
+func newEvaluator(ops bool, spec JobSpec, carry *Carry, prep PrepareResult, pre PreprocessResult, tin TrainInput, p *Progress, res *JobResult) *evaluator {
+	e := &evaluator{ops: ops, spec: spec, prep: prep, pre: pre, tin: tin, p: p, res: res, exports: map[string]*ExportState{}, runs: 1}
+	for _, x := range spec.Eval.Exporters {
+		e.exports[x.Name] = &ExportState{Name: x.Name, Type: x.Type, Dirs: map[int64]string{}}
 	}
-	var newest, evaluated int64 // newest committed step; newest evaluated step
-	var queue []int64           // committed steps not yet evaluated (everyCkpt)
-	runs := 1
-	if c := spec.Carry; c != nil {
-		for name, st := range c.Exports {
-			if _, ok := exports[name]; ok && st != nil {
+	if c := carry; c != nil {
+		for _, x := range spec.Eval.Exporters { // a carried exporter the spec no longer has is dropped
+			if st := c.Exports[x.Name]; st != nil {
 				if st.Dirs == nil {
 					st.Dirs = map[int64]string{}
 				}
-				exports[name] = st
+				e.exports[x.Name] = st
 			}
 		}
-		newest, evaluated, runs, queue = c.Newest, c.Evaluated, c.Runs+1, c.Queue
+		e.newest, e.evaluated, e.runs, e.queue = c.Newest, c.Evaluated, c.Runs+1, c.Queue
 		*p = c.Progress
 		p.Cluster = nil
 		res.Metrics = c.Metrics
 	}
-	runStart := newest
+	e.runStart = e.newest
+	e.throttle = time.Duration(*spec.Eval.ThrottleSecs) * time.Second
+	e.everyCkpt = ops && e.throttle == 0 && spec.Cluster.EvaluatorOn()
+	if e.everyCkpt {
+		e.tin.PinForEval = true
+	}
+	return e
+}
+
+// carry is the state the next run continues from.
+func (e *evaluator) carry() *Carry {
+	return &Carry{Prep: e.prep, Pre: e.pre, Exports: e.exports, Newest: e.newest, Evaluated: e.evaluated, Runs: e.runs, Progress: *e.p, Metrics: e.res.Metrics, Queue: e.queue}
+}
+
+// run trains and evaluates until training ends, then evaluates what is
+// left and runs the final exporters. It returns the exporters' state.
+func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, err error) {
+	spec := e.spec
 	trainCtx, cancelTraining := workflow.WithCancel(ctx)
 	topts := activityOptions(24*time.Hour, "train "+spec.Model.Type)
 	topts.WaitForCancellation = true // a continued run must not train beside this one
 	topts.HeartbeatTimeout = time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second
-	tctx := workflow.WithActivityOptions(trainCtx, topts)
 	eopts := activityOptions(time.Hour, "evaluate")
 	eopts.HeartbeatTimeout = time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second // the evaluator is a role too
-	ectx := workflow.WithActivityOptions(ctx, eopts)
-	started := workflow.Now(ctx)
-	throttle := time.Duration(*spec.Eval.ThrottleSecs) * time.Second
-	var lastEval time.Time
-	force := false
-	// everyCkpt: evaluate every committed checkpoint, in order.
-	everyCkpt := ops && throttle == 0 && spec.Cluster.EvaluatorOn()
-	if everyCkpt {
-		tin.PinForEval = true
-	}
-	if ops {
-		topts.WaitForCancellation, eopts.WaitForCancellation = true, true
-		ectx = workflow.WithActivityOptions(ctx, eopts)
-	}
-	// next returns the step to evaluate next: the oldest queued one when
-	// every checkpoint is evaluated, else the newest committed.
-	next := func() int64 {
-		if !everyCkpt {
-			return newest
-		}
-		for len(queue) > 0 && queue[0] <= evaluated {
-			queue = queue[1:]
-		}
-		if len(queue) == 0 {
-			return evaluated
-		}
-		return queue[0]
-	}
+	eopts.WaitForCancellation = e.ops
+	e.evalCtx = workflow.WithActivityOptions(ctx, eopts)
+	e.started = workflow.Now(ctx)
 
-	evaluate := func(step int64) error {
-		if err := cancelled(ctx, ops); err != nil {
-			return err
-		}
-		var ev EvaluateResult
-		in := EvaluateInput{JobDir: jobDir, Step: step, Batches: spec.Eval.Steps, BatchSize: spec.Model.BatchSize, Name: spec.Eval.Name}
-		err := workflow.ExecuteActivity(ectx, EvaluateActivity, in).Get(ctx, &ev)
-		lastEval, evaluated, force = workflow.Now(ctx), step, false
-		if isCheckpointGone(err) {
-			workflow.GetLogger(ctx).Warn("checkpoint deleted before its evaluation; skipped", "global_step", step)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		p.Metrics, p.LastEvalStep, res.Metrics = &ev.Metrics, step, ev.Metrics
-		for _, e := range spec.Eval.Exporters {
-			st := exports[e.Name]
-			switch e.Type {
-			case ExporterLatest:
-			case ExporterBest:
-				v := metricValue(ev.Metrics, e.Metric)
-				if !improves(v, st.Best, e.Goal) {
-					continue
-				}
-				st.Best, st.BestStep = &v, step
-				p.BestMetric, p.BestStep, p.BestMetricName = &v, step, e.Metric
-				if err := workflow.UpsertTypedSearchAttributes(ctx, SearchBestMetric.ValueSet(v)); err != nil {
-					workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
-				}
-			default:
-				continue
-			}
-			if err := export(ctx, ops, spec, jobDir, e, st, step, ev.Metrics, p); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-
-	var trainF workflow.Future
-	var tr TrainResult
-	var trainErr error
-	done := false
 	if spec.Cluster.Distributed() {
-		var err error
-		if trainF, err = trainDistributed(trainCtx, spec, tin, p); err != nil {
-			return exports, err
+		if e.training, err = trainDistributed(trainCtx, spec, e.tin, e.p); err != nil {
+			return e.exports, err
 		}
 	} else {
-		trainF = workflow.ExecuteActivity(tctx, TrainActivity, tin)
+		e.training = acts.Train.Execute(workflow.WithActivityOptions(trainCtx, topts), e.tin)
 	}
-	if ops {
+	if e.ops {
 		defer func() {
-			if err != nil && !done && !workflow.IsContinueAsNewError(err) {
+			if err != nil && !e.done && !workflow.IsContinueAsNewError(err) {
 				// Stop training before the job ends: wait for every role.
 				cancelTraining()
-				trainF.Get(ctx, nil)
+				_ = e.training.Into(ctx, nil)
 			}
 		}()
 	}
 	commits := workflow.GetSignalChannel(ctx, CheckpointSignal)
 	evalNow := workflow.GetSignalChannel(ctx, EvaluateNowSignal)
 	sel := workflow.NewSelector(ctx)
-	sel.AddFuture(trainF, func(f workflow.Future) { trainErr, done = f.Get(ctx, &tr), true })
+	sel.AddFuture(e.training.Untyped(), func(workflow.Future) { e.tr, e.trainErr = e.training.Result(ctx); e.done = true })
 	sel.AddReceive(commits, func(c workflow.ReceiveChannel, _ bool) {
 		var cc CheckpointCommitted
 		c.Receive(ctx, &cc)
-		if cc.Step > newest { // a retried attempt may repeat steps: never go back
-			newest = cc.Step
-			if everyCkpt {
-				queue = append(queue, cc.Step)
-			}
-			p.GlobalStep, p.Loss, p.ExamplesPerSec = cc.Step, cc.Loss, cc.ExamplesPerSec
-			p.Checkpoints++
-		}
+		e.committed(cc)
 	})
 	sel.AddReceive(evalNow, func(c workflow.ReceiveChannel, _ bool) {
 		c.Receive(ctx, nil)
-		force = true
+		e.force = true
 	})
 	timerCtx, cancelTimer := workflow.WithCancel(ctx)
 	defer cancelTimer()
 	timerArmed := false
 	more := false // everyCkpt: checkpoints are waiting, do not block
-	for !done {
+	for !e.done {
 		if more {
 			for sel.HasPending() {
 				sel.Select(ctx)
@@ -258,35 +227,30 @@ func trainAndEvaluate(ctx workflow.Context, ops bool, spec JobSpec, prep Prepare
 		} else {
 			sel.Select(ctx)
 		}
-		if !done && newest > runStart && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if !e.done && e.newest > e.runStart && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// The history is long: stop training (it resumes from the newest
 			// checkpoint) and continue as a new run with the evaluator's and
 			// exporters' state.
 			cancelTraining()
-			if err := trainF.Get(ctx, &tr); err == nil {
-				done = true // training finished before the cancel took: finish in this run
+			if tr, err := e.training.Result(ctx); err == nil {
+				e.tr, e.done = tr, true // training finished before the cancel took: finish in this run
 				break
 			}
-			cont := spec
-			cont.Carry = &Carry{Prep: prep, Pre: pre, Exports: exports, Newest: newest, Evaluated: evaluated, Runs: runs, Progress: *p, Metrics: res.Metrics, Queue: queue}
-			workflow.GetLogger(ctx).Info("continuing as new", "global_step", newest, "history_events", workflow.GetInfo(ctx).GetCurrentHistoryLength(), "run", runs)
-			return exports, workflow.NewContinueAsNewError(ctx, TrainingJobName, cont)
+			workflow.GetLogger(ctx).Info("continuing as new", "global_step", e.newest, "history_events", workflow.GetInfo(ctx).GetCurrentHistoryLength(), "run", e.runs)
+			return e.exports, continueAsNew(ctx, spec, e.carry())
 		}
-		step := next()
-		if done || step <= evaluated || !(spec.Cluster.EvaluatorOn() || force) {
+		step := e.next()
+		if e.done || step <= e.evaluated || !(spec.Cluster.EvaluatorOn() || e.force) {
 			continue
 		}
 		now := workflow.Now(ctx)
-		ready := started.Add(time.Duration(spec.Eval.StartDelaySecs) * time.Second)
-		if !lastEval.IsZero() && lastEval.Add(throttle).After(ready) {
-			ready = lastEval.Add(throttle)
-		}
-		if force || !now.Before(ready) {
-			setPhase(ctx, p, PhaseTraining)
-			if err := evaluate(step); err != nil {
-				return exports, err
+		ready := e.readyAt()
+		if e.force || !now.Before(ready) {
+			setPhase(ctx, e.p, PhaseTraining)
+			if err := e.evaluate(ctx, step); err != nil {
+				return e.exports, err
 			}
-			more = everyCkpt
+			more = e.everyCkpt
 			continue
 		}
 		if !timerArmed {
@@ -294,8 +258,8 @@ func trainAndEvaluate(ctx workflow.Context, ops bool, spec JobSpec, prep Prepare
 			sel.AddFuture(workflow.NewTimer(timerCtx, ready.Sub(now)), func(workflow.Future) { timerArmed = false })
 		}
 	}
-	if trainErr != nil {
-		return exports, trainErr
+	if e.trainErr != nil {
+		return e.exports, e.trainErr
 	}
 	// Reports sent just before training returned are still queued.
 	for {
@@ -303,40 +267,127 @@ func trainAndEvaluate(ctx workflow.Context, ops bool, spec JobSpec, prep Prepare
 		if !commits.ReceiveAsync(&cc) {
 			break
 		}
-		p.Checkpoints++
-		if everyCkpt && cc.Step > newest {
-			newest = cc.Step
-			queue = append(queue, cc.Step)
+		e.p.Checkpoints++
+		if e.everyCkpt && cc.Step > e.newest {
+			e.newest = cc.Step
+			e.queue = append(e.queue, cc.Step)
 		}
 	}
-	p.GlobalStep, res.GlobalStep = tr.Step, tr.Step
-	if tr.Loss != 0 {
-		p.Loss = tr.Loss
+	return e.exports, e.finish(ctx)
+}
+
+// committed records a checkpoint the chief reports.
+func (e *evaluator) committed(cc CheckpointCommitted) {
+	if cc.Step <= e.newest { // a retried attempt may repeat steps: never go back
+		return
 	}
-	setPhase(ctx, p, PhaseEvaluating)
-	for everyCkpt {
-		step := next()
-		if step <= evaluated || step >= tr.Step {
+	e.newest = cc.Step
+	if e.everyCkpt {
+		e.queue = append(e.queue, cc.Step)
+	}
+	e.p.GlobalStep, e.p.Loss, e.p.ExamplesPerSec = cc.Step, cc.Loss, cc.ExamplesPerSec
+	e.p.Checkpoints++
+}
+
+// next returns the step to evaluate next: the oldest queued one when
+// every checkpoint is evaluated, else the newest committed.
+func (e *evaluator) next() int64 {
+	if !e.everyCkpt {
+		return e.newest
+	}
+	for len(e.queue) > 0 && e.queue[0] <= e.evaluated {
+		e.queue = e.queue[1:]
+	}
+	if len(e.queue) == 0 {
+		return e.evaluated
+	}
+	return e.queue[0]
+}
+
+// readyAt is the earliest time of the next evaluation: start_delay_secs
+// after training started and throttle_secs after the last evaluation.
+func (e *evaluator) readyAt() time.Time {
+	ready := e.started.Add(time.Duration(e.spec.Eval.StartDelaySecs) * time.Second)
+	if !e.lastEval.IsZero() && e.lastEval.Add(e.throttle).After(ready) {
+		ready = e.lastEval.Add(e.throttle)
+	}
+	return ready
+}
+
+// finish runs once training has returned: it evaluates the committed
+// checkpoints still queued and the final one, then runs the final
+// exporters.
+func (e *evaluator) finish(ctx workflow.Context) error {
+	e.p.GlobalStep, e.res.GlobalStep = e.tr.Step, e.tr.Step
+	if e.tr.Loss != 0 {
+		e.p.Loss = e.tr.Loss
+	}
+	setPhase(ctx, e.p, PhaseEvaluating)
+	for e.everyCkpt {
+		step := e.next()
+		if step <= e.evaluated || step >= e.tr.Step {
 			break
 		}
-		if err := evaluate(step); err != nil {
-			return exports, err
+		if err := e.evaluate(ctx, step); err != nil {
+			return err
 		}
 	}
-	if evaluated != tr.Step || p.Metrics == nil {
-		if err := evaluate(tr.Step); err != nil {
-			return exports, err
+	if e.evaluated != e.tr.Step || e.p.Metrics == nil {
+		if err := e.evaluate(ctx, e.tr.Step); err != nil {
+			return err
 		}
 	}
-	setPhase(ctx, p, PhaseExporting)
-	for _, e := range spec.Eval.Exporters {
-		if e.Type == ExporterFinal {
-			if err := export(ctx, ops, spec, jobDir, e, exports[e.Name], tr.Step, res.Metrics, p); err != nil {
-				return exports, err
+	setPhase(ctx, e.p, PhaseExporting)
+	for _, x := range e.spec.Eval.Exporters {
+		if x.Type == ExporterFinal {
+			if err := export(ctx, e.ops, e.spec, e.prep.JobDir, x, e.exports[x.Name], e.tr.Step, e.res.Metrics, e.p); err != nil {
+				return err
 			}
 		}
 	}
-	return exports, nil
+	return nil
+}
+
+// evaluate evaluates the checkpoint at step and runs the latest and best
+// exporters on it. A checkpoint retention deleted first is skipped.
+func (e *evaluator) evaluate(ctx workflow.Context, step int64) error {
+	if err := cancelled(ctx, e.ops); err != nil {
+		return err
+	}
+	spec := e.spec
+	in := EvaluateInput{JobDir: e.prep.JobDir, Step: step, Batches: spec.Eval.Steps, BatchSize: spec.Model.BatchSize, Name: spec.Eval.Name}
+	ev, err := acts.Evaluate.Execute(e.evalCtx, in).Result(ctx)
+	e.lastEval, e.evaluated, e.force = workflow.Now(ctx), step, false
+	if isCheckpointGone(err) {
+		workflow.GetLogger(ctx).Warn("checkpoint deleted before its evaluation; skipped", "global_step", step)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e.p.Metrics, e.p.LastEvalStep, e.res.Metrics = &ev.Metrics, step, ev.Metrics
+	for _, x := range spec.Eval.Exporters {
+		st := e.exports[x.Name]
+		switch x.Type {
+		case ExporterLatest:
+		case ExporterBest:
+			v := metricValue(ev.Metrics, x.Metric)
+			if !improves(v, st.Best, x.Goal) {
+				continue
+			}
+			st.Best, st.BestStep = &v, step
+			e.p.BestMetric, e.p.BestStep, e.p.BestMetricName = &v, step, x.Metric
+			if err := workflow.UpsertTypedSearchAttributes(ctx, SearchBestMetric.ValueSet(v)); err != nil {
+				workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
+			}
+		default:
+			continue
+		}
+		if err := export(ctx, e.ops, spec, e.prep.JobDir, x, st, step, ev.Metrics, e.p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // export writes the bundle of step for exporter e (idempotent: keyed by

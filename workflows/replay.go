@@ -39,13 +39,14 @@ func ReadHistory(r io.Reader) (*historypb.History, error) {
 	return client.HistoryFromJSON(r, client.HistoryJSONOptions{})
 }
 
-// JobIDOf returns the job ID in the input of a TrainingJob history.
+// JobIDOf returns the job ID in the input of a TrainingJob (or
+// HyperparameterTuningJob) history.
 func JobIDOf(h *historypb.History) (string, error) {
 	if len(h.GetEvents()) == 0 {
 		return "", errors.New("empty history")
 	}
 	a := h.Events[0].GetWorkflowExecutionStartedEventAttributes()
-	if a == nil || len(a.Input.GetPayloads()) != 1 {
+	if a == nil || len(a.Input.GetPayloads()) == 0 { // the spec, then a continued run's carry
 		return "", errors.New("history does not start with a TrainingJob start event")
 	}
 	var spec JobSpec

@@ -40,6 +40,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"cancelled_training.json": false, "bad_data_evaluator.json": false, "continued_first.json": false, "continued_last.json": false,
 		// A tuning job recorded by cmd/trainflow TestTuningJobEndToEnd.
 		"tuning_succeeded.json": false,
+		// The first and last runs of a job that continued as new after
+		// carryChange: the carry is TrainingJob's second argument.
+		"continued_carry_first.json": false, "continued_carry_last.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true

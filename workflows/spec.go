@@ -77,9 +77,6 @@ type JobSpec struct {
 	// Promote makes the published version the model's default even when the
 	// model already has versions (the first version is always the default).
 	Promote bool `json:"promote,omitempty"`
-	// Carry is set by the job itself when it continues as new (its history
-	// grew long): what the earlier runs did. Never set it by hand.
-	Carry *Carry `json:"carry,omitempty"`
 	// Tuning makes the job a hyperparameter tuning job: start
 	// HyperparameterTuningJob, which runs the rest of the spec as trials.
 	Tuning *TuningSpec `json:"tuning,omitempty"`

@@ -298,13 +298,17 @@ func cancelled(ctx workflow.Context, ops bool) error {
 // TrainingJob runs one job end to end: validate → prepare → preprocess
 // (Beam) → train → evaluate → export (final) → publish. Every step is an
 // activity; the workflow records only URIs, steps and metrics.
-func TrainingJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
-	spec = spec.WithDefaults()
+//
+// The input is a JobSpec; carry is set only by the job itself when it
+// continues as new (its history grew long): what the earlier runs did.
+func TrainingJob(ctx workflow.Context, in jobInput, carry *Carry) (JobResult, error) {
+	raw, carry := resolve(in, carry)
+	spec := raw.WithDefaults()
 	p := &Progress{Phase: PhaseValidating, MaxSteps: spec.Train.MaxSteps}
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
 		return JobResult{}, err
 	}
-	res, err := runJob(ctx, spec, p)
+	res, err := runJob(ctx, spec, carry, p)
 	switch {
 	case err == nil:
 		setPhase(ctx, p, PhaseSucceeded)
@@ -324,7 +328,7 @@ func TrainingJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
 	return res, err
 }
 
-func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) {
+func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobResult, error) {
 	info := workflow.GetInfo(ctx)
 	res := JobResult{JobID: spec.JobID, Model: spec.ModelName}
 	if err := spec.Validate(); err != nil {
@@ -358,11 +362,12 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 
 	var prep PrepareResult
 	var pre PreprocessResult
-	if c := spec.Carry; c != nil { // a continued run: prepared and preprocessed
+	if c := carry; c != nil { // a continued run: prepared and preprocessed
 		prep, pre = c.Prep, c.Pre
 	} else {
 		short := workflow.WithActivityOptions(ctx, stepOptions(ops, 10*time.Minute, "prepare job dir and data"))
-		if err := workflow.ExecuteActivity(short, PrepareJobActivity, PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}).Get(ctx, &prep); err != nil {
+		var err error
+		if prep, err = acts.PrepareJob.Run(short, PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}); err != nil {
 			var ae *temporal.ApplicationError
 			if ops && errors.As(err, &ae) && ae.Type() == ErrTypeJobExists {
 				// Another job owns this ID: mark the run so that job
@@ -380,12 +385,12 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 		if sd := spec.SharedData; sd != nil { // a tuning trial: its parent preprocessed once for all
 			ictx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "link data preprocessed by "+sd.TuningJobID))
 			imp := ImportInput{Preprocess: in, From: sd.JobDir, TuningJobID: sd.TuningJobID, TransformHash: sd.Result.TransformHash}
-			if err := workflow.ExecuteActivity(ictx, ImportPreprocessedActivity, imp).Get(ctx, &pre); err != nil {
+			if pre, err = acts.ImportPreprocessed.Run(ictx, imp); err != nil {
 				return res, err
 			}
 		} else {
 			pctx := workflow.WithActivityOptions(ctx, stepOptions(ops, 6*time.Hour, "Beam analyze + transform"))
-			if err := workflow.ExecuteActivity(pctx, PreprocessActivity, in).Get(ctx, &pre); err != nil {
+			if pre, err = acts.Preprocess.Run(pctx, in); err != nil {
 				return res, err
 			}
 		}
@@ -399,14 +404,14 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 		tin.Train.MaxSteps = spec.StepsFor(pre.TrainRows)
 		p.MaxSteps = tin.Train.MaxSteps
 	}
-	if spec.Carry == nil && workflow.GetVersion(ctx, evaluatorChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if carry == nil && workflow.GetVersion(ctx, evaluatorChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return trainThenExportV0(ctx, spec, prep, tin, p, res)
 	}
 	if err := cancelled(ctx, ops); err != nil {
 		return res, err
 	}
 	setPhase(ctx, p, PhaseTraining)
-	exports, err := trainAndEvaluate(ctx, ops, spec, prep, pre, tin, p, &res)
+	exports, err := newEvaluator(ops, spec, carry, prep, pre, tin, p, &res).run(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -420,8 +425,8 @@ func runJob(ctx workflow.Context, spec JobSpec, p *Progress) (JobResult, error) 
 	p.Export = res.Export
 	setPhase(ctx, p, PhasePublishing)
 	pubctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "publish "+spec.Publish+" export"))
-	var pub PublishResult
-	if err := workflow.ExecuteActivity(pubctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote}).Get(ctx, &pub); err != nil {
+	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote})
+	if err != nil {
 		return res, err
 	}
 	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version
@@ -442,8 +447,8 @@ const evaluatorChange = "evaluator-exporters"
 func trainThenExportV0(ctx workflow.Context, spec JobSpec, prep PrepareResult, tin TrainInput, p *Progress, res JobResult) (JobResult, error) {
 	setPhase(ctx, p, PhaseTraining)
 	tctx := workflow.WithActivityOptions(ctx, activityOptions(24*time.Hour, "train "+spec.Model.Type))
-	var tr TrainResult
-	if err := workflow.ExecuteActivity(tctx, TrainActivity, tin).Get(ctx, &tr); err != nil {
+	tr, err := acts.Train.Run(tctx, tin)
+	if err != nil {
 		return res, err
 	}
 	p.GlobalStep, res.GlobalStep = tr.Step, tr.Step
@@ -453,8 +458,8 @@ func trainThenExportV0(ctx workflow.Context, spec JobSpec, prep PrepareResult, t
 
 	setPhase(ctx, p, PhaseEvaluating)
 	ectx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "evaluate final checkpoint"))
-	var ev EvaluateResult
-	if err := workflow.ExecuteActivity(ectx, EvaluateActivity, EvaluateInput{JobDir: prep.JobDir, Step: tr.Step}).Get(ctx, &ev); err != nil {
+	ev, err := acts.Evaluate.Run(ectx, EvaluateInput{JobDir: prep.JobDir, Step: tr.Step})
+	if err != nil {
 		return res, err
 	}
 	p.Metrics, res.Metrics = &ev.Metrics, ev.Metrics
@@ -464,16 +469,16 @@ func trainThenExportV0(ctx workflow.Context, spec JobSpec, prep PrepareResult, t
 
 	setPhase(ctx, p, PhaseExporting)
 	xctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "final export"))
-	var ex ExportResult
 	xin := ExportInput{JobID: spec.JobID, JobDir: prep.JobDir, Exporter: "final", Step: tr.Step, Metrics: ev.Metrics}
-	if err := workflow.ExecuteActivity(xctx, ExportActivity, xin).Get(ctx, &ex); err != nil {
+	ex, err := acts.Export.Run(xctx, xin)
+	if err != nil {
 		return res, err
 	}
 	p.Export, res.Export = ex.Dir, ex.Dir
 
 	setPhase(ctx, p, PhasePublishing)
-	var pub PublishResult
-	if err := workflow.ExecuteActivity(xctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: ex.Dir, Model: spec.ModelName}).Get(ctx, &pub); err != nil {
+	pub, err := acts.Publish.Run(xctx, PublishInput{JobID: spec.JobID, Bundle: ex.Dir, Model: spec.ModelName})
+	if err != nil {
 		return res, err
 	}
 	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version

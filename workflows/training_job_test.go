@@ -27,18 +27,7 @@ func newEnv(t *testing.T, jobID string) *testsuite.TestWorkflowEnvironment {
 	// 2-core machine; a workflow that stops early still fails the test.
 	env.SetTestTimeout(2 * time.Minute)
 	env.RegisterWorkflowWithOptions(TrainingJob, workflow.RegisterOptions{Name: TrainingJobName})
-	stubs := map[string]any{
-		PrepareJobActivity:   func(context.Context, PrepareInput) (PrepareResult, error) { panic("not mocked") },
-		PreprocessActivity:   func(context.Context, PreprocessInput) (PreprocessResult, error) { panic("not mocked") },
-		TrainActivity:        func(context.Context, TrainInput) (TrainResult, error) { panic("not mocked") },
-		EvaluateActivity:     func(context.Context, EvaluateInput) (EvaluateResult, error) { panic("not mocked") },
-		ExportActivity:       func(context.Context, ExportInput) (ExportResult, error) { panic("not mocked") },
-		PublishActivity:      func(context.Context, PublishInput) (PublishResult, error) { panic("not mocked") },
-		DeleteExportActivity: func(context.Context, DeleteExportInput) error { panic("not mocked") },
-	}
-	for name, fn := range stubs {
-		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
-	}
+	registerStubs(env, acts.PrepareJob, acts.Preprocess, acts.Train, acts.Evaluate, acts.Export, acts.Publish, acts.DeleteExport)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: jobID})
 	return env
 }

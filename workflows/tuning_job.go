@@ -196,14 +196,17 @@ type TuningHistoryInput struct {
 // trial links that data into its own job dir (SharedData) instead of
 // running Preprocess. A trial waiting for its data holds one of the
 // max_parallel_trials slots.
-func HyperparameterTuningJob(ctx workflow.Context, spec JobSpec) (JobResult, error) {
-	raw := spec
-	spec = spec.WithDefaults()
+//
+// The input is a JobSpec; carry is set only by the job itself when it
+// continues as new: the trials so far.
+func HyperparameterTuningJob(ctx workflow.Context, in tuningInput, carry *TuningCarry) (JobResult, error) {
+	raw, carry := resolve(in, carry)
+	spec := raw.WithDefaults()
 	p := &Progress{Phase: PhaseValidating}
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
 		return JobResult{}, err
 	}
-	res, err := runTuning(ctx, raw, spec, p)
+	res, err := runTuning(ctx, raw, spec, carry, p)
 	switch {
 	case err == nil:
 		setPhase(ctx, p, PhaseSucceeded)
@@ -225,7 +228,7 @@ func invalid(err error) error {
 	return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 }
 
-func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult, error) {
+func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *Progress) (JobResult, error) {
 	info := workflow.GetInfo(ctx)
 	res := JobResult{JobID: spec.JobID, Model: spec.ModelName}
 	if spec.Tuning == nil {
@@ -245,12 +248,11 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	}
 	share := workflow.GetVersion(ctx, sharedDataChange, workflow.DefaultVersion, 1) >= 1 && spec.Tuning.Sharing()
 	t := *spec.Tuning
-	t.Carry = nil
 	rep := &TuningReport{Metric: t.HyperparameterMetricTag, Goal: t.Goal, Algorithm: t.Algorithm, MaxTrials: t.MaxTrials, Parallel: t.MaxParallelTrials}
 	for _, prm := range t.Params {
 		rep.ParamNames = append(rep.ParamNames, prm.ParameterName)
 	}
-	if c := spec.Tuning.Carry; c != nil {
+	if c := carry; c != nil {
 		*rep = c.Report
 	}
 	rep.Runs++
@@ -261,10 +263,10 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	setPhase(ctx, p, PhaseTuning)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("tuning `%s`: %s, %s %s, %d trials, %d at once", spec.ModelName, t.Algorithm, t.Goal, t.HyperparameterMetricTag, t.MaxTrials, t.MaxParallelTrials))
 
-	if t.ResumePreviousJobID != "" && spec.Tuning.Carry == nil {
+	if t.ResumePreviousJobID != "" && carry == nil {
 		hctx := workflow.WithActivityOptions(ctx, activityOptions(5*time.Minute, "trials of "+t.ResumePreviousJobID))
-		var prev TuningReport
-		if err := workflow.ExecuteActivity(hctx, TuningHistoryActivity, TuningHistoryInput{JobID: t.ResumePreviousJobID}).Get(ctx, &prev); err != nil {
+		prev, err := acts.TuningHistory.Run(hctx, TuningHistoryInput{JobID: t.ResumePreviousJobID})
+		if err != nil {
 			return res, err
 		}
 		if !slices.Equal(prev.ParamNames, rep.ParamNames) {
@@ -328,8 +330,8 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 			in.Trials = append(in.Trials, TrialRef{Number: tr.Number, ID: tr.ID, JobDir: tr.JobDirSpec})
 		}
 		ectx := workflow.WithActivityOptions(ctx, activityOptions(5*time.Minute, "read trial evaluations"))
-		var out TrialEvaluationsResult
-		if err := workflow.ExecuteActivity(ectx, TrialEvaluationsActivity, in).Get(ctx, &out); err != nil {
+		out, err := acts.TrialEvaluations.Run(ectx, in)
+		if err != nil {
 			return err
 		}
 		for i, tr := range trs {
@@ -408,18 +410,17 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	prepareData := func(k int, ts JobSpec) {
 		ds := raw.SharedDataSpec(k, ts)
 		pctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "prepare "+ds.JobID))
-		f := workflow.ExecuteActivity(pctx, PrepareJobActivity, PrepareInput{Spec: ds, FirstRunID: info.FirstRunID})
-		sel.AddFuture(f, func(f workflow.Future) {
-			var prep PrepareResult
-			if err := f.Get(ctx, &prep); err != nil {
+		f := acts.PrepareJob.Execute(pctx, PrepareInput{Spec: ds, FirstRunID: info.FirstRunID})
+		sel.AddFuture(f.Untyped(), func(workflow.Future) {
+			prep, err := f.Result(ctx)
+			if err != nil {
 				dataDone(k, "", PreprocessResult{}, err)
 				return
 			}
 			qctx := workflow.WithActivityOptions(ctx, stepOptions(true, 6*time.Hour, "Beam analyze + transform for the trials ("+ds.JobID+")"))
-			g := workflow.ExecuteActivity(qctx, PreprocessActivity, preprocessInput(ds, prep))
-			sel.AddFuture(g, func(g workflow.Future) {
-				var pre PreprocessResult
-				err := g.Get(ctx, &pre)
+			g := acts.Preprocess.Execute(qctx, preprocessInput(ds, prep))
+			sel.AddFuture(g.Untyped(), func(workflow.Future) {
+				pre, err := g.Result(ctx)
 				dataDone(k, prep.JobDir, pre, err)
 			})
 		})
@@ -462,12 +463,8 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	for {
 		drain := startedThisRun >= tuningContinueEvery || info.GetContinueAsNewSuggested()
 		if running == 0 && drain && len(rep.Trials) < t.MaxTrials && failed() < t.MaxFailedTrials && !exhausted {
-			next := raw
-			tc := *raw.Tuning
-			tc.Carry = &TuningCarry{Report: *rep}
-			next.Tuning = &tc
 			workflow.GetLogger(ctx).Info("continuing as new", "trials", len(rep.Trials), "run", rep.Runs)
-			return res, workflow.NewContinueAsNewError(ctx, HyperparameterTuningJobName, next)
+			return res, continueTuningAsNew(ctx, raw, &TuningCarry{Report: *rep})
 		}
 		if !drain && !exhausted && running < t.MaxParallelTrials && len(rep.Trials) < t.MaxTrials && failed() < t.MaxFailedTrials {
 			n := min(t.MaxParallelTrials-running, t.MaxTrials-len(rep.Trials))
@@ -485,8 +482,8 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 				}
 			}
 			sctx := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, fmt.Sprintf("suggest %d trials", n)))
-			var sug SuggestResult
-			if err := workflow.ExecuteActivity(sctx, SuggestTrialsActivity, in).Get(ctx, &sug); err != nil {
+			sug, err := acts.SuggestTrials.Run(sctx, in)
+			if err != nil {
 				return res, err
 			}
 			if len(sug.Points) < n {
@@ -569,13 +566,13 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, p *Progress) (JobResult,
 	}
 	setPhase(ctx, p, PhasePublishing)
 	xctx := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, "find trial "+best.ID+"'s "+spec.Publish+" export"))
-	if err := workflow.ExecuteActivity(xctx, TrialExportActivity, TrialExportInput{JobDir: best.JobDir, Exporter: spec.Publish}).Get(ctx, &res.Export); err != nil {
+	if err := acts.TrialExport.Execute(xctx, TrialExportInput{JobDir: best.JobDir, Exporter: spec.Publish}).Into(ctx, &res.Export); err != nil {
 		return res, err
 	}
 	p.Export = res.Export
 	pubctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "publish best trial "+best.ID))
-	var pub PublishResult
-	if err := workflow.ExecuteActivity(pubctx, PublishActivity, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote}).Get(ctx, &pub); err != nil {
+	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote})
+	if err != nil {
 		return res, err
 	}
 	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version

@@ -54,9 +54,6 @@ type TuningSpec struct {
 	// and links the result into each trial's job dir. Default true; false
 	// lets every trial preprocess on its own.
 	SharePreprocessing *bool `json:"share_preprocessing,omitempty"`
-	// Carry is set by the job itself when it continues as new. Never set
-	// it by hand.
-	Carry *TuningCarry `json:"carry,omitempty"`
 }
 
 // Sharing reports whether trials share preprocessing (share_preprocessing,
@@ -303,6 +300,7 @@ func DataKey(ts JobSpec) string {
 		Seed uint64   `json:"seed"`
 	}{d.Data, d.Train.Seed}
 	k.Data.JobName = ""
+	//workflowcheck:ignore json.Marshal of a struct is deterministic (map keys sorted)
 	b, _ := json.Marshal(k)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
@@ -478,6 +476,7 @@ func sortedTunable() []string { return sortedKeys(TunableFields) }
 
 func sortedKeys(m map[string]fieldKind) []string {
 	out := make([]string, 0, len(m))
+	//workflowcheck:ignore the keys are sorted below
 	for k := range m {
 		out = append(out, k)
 	}
@@ -733,7 +732,6 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 	t := d.Tuning
 	trial := s
 	trial.Tuning = nil
-	trial.Carry = nil
 	trial.SharedData = nil
 	trial.JobID = TrialID(s.JobID, n)
 	trial.Publish = PublishNone

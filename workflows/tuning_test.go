@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -196,7 +195,7 @@ func tuningEnv(t *testing.T, id string, f *fakeTrials, points [][]float64) *test
 	env.RegisterWorkflowWithOptions(f.job, workflow.RegisterOptions{Name: TrainingJobName})
 	next := 0
 	var mu sync.Mutex
-	env.RegisterActivityWithOptions(func(_ context.Context, in SuggestInput) (SuggestResult, error) {
+	registerFunc(env, acts.SuggestTrials, func(_ context.Context, in SuggestInput) (SuggestResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		var out SuggestResult
@@ -207,20 +206,18 @@ func tuningEnv(t *testing.T, id string, f *fakeTrials, points [][]float64) *test
 			}
 		}
 		return out, nil
-	}, activity.RegisterOptions{Name: SuggestTrialsActivity})
-	env.RegisterActivityWithOptions(func(context.Context, TrialEvaluationsInput) (TrialEvaluationsResult, error) { panic("not mocked") }, activity.RegisterOptions{Name: TrialEvaluationsActivity})
-	env.RegisterActivityWithOptions(func(_ context.Context, in TrialExportInput) (string, error) {
+	})
+	registerStubs(env, acts.TrialEvaluations, acts.Publish, acts.TuningHistory)
+	registerFunc(env, acts.TrialExport, func(_ context.Context, in TrialExportInput) (string, error) {
 		return in.JobDir + "/export/best/100", nil
-	}, activity.RegisterOptions{Name: TrialExportActivity})
-	env.RegisterActivityWithOptions(func(context.Context, PublishInput) (PublishResult, error) { panic("not mocked") }, activity.RegisterOptions{Name: PublishActivity})
-	env.RegisterActivityWithOptions(func(context.Context, TuningHistoryInput) (TuningReport, error) { panic("not mocked") }, activity.RegisterOptions{Name: TuningHistoryActivity})
-	env.RegisterActivityWithOptions(func(_ context.Context, in PrepareInput) (PrepareResult, error) {
+	})
+	registerFunc(env, acts.PrepareJob, func(_ context.Context, in PrepareInput) (PrepareResult, error) {
 		if in.Spec.Tuning != nil || in.Spec.JobID != DataID(id, 1) && in.Spec.JobID != DataID(id, 2) {
 			return PrepareResult{}, fmt.Errorf("PrepareJob of %+v", in.Spec)
 		}
 		return PrepareResult{JobDir: "/jobs/" + in.Spec.JobID + "?region=r", Train: []string{"t.csv"}, Eval: []string{"e.csv"}}, nil
-	}, activity.RegisterOptions{Name: PrepareJobActivity})
-	env.RegisterActivityWithOptions(func(_ context.Context, in PreprocessInput) (PreprocessResult, error) {
+	})
+	registerFunc(env, acts.Preprocess, func(_ context.Context, in PreprocessInput) (PreprocessResult, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.preprocessed = append(f.preprocessed, in)
@@ -228,7 +225,7 @@ func tuningEnv(t *testing.T, id string, f *fakeTrials, points [][]float64) *test
 			return PreprocessResult{}, temporal.NewNonRetryableApplicationError("no valid row", ErrTypeBadData, nil)
 		}
 		return PreprocessResult{TransformHash: fmt.Sprintf("hash%d", len(f.preprocessed)), Dim: 9, Classes: 2, TrainRows: 100}, nil
-	}, activity.RegisterOptions{Name: PreprocessActivity})
+	})
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
 	return env
 }
@@ -368,20 +365,27 @@ func TestTuningJobContinuesAsNew(t *testing.T) {
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("first run: %v, want continue-as-new", err)
 	}
-	var next JobSpec
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+	// From carryChange on the carry is the second argument, not in the spec.
+	if b := can.Input.GetPayloads()[0].GetData(); len(can.Input.GetPayloads()) != 2 || strings.Contains(string(b), `"carry"`) {
+		t.Fatalf("continued with %d arguments, spec %s: want the spec without carry, then the carry", len(can.Input.GetPayloads()), b)
+	}
+	next, carry, err := DecodeTuningInput(converter.GetDefaultDataConverter(), can.Input)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if next.Tuning.Carry == nil || len(next.Tuning.Carry.Report.Trials) != 2 {
-		t.Fatalf("carry %+v", next.Tuning.Carry)
+	if carry == nil || len(carry.Report.Trials) != 2 || next.Tuning == nil {
+		t.Fatalf("carry %+v, spec %+v", carry, next)
 	}
 	for run := 2; ; run++ {
-		env = tuningEnv(t, "hp_4", f, pts[len(next.Tuning.Carry.Report.Trials):])
+		env = tuningEnv(t, "hp_4", f, pts[len(carry.Report.Trials):])
 		env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
-		env.ExecuteWorkflow(HyperparameterTuningJobName, next)
+		if run == 2 { // the form runs continued before carryChange have
+			env.ExecuteWorkflow(HyperparameterTuningJobName, tuningInput{JobSpec: next, Tuning: &tuningBlock{TuningSpec: *next.Tuning, Carry: carry}})
+		} else {
+			env.ExecuteWorkflow(HyperparameterTuningJobName, next, carry)
+		}
 		if err := env.GetWorkflowError(); errors.As(err, &can) {
-			next = JobSpec{}
-			if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+			if next, carry, err = DecodeTuningInput(converter.GetDefaultDataConverter(), can.Input); err != nil {
 				t.Fatal(err)
 			}
 			continue

@@ -1,0 +1,117 @@
+package workflows
+
+import (
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/workflow"
+)
+
+// carryChange marks the move of Carry out of the JobSpec: a run continued
+// from then on gets it as TrainingJob's second argument; runs continued
+// before got it inside the spec (jobInput.Carry), which is still read.
+const carryChange = "carry-out-of-spec"
+
+// jobInput is TrainingJob's first argument: a JobSpec as typed in the UI
+// or sent by the CLI. Carry is read only from runs continued before
+// carryChange, which carried it inside the spec's JSON; it is not part of
+// the JobSpec and never written any more.
+type jobInput struct {
+	JobSpec
+	Carry *Carry `json:"carry,omitempty"`
+}
+
+// split returns the spec and the carry inside it (nil: none).
+func (in jobInput) split() (JobSpec, *Carry) { return in.JobSpec, in.Carry }
+
+// legacyInput is a workflow's first argument with the carry that runs
+// continued before carryChange had inside it (jobInput, tuningInput).
+type legacyInput[C any] interface {
+	split() (JobSpec, *C)
+}
+
+// resolve returns the spec of input in and the carry of the run: carry
+// (the second argument), else the one inside in.
+func resolve[I legacyInput[C], C any](in I, carry *C) (JobSpec, *C) {
+	spec, legacy := in.split()
+	if carry == nil {
+		carry = legacy
+	}
+	return spec, carry
+}
+
+// decodeInput decodes a workflow's input, in either form.
+func decodeInput[I legacyInput[C], C any](dc converter.DataConverter, payloads *commonpb.Payloads) (JobSpec, *C, error) {
+	var in I
+	var carry *C
+	if err := dc.FromPayloads(payloads, &in, &carry); err != nil {
+		return JobSpec{}, nil, err
+	}
+	spec, carry := resolve(in, carry)
+	return spec, carry, nil
+}
+
+// continueAsNew continues the job as a new run that resumes from carry:
+// spec and carry as two arguments, or, in a run that began before
+// carryChange, carry inside the spec as such runs did.
+func continueAsNew(ctx workflow.Context, spec JobSpec, carry *Carry) error {
+	if workflow.GetVersion(ctx, carryChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return workflow.NewContinueAsNewError(ctx, TrainingJobName, jobInput{JobSpec: spec, Carry: carry})
+	}
+	return workflow.NewContinueAsNewError(ctx, TrainingJobName, spec, carry)
+}
+
+// DecodeTrainingInput decodes the input of a TrainingJob run (its
+// WorkflowExecutionStarted event or a continue-as-new): the spec and, for
+// a continued run, what the earlier runs carried (nil otherwise), in
+// either form continueAsNew writes.
+func DecodeTrainingInput(dc converter.DataConverter, in *commonpb.Payloads) (JobSpec, *Carry, error) {
+	return decodeInput[jobInput, Carry](dc, in)
+}
+
+// tuningInput is HyperparameterTuningJob's first argument: a JobSpec as
+// typed in the UI or sent by the CLI. Its tuning block's carry is read
+// only from runs continued before carryChange, which carried it there; it
+// is not part of the TuningSpec and never written any more.
+type tuningInput struct {
+	JobSpec
+	Tuning *tuningBlock `json:"tuning,omitempty"`
+}
+
+// tuningBlock is a TuningSpec with the carry runs continued before
+// carryChange had in it.
+type tuningBlock struct {
+	TuningSpec
+	Carry *TuningCarry `json:"carry,omitempty"`
+}
+
+// split returns the spec and the carry inside it (nil: none).
+func (in tuningInput) split() (JobSpec, *TuningCarry) {
+	spec := in.JobSpec
+	spec.Tuning = nil
+	if in.Tuning == nil {
+		return spec, nil
+	}
+	t := in.Tuning.TuningSpec
+	spec.Tuning = &t
+	return spec, in.Tuning.Carry
+}
+
+// continueTuningAsNew continues a tuning job as a new run that resumes
+// from carry, in the form continueAsNew writes.
+func continueTuningAsNew(ctx workflow.Context, spec JobSpec, carry *TuningCarry) error {
+	if workflow.GetVersion(ctx, carryChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		in := tuningInput{JobSpec: spec}
+		if spec.Tuning != nil {
+			in.Tuning = &tuningBlock{TuningSpec: *spec.Tuning, Carry: carry}
+		}
+		return workflow.NewContinueAsNewError(ctx, HyperparameterTuningJobName, in)
+	}
+	return workflow.NewContinueAsNewError(ctx, HyperparameterTuningJobName, spec, carry)
+}
+
+// DecodeTuningInput decodes the input of a HyperparameterTuningJob run:
+// the spec and, for a continued run, its trials so far (nil otherwise),
+// in either form continueTuningAsNew writes.
+func DecodeTuningInput(dc converter.DataConverter, in *commonpb.Payloads) (JobSpec, *TuningCarry, error) {
+	return decodeInput[tuningInput, TuningCarry](dc, in)
+}
