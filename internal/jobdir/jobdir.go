@@ -322,19 +322,7 @@ func (d *Dir) StageShards(ctx context.Context, version []byte, prefix string, na
 // Download copies the object at key of st to the local file dst
 // atomically.
 func Download(ctx context.Context, st *storage.Store, key, dst string) error {
-	r, err := st.NewReader(ctx, key)
-	if err != nil {
-		return fmt.Errorf("stage: %w", err)
-	}
-	defer r.Close()
-	err = atomicfile.WriteFunc(dst, func(w io.Writer) error {
-		_, err := io.Copy(w, r)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("stage %s: %w", key, err)
-	}
-	return nil
+	return st.DownloadFile(ctx, key, dst)
 }
 
 // Upload copies the local files dir/<name> to the objects prefix/<name>
