@@ -96,7 +96,6 @@ type Activities struct {
 const (
 	jobFile     = "job.json"
 	rawDir      = "raw"
-	checkpoints = "checkpoints"
 	evalMetrics = "eval/metrics.jsonl"
 	// pinnedDir holds hard links to the checkpoint being evaluated and
 	// exported (copies in object storage), so retention cannot delete it

@@ -33,7 +33,7 @@ type Workspace struct {
 func (d *Dir) Workspace(out, pattern string) (*Workspace, error) {
 	if d.local != "" {
 		if filepath.Clean(out) != d.local {
-			return nil, fmt.Errorf("%w: writes into %s, outside its job directory %s", ErrOutside, out, d.local)
+			return nil, outsideError{out, d.local}
 		}
 		return &Workspace{Dir: d.local, d: d}, nil
 	}
@@ -55,9 +55,18 @@ func (d *Dir) Output(name string) *Workspace {
 	return &Workspace{Dir: filepath.Join(d.cache, name), d: d, staged: true}
 }
 
-// ErrOutside is wrapped by errors about a request writing outside its
+// ErrOutside is matched by errors about a request writing outside its
 // job directory.
 var ErrOutside = errors.New("jobdir: outside the job directory")
+
+// outsideError is a request writing into out, not the job directory dir.
+type outsideError struct{ out, dir string }
+
+func (e outsideError) Error() string {
+	return fmt.Sprintf("writes into %s, outside its job directory %s", e.out, e.dir)
+}
+
+func (outsideError) Is(target error) bool { return target == ErrOutside }
 
 // Close removes a temporary cache workspace (Dir.Workspace).
 func (w *Workspace) Close() error {
