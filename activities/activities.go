@@ -23,6 +23,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving"
@@ -95,7 +96,6 @@ type Activities struct {
 const (
 	jobFile     = "job.json"
 	rawDir      = "raw"
-	checkpoints = "checkpoints"
 	evalMetrics = "eval/metrics.jsonl"
 	// pinnedDir holds hard links to the checkpoint being evaluated and
 	// exported (copies in object storage), so retention cannot delete it
@@ -150,13 +150,6 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 		dir = joinURI(a.Jobs, spec.JobID)
 	default:
 		dir = filepath.Join(a.Home, "jobs", spec.JobID)
-	}
-	if !isURI(dir) {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("job_dir %q: %w", spec.JobDir, err))
-		}
-		dir = abs
 	}
 	data := workflows.PrepareResult{}
 	for _, split := range []struct {
@@ -232,21 +225,14 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 // checkInput fails for good when the data file at p (a path or a storage
 // URI) does not exist.
 func checkInput(ctx context.Context, p string) error {
-	if !isURI(p) {
-		if _, err := os.Stat(p); err != nil {
-			return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("data file %s: %w", p, err))
-		}
-		return nil
+	ok, err := jobdir.Exists(ctx, p)
+	var pe *fs.PathError
+	if errors.As(err, &pe) { // a local file that cannot be looked at
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("data file %s: %w", p, err))
 	}
-	st, key, err := openObject(ctx, p)
 	if errors.Is(err, storage.ErrInvalidURI) {
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("data file: %w", err))
 	}
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	ok, err := st.Exists(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -254,15 +240,6 @@ func checkInput(ctx context.Context, p string) error {
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("data file %s: %w", p, storage.ErrNotExist))
 	}
 	return nil
-}
-
-// location returns where key is for other processes: its path in a local
-// job directory, else its storage URI.
-func (j *jobDir) location(key string) string {
-	if !j.remote {
-		return filepath.Join(j.dir, filepath.FromSlash(key))
-	}
-	return j.st.Sub(key).URI()
 }
 
 // claim writes job.json into the job directory, or checks that the job
@@ -311,14 +288,16 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 		return workflows.PreprocessResult{}, err
 	}
 	defer jd.Close()
-	if !jd.remote && filepath.Clean(r.OutDir) != jd.dir {
-		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("preprocess writes into %s, outside its job directory %s", r.OutDir, jd.dir))
+	// Where the child works: the job dir, or a local stand-in for one in
+	// object storage.
+	ws, err := jd.Workspace(r.OutDir, "preprocess-")
+	if errors.Is(err, jobdir.ErrOutside) {
+		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("preprocess %w", err))
 	}
-	if !jd.remote {
-		if err := r.Check(); err != nil {
-			return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
-		}
+	if err != nil {
+		return workflows.PreprocessResult{}, err
 	}
+	defer ws.Close()
 	reqJSON, _ := json.Marshal(struct {
 		R    preprocess.Request
 		Args []string
@@ -328,39 +307,30 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 			return summary(m), nil
 		}
 	}
+	hb := keepAlive(ctx)
+	r.Train, err = stageInputs(ctx, ws, r.Train, filepath.Join("inputs", "train"))
+	if err == nil {
+		r.Eval, err = stageInputs(ctx, ws, r.Eval, filepath.Join("inputs", "eval"))
+	}
+	hb.Stop()
+	if err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	r.OutDir = ws.Dir
+	if err := r.Check(); err != nil {
+		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
+	}
 	if err := jd.st.Delete(ctx, preprocess.ManifestPath); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
-	work := jd.dir // where the child works: the job dir, or a local stand-in
-	if jd.remote {
-		if work, err = jd.tempDir("preprocess-"); err != nil {
-			return workflows.PreprocessResult{}, err
-		}
-		defer os.RemoveAll(work)
-		hb := keepAlive(ctx)
-		r.Train, err = stageInputs(ctx, r.Train, filepath.Join(work, "inputs", "train"))
-		if err == nil {
-			r.Eval, err = stageInputs(ctx, r.Eval, filepath.Join(work, "inputs", "eval"))
-		}
-		hb.Stop()
-		if err != nil {
-			return workflows.PreprocessResult{}, err
-		}
-		r.OutDir = work
-		if err := r.Check(); err != nil {
-			return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
-		}
-	}
-	childReq := filepath.Join(work, "preprocess", "child-request.json")
+	childReq := filepath.Join(ws.Dir, "preprocess", "child-request.json")
 	rb, _ := json.Marshal(r)
 	if err := atomicfile.Write(childReq, rb); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
-	err = a.runChild(ctx, work, append(append([]string{"preprocess", childReq}, in.BeamArgs...), a.BeamArgs...))
-	if jd.remote {
-		if err := upload(ctx, jd.st, work, "", []string{"preprocess/child.log"}); err != nil {
-			activity.GetLogger(ctx).Warn("upload preprocess log", "error", err)
-		}
+	err = a.runChild(ctx, ws.Dir, append(append([]string{"preprocess", childReq}, in.BeamArgs...), a.BeamArgs...))
+	if err := ws.Publish(ctx, []string{"preprocess/child.log"}); err != nil {
+		activity.GetLogger(ctx).Warn("upload preprocess log", "error", err)
 	}
 	if err != nil {
 		return workflows.PreprocessResult{}, err
@@ -369,13 +339,11 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 	if err != nil {
 		return workflows.PreprocessResult{}, err
 	}
-	if jd.remote {
-		hb := keepAlive(ctx)
-		err := publishPreprocessed(ctx, jd.st, work, m)
-		hb.Stop()
-		if err != nil {
-			return workflows.PreprocessResult{}, err
-		}
+	hb = keepAlive(ctx)
+	err = publishPreprocessed(ctx, ws, m)
+	hb.Stop()
+	if err != nil {
+		return workflows.PreprocessResult{}, err
 	}
 	if m.Failure != "" {
 		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, errors.New(m.Failure))
@@ -386,42 +354,24 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 	return summary(m), nil
 }
 
-// stageInputs downloads the inputs among files that are storage URIs into
-// dir and returns the local paths of all of them. A missing input fails
-// for good, as preprocess.Request.Check does for local files.
-func stageInputs(ctx context.Context, files []string, dir string) ([]string, error) {
-	out := make([]string, len(files))
-	for i, f := range files {
-		out[i] = f
-		if !isURI(f) {
-			continue
-		}
-		st, key, err := openObject(ctx, f)
-		if errors.Is(err, storage.ErrInvalidURI) {
-			return nil, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%w: input: %w", preprocess.ErrRequest, err))
-		}
-		if err != nil {
-			return nil, err
-		}
-		// dir/<i>/<key>: the file keeps its base name (IDX inputs pair
-		// images and labels files by name).
-		out[i] = filepath.Join(dir, strconv.Itoa(i), key)
-		err = download(ctx, st, key, out[i])
-		st.Close()
-		if errors.Is(err, storage.ErrNotExist) {
-			return nil, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%w: input %s: %w", preprocess.ErrRequest, f, err))
-		}
-		if err != nil {
-			return nil, err
-		}
+// stageInputs makes the input files local for the child working in ws
+// (jobdir.Workspace.Stage) and returns their local paths. A missing input
+// fails for good, as preprocess.Request.Check does for local files.
+func stageInputs(ctx context.Context, ws *jobdir.Workspace, files []string, sub string) ([]string, error) {
+	out, err := ws.Stage(ctx, files, sub)
+	if errors.Is(err, storage.ErrInvalidURI) {
+		return nil, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%w: input: %w", preprocess.ErrRequest, err))
 	}
-	return out, nil
+	if errors.Is(err, storage.ErrNotExist) {
+		return nil, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%w: input: %w", preprocess.ErrRequest, err))
+	}
+	return out, err
 }
 
 // publishPreprocessed uploads what the preprocessing run in the local
 // directory work wrote, as m lists it: the Transform, the shards and the
 // bad records, then the manifest, which makes them visible.
-func publishPreprocessed(ctx context.Context, st *storage.Store, work string, m *preprocess.Manifest) error {
+func publishPreprocessed(ctx context.Context, ws *jobdir.Workspace, m *preprocess.Manifest) error {
 	var keys []string
 	if m.Failure == "" {
 		keys = append(keys, preprocess.TransformPath)
@@ -434,10 +384,10 @@ func publishPreprocessed(ctx context.Context, st *storage.Store, work string, m 
 			keys = append(keys, filepath.ToSlash(s.BadRecords))
 		}
 	}
-	if err := upload(ctx, st, work, "", keys); err != nil {
+	if err := ws.Publish(ctx, keys); err != nil {
 		return err
 	}
-	return upload(ctx, st, work, "", []string{preprocess.ManifestPath})
+	return ws.Publish(ctx, []string{preprocess.ManifestPath})
 }
 
 func summary(m *preprocess.Manifest) workflows.PreprocessResult {
@@ -535,9 +485,9 @@ func loadSplit(dataDir string, shards []preprocess.ShardResult) (train.Data, err
 
 // Train trains the model from the newest checkpoint in the job directory,
 // heartbeating the step of every committed checkpoint. A retried or reset
-// activity resumes from that checkpoint. With the job directory in object
-// storage it trains on staged shards and checkpoints into a local
-// directory, and each checkpoint is committed to the store (object, then
+// activity resumes from that checkpoint. It trains on the shards made
+// local (staged when the job directory is in object storage), and
+// train.Run commits each checkpoint to the job directory (object, then
 // pointer) before it is reported.
 func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workflows.TrainResult, error) {
 	jd, err := a.openJobDir(ctx, in.JobDir)
@@ -572,9 +522,9 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate,
 		L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
 		Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
-		SaveEvery:     time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
-		CheckpointDir: filepath.Join(jd.dir, checkpoints),
-		Meta:          checkpointMeta(in),
+		SaveEvery:   time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
+		Checkpoints: jd.Checkpoints(),
+		Meta:        checkpointMeta(in),
 	}
 	job := activity.GetInfo(ctx).WorkflowExecution.ID
 	defer a.Metrics.started("train", activity.GetInfo(ctx).Attempt)()
@@ -588,57 +538,16 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 		stepHook(ctx, "training", step)
 	}
 	defer sums.close(ctx, jd)
-	sc := storeCheckpoints{jd.st}
-	if jd.remote {
-		tmp, err := jd.tempDir("train-")
-		if err != nil {
-			return workflows.TrainResult{}, err
-		}
-		defer os.RemoveAll(tmp)
-		cfg.CheckpointDir = filepath.Join(tmp, checkpoints)
-		ck, err := sc.latest(ctx)
-		if err == nil && ck != nil {
-			err = train.SaveCheckpoint(cfg.CheckpointDir, ck, 0)
-		}
-		if err != nil {
-			return workflows.TrainResult{}, err
-		}
-	}
 	res, err := train.Run(ctx, cfg, data, func(p train.Progress) error {
 		hb.set(ctx, p)
 		t0 := time.Now()
 		defer func() { a.Metrics.committed(p.Commit + time.Since(t0)) }()
-		if jd.remote {
-			b, err := os.ReadFile(filepath.Join(cfg.CheckpointDir, train.CheckpointName(p.Step)))
-			if err != nil {
-				return err
-			}
-			if err := sc.commit(ctx, p.Step, b, cfg.KeepMax); err != nil {
-				return err
-			}
-		}
 		if err := sums.flush(ctx, jd, p.Step); err != nil {
 			return err
 		}
 		return a.reportCheckpoint(ctx, jd, p, in.PinForEval)
 	})
 	return res, diverged(err)
-}
-
-// appendLine appends one line to path, creating it and its directory.
-func appendLine(path string, line []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(line, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // Evaluate evaluates the checkpoint at in.Step on the evaluation data
@@ -697,89 +606,32 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	return res, jd.appendMetrics(ctx, in.Name, in.Step, res.Metrics)
 }
 
-// pinCheckpoint pins the checkpoint of step and reads it: in a local
-// directory a hard link in eval/pinned, in object storage a copy there.
-// Only the step being evaluated, and then exported, needs one: the
+// pinCheckpoint pins the checkpoint of step and reads it: a copy in
+// eval/pinned (a hard link in a local directory) that retention cannot
+// delete. Only the step being evaluated, and then exported, needs one: the
 // workflow evaluates and exports one step at a time, so the other pins
 // are removed. A checkpoint already deleted is a CheckpointGone error.
 func (j *jobDir) pinCheckpoint(ctx context.Context, step int64) (*train.Checkpoint, error) {
-	var ck *train.Checkpoint
-	var err error
-	if j.remote {
-		ck, err = pinObject(ctx, j.st, step)
-	} else {
-		var pin string
-		if pin, err = pinCheckpoint(j.dir, step); err == nil {
-			return train.ReadCheckpoint(pin)
+	cks := j.Checkpoints()
+	pins := cks.In(pinnedDir)
+	ck, err := pins.Read(ctx, step)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = cks.Pin(ctx, step, pinnedDir)
+		if errors.Is(err, fs.ErrNotExist) { // retention deleted it: the evaluator's queue may hold it
+			err = cks.In(queueDir).Pin(ctx, step, pinnedDir)
+		}
+		if err == nil {
+			ck, err = pins.Read(ctx, step)
 		}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nonRetryable(workflows.ErrTypeCheckpointGone, err)
 	}
-	return ck, err
-}
-
-// pinCheckpoint hard-links the checkpoint of step into eval/pinned (once)
-// and removes the other pins.
-func pinCheckpoint(jobDir string, step int64) (string, error) {
-	dir := filepath.Join(jobDir, pinnedDir)
-	pin := filepath.Join(dir, train.CheckpointName(step))
-	if _, err := os.Stat(pin); err != nil {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", err
-		}
-		err := os.Link(filepath.Join(jobDir, checkpoints, train.CheckpointName(step)), pin)
-		if errors.Is(err, fs.ErrNotExist) { // retention deleted it: the evaluator's queue may hold it
-			err = os.Link(filepath.Join(jobDir, queueDir, train.CheckpointName(step)), pin)
-		}
-		if err != nil && !errors.Is(err, os.ErrExist) {
-			return "", fmt.Errorf("pin checkpoint %d: %w", step, err)
-		}
-	}
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		if e.Name() != train.CheckpointName(step) {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
-	return pin, nil
-}
-
-// pinObject is pinCheckpoint in object storage: it copies the checkpoint
-// object of step to eval/pinned (once), removes the other pins and
-// returns the checkpoint.
-func pinObject(ctx context.Context, st *storage.Store, step int64) (*train.Checkpoint, error) {
-	pin := pinnedDir + "/" + train.CheckpointName(step)
-	ck, err := readCheckpointObject(ctx, st, pin)
-	if errors.Is(err, fs.ErrNotExist) {
-		var b []byte
-		b, err = st.Read(ctx, checkpoints+"/"+train.CheckpointName(step))
-		if errors.Is(err, fs.ErrNotExist) { // retention deleted it: the evaluator's queue may hold it
-			b, err = st.Read(ctx, queueDir+"/"+train.CheckpointName(step))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("pin checkpoint %d: %w", step, err)
-		}
-		if ck, err = train.DecodeCheckpoint(b); err != nil {
-			return nil, fmt.Errorf("pin checkpoint %d: %w", step, err)
-		}
-		if err := st.Write(ctx, pin, b); err != nil {
-			return nil, fmt.Errorf("pin checkpoint %d: %w", step, err)
-		}
-	}
 	if err != nil {
 		return nil, err
 	}
-	keys, err := st.List(ctx, pinnedDir+"/")
-	if err != nil {
+	if err := pins.DeleteIf(ctx, func(s int64) bool { return s != step }); err != nil {
 		return nil, err
-	}
-	for _, k := range keys {
-		if k != pin {
-			if err := st.Delete(ctx, k); err != nil {
-				return nil, err
-			}
-		}
 	}
 	return ck, nil
 }
@@ -788,18 +640,10 @@ func pinObject(ctx context.Context, st *storage.Store, step int64) (*train.Check
 // evaluator's pin, else the checkpoint itself. One that is gone from both
 // is a non-retryable CheckpointGone error.
 func (j *jobDir) exportedCheckpoint(ctx context.Context, step int64) (*train.Checkpoint, error) {
-	var ck *train.Checkpoint
-	var err error
-	if !j.remote {
-		ck, err = train.ReadCheckpoint(filepath.Join(j.dir, pinnedDir, train.CheckpointName(step)))
-		if errors.Is(err, os.ErrNotExist) {
-			ck, err = train.ReadCheckpoint(filepath.Join(j.dir, checkpoints, train.CheckpointName(step)))
-		}
-	} else {
-		ck, err = readCheckpointObject(ctx, j.st, pinnedDir+"/"+train.CheckpointName(step))
-		if errors.Is(err, fs.ErrNotExist) {
-			ck, err = storeCheckpoints{j.st}.read(ctx, step)
-		}
+	cks := j.Checkpoints()
+	ck, err := cks.In(pinnedDir).Read(ctx, step)
+	if errors.Is(err, fs.ErrNotExist) {
+		ck, err = cks.Read(ctx, step)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nonRetryable(workflows.ErrTypeCheckpointGone, fmt.Errorf("export step %d: %w", step, err))
@@ -808,25 +652,9 @@ func (j *jobDir) exportedCheckpoint(ctx context.Context, step int64) (*train.Che
 }
 
 // queueCheckpoint pins the just committed checkpoint of step for the
-// evaluator (eval/queue): a hard link, or a copy in object storage.
+// evaluator (eval/queue).
 func (j *jobDir) queueCheckpoint(ctx context.Context, step int64) error {
-	name := train.CheckpointName(step)
-	if !j.remote {
-		dir := filepath.Join(j.dir, queueDir)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		err := os.Link(filepath.Join(j.dir, checkpoints, name), filepath.Join(dir, name))
-		if err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
-		}
-		return nil
-	}
-	b, err := j.st.Read(ctx, checkpoints+"/"+name)
-	if err == nil {
-		err = j.st.Write(ctx, queueDir+"/"+name, b)
-	}
-	if err != nil {
+	if err := j.Checkpoints().Pin(ctx, step, queueDir); err != nil {
 		return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
 	}
 	return nil
@@ -835,41 +663,7 @@ func (j *jobDir) queueCheckpoint(ctx context.Context, step int64) error {
 // unqueue removes the evaluator's queue pins of step and earlier steps:
 // the evaluator evaluates queued checkpoints in order.
 func (j *jobDir) unqueue(ctx context.Context, step int64) error {
-	if !j.remote {
-		ents, err := os.ReadDir(filepath.Join(j.dir, queueDir))
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			if s, ok := checkpointStep(e.Name()); ok && s <= step {
-				if err := os.Remove(filepath.Join(j.dir, queueDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	keys, err := j.st.List(ctx, queueDir+"/")
-	if err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if s, ok := checkpointStep(path.Base(k)); ok && s <= step {
-			if err := j.st.Delete(ctx, k); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// checkpointStep parses the step of a checkpoint's file name.
-func checkpointStep(name string) (int64, bool) {
-	s, err := strconv.ParseInt(strings.TrimPrefix(name, "ckpt-"), 10, 64)
-	return s, err == nil && strings.HasPrefix(name, "ckpt-")
+	return j.Checkpoints().In(queueDir).DeleteIf(ctx, func(s int64) bool { return s <= step })
 }
 
 // metricsLine is one line of eval/metrics.jsonl.
@@ -883,8 +677,8 @@ type metricsLine struct {
 
 // appendMetrics appends an evaluation to eval/metrics.jsonl unless one for
 // (name, step) is already there. In object storage the object is
-// rewritten with the line added: the workflow runs one evaluation at a
-// time, so there is one writer.
+// rewritten with the line added (jobdir.Dir.AppendLine): the workflow runs
+// one evaluation at a time, so there is one writer.
 func (j *jobDir) appendMetrics(ctx context.Context, name string, step int64, m train.Metrics) error {
 	old, err := j.st.Read(ctx, evalMetrics)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -897,13 +691,7 @@ func (j *jobDir) appendMetrics(ctx context.Context, name string, step int64, m t
 		}
 	}
 	line, _ := json.Marshal(metricsLine{Name: name, GlobalStep: step, Metrics: m, Checkpoint: train.CheckpointName(step), Time: time.Now().UTC().Format(time.RFC3339Nano)})
-	if !j.remote {
-		return appendLine(filepath.Join(j.dir, filepath.FromSlash(evalMetrics)), line)
-	}
-	if len(old) > 0 && old[len(old)-1] != '\n' {
-		old = append(old, '\n')
-	}
-	return j.st.Write(ctx, evalMetrics, append(append(old, line...), '\n'))
+	return j.AppendLine(ctx, evalMetrics, line)
 }
 
 // DeleteExport removes a bundle an exporter no longer keeps. Deleting a

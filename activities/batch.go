@@ -3,18 +3,17 @@ package activities
 import (
 	"context"
 	"encoding/json"
-
+	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
+	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/workflows"
@@ -80,10 +79,10 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	hb := keepAlive(ctx)
 	defer hb.Stop()
 
-	req := batchjob.Request{Format: spec.DataFormat, BlockBytes: spec.ShardBytes, BlockImages: spec.ShardImages, OutDir: jd.dir, WorkDir: filepath.Join(jd.dir, batchWorkDir)}
-	if jd.remote {
-		req.OutDir, req.WorkDir = filepath.Join(jd.dir, "out"), filepath.Join(jd.dir, "work")
-	}
+	// The child writes its outputs into the job dir, or a stand-in for
+	// one in object storage, kept for a retry to resume from.
+	outs := jd.Output("out")
+	req := batchjob.Request{Format: spec.DataFormat, BlockBytes: spec.ShardBytes, BlockImages: spec.ShardImages, OutDir: outs.Dir, WorkDir: filepath.Join(jd.WorkDir(), batchWorkDir)}
 	if req.Bundle, res.Version, err = a.batchBundle(ctx, spec, filepath.Join(jd.dir, "bundle")); err != nil {
 		return res, err
 	}
@@ -127,10 +126,8 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 		failure = fmt.Errorf("%d of %d rows could not be predicted, more than max_bad_fraction %v: see the prediction.errors_stats-* files in %s", sum.Errors, total, *spec.MaxBadFraction, jd.uri)
 		m.Failure = failure.Error()
 	}
-	if jd.remote {
-		if err := upload(ctx, jd.st, req.OutDir, "", m.Files); err != nil {
-			return res, err
-		}
+	if err := outs.Publish(ctx, m.Files); err != nil {
+		return res, err
 	}
 	mb, _ := json.MarshalIndent(m, "", "  ")
 	if err := jd.st.Write(ctx, BatchManifestFile, mb); err != nil {
@@ -202,33 +199,20 @@ func (a *Activities) batchBundle(ctx context.Context, spec workflows.PredictionS
 	if err != nil {
 		return "", 0, err
 	}
-	if !isURI(loc) {
-		if _, err := os.Stat(filepath.Join(loc, "metadata.json")); err != nil {
-			return "", 0, refuse("model_dir %q is not an export bundle (no metadata.json)", spec.ModelDir)
-		}
-		return loc, 0, nil
-	}
-	st, err := storage.Open(ctx, loc)
-	if err != nil {
-		return "", 0, refuse("model_dir %q: %v", spec.ModelDir, err)
-	}
-	defer st.Close()
-	keys, err := st.List(ctx, "")
-	if err != nil {
-		return "", 0, err
-	}
-	if len(keys) == 0 {
+	dir, err := jobdir.StageDir(ctx, loc, stage)
+	if errors.Is(err, storage.ErrNotExist) {
 		return "", 0, refuse("model_dir %q holds no bundle", spec.ModelDir)
 	}
-	if err := os.RemoveAll(stage); err != nil {
+	if errors.Is(err, storage.ErrInvalidURI) {
+		return "", 0, refuse("model_dir %q: %v", spec.ModelDir, err)
+	}
+	if err != nil {
 		return "", 0, err
 	}
-	for _, k := range keys {
-		if err := download(ctx, st, k, filepath.Join(stage, filepath.FromSlash(k))); err != nil {
-			return "", 0, err
-		}
+	if _, err := os.Stat(filepath.Join(dir, "metadata.json")); err != nil {
+		return "", 0, refuse("model_dir %q is not an export bundle (no metadata.json)", spec.ModelDir)
 	}
-	return stage, 0, nil
+	return dir, 0, nil
 }
 
 // batchInputs expands the spec's input paths (files or globs) into the
@@ -242,52 +226,17 @@ func (a *Activities) batchInputs(ctx context.Context, patterns []string, stage s
 		if err != nil {
 			return nil, err
 		}
+		// A local match (a symbolic link, say) must lie inside the roots too.
+		found, err := jobdir.Glob(ctx, loc, stage, len(out), func(f string) (string, error) { return a.locateData(field, f) })
+		if errors.Is(err, path.ErrBadPattern) || errors.Is(err, storage.ErrInvalidURI) {
+			return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %v", workflows.ErrInvalidSpec, field, p, err))
+		}
+		if err != nil {
+			return nil, err
+		}
 		var matches []batchjob.Input
-		if !isURI(loc) {
-			files, err := filepath.Glob(loc)
-			if err != nil {
-				return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %v", workflows.ErrInvalidSpec, field, p, err))
-			}
-			for _, f := range files {
-				// A match (a symbolic link, say) must lie inside the roots too.
-				lf, err := a.locateData(field, f)
-				if err != nil {
-					return nil, err
-				}
-				if st, err := os.Stat(lf); err == nil && st.Mode().IsRegular() {
-					matches = append(matches, batchjob.Input{Path: lf, Name: f})
-				}
-			}
-		} else {
-			u, err := url.Parse(loc)
-			if err != nil {
-				return nil, err
-			}
-			dir, pat := path.Split(u.Path)
-			u.Path = dir
-			st, err := storage.Open(ctx, u.String())
-			if err != nil {
-				return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %v", workflows.ErrInvalidSpec, field, p, err))
-			}
-			keys, err := st.List(ctx, "")
-			if err != nil {
-				st.Close()
-				return nil, err
-			}
-			shown, _, _ := strings.Cut(loc, "?")
-			shownDir := strings.TrimSuffix(shown, pat)
-			for _, k := range keys {
-				if ok, _ := path.Match(pat, k); !ok || strings.Contains(k, "/") {
-					continue
-				}
-				local := filepath.Join(stage, fmt.Sprintf("%d", len(out)+len(matches)), k)
-				if err := download(ctx, st, k, local); err != nil {
-					st.Close()
-					return nil, err
-				}
-				matches = append(matches, batchjob.Input{Path: local, Name: shownDir + k})
-			}
-			st.Close()
+		for _, m := range found {
+			matches = append(matches, batchjob.Input{Path: m.Path, Name: m.Name})
 		}
 		if len(matches) == 0 {
 			return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q matches no file", workflows.ErrInvalidSpec, field, p))

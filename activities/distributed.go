@@ -34,12 +34,12 @@ func checkpointMeta(in workflows.TrainInput) train.CheckpointMeta {
 type roleSetup struct {
 	meta     train.CheckpointMeta
 	opt      train.OptimizerConfig
-	ckdir    string
+	ckpts    *train.Checkpoints
 	replicas int // gradients per sync step; 0 in async mode
 }
 
 func setup(in workflows.RoleInput, jd *jobDir) roleSetup {
-	s := roleSetup{meta: checkpointMeta(in.TrainInput), ckdir: filepath.Join(jd.dir, checkpoints),
+	s := roleSetup{meta: checkpointMeta(in.TrainInput), ckpts: jd.Checkpoints(),
 		opt: train.OptimizerConfig{Name: in.Model.Optimizer, LearningRate: in.Model.LearningRate, Momentum: in.Model.Momentum, L1: in.Model.L1, L2: in.Model.L2}}
 	if in.Cluster.Update == workflows.UpdateSync {
 		s.replicas = in.Cluster.Replicas()
@@ -74,16 +74,8 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	if err != nil {
 		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
 	}
-	load := func(step int64) (*train.Checkpoint, error) {
-		return train.ReadCheckpoint(filepath.Join(s.ckdir, train.CheckpointName(step)))
-	}
-	latest := func() (*train.Checkpoint, error) { return train.LatestCheckpoint(s.ckdir) }
-	if jd.remote {
-		sc := storeCheckpoints{jd.st}
-		load = func(step int64) (*train.Checkpoint, error) { return sc.read(ctx, step) }
-		latest = func() (*train.Checkpoint, error) { return sc.latest(ctx) }
-	}
-	ck, err := latest()
+	load := func(step int64) (*train.Checkpoint, error) { return s.ckpts.Read(ctx, step) }
+	ck, err := s.ckpts.Latest(ctx)
 	if err != nil {
 		return workflows.WorkerResult{}, err
 	}
@@ -184,33 +176,7 @@ func psSecretPath(task int) string { return fmt.Sprintf("cluster/ps-%d.secret", 
 
 // writePSSecret replaces parameter server task's secret.
 func (j *jobDir) writePSSecret(ctx context.Context, task int, secret string) error {
-	dir, local := j.st.LocalDir()
-	if !local {
-		if err := j.st.Write(ctx, psSecretPath(task), []byte(secret)); err != nil {
-			return fmt.Errorf("write secret: %w", err)
-		}
-		return nil
-	}
-	p := filepath.Join(dir, filepath.FromSlash(psSecretPath(task)))
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("write secret: %w", err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".secret-*") // mode 0600
-	if err != nil {
-		return fmt.Errorf("write secret: %w", err)
-	}
-	_, err = f.WriteString(secret)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), p)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := j.WritePrivate(ctx, psSecretPath(task), []byte(secret)); err != nil {
 		return fmt.Errorf("write secret: %w", err)
 	}
 	return nil
@@ -367,11 +333,8 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), SaveEvery: time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
-		KeepMax: in.Train.KeepCheckpointMax, CheckpointDir: s.ckdir,
+		KeepMax: in.Train.KeepCheckpointMax, Checkpoints: s.ckpts,
 		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}
-	if jd.remote { // the chief commits to the store before it reports
-		cfg.Checkpoints = storeCheckpoints{jd.st}
-	}
 	r, err := dist.RunWorker(ctx, cfg, data, c, hooks)
 	res := workflows.WorkerResult{Task: in.Task, Step: r.Step, Steps: r.Steps, Applied: r.Applied, Loss: r.Loss,
 		ComputeSecs: r.Compute.Seconds(), PullSecs: r.Pull.Seconds(), PushSecs: r.Push.Seconds()}

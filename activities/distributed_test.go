@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/train/dist"
 )
 
@@ -17,12 +16,12 @@ import (
 func TestParameterServerSecretsStayInTheJobDir(t *testing.T) {
 	ctx := context.Background()
 	for _, uri := range []string{filepath.Join(t.TempDir(), "job"), "file://" + filepath.Join(t.TempDir(), "bucket"), "mem://secrets-test/job"} {
-		st, err := storage.Open(ctx, uri)
+		a := &Activities{Home: t.TempDir()}
+		jd, err := a.openJobDir(ctx, uri)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer st.Close()
-		jd := &jobDir{uri: uri, st: st, remote: isURI(uri)}
+		defer jd.Close()
 		first, second := dist.NewSecret(), dist.NewSecret()
 		for _, s := range []string{first, second} { // a restart replaces it
 			if err := jd.writePSSecret(ctx, 1, s); err != nil {

@@ -3,7 +3,7 @@ package activities
 import (
 	"context"
 	"fmt"
-	"os"
+	"github.com/trainflow/trainflow/internal/jobdir"
 
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -62,17 +62,5 @@ func DatasetHint(preset string) string {
 // inputExists reports whether the data file at p (a path or a storage
 // URI, as locate returns it) exists.
 func inputExists(ctx context.Context, p string) (bool, error) {
-	if !isURI(p) {
-		_, err := os.Stat(p)
-		if os.IsNotExist(err) {
-			return false, nil
-		}
-		return err == nil, err
-	}
-	st, key, err := openObject(ctx, p)
-	if err != nil {
-		return false, err
-	}
-	defer st.Close()
-	return st.Exists(ctx, key)
+	return jobdir.Exists(ctx, p)
 }

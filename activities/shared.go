@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -15,7 +12,6 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
-	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -127,31 +123,10 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 }
 
 // linkObject makes key of dst the same bytes as key of src: a hard link
-// between local job dirs (a copy across file systems), else a copy.
+// between local job dirs (a copy across file systems), else a copy
+// (jobdir.Dir.LinkFrom).
 func linkObject(ctx context.Context, src, dst *jobDir, key string) error {
-	if !src.remote && !dst.remote {
-		from, to := filepath.Join(src.dir, filepath.FromSlash(key)), filepath.Join(dst.dir, filepath.FromSlash(key))
-		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-			return err
-		}
-		tmp := to + ".link"
-		os.Remove(tmp)
-		if err := os.Link(from, tmp); err == nil {
-			return os.Rename(tmp, to)
-		} else if errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		b, err := os.ReadFile(from)
-		if err != nil {
-			return err
-		}
-		return atomicfile.Write(to, b)
-	}
-	b, err := src.st.Read(ctx, key)
-	if err != nil {
-		return err
-	}
-	return dst.st.Write(ctx, key, b)
+	return dst.LinkFrom(ctx, src.Dir, key)
 }
 
 // sameRequest reports whether two recorded preprocessing requests (JSON of

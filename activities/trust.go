@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trainflow/trainflow/internal/jobdir"
 	"io/fs"
 	"net/url"
 	"os"
@@ -12,7 +13,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -90,14 +90,8 @@ func parseRoot(s string) (root, error) {
 	return r, nil
 }
 
-// fileURIPath is the local path of a file:// URI ("file://./x" is
-// relative to the working directory).
-func fileURIPath(u *url.URL) string {
-	if u.Host == "." {
-		return "." + u.Path
-	}
-	return u.Path
-}
+// fileURIPath is the local path of a file:// URI (jobdir.FilePath).
+func fileURIPath(u *url.URL) string { return jobdir.FilePath(u) }
 
 // resolveLocal makes p absolute and clean and follows its symbolic links;
 // the part of p that does not exist yet is kept as is, after its nearest
@@ -317,41 +311,5 @@ func (a *Activities) checkPreprocess(in workflows.PreprocessInput) error {
 // (as locate returns it) lies inside, or "": a job spec must not put its
 // job directory among another job's outputs.
 func enclosingJob(ctx context.Context, dir string) (string, error) {
-	p := dir
-	if isURI(dir) {
-		u, err := url.Parse(dir)
-		if err != nil {
-			return "", err
-		}
-		if !strings.EqualFold(u.Scheme, "file") {
-			bucket := u.Scheme + "://" + u.Host
-			if u.RawQuery != "" {
-				bucket += "?" + u.RawQuery
-			}
-			st, err := storage.Open(ctx, bucket)
-			if err != nil {
-				return "", err
-			}
-			defer st.Close()
-			for k := path.Dir(strings.Trim(u.Path, "/")); k != "." && k != "/"; k = path.Dir(k) {
-				ok, err := st.Exists(ctx, k+"/"+jobFile)
-				if err != nil {
-					return "", err
-				}
-				if ok {
-					return u.Scheme + "://" + u.Host + "/" + k, nil
-				}
-			}
-			return "", nil
-		}
-		p = fileURIPath(u)
-	}
-	for q := filepath.Dir(p); ; q = filepath.Dir(q) {
-		if _, err := os.Stat(filepath.Join(q, jobFile)); err == nil {
-			return q, nil
-		}
-		if filepath.Dir(q) == q {
-			return "", nil
-		}
-	}
+	return jobdir.Enclosing(ctx, dir, jobFile)
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -102,14 +101,12 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 		if err != nil {
 			return out, err
 		}
-		if !isURI(dir) { // not started yet: opening would create the directory
-			if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-		}
-		jd, err := a.openJobDir(ctx, dir)
+		jd, err := a.openExistingJobDir(ctx, dir) // not started yet: no job dir
 		if err != nil {
 			return out, err
+		}
+		if jd == nil {
+			continue
 		}
 		b, err := jd.st.Read(ctx, evalMetrics)
 		jd.Close()

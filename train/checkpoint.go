@@ -2,19 +2,17 @@ package train
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/trainflow/trainflow/internal/atomicfile"
 )
 
 // Checkpoint file layout, version 1 (integers little-endian):
@@ -229,74 +227,37 @@ func (r *reader) u64() uint64 {
 // CheckpointName returns the file name of the checkpoint at step.
 func CheckpointName(step int64) string { return fmt.Sprintf("ckpt-%d", step) }
 
-// SaveCheckpoint writes c into dir atomically, then points the pointer file
-// at it, then deletes all but the newest keep checkpoints (keep ≤ 0 keeps
-// all). Saving the same step twice overwrites it with the same content.
+// CheckpointStep parses the step out of a checkpoint's file name
+// ("ckpt-<step>").
+func CheckpointStep(name string) (int64, bool) {
+	s, ok := strings.CutPrefix(name, "ckpt-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+// SaveCheckpoint writes c into the local directory dir as Checkpoints.Save
+// does. It is for tests and tools; workers save through a job directory's
+// store.
 func SaveCheckpoint(dir string, c *Checkpoint, keep int) error {
-	b, err := c.Encode()
-	if err != nil {
-		return fmt.Errorf("save checkpoint: %w", err)
-	}
-	name := CheckpointName(c.Step)
-	if err := atomicfile.Write(filepath.Join(dir, name), b); err != nil {
-		return fmt.Errorf("save checkpoint: %w", err)
-	}
-	if err := atomicfile.Write(filepath.Join(dir, PointerFile), []byte(name+"\n")); err != nil {
-		return fmt.Errorf("save checkpoint: %w", err)
-	}
-	if keep > 0 {
-		steps, err := ListCheckpoints(dir)
-		if err != nil {
-			return err
-		}
-		for _, s := range steps[:max(0, len(steps)-keep)] {
-			os.Remove(filepath.Join(dir, CheckpointName(s)))
-		}
-	}
-	return nil
+	return NewCheckpoints(Dir(dir), "").Save(context.Background(), c, keep)
 }
 
-// ListCheckpoints returns the steps of the checkpoint files in dir, oldest
-// first.
+// ListCheckpoints returns the steps of the checkpoint files in the local
+// directory dir, oldest first.
 func ListCheckpoints(dir string) ([]int64, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("list checkpoints: %w", err)
-	}
-	var steps []int64
-	for _, e := range ents {
-		if s, ok := strings.CutPrefix(e.Name(), "ckpt-"); ok {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				steps = append(steps, n)
-			}
-		}
-	}
-	slices.Sort(steps)
-	return steps, nil
+	return NewCheckpoints(Dir(dir), "").Steps(context.Background())
 }
 
-// LatestCheckpoint reads the checkpoint the pointer file in dir names. It
-// returns (nil, nil) when dir has no pointer yet.
+// LatestCheckpoint reads the checkpoint the pointer file in the local
+// directory dir names. It returns (nil, nil) when dir has no pointer yet.
 func LatestCheckpoint(dir string) (*Checkpoint, error) {
-	p, err := os.ReadFile(filepath.Join(dir, PointerFile))
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint pointer: %w", err)
-	}
-	return ReadCheckpoint(filepath.Join(dir, strings.TrimSpace(string(p))))
+	return NewCheckpoints(Dir(dir), "").Latest(context.Background())
 }
 
-// ReadCheckpoint reads and verifies one checkpoint file.
+// ReadCheckpoint reads and verifies one local checkpoint file.
 func ReadCheckpoint(path string) (*Checkpoint, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint: %w", err)
-	}
-	c, err := DecodeCheckpoint(b)
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint %s: %w", path, err)
-	}
-	return c, nil
+	return readCheckpoint(context.Background(), Dir(filepath.Dir(path)), filepath.Base(path))
 }

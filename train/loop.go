@@ -41,8 +41,12 @@ type Config struct {
 	SaveSteps int64
 	SaveEvery time.Duration
 	// Now is the clock of SaveEvery; nil means time.Now.
-	Now           func() time.Time
-	KeepMax       int
+	Now     func() time.Time
+	KeepMax int
+	// Checkpoints is where Run resumes from and commits checkpoints: a job
+	// directory's checkpoints/ (see Checkpoints). If nil, CheckpointDir, a
+	// local directory, is used instead (tests and tools).
+	Checkpoints   *Checkpoints
 	CheckpointDir string
 	Meta          CheckpointMeta
 	// Stepped, if set, is called after every step with the step and the
@@ -67,7 +71,7 @@ type Result struct {
 }
 
 // Run trains the model cfg.Meta describes on data from the newest
-// checkpoint in cfg.CheckpointDir (or from a fresh model), committing a
+// checkpoint in cfg.Checkpoints (or from a fresh model), committing a
 // checkpoint every cfg.SaveSteps steps and calling report after each. It
 // returns when cfg.MaxSteps is reached or ctx is done, and at once with an
 // error wrapping ErrNonFinite when the loss or the weights stop being
@@ -87,8 +91,12 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 	if err != nil {
 		return Result{}, err
 	}
+	cks := cfg.Checkpoints
+	if cks == nil {
+		cks = NewCheckpoints(Dir(cfg.CheckpointDir), "")
+	}
 	var step int64
-	ck, err := LatestCheckpoint(cfg.CheckpointDir)
+	ck, err := cks.Latest(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -147,7 +155,7 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 		}
 		if save {
 			t0 := time.Now()
-			if err := SaveCheckpoint(cfg.CheckpointDir, Snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
+			if err := cks.Save(ctx, Snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
 				return res, err
 			}
 			res.Step, res.Loss = step, lossSum/float64(lossN)

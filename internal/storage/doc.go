@@ -90,7 +90,16 @@
 //
 // Code that needs local files, such as a worker reading data shards on a
 // machine that shares no disk with the others, stages them with
-// DownloadDir and publishes results with UploadDir followed by
-// CommitPointer. LocalDir lets it skip the copy when the Store is already
-// on local disk.
+// DownloadDir or DownloadFile and publishes results with UploadDir
+// followed by CommitPointer. LocalDir lets it skip the copy when the Store
+// is already on local disk. Activities do not do this themselves: they go
+// through internal/jobdir, which owns the worker's local cache of job
+// directories and makes the choice in one place.
+//
+// # Users
+//
+// internal/jobdir opens a job directory's Store for every activity;
+// train.Checkpoints (train/checkpoints.go) keeps checkpoints in it through
+// the train.Objects interface, which *Store implements together with
+// train.Copier (Copy).
 package storage

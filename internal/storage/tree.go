@@ -131,13 +131,14 @@ func (s *Store) DownloadDir(ctx context.Context, prefix, dir string) error {
 			break // a download failed
 		}
 		dst := filepath.Join(dir, filepath.FromSlash(strings.TrimPrefix(k, prefix)))
-		g.Go(func() error { return s.downloadFile(gctx, k, dst) })
+		g.Go(func() error { return s.DownloadFile(gctx, k, dst) })
 	}
 	return g.Wait()
 }
 
-// downloadFile copies the object at key to the local file dst.
-func (s *Store) downloadFile(ctx context.Context, key, dst string) error {
+// DownloadFile copies the object at key to the local file dst,
+// atomically (internal/atomicfile), creating its directory.
+func (s *Store) DownloadFile(ctx context.Context, key, dst string) error {
 	r, err := s.NewReader(ctx, key)
 	if err != nil {
 		return fmt.Errorf("download: %w", err)

@@ -679,7 +679,7 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 // checkpoint durable and then calls crash, as a chief killed between
 // writing a checkpoint and telling the shards would.
 type diskCrashCheckpoints struct {
-	dirCheckpoints
+	*train.Checkpoints
 	mu      sync.Mutex
 	steps   []int64
 	crashAt int64
@@ -687,7 +687,7 @@ type diskCrashCheckpoints struct {
 }
 
 func (m *diskCrashCheckpoints) Save(ctx context.Context, ck *train.Checkpoint, keep int) error {
-	if err := m.dirCheckpoints.Save(ctx, ck, keep); err != nil {
+	if err := m.Checkpoints.Save(ctx, ck, keep); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -720,7 +720,7 @@ func TestTimedChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 		return base.Add(time.Duration(step) * 10 * time.Millisecond)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ckpts := &diskCrashCheckpoints{dirCheckpoints: dirCheckpoints(cl.ckdir), crashAt: 150, crash: cancel}
+	ckpts := &diskCrashCheckpoints{Checkpoints: train.NewCheckpoints(train.Dir(cl.ckdir), ""), crashAt: 150, crash: cancel}
 	chief := func(ctx context.Context) (WorkerResult, error) {
 		c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
 		if err != nil {

@@ -39,8 +39,9 @@ type WorkerConfig struct {
 	Now           func() time.Time
 	KeepMax       int
 	CheckpointDir string
-	// Checkpoints, if set, is where checkpoints are committed and looked
-	// up instead of the local directory CheckpointDir (for object storage).
+	// Checkpoints is where checkpoints are committed and looked up: a job
+	// directory's *train.Checkpoints. If nil, the local directory
+	// CheckpointDir is used (tests and tools).
 	Checkpoints Checkpoints
 	// BatchesPerStep is the number of batches one global step consumes:
 	// the replicas averaged per step in sync mode, 1 in async mode. It
@@ -52,7 +53,8 @@ type WorkerConfig struct {
 }
 
 // Checkpoints is where the chief commits checkpoints, and where workers
-// look for the final one. Implementations must be safe for concurrent use.
+// look for the final one: *train.Checkpoints, or a wrapper of it in tests.
+// Implementations must be safe for concurrent use.
 type Checkpoints interface {
 	// Save commits ck: once it returns, ck is durable and Newest (and the
 	// parameter servers' Loader) find it. Then it deletes all but the
@@ -61,22 +63,6 @@ type Checkpoints interface {
 	// Newest returns the step of the newest committed checkpoint, 0 if
 	// there is none.
 	Newest(ctx context.Context) (int64, error)
-}
-
-// dirCheckpoints is Checkpoints in a local directory: train.SaveCheckpoint,
-// and the newest checkpoint file.
-type dirCheckpoints string
-
-func (d dirCheckpoints) Save(_ context.Context, ck *train.Checkpoint, keep int) error {
-	return train.SaveCheckpoint(string(d), ck, keep)
-}
-
-func (d dirCheckpoints) Newest(context.Context) (int64, error) {
-	steps, err := train.ListCheckpoints(string(d))
-	if err != nil || len(steps) == 0 {
-		return 0, err
-	}
-	return steps[len(steps)-1], nil
 }
 
 // Position is a worker's resume point: the global step it last saw and
@@ -181,7 +167,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, params: m.Params(), grad: make([]float64, len(m.Params())),
 		xb: make([]float64, cfg.BatchSize*data.Dim), yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
 	if w.ckpts == nil {
-		w.ckpts = dirCheckpoints(cfg.CheckpointDir)
+		w.ckpts = train.NewCheckpoints(train.Dir(cfg.CheckpointDir), "")
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
