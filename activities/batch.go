@@ -14,6 +14,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/serving/batchjob"
@@ -181,19 +182,19 @@ func (a *Activities) batchBundle(ctx context.Context, spec workflows.PredictionS
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s", workflows.ErrInvalidSpec, fmt.Sprintf(format, v...)))
 	}
 	if spec.Model != "" {
-		if a.Models == nil {
+		if _, local := a.Models.Dir(spec.Model, 1); !local {
 			return "", 0, refuse("model %q: this worker reads --model from a local model repository only; give model_dir (a bundle directory or URI) instead", spec.Model)
 		}
 		v := spec.Version
 		if v == 0 {
-			d, err := a.Models.Default(spec.Model)
+			d, err := a.Models.Default(ctx, spec.Model)
 			if err != nil {
 				return "", 0, refuse("model %q: %v", spec.Model, err)
 			}
 			v = d
 		}
-		dir := a.Models.Dir(spec.Model, v)
-		if _, err := os.Stat(filepath.Join(dir, "metadata.json")); err != nil {
+		dir, _ := a.Models.Dir(spec.Model, v)
+		if _, err := os.Stat(filepath.Join(dir, bundle.MetadataFile)); err != nil {
 			return "", 0, refuse("model %q version %d is not in this worker's model repository", spec.Model, v)
 		}
 		return dir, v, nil
@@ -203,7 +204,7 @@ func (a *Activities) batchBundle(ctx context.Context, spec workflows.PredictionS
 		return "", 0, err
 	}
 	if !isURI(loc) {
-		if _, err := os.Stat(filepath.Join(loc, "metadata.json")); err != nil {
+		if _, err := os.Stat(filepath.Join(loc, bundle.MetadataFile)); err != nil {
 			return "", 0, refuse("model_dir %q is not an export bundle (no metadata.json)", spec.ModelDir)
 		}
 		return loc, 0, nil
