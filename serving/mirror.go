@@ -15,23 +15,16 @@ import (
 // serving.
 func Mirror(ctx context.Context, src, dst *bundle.Store, reg *Registry, interval time.Duration, log *slog.Logger) {
 	log = log.With("component", "mirror")
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			changed, err := bundle.Sync(ctx, src, dst)
-			if err != nil && ctx.Err() == nil {
-				log.Error("sync models", "store", src.Location(), "error", err)
-			}
-			if !changed {
-				continue
-			}
-			if err := reg.Reload(); err != nil {
-				log.Error("reload models", "error", err)
-			}
+	every(ctx, interval, func() {
+		changed, err := bundle.Sync(ctx, src, dst)
+		if err != nil && ctx.Err() == nil {
+			log.Error("sync models", "store", src.Location(), "error", err)
 		}
-	}
+		if !changed {
+			return
+		}
+		if err := reg.Reload(); err != nil {
+			log.Error("reload models", "error", err)
+		}
+	})
 }

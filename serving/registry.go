@@ -178,6 +178,15 @@ func (r *Registry) reload(ctx context.Context) error {
 
 // Watch reloads every interval until ctx is done.
 func (r *Registry) Watch(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, func() {
+		if err := r.reload(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("reload models", "error", err)
+		}
+	})
+}
+
+// every calls f every interval until ctx is done.
+func every(ctx context.Context, interval time.Duration, f func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -185,9 +194,7 @@ func (r *Registry) Watch(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := r.reload(ctx); err != nil && ctx.Err() == nil {
-				r.log.Error("reload models", "error", err)
-			}
+			f()
 		}
 	}
 }

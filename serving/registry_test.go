@@ -239,7 +239,7 @@ func TestRefuseBadBundle(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, bundle.MetadataFile, true},
-		// The bundles below pass ReadBundle (every file matches its hash),
+		// The bundles below pass bundle.ReadDir (every file matches its hash),
 		// so they reach Publish; only Load can refuse them.
 		{"transform of another hash, recorded as the bundle's", func(t *testing.T, repo *testRepo) {
 			raw := rehash(t, shiftAgeMean)
