@@ -243,7 +243,9 @@ func TestTransformChecks(t *testing.T) {
 		edit    func(ck *train.Checkpoint, files map[string][]byte, meta *bundle.Meta)
 		wantErr string
 	}{
-		{"no transform.json", func(_ *train.Checkpoint, files map[string][]byte, _ *bundle.Meta) { delete(files, bundle.TransformFile) }, "has no transform.json"},
+		{"no transform.json", func(_ *train.Checkpoint, files map[string][]byte, _ *bundle.Meta) {
+			delete(files, bundle.TransformFile)
+		}, "has no transform.json"},
 		{"not a transform", func(_ *train.Checkpoint, files map[string][]byte, _ *bundle.Meta) {
 			files[bundle.TransformFile] = []byte(`{"format_version":1}`)
 		}, "invalid transform"},

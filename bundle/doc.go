@@ -33,14 +33,16 @@
 //	<model>/default       the default version number and a newline
 //	<model>/config.json   optional Config: which versions to serve, labels
 //
-// A version exists once its metadata.json does. Publish adds a bundle as
-// the model's next version; it is idempotent (a bundle whose metadata.json
-// has the SHA-256 that a version's source.json records is that version).
+// A version exists once its marker does: its directory, which appears by
+// one rename, in a local directory; its metadata.json, written last, in
+// object storage. Publish adds a bundle as the model's next version; it
+// is idempotent (a bundle whose metadata.json has the SHA-256 that a
+// version's source.json records is that version).
 // The first version of a model becomes its default; later ones only when
-// promoted. Locally a version appears by one rename, which also claims its
-// number against a concurrent publisher; in object storage its files go
-// first and metadata.json last, and publishes of one model must not run
-// concurrently (a retried one is safe).
+// promoted. Locally the rename also claims the version's number against a
+// concurrent publisher; in object storage publishes of one model must not
+// run concurrently (a retried one is safe). Sync mirrors a repository in
+// object storage into a local one, which the prediction server loads.
 //
 // Repository is the interface every user of a repository holds: the
 // Publish activity, the prediction server's registry and its console.

@@ -196,9 +196,6 @@ func TestRefuseBadBundle(t *testing.T) {
 		// make creates version 3 of the model in repo.
 		make    func(t *testing.T, repo *testRepo)
 		wantErr string
-		// incomplete: version 3 has no metadata.json, so it is not a
-		// version at all (as in object storage): skipped, not refused.
-		incomplete bool
 	}{
 		{"flipped byte in model.ckpt", func(t *testing.T, repo *testRepo) {
 			dir := repo.dir(model, 3)
@@ -212,14 +209,14 @@ func TestRefuseBadBundle(t *testing.T) {
 			if err := os.WriteFile(p, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, "model.ckpt does not match its hash", false},
+		}, "model.ckpt does not match its hash"},
 		{"transform.json rewritten", func(t *testing.T, repo *testRepo) {
 			dir := repo.dir(model, 3)
 			copyDir(t, repo.dir(model, 2), dir)
 			if err := os.WriteFile(filepath.Join(dir, bundle.TransformFile), rehash(t, shiftAgeMean), 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, "transform.json does not match its hash", false},
+		}, "transform.json does not match its hash"},
 		{"truncated metadata.json", func(t *testing.T, repo *testRepo) {
 			dir := repo.dir(model, 3)
 			copyDir(t, repo.dir(model, 2), dir)
@@ -231,37 +228,37 @@ func TestRefuseBadBundle(t *testing.T) {
 			if err := os.WriteFile(p, b[:len(b)/2], 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}, "metadata", false},
+		}, "metadata"},
 		{"no metadata.json", func(t *testing.T, repo *testRepo) {
 			dir := repo.dir(model, 3)
 			copyDir(t, repo.dir(model, 2), dir)
 			if err := os.Remove(filepath.Join(dir, bundle.MetadataFile)); err != nil {
 				t.Fatal(err)
 			}
-		}, bundle.MetadataFile, true},
+		}, bundle.MetadataFile},
 		// The bundles below pass bundle.ReadDir (every file matches its hash),
 		// so they reach Publish; only Load can refuse them.
 		{"transform of another hash, recorded as the bundle's", func(t *testing.T, repo *testRepo) {
 			raw := rehash(t, shiftAgeMean)
 			tr, _ := preprocess.ParseTransform(raw)
 			publish(t, repo, mkBundle(t, f.ck[1], map[string][]byte{bundle.TransformFile: raw, "signature.json": f.signature}, tr.Hash))
-		}, "is not the one the model was trained with", false},
+		}, "is not the one the model was trained with"},
 		{"transform of another hash, bundle records the model's", func(t *testing.T, repo *testRepo) {
 			raw := rehash(t, shiftAgeMean)
 			publish(t, repo, mkBundle(t, f.ck[1], map[string][]byte{bundle.TransformFile: raw, "signature.json": f.signature}, f.transform.Hash))
-		}, "is not the one the model was trained with", false},
+		}, "is not the one the model was trained with"},
 		{"model of another dimension", func(t *testing.T, repo *testRepo) {
 			ck := &train.Checkpoint{Step: stepB, Meta: f.ck[1].Meta, Tensors: map[string][]float64{}}
 			ck.Meta.Dim++
 			ck.Tensors["params"] = make([]float64, ck.Meta.Dim+1)
 			publish(t, repo, mkBundle(t, ck, map[string][]byte{bundle.TransformFile: f.raw, "signature.json": f.signature}, f.transform.Hash))
-		}, "transform gives", false},
+		}, "transform gives"},
 		{"transform.json is not a transform", func(t *testing.T, repo *testRepo) {
 			publish(t, repo, mkBundle(t, f.ck[1], map[string][]byte{bundle.TransformFile: []byte(`{"format_version":1}`)}, f.transform.Hash))
-		}, "invalid transform", false},
+		}, "invalid transform"},
 		{"no transform.json", func(t *testing.T, repo *testRepo) {
 			publish(t, repo, mkBundle(t, f.ck[1], map[string][]byte{"signature.json": f.signature}, f.transform.Hash))
-		}, "has no transform.json", false},
+		}, "has no transform.json"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, serving.Options{}, 0, 1)
@@ -279,8 +276,8 @@ func TestRefuseBadBundle(t *testing.T) {
 			if vs, def, err := e.reg.Status(model); !slices.Equal(vs, []int64{1, 2}) || def != 1 || err != nil {
 				t.Errorf("status: got %v default %d %v, want [1 2] default 1 <nil>", vs, def, err)
 			}
-			if logs := e.logs.String(); tc.incomplete == strings.Contains(logs, "refuse model version") || tc.incomplete == strings.Contains(logs, "version=3") {
-				t.Errorf("logs: got %q, want a refusal of version 3 unless it is incomplete (%v)", logs, tc.incomplete)
+			if logs := e.logs.String(); !strings.Contains(logs, "refuse model version") || !strings.Contains(logs, "version=3") {
+				t.Errorf("logs: got %q, want a refusal of version 3", logs)
 			}
 			body := mustJSON(t, map[string]any{"instances": f.instances[:2]})
 			for target, want := range map[string]int{
