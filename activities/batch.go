@@ -182,6 +182,9 @@ func (a *Activities) batchBundle(ctx context.Context, spec workflows.PredictionS
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s", workflows.ErrInvalidSpec, fmt.Sprintf(format, v...)))
 	}
 	if spec.Model != "" {
+		if a.Models == nil {
+			return "", 0, refuse("model %q: this worker has no model repository; give model_dir (a bundle directory or URI) instead", spec.Model)
+		}
 		if _, local := a.Models.Dir(spec.Model, 1); !local {
 			return "", 0, refuse("model %q: this worker reads --model from a local model repository only; give model_dir (a bundle directory or URI) instead", spec.Model)
 		}
