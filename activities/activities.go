@@ -21,12 +21,12 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/preprocess"
-	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -41,12 +41,9 @@ type Activities struct {
 	// Jobs, if set, is where default job dirs go: Jobs/<job_id>, a path
 	// or a storage URI such as s3://bucket/jobs?region=eu-west-1.
 	Jobs string
-	// Models is the model repository Publish writes to, unless ModelStore
-	// is set.
-	Models *serving.Repository
-	// ModelStore, if set, is the model repository in object storage that
-	// Publish writes to instead of Models.
-	ModelStore *serving.ObjectRepository
+	// Models is the model repository Publish writes to: a local directory
+	// or object storage (bundle.OpenRepository).
+	Models bundle.Repository
 	// Exe and ExeArgs start the preprocessing child process: the command
 	// run is Exe ExeArgs... preprocess REQUEST.json [beam args]. Default:
 	// this executable.
@@ -695,33 +692,25 @@ func (j *jobDir) appendMetrics(ctx context.Context, name string, step int64, m t
 }
 
 // DeleteExport removes a bundle an exporter no longer keeps. Deleting a
-// bundle that is already gone succeeds. In object storage the bundle's
-// metadata goes first, so no reader takes the rest for a bundle.
+// bundle that is already gone succeeds. Its metadata goes first, so no
+// reader takes the rest for a bundle.
 func (a *Activities) DeleteExport(ctx context.Context, in workflows.DeleteExportInput) error {
 	defer keepAlive(ctx).Stop()
 	p, _, _ := strings.Cut(in.Dir, "?")
 	if in.Dir == "" || !strings.Contains(filepath.ToSlash(p), "/"+exportDir+"/") {
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("refusing to delete %q: not an export bundle", in.Dir))
 	}
-	if !isURI(in.Dir) {
-		return os.RemoveAll(in.Dir)
-	}
 	st, err := storage.Open(ctx, in.Dir)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := st.Delete(ctx, train.MetadataFile); err != nil {
-		return err
-	}
-	return st.DeleteAll(ctx, "")
+	return bundle.Delete(ctx, st)
 }
 
 // Export writes the bundle of the checkpoint at in.Step to
-// export/<exporter>/<step>/: idempotent, so a retry finds the bundle the
-// first attempt wrote. In object storage the bundle is written locally,
-// then uploaded with its metadata.json last: readers take a bundle
-// without metadata.json for none.
+// export/<exporter>/<step>/ (see package bundle): idempotent, so a retry
+// finds the bundle the first attempt wrote.
 func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (workflows.ExportResult, error) {
 	defer keepAlive(ctx).Stop()
 	jd, err := a.openJobDir(ctx, in.JobDir)
@@ -729,11 +718,11 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 		return workflows.ExportResult{}, err
 	}
 	defer jd.Close()
-	bundle := path.Join(exportDir, in.Exporter, strconv.FormatInt(in.Step, 10))
-	if jd.remote {
-		if ok, err := jd.st.Exists(ctx, bundle+"/"+train.MetadataFile); err != nil || ok {
-			return workflows.ExportResult{Dir: jd.location(bundle), Version: in.Step}, err
-		}
+	parent := path.Join(exportDir, in.Exporter)
+	key := path.Join(parent, strconv.FormatInt(in.Step, 10))
+	done := workflows.ExportResult{Dir: jd.location(key), Version: in.Step}
+	if ok, err := jd.st.Exists(ctx, path.Join(key, bundle.MetadataFile)); err != nil || ok {
+		return done, err
 	}
 	ck, err := jd.exportedCheckpoint(ctx, in.Step)
 	if err != nil {
@@ -746,74 +735,27 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 	if t.Hash != ck.Meta.TransformHash {
 		return workflows.ExportResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("checkpoint %d was trained with transform %s, job dir has %s", in.Step, ck.Meta.TransformHash, t.Hash))
 	}
-	sig, _ := json.MarshalIndent(map[string]any{"inputs": t.Signature(), "classes": t.LabelVocab}, "", "  ")
-	parent := filepath.Join(jd.dir, exportDir, in.Exporter)
-	if jd.remote {
-		if parent, err = jd.tempDir("export-"); err != nil {
-			return workflows.ExportResult{}, err
-		}
-		defer os.RemoveAll(parent)
-	}
-	dir, err := train.WriteBundle(parent, in.Step, ck,
-		map[string][]byte{serving.TransformFile: raw, "signature.json": sig},
-		train.BundleMeta{JobID: in.JobID, Exporter: in.Exporter, Metrics: in.Metrics, TransformHash: t.Hash})
+	files, err := bundle.TransformFiles(t, raw)
 	if err != nil {
 		return workflows.ExportResult{}, err
 	}
-	if !jd.remote {
-		return workflows.ExportResult{Dir: dir, Version: in.Step}, nil
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
+	meta := bundle.Meta{JobID: in.JobID, Exporter: in.Exporter, Metrics: in.Metrics, TransformHash: t.Hash}
+	if _, err := bundle.Write(ctx, jd.st.Sub(parent), in.Step, ck, files, meta); err != nil {
 		return workflows.ExportResult{}, err
 	}
-	var files []string
-	for _, e := range ents {
-		if e.Name() != train.MetadataFile {
-			files = append(files, e.Name())
-		}
-	}
-	if err := upload(ctx, jd.st, dir, bundle, files); err != nil {
-		return workflows.ExportResult{}, err
-	}
-	if err := upload(ctx, jd.st, dir, bundle, []string{train.MetadataFile}); err != nil {
-		return workflows.ExportResult{}, err
-	}
-	return workflows.ExportResult{Dir: jd.location(bundle), Version: in.Step}, nil
+	return done, nil
 }
 
-// Publish copies a bundle (a directory, or a storage URI, which is
-// downloaded first) into the model repository (ModelStore if set, else
-// Models) as the model's next version (idempotent) and notifies OnPublish.
+// Publish reads and verifies a bundle (a directory or a storage URI) and
+// publishes it into the model repository as the model's next version
+// (idempotent), then notifies OnPublish.
 func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
 	defer keepAlive(ctx).Stop()
-	dir := in.Bundle
-	if isURI(in.Bundle) {
-		st, err := storage.Open(ctx, in.Bundle)
-		if err != nil {
-			return workflows.PublishResult{}, err
-		}
-		defer st.Close()
-		cache := a.cacheDir(ctx)
-		if err := os.MkdirAll(cache, 0o755); err != nil {
-			return workflows.PublishResult{}, err
-		}
-		if dir, err = os.MkdirTemp(cache, "publish-"); err != nil {
-			return workflows.PublishResult{}, err
-		}
-		defer os.RemoveAll(dir)
-		if err := st.DownloadDir(ctx, "", dir); err != nil {
-			return workflows.PublishResult{}, err
-		}
+	b, err := bundle.Read(ctx, in.Bundle)
+	if err != nil {
+		return workflows.PublishResult{}, fmt.Errorf("publish: %w", err)
 	}
-	var v int64
-	var def bool
-	var err error
-	if a.ModelStore != nil {
-		v, def, err = a.ModelStore.PublishVersion(ctx, in.Model, in.JobID, dir, in.Promote)
-	} else {
-		v, def, err = a.Models.PublishVersion(in.Model, in.JobID, dir, in.Promote)
-	}
+	v, def, err := a.Models.Publish(ctx, in.Model, in.JobID, b, in.Promote)
 	if err != nil {
 		return workflows.PublishResult{}, err
 	}

@@ -16,11 +16,11 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/preprocess/beampipe"
-	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -39,8 +39,13 @@ func newActs(t *testing.T) *Activities {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
+	models, err := bundle.OpenRepository(context.Background(), filepath.Join(home, "models"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { models.Close() })
 	// The tests' data and job dirs are temporary directories.
-	return &Activities{Home: home, Models: &serving.Repository{Root: filepath.Join(home, "models")}, Exe: exe, DataRoots: []string{os.TempDir()}}
+	return &Activities{Home: home, Models: models, Exe: exe, DataRoots: []string{os.TempDir()}}
 }
 
 func env(acts *Activities) *testsuite.TestActivityEnvironment {
@@ -223,12 +228,12 @@ func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
 				}
 				v.Get(dst)
 			}
-			bundle, err := st.List(ctx, "export/final/")
+			objs, err := st.List(ctx, "export/final/")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if first != second || len(bundle) != 4 || !slices.Contains(bundle, "export/final/100/metadata.json") {
-				t.Fatalf("two exports of step 100: %+v and %+v, objects %q; want one bundle of 4 files", first, second, bundle)
+			if first != second || len(objs) != 4 || !slices.Contains(objs, "export/final/100/metadata.json") {
+				t.Fatalf("two exports of step 100: %+v and %+v, objects %q; want one bundle of 4 files", first, second, objs)
 			}
 			var pubs [2]workflows.PublishResult
 			for i := range pubs {
@@ -248,7 +253,8 @@ func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer ms.Close()
-				acts.ModelStore = &serving.ObjectRepository{Store: ms}
+				local := acts.Models
+				acts.Models = bundle.NewStore(ms)
 				for i := range pubs {
 					v, err := e.ExecuteActivity(acts.Publish, workflows.PublishInput{JobID: "train_1", Bundle: first.Dir, Model: "census"})
 					if err != nil {
@@ -259,10 +265,10 @@ func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
 				if pubs[0] != pubs[1] || pubs[0].Version != 1 || !pubs[0].Default {
 					t.Fatalf("publishing twice to %s: %+v, want version 1 (default) both times", ms.URI(), pubs)
 				}
-				if vs, err := acts.ModelStore.Versions(ctx, "census"); err != nil || !slices.Equal(vs, []int64{1}) {
+				if vs, err := acts.Models.Versions(ctx, "census"); err != nil || !slices.Equal(vs, []int64{1}) {
 					t.Fatalf("versions in %s: got %v %v, want [1] <nil>", ms.URI(), vs, err)
 				}
-				acts.ModelStore = nil
+				acts.Models = local
 			}
 			if _, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: first.Dir}); err != nil {
 				t.Fatal(err)
@@ -337,11 +343,14 @@ func TestWideAndDeepJobServes(t *testing.T) {
 	}
 	var ex workflows.ExportResult
 	v.Get(&ex)
-	sv, err := serving.Load("census", 1, ex.Dir)
+	b, err := bundle.ReadDir(ex.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := sv.Bundle.Meta.Model; m.Model != "dnn_linear_combined_classifier" || m.Spec == nil || !slices.Equal(m.Spec.HiddenUnits, []int{16, 8}) {
+	if _, err := b.Transform(); err != nil {
+		t.Fatal(err)
+	}
+	if m := b.Meta.Model; m.Model != "dnn_linear_combined_classifier" || m.Spec == nil || !slices.Equal(m.Spec.HiddenUnits, []int{16, 8}) {
 		t.Fatalf("bundle model %+v, want wide & deep [16 8]", m)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/storage"
@@ -179,18 +180,21 @@ func (a *Activities) batchBundle(ctx context.Context, spec workflows.PredictionS
 	}
 	if spec.Model != "" {
 		if a.Models == nil {
+			return "", 0, refuse("model %q: this worker has no model repository; give model_dir (a bundle directory or URI) instead", spec.Model)
+		}
+		if _, local := a.Models.Dir(spec.Model, 1); !local {
 			return "", 0, refuse("model %q: this worker reads --model from a local model repository only; give model_dir (a bundle directory or URI) instead", spec.Model)
 		}
 		v := spec.Version
 		if v == 0 {
-			d, err := a.Models.Default(spec.Model)
+			d, err := a.Models.Default(ctx, spec.Model)
 			if err != nil {
 				return "", 0, refuse("model %q: %v", spec.Model, err)
 			}
 			v = d
 		}
-		dir := a.Models.Dir(spec.Model, v)
-		if _, err := os.Stat(filepath.Join(dir, "metadata.json")); err != nil {
+		dir, _ := a.Models.Dir(spec.Model, v)
+		if _, err := os.Stat(filepath.Join(dir, bundle.MetadataFile)); err != nil {
 			return "", 0, refuse("model %q version %d is not in this worker's model repository", spec.Model, v)
 		}
 		return dir, v, nil
@@ -209,7 +213,7 @@ func (a *Activities) batchBundle(ctx context.Context, spec workflows.PredictionS
 	if err != nil {
 		return "", 0, err
 	}
-	if _, err := os.Stat(filepath.Join(dir, "metadata.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, bundle.MetadataFile)); err != nil {
 		return "", 0, refuse("model_dir %q is not an export bundle (no metadata.json)", spec.ModelDir)
 	}
 	return dir, 0, nil

@@ -17,7 +17,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/tuning"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -152,7 +152,7 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 	for _, k := range keys {
 		step, file, ok := strings.Cut(strings.TrimPrefix(k, prefix), "/")
 		n, err := strconv.ParseInt(step, 10, 64)
-		if ok && err == nil && file == train.MetadataFile && n > newest {
+		if ok && err == nil && file == bundle.MetadataFile && n > newest {
 			newest = n
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/preprocess"
-	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -53,7 +53,7 @@ not json
 		os.MkdirAll(filepath.Join(dir, "export", "best", step), 0o755)
 	}
 	for _, step := range []string{"20", "40"} { // 60 is incomplete: no metadata
-		os.WriteFile(filepath.Join(dir, "export", "best", step, train.MetadataFile), []byte("{}"), 0o644)
+		os.WriteFile(filepath.Join(dir, "export", "best", step, bundle.MetadataFile), []byte("{}"), 0o644)
 	}
 	v, err = e.ExecuteActivity(acts.TrialExport, workflows.TrialExportInput{JobDir: dir, Exporter: "best"})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.temporal.io/sdk/client"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/serving"
 )
@@ -49,7 +50,7 @@ type Options struct {
 	UIURL string
 	// Registry and Repository are the prediction server's models.
 	Registry   *serving.Registry
-	Repository *serving.Repository
+	Repository bundle.Repository
 	// OpenJobDir opens a job directory (an absolute path or a storage URI)
 	// for reading; nil means storage.Open, refusing local paths that do
 	// not exist.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/internal/tfevents"
 	"github.com/trainflow/trainflow/preprocess"
@@ -146,7 +147,7 @@ func readJobDir(ctx context.Context, st *storage.Store) *jobData {
 	problem("export/", err)
 	for _, k := range keys {
 		parts := strings.Split(k, "/")
-		if len(parts) != 4 || parts[3] != train.MetadataFile {
+		if len(parts) != 4 || parts[3] != bundle.MetadataFile {
 			continue
 		}
 		if step, err := strconv.ParseInt(parts[2], 10, 64); err == nil {

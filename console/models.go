@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -100,7 +101,7 @@ type modelBody struct {
 	Answer    *answer
 }
 
-func (c *Console) modelBody(name string) (*modelBody, error) {
+func (c *Console) modelBody(ctx context.Context, name string) (*modelBody, error) {
 	if c.opts.Registry == nil {
 		return nil, fmt.Errorf("this server serves no models")
 	}
@@ -112,10 +113,10 @@ func (c *Console) modelBody(name string) (*modelBody, error) {
 	all := loaded
 	labels := map[int64][]string{}
 	if r := c.opts.Repository; r != nil {
-		if vs, err := r.Versions(name); err == nil {
+		if vs, err := r.Versions(ctx, name); err == nil {
 			all = vs
 		}
-		if cfg, err := r.Config(name); err == nil {
+		if cfg, err := r.Config(ctx, name); err == nil {
 			for l, v := range cfg.Labels {
 				labels[v] = append(labels[v], l)
 			}
@@ -194,7 +195,7 @@ func (c *Console) model(ec echo.Context) error {
 	if err := ident.Check(name); err != nil {
 		return c.fail(ec, http.StatusBadRequest, "models", fmt.Sprintf("model name: %v", err))
 	}
-	b, err := c.modelBody(name)
+	b, err := c.modelBody(ec.Request().Context(), name)
 	if err != nil {
 		return c.fail(ec, http.StatusNotFound, "models", err.Error())
 	}
@@ -226,7 +227,7 @@ func (c *Console) try(ec echo.Context) error {
 	if err := req.ParseForm(); err != nil {
 		return c.fail(ec, http.StatusBadRequest, "models", "the form is not a form of at most 64 KiB")
 	}
-	b, err := c.modelBody(name)
+	b, err := c.modelBody(ec.Request().Context(), name)
 	if err != nil {
 		return c.fail(ec, http.StatusNotFound, "models", err.Error())
 	}

@@ -8,11 +8,12 @@
 // classifier's lists its "classes", a regressor's has "problem_type":
 // "regression" and its "label".
 //
-// Models live in a repository directory (see Repository): one directory
+// Models live in a model repository (bundle.Repository): one directory
 // per model, one per version inside it, each a complete export bundle.
-// A repository in object storage (see ObjectRepository) is served from a
-// local mirror: Sync or Mirror copies its complete versions into a
-// Repository directory that the Registry loads.
+// The Registry loads versions through that interface. A repository in
+// object storage is served from a local mirror: bundle.Sync, or Mirror
+// every interval, copies its complete versions into a local repository
+// that the Registry loads.
 //
 // Requests are untrusted. Work is bounded before memory is spent on it:
 // bodies are read into a buffer that grows as bytes arrive, up to

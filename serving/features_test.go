@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/serving"
-	"github.com/trainflow/trainflow/train"
 )
 
 // v2Infer is the answer of a V2 inference request.
@@ -206,13 +206,13 @@ func publishCopies(t *testing.T, n int, config string) *env {
 	f := getFixture(t)
 	e := newEnv(t, serving.Options{}, 0)
 	for i := 2; i <= n; i++ {
-		dir, err := train.WriteBundle(filepath.Join(t.TempDir(), "b"), f.ck[0].Step, f.ck[0],
-			map[string][]byte{serving.TransformFile: f.raw, "signature.json": f.signature},
-			train.BundleMeta{JobID: fmt.Sprintf("job_%d", i), Exporter: "final", TransformHash: f.transform.Hash})
+		dir, err := exportBundle(filepath.Join(t.TempDir(), "b"), f.ck[0],
+			map[string][]byte{bundle.TransformFile: f.raw, bundle.SignatureFile: f.signature},
+			bundle.Meta{JobID: fmt.Sprintf("job_%d", i), Exporter: "final", TransformHash: f.transform.Hash})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, _, err := e.repo.Publish(model, "job", dir); err != nil || v != int64(i) {
+		if v, _, err := e.repo.publish(model, "job", dir); err != nil || v != int64(i) {
 			t.Fatalf("publish copy %d: version %d, %v", i, v, err)
 		}
 	}

@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/train"
@@ -180,9 +182,57 @@ func buildFixture(dir string) (*fixture, error) {
 // writeBundle exports ck as <parent>/<step> the way the Export activity
 // does.
 func writeBundle(parent string, ck *train.Checkpoint, transform, signature []byte, transformHash string) (string, error) {
-	return train.WriteBundle(parent, ck.Step, ck,
-		map[string][]byte{serving.TransformFile: transform, "signature.json": signature},
-		train.BundleMeta{JobID: jobID, Exporter: "final", TransformHash: transformHash})
+	return exportBundle(parent, ck,
+		map[string][]byte{bundle.TransformFile: transform, bundle.SignatureFile: signature},
+		bundle.Meta{JobID: jobID, Exporter: "final", TransformHash: transformHash})
+}
+
+// exportBundle writes the bundle of ck with files as <parent>/<step> and
+// returns its directory.
+func exportBundle(parent string, ck *train.Checkpoint, files map[string][]byte, meta bundle.Meta) (string, error) {
+	ctx := context.Background()
+	st, err := storage.Open(ctx, parent)
+	if err != nil {
+		return "", err
+	}
+	defer st.Close()
+	if _, err := bundle.Write(ctx, st, ck.Step, ck, files, meta); err != nil {
+		return "", err
+	}
+	return filepath.Join(parent, strconv.FormatInt(ck.Step, 10)), nil
+}
+
+// testRepo is a local model repository that a test publishes bundle
+// directories to and reads version directories of.
+type testRepo struct {
+	*bundle.Store
+	Root string
+}
+
+// newRepo opens the repository in root, closed by the test's cleanup.
+func newRepo(t testing.TB, root string) *testRepo {
+	t.Helper()
+	r, err := bundle.OpenRepository(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return &testRepo{Store: r, Root: root}
+}
+
+// dir is the directory of a version.
+func (r *testRepo) dir(model string, v int64) string {
+	return filepath.Join(r.Root, model, strconv.FormatInt(v, 10))
+}
+
+// publish reads the bundle in dir and publishes it as model's next
+// version.
+func (r *testRepo) publish(model, jobID, dir string) (int64, bool, error) {
+	b, err := bundle.ReadDir(dir)
+	if err != nil {
+		return 0, false, err
+	}
+	return r.Publish(context.Background(), model, jobID, b, false)
 }
 
 // instanceOf turns a generated CSV row into the JSON instance a client would
@@ -250,7 +300,7 @@ func mustJSON(t testing.TB, v any) string {
 
 // env is a repository, its registry and a server over them.
 type env struct {
-	repo *serving.Repository
+	repo *testRepo
 	reg  *serving.Registry
 	srv  *serving.Server
 	logs *syncBuffer
@@ -272,9 +322,9 @@ func newEnv(t testing.TB, opts serving.Options, which ...int) *env {
 // newEnvDirs is newEnv for any bundle directories.
 func newEnvDirs(t testing.TB, opts serving.Options, bundles ...string) *env {
 	t.Helper()
-	e := &env{repo: &serving.Repository{Root: t.TempDir()}, logs: &syncBuffer{}}
+	e := &env{repo: newRepo(t, t.TempDir()), logs: &syncBuffer{}}
 	for i, dir := range bundles {
-		v, _, err := e.repo.Publish(model, jobID, dir)
+		v, _, err := e.repo.publish(model, jobID, dir)
 		if err != nil {
 			t.Fatalf("publish %s: %v", dir, err)
 		}
@@ -282,7 +332,7 @@ func newEnvDirs(t testing.TB, opts serving.Options, bundles ...string) *env {
 			t.Fatalf("publish %s: got version %d, want %d", dir, v, i+1)
 		}
 	}
-	e.reg = serving.NewRegistry(e.repo, slog.New(slog.NewTextHandler(e.logs, nil)))
+	e.reg = serving.NewRegistry(e.repo.Store, slog.New(slog.NewTextHandler(e.logs, nil)))
 	if err := e.reg.Reload(); err != nil {
 		t.Fatalf("reload: %v", err)
 	}

@@ -2,6 +2,7 @@ package serving
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/trainflow/trainflow/bundle"
 )
 
 // TestRecover sends a request to a handler that panics: the answer is a
@@ -17,7 +20,12 @@ import (
 func TestRecover(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	s := New(NewRegistry(&Repository{Root: t.TempDir()}, log), log, Options{})
+	repo, err := bundle.OpenRepository(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	s := New(NewRegistry(repo, log), log, Options{})
 	s.echo.GET("/panic", func(echo.Context) error { panic("secret detail") })
 
 	w := httptest.NewRecorder()

@@ -2,18 +2,21 @@ package serving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/preprocess"
-	"github.com/trainflow/trainflow/train"
 )
+
+// ErrNotFound is wrapped by errors about a model or version that is not
+// loaded.
+var ErrNotFound = errors.New("serving: not found")
 
 // Servable is one loaded model version: its bundle and its Transform,
 // verified to agree. Immutable and safe for concurrent use; Linear's
@@ -22,57 +25,40 @@ import (
 type Servable struct {
 	Model     string
 	Version   int64
-	Bundle    *train.Bundle
+	Bundle    *bundle.Bundle
 	Transform *preprocess.Transform
 
-	id            string         // versionID of the directory it was loaded from
 	versionText   string         // Version in decimal
 	versionHeader []string       // X-Model-Version: versionText
 	columns       map[string]int // the Schema's columns' indexes, by name
 	classJSON     [][]byte       // LabelVocab as JSON strings
 }
 
-// versionID identifies the content of a version directory: the SHA-256 of
-// its metadata.json, which holds the hash of every other file ("" if it
-// cannot be read). A directory removed and published again under the same
-// number gets a new ID.
-func versionID(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, train.MetadataFile))
-	if err != nil {
-		return ""
-	}
-	return digest(b)
-}
-
-// TransformFile is the name of the Transform artifact inside a bundle.
-const TransformFile = "transform.json"
-
-// Load reads and verifies the bundle of one version: file hashes, the
-// Transform's own hash against the one the model was trained with, and the
-// feature dimension and classes on both sides. The model is a classifier
-// (NumClasses ≥ 2) or a regressor of one output (NumClasses 0).
+// Load reads and verifies the bundle in the local directory dir as
+// version of model; see NewServable.
 func Load(model string, version int64, dir string) (*Servable, error) {
-	b, err := train.ReadBundle(dir)
+	b, err := bundle.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	raw, ok := b.Files[TransformFile]
-	if !ok {
-		return nil, fmt.Errorf("%w: %s has no %s", train.ErrBundle, dir, TransformFile)
-	}
-	t, err := preprocess.ParseTransform(raw)
+	return NewServable(model, version, b)
+}
+
+// NewServable checks that this server can answer for the bundle b and
+// prepares it as version of model: its Transform must be the one the
+// model was trained with and agree with it on the feature dimension and
+// classes (see Bundle.Transform), and the model is a classifier
+// (NumClasses ≥ 2) or a regressor of one output (NumClasses 0).
+func NewServable(model string, version int64, b *bundle.Bundle) (*Servable, error) {
+	t, err := b.Transform()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", train.ErrBundle, dir, err)
+		return nil, err
 	}
 	switch {
-	case t.Hash != b.Meta.TransformHash || t.Hash != b.Meta.Model.TransformHash:
-		return nil, fmt.Errorf("%w: %s: transform %s is not the one the model was trained with (%s)", train.ErrBundle, dir, t.Hash, b.Meta.Model.TransformHash)
 	case b.Model.NumClasses() == 0 && b.Model.Outputs() != 1:
-		return nil, fmt.Errorf("%w: %s: regressor %s has %d outputs; this server answers regressors of one", train.ErrBundle, dir, b.Meta.Model.Model, b.Model.Outputs())
+		return nil, fmt.Errorf("%w: %s: regressor %s has %d outputs; this server answers regressors of one", bundle.ErrBundle, b.Dir, b.Meta.Model.Model, b.Model.Outputs())
 	case b.Model.NumClasses() == 1:
-		return nil, fmt.Errorf("%w: %s: %s has one class", train.ErrBundle, dir, b.Meta.Model.Model)
-	case t.Dim != b.Model.InputDim() || t.Classes() != b.Model.NumClasses():
-		return nil, fmt.Errorf("%w: %s: transform gives %d features and %d classes, model takes %d and %d", train.ErrBundle, dir, t.Dim, t.Classes(), b.Model.InputDim(), b.Model.NumClasses())
+		return nil, fmt.Errorf("%w: %s: %s has one class", bundle.ErrBundle, b.Dir, b.Meta.Model.Model)
 	}
 	sv := &Servable{Model: model, Version: version, Bundle: b, Transform: t, versionText: strconv.FormatInt(version, 10), columns: map[string]int{}}
 	sv.versionHeader = []string{sv.versionText}
@@ -82,7 +68,7 @@ func Load(model string, version int64, dir string) (*Servable, error) {
 	for _, class := range t.LabelVocab {
 		q, err := marshalPlain(class)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: class %q: %w", train.ErrBundle, dir, class, err)
+			return nil, fmt.Errorf("%w: %s: class %q: %w", bundle.ErrBundle, b.Dir, class, err)
 		}
 		sv.classJSON = append(sv.classJSON, q)
 	}
@@ -92,14 +78,14 @@ func Load(model string, version int64, dir string) (*Servable, error) {
 // Registry holds the loaded versions of every model in a Repository and
 // swaps new ones in atomically. Safe for concurrent use.
 type Registry struct {
-	repo *Repository
+	repo bundle.Repository
 	log  *slog.Logger
 
 	reloadMu sync.Mutex // serialises Reload; guards refused
 	mu       sync.RWMutex
 	models   map[string]*modelVersions
 	// refused remembers versions that failed to load, by model/version and
-	// the identity of their content (see versionID), so a broken bundle is
+	// the identity of their content (Repository.VersionID), so a broken bundle is
 	// logged once, not on every reload, and a replacement is tried.
 	refused map[string]string
 }
@@ -111,44 +97,45 @@ type modelVersions struct {
 }
 
 // NewRegistry returns an empty registry over repo; call Reload to load.
-func NewRegistry(repo *Repository, log *slog.Logger) *Registry {
+func NewRegistry(repo bundle.Repository, log *slog.Logger) *Registry {
 	return &Registry{repo: repo, log: log.With("component", "registry"), models: map[string]*modelVersions{}, refused: map[string]string{}}
 }
 
 // Reload loads every new version in the repository, drops versions that
 // disappeared, and updates defaults. A version that fails to load is
 // refused with a log line; the versions already loaded keep serving.
-func (r *Registry) Reload() error {
+func (r *Registry) Reload() error { return r.reload(context.Background()) }
+
+func (r *Registry) reload(ctx context.Context) error {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
-	names, err := r.repo.Models()
+	names, err := r.repo.Models(ctx)
 	if err != nil {
 		return err
 	}
 	next := map[string]*modelVersions{}
 	for _, name := range names {
-		vs, err := r.repo.Versions(name)
+		vs, err := r.repo.Versions(ctx, name)
 		if err != nil {
 			return err
 		}
 		r.mu.RLock()
 		old := r.models[name]
 		r.mu.RUnlock()
-		cfg, err := r.repo.Config(name)
+		cfg, err := r.repo.Config(ctx, name)
 		if err != nil {
 			r.log.Error("bad model config; serving the defaults", "model", name, "error", err)
-			cfg = ModelConfig{Latest: DefaultLatest}
+			cfg = bundle.Config{Latest: bundle.DefaultLatest}
 		}
-		def, _ := r.repo.Default(name)
+		def, _ := r.repo.Default(ctx, name)
 		serve := cfg.Serve(vs, def)
 		mv := &modelVersions{versions: map[int64]*Servable{}, labels: cfg.Labels}
 		for _, v := range vs {
 			if !serve[v] {
 				continue // not loaded, or unloaded: its memory goes with the old map
 			}
-			dir := r.repo.Dir(name, v)
-			id := versionID(dir)
-			if old != nil && old.versions[v] != nil && old.versions[v].id == id {
+			id, _ := r.repo.VersionID(ctx, name, v)
+			if old != nil && old.versions[v] != nil && old.versions[v].Bundle.ID() == id {
 				mv.versions[v] = old.versions[v]
 				continue
 			}
@@ -157,14 +144,17 @@ func (r *Registry) Reload() error {
 				continue
 			}
 			delete(r.refused, key)
-			s, err := Load(name, v, dir)
+			b, err := r.repo.Read(ctx, name, v)
+			var s *Servable
+			if err == nil {
+				s, err = NewServable(name, v, b)
+			}
 			if err != nil {
 				r.refused[key] = id
 				r.log.Error("refuse model version", "model", name, "version", v, "error", err)
 				continue
 			}
 			r.log.Info("load model version", "model", name, "version", v, "global_step", s.Bundle.Meta.Step)
-			s.id = id
 			mv.versions[v] = s
 		}
 		if len(mv.versions) == 0 {
@@ -188,6 +178,15 @@ func (r *Registry) Reload() error {
 
 // Watch reloads every interval until ctx is done.
 func (r *Registry) Watch(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, func() {
+		if err := r.reload(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("reload models", "error", err)
+		}
+	})
+}
+
+// every calls f every interval until ctx is done.
+func every(ctx context.Context, interval time.Duration, f func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -195,9 +194,7 @@ func (r *Registry) Watch(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := r.Reload(); err != nil {
-				r.log.Error("reload models", "error", err)
-			}
+			f()
 		}
 	}
 }

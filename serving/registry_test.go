@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/train"
@@ -78,7 +79,7 @@ func TestHotReload(t *testing.T) {
 	for range workers {
 		<-started
 	}
-	v, isDefault, err := e.repo.Publish(model, jobID, f.bundles[1])
+	v, isDefault, err := e.repo.publish(model, jobID, f.bundles[1])
 	if err != nil || v != 2 || isDefault {
 		t.Fatalf("publish: got %d %v %v, want 2 false <nil>", v, isDefault, err)
 	}
@@ -183,8 +184,8 @@ func TestRefuseBadBundle(t *testing.T) {
 	f := getFixture(t)
 	// bundle writes a consistent bundle of ck with the given files and
 	// recorded transform hash, as a buggy exporter could.
-	bundle := func(t *testing.T, ck *train.Checkpoint, files map[string][]byte, transformHash string) string {
-		dir, err := train.WriteBundle(t.TempDir(), ck.Step, ck, files, train.BundleMeta{JobID: "job-bad", Exporter: "final", TransformHash: transformHash})
+	mkBundle := func(t *testing.T, ck *train.Checkpoint, files map[string][]byte, transformHash string) string {
+		dir, err := exportBundle(t.TempDir(), ck, files, bundle.Meta{JobID: "job-bad", Exporter: "final", TransformHash: transformHash})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,13 +194,13 @@ func TestRefuseBadBundle(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// make creates version 3 of the model in repo.
-		make    func(t *testing.T, repo *serving.Repository)
+		make    func(t *testing.T, repo *testRepo)
 		wantErr string
 	}{
-		{"flipped byte in model.ckpt", func(t *testing.T, repo *serving.Repository) {
-			dir := repo.Dir(model, 3)
-			copyDir(t, repo.Dir(model, 2), dir)
-			p := filepath.Join(dir, train.ModelFile)
+		{"flipped byte in model.ckpt", func(t *testing.T, repo *testRepo) {
+			dir := repo.dir(model, 3)
+			copyDir(t, repo.dir(model, 2), dir)
+			p := filepath.Join(dir, bundle.ModelFile)
 			b, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
@@ -209,17 +210,17 @@ func TestRefuseBadBundle(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "model.ckpt does not match its hash"},
-		{"transform.json rewritten", func(t *testing.T, repo *serving.Repository) {
-			dir := repo.Dir(model, 3)
-			copyDir(t, repo.Dir(model, 2), dir)
-			if err := os.WriteFile(filepath.Join(dir, serving.TransformFile), rehash(t, shiftAgeMean), 0o644); err != nil {
+		{"transform.json rewritten", func(t *testing.T, repo *testRepo) {
+			dir := repo.dir(model, 3)
+			copyDir(t, repo.dir(model, 2), dir)
+			if err := os.WriteFile(filepath.Join(dir, bundle.TransformFile), rehash(t, shiftAgeMean), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}, "transform.json does not match its hash"},
-		{"truncated metadata.json", func(t *testing.T, repo *serving.Repository) {
-			dir := repo.Dir(model, 3)
-			copyDir(t, repo.Dir(model, 2), dir)
-			p := filepath.Join(dir, train.MetadataFile)
+		{"truncated metadata.json", func(t *testing.T, repo *testRepo) {
+			dir := repo.dir(model, 3)
+			copyDir(t, repo.dir(model, 2), dir)
+			p := filepath.Join(dir, bundle.MetadataFile)
 			b, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
@@ -228,43 +229,43 @@ func TestRefuseBadBundle(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "metadata"},
-		{"no metadata.json", func(t *testing.T, repo *serving.Repository) {
-			dir := repo.Dir(model, 3)
-			copyDir(t, repo.Dir(model, 2), dir)
-			if err := os.Remove(filepath.Join(dir, train.MetadataFile)); err != nil {
+		{"no metadata.json", func(t *testing.T, repo *testRepo) {
+			dir := repo.dir(model, 3)
+			copyDir(t, repo.dir(model, 2), dir)
+			if err := os.Remove(filepath.Join(dir, bundle.MetadataFile)); err != nil {
 				t.Fatal(err)
 			}
-		}, train.MetadataFile},
-		// The bundles below pass ReadBundle (every file matches its hash),
+		}, bundle.MetadataFile},
+		// The bundles below pass bundle.ReadDir (every file matches its hash),
 		// so they reach Publish; only Load can refuse them.
-		{"transform of another hash, recorded as the bundle's", func(t *testing.T, repo *serving.Repository) {
+		{"transform of another hash, recorded as the bundle's", func(t *testing.T, repo *testRepo) {
 			raw := rehash(t, shiftAgeMean)
 			tr, _ := preprocess.ParseTransform(raw)
-			publish(t, repo, bundle(t, f.ck[1], map[string][]byte{serving.TransformFile: raw, "signature.json": f.signature}, tr.Hash))
+			publish(t, repo, mkBundle(t, f.ck[1], map[string][]byte{bundle.TransformFile: raw, "signature.json": f.signature}, tr.Hash))
 		}, "is not the one the model was trained with"},
-		{"transform of another hash, bundle records the model's", func(t *testing.T, repo *serving.Repository) {
+		{"transform of another hash, bundle records the model's", func(t *testing.T, repo *testRepo) {
 			raw := rehash(t, shiftAgeMean)
-			publish(t, repo, bundle(t, f.ck[1], map[string][]byte{serving.TransformFile: raw, "signature.json": f.signature}, f.transform.Hash))
+			publish(t, repo, mkBundle(t, f.ck[1], map[string][]byte{bundle.TransformFile: raw, "signature.json": f.signature}, f.transform.Hash))
 		}, "is not the one the model was trained with"},
-		{"model of another dimension", func(t *testing.T, repo *serving.Repository) {
+		{"model of another dimension", func(t *testing.T, repo *testRepo) {
 			ck := &train.Checkpoint{Step: stepB, Meta: f.ck[1].Meta, Tensors: map[string][]float64{}}
 			ck.Meta.Dim++
 			ck.Tensors["params"] = make([]float64, ck.Meta.Dim+1)
-			publish(t, repo, bundle(t, ck, map[string][]byte{serving.TransformFile: f.raw, "signature.json": f.signature}, f.transform.Hash))
+			publish(t, repo, mkBundle(t, ck, map[string][]byte{bundle.TransformFile: f.raw, "signature.json": f.signature}, f.transform.Hash))
 		}, "transform gives"},
-		{"transform.json is not a transform", func(t *testing.T, repo *serving.Repository) {
-			publish(t, repo, bundle(t, f.ck[1], map[string][]byte{serving.TransformFile: []byte(`{"format_version":1}`)}, f.transform.Hash))
+		{"transform.json is not a transform", func(t *testing.T, repo *testRepo) {
+			publish(t, repo, mkBundle(t, f.ck[1], map[string][]byte{bundle.TransformFile: []byte(`{"format_version":1}`)}, f.transform.Hash))
 		}, "invalid transform"},
-		{"no transform.json", func(t *testing.T, repo *serving.Repository) {
-			publish(t, repo, bundle(t, f.ck[1], map[string][]byte{"signature.json": f.signature}, f.transform.Hash))
+		{"no transform.json", func(t *testing.T, repo *testRepo) {
+			publish(t, repo, mkBundle(t, f.ck[1], map[string][]byte{"signature.json": f.signature}, f.transform.Hash))
 		}, "has no transform.json"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, serving.Options{}, 0, 1)
 			tc.make(t, e.repo)
-			_, err := serving.Load(model, 3, e.repo.Dir(model, 3))
-			if !errors.Is(err, train.ErrBundle) || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("Load: got %v, want %v containing %q", err, train.ErrBundle, tc.wantErr)
+			_, err := serving.Load(model, 3, e.repo.dir(model, 3))
+			if !errors.Is(err, bundle.ErrBundle) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Load: got %v, want %v containing %q", err, bundle.ErrBundle, tc.wantErr)
 			}
 			if err := e.reg.Reload(); err != nil {
 				t.Fatalf("reload: %v", err)
@@ -302,9 +303,9 @@ func TestRefuseBadBundle(t *testing.T) {
 }
 
 // publish publishes dir as the next version of model, which must be 3.
-func publish(t *testing.T, repo *serving.Repository, dir string) {
+func publish(t *testing.T, repo *testRepo, dir string) {
 	t.Helper()
-	v, _, err := repo.Publish(model, "job-bad", dir)
+	v, _, err := repo.publish(model, "job-bad", dir)
 	if err != nil || v != 3 {
 		t.Fatalf("publish: got %d %v, want 3 <nil>", v, err)
 	}
@@ -326,8 +327,9 @@ func TestRegistryEmpty(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
+			repo := newRepo(t, root)
 			tc.setup(t, root)
-			reg := serving.NewRegistry(&serving.Repository{Root: root}, slogDiscard())
+			reg := serving.NewRegistry(repo.Store, slogDiscard())
 			if err := reg.Reload(); err != nil {
 				t.Fatalf("reload: got %v, want <nil>", err)
 			}
@@ -347,14 +349,14 @@ func TestRegistryEmpty(t *testing.T) {
 // holds, whether or not a Reload ran in between.
 func TestVersionReplaced(t *testing.T) {
 	f := getFixture(t)
-	other, err := train.WriteBundle(t.TempDir(), f.ck[0].Step, f.ck[0],
-		map[string][]byte{serving.TransformFile: f.raw, "signature.json": f.signature},
-		train.BundleMeta{JobID: "job-other", Exporter: "final", TransformHash: f.transform.Hash})
+	other, err := exportBundle(t.TempDir(), f.ck[0],
+		map[string][]byte{bundle.TransformFile: f.raw, bundle.SignatureFile: f.signature},
+		bundle.Meta{JobID: "job-other", Exporter: "final", TransformHash: f.transform.Hash})
 	if err != nil {
 		t.Fatal(err)
 	}
-	flip := func(t *testing.T, repo *serving.Repository, v int64) {
-		p := filepath.Join(repo.Dir(model, v), train.ModelFile)
+	flip := func(t *testing.T, repo *testRepo, v int64) {
+		p := filepath.Join(repo.dir(model, v), bundle.ModelFile)
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
@@ -381,7 +383,7 @@ func TestVersionReplaced(t *testing.T) {
 			} else {
 				// Damage version 2 before the registry ever loads it.
 				e = newEnv(t, serving.Options{}, 0)
-				if v, _, err := e.repo.Publish(model, jobID, f.bundles[1]); err != nil || v != 2 {
+				if v, _, err := e.repo.publish(model, jobID, f.bundles[1]); err != nil || v != 2 {
 					t.Fatalf("publish: got %d %v, want 2 <nil>", v, err)
 				}
 				flip(t, e.repo, 2)
@@ -392,7 +394,7 @@ func TestVersionReplaced(t *testing.T) {
 					t.Fatalf("damaged version 2: got %v, want %v", err, serving.ErrNotFound)
 				}
 			}
-			if err := os.RemoveAll(e.repo.Dir(model, 2)); err != nil {
+			if err := os.RemoveAll(e.repo.dir(model, 2)); err != nil {
 				t.Fatal(err)
 			}
 			if tc.reloadBetween {
@@ -400,7 +402,7 @@ func TestVersionReplaced(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if v, _, err := e.repo.Publish(model, "job-other", other); err != nil || v != 2 {
+			if v, _, err := e.repo.publish(model, "job-other", other); err != nil || v != 2 {
 				t.Fatalf("publish: got %d %v, want 2 <nil>", v, err)
 			}
 			if err := e.reg.Reload(); err != nil {
@@ -411,7 +413,7 @@ func TestVersionReplaced(t *testing.T) {
 				t.Fatalf("Get(%s, 2): got %v, want the republished version", model, err)
 			}
 			if s.Bundle.Meta.JobID != "job-other" {
-				t.Errorf("version 2: got the bundle of job %q, want %q (the one now in %s)", s.Bundle.Meta.JobID, "job-other", e.repo.Dir(model, 2))
+				t.Errorf("version 2: got the bundle of job %q, want %q (the one now in %s)", s.Bundle.Meta.JobID, "job-other", e.repo.dir(model, 2))
 			}
 		})
 	}

@@ -27,7 +27,7 @@ func regressionSchema() preprocess.Schema {
 	return s
 }
 
-// exportModel runs preprocess → train → train.WriteBundle on the fixture's
+// exportModel runs preprocess → train → bundle.Write on the fixture's
 // raw data with schema and model meta (Dim and TransformHash filled in), as
 // a job does, and returns the bundle and its Transform.
 func exportModel(t testing.TB, schema preprocess.Schema, meta train.CheckpointMeta, steps int64) (string, *preprocess.Transform, *train.Checkpoint) {

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/trainflow/trainflow/bundle"
 )
 
 // Options configures a Server. Zero fields take their defaults.
@@ -250,13 +252,13 @@ func parseTarget(path string) (target, error) {
 		t.version = v
 	case strings.Contains(rest, "/labels/"):
 		t.model, t.label, _ = strings.Cut(rest, "/labels/")
-		if !ValidName(t.label) {
+		if !bundle.ValidName(t.label) {
 			return target{}, badRequest("label %q: letters, digits and '_', starting with a letter", t.label)
 		}
 	default:
 		t.model = rest
 	}
-	if !ValidName(t.model) {
+	if !bundle.ValidName(t.model) {
 		return target{}, badRequest("model name %q: letters, digits and '_', starting with a letter", t.model)
 	}
 	return t, nil
@@ -516,7 +518,7 @@ func (s *Server) listModels(c echo.Context) error {
 
 func (s *Server) modelStatus(c echo.Context) error {
 	name := c.Param("name")
-	if !ValidName(name) {
+	if !bundle.ValidName(name) {
 		return badRequest("model name %q: letters, digits and '_', starting with a letter", name)
 	}
 	versions, def, err := s.reg.Status(name)
@@ -537,7 +539,7 @@ func (s *Server) modelStatus(c echo.Context) error {
 
 func (s *Server) modelMetadata(c echo.Context) error {
 	name := c.Param("name")
-	if !ValidName(name) {
+	if !bundle.ValidName(name) {
 		return badRequest("model name %q: letters, digits and '_', starting with a letter", name)
 	}
 	sv, err := s.reg.Get(name, 0)

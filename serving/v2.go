@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/preprocess"
 )
 
@@ -136,7 +137,7 @@ func (s *Server) v2ModelReady(c echo.Context) error {
 // v2Servable resolves the :name and optional :version of a V2 route.
 func (s *Server) v2Servable(c echo.Context) (*Servable, error) {
 	name := c.Param("name")
-	if !ValidName(name) {
+	if !bundle.ValidName(name) {
 		return nil, badRequest("model name %q: letters, digits and '_', starting with a letter", name)
 	}
 	version, err := parseVersion(c.Param("version"))

@@ -260,39 +260,6 @@ func TestNewRefusesBadSpecs(t *testing.T) {
 	}
 }
 
-// TestNetBundleRoundTrip checks that a bundle rebuilds the same wide &
-// deep network, embeddings included, from its checkpoint meta alone.
-func TestNetBundleRoundTrip(t *testing.T) {
-	meta := CheckpointMeta{Model: DNNLinearCombinedClassifierModel, Dim: 4, Classes: 3,
-		Spec: &ModelSpec{HiddenUnits: []int{5}, WideColumns: []int{0, 1}, Embeddings: []Embedding{{Column: 3, Buckets: 3, Dim: 2}}}}
-	m, err := New(meta, rand.New(rand.NewPCG(1, 2)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := []float64{0.1, 0.2, 0.3, 2, -1, 0.5, 0, 7}
-	want := make([]float64, 2*3)
-	if err := m.Predict(want, nil, x); err != nil {
-		t.Fatal(err)
-	}
-	p, err := WriteBundle(t.TempDir(), 1, Snapshot(1, meta, m, nil), nil, BundleMeta{JobID: "j"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ReadBundle(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]float64, 2*3)
-	if err := b.Model.Predict(got, nil, x); err != nil {
-		t.Fatal(err)
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Fatalf("bundle model predicts %v, want %v", got, want)
-		}
-	}
-}
-
 // TestFTRLTrainsLinear trains the linear classifier, FTRL's usual model,
 // with a strong L1 and checks that it learns and zeroes the useless
 // feature.

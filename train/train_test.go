@@ -182,34 +182,6 @@ func TestRestoreRefusesAnotherModel(t *testing.T) {
 	}
 }
 
-func TestBundleRoundTripAndTamper(t *testing.T) {
-	dir := t.TempDir()
-	ck := &Checkpoint{Step: 7, Meta: CheckpointMeta{Model: "linear", Dim: 2, Classes: 2}, Tensors: map[string][]float64{"params": {1, 2, 3}, "adam/m": {0, 0, 0}}}
-	files := map[string][]byte{"transform.json": []byte(`{"x":1}`)}
-	p, err := WriteBundle(dir, 7, ck, files, BundleMeta{JobID: "j", Exporter: "final"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := WriteBundle(dir, 7, ck, files, BundleMeta{JobID: "j", Exporter: "final"})
-	if err != nil || again != p {
-		t.Fatalf("second export of step 7 = %q, %v; want the same %q", again, err, p)
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Fatalf("%d entries after two exports of one step, want 1", len(ents))
-	}
-	b, err := ReadBundle(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.Meta.Step != 7 || b.Model.Params()[2] != 3 || string(b.Files["transform.json"]) != `{"x":1}` {
-		t.Fatalf("bundle = %+v", b.Meta)
-	}
-	os.WriteFile(filepath.Join(p, "transform.json"), []byte(`{"x":2}`), 0o644)
-	if _, err := ReadBundle(p); !errors.Is(err, ErrBundle) {
-		t.Fatalf("tampered bundle: %v, want ErrBundle", err)
-	}
-}
-
 // TestDivergedRunFailsWithoutCheckpoint resumes a healthy run on data that
 // makes it diverge: Run fails with ErrNonFinite, at the first non-finite
 // loss (SGD) or at the next checkpoint when only the optimizer's slots

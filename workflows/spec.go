@@ -332,7 +332,7 @@ type TrainSpec struct {
 }
 
 // Model types.
-const ModelLinearClassifier = "linear_classifier"
+const ModelLinearClassifier = train.LinearClassifierModel
 
 // ErrInvalidSpec is wrapped by every JobSpec validation error.
 var ErrInvalidSpec = errors.New("invalid job spec")

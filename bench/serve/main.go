@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/serving"
 )
 
@@ -214,7 +215,11 @@ func listen(h http.Handler) (string, func()) {
 }
 
 func run(models string, d time.Duration, conc, rounds int, reloadFor time.Duration) error {
-	repo := &serving.Repository{Root: models}
+	repo, err := bundle.OpenRepository(context.Background(), models)
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
 	reg := serving.NewRegistry(repo, slog.New(slog.DiscardHandler))
 	if err := reg.Reload(); err != nil {
 		return err
@@ -279,8 +284,8 @@ func run(models string, d time.Duration, conc, rounds int, reloadFor time.Durati
 	}
 	// Hot reload under load: publish copies of the newest version as new
 	// versions and reload, every 500 ms; nothing may fail.
-	vs, _ := repo.Versions(model)
-	src := repo.Dir(model, vs[len(vs)-1])
+	vs, _ := repo.Versions(context.Background(), model)
+	src, _ := repo.Dir(model, vs[len(vs)-1])
 	reloads := 0
 	r := load(echoURL+"/v1/models/census:predict", body(1), "", conc, reloadFor, 0, func(stop <-chan struct{}) {
 		t := time.NewTicker(500 * time.Millisecond)
@@ -308,13 +313,14 @@ func run(models string, d time.Duration, conc, rounds int, reloadFor time.Durati
 
 // republish copies a version directory as a new version with a distinct
 // source, the way Publish lays it out, and promotes it.
-func republish(repo *serving.Repository, src string, i int) error {
-	vs, err := repo.Versions(model)
+func republish(repo *bundle.Store, src string, i int) error {
+	vs, err := repo.Versions(context.Background(), model)
 	if err != nil {
 		return err
 	}
 	next := vs[len(vs)-1] + 1
-	tmp, err := os.MkdirTemp(filepath.Join(repo.Root, model), ".tmp-bench-")
+	root, _ := repo.LocalDir()
+	tmp, err := os.MkdirTemp(filepath.Join(root, model), ".tmp-bench-")
 	if err != nil {
 		return err
 	}
@@ -327,17 +333,18 @@ func republish(repo *serving.Repository, src string, i int) error {
 		if err != nil {
 			return err
 		}
-		if e.Name() == "source.json" {
+		if e.Name() == bundle.SourceFile {
 			b = []byte(`{"job_id":"bench","bundle":"copy ` + strconv.Itoa(i) + `","hash":"` + strconv.Itoa(i) + `"}`)
 		}
 		if err := os.WriteFile(filepath.Join(tmp, e.Name()), b, 0o644); err != nil {
 			return err
 		}
 	}
-	if err := os.Rename(tmp, repo.Dir(model, next)); err != nil {
+	dst, _ := repo.Dir(model, next)
+	if err := os.Rename(tmp, dst); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(repo.Root, model, "default"), []byte(strconv.FormatInt(next, 10)+"\n"), 0o644)
+	return os.WriteFile(filepath.Join(root, model, bundle.DefaultFile), []byte(strconv.FormatInt(next, 10)+"\n"), 0o644)
 }
 
 // median returns the run with the median throughput.

@@ -18,6 +18,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/storage"
@@ -75,19 +76,16 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		log.Info("parameter server interface chosen", "ps_listen", *psListen, "temporal", tc.Address, "reason", reason)
 	}
-	acts := &activities.Activities{Home: h, Jobs: *jobs, Models: &serving.Repository{Root: *models},
-		PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}
+	acts := &activities.Activities{Home: h, Jobs: *jobs, PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}
 	if err := trust.apply(acts); err != nil {
 		return err
 	}
-	if isURI(*models) {
-		st, err := storage.Open(ctx, *models)
-		if err != nil {
-			return usageError{fmt.Errorf("--models: %w", err)}
-		}
-		defer st.Close()
-		acts.Models, acts.ModelStore = nil, &serving.ObjectRepository{Store: st}
+	repo, err := bundle.OpenRepository(ctx, *models)
+	if err != nil {
+		return usageError{fmt.Errorf("--models: %w", err)}
 	}
+	defer repo.Close()
+	acts.Models = repo
 	if *metricsAddr != "" {
 		acts.Metrics = activities.NewMetrics()
 		at, err := serveMetrics(ctx, *metricsAddr, acts.Metrics, log)
@@ -174,21 +172,24 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var store *serving.ObjectRepository
+	var store *bundle.Store
 	root := *models
 	if isURI(*models) {
-		st, err := storage.Open(ctx, *models)
-		if err != nil {
+		if store, err = bundle.OpenRepository(ctx, *models); err != nil {
 			return usageError{fmt.Errorf("--models: %w", err)}
 		}
-		defer st.Close()
-		store, root = &serving.ObjectRepository{Store: st}, *cache
+		defer store.Close()
+		root = *cache
 	}
-	repo := &serving.Repository{Root: root}
+	repo, err := bundle.OpenRepository(ctx, root)
+	if err != nil {
+		return usageError{fmt.Errorf("--models: %w", err)}
+	}
+	defer repo.Close()
 	if store != nil {
 		// Start with what the store has; a store that cannot be reached
 		// yet leaves the mirror as it is, and the sync loop retries.
-		if _, err := store.Sync(ctx, repo); err != nil {
+		if _, err := bundle.Sync(ctx, store, repo); err != nil {
 			log.Error("sync models", "store", *models, "error", err)
 		}
 	}
@@ -234,7 +235,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 // serveConsole builds the web console of `serve`. Its Temporal client is
 // lazy: it connects on the first jobs page, and a Temporal that cannot be
 // reached makes the jobs pages say so while models and predictions work.
-func serveConsole(tc temporalconn.Flags, uiURL string, reg *serving.Registry, repo *serving.Repository, log *slog.Logger) (func(*echo.Echo), func(), error) {
+func serveConsole(tc temporalconn.Flags, uiURL string, reg *serving.Registry, repo bundle.Repository, log *slog.Logger) (func(*echo.Echo), func(), error) {
 	o, err := tc.Options(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("console: %w", err)}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/tfevents"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
@@ -105,7 +106,7 @@ func TestBestExportAcrossRestart(t *testing.T) {
 	slices.Sort(steps)
 	prev := -1.0
 	for _, s := range steps {
-		b, err := train.ReadBundle(filepath.Join(jobDir, "export", "best", strconv.FormatInt(s, 10)))
+		b, err := bundle.ReadDir(filepath.Join(jobDir, "export", "best", strconv.FormatInt(s, 10)))
 		if err != nil {
 			t.Fatal(err)
 		}

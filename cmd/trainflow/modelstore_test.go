@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/storage"
-	"github.com/trainflow/trainflow/serving"
-	"github.com/trainflow/trainflow/train"
 )
 
 // checkServeFromBucket runs `trainflow serve --models file://BUCKET` over
@@ -22,7 +21,7 @@ import (
 // version 1 serves; a copy of it under another metadata (so another
 // version) published and promoted is served after a sync; a partial
 // version 3 (files without metadata.json) never is.
-func checkServeFromBucket(t *testing.T, bundle string) {
+func checkServeFromBucket(t *testing.T, dir string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -32,8 +31,15 @@ func checkServeFromBucket(t *testing.T, bundle string) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	store := &serving.ObjectRepository{Store: st}
-	if v, def, err := store.PublishVersion(ctx, "census", "census_e2e", bundle, false); err != nil || v != 1 || !def {
+	store := bundle.NewStore(st)
+	publish := func(jobID, dir string, promote bool) (int64, bool, error) {
+		b, err := bundle.ReadDir(dir)
+		if err != nil {
+			return 0, false, err
+		}
+		return store.Publish(ctx, "census", jobID, b, promote)
+	}
+	if v, def, err := publish("census_e2e", dir, false); err != nil || v != 1 || !def {
 		t.Fatalf("publish to %s: got %d %v %v, want 1 true <nil>", uri, v, def, err)
 	}
 
@@ -87,10 +93,10 @@ func checkServeFromBucket(t *testing.T, bundle string) {
 
 	// Another bundle: the same files under other metadata.
 	other := filepath.Join(t.TempDir(), "other")
-	if err := os.CopyFS(other, os.DirFS(bundle)); err != nil {
+	if err := os.CopyFS(other, os.DirFS(dir)); err != nil {
 		t.Fatal(err)
 	}
-	meta, err := os.ReadFile(filepath.Join(other, train.MetadataFile))
+	meta, err := os.ReadFile(filepath.Join(other, bundle.MetadataFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +108,10 @@ func checkServeFromBucket(t *testing.T, bundle string) {
 	if meta, err = json.Marshal(m); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(other, train.MetadataFile), meta, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(other, bundle.MetadataFile), meta, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if v, def, err := store.PublishVersion(ctx, "census", "census_e2e_again", other, true); err != nil || v != 2 || !def {
+	if v, def, err := publish("census_e2e_again", other, true); err != nil || v != 2 || !def {
 		t.Fatalf("publish again: got %d %v %v, want 2 true <nil>", v, def, err)
 	}
 	waitFor("version 2 as the default", func() bool {
@@ -114,8 +120,8 @@ func checkServeFromBucket(t *testing.T, bundle string) {
 	})
 
 	// A partial version 3, then a label that shows a later sync ran.
-	for _, f := range []string{train.ModelFile, serving.TransformFile} {
-		b, err := os.ReadFile(filepath.Join(bundle, f))
+	for _, f := range []string{bundle.ModelFile, bundle.TransformFile} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,8 +139,12 @@ func checkServeFromBucket(t *testing.T, bundle string) {
 	if code, _ := predict("/versions/3"); code != http.StatusNotFound {
 		t.Errorf("partial version 3: got status %d, want 404", code)
 	}
-	repo := &serving.Repository{Root: cache}
-	if vs, err := repo.Versions("census"); err != nil || !slices.Equal(vs, []int64{1, 2}) {
+	repo, err := bundle.OpenRepository(ctx, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	if vs, err := repo.Versions(ctx, "census"); err != nil || !slices.Equal(vs, []int64{1, 2}) {
 		t.Errorf("versions in the cache: got %v %v, want [1 2] <nil>", vs, err)
 	}
 }

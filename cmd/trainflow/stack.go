@@ -15,6 +15,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/internal/devserver"
 	"github.com/trainflow/trainflow/serving"
@@ -99,7 +100,10 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to temporal: %w", err)
 	}
-	repo := &serving.Repository{Root: filepath.Join(home, "models")}
+	repo, err := bundle.OpenRepository(ctx, filepath.Join(home, "models"))
+	if err != nil {
+		return nil, err
+	}
 	s.Registry = serving.NewRegistry(repo, log)
 	if err := s.Registry.Reload(); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,9 +15,10 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/preprocess"
-	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/train"
 )
@@ -83,15 +85,22 @@ func census(t *testing.T, n int) *batchjob.Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig, _ := json.Marshal(map[string]any{"inputs": tr.Signature(), "classes": tr.LabelVocab})
-	bundle, err := train.WriteBundle(filepath.Join(dir, "export"), ck.Step, ck,
-		map[string][]byte{serving.TransformFile: raw, "signature.json": sig},
-		train.BundleMeta{JobID: "batch_test", Exporter: "final", TransformHash: m.TransformHash})
+	files, err := bundle.TransformFiles(tr, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
+	exports, err := storage.Open(context.Background(), filepath.Join(dir, "export"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exports.Close()
+	if _, err := bundle.Write(context.Background(), exports, ck.Step, ck, files,
+		bundle.Meta{JobID: "batch_test", Exporter: "final", TransformHash: m.TransformHash}); err != nil {
+		t.Fatal(err)
+	}
+	bundleDir := filepath.Join(dir, "export", strconv.FormatInt(ck.Step, 10))
 	st, _ := os.Stat(rows[1])
-	return &batchjob.Request{Bundle: bundle, Inputs: []batchjob.Input{{Path: rows[1], Name: "gs://data/input.csv"}},
+	return &batchjob.Request{Bundle: bundleDir, Inputs: []batchjob.Input{{Path: rows[1], Name: "gs://data/input.csv"}},
 		Format: batchjob.FormatCSV, OutDir: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"),
 		BlockBytes: st.Size()/4 + 1, BatchSize: 16}
 }
