@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/worker"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -75,7 +76,7 @@ func TestPSListenDefault(t *testing.T) {
 		"localhost": "127.0.0.1", "temporal:7233": "0.0.0.0", "10.0.0.3:7233": "0.0.0.0", "[2001:db8::1]:7233": "0.0.0.0",
 		"temporal.example.com:443": "0.0.0.0",
 	} {
-		if got := defaultPSListen(addr); got != want {
+		if got := worker.DefaultPSListen(addr); got != want {
 			t.Errorf("--temporal %s: parameter servers listen on %s, want %s", addr, got, want)
 		}
 	}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving/batchjob"
+	"github.com/trainflow/trainflow/worker"
 )
 
 func main() {
@@ -117,7 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
-	case errors.As(err, new(usageError)):
+	case errors.As(err, new(usageError)), errors.Is(err, worker.ErrConfig):
 		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
 		return exitUsage
 	case errors.As(err, new(notFoundError)):

@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -60,7 +61,7 @@ func runSubmitPrediction(ctx context.Context, args []string, stdout, stderr io.W
 		spec.MaxBadFraction = maxBad
 	}
 	abs := func(p *string) error {
-		if *p == "" || isURI(*p) {
+		if *p == "" || storage.IsURI(*p) {
 			return nil
 		}
 		a, err := filepath.Abs(*p)

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -95,7 +96,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	spec.JobID = id
 	if *data != "" {
-		if spec.Data.Dir = *data; !isURI(*data) {
+		if spec.Data.Dir = *data; !storage.IsURI(*data) {
 			if spec.Data.Dir, err = filepath.Abs(*data); err != nil {
 				return usageError{fmt.Errorf("--data: %w", err)}
 			}
