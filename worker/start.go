@@ -83,7 +83,7 @@ type Worker struct {
 // Start builds the worker of cfg and starts polling. Errors about cfg
 // itself match ErrConfig. It registers trainflow's search attributes on the
 // namespace if missing (a failure to is logged, not returned).
-func Start(ctx context.Context, cfg Config) (w *Worker, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -96,8 +96,8 @@ func Start(ctx context.Context, cfg Config) (w *Worker, err error) {
 	if models == "" {
 		models = filepath.Join(cfg.Home, "models")
 	}
-	w = &Worker{}
-	defer func() {
+	w := &Worker{}
+	defer func() { // a partly started worker stops
 		if err != nil {
 			w.Stop()
 		}

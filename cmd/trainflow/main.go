@@ -32,6 +32,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 
 	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/internal/predictapi"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/worker"
@@ -123,7 +124,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, new(usageError)), errors.Is(err, worker.ErrConfig):
 		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
 		return exitUsage
-	case errors.As(err, new(notFoundError)), errors.Is(err, jobs.ErrNotFound):
+	case errors.As(err, new(notFoundError)), errors.Is(err, jobs.ErrNotFound), errors.Is(err, predictapi.ErrNotFound):
 		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
 		return exitNotFound
 	default:
