@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/internal/errmark"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -18,12 +19,8 @@ import (
 // messages name the `trainflow worker` flag at fault.
 var ErrConfig = errors.New("worker: bad configuration")
 
-// configError marks an error as ErrConfig without changing its message.
-type configError struct{ error }
-
-func (configError) Is(target error) bool { return target == ErrConfig }
-
-func (e configError) Unwrap() error { return e.error }
+// configError marks err as ErrConfig, its message unchanged.
+func configError(err error) error { return errmark.Mark(err, ErrConfig) }
 
 // DefaultReadRoots are the read roots of a Limits that names none: where
 // Debian's dataset-* packages install public datasets (dataset-fashion-mnist
@@ -56,23 +53,15 @@ type Limits struct {
 // apply checks l and sets it on acts: runner names lower case,
 // environment types upper case, local roots absolute.
 func (l Limits) apply(acts *activities.Activities) error {
-	known := []string{workflows.RunnerUniversal, workflows.RunnerPortable, workflows.RunnerFlink, workflows.RunnerSpark, workflows.RunnerDataflow}
-	var runners []string
-	for _, r := range l.BeamRunners {
-		lr := strings.ToLower(r)
-		if !slices.Contains(known, lr) {
-			return configError{fmt.Errorf("--beam-runners: %q is not one of %s", r, strings.Join(known, ", "))}
-		}
-		runners = append(runners, lr)
+	runners, err := oneOf("--beam-runners", l.BeamRunners, strings.ToLower,
+		workflows.RunnerUniversal, workflows.RunnerPortable, workflows.RunnerFlink, workflows.RunnerSpark, workflows.RunnerDataflow)
+	if err != nil {
+		return err
 	}
-	envs := []string{workflows.EnvDocker, workflows.EnvProcess, workflows.EnvExternal, workflows.EnvLoopback}
-	var environments []string
-	for _, e := range l.BeamEnvironments {
-		ue := strings.ToUpper(e)
-		if !slices.Contains(envs, ue) {
-			return configError{fmt.Errorf("--beam-environments: %q is not one of %s", e, strings.Join(envs, ", "))}
-		}
-		environments = append(environments, ue)
+	environments, err := oneOf("--beam-environments", l.BeamEnvironments, strings.ToUpper,
+		workflows.EnvDocker, workflows.EnvProcess, workflows.EnvExternal, workflows.EnvLoopback)
+	if err != nil {
+		return err
 	}
 	dataRoots, err := absRoots("--data-roots", l.DataRoots)
 	if err != nil {
@@ -91,6 +80,20 @@ func (l Limits) apply(acts *activities.Activities) error {
 	return nil
 }
 
+// oneOf returns names in canonical case, each of which must be one of
+// known; nil if names is empty.
+func oneOf(flagName string, names []string, canonical func(string) string, known ...string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		c := canonical(n)
+		if !slices.Contains(known, c) {
+			return nil, configError(fmt.Errorf("%s: %q is not one of %s", flagName, n, strings.Join(known, ", ")))
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
 // absRoots makes the local paths among roots absolute and checks the URIs.
 func absRoots(flagName string, roots []string) ([]string, error) {
 	out := make([]string, len(roots))
@@ -98,13 +101,13 @@ func absRoots(flagName string, roots []string) ([]string, error) {
 		if !storage.IsURI(r) {
 			abs, err := filepath.Abs(r)
 			if err != nil {
-				return nil, configError{fmt.Errorf("%s: %w", flagName, err)}
+				return nil, configError(fmt.Errorf("%s: %w", flagName, err))
 			}
 			out[i] = abs
 			continue
 		}
 		if _, err := url.Parse(r); err != nil {
-			return nil, configError{fmt.Errorf("%s: %w", flagName, err)}
+			return nil, configError(fmt.Errorf("%s: %w", flagName, err))
 		}
 		out[i] = r
 	}

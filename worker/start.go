@@ -105,7 +105,7 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	if cfg.Jobs != "" {
 		st, err := storage.Open(ctx, cfg.Jobs)
 		if err != nil {
-			return nil, configError{fmt.Errorf("--jobs: %w", err)}
+			return nil, configError(fmt.Errorf("--jobs: %w", err))
 		}
 		st.Close()
 	}
@@ -127,7 +127,7 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	if storage.IsURI(models) {
 		st, err := storage.Open(ctx, models)
 		if err != nil {
-			return nil, configError{fmt.Errorf("--models: %w", err)}
+			return nil, configError(fmt.Errorf("--models: %w", err))
 		}
 		w.closers = append(w.closers, func() { st.Close() })
 		acts.Models, acts.ModelStore = nil, &serving.ObjectRepository{Store: st}
@@ -186,7 +186,7 @@ func (w *Worker) Stop() {
 func (w *Worker) serveMetrics(addr string, m *activities.Metrics, log *slog.Logger) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", configError{err}
+		return "", configError(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())

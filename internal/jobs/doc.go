@@ -10,15 +10,15 @@
 // run (see MeaningfulRun).
 package jobs
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/trainflow/trainflow/internal/errmark"
+)
 
 // ErrNotFound is matched (errors.Is) by errors about a job that does not
 // exist.
 var ErrNotFound = errors.New("jobs: not found")
 
-// notFoundError marks an error as ErrNotFound without changing its message.
-type notFoundError struct{ error }
-
-func (notFoundError) Is(target error) bool { return target == ErrNotFound }
-
-func (e notFoundError) Unwrap() error { return e.error }
+// notFound marks err as ErrNotFound, its message unchanged.
+func notFound(err error) error { return errmark.Mark(err, ErrNotFound) }

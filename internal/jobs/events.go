@@ -20,7 +20,7 @@ func Cancel(ctx context.Context, cl client.Client, id string) error {
 	err := cl.CancelWorkflow(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return notFoundError{fmt.Errorf("job %s not found or already finished", id)}
+		return notFound(fmt.Errorf("job %s not found or already finished", id))
 	}
 	if err != nil {
 		return fmt.Errorf("cancel job %s: %w", id, err)
@@ -38,7 +38,7 @@ func StreamEvents(ctx context.Context, cl client.Client, id string, fn func(Even
 		ev, err := it.Next()
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
-			return notFoundError{fmt.Errorf("job %s not found", id)}
+			return notFound(fmt.Errorf("job %s not found", id))
 		}
 		if err != nil {
 			return fmt.Errorf("stream job %s: %w", id, err)

@@ -95,7 +95,7 @@ func MeaningfulRun(ctx context.Context, cl client.Client, namespace, id string) 
 	d, err := cl.DescribeWorkflowExecution(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return nil, notFoundError{fmt.Errorf("job %s not found", id)}
+		return nil, notFound(fmt.Errorf("job %s not found", id))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("describe job %s: %w", id, err)

@@ -56,7 +56,7 @@ func FetchHistory(ctx context.Context, cl client.Client, id, runID string) (*his
 		ev, err := it.Next()
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
-			return nil, notFoundError{fmt.Errorf("job %s not found", id)}
+			return nil, notFound(fmt.Errorf("job %s not found", id))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("history of job %s: %w", id, err)

@@ -14,18 +14,13 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/trainflow/trainflow/internal/errmark"
 )
 
 // ErrNotFound is matched (errors.Is) by errors about a model or version
 // the server does not have (HTTP 404).
 var ErrNotFound = errors.New("predictapi: not found")
-
-// notFoundError marks an error as ErrNotFound without changing its message.
-type notFoundError struct{ error }
-
-func (notFoundError) Is(target error) bool { return target == ErrNotFound }
-
-func (e notFoundError) Unwrap() error { return e.error }
 
 // Timeout bounds each request.
 const Timeout = 30 * time.Second
@@ -112,7 +107,7 @@ func (c Client) call(ctx context.Context, method, path string, body []byte, out 
 		}
 		err := fmt.Errorf("%s: %s", resp.Status, msg)
 		if resp.StatusCode == http.StatusNotFound {
-			return notFoundError{err}
+			return errmark.Mark(err, ErrNotFound)
 		}
 		return err
 	}
