@@ -77,7 +77,7 @@ func (j *jobDir) location(key string) string { return j.Location(key) }
 
 // isURI reports whether a data location is a storage URI rather than a
 // plain local path (trust.go checks each kind against its roots).
-func isURI(s string) bool { return jobdir.IsURI(s) }
+func isURI(s string) bool { return storage.IsURI(s) }
 
 // readManifest reads the preprocessing manifest and its bytes.
 func (j *jobDir) readManifest(ctx context.Context) (*preprocess.Manifest, []byte, error) {

@@ -1,5 +1,7 @@
 // Package worker builds the Temporal worker that runs trainflow's
-// workflows and activities: registration lives here and nowhere else.
+// workflows and activities: registration lives here and nowhere else, and
+// so does the construction of a whole worker from its configuration
+// (Start with a Config), which `trainflow worker` and `trainflow dev` share.
 package worker
 
 import (

@@ -18,6 +18,7 @@ import (
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -210,7 +211,7 @@ func TestBatchPredictionCensus(t *testing.T) {
 	if res.Metrics.Examples != int64(len(results)) || acc != res.Metrics.Accuracy {
 		t.Errorf("batch accuracy %v on %d rows, evaluator %v on %d: want equal", acc, len(results), res.Metrics.Accuracy, res.Metrics.Examples)
 	}
-	d, err := describeJob(context.Background(), st.Client, "default", "bp_pred")
+	d, err := jobs.Describe(context.Background(), st.Client, "default", "bp_pred")
 	if err != nil || d.BatchResult == nil || d.BatchResult.Predictions != int64(len(rows)) {
 		t.Errorf("describe: %+v, %v: want the result with %d predictions", d, err, len(rows))
 	}
@@ -433,7 +434,7 @@ func TestBatchPredictionSurvivesKill(t *testing.T) {
 	out := filepath.Join(data, "out")
 	spec := workflows.PredictionSpec{JobID: "kill_pred", ModelDir: res.Export, InputPaths: []string{in}, OutputPath: out, DataFormat: "CSV",
 		ShardBytes: 100 << 10, HeartbeatTimeoutSecs: 3, MaxWorkerCount: 1}
-	run, err := startBatchJob(context.Background(), c.st.Client, spec)
+	run, err := jobs.StartBatch(context.Background(), c.st.Client, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

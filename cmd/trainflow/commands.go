@@ -17,7 +17,6 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
-	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/internal/datagen"
@@ -54,80 +53,21 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *models == "" {
-		*models = filepath.Join(*home, "models")
-	}
-	h, err := filepath.Abs(*home)
+	opts, err := tc.Options(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
 	if err != nil {
 		return err
 	}
-	if *jobs != "" {
-		st, err := storage.Open(ctx, *jobs)
-		if err != nil {
-			return usageError{fmt.Errorf("--jobs: %w", err)}
-		}
-		st.Close()
-	}
-	if *psListen == "" {
-		*psListen = defaultPSListen(tc.Address)
-		reason := "temporal is remote: workers on other machines must reach the parameter servers"
-		if *psListen == "127.0.0.1" {
-			reason = "temporal is local: pass --ps-listen 0.0.0.0 for workers on other machines"
-		}
-		log.Info("parameter server interface chosen", "ps_listen", *psListen, "temporal", tc.Address, "reason", reason)
-	}
-	acts := &activities.Activities{Home: h, Jobs: *jobs, PSListenHost: *psListen, PSAdvertiseHost: *psAdvertise}
-	if err := trust.apply(acts); err != nil {
-		return err
-	}
-	repo, err := bundle.OpenRepository(ctx, *models)
-	if err != nil {
-		return usageError{fmt.Errorf("--models: %w", err)}
-	}
-	defer repo.Close()
-	acts.Models = repo
-	if *metricsAddr != "" {
-		acts.Metrics = activities.NewMetrics()
-		at, err := serveMetrics(ctx, *metricsAddr, acts.Metrics, log)
-		if err != nil {
-			return fmt.Errorf("--metrics-listen: %w", err)
-		}
-		log.Info("worker metrics", "url", "http://"+at+"/metrics")
-	}
-	c, err := tc.Dial(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
+	w, err := worker.Start(ctx, worker.Config{
+		Temporal: opts, Home: *home, Jobs: *jobs, Models: *models,
+		PSListen: *psListen, PSAdvertise: *psAdvertise, MaxRoles: *maxRoles, MetricsAddr: *metricsAddr,
+		Limits: trust.limits(), Logger: log,
+	})
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	if err := worker.EnsureSearchAttributes(ctx, c, tc.Namespace); err != nil {
-		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
-	}
-	acts.Client = c
-	w := worker.New(c, acts, worker.Options{MaxRoles: *maxRoles})
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("start worker: %w", err)
-	}
-	host, _ := os.Hostname()
-	log.Info("worker started", "temporal", tc.Address, "namespace", tc.Namespace, "tls", tc.Secured(), "home", h, "jobs", *jobs,
-		"data_roots", acts.DataRoots, "read_roots", acts.ReadRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments, "models", *models, "host", host, "pid", os.Getpid())
 	<-ctx.Done()
 	w.Stop()
 	return nil
-}
-
-// defaultPSListen is the interface parameter servers listen on unless
-// --ps-listen says: the loopback when the Temporal frontend at addr is on
-// this machine (then so are the job's other workers, as far as this
-// worker can tell), else every interface.
-func defaultPSListen(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
-		return "127.0.0.1"
-	}
-	return "0.0.0.0"
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -174,7 +114,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	var store *bundle.Store
 	root := *models
-	if isURI(*models) {
+	if storage.IsURI(*models) {
 		if store, err = bundle.OpenRepository(ctx, *models); err != nil {
 			return usageError{fmt.Errorf("--models: %w", err)}
 		}
@@ -251,10 +191,6 @@ func serveConsole(tc temporalconn.Flags, uiURL string, reg *serving.Registry, re
 	}
 	return con.Routes, cl.Close, nil
 }
-
-// isURI reports whether a --models or --jobs value is a storage URI
-// rather than a plain local path.
-func isURI(s string) bool { return strings.Contains(s, "://") }
 
 func runDatagen(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("datagen", flag.ContinueOnError)

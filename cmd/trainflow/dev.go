@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -80,7 +81,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func runDemo(ctx context.Context, st *stack, dataDir string, stdout io.Writer) error {
 	id := "census_" + time.Now().UTC().Format("20060102_150405")
 	spec := workflows.JobSpec{JobID: id, Preset: workflows.PresetCensus, Data: workflows.DataSpec{Dir: dataDir}}
-	run, err := startJob(ctx, st.Client, spec)
+	run, err := jobs.Start(ctx, st.Client, spec)
 	if err != nil {
 		return err
 	}

@@ -67,20 +67,6 @@ func TestDivergedJobFailsFast(t *testing.T) {
 	}
 }
 
-// TestPSListenDefault: parameter servers listen on the loopback when the
-// Temporal frontend is on this machine, else on every interface.
-func TestPSListenDefault(t *testing.T) {
-	for addr, want := range map[string]string{
-		"127.0.0.1:7233": "127.0.0.1", "localhost:7233": "127.0.0.1", "[::1]:7233": "127.0.0.1", "127.0.0.5:1": "127.0.0.1",
-		"localhost": "127.0.0.1", "temporal:7233": "0.0.0.0", "10.0.0.3:7233": "0.0.0.0", "[2001:db8::1]:7233": "0.0.0.0",
-		"temporal.example.com:443": "0.0.0.0",
-	} {
-		if got := defaultPSListen(addr); got != want {
-			t.Errorf("--temporal %s: parameter servers listen on %s, want %s", addr, got, want)
-		}
-	}
-}
-
 // checkSecretsNotInHistory fails t if a parameter server's secret, read
 // from the job directory jobDir, appears anywhere in job id's history.
 func checkSecretsNotInHistory(t *testing.T, c client.Client, id, jobDir string) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/internal/tfevents"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
@@ -31,7 +32,7 @@ func TestBestExportAcrossRestart(t *testing.T) {
 	spec := workflows.JobSpec{JobID: "best_1", Data: workflows.DataSpec{GeneratedRows: 3000},
 		Train: workflows.TrainSpec{MaxSteps: 30000, SaveCheckpointsSteps: 1000},
 		Eval:  workflows.EvalSpec{ThrottleSecs: workflows.Secs(0), Exporters: []workflows.ExporterSpec{{Type: "best", ExportsToKeep: 50}, {Type: "final"}}}}
-	run, err := startJob(context.Background(), st.Client, spec)
+	run, err := jobs.Start(context.Background(), st.Client, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,79 +13,9 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
-
-func TestLoadSpecFixtures(t *testing.T) {
-	good := map[string]struct {
-		check    func(workflows.JobSpec) bool
-		warnings []string
-	}{
-		"good_mlengine.yaml": {
-			check: func(s workflows.JobSpec) bool {
-				return s.Preset == "census" && s.JobDir == "/tmp/census-job" && s.Train.MaxSteps == 1200 && s.Model.LearningRate == 0.01 && s.Model.BatchSize == 128
-			},
-			warnings: []string{"args: --verbosity", "hyperparameters: no params", "pythonVersion", "region", "runtimeVersion"},
-		},
-		"good_mlengine_standard.yaml": {
-			check: func(s workflows.JobSpec) bool {
-				d := s.WithDefaults()
-				return s.Preset == "census" && d.Cluster.ScaleTier == workflows.TierStandard1 && d.Cluster.Workers() == 5 && d.Cluster.ParameterServerCount == 3
-			},
-		},
-		"good_native.yaml": {check: func(s workflows.JobSpec) bool {
-			return s.Data.GeneratedRows == 5000 && s.Model.LearningRate == 0.005 && s.Train.MaxSteps == 800
-		}},
-		"good_mlengine_hptuning.yaml": {check: func(s workflows.JobSpec) bool {
-			t := s.Tuning
-			return t != nil && t.MaxTrials == 8 && t.MaxParallelTrials == 2 && t.EnableTrialEarlyStopping && t.Algorithm == workflows.AlgorithmRandom &&
-				len(t.Params) == 3 && t.Params[0].ParameterName == "model.learning_rate" && t.Params[0].ScaleType == workflows.ScaleLog &&
-				t.Params[1].ParameterName == "model.batch_size" && len(t.Params[1].DiscreteValues) == 3 && t.Params[2].CategoricalValues[1] == "dnn_classifier"
-		}},
-		"good_native.json": {check: func(s workflows.JobSpec) bool { return s.ModelName == "census_small" && s.Train.MaxSteps == 500 }},
-	}
-	for name, want := range good {
-		t.Run(name, func(t *testing.T) {
-			b, _ := os.ReadFile(filepath.Join("testdata", "config", name))
-			spec, warnings, err := loadSpec(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !want.check(spec) {
-				t.Fatalf("spec %+v does not map the file", spec)
-			}
-			if len(warnings) != len(want.warnings) {
-				t.Fatalf("warnings %q, want %d about %q", warnings, len(want.warnings), want.warnings)
-			}
-			for i, w := range want.warnings {
-				if !strings.Contains(warnings[i], w) {
-					t.Errorf("warning %d = %q, want it about %q", i, warnings[i], w)
-				}
-			}
-			d := spec.WithDefaults()
-			d.JobID = "fixture_1"
-			if err := d.Validate(); err != nil {
-				t.Errorf("mapped spec invalid: %v", err)
-			}
-		})
-	}
-	bad := map[string]string{
-		"bad_unknown_field.yaml":       `unknown field "trian"`,
-		"bad_scale_tier.yaml":          `scaleTier "ENORMOUS"`,
-		"bad_args.yaml":                `--train-steps="many"`,
-		"bad_trainingInput_field.yaml": "trainingInput.scaleTeir: unknown field",
-		"bad_not_yaml.yaml":            "not YAML or JSON",
-		"bad_hptuning_param.yaml":      `trainingInput.hyperparameters: json: unknown field "max_vlaue"`,
-	}
-	for name, want := range bad {
-		t.Run(name, func(t *testing.T) {
-			b, _ := os.ReadFile(filepath.Join("testdata", "config", name))
-			if _, _, err := loadSpec(b); err == nil || !strings.Contains(err.Error(), want) {
-				t.Fatalf("loadSpec error %v, want one mentioning %q", err, want)
-			}
-		})
-	}
-}
 
 // cli runs the trainflow command line in-process.
 func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -205,14 +135,14 @@ func TestResetToExportSkipsTraining(t *testing.T) {
 	jobDir := filepath.Join(home, "jobs", "reset_1")
 	os.MkdirAll(jobDir, 0o755)
 	os.WriteFile(filepath.Join(jobDir, "export"), []byte("in the way"), 0o644)
-	run, err := startJob(context.Background(), st.Client, workflows.JobSpec{JobID: "reset_1", Data: workflows.DataSpec{GeneratedRows: 800}, Train: workflows.TrainSpec{MaxSteps: 100, SaveCheckpointsSteps: 50}})
+	run, err := jobs.Start(context.Background(), st.Client, workflows.JobSpec{JobID: "reset_1", Data: workflows.DataSpec{GeneratedRows: 800}, Train: workflows.TrainSpec{MaxSteps: 100, SaveCheckpointsSteps: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// While export retries, describe shows the attempt and the last failure.
-	var retrying *pendingActivity
+	var retrying *jobs.PendingActivity
 	for deadline := time.Now().Add(time.Minute); retrying == nil && time.Now().Before(deadline); {
-		d, err := describeJob(context.Background(), st.Client, st.Temporal.Namespace(), "reset_1")
+		d, err := jobs.Describe(context.Background(), st.Client, st.Temporal.Namespace(), "reset_1")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,8 +31,11 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 
+	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/internal/predictapi"
 	"github.com/trainflow/trainflow/preprocess/beampipe"
 	"github.com/trainflow/trainflow/serving/batchjob/batchbeam"
+	"github.com/trainflow/trainflow/worker"
 )
 
 func main() {
@@ -60,9 +63,10 @@ Run 'trainflow COMMAND -h' for the flags of a command.
 // Exit codes, stable for scripts: 0 success, 1 failure (including a job
 // that failed), 2 bad command line, 3 unknown job or model.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitNotFound = 3
 )
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -117,10 +121,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
-	case errors.As(err, new(usageError)):
+	case errors.As(err, new(usageError)), errors.Is(err, worker.ErrConfig):
 		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
 		return exitUsage
-	case errors.As(err, new(notFoundError)):
+	case errors.As(err, new(notFoundError)), errors.Is(err, jobs.ErrNotFound), errors.Is(err, predictapi.ErrNotFound):
 		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
 		return exitNotFound
 	default:
@@ -131,6 +135,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // usageError marks errors in the command line.
 type usageError struct{ error }
+
+// notFoundError marks errors about a job or model that does not exist
+// (jobs.ErrNotFound marks those of package jobs).
+type notFoundError struct{ error }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -230,14 +231,14 @@ func TestCensusJobEndToEnd(t *testing.T) {
 func TestJobIDsAreUnique(t *testing.T) {
 	st := testStack(t, t.TempDir())
 	spec := workflows.JobSpec{JobID: "dup_1", Data: workflows.DataSpec{GeneratedRows: 400}, Train: workflows.TrainSpec{MaxSteps: 20}}
-	run, err := startJob(context.Background(), st.Client, spec)
+	run, err := jobs.Start(context.Background(), st.Client, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := waitJob(t, run); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := startJob(context.Background(), st.Client, spec); err == nil || !strings.Contains(err.Error(), "dup_1 already exists") {
+	if _, err := jobs.Start(context.Background(), st.Client, spec); err == nil || !strings.Contains(err.Error(), "dup_1 already exists") {
 		t.Fatalf("second start: %v, want 'already exists'", err)
 	}
 	again, err := st.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: "dup_1", TaskQueue: workflows.TaskQueue,
@@ -264,7 +265,7 @@ func TestBadDataFailsFast(t *testing.T) {
 	os.WriteFile(trainPath, []byte(bad), 0o644)
 	os.WriteFile(evalPath, good.Bytes(), 0o644)
 	spec := workflows.JobSpec{JobID: "bad_data", Preset: "census", Data: workflows.DataSpec{Train: []string{trainPath}, Eval: []string{evalPath}}}
-	run, err := startJob(context.Background(), st.Client, spec)
+	run, err := jobs.Start(context.Background(), st.Client, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestBadDataFailsFast(t *testing.T) {
 func TestDevHomeSurvivesRestart(t *testing.T) {
 	home := t.TempDir()
 	st := testStack(t, home)
-	run, err := startJob(context.Background(), st.Client, workflows.JobSpec{JobID: "survivor", Data: workflows.DataSpec{GeneratedRows: 400}, Train: workflows.TrainSpec{MaxSteps: 20}})
+	run, err := jobs.Start(context.Background(), st.Client, workflows.JobSpec{JobID: "survivor", Data: workflows.DataSpec{GeneratedRows: 400}, Train: workflows.TrainSpec{MaxSteps: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

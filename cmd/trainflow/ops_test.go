@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -105,7 +106,7 @@ var trainingActivities = []string{workflows.TrainActivity, workflows.ParameterSe
 // history schedules after event point.
 func scheduledAfter(t *testing.T, st *stack, id, runID string, point int64, types ...string) int {
 	t.Helper()
-	h, err := fetchHistory(context.Background(), st.Client, id, runID)
+	h, err := jobs.FetchHistory(context.Background(), st.Client, id, runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestResetEveryPhase(t *testing.T) {
 		id, kind, state, run, dir string
 		st                        *stack
 	}
-	var jobs []*job
+	var all []*job
 	runs := map[*job]client.WorkflowRun{}
 	states := []string{"succeeded", "failed", "continued"}
 	if testing.Short() { // the failed jobs spend 15 s in Publish's retries
@@ -210,11 +211,11 @@ func TestResetEveryPhase(t *testing.T) {
 			}
 			runs[j] = startUIStyle(t, j.st.Client, j.id, defaultLikeInput(j.id, 2000, `{}`, c.spec, extra))
 			j.run = runs[j].GetRunID()
-			jobs = append(jobs, j)
+			all = append(all, j)
 		}
 	}
 	began := time.Now()
-	for _, j := range jobs {
+	for _, j := range all {
 		res, err := waitJob(t, runs[j])
 		t.Logf("%s ended after %v", j.id, time.Since(began).Round(time.Millisecond))
 		if (err == nil) != (j.state != "failed") {
@@ -236,7 +237,7 @@ func TestResetEveryPhase(t *testing.T) {
 	}
 	phases := []string{"preprocess", "train", "evaluate", "export", "publish"}
 	cell := 0
-	for _, j := range jobs {
+	for _, j := range all {
 		for _, to := range phases {
 			cell++
 			viaCLI := cell%2 == 1
@@ -244,7 +245,7 @@ func TestResetEveryPhase(t *testing.T) {
 				st := j.st
 				ns, addr := st.Temporal.Namespace(), st.Temporal.FrontendAddr()
 				before := checkpointTimes(t, j.dir)
-				runID, point, err := findResetPoint(ctx, st.Client, j.id, j.run, resetTargets[to])
+				runID, point, err := jobs.FindResetPoint(ctx, st.Client, j.id, j.run, jobs.ResetTargets[to])
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -300,7 +301,7 @@ func TestResetEveryPhase(t *testing.T) {
 					}
 				}
 				// describe shows the reset run (or its continuation).
-				d, err := describeJob(ctx, st.Client, ns, j.id)
+				d, err := jobs.Describe(ctx, st.Client, ns, j.id)
 				cur, err2 := st.Client.DescribeWorkflowExecution(ctx, j.id, "")
 				if err != nil || err2 != nil || d.Status != "SUCCEEDED" || d.RunID != cur.WorkflowExecutionInfo.Execution.RunId ||
 					(d.RunID != newRun && j.state != "continued") {
@@ -332,7 +333,7 @@ func waitProgress(t *testing.T, st *stack, id string, ok func(workflows.Progress
 // times of the request and of the run's end.
 func checkStoppedBeforeCancelled(t *testing.T, st *stack, id, runID string) (requested, ended time.Time) {
 	t.Helper()
-	h, err := fetchHistory(context.Background(), st.Client, id, runID)
+	h, err := jobs.FetchHistory(context.Background(), st.Client, id, runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +459,7 @@ func TestOneJobPerID(t *testing.T) {
 	addr := st.Temporal.FrontendAddr()
 	ctx := context.Background()
 	id := "once_1"
-	run, err := startJob(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{GeneratedRows: 1000}, Train: workflows.TrainSpec{MaxSteps: 200, SaveCheckpointsSteps: 100}})
+	run, err := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{GeneratedRows: 1000}, Train: workflows.TrainSpec{MaxSteps: 200, SaveCheckpointsSteps: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,11 +486,11 @@ func TestOneJobPerID(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeJobExists {
 		t.Fatalf("duplicate run ended with %v, want a JobExists refusal", err)
 	}
-	d, err := describeJob(ctx, st.Client, st.Temporal.Namespace(), id)
+	d, err := jobs.Describe(ctx, st.Client, st.Temporal.Namespace(), id)
 	if err != nil || d.Status != "SUCCEEDED" || d.RunID != run.GetRunID() || d.Result == nil || d.Result.Version != 1 {
 		t.Fatalf("describe after a duplicate: %+v %v, want the first run, SUCCEEDED", d, err)
 	}
-	var rows []jobRow
+	var rows []jobs.Row
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		code, out, errs := cli(t, "jobs", "list", "--temporal", addr, "--output", "json")
 		if code != exitOK || json.Unmarshal([]byte(out), &rows) != nil {

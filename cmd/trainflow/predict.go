@@ -1,57 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"strings"
-	"time"
-)
 
-// loadInstances reads --json-instances: newline-delimited JSON objects (as
-// gcloud takes them), a JSON array of objects, or {"instances": [...]}.
-func loadInstances(b []byte) ([]json.RawMessage, error) {
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) == 0 {
-		return nil, errors.New("no instances")
-	}
-	switch trimmed[0] {
-	case '[':
-		var list []json.RawMessage
-		if err := json.Unmarshal(trimmed, &list); err != nil {
-			return nil, err
-		}
-		return list, nil
-	case '{':
-		var wrapped struct {
-			Instances []json.RawMessage `json:"instances"`
-		}
-		if json.Unmarshal(trimmed, &wrapped) == nil && wrapped.Instances != nil {
-			return wrapped.Instances, nil
-		}
-	}
-	var list []json.RawMessage
-	sc := bufio.NewScanner(bytes.NewReader(trimmed))
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for n := 1; sc.Scan(); n++ {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		if !json.Valid(line) {
-			return nil, fmt.Errorf("line %d is not JSON", n)
-		}
-		list = append(list, append(json.RawMessage{}, line...))
-	}
-	return list, sc.Err()
-}
+	"github.com/trainflow/trainflow/internal/predictapi"
+)
 
 func runPredict(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("predict", flag.ContinueOnError)
@@ -77,21 +35,17 @@ func runPredict(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	instances, err := loadInstances(b)
+	instances, err := predictapi.LoadInstances(b)
 	if err != nil {
 		return usageError{fmt.Errorf("%s: %w", *file, err)}
 	}
-	path := "/v1/models/" + *model
-	if *version > 0 {
-		path += fmt.Sprintf("/versions/%d", *version)
-	}
-	body, _ := json.Marshal(map[string]any{"instances": instances})
-	var out struct {
-		Predictions []map[string]any `json:"predictions"`
-	}
-	if err := call(ctx, http.MethodPost, strings.TrimRight(*server, "/")+path+":predict", body, &out); err != nil {
+	preds, err := predictapi.Client{BaseURL: *server}.Predict(ctx, *model, *version, instances)
+	if err != nil {
 		return err
 	}
+	out := struct {
+		Predictions []map[string]any `json:"predictions"`
+	}{preds}
 	if *output == "json" {
 		return writeJSON(stdout, out)
 	}
@@ -103,42 +57,6 @@ func runPredict(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "%d\tclass %v\tprobabilities %v\n", i, p["class"], p["probabilities"])
 	}
 	return nil
-}
-
-// call sends a request to the prediction server and decodes its JSON
-// answer; the server's {"error"} becomes the error, 404 a notFoundError.
-func call(ctx context.Context, method, url string, body []byte, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("prediction server: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		msg := strings.TrimSpace(string(raw))
-		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
-		err := fmt.Errorf("%s: %s", resp.Status, msg)
-		if resp.StatusCode == http.StatusNotFound {
-			return notFoundError{err}
-		}
-		return err
-	}
-	return json.Unmarshal(raw, out)
 }
 
 func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -153,22 +71,18 @@ func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	base := strings.TrimRight(*server, "/") + "/v1/models"
+	c := predictapi.Client{BaseURL: *server}
 	if sub == "list" {
-		var out struct {
-			Models []struct {
-				Name     string  `json:"name"`
-				Versions []int64 `json:"versions"`
-				Default  int64   `json:"default"`
-			} `json:"models"`
-		}
-		if err := call(ctx, http.MethodGet, base, nil, &out); err != nil {
+		models, err := c.Models(ctx)
+		if err != nil {
 			return err
 		}
 		if *output == "json" {
-			return writeJSON(stdout, out)
+			return writeJSON(stdout, struct {
+				Models []predictapi.Model `json:"models"`
+			}{models})
 		}
-		for _, m := range out.Models {
+		for _, m := range models {
 			fmt.Fprintf(stdout, "%s\tdefault %d\tversions %v\n", m.Name, m.Default, m.Versions)
 		}
 		return nil
@@ -176,8 +90,8 @@ func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() != 1 {
 		return usageError{errors.New("want: models describe NAME")}
 	}
-	var meta map[string]any
-	if err := call(ctx, http.MethodGet, base+"/"+fs.Arg(0)+"/metadata", nil, &meta); err != nil {
+	meta, err := c.Metadata(ctx, fs.Arg(0))
+	if err != nil {
 		return err
 	}
 	return writeJSON(stdout, meta)

@@ -6,23 +6,11 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"time"
 
-	"go.temporal.io/sdk/client"
-
+	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
 )
-
-// startBatchJob starts BatchPredictionJob for spec with workflow ID = job
-// ID, refusing an ID used before.
-func startBatchJob(ctx context.Context, c client.Client, spec workflows.PredictionSpec) (client.WorkflowRun, error) {
-	if err := spec.WithDefaults().Validate(); err != nil {
-		return nil, err
-	}
-	return startUnique(ctx, c, spec.JobID, client.StartWorkflowOptions{
-		StaticSummary: fmt.Sprintf("batch prediction (%s) into %s", spec.DataFormat, spec.OutputPath),
-	}, workflows.BatchPredictionJobName, spec)
-}
 
 // runSubmitPrediction is `jobs submit prediction JOB_ID --model-dir DIR |
 // --model NAME [--version V] --input-paths GLOB... --output-path URI
@@ -60,7 +48,7 @@ func runSubmitPrediction(ctx context.Context, args []string, stdout, stderr io.W
 		spec.MaxBadFraction = maxBad
 	}
 	abs := func(p *string) error {
-		if *p == "" || isURI(*p) {
+		if *p == "" || storage.IsURI(*p) {
 			return nil
 		}
 		a, err := filepath.Abs(*p)
@@ -80,7 +68,7 @@ func runSubmitPrediction(ctx context.Context, args []string, stdout, stderr io.W
 		return err
 	}
 	defer cl.Close()
-	run, err := startBatchJob(ctx, cl, spec)
+	run, err := jobs.StartBatch(ctx, cl, spec)
 	if err != nil {
 		return err
 	}
@@ -108,37 +96,4 @@ func ptrs(s []string) []*string {
 		out[i] = &s[i]
 	}
 	return out
-}
-
-// describeBatch fills out with a batch prediction job's progress (running)
-// or result.
-func describeBatch(ctx context.Context, cl client.Client, out *jobDescription, running bool) (*jobDescription, error) {
-	if running {
-		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if v, err := cl.QueryWorkflow(qctx, out.JobID, out.RunID, workflows.ProgressQuery); err == nil {
-			var p workflows.BatchPredictionProgress
-			if v.Get(&p) == nil {
-				out.Batch = &p
-			}
-		}
-		return out, nil
-	}
-	var res workflows.BatchPredictionResult
-	if err := cl.GetWorkflow(ctx, out.JobID, out.RunID).Get(ctx, &res); err != nil {
-		out.Error = err.Error()
-	} else {
-		out.BatchResult = &res
-	}
-	return out, nil
-}
-
-// writeBatch prints a batch prediction job's progress or result.
-func writeBatch(w io.Writer, d *jobDescription) {
-	if p := d.Batch; p != nil {
-		fmt.Fprintf(w, "rows:     %d (%d predictions, %d errors), %d of %d shards committed\n", p.Rows, p.Predictions, p.Errors, p.ShardsDone, p.Shards)
-	}
-	if r := d.BatchResult; r != nil {
-		fmt.Fprintf(w, "rows:     %d predictions, %d errors in %d shards\noutput:   %s\nbundle:   %s\n", r.Predictions, r.Errors, r.Shards, r.OutputPath, r.Bundle)
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -91,7 +92,7 @@ func TestRecordHistories(t *testing.T) {
 	if recorded("succeeded") && recorded("bad_data") && recorded("cancelled") && recorded("worker_killed") {
 		return
 	}
-	ok, err := startJob(ctx, st.Client, workflows.JobSpec{JobID: "succeeded", Data: workflows.DataSpec{GeneratedRows: 2000}, Train: workflows.TrainSpec{MaxSteps: 300, SaveCheckpointsSteps: 100}})
+	ok, err := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: "succeeded", Data: workflows.DataSpec{GeneratedRows: 2000}, Train: workflows.TrainSpec{MaxSteps: 300, SaveCheckpointsSteps: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,13 +104,13 @@ func TestRecordHistories(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.csv")
 	os.WriteFile(bad, []byte("39, State-gov, oops\n"), 0o644)
-	run, _ := startJob(ctx, st.Client, workflows.JobSpec{JobID: "bad_data", Data: workflows.DataSpec{Train: []string{bad}, Eval: []string{bad}}})
+	run, _ := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: "bad_data", Data: workflows.DataSpec{Train: []string{bad}, Eval: []string{bad}}})
 	if _, err := waitJob(t, run); err == nil {
 		t.Fatal("bad_data succeeded")
 	}
 	save("bad_data")
 
-	run, _ = startJob(ctx, st.Client, workflows.JobSpec{JobID: "cancelled", Data: workflows.DataSpec{GeneratedRows: 1_000_000}})
+	run, _ = jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: "cancelled", Data: workflows.DataSpec{GeneratedRows: 1_000_000}})
 	waitStarted("cancelled", workflows.PreprocessActivity)
 	st.Client.CancelWorkflow(ctx, "cancelled", "")
 	if _, err := waitJob(t, run); !temporal.IsCanceledError(err) {
@@ -117,7 +118,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 	save("cancelled")
 
-	run, _ = startJob(ctx, st.Client, workflows.JobSpec{JobID: "worker_killed", Data: workflows.DataSpec{GeneratedRows: 1_000_000}})
+	run, _ = jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: "worker_killed", Data: workflows.DataSpec{GeneratedRows: 1_000_000}})
 	waitStarted("worker_killed", workflows.PreprocessActivity)
 	kill(w)
 	w = startWorker()
@@ -131,7 +132,7 @@ func TestRecordHistories(t *testing.T) {
 // to historiesDir/name.json.
 func saveHistory(t *testing.T, st *stack, id, runID, name string) {
 	t.Helper()
-	h, err := fetchHistory(context.Background(), st.Client, id, runID)
+	h, err := jobs.FetchHistory(context.Background(), st.Client, id, runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func recordCurrentFlows(t *testing.T, st *stack, home string, startWorker func()
 			t.Fatal(err)
 		}
 		saveHistory(t, st, id, run.GetRunID(), "evaluator_exporters")
-		runID, point, err := findResetPoint(ctx, st.Client, id, run.GetRunID(), workflows.PhaseExporting)
+		runID, point, err := jobs.FindResetPoint(ctx, st.Client, id, run.GetRunID(), workflows.PhaseExporting)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +224,7 @@ func recordCurrentFlows(t *testing.T, st *stack, home string, startWorker func()
 		id := "bad_data_evaluator"
 		bad := filepath.Join(t.TempDir(), "bad.csv")
 		os.WriteFile(bad, []byte("39, State-gov, oops\n"), 0o644)
-		run, _ := startJob(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{Train: []string{bad}, Eval: []string{bad}}})
+		run, _ := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{Train: []string{bad}, Eval: []string{bad}}})
 		if err := wait(run); err == nil {
 			t.Fatal("bad data succeeded")
 		}

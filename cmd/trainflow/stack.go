@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
-	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/internal/devserver"
@@ -36,7 +35,8 @@ type stackConfig struct {
 	// executable.
 	Exe     string
 	ExeArgs []string
-	// NoWorker leaves the worker out, for workers run as other processes.
+	// NoWorker leaves the worker out, for workers run as other processes
+	// (and with it the worker's metrics).
 	NoWorker bool
 	// Trust, if set, holds the operator's limits on job specs (data
 	// roots, Beam runners and environments).
@@ -57,7 +57,7 @@ type stack struct {
 	// MetricsAddr is where the worker's metrics are served ("" if not).
 	MetricsAddr string
 
-	worker   *worker.Workers
+	worker   *worker.Worker
 	cancel   context.CancelFunc
 	served   chan error
 	stopOnce sync.Once
@@ -108,27 +108,24 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	if err := s.Registry.Reload(); err != nil {
 		return nil, err
 	}
-	acts := &activities.Activities{
-		Home: home, Models: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, Client: s.Client,
-		OnPublish: func(string) {
-			if err := s.Registry.Reload(); err != nil {
-				log.Error("reload models", "error", err)
-			}
-		},
-	}
-	if cfg.Trust != nil {
-		if err := cfg.Trust.apply(acts); err != nil {
+	if !cfg.NoWorker {
+		limits := worker.Limits{ReadRoots: []string{}} // no flags: no read roots
+		if cfg.Trust != nil {
+			limits = cfg.Trust.limits()
+		}
+		s.worker, err = worker.Start(ctx, worker.Config{
+			Temporal: client.Options{HostPort: s.Temporal.FrontendAddr(), Namespace: s.Temporal.Namespace()}, Client: s.Client,
+			Home: home, Models: filepath.Join(home, "models"), Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, MetricsAddr: cfg.MetricsAddr, Limits: limits, Logger: log,
+			OnPublish: func(string) {
+				if err := s.Registry.Reload(); err != nil {
+					log.Error("reload models", "error", err)
+				}
+			},
+		})
+		if err != nil {
 			return nil, err
 		}
-	}
-	if cfg.MetricsAddr != "" {
-		acts.Metrics = activities.NewMetrics()
-	}
-	if !cfg.NoWorker {
-		s.worker = worker.New(s.Client, acts, worker.Options{})
-		if err := s.worker.Start(); err != nil {
-			return nil, fmt.Errorf("start worker: %w", err)
-		}
+		s.MetricsAddr = s.worker.MetricsAddr()
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -142,11 +139,6 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	srv := serving.New(s.Registry, log, serving.Options{Routes: con.Routes})
 	go func() { s.served <- srv.Serve(sctx, ln) }()
 	go s.Registry.Watch(sctx, 2*time.Second)
-	if cfg.MetricsAddr != "" {
-		if s.MetricsAddr, err = serveMetrics(sctx, cfg.MetricsAddr, acts.Metrics, log); err != nil {
-			return nil, fmt.Errorf("worker metrics: %w", err)
-		}
-	}
 	ok = true
 	return s, nil
 }

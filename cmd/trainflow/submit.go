@@ -2,59 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
-
+	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
 )
-
-// startJob starts TrainingJob for spec (HyperparameterTuningJob when it
-// has a tuning block) with workflow ID = job ID. A job ID used before, by
-// a running or a finished job, is refused by the server before any run is
-// created (every start path of trainflow's own goes through here: jobs
-// submit, dev --demo).
-func startJob(ctx context.Context, c client.Client, spec workflows.JobSpec) (client.WorkflowRun, error) {
-	d := spec.WithDefaults()
-	if err := d.Validate(); err != nil {
-		return nil, err
-	}
-	wf, summary := workflows.TrainingJobName, fmt.Sprintf("model %s (%s), preset %s", d.ModelName, d.Model.Type, d.Preset)
-	if t := d.Tuning; t != nil {
-		wf, summary = workflows.HyperparameterTuningJobName, fmt.Sprintf("tuning model %s (%s): %s, %d trials", d.ModelName, d.Model.Type, t.Algorithm, t.MaxTrials)
-	}
-	return startUnique(ctx, c, spec.JobID, client.StartWorkflowOptions{
-		StaticSummary:         summary,
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(d.ModelName)),
-	}, wf, spec)
-}
-
-// startUnique starts workflow wf with ID id (and opts' summary and search
-// attributes) on trainflow's task queue. An ID used before, by a running or
-// a finished job, is refused by the server before any run is created.
-func startUnique(ctx context.Context, c client.Client, id string, opts client.StartWorkflowOptions, wf string, arg any) (client.WorkflowRun, error) {
-	opts.ID, opts.TaskQueue = id, workflows.TaskQueue
-	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
-	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
-	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
-	run, err := c.ExecuteWorkflow(ctx, opts, wf, arg)
-	var exists *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &exists) {
-		return nil, fmt.Errorf("job %s already exists (job IDs are unique; pick another): %w", id, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("start job %s: %w", id, err)
-	}
-	return run, nil
-}
 
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("jobs submit training", flag.ContinueOnError)
@@ -83,7 +40,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		var warnings []string
-		if spec, warnings, err = loadSpec(b); err != nil {
+		if spec, warnings, err = jobs.LoadSpec(b); err != nil {
 			return usageError{fmt.Errorf("%s: %w", *config, err)}
 		}
 		for _, w := range warnings {
@@ -95,7 +52,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	spec.JobID = id
 	if *data != "" {
-		if spec.Data.Dir = *data; !isURI(*data) {
+		if spec.Data.Dir = *data; !storage.IsURI(*data) {
 			if spec.Data.Dir, err = filepath.Abs(*data); err != nil {
 				return usageError{fmt.Errorf("--data: %w", err)}
 			}
@@ -109,7 +66,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer cl.Close()
-	run, err := startJob(ctx, cl, spec)
+	run, err := jobs.Start(ctx, cl, spec)
 	if err != nil {
 		return err
 	}
@@ -123,7 +80,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if c.output == "text" {
 		fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
 	}
-	res, err := follow(ctx, cl, run, spec.WithDefaults(), stdout, c.output == "text")
+	res, err := jobs.Follow(ctx, cl, run, spec.WithDefaults(), stdout, c.output == "text")
 	if err != nil {
 		return fmt.Errorf("job %s failed: %w", run.GetID(), err)
 	}

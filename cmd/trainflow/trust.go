@@ -3,14 +3,9 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
-	"net/url"
-	"path/filepath"
-	"slices"
 	"strings"
 
-	"github.com/trainflow/trainflow/activities"
-	"github.com/trainflow/trainflow/workflows"
+	"github.com/trainflow/trainflow/worker"
 )
 
 // listFlag is a comma-separated list flag; repeating it adds to the list.
@@ -28,22 +23,18 @@ func (l *listFlag) Set(s string) error {
 }
 
 // trustFlags are the operator's limits on what job specs may do, shared by
-// worker and dev (see activities/trust.go).
+// worker and dev (see worker.Limits and activities/trust.go).
 type trustFlags struct {
 	dataRoots, runners, envs listFlag
 	beamArgs                 []string
-	// readRoots, when set (readRootsSet), replaces DefaultReadRoots.
+	// readRoots, when set (readRootsSet), replaces worker.DefaultReadRoots.
 	readRoots    listFlag
 	readRootsSet bool
 }
 
-// DefaultReadRoots is --read-roots' default: where Debian's dataset-*
-// packages install public datasets (dataset-fashion-mnist among them).
-var DefaultReadRoots = []string{"/usr/share/datasets"}
-
 func (t *trustFlags) register(fs *flag.FlagSet) {
 	fs.Var(&t.dataRoots, "data-roots", "directories and storage URIs (comma-separated) besides the job root (--jobs, else HOME/jobs) where jobs may read data and put job dirs, e.g. /srv/datasets,s3://bucket/data?region=eu-west-1; a URI root's query applies to every location under it")
-	fs.Func("read-roots", "directories and storage URIs (comma-separated, repeatable) where jobs may read data (data.dir, data.train, data.eval) but never put a job dir; '' allows none (default "+strings.Join(DefaultReadRoots, ",")+": public datasets, e.g. the fashion_mnist preset's)", func(s string) error {
+	fs.Func("read-roots", "directories and storage URIs (comma-separated, repeatable) where jobs may read data (data.dir, data.train, data.eval) but never put a job dir; '' allows none (default "+strings.Join(worker.DefaultReadRoots, ",")+": public datasets, e.g. the fashion_mnist preset's)", func(s string) error {
 		t.readRootsSet = true
 		return t.readRoots.Set(s)
 	})
@@ -58,66 +49,12 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 	})
 }
 
-// apply checks the flags and sets them on acts.
-func (t *trustFlags) apply(acts *activities.Activities) error {
-	known := []string{workflows.RunnerUniversal, workflows.RunnerPortable, workflows.RunnerFlink, workflows.RunnerSpark, workflows.RunnerDataflow}
-	for i, r := range t.runners {
-		t.runners[i] = strings.ToLower(r)
-		if !slices.Contains(known, t.runners[i]) {
-			return usageError{fmt.Errorf("--beam-runners: %q is not one of %s", r, strings.Join(known, ", "))}
-		}
-	}
-	envs := []string{workflows.EnvDocker, workflows.EnvProcess, workflows.EnvExternal, workflows.EnvLoopback}
-	for i, e := range t.envs {
-		t.envs[i] = strings.ToUpper(e)
-		if !slices.Contains(envs, t.envs[i]) {
-			return usageError{fmt.Errorf("--beam-environments: %q is not one of %s", e, strings.Join(envs, ", "))}
-		}
-	}
-	roots := make([]string, len(t.dataRoots))
-	for i, r := range t.dataRoots {
-		if !isURI(r) {
-			abs, err := filepath.Abs(r)
-			if err != nil {
-				return usageError{fmt.Errorf("--data-roots: %w", err)}
-			}
-			roots[i] = abs
-			continue
-		}
-		if _, err := url.Parse(r); err != nil {
-			return usageError{fmt.Errorf("--data-roots: %w", err)}
-		}
-		roots[i] = r
-	}
-	read := DefaultReadRoots
+// limits are the flags as the worker's Limits.
+func (t *trustFlags) limits() worker.Limits {
+	l := worker.Limits{DataRoots: t.dataRoots, BeamRunners: t.runners, BeamEnvironments: t.envs, BeamArgs: t.beamArgs}
 	if t.readRootsSet {
-		read = t.readRoots
+		// --read-roots '' allows none: an empty list, not nil (the default).
+		l.ReadRoots = append([]string{}, t.readRoots...)
 	}
-	readRoots, err := absRoots("--read-roots", read)
-	if err != nil {
-		return err
-	}
-	acts.ReadRoots = readRoots
-	acts.DataRoots, acts.BeamRunners, acts.BeamEnvironments, acts.BeamArgs = roots, t.runners, t.envs, t.beamArgs
-	return nil
-}
-
-// absRoots makes the local paths among roots absolute and checks the URIs.
-func absRoots(flagName string, roots []string) ([]string, error) {
-	out := make([]string, len(roots))
-	for i, r := range roots {
-		if !isURI(r) {
-			abs, err := filepath.Abs(r)
-			if err != nil {
-				return nil, usageError{fmt.Errorf("%s: %w", flagName, err)}
-			}
-			out[i] = abs
-			continue
-		}
-		if _, err := url.Parse(r); err != nil {
-			return nil, usageError{fmt.Errorf("%s: %w", flagName, err)}
-		}
-		out[i] = r
-	}
-	return out, nil
+	return l
 }

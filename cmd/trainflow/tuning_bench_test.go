@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -47,7 +48,7 @@ func TestTuningCensusBench(t *testing.T) {
 	}
 	runOne := func(s workflows.JobSpec) (workflows.JobResult, time.Duration) {
 		start := time.Now()
-		run, err := startJob(context.Background(), st.Client, s)
+		run, err := jobs.Start(context.Background(), st.Client, s)
 		if err != nil {
 			t.Fatal(err)
 		}

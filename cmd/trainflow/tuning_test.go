@@ -18,6 +18,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/worker"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -92,7 +93,7 @@ func TestTuningJobEndToEnd(t *testing.T) {
 	}
 	ran := map[string]int{}
 	for _, id := range []string{"hp_1", "hp_1_trial_1", "hp_1_trial_2", "hp_1_trial_3", "hp_1_trial_4"} {
-		h, err := fetchHistory(context.Background(), st.Client, id, "")
+		h, err := jobs.FetchHistory(context.Background(), st.Client, id, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +172,7 @@ func TestTuningJobEndToEnd(t *testing.T) {
 		}
 	}
 
-	h, err := fetchHistory(context.Background(), st.Client, "hp_1", "")
+	h, err := jobs.FetchHistory(context.Background(), st.Client, "hp_1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestTuningJobSurvivesKills(t *testing.T) {
 			t.Errorf("trial %d: %+v, want trial %d succeeded at step 60", i, tr, i+1)
 		}
 	}
-	h, err := fetchHistory(context.Background(), c.st.Client, "hpk", "")
+	h, err := jobs.FetchHistory(context.Background(), c.st.Client, "hpk", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func TestTuningJobSurvivesKills(t *testing.T) {
 	// tuning job ran again.
 	retried := 0
 	for _, id := range append(slices.Collect(maps.Keys(started)), "hpk") {
-		h, err := fetchHistory(context.Background(), c.st.Client, id, "")
+		h, err := jobs.FetchHistory(context.Background(), c.st.Client, id, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -87,10 +86,6 @@ type Dir struct {
 	cache string
 }
 
-// IsURI reports whether loc, a job directory or data location, is a
-// storage URI rather than a plain local path.
-func IsURI(loc string) bool { return strings.Contains(loc, "://") }
-
 // Open opens the job directory at uri (a plain path or a storage URI),
 // with cache as its local cache directory (Cache.Job) if it is not on
 // this disk. A local directory is created if missing. An unparsable URI
@@ -100,7 +95,7 @@ func Open(ctx context.Context, uri, cache string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !IsURI(uri) {
+	if !storage.IsURI(uri) {
 		dir, _ := st.LocalDir()
 		return &Dir{st: st, uri: dir, local: dir}, nil
 	}
@@ -111,7 +106,7 @@ func Open(ctx context.Context, uri, cache string) (*Dir, error) {
 // directory that does not exist yet instead of creating it. (Object
 // storage has no empty directories: a URI always opens.)
 func OpenExisting(ctx context.Context, uri, cache string) (*Dir, error) {
-	if !IsURI(uri) {
+	if !storage.IsURI(uri) {
 		if _, err := os.Stat(uri); errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
@@ -218,7 +213,7 @@ func (d *Dir) Event(ctx context.Context, ev map[string]any) error {
 // or a storage URI) in the order they were written (in object storage: by
 // time), each event a JSON object.
 func ReadEvents(ctx context.Context, uri string) ([]map[string]any, error) {
-	if !IsURI(uri) {
+	if !storage.IsURI(uri) {
 		if _, err := os.Stat(uri); err != nil { // Open would create it
 			return nil, fmt.Errorf("read events: %w", err)
 		}

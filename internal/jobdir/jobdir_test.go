@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/trainflow/trainflow/internal/jobdir"
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -77,14 +78,14 @@ func TestWorkspaceAndLogsOnEveryBackend(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer jd.Close()
-			if _, err := jd.Workspace("/elsewhere", "w-"); jobdir.IsURI(uri) == (err != nil) {
+			if _, err := jd.Workspace("/elsewhere", "w-"); storage.IsURI(uri) == (err != nil) {
 				t.Fatalf("workspace for a request writing elsewhere: %v", err)
 			}
 			ws, err := jd.Workspace(jd.URI(), "w-")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if inPlace := ws.Dir == jd.URI(); inPlace == jobdir.IsURI(uri) {
+			if inPlace := ws.Dir == jd.URI(); inPlace == storage.IsURI(uri) {
 				t.Fatalf("workspace %s of %s", ws.Dir, uri)
 			}
 			if err := os.MkdirAll(filepath.Join(ws.Dir, "data"), 0o755); err != nil {
@@ -100,7 +101,7 @@ func TestWorkspaceAndLogsOnEveryBackend(t *testing.T) {
 			if b, err := jd.Store().Read(ctx, "data/s-0"); err != nil || string(b) != "shard" {
 				t.Fatalf("published shard: %q, %v", b, err)
 			}
-			if _, err := os.Stat(ws.Dir); jobdir.IsURI(uri) && !errors.Is(err, fs.ErrNotExist) {
+			if _, err := os.Stat(ws.Dir); storage.IsURI(uri) && !errors.Is(err, fs.ErrNotExist) {
 				t.Fatalf("cache workspace left behind: %v", err)
 			}
 			dir, err := jd.StageShards(ctx, []byte("manifest v1"), "data", []string{"s-0"})
@@ -110,7 +111,7 @@ func TestWorkspaceAndLogsOnEveryBackend(t *testing.T) {
 			if b, err := os.ReadFile(filepath.Join(dir, "s-0")); err != nil || string(b) != "shard" {
 				t.Fatalf("staged shard in %s: %q, %v", dir, b, err)
 			}
-			if strings.HasPrefix(dir, cache) != jobdir.IsURI(uri) {
+			if strings.HasPrefix(dir, cache) != storage.IsURI(uri) {
 				t.Fatalf("shards staged in %s, cache %s", dir, cache)
 			}
 			for i := range 3 {

@@ -96,7 +96,7 @@ func (w *Workspace) Stage(ctx context.Context, files []string, sub string) ([]st
 	out := make([]string, len(files))
 	for i, f := range files {
 		out[i] = f
-		if !w.staged || !IsURI(f) {
+		if !w.staged || !storage.IsURI(f) {
 			continue
 		}
 		st, key, err := OpenObject(ctx, f)
@@ -135,7 +135,7 @@ func OpenObject(ctx context.Context, uri string) (*storage.Store, string, error)
 // Exists reports whether the file at loc, a plain path or a storage URI,
 // exists. An unparsable URI is an error wrapping storage.ErrInvalidURI.
 func Exists(ctx context.Context, loc string) (bool, error) {
-	if !IsURI(loc) {
+	if !storage.IsURI(loc) {
 		_, err := os.Stat(loc)
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, nil
@@ -153,7 +153,7 @@ func Exists(ctx context.Context, loc string) (bool, error) {
 // Join returns the location elem inside the directory loc, a plain path
 // or a storage URI (whose query stays at the end).
 func Join(loc, elem string) string {
-	if !IsURI(loc) {
+	if !storage.IsURI(loc) {
 		return filepath.Join(loc, elem)
 	}
 	base, query, _ := strings.Cut(loc, "?")
@@ -169,7 +169,7 @@ func Join(loc, elem string) string {
 // into stage (emptied first). A URI with no object under it is an error
 // matching storage.ErrNotExist.
 func StageDir(ctx context.Context, loc, stage string) (string, error) {
-	if !IsURI(loc) {
+	if !storage.IsURI(loc) {
 		return loc, nil
 	}
 	st, err := storage.Open(ctx, loc)
@@ -204,7 +204,7 @@ type Match struct {
 // matching storage.ErrInvalidURI.
 func Glob(ctx context.Context, pattern, stage string, first int, check func(string) (string, error)) ([]Match, error) {
 	var out []Match
-	if !IsURI(pattern) {
+	if !storage.IsURI(pattern) {
 		files, err := filepath.Glob(pattern)
 		if err != nil { // filepath.ErrBadPattern, another value than path's
 			return nil, fmt.Errorf("%w: %q", path.ErrBadPattern, pattern)
@@ -269,7 +269,7 @@ func FilePath(u *url.URL) string {
 // up as the local paths they name.
 func Enclosing(ctx context.Context, dir, marker string) (string, error) {
 	p := dir
-	if IsURI(dir) {
+	if storage.IsURI(dir) {
 		u, err := url.Parse(dir)
 		if err != nil {
 			return "", err

@@ -1,4 +1,4 @@
-package main
+package jobs
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// follow waits for run, showing its progress every second: a redrawn bar
+// Follow waits for run, showing its progress every second: a redrawn bar
 // on a terminal, a line per change otherwise (and nothing when quiet).
-func follow(ctx context.Context, cl client.Client, run client.WorkflowRun, spec workflows.JobSpec, w io.Writer, show bool) (workflows.JobResult, error) {
+func Follow(ctx context.Context, cl client.Client, run client.WorkflowRun, spec workflows.JobSpec, w io.Writer, show bool) (workflows.JobResult, error) {
 	done := make(chan error, 1)
 	var res workflows.JobResult
 	go func() { done <- run.Get(ctx, &res) }()
@@ -44,7 +44,7 @@ func follow(ctx context.Context, cl client.Client, run client.WorkflowRun, spec 
 			if v.Get(&p) != nil {
 				continue
 			}
-			line := progressLine(p, spec.Model.BatchSize)
+			line := ProgressLine(p, spec.Model.BatchSize)
 			switch {
 			case tty:
 				fmt.Fprintf(w, "\r%-100s", line)
@@ -56,8 +56,8 @@ func follow(ctx context.Context, cl client.Client, run client.WorkflowRun, spec 
 	}
 }
 
-// progressLine renders phase, a step bar, loss, examples/s and the ETA.
-func progressLine(p workflows.Progress, batch int) string {
+// ProgressLine renders phase, a step bar, loss, examples/s and the ETA.
+func ProgressLine(p workflows.Progress, batch int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-13s", p.Phase)
 	if t := p.Tuning; t != nil {

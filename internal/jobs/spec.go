@@ -1,9 +1,11 @@
-package main
+package jobs
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,10 +21,10 @@ type mlEngineConfig struct {
 	TrainingInput map[string]json.RawMessage `json:"trainingInput"`
 }
 
-// loadSpec reads a job file: a Cloud ML Engine config (top-level
+// LoadSpec reads a job file: a Cloud ML Engine config (top-level
 // trainingInput) or a native JobSpec, JSON or YAML. Unknown JobSpec fields
 // are errors; ML Engine fields that do not apply come back as warnings.
-func loadSpec(data []byte) (spec workflows.JobSpec, warnings []string, err error) {
+func LoadSpec(data []byte) (spec workflows.JobSpec, warnings []string, err error) {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return spec, nil, fmt.Errorf("not YAML or JSON: %w", err)
@@ -58,7 +60,7 @@ func fromTrainingInput(in map[string]json.RawMessage) (workflows.JobSpec, []stri
 		}
 		return s, nil
 	}
-	for _, k := range sortedKeys(in) {
+	for _, k := range slices.Sorted(maps.Keys(in)) {
 		switch k {
 		case "scaleTier":
 			tier, err := str(k)

@@ -1,0 +1,204 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// PendingActivity is a step that is running or waiting to retry.
+type PendingActivity struct {
+	Activity    string `json:"activity"`
+	State       string `json:"state"`
+	Attempt     int32  `json:"attempt"`
+	LastFailure string `json:"last_failure,omitempty"`
+}
+
+// Description is the answer of `jobs describe`.
+type Description struct {
+	JobID    string               `json:"job_id"`
+	RunID    string               `json:"run_id"`
+	Status   string               `json:"status"`
+	Phase    string               `json:"phase,omitempty"`
+	Start    time.Time            `json:"start_time"`
+	End      *time.Time           `json:"end_time,omitempty"`
+	Progress *workflows.Progress  `json:"progress,omitempty"`
+	Result   *workflows.JobResult `json:"result,omitempty"`
+	Error    string               `json:"error,omitempty"`
+	Pending  []PendingActivity    `json:"pending_activities,omitempty"`
+	// Batch and BatchResult are a batch prediction job's progress and
+	// result (instead of Progress and Result).
+	Batch       *workflows.BatchPredictionProgress `json:"batch_progress,omitempty"`
+	BatchResult *workflows.BatchPredictionResult   `json:"batch_result,omitempty"`
+}
+
+// Describe describes job id: its meaningful run's state, phase, pending
+// activities, and its progress (running) or result (closed).
+func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Description, error) {
+	run, err := MeaningfulRun(ctx, cl, namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	d, err := cl.DescribeWorkflowExecution(ctx, id, run.Execution.RunId)
+	if err != nil {
+		return nil, fmt.Errorf("describe job %s: %w", id, err)
+	}
+	info := d.WorkflowExecutionInfo
+	runID := info.Execution.RunId
+	out := &Description{JobID: id, RunID: info.Execution.RunId, Status: statusName(info.Status), Start: info.StartTime.AsTime().UTC(),
+		Phase: searchKeyword(info.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName())}
+	if info.CloseTime != nil {
+		t := info.CloseTime.AsTime().UTC()
+		out.End = &t
+	}
+	for _, pa := range d.PendingActivities {
+		p := PendingActivity{Activity: pa.ActivityType.GetName(), State: strings.TrimPrefix(pa.State.String(), "PENDING_ACTIVITY_STATE_"), Attempt: pa.Attempt}
+		if f := pa.LastFailure; f != nil {
+			p.LastFailure = f.Message
+		}
+		out.Pending = append(out.Pending, p)
+	}
+	if info.Type.GetName() == workflows.BatchPredictionJobName {
+		return describeBatch(ctx, cl, out, info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
+	}
+	if info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if v, err := cl.QueryWorkflow(qctx, id, runID, workflows.ProgressQuery); err == nil {
+			var p workflows.Progress
+			if v.Get(&p) == nil {
+				out.Progress = &p
+			}
+		}
+		return out, nil
+	}
+	var res workflows.JobResult
+	if err := cl.GetWorkflow(ctx, id, runID).Get(ctx, &res); err != nil {
+		out.Error = err.Error()
+	} else {
+		out.Result = &res
+	}
+	return out, nil
+}
+
+// WriteText writes d as `jobs describe` shows it.
+func (d *Description) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "job:      %s (run %s)\nstatus:   %s\n", d.JobID, d.RunID, d.Status)
+	if d.Phase != "" {
+		fmt.Fprintf(w, "phase:    %s\n", d.Phase)
+	}
+	fmt.Fprintf(w, "started:  %s\n", d.Start.Format(time.RFC3339))
+	if d.End != nil {
+		fmt.Fprintf(w, "ended:    %s (%s)\n", d.End.Format(time.RFC3339), d.End.Sub(d.Start).Round(time.Millisecond))
+	}
+	if p := d.Progress; p != nil && p.Tuning == nil {
+		fmt.Fprintf(w, "step:     %d / %d  loss %.4f  %.0f examples/s\n", p.GlobalStep, p.MaxSteps, p.Loss, p.ExamplesPerSec)
+	}
+	if p := d.Progress; p != nil && p.Tuning != nil {
+		writeTrials(w, p.Tuning)
+	}
+	if r := d.Result; r != nil && r.Tuning != nil {
+		writeTrials(w, r.Tuning)
+		fmt.Fprintf(w, "export:   %s\nmodel:    %s version %d\n", r.Export, r.Model, r.Version)
+	} else if r != nil {
+		fmt.Fprintf(w, "steps:    %d\nmetrics:  accuracy %.4f  auc %.4f  log_loss %.4f on %d examples\nexport:   %s\nmodel:    %s version %d\n",
+			r.GlobalStep, r.Metrics.Accuracy, r.Metrics.AUC, r.Metrics.LogLoss, r.Metrics.Examples, r.Export, r.Model, r.Version)
+	}
+	writeBatch(w, d)
+	for _, p := range d.Pending {
+		fmt.Fprintf(w, "pending:  %s %s attempt %d", p.Activity, p.State, p.Attempt)
+		if p.LastFailure != "" {
+			fmt.Fprintf(w, " (last failure: %s)", p.LastFailure)
+		}
+		fmt.Fprintln(w)
+	}
+	if d.Error != "" {
+		fmt.Fprintf(w, "error:    %s\n", d.Error)
+	}
+}
+
+// describeBatch fills out with a batch prediction job's progress (running)
+// or result.
+func describeBatch(ctx context.Context, cl client.Client, out *Description, running bool) (*Description, error) {
+	if running {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if v, err := cl.QueryWorkflow(qctx, out.JobID, out.RunID, workflows.ProgressQuery); err == nil {
+			var p workflows.BatchPredictionProgress
+			if v.Get(&p) == nil {
+				out.Batch = &p
+			}
+		}
+		return out, nil
+	}
+	var res workflows.BatchPredictionResult
+	if err := cl.GetWorkflow(ctx, out.JobID, out.RunID).Get(ctx, &res); err != nil {
+		out.Error = err.Error()
+	} else {
+		out.BatchResult = &res
+	}
+	return out, nil
+}
+
+// writeBatch prints a batch prediction job's progress or result.
+func writeBatch(w io.Writer, d *Description) {
+	if p := d.Batch; p != nil {
+		fmt.Fprintf(w, "rows:     %d (%d predictions, %d errors), %d of %d shards committed\n", p.Rows, p.Predictions, p.Errors, p.ShardsDone, p.Shards)
+	}
+	if r := d.BatchResult; r != nil {
+		fmt.Fprintf(w, "rows:     %d predictions, %d errors in %d shards\noutput:   %s\nbundle:   %s\n", r.Predictions, r.Errors, r.Shards, r.OutputPath, r.Bundle)
+	}
+}
+
+// writeTrials prints a tuning job's trials table for `jobs describe`.
+func writeTrials(w io.Writer, t *workflows.TuningReport) {
+	fmt.Fprintf(w, "tuning:   %s %s, %s, %d of %d trials, %d at once\n", t.Goal, t.Metric, t.Algorithm, len(t.Trials), t.MaxTrials, t.Parallel)
+	if t.BestObjective != nil {
+		fmt.Fprintf(w, "best:     trial %d, %s %.4f\n", t.BestTrial, t.Metric, *t.BestObjective)
+	}
+	if len(t.Resumed) > 0 {
+		fmt.Fprintf(w, "resumed:  %d trials of an earlier job\n", len(t.Resumed))
+	}
+	for _, d := range t.Data {
+		users := 0
+		for _, tr := range t.Trials {
+			if tr.Data == d.Number {
+				users++
+			}
+		}
+		line := fmt.Sprintf("data:     %s %s, shared by %d trials", d.ID, d.State, users)
+		if d.Result != nil {
+			line += fmt.Sprintf(", transform %.12s, %d train rows", d.Result.TransformHash, d.Result.TrainRows)
+		}
+		if d.Error != "" {
+			line += ": " + d.Error
+		}
+		fmt.Fprintln(w, line)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "TRIAL\tSTATE\t%s\tSTEP\tSTOPPED EARLY\tPARAMS\n", strings.ToUpper(t.Metric))
+	for _, tr := range t.Trials {
+		obj := "-"
+		if tr.Objective != nil {
+			obj = fmt.Sprintf("%.4f", *tr.Objective)
+		}
+		var ps []string
+		for _, name := range t.ParamNames {
+			ps = append(ps, name+"="+tr.Params[name])
+		}
+		mark := ""
+		if tr.Number == t.BestTrial {
+			mark = " *"
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%v\t%s\n", tr.ID, mark, tr.State, obj, tr.Step, tr.StoppedEarly, strings.Join(ps, " "))
+	}
+	tw.Flush()
+}

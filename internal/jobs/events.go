@@ -1,0 +1,110 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// Cancel asks job id's latest run to cancel.
+func Cancel(ctx context.Context, cl client.Client, id string) error {
+	err := cl.CancelWorkflow(ctx, id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return notFound(fmt.Errorf("job %s not found or already finished", id))
+	}
+	if err != nil {
+		return fmt.Errorf("cancel job %s: %w", id, err)
+	}
+	return nil
+}
+
+// StreamEvents calls fn with each event a user follows of job id's latest
+// run, in order, waiting for new ones until the run ends (or ctx does, or
+// fn returns an error, which it returns).
+func StreamEvents(ctx context.Context, cl client.Client, id string, fn func(Event) error) error {
+	it := cl.GetWorkflowHistory(ctx, id, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	names := map[int64]string{} // scheduled event ID → activity type
+	for it.HasNext() {
+		ev, err := it.Next()
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return notFound(fmt.Errorf("job %s not found", id))
+		}
+		if err != nil {
+			return fmt.Errorf("stream job %s: %w", id, err)
+		}
+		if e := eventOf(ev, names); e != nil {
+			if err := fn(*e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Event is one event of a job that a user follows (`jobs stream-logs`).
+type Event struct {
+	Time   time.Time `json:"time"`
+	Event  string    `json:"event"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// eventOf summarises the events a user follows; nil for the rest.
+func eventOf(ev *historypb.HistoryEvent, names map[int64]string) *Event {
+	l := &Event{Time: ev.EventTime.AsTime().UTC()}
+	dc := converter.GetDefaultDataConverter()
+	switch {
+	case ev.GetWorkflowExecutionStartedEventAttributes() != nil:
+		l.Event = "job started"
+	case ev.GetActivityTaskScheduledEventAttributes() != nil:
+		a := ev.GetActivityTaskScheduledEventAttributes()
+		names[ev.EventId] = a.ActivityType.GetName()
+		l.Event, l.Detail = "step scheduled", a.ActivityType.GetName()
+	case ev.GetActivityTaskStartedEventAttributes() != nil:
+		a := ev.GetActivityTaskStartedEventAttributes()
+		l.Event, l.Detail = "step started", fmt.Sprintf("%s attempt %d on %s", names[a.ScheduledEventId], a.Attempt, a.Identity)
+	case ev.GetActivityTaskCompletedEventAttributes() != nil:
+		l.Event, l.Detail = "step completed", names[ev.GetActivityTaskCompletedEventAttributes().ScheduledEventId]
+	case ev.GetActivityTaskFailedEventAttributes() != nil:
+		a := ev.GetActivityTaskFailedEventAttributes()
+		l.Event, l.Detail = "step failed", fmt.Sprintf("%s: %s", names[a.ScheduledEventId], a.Failure.GetMessage())
+	case ev.GetActivityTaskTimedOutEventAttributes() != nil:
+		a := ev.GetActivityTaskTimedOutEventAttributes()
+		l.Event, l.Detail = "step timed out", fmt.Sprintf("%s: %s", names[a.ScheduledEventId], a.Failure.GetMessage())
+	case ev.GetUpsertWorkflowSearchAttributesEventAttributes() != nil:
+		var phase string
+		if p, ok := ev.GetUpsertWorkflowSearchAttributesEventAttributes().SearchAttributes.GetIndexedFields()[workflows.SearchState.GetName()]; ok && dc.FromPayload(p, &phase) == nil {
+			l.Event, l.Detail = "phase", phase
+		} else {
+			return nil
+		}
+	case ev.GetWorkflowExecutionSignaledEventAttributes() != nil:
+		a := ev.GetWorkflowExecutionSignaledEventAttributes()
+		var c workflows.CheckpointCommitted
+		if a.SignalName != workflows.CheckpointSignal || len(a.Input.GetPayloads()) != 1 || dc.FromPayload(a.Input.Payloads[0], &c) != nil {
+			return nil
+		}
+		l.Event, l.Detail = "checkpoint", fmt.Sprintf("step %d loss %.4f %.0f examples/s", c.Step, c.Loss, c.ExamplesPerSec)
+	case ev.GetWorkflowExecutionCompletedEventAttributes() != nil:
+		l.Event = "job succeeded"
+	case ev.GetWorkflowExecutionFailedEventAttributes() != nil:
+		l.Event, l.Detail = "job failed", ev.GetWorkflowExecutionFailedEventAttributes().Failure.GetMessage()
+	case ev.GetWorkflowExecutionCanceledEventAttributes() != nil:
+		l.Event = "job cancelled"
+	case ev.GetWorkflowExecutionTerminatedEventAttributes() != nil:
+		l.Event, l.Detail = "job terminated", ev.GetWorkflowExecutionTerminatedEventAttributes().Reason
+	default:
+		return nil
+	}
+	return l
+}

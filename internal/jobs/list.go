@@ -1,0 +1,233 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// Query is what `jobs list --filter` asks for: a visibility query over
+// every run of the matching jobs, and the status or phase each job's
+// meaningful run must have.
+type Query struct {
+	visibility    string
+	status, phase string
+}
+
+func (f Query) match(r Row) bool {
+	return (f.status == "" || r.Status == f.status) && (f.phase == "" || r.Phase == f.phase)
+}
+
+// ParseFilter turns a `jobs list --filter` value such as
+// "state=RUNNING,model=census" into a Query ("": every training and
+// tuning job). Its errors name the term at fault.
+func ParseFilter(filter string) (Query, error) {
+	q := []string{fmt.Sprintf("WorkflowType IN ('%s', '%s')", workflows.TrainingJobName, workflows.HyperparameterTuningJobName)}
+	var jf Query
+	if filter == "" {
+		jf.visibility = q[0]
+		return jf, nil
+	}
+	statuses := map[string]string{"RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED", "COMPLETED": "SUCCEEDED", "FAILED": "FAILED",
+		"CANCELLED": "CANCELLED", "CANCELED": "CANCELLED", "TERMINATED": "TERMINATED", "TIMED_OUT": "TIMED_OUT"}
+	phases := map[string]bool{workflows.PhaseValidating: true, workflows.PhasePreprocessing: true, workflows.PhaseTraining: true,
+		workflows.PhaseEvaluating: true, workflows.PhaseExporting: true, workflows.PhasePublishing: true, workflows.PhaseTuning: true}
+	for _, term := range strings.Split(filter, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(term), "=")
+		if !ok || v == "" || strings.ContainsAny(v, `'"\`) {
+			return jf, fmt.Errorf("--filter %q: want key=value[,key=value], keys state and model", term)
+		}
+		switch strings.ToLower(k) {
+		case "state":
+			v = strings.ToUpper(v)
+			if s, ok := statuses[v]; ok {
+				jf.status = s
+			} else if phases[v] {
+				jf.phase = v
+			} else {
+				return jf, fmt.Errorf("--filter state=%s: want RUNNING, SUCCEEDED, FAILED, CANCELLED or a phase like TRAINING", v)
+			}
+		case "model":
+			q = append(q, fmt.Sprintf("%s = '%s'", workflows.SearchModel.GetName(), v))
+		default:
+			return jf, fmt.Errorf("--filter key %q: want state or model", k)
+		}
+	}
+	jf.visibility = strings.Join(q, " AND ")
+	return jf, nil
+}
+
+// meaningful reports whether run b of a job should be shown before run a
+// (nil: none yet): runs refused as duplicates never; a running run
+// first; else the one that closed last (a reset or continued run closes
+// after the run it replaced).
+func meaningful(a, b *workflowpb.WorkflowExecutionInfo) bool {
+	if searchKeyword(b.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName()) == workflows.PhaseDuplicate {
+		return false
+	}
+	if a == nil {
+		return true
+	}
+	if running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING; a.Status == running || b.Status == running {
+		return b.Status == running && a.Status != running
+	}
+	return b.CloseTime.AsTime().After(a.CloseTime.AsTime())
+}
+
+// MeaningfulRun returns the run of job id that `jobs describe` shows: the
+// latest run, unless that was refused as a duplicate of the job (then
+// the job's own latest run).
+func MeaningfulRun(ctx context.Context, cl client.Client, namespace, id string) (*workflowpb.WorkflowExecutionInfo, error) {
+	d, err := cl.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return nil, notFound(fmt.Errorf("job %s not found", id))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("describe job %s: %w", id, err)
+	}
+	if meaningful(nil, d.WorkflowExecutionInfo) {
+		return d.WorkflowExecutionInfo, nil
+	}
+	var best *workflowpb.WorkflowExecutionInfo
+	var token []byte
+	for {
+		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, NextPageToken: token,
+			Query: fmt.Sprintf("WorkflowType = '%s' AND WorkflowId = '%s'", workflows.TrainingJobName, id)})
+		if err != nil {
+			return nil, fmt.Errorf("list runs of job %s: %w", id, err)
+		}
+		for _, e := range resp.Executions {
+			// The latest run is a refused duplicate (Describe said so);
+			// visibility may not show its state yet.
+			if e.GetExecution().GetRunId() == d.WorkflowExecutionInfo.GetExecution().GetRunId() {
+				continue
+			}
+			if meaningful(best, e) {
+				best = e
+			}
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			break
+		}
+	}
+	if best == nil { // only refused runs: show the latest
+		return d.WorkflowExecutionInfo, nil
+	}
+	return best, nil
+}
+
+// Row is one line of `jobs list`: a job's meaningful run.
+type Row struct {
+	JobID  string     `json:"job_id"`
+	Status string     `json:"status"`
+	Phase  string     `json:"phase,omitempty"`
+	Model  string     `json:"model,omitempty"`
+	Start  time.Time  `json:"start_time"`
+	End    *time.Time `json:"end_time,omitempty"`
+}
+
+// List returns a row per job matching q, newest first, at most limit:
+// each job's meaningful run (see MeaningfulRun).
+func List(ctx context.Context, cl client.Client, namespace string, q Query, limit int) ([]Row, error) {
+	// One row per job: its meaningful run (see meaningful), in the order
+	// the jobs were first listed (newest first).
+	var order []string
+	runs := map[string]*workflowpb.WorkflowExecutionInfo{}
+	var token []byte
+	for {
+		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: q.visibility, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		for _, e := range resp.Executions {
+			id := e.Execution.WorkflowId
+			best, seen := runs[id]
+			if !seen {
+				order = append(order, id)
+			}
+			if meaningful(best, e) {
+				runs[id] = e
+			} else if !seen {
+				runs[id] = nil
+			}
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			break
+		}
+	}
+	rows := []Row{}
+	for _, id := range order {
+		e := runs[id]
+		if e == nil || len(rows) >= limit {
+			continue
+		}
+		r := Row{JobID: id, Status: statusName(e.Status), Start: e.StartTime.AsTime().UTC()}
+		if e.CloseTime != nil {
+			t := e.CloseTime.AsTime().UTC()
+			r.End = &t
+		}
+		r.Phase = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName())
+		r.Model = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchModel.GetName())
+		if q.match(r) {
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// WriteRows writes rows as the table of `jobs list`.
+func WriteRows(w io.Writer, rows []Row) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB_ID\tSTATUS\tPHASE\tMODEL\tSTARTED")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.JobID, r.Status, r.Phase, r.Model, r.Start.Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+func statusName(s enumspb.WorkflowExecutionStatus) string {
+	switch s {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return "RUNNING"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return "SUCCEEDED"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+		return "FAILED"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
+		return "CANCELLED"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+		return "TERMINATED"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		return "TIMED_OUT"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		return "CONTINUED_AS_NEW"
+	}
+	return s.String()
+}
+
+func searchKeyword(fields map[string]*commonpb.Payload, name string) string {
+	p, ok := fields[name]
+	if !ok {
+		return ""
+	}
+	var s string
+	if converter.GetDefaultDataConverter().FromPayload(p, &s) != nil {
+		return ""
+	}
+	return s
+}

@@ -1,0 +1,81 @@
+package jobs
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+func TestLoadSpecFixtures(t *testing.T) {
+	good := map[string]struct {
+		check    func(workflows.JobSpec) bool
+		warnings []string
+	}{
+		"good_mlengine.yaml": {
+			check: func(s workflows.JobSpec) bool {
+				return s.Preset == "census" && s.JobDir == "/tmp/census-job" && s.Train.MaxSteps == 1200 && s.Model.LearningRate == 0.01 && s.Model.BatchSize == 128
+			},
+			warnings: []string{"args: --verbosity", "hyperparameters: no params", "pythonVersion", "region", "runtimeVersion"},
+		},
+		"good_mlengine_standard.yaml": {
+			check: func(s workflows.JobSpec) bool {
+				d := s.WithDefaults()
+				return s.Preset == "census" && d.Cluster.ScaleTier == workflows.TierStandard1 && d.Cluster.Workers() == 5 && d.Cluster.ParameterServerCount == 3
+			},
+		},
+		"good_native.yaml": {check: func(s workflows.JobSpec) bool {
+			return s.Data.GeneratedRows == 5000 && s.Model.LearningRate == 0.005 && s.Train.MaxSteps == 800
+		}},
+		"good_mlengine_hptuning.yaml": {check: func(s workflows.JobSpec) bool {
+			t := s.Tuning
+			return t != nil && t.MaxTrials == 8 && t.MaxParallelTrials == 2 && t.EnableTrialEarlyStopping && t.Algorithm == workflows.AlgorithmRandom &&
+				len(t.Params) == 3 && t.Params[0].ParameterName == "model.learning_rate" && t.Params[0].ScaleType == workflows.ScaleLog &&
+				t.Params[1].ParameterName == "model.batch_size" && len(t.Params[1].DiscreteValues) == 3 && t.Params[2].CategoricalValues[1] == "dnn_classifier"
+		}},
+		"good_native.json": {check: func(s workflows.JobSpec) bool { return s.ModelName == "census_small" && s.Train.MaxSteps == 500 }},
+	}
+	for name, want := range good {
+		t.Run(name, func(t *testing.T) {
+			b, _ := os.ReadFile(filepath.Join("testdata", "config", name))
+			spec, warnings, err := LoadSpec(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !want.check(spec) {
+				t.Fatalf("spec %+v does not map the file", spec)
+			}
+			if len(warnings) != len(want.warnings) {
+				t.Fatalf("warnings %q, want %d about %q", warnings, len(want.warnings), want.warnings)
+			}
+			for i, w := range want.warnings {
+				if !strings.Contains(warnings[i], w) {
+					t.Errorf("warning %d = %q, want it about %q", i, warnings[i], w)
+				}
+			}
+			d := spec.WithDefaults()
+			d.JobID = "fixture_1"
+			if err := d.Validate(); err != nil {
+				t.Errorf("mapped spec invalid: %v", err)
+			}
+		})
+	}
+	bad := map[string]string{
+		"bad_unknown_field.yaml":       `unknown field "trian"`,
+		"bad_scale_tier.yaml":          `scaleTier "ENORMOUS"`,
+		"bad_args.yaml":                `--train-steps="many"`,
+		"bad_trainingInput_field.yaml": "trainingInput.scaleTeir: unknown field",
+		"bad_not_yaml.yaml":            "not YAML or JSON",
+		"bad_hptuning_param.yaml":      `trainingInput.hyperparameters: json: unknown field "max_vlaue"`,
+	}
+	for name, want := range bad {
+		t.Run(name, func(t *testing.T) {
+			b, _ := os.ReadFile(filepath.Join("testdata", "config", name))
+			if _, _, err := LoadSpec(b); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("LoadSpec error %v, want one mentioning %q", err, want)
+			}
+		})
+	}
+}

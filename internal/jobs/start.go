@@ -1,0 +1,64 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// Start starts TrainingJob for spec (HyperparameterTuningJob when it
+// has a tuning block) with workflow ID = job ID. A job ID used before, by
+// a running or a finished job, is refused by the server before any run is
+// created (every start path of trainflow's own goes through here: jobs
+// submit, dev --demo).
+func Start(ctx context.Context, c client.Client, spec workflows.JobSpec) (client.WorkflowRun, error) {
+	d := spec.WithDefaults()
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	wf, summary := workflows.TrainingJobName, fmt.Sprintf("model %s (%s), preset %s", d.ModelName, d.Model.Type, d.Preset)
+	if t := d.Tuning; t != nil {
+		wf, summary = workflows.HyperparameterTuningJobName, fmt.Sprintf("tuning model %s (%s): %s, %d trials", d.ModelName, d.Model.Type, t.Algorithm, t.MaxTrials)
+	}
+	return startUnique(ctx, c, spec.JobID, client.StartWorkflowOptions{
+		StaticSummary:         summary,
+		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(d.ModelName)),
+	}, wf, spec)
+}
+
+// startUnique starts workflow wf with ID id (and opts' summary and search
+// attributes) on trainflow's task queue. An ID used before, by a running or
+// a finished job, is refused by the server before any run is created.
+func startUnique(ctx context.Context, c client.Client, id string, opts client.StartWorkflowOptions, wf string, arg any) (client.WorkflowRun, error) {
+	opts.ID, opts.TaskQueue = id, workflows.TaskQueue
+	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
+	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
+	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
+	run, err := c.ExecuteWorkflow(ctx, opts, wf, arg)
+	var exists *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &exists) {
+		return nil, fmt.Errorf("job %s already exists (job IDs are unique; pick another): %w", id, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start job %s: %w", id, err)
+	}
+	return run, nil
+}
+
+// StartBatch starts BatchPredictionJob for spec with workflow ID = job
+// ID, refusing an ID used before.
+func StartBatch(ctx context.Context, c client.Client, spec workflows.PredictionSpec) (client.WorkflowRun, error) {
+	if err := spec.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	return startUnique(ctx, c, spec.JobID, client.StartWorkflowOptions{
+		StaticSummary: fmt.Sprintf("batch prediction (%s) into %s", spec.DataFormat, spec.OutputPath),
+	}, workflows.BatchPredictionJobName, spec)
+}

@@ -1,0 +1,115 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/internal/errmark"
+	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// ErrConfig is matched (errors.Is) by Start's errors about its Config: a
+// bad operator setting rather than a failure to reach something. Their
+// messages name the `trainflow worker` flag at fault.
+var ErrConfig = errors.New("worker: bad configuration")
+
+// configError marks err as ErrConfig, its message unchanged.
+func configError(err error) error { return errmark.Mark(err, ErrConfig) }
+
+// DefaultReadRoots are the read roots of a Limits that names none: where
+// Debian's dataset-* packages install public datasets (dataset-fashion-mnist
+// among them).
+var DefaultReadRoots = []string{"/usr/share/datasets"}
+
+// Limits are the operator's limits on what job specs may do (see
+// activities/trust.go): the `--data-roots`, `--read-roots`,
+// `--beam-runners`, `--beam-environments` and `--beam-arg` flags of
+// `trainflow worker` and `trainflow dev`.
+type Limits struct {
+	// DataRoots are directories and storage URIs, besides the job root,
+	// where jobs may read data and put job dirs.
+	DataRoots []string
+	// ReadRoots are directories and storage URIs where jobs may read data
+	// but never put a job dir. Nil means DefaultReadRoots; an empty,
+	// non-nil list allows none.
+	ReadRoots []string
+	// BeamRunners are the runners besides the in-process default that
+	// data.runner may name, in any case (universal, portable, flink,
+	// spark, dataflow).
+	BeamRunners []string
+	// BeamEnvironments are the environment types among DOCKER, PROCESS,
+	// EXTERNAL (and LOOPBACK, always allowed) a job may name, in any case.
+	BeamEnvironments []string
+	// BeamArgs are Beam pipeline options added after every job's own.
+	BeamArgs []string
+}
+
+// apply checks l and sets it on acts: runner names lower case,
+// environment types upper case, local roots absolute.
+func (l Limits) apply(acts *activities.Activities) error {
+	runners, err := oneOf("--beam-runners", l.BeamRunners, strings.ToLower,
+		workflows.RunnerUniversal, workflows.RunnerPortable, workflows.RunnerFlink, workflows.RunnerSpark, workflows.RunnerDataflow)
+	if err != nil {
+		return err
+	}
+	environments, err := oneOf("--beam-environments", l.BeamEnvironments, strings.ToUpper,
+		workflows.EnvDocker, workflows.EnvProcess, workflows.EnvExternal, workflows.EnvLoopback)
+	if err != nil {
+		return err
+	}
+	dataRoots, err := absRoots("--data-roots", l.DataRoots)
+	if err != nil {
+		return err
+	}
+	read := l.ReadRoots
+	if read == nil {
+		read = DefaultReadRoots
+	}
+	readRoots, err := absRoots("--read-roots", read)
+	if err != nil {
+		return err
+	}
+	acts.DataRoots, acts.ReadRoots = dataRoots, readRoots
+	acts.BeamRunners, acts.BeamEnvironments, acts.BeamArgs = runners, environments, l.BeamArgs
+	return nil
+}
+
+// oneOf returns names in canonical case, each of which must be one of
+// known; nil if names is empty.
+func oneOf(flagName string, names []string, canonical func(string) string, known ...string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		c := canonical(n)
+		if !slices.Contains(known, c) {
+			return nil, configError(fmt.Errorf("%s: %q is not one of %s", flagName, n, strings.Join(known, ", ")))
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// absRoots makes the local paths among roots absolute and checks the URIs.
+func absRoots(flagName string, roots []string) ([]string, error) {
+	out := make([]string, len(roots))
+	for i, r := range roots {
+		if !storage.IsURI(r) {
+			abs, err := filepath.Abs(r)
+			if err != nil {
+				return nil, configError(fmt.Errorf("%s: %w", flagName, err))
+			}
+			out[i] = abs
+			continue
+		}
+		if _, err := url.Parse(r); err != nil {
+			return nil, configError(fmt.Errorf("%s: %w", flagName, err))
+		}
+		out[i] = r
+	}
+	return out, nil
+}
