@@ -23,10 +23,8 @@ type jobDir struct {
 	// uri is the job directory as the workflow passes it (Dir.URI).
 	uri string
 	st  *storage.Store
-	// dir and remote are read only by Export and batch prediction, which
-	// other changes move onto Dir (see Dir.WorkDir and Dir.Staged).
-	dir    string
-	remote bool
+	// dir is the local directory batch prediction works in (Dir.WorkDir).
+	dir string
 }
 
 // openJobDir opens the job directory at uri. The caller must Close it.
@@ -55,7 +53,7 @@ func (a *Activities) openExistingJobDir(ctx context.Context, uri string) (*jobDi
 }
 
 func newJobDir(d *jobdir.Dir) *jobDir {
-	return &jobDir{Dir: d, uri: d.URI(), st: d.Store(), dir: d.WorkDir(), remote: d.Staged()}
+	return &jobDir{Dir: d, uri: d.URI(), st: d.Store(), dir: d.WorkDir()}
 }
 
 // cacheDir is this process's cache of the current job's directory (see

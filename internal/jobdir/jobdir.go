@@ -370,10 +370,3 @@ func (d *Dir) LinkFrom(ctx context.Context, src *Dir, key string) error {
 	}
 	return d.st.Write(ctx, key, b)
 }
-
-// Staged reports whether d is reached through the cache (object storage)
-// rather than used in place.
-//
-// Deprecated: only Export and batch prediction still ask; use the
-// methods that hide the difference.
-func (d *Dir) Staged() bool { return d.local == "" }
