@@ -700,6 +700,9 @@ func (a *Activities) DeleteExport(ctx context.Context, in workflows.DeleteExport
 	if in.Dir == "" || !strings.Contains(filepath.ToSlash(p), "/"+exportDir+"/") {
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("refusing to delete %q: not an export bundle", in.Dir))
 	}
+	if _, err := a.locate("export", in.Dir, true); err != nil {
+		return err
+	}
 	st, err := storage.Open(ctx, in.Dir)
 	if err != nil {
 		return err
@@ -751,6 +754,9 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 // (idempotent), then notifies OnPublish.
 func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
 	defer keepAlive(ctx).Stop()
+	if _, err := a.locate("bundle", in.Bundle, true); err != nil {
+		return workflows.PublishResult{}, err
+	}
 	b, err := bundle.Read(ctx, in.Bundle)
 	if err != nil {
 		return workflows.PublishResult{}, fmt.Errorf("publish: %w", err)

@@ -15,8 +15,14 @@ import (
 // no address yet needs none, one whose secret is missing is an error.
 func TestParameterServerSecretsStayInTheJobDir(t *testing.T) {
 	ctx := context.Background()
-	for _, uri := range []string{filepath.Join(t.TempDir(), "job"), "file://" + filepath.Join(t.TempDir(), "bucket"), "mem://secrets-test/job"} {
-		a := &Activities{Home: t.TempDir()}
+	local, bucket := t.TempDir(), t.TempDir()
+	for _, c := range []struct{ uri, root string }{
+		{filepath.Join(local, "job"), local},
+		{"file://" + filepath.Join(bucket, "bucket"), "file://" + bucket},
+		{"mem://secrets-test/job", "mem://secrets-test"},
+	} {
+		uri := c.uri
+		a := &Activities{Home: t.TempDir(), DataRoots: []string{c.root}}
 		jd, err := a.openJobDir(ctx, uri)
 		if err != nil {
 			t.Fatal(err)

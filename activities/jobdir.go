@@ -32,6 +32,12 @@ func (a *Activities) openJobDir(ctx context.Context, uri string) (*jobDir, error
 	if uri == "" {
 		return nil, nonRetryable(workflows.ErrTypeInvalidSpec, errors.New("no job directory"))
 	}
+	// Workflows pass the job directory PrepareJob resolved, but a carry
+	// (continue-as-new state) typed into a start bypasses PrepareJob:
+	// check again that it lies inside the roots.
+	if _, err := a.locate("job_dir", uri, false); err != nil {
+		return nil, err
+	}
 	d, err := jobdir.Open(ctx, uri, a.cacheDir(ctx))
 	if errors.Is(err, storage.ErrInvalidURI) {
 		return nil, nonRetryable(workflows.ErrTypeInvalidSpec, err)
@@ -45,6 +51,9 @@ func (a *Activities) openJobDir(ctx context.Context, uri string) (*jobDir, error
 // openExistingJobDir is openJobDir, except that it returns (nil, nil) for
 // a job directory that does not exist yet instead of creating it.
 func (a *Activities) openExistingJobDir(ctx context.Context, uri string) (*jobDir, error) {
+	if _, err := a.locate("job_dir", uri, false); err != nil {
+		return nil, err
+	}
 	d, err := jobdir.OpenExisting(ctx, uri, a.cacheDir(ctx))
 	if d == nil || err != nil {
 		return nil, err

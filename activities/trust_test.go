@@ -148,3 +148,47 @@ func TestReadRootsAreReadOnly(t *testing.T) {
 		t.Errorf("outside every root: %v; want InvalidSpec", err)
 	}
 }
+
+// TestStepsConfineTheirJobDir: a job directory, export or bundle handed
+// to a step directly (as a carry typed into a start would, skipping
+// PrepareJob) must lie inside the roots too: every step refuses one
+// outside them, before touching it.
+func TestStepsConfineTheirJobDir(t *testing.T) {
+	acts := newActs(t)
+	e := env(acts)
+	outside := t.TempDir() // not a root: newActs roots its own directories
+	acts.DataRoots = nil
+	victim := filepath.Join(outside, "victim", "export", "final", "1")
+	if err := os.MkdirAll(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, run := range map[string]func() error{
+		"train": func() error {
+			_, err := e.ExecuteActivity(acts.Train, workflows.TrainInput{JobDir: outside})
+			return err
+		},
+		"evaluate": func() error {
+			_, err := e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: outside, Step: 1})
+			return err
+		},
+		"export": func() error {
+			_, err := e.ExecuteActivity(acts.Export, workflows.ExportInput{JobDir: outside, Step: 1, Exporter: "final"})
+			return err
+		},
+		"delete export": func() error {
+			_, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: victim})
+			return err
+		},
+		"publish": func() error {
+			_, err := e.ExecuteActivity(acts.Publish, workflows.PublishInput{JobID: "x", Bundle: victim, Model: "m"})
+			return err
+		},
+	} {
+		if err := run(); errType(err) != workflows.ErrTypeInvalidSpec || !strings.Contains(err.Error(), "outside the directories") {
+			t.Errorf("%s with a directory outside the roots: %v, want InvalidSpec", name, err)
+		}
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("the export outside the roots is gone: %v", err)
+	}
+}
