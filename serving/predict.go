@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/train"
 )
 
 // Prediction is the answer for one instance of a classifier.
@@ -80,7 +81,7 @@ func (sv *Servable) Predict(instances []map[string]json.RawMessage) ([]Predictio
 		out[i].Logits = sc.logits[i*k : (i+1)*k]
 		if classes > 0 {
 			p := sc.probs[i*classes : (i+1)*classes]
-			best := argmax(p)
+			best := train.Argmax(p)
 			out[i].Class, out[i].ClassIndex, out[i].Probabilities = sv.Transform.LabelVocab[best], best, p
 		}
 	}
@@ -153,16 +154,6 @@ func (sv *Servable) limits(maxRows int) limits {
 // regressor reports whether the model answers a value, not classes.
 func (sv *Servable) regressor() bool { return sv.Bundle.Model.NumClasses() == 0 }
 
-func argmax(p []float64) int {
-	best := 0
-	for j := range p {
-		if p[j] > p[best] {
-			best = j
-		}
-	}
-	return best
-}
-
 // appendPredictions appends the v1 answer for n instances of sc after
 // predict: {"predictions": [...]} with, per instance, {"class",
 // "class_index", "probabilities", "logits"} for a classifier and
@@ -191,7 +182,7 @@ func (sv *Servable) appendPrediction(b []byte, sc *scratch, i int) []byte {
 		return append(b, '}')
 	}
 	p := sc.probs[i*classes : (i+1)*classes]
-	best := argmax(p)
+	best := train.Argmax(p)
 	b = append(b, `{"class":`...)
 	b = append(b, sv.classJSON[best]...)
 	b = append(b, `,"class_index":`...)

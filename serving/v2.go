@@ -8,6 +8,7 @@ import (
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/train"
 )
 
 // KServe V2 / Open Inference Protocol: named input tensors in, named output
@@ -79,7 +80,7 @@ func (s *Server) v2Infer(c echo.Context) error {
 	idx := make([]int, n)
 	names := make([]string, n)
 	for i := range idx {
-		idx[i] = argmax(sc.probs[int64(i)*classes : int64(i+1)*classes])
+		idx[i] = train.Argmax(sc.probs[int64(i)*classes : int64(i+1)*classes])
 		names[i] = sv.Transform.LabelVocab[idx[i]]
 	}
 	resp.Outputs = []v2Output{

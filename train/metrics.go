@@ -74,7 +74,7 @@ func NewStream(classes int) *Stream {
 func (s *Stream) AddProbabilities(probs, y []float64) {
 	for i, t := range y {
 		p := probs[i*s.classes : (i+1)*s.classes]
-		c, pred := int(t), argmax(p)
+		c, pred := int(t), Argmax(p)
 		s.n++
 		if pred == c {
 			s.correct++
@@ -147,7 +147,10 @@ func (s *Stream) Metrics() Metrics {
 	return out
 }
 
-func argmax(p []float64) int {
+// Argmax returns the index of the largest value of p (the first of
+// equal ones): the predicted class of a probability vector, for the
+// evaluator and the prediction server alike.
+func Argmax(p []float64) int {
 	best := 0
 	for j, v := range p {
 		if v > p[best] {
