@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -92,11 +91,11 @@ func (j *jobDir) readManifest(ctx context.Context) (*preprocess.Manifest, []byte
 	if err != nil {
 		return nil, nil, fmt.Errorf("read manifest: %w", err)
 	}
-	var m preprocess.Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, nil, fmt.Errorf("read manifest %s: %w", preprocess.ManifestPath, err)
+	m, err := preprocess.ParseManifest(b)
+	if err != nil {
+		return nil, nil, err
 	}
-	return &m, b, nil
+	return m, b, nil
 }
 
 // trainingManifest reads the preprocessing manifest for training, refusing

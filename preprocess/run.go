@@ -226,9 +226,15 @@ func ReadManifest(jobDir string) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
 	}
+	return ParseManifest(b)
+}
+
+// ParseManifest decodes a manifest's bytes (ManifestPath of a job
+// directory, wherever it is stored).
+func ParseManifest(b []byte) (*Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("read manifest: %w", err)
+		return nil, fmt.Errorf("read manifest %s: %w", ManifestPath, err)
 	}
 	return &m, nil
 }
