@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/idx"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
@@ -52,21 +51,7 @@ func fashionSubset(t *testing.T, nTrain, nTest int) (string, *idx.Split) {
 
 func writeIDXFile(t *testing.T, name string, dims []int, data []byte) {
 	t.Helper()
-	var b bytes.Buffer
-	b.Write([]byte{0, 0, 8, byte(len(dims))})
-	for _, d := range dims {
-		binary.Write(&b, binary.BigEndian, uint32(d))
-	}
-	b.Write(data)
-	out := b.Bytes()
-	if strings.HasSuffix(name, ".gz") {
-		var z bytes.Buffer
-		w := gzip.NewWriter(&z)
-		w.Write(out)
-		w.Close()
-		out = z.Bytes()
-	}
-	if err := os.WriteFile(name, out, 0o644); err != nil {
+	if err := datagen.WriteIDX(name, dims, data); err != nil {
 		t.Fatal(err)
 	}
 }
