@@ -7,6 +7,8 @@ import (
 	"io"
 	"path/filepath"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
@@ -47,16 +49,8 @@ func runSubmitPrediction(ctx context.Context, args []string, stdout, stderr io.W
 	if *maxBad >= 0 {
 		spec.MaxBadFraction = maxBad
 	}
-	abs := func(p *string) error {
-		if *p == "" || storage.IsURI(*p) {
-			return nil
-		}
-		a, err := filepath.Abs(*p)
-		*p = a
-		return err
-	}
 	for _, p := range append([]*string{&spec.ModelDir, &spec.OutputPath}, ptrs(spec.InputPaths)...) {
-		if err := abs(p); err != nil {
+		if *p, err = absLocation(*p); err != nil {
 			return usageError{err}
 		}
 	}
@@ -73,11 +67,7 @@ func runSubmitPrediction(ctx context.Context, args []string, stdout, stderr io.W
 		return err
 	}
 	if !*wait {
-		if c.output == "json" {
-			return writeJSON(stdout, map[string]string{"job_id": run.GetID(), "run_id": run.GetRunID()})
-		}
-		fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
-		return nil
+		return c.printSubmitted(stdout, run)
 	}
 	var res workflows.BatchPredictionResult
 	if err := run.Get(ctx, &res); err != nil {
@@ -87,6 +77,24 @@ func runSubmitPrediction(ctx context.Context, args []string, stdout, stderr io.W
 		return writeJSON(stdout, res)
 	}
 	fmt.Fprintf(stdout, "job %s succeeded: %d predictions, %d errors, %d shards in %s\n", res.JobID, res.Predictions, res.Errors, res.Shards, res.OutputPath)
+	return nil
+}
+
+// absLocation makes a local path absolute (the worker resolves it, not
+// this shell); a storage URI or "" is returned as is.
+func absLocation(p string) (string, error) {
+	if p == "" || storage.IsURI(p) {
+		return p, nil
+	}
+	return filepath.Abs(p)
+}
+
+// printSubmitted reports a job started without --wait.
+func (c *conn) printSubmitted(stdout io.Writer, run client.WorkflowRun) error {
+	if c.output == "json" {
+		return writeJSON(stdout, map[string]string{"job_id": run.GetID(), "run_id": run.GetRunID()})
+	}
+	fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
 	return nil
 }
 

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/trainflow/trainflow/internal/jobs"
-	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -52,14 +50,13 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	spec.JobID = id
 	if *data != "" {
-		if spec.Data.Dir = *data; !storage.IsURI(*data) {
-			if spec.Data.Dir, err = filepath.Abs(*data); err != nil {
-				return usageError{fmt.Errorf("--data: %w", err)}
-			}
+		if spec.Data.Dir, err = absLocation(*data); err != nil {
+			return usageError{fmt.Errorf("--data: %w", err)}
 		}
 	}
-	if d := spec.WithDefaults(); d.Validate() != nil {
-		return usageError{d.Validate()}
+	d := spec.WithDefaults()
+	if err := d.Validate(); err != nil {
+		return usageError{err}
 	}
 	cl, err := c.dial()
 	if err != nil {
@@ -71,16 +68,12 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if !*wait {
-		if c.output == "json" {
-			return writeJSON(stdout, map[string]string{"job_id": run.GetID(), "run_id": run.GetRunID()})
-		}
-		fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
-		return nil
+		return c.printSubmitted(stdout, run)
 	}
 	if c.output == "text" {
 		fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
 	}
-	res, err := jobs.Follow(ctx, cl, run, spec.WithDefaults(), stdout, c.output == "text")
+	res, err := jobs.Follow(ctx, cl, run, d, stdout, c.output == "text")
 	if err != nil {
 		return fmt.Errorf("job %s failed: %w", run.GetID(), err)
 	}
