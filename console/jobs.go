@@ -19,6 +19,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/trainflow/trainflow/internal/ident"
+	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -141,24 +142,10 @@ func temporalError(err error) string {
 	return msg
 }
 
+// statusName is jobs.StatusName without the enum's prefix for a status
+// it does not know.
 func statusName(s enumspb.WorkflowExecutionStatus) string {
-	switch s {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		return "RUNNING"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-		return "SUCCEEDED"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
-		return "FAILED"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
-		return "CANCELLED"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
-		return "TERMINATED"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
-		return "TIMED_OUT"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
-		return "CONTINUED_AS_NEW"
-	}
-	return strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_")
+	return strings.TrimPrefix(jobs.StatusName(s), "WORKFLOW_EXECUTION_STATUS_")
 }
 
 func keyword(f map[string]*commonpb.Payload, name string) string {

@@ -53,7 +53,7 @@ func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Des
 	}
 	info := d.WorkflowExecutionInfo
 	runID := info.Execution.RunId
-	out := &Description{JobID: id, RunID: info.Execution.RunId, Status: statusName(info.Status), Start: info.StartTime.AsTime().UTC(),
+	out := &Description{JobID: id, RunID: info.Execution.RunId, Status: StatusName(info.Status), Start: info.StartTime.AsTime().UTC(),
 		Phase: searchKeyword(info.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName())}
 	if info.CloseTime != nil {
 		t := info.CloseTime.AsTime().UTC()

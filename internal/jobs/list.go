@@ -176,7 +176,7 @@ func List(ctx context.Context, cl client.Client, namespace string, q Query, limi
 		if e == nil || len(rows) >= limit {
 			continue
 		}
-		r := Row{JobID: id, Status: statusName(e.Status), Start: e.StartTime.AsTime().UTC()}
+		r := Row{JobID: id, Status: StatusName(e.Status), Start: e.StartTime.AsTime().UTC()}
 		if e.CloseTime != nil {
 			t := e.CloseTime.AsTime().UTC()
 			r.End = &t
@@ -200,7 +200,10 @@ func WriteRows(w io.Writer, rows []Row) error {
 	return tw.Flush()
 }
 
-func statusName(s enumspb.WorkflowExecutionStatus) string {
+// StatusName is a job's state as trainflow shows it (SUCCEEDED for a
+// completed workflow, CANCELLED for a canceled one); a status it does not
+// know keeps the SDK's enum name.
+func StatusName(s enumspb.WorkflowExecutionStatus) string {
 	switch s {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		return "RUNNING"
