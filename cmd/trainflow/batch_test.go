@@ -130,6 +130,25 @@ func onlinePredictions(t *testing.T, url string, instances []map[string]any) []j
 	return out
 }
 
+// classified is a classifier's v1 prediction.
+type classified struct {
+	Class         string    `json:"class"`
+	Probabilities []float64 `json:"probabilities"`
+}
+
+// onlineClasses is onlinePredictions decoded as classifications.
+func onlineClasses(t *testing.T, url string, instances []map[string]any) []classified {
+	t.Helper()
+	raw := onlinePredictions(t, url, instances)
+	out := make([]classified, len(raw))
+	for i, r := range raw {
+		if err := json.Unmarshal(r, &out[i]); err != nil {
+			t.Fatalf("prediction %s: %v", r, err)
+		}
+	}
+	return out
+}
+
 // censusInstance is a raw CSV census row as a predict API instance, and
 // its label.
 func censusInstance(t *testing.T, line string) (map[string]any, string) {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -61,38 +60,21 @@ func writeIDXFile(t *testing.T, name string, dims []int, data []byte) {
 // right class name.
 func predictImages(t *testing.T, url string, test *idx.Split, n int, classes []string) float64 {
 	t.Helper()
+	insts := make([]map[string]any, n)
+	for i := range insts {
+		px := make([]int, test.Width)
+		for j, p := range test.Image(i) {
+			px[j] = int(p)
+		}
+		insts[i] = map[string]any{"image": px}
+	}
 	correct := 0
-	for lo := 0; lo < n; lo += 100 {
-		hi := min(lo+100, n)
-		var insts []map[string]any
-		for i := lo; i < hi; i++ {
-			px := make([]int, test.Width)
-			for j, p := range test.Image(i) {
-				px[j] = int(p)
-			}
-			insts = append(insts, map[string]any{"image": px})
+	for k, p := range onlineClasses(t, url, insts) {
+		if len(p.Probabilities) != 10 {
+			t.Fatalf("prediction %+v: want 10 probabilities", p)
 		}
-		body, _ := json.Marshal(map[string]any{"instances": insts})
-		code, b := postJSON(t, url, string(body))
-		if code != http.StatusOK {
-			t.Fatalf("predict: %d %s", code, b)
-		}
-		var out struct {
-			Predictions []struct {
-				Class         string    `json:"class"`
-				Probabilities []float64 `json:"probabilities"`
-			} `json:"predictions"`
-		}
-		if err := json.Unmarshal(b, &out); err != nil || len(out.Predictions) != hi-lo {
-			t.Fatalf("predict answer %.200s: %v", b, err)
-		}
-		for k, p := range out.Predictions {
-			if len(p.Probabilities) != 10 {
-				t.Fatalf("prediction %+v: want 10 probabilities", p)
-			}
-			if p.Class == classes[test.Labels[lo+k]] {
-				correct++
-			}
+		if p.Class == classes[test.Labels[k]] {
+			correct++
 		}
 	}
 	return float64(correct) / float64(n)

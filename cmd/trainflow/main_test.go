@@ -186,26 +186,9 @@ func TestCensusJobEndToEnd(t *testing.T) {
 	url := fmt.Sprintf("http://%s/v1/models/census:predict", st.HTTPAddr)
 	instances, labels := heldOut(t, 4000)
 	correct := 0
-	for lo := 0; lo < len(instances); lo += 500 {
-		hi := min(lo+500, len(instances))
-		body, _ := json.Marshal(map[string]any{"instances": instances[lo:hi]})
-		code, b := postJSON(t, url, string(body))
-		if code != http.StatusOK {
-			t.Fatalf("predict: %d %s", code, b)
-		}
-		var out struct {
-			Predictions []struct {
-				Class         string    `json:"class"`
-				Probabilities []float64 `json:"probabilities"`
-			} `json:"predictions"`
-		}
-		if err := json.Unmarshal(b, &out); err != nil || len(out.Predictions) != hi-lo {
-			t.Fatalf("predict answer %s: %v", b, err)
-		}
-		for i, p := range out.Predictions {
-			if p.Class == labels[lo+i] {
-				correct++
-			}
+	for i, p := range onlineClasses(t, url, instances) {
+		if p.Class == labels[i] {
+			correct++
 		}
 	}
 	acc := float64(correct) / float64(len(labels))
