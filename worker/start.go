@@ -40,6 +40,10 @@ type Config struct {
 	// Models is the model repository Publish writes to: a directory or a
 	// storage URI (default Home/models).
 	Models string
+	// Repository, if set, is the model repository already opened (the dev
+	// stack's, which its server reads too) instead of opening Models; the
+	// caller closes it after Stop.
+	Repository bundle.Repository
 	// OnPublish, if set, is called after a model version is published.
 	OnPublish func(model string)
 	// Exe and ExeArgs start the preprocessing child; empty means this
@@ -124,12 +128,14 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	if err := cfg.Limits.apply(acts); err != nil {
 		return nil, err
 	}
-	repo, err := bundle.OpenRepository(ctx, models)
-	if err != nil {
-		return nil, configError(fmt.Errorf("--models: %w", err))
+	if acts.Models = cfg.Repository; acts.Models == nil {
+		repo, err := bundle.OpenRepository(ctx, models)
+		if err != nil {
+			return nil, configError(fmt.Errorf("--models: %w", err))
+		}
+		w.closers = append(w.closers, func() { repo.Close() })
+		acts.Models = repo
 	}
-	w.closers = append(w.closers, func() { repo.Close() })
-	acts.Models = repo
 	if cfg.MetricsAddr != "" {
 		acts.Metrics = activities.NewMetrics()
 		if w.metricsAddr, err = w.serveMetrics(cfg.MetricsAddr, acts.Metrics, log); err != nil {

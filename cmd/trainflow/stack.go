@@ -58,6 +58,7 @@ type stack struct {
 	MetricsAddr string
 
 	worker   *worker.Worker
+	repo     *bundle.Store
 	cancel   context.CancelFunc
 	served   chan error
 	stopOnce sync.Once
@@ -104,6 +105,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.repo = repo
 	s.Registry = serving.NewRegistry(repo, log)
 	if err := s.Registry.Reload(); err != nil {
 		return nil, err
@@ -115,7 +117,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		}
 		s.worker, err = worker.Start(ctx, worker.Config{
 			Temporal: client.Options{HostPort: s.Temporal.FrontendAddr(), Namespace: s.Temporal.Namespace()}, Client: s.Client,
-			Home: home, Models: filepath.Join(home, "models"), Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, MetricsAddr: cfg.MetricsAddr, Limits: limits, Logger: log,
+			Home: home, Repository: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, MetricsAddr: cfg.MetricsAddr, Limits: limits, Logger: log,
 			OnPublish: func(string) {
 				if err := s.Registry.Reload(); err != nil {
 					log.Error("reload models", "error", err)
@@ -158,6 +160,9 @@ func (s *stack) stop() error {
 	}
 	if s.worker != nil {
 		s.worker.Stop()
+	}
+	if s.repo != nil {
+		errs = append(errs, s.repo.Close())
 	}
 	if s.Client != nil {
 		s.Client.Close()
