@@ -209,7 +209,7 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 				return res, err
 			}
 		}
-		res.Train, res.Eval = []string{jd.location(keys[0])}, []string{jd.location(keys[1])}
+		res.Train, res.Eval = []string{jd.Location(keys[0])}, []string{jd.Location(keys[1])}
 	}
 	for _, p := range append(append([]string{}, res.Train...), res.Eval...) {
 		if err := checkInput(ctx, p); err != nil {
@@ -723,7 +723,7 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 	defer jd.Close()
 	parent := path.Join(exportDir, in.Exporter)
 	key := path.Join(parent, strconv.FormatInt(in.Step, 10))
-	done := workflows.ExportResult{Dir: jd.location(key), Version: in.Step}
+	done := workflows.ExportResult{Dir: jd.Location(key), Version: in.Step}
 	if ok, err := jd.st.Exists(ctx, path.Join(key, bundle.MetadataFile)); err != nil || ok {
 		return done, err
 	}

@@ -74,13 +74,6 @@ func (a *Activities) cacheDir(ctx context.Context) string {
 	return jobdir.Cache{Root: filepath.Join(a.Home, "cache")}.Job(id)
 }
 
-// tempDir makes a fresh local directory for one activity's work; remove
-// it when done.
-func (j *jobDir) tempDir(pattern string) (string, error) { return j.TempDir(pattern) }
-
-// location returns where key is for other processes.
-func (j *jobDir) location(key string) string { return j.Location(key) }
-
 // isURI reports whether a data location is a storage URI rather than a
 // plain local path (trust.go checks each kind against its roots).
 func isURI(s string) bool { return storage.IsURI(s) }

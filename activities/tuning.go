@@ -159,7 +159,7 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 	if newest < 0 {
 		return "", nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%s has no %s export", dir, in.Exporter))
 	}
-	return jd.location(prefix + strconv.FormatInt(newest, 10)), nil
+	return jd.Location(prefix + strconv.FormatInt(newest, 10)), nil
 }
 
 // TuningHistory returns the trials table of a finished tuning job, for
