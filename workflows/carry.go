@@ -1,8 +1,11 @@
 package workflows
 
 import (
+	"encoding/json"
+
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -18,15 +21,66 @@ const carryChange = "carry-out-of-spec"
 type jobInput struct {
 	JobSpec
 	Carry *Carry `json:"carry,omitempty"`
+	inputErrors
+}
+
+// UnmarshalJSON decodes the input strictly (DecodeSpec's rules; the carry
+// of an older run is not checked) and keeps what is wrong for the
+// workflow to refuse, instead of failing the decoding: a workflow whose
+// input fails to decode fails with the decoder's internals, as a
+// retryable error.
+func (in *jobInput) UnmarshalJSON(b []byte) error {
+	type plain jobInput
+	in.inputErrors = decodeInputJSON(b, (*plain)(in), "carry")
+	return nil
 }
 
 // split returns the spec and the carry inside it (nil: none).
 func (in jobInput) split() (JobSpec, *Carry) { return in.JobSpec, in.Carry }
 
+// inputErrors is what decoding a workflow's input found wrong.
+type inputErrors struct {
+	// strict is DecodeSpec's error: an unknown field or a wrong type.
+	strict error
+	// lenient is encoding/json's error (a wrong type): the error such an
+	// input failed with before strictSpecChange.
+	lenient error
+}
+
+func (e inputErrors) inputErrs() inputErrors { return e }
+
+// decodeInputJSON decodes b into v strictly, and when that fails, again
+// as encoding/json does (unknown fields ignored).
+func decodeInputJSON(b []byte, v any, skip ...string) inputErrors {
+	strict := decodeStrict(b, v, skip...)
+	if strict == nil {
+		return inputErrors{}
+	}
+	return inputErrors{strict: strict, lenient: json.Unmarshal(b, v)}
+}
+
+// strictSpecChange marks the refusal of inputs with unknown fields or
+// wrong types as InvalidSpec: runs started before it ignored unknown
+// fields and failed on a wrong type with encoding/json's error.
+const strictSpecChange = "strict-spec"
+
+// checkInput returns the error a run fails with for what decoding its
+// input found wrong (nil: nothing).
+func checkInput(ctx workflow.Context, e inputErrors) error {
+	if e.strict == nil {
+		return nil
+	}
+	if workflow.GetVersion(ctx, strictSpecChange, workflow.DefaultVersion, 1) >= 1 {
+		return temporal.NewNonRetryableApplicationError(e.strict.Error(), ErrTypeInvalidSpec, nil)
+	}
+	return e.lenient
+}
+
 // legacyInput is a workflow's first argument with the carry that runs
 // continued before carryChange had inside it (jobInput, tuningInput).
 type legacyInput[C any] interface {
 	split() (JobSpec, *C)
+	inputErrs() inputErrors
 }
 
 // resolve returns the spec of input in and the carry of the run: carry
@@ -44,6 +98,9 @@ func decodeInput[I legacyInput[C], C any](dc converter.DataConverter, payloads *
 	var in I
 	var carry *C
 	if err := dc.FromPayloads(payloads, &in, &carry); err != nil {
+		return JobSpec{}, nil, err
+	}
+	if err := in.inputErrs().lenient; err != nil {
 		return JobSpec{}, nil, err
 	}
 	spec, carry := resolve(in, carry)
@@ -75,6 +132,15 @@ func DecodeTrainingInput(dc converter.DataConverter, in *commonpb.Payloads) (Job
 type tuningInput struct {
 	JobSpec
 	Tuning *tuningBlock `json:"tuning,omitempty"`
+	inputErrors
+}
+
+// UnmarshalJSON decodes the input strictly, as jobInput's does (the
+// carry of an older run is not checked).
+func (in *tuningInput) UnmarshalJSON(b []byte) error {
+	type plain tuningInput
+	in.inputErrors = decodeInputJSON(b, (*plain)(in), "tuning.carry")
+	return nil
 }
 
 // tuningBlock is a TuningSpec with the carry runs continued before

@@ -227,6 +227,11 @@ func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, 
 		} else {
 			sel.Select(ctx)
 		}
+		if e.ops && !e.done && ctx.Err() != nil {
+			// The job is cancelled: stop here; the deferred cancel waits
+			// for every training role to stop.
+			return e.exports, temporal.NewCanceledError()
+		}
 		if !e.done && e.newest > e.runStart && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// The history is long: stop training (it resumes from the newest
 			// checkpoint) and continue as a new run with the evaluator's and
@@ -253,7 +258,9 @@ func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, 
 			more = e.everyCkpt
 			continue
 		}
-		if !timerArmed {
+		if !timerArmed && ctx.Err() == nil {
+			// A timer on a cancelled context fires at once: re-arming it
+			// would spin this loop until training returns.
 			timerArmed = true
 			sel.AddFuture(workflow.NewTimer(timerCtx, ready.Sub(now)), func(workflow.Future) { timerArmed = false })
 		}

@@ -206,7 +206,13 @@ func HyperparameterTuningJob(ctx workflow.Context, in tuningInput, carry *Tuning
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
 		return JobResult{}, err
 	}
-	res, err := runTuning(ctx, raw, spec, carry, p)
+	res, err := JobResult{JobID: spec.JobID}, checkInput(ctx, in.inputErrs())
+	if err != nil && !IsInvalidSpec(err) {
+		return res, err // a run started before strictSpecChange: it failed so
+	}
+	if err == nil {
+		res, err = runTuning(ctx, raw, spec, carry, p)
+	}
 	switch {
 	case err == nil:
 		setPhase(ctx, p, PhaseSucceeded)

@@ -40,12 +40,9 @@ func LoadSpec(data []byte) (spec workflows.JobSpec, warnings []string, err error
 		}
 		return fromTrainingInput(c.TrainingInput)
 	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		return spec, nil, fmt.Errorf("job spec: %w", err)
-	}
-	return spec, nil, nil
+	// The workflow decodes what it is sent by the same rules.
+	spec, err = workflows.DecodeSpec(js)
+	return spec, nil, err
 }
 
 // fromTrainingInput maps Cloud ML Engine's trainingInput onto a census

@@ -63,7 +63,7 @@ func TestLoadSpecFixtures(t *testing.T) {
 		})
 	}
 	bad := map[string]string{
-		"bad_unknown_field.yaml":       `unknown field "trian"`,
+		"bad_unknown_field.yaml":       "trian: unknown field (did you mean train?)",
 		"bad_scale_tier.yaml":          `scaleTier "ENORMOUS"`,
 		"bad_args.yaml":                `--train-steps="many"`,
 		"bad_trainingInput_field.yaml": "trainingInput.scaleTeir: unknown field",
