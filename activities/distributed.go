@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 
@@ -367,8 +368,17 @@ func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.P
 	}
 	log.Info("checkpoint", "global_step", p.Step, "loss", p.Loss, "examples_per_sec", p.ExamplesPerSec)
 	if a.Client != nil {
+		// To the run that started this trainer, not the job's current run:
+		// once that run has ended (a reset or terminate replaced it), the
+		// trainer stops at its next commit instead of training beside the
+		// new run's trainer until its heartbeat learns of it.
 		c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}
-		if err := a.Client.SignalWorkflow(ctx, activity.GetInfo(ctx).WorkflowExecution.ID, "", workflows.CheckpointSignal, c); err != nil {
+		run := activity.GetInfo(ctx).WorkflowExecution
+		if err := a.Client.SignalWorkflow(ctx, run.ID, run.RunID, workflows.CheckpointSignal, c); err != nil {
+			var gone *serviceerror.NotFound
+			if errors.As(err, &gone) {
+				return nonRetryable(workflows.ErrTypeRunEnded, fmt.Errorf("run %s of job %s has ended: training stops (checkpoint %d): %w", run.RunID, run.ID, p.Step, err))
+			}
 			log.Warn("report checkpoint to the workflow", "global_step", p.Step, "error", err)
 		}
 	}

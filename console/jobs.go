@@ -99,7 +99,7 @@ func (c *Console) jobs(ec echo.Context) error {
 		for _, e := range resp.Executions {
 			f := e.SearchAttributes.GetIndexedFields()
 			r := jobRow{ID: e.Execution.GetWorkflowId(), Status: statusName(e.Status), Start: e.StartTime.AsTime(),
-				Phase: keyword(f, workflows.SearchState.GetName()), Model: keyword(f, workflows.SearchModel.GetName()),
+				Phase: jobs.PhaseOf(e.Status, keyword(f, workflows.SearchState.GetName())), Model: keyword(f, workflows.SearchModel.GetName()),
 				Tier: keyword(f, workflows.SearchScaleTier.GetName()), Best: float(f, workflows.SearchBestMetric.GetName())}
 			if e.GetType().GetName() == workflows.HyperparameterTuningJobName {
 				r.Tier = "tuning"
@@ -260,12 +260,15 @@ func (c *Console) job(ec echo.Context) error {
 	}
 	f := info.SearchAttributes.GetIndexedFields()
 	b := &jobBody{ID: id, RunID: info.Execution.GetRunId(), Status: statusName(info.Status), Start: info.StartTime.AsTime(),
-		Phase: keyword(f, workflows.SearchState.GetName()), Model: keyword(f, workflows.SearchModel.GetName()),
+		Phase: jobs.PhaseOf(info.Status, keyword(f, workflows.SearchState.GetName())), Model: keyword(f, workflows.SearchModel.GetName()),
 		Tier: keyword(f, workflows.SearchScaleTier.GetName()), Best: float(f, workflows.SearchBestMetric.GetName()), UILink: c.uiLink(id)}
 	if info.CloseTime != nil {
 		b.End = info.CloseTime.AsTime()
 	}
 	for _, pa := range d.PendingActivities {
+		if !jobs.Pending(info.Status) {
+			break
+		}
 		p := pending{Activity: pa.ActivityType.GetName(), State: strings.TrimPrefix(pa.State.String(), "PENDING_ACTIVITY_STATE_"), Attempt: pa.Attempt}
 		if pa.LastFailure != nil {
 			p.LastFailure = pa.LastFailure.Message

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"fmt"
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
@@ -74,6 +75,25 @@ func checkInput(ctx workflow.Context, e inputErrors) error {
 		return temporal.NewNonRetryableApplicationError(e.strict.Error(), ErrTypeInvalidSpec, nil)
 	}
 	return e.lenient
+}
+
+// carryOwnChange marks the refusal of a carry in a run that is not a
+// continue-as-new: only a job's own continue-as-new hands one over (a
+// carry typed into the UI form, or sent as a start's second argument,
+// would skip PrepareJob's claim of the job directory).
+const carryOwnChange = "carry-only-continued"
+
+// checkCarry refuses a carry (non-nil has) unless this run continues an
+// earlier one: the server sets that, no client can.
+func checkCarry(ctx workflow.Context, has bool) error {
+	if !has || workflow.GetInfo(ctx).ContinuedExecutionRunID != "" {
+		return nil
+	}
+	if workflow.GetVersion(ctx, carryOwnChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	err := fmt.Errorf("%w: carry: only a job's own continue-as-new hands a carry over; a new start cannot", ErrInvalidSpec)
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 }
 
 // legacyInput is a workflow's first argument with the carry that runs

@@ -76,6 +76,7 @@ func testContinuedJobKeepsExporterState(t *testing.T, legacy bool) {
 	carry := &Carry{Prep: PrepareResult{JobDir: "/jobs/census_1"}, Pre: PreprocessResult{TransformHash: "h", Dim: 107, Classes: 2},
 		Newest: 1000, Evaluated: 1000, Runs: 2,
 		Exports: map[string]*ExportState{"best": {Name: "best", Type: ExporterBest, Kept: []int64{1000}, Dirs: map[int64]string{1000: "/jobs/census_1/export/best/1000"}, Best: &best, BestStep: 1000}}}
+	env.SetContinuedExecutionRunID("run_1") // as the server sets it on a continue-as-new
 	if spec := (JobSpec{JobID: "census_1", Preset: PresetCensus}); legacy {
 		env.ExecuteWorkflow(TrainingJobName, jobInput{JobSpec: spec, Carry: carry})
 	} else {

@@ -83,3 +83,30 @@ func TestRawInputWithTypoIsInvalidSpec(t *testing.T) {
 		})
 	}
 }
+
+// TestCarryOnANewStartIsRefused: a carry (a start's second argument, or a
+// "carry" key typed into the UI form) is honoured only on a run the
+// server continued; on a new start it would skip PrepareJob's claim of the
+// job directory, so the job fails as InvalidSpec before any activity.
+func TestCarryOnANewStartIsRefused(t *testing.T) {
+	victim := &Carry{Prep: PrepareResult{JobDir: "/jobs/victim"}, Exports: map[string]*ExportState{"best": {Name: "best", Type: ExporterBest, Kept: []int64{1}, Dirs: map[int64]string{1: "/jobs/victim/export/best/1"}}}}
+	for name, args := range map[string][]any{
+		"second argument": {JobSpec{JobID: "x", Preset: PresetCensus}, victim},
+		"carry key":       {json.RawMessage(`{"job_id":"x","preset":"census","carry":{"prep":{"job_dir":"/jobs/victim"}}}`)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := newEnv(t, "x") // every activity is an unmocked stub: running one panics
+			env.ExecuteWorkflow(TrainingJobName, args...)
+			if err := env.GetWorkflowError(); !IsInvalidSpec(err) || !strings.Contains(err.Error(), "carry: only a job's own continue-as-new") {
+				t.Fatalf("workflow error %v, want InvalidSpec about the carry", err)
+			}
+		})
+	}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(HyperparameterTuningJob, workflow.RegisterOptions{Name: HyperparameterTuningJobName})
+	env.ExecuteWorkflow(HyperparameterTuningJobName, JobSpec{JobID: "x", Tuning: &TuningSpec{MaxTrials: 2}}, &TuningCarry{})
+	if err := env.GetWorkflowError(); !IsInvalidSpec(err) || !strings.Contains(err.Error(), "carry: only") {
+		t.Fatalf("tuning workflow error %v, want InvalidSpec about the carry", err)
+	}
+}

@@ -75,6 +75,10 @@ const (
 	// ErrTypeNonFiniteLoss marks training that diverged: a NaN or
 	// infinite loss, gradient or weight. No checkpoint of it is written.
 	ErrTypeNonFiniteLoss = "NonFiniteLoss"
+	// ErrTypeRunEnded marks a step whose run ended under it (a reset or
+	// terminate replaced the run): it stops rather than work beside the
+	// job's new run.
+	ErrTypeRunEnded = "RunEnded"
 )
 
 // JobResult is the result of TrainingJob.
@@ -311,6 +315,9 @@ func TrainingJob(ctx workflow.Context, in jobInput, carry *Carry) (JobResult, er
 	res, err := JobResult{JobID: spec.JobID}, checkInput(ctx, in.inputErrs())
 	if err != nil && !IsInvalidSpec(err) {
 		return res, err // a run started before strictSpecChange: it failed so
+	}
+	if err == nil {
+		err = checkCarry(ctx, carry != nil)
 	}
 	if err == nil {
 		res, err = runJob(ctx, spec, carry, p)

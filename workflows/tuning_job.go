@@ -211,6 +211,9 @@ func HyperparameterTuningJob(ctx workflow.Context, in tuningInput, carry *Tuning
 		return res, err // a run started before strictSpecChange: it failed so
 	}
 	if err == nil {
+		err = checkCarry(ctx, carry != nil)
+	}
+	if err == nil {
 		res, err = runTuning(ctx, raw, spec, carry, p)
 	}
 	switch {

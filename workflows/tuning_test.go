@@ -379,6 +379,7 @@ func TestTuningJobContinuesAsNew(t *testing.T) {
 	for run := 2; ; run++ {
 		env = tuningEnv(t, "hp_4", f, pts[len(carry.Report.Trials):])
 		env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
+		env.SetContinuedExecutionRunID(fmt.Sprintf("run_%d", run-1))
 		if run == 2 { // the form runs continued before carryChange have
 			env.ExecuteWorkflow(HyperparameterTuningJobName, tuningInput{JobSpec: next, Tuning: &tuningBlock{TuningSpec: *next.Tuning, Carry: carry}})
 		} else {

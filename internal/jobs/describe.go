@@ -54,12 +54,15 @@ func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Des
 	info := d.WorkflowExecutionInfo
 	runID := info.Execution.RunId
 	out := &Description{JobID: id, RunID: info.Execution.RunId, Status: StatusName(info.Status), Start: info.StartTime.AsTime().UTC(),
-		Phase: searchKeyword(info.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName())}
+		Phase: PhaseOf(info.Status, searchKeyword(info.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName()))}
 	if info.CloseTime != nil {
 		t := info.CloseTime.AsTime().UTC()
 		out.End = &t
 	}
 	for _, pa := range d.PendingActivities {
+		if !Pending(info.Status) {
+			break
+		}
 		p := PendingActivity{Activity: pa.ActivityType.GetName(), State: strings.TrimPrefix(pa.State.String(), "PENDING_ACTIVITY_STATE_"), Attempt: pa.Attempt}
 		if f := pa.LastFailure; f != nil {
 			p.LastFailure = f.Message

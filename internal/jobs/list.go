@@ -181,7 +181,7 @@ func List(ctx context.Context, cl client.Client, namespace string, q Query, limi
 			t := e.CloseTime.AsTime().UTC()
 			r.End = &t
 		}
-		r.Phase = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName())
+		r.Phase = PhaseOf(e.Status, searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName()))
 		r.Model = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchModel.GetName())
 		if q.match(r) {
 			rows = append(rows, r)
@@ -221,6 +221,25 @@ func StatusName(s enumspb.WorkflowExecutionStatus) string {
 		return "CONTINUED_AS_NEW"
 	}
 	return s.String()
+}
+
+// PhaseOf is a run's phase as trainflow shows it: the TrainflowState
+// search attribute the workflow recorded (phase), except for a run that
+// ended without its workflow code recording the end (terminated, timed
+// out), which shows that status: the phase it stayed at (TRAINING…) is
+// no longer true.
+func PhaseOf(status enumspb.WorkflowExecutionStatus, phase string) string {
+	switch status {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		return StatusName(status)
+	}
+	return phase
+}
+
+// Pending reports whether a run's pending activities are still pending:
+// a closed run's are not (a terminated run still lists those it had).
+func Pending(status enumspb.WorkflowExecutionStatus) bool {
+	return status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 }
 
 func searchKeyword(fields map[string]*commonpb.Payload, name string) string {

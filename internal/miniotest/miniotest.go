@@ -24,6 +24,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/trainflow/trainflow/internal/realtest"
 )
 
 // Server is an S3-compatible server for tests.
@@ -92,10 +94,7 @@ func Use(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	if s == nil {
-		if os.Getenv("TRAINFLOW_REQUIRE_REAL") == "1" {
-			t.Fatal("TRAINFLOW_REQUIRE_REAL=1 but " + skip)
-		}
-		t.Skip("MinIO variant skipped: " + skip)
+		realtest.Missing(t, "MinIO variant: "+skip)
 	}
 	t.Cleanup(s.Stop)
 	for k, v := range s.Env() {

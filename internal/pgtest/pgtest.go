@@ -28,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/trainflow/trainflow/internal/realtest"
 )
 
 // Server is a PostgreSQL server for tests.
@@ -57,10 +59,7 @@ func Use(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	if s == nil {
-		if os.Getenv("TRAINFLOW_REQUIRE_REAL") == "1" {
-			t.Fatal("TRAINFLOW_REQUIRE_REAL=1 but " + skip)
-		}
-		t.Skip("PostgreSQL variant skipped: " + skip)
+		realtest.Missing(t, "PostgreSQL variant: "+skip)
 	}
 	t.Cleanup(s.Stop)
 	return s

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/trainflow/trainflow/internal/miniotest"
+	"github.com/trainflow/trainflow/internal/realtest"
 )
 
 // backend opens fresh, empty Stores of one kind for the shared suite.
@@ -36,10 +37,7 @@ func backends() []backend {
 				t.Fatalf("MinIO: %v", minio.err)
 			}
 			if minio.uri == "" {
-				if os.Getenv("TRAINFLOW_REQUIRE_REAL") == "1" {
-					t.Fatal("TRAINFLOW_REQUIRE_REAL=1 but " + minio.skip)
-				}
-				t.Skip(minio.skip)
+				realtest.Missing(t, minio.skip)
 			}
 			u, err := url.Parse(minio.uri)
 			if err != nil {
