@@ -135,8 +135,8 @@ func eventsOf(h *historypb.History, typ enumspb.EventType) []*historypb.HistoryE
 // raw JSON input, query, signal, cancel, reset and terminate.
 //   - A typo in the spec fails the job at once as InvalidSpec naming the
 //     field; nothing runs.
-//   - On the DEFAULT spec (throttle_secs 10, heartbeats 30 s) and on a
-//     CUSTOM cluster, a cancel reaches CANCELED within 2 s of the request,
+//   - On the DEFAULT spec (throttle_secs 10, heartbeats 30 s), with
+//     throttle_secs 30 and on a CUSTOM cluster, a cancel reaches CANCELED within 2 s of the request,
 //     with zero failed workflow tasks (a spinning evaluator failed them
 //     with a potential deadlock) and every step stopped first.
 //   - A reset of the cancelled job to its training resumes training; a
@@ -179,15 +179,19 @@ func TestOfficialTemporalCLI(t *testing.T) {
 		}
 	})
 
-	for _, c := range []struct{ name, cluster string }{
-		{"default", ""},
-		{"distributed", `,"cluster":{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1}`},
+	for _, c := range []struct {
+		name, extra string
+		reset       bool // then reset and terminate it
+	}{
+		{"default", "", true},
+		{"throttle_30", `,"eval_spec":{"throttle_secs":30}`, false},
+		{"distributed", `,"cluster":{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1}`, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			id := "cli_" + c.name
 			// The default spec but for max_steps: long enough to cancel it
 			// while it trains.
-			start(t, workflows.TrainingJobName, id, fmt.Sprintf(`{"job_id":%q,"preset":"census","train":{"max_steps":100000000}%s}`, id, c.cluster))
+			start(t, workflows.TrainingJobName, id, fmt.Sprintf(`{"job_id":%q,"preset":"census","train":{"max_steps":100000000}%s}`, id, c.extra))
 			tc.waitProgress(t, id, func(p workflows.Progress) bool { return p.LastEvalStep > 0 })
 			tc.must(t, "workflow", "signal", "--workflow-id", id, "--name", workflows.EvaluateNowSignal)
 
@@ -214,6 +218,9 @@ func TestOfficialTemporalCLI(t *testing.T) {
 				t.Errorf("cancel took %v, want at most 2s", latency)
 			}
 			checkStoppedBeforeCancelled(t, st, id, "")
+			if !c.reset {
+				return
+			}
 
 			// Reset to the workflow task that scheduled training: training
 			// resumes from the newest checkpoint.
