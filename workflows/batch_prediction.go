@@ -223,6 +223,20 @@ type BatchPredictionResult struct {
 	ErrorReasons map[string]int64 `json:"error_reasons,omitempty"`
 }
 
+// predictionInput is BatchPredictionJob's argument: a PredictionSpec,
+// decoded strictly as job specs are (DecodeSpec's rules).
+type predictionInput struct {
+	PredictionSpec
+	inputErrors
+}
+
+// UnmarshalJSON decodes the spec strictly and keeps what is wrong for the
+// workflow to refuse (see jobInput.UnmarshalJSON).
+func (in *predictionInput) UnmarshalJSON(b []byte) error {
+	in.inputErrors = decodeInputJSON(b, &in.PredictionSpec)
+	return nil
+}
+
 // BatchPredictionProgress is what BatchPredictionJob's "progress" query
 // answers.
 type BatchPredictionProgress struct {
@@ -236,13 +250,19 @@ type BatchPredictionProgress struct {
 // bundle in a Beam pipeline (one activity, retried on another worker if
 // its worker dies) and writes sharded results and per-row errors. Its
 // "progress" query answers a BatchPredictionProgress.
-func BatchPredictionJob(ctx workflow.Context, spec PredictionSpec) (BatchPredictionResult, error) {
-	spec = spec.WithDefaults()
+func BatchPredictionJob(ctx workflow.Context, in predictionInput) (BatchPredictionResult, error) {
+	spec := in.PredictionSpec.WithDefaults()
 	p := &BatchPredictionProgress{Phase: PhaseValidating}
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (BatchPredictionProgress, error) { return *p, nil }); err != nil {
 		return BatchPredictionResult{}, err
 	}
-	res, err := runBatch(ctx, spec, p)
+	res, err := BatchPredictionResult{}, checkInput(ctx, in.inputErrors)
+	if err != nil && !IsInvalidSpec(err) {
+		return res, err // a run started before strictSpecChange: it failed so
+	}
+	if err == nil {
+		res, err = runBatch(ctx, spec, p)
+	}
 	switch {
 	case err == nil:
 		p.Result = &res

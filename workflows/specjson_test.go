@@ -58,8 +58,8 @@ func TestDecodeSpecNamesTheField(t *testing.T) {
 	}
 }
 
-// TestRawInputWithTypoIsInvalidSpec starts TrainingJob and
-// HyperparameterTuningJob with raw JSON as the Temporal UI and CLI send
+// TestRawInputWithTypoIsInvalidSpec starts TrainingJob,
+// HyperparameterTuningJob and BatchPredictionJob with raw JSON as the Temporal UI and CLI send
 // it: a typo or a wrong type fails the job at once as a non-retryable
 // InvalidSpec naming the field, before any activity runs.
 func TestRawInputWithTypoIsInvalidSpec(t *testing.T) {
@@ -68,12 +68,14 @@ func TestRawInputWithTypoIsInvalidSpec(t *testing.T) {
 		{TrainingJobName, `{"job_id":"x","preset":"census","train":{"max_steps":"many"}}`, `train.max_steps: want an integer, got "many"`},
 		{TrainingJobName, `"census"`, `spec: want an object, got "census"`},
 		{HyperparameterTuningJobName, `{"job_id":"x","tuning":{"max_trials":2,"max_trails":3}}`, "tuning.max_trails: unknown field (did you mean max_trials?)"},
+		{BatchPredictionJobName, `{"job_id":"x","model":"census","input_path":["a.csv"]}`, "input_path: unknown field (did you mean input_paths?)"},
 	} {
 		t.Run(c.want, func(t *testing.T) {
 			var s testsuite.WorkflowTestSuite
 			env := s.NewTestWorkflowEnvironment()
 			env.RegisterWorkflowWithOptions(TrainingJob, workflow.RegisterOptions{Name: TrainingJobName})
 			env.RegisterWorkflowWithOptions(HyperparameterTuningJob, workflow.RegisterOptions{Name: HyperparameterTuningJobName})
+			env.RegisterWorkflowWithOptions(BatchPredictionJob, workflow.RegisterOptions{Name: BatchPredictionJobName})
 			env.ExecuteWorkflow(c.workflow, json.RawMessage(c.input))
 			err := env.GetWorkflowError()
 			var ae *temporal.ApplicationError
