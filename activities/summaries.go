@@ -73,55 +73,79 @@ func (j *jobDir) evalSummaries(ctx context.Context, name string, step int64, m t
 // ends). A chief that resumes from a checkpoint redoes the steps after it
 // and starts its next file at the same step as the file its predecessor
 // wrote from there, replacing it: no step is shown twice.
+//
+// The scalars are the chief's own: the mean loss of the batches it
+// computed and the global step rate it saw. In a distributed job the
+// chief sees global steps only from the moment it joins, so its curves
+// start at the first summary step after that (other workers may have
+// taken the job to step 602 before the chief's first push), and it
+// measures rates only between steps it saw: the first point after a
+// (re)start covers the interval from the chief's first step to it, and a
+// point with no such interval (the chief's first step is itself a
+// summary step) has the loss but no examples_per_sec or global_step/sec.
 type trainSummaries struct {
 	every           int64
 	examplesPerStep float64
 	learningRate    float64
 	// onLoss, if set, gets each summary's mean loss.
 	onLoss func(float64)
+	// now is the clock (time.Now; tests set their own).
+	now func() time.Time
 
 	mu       sync.Mutex // a distributed chief commits on another goroutine
 	pending  []pendingSummary
 	next     int64 // the first global step of the next summary
 	lossSum  float64
 	lossN    int
-	lastStep int64
-	lastAt   time.Time
+	lastStep int64     // the global step rates are measured from
+	lastAt   time.Time // when the chief saw lastStep; zero before its first step
 }
 
 type pendingSummary struct {
 	step   int64
 	at     time.Time
+	tags   []string
 	values []float64
 }
 
-var trainTags = []string{"loss", "examples_per_sec", "global_step/sec", "learning_rate"}
+// trainTags are the tags of a training summary; one with no interval to
+// measure rates over has only rateless's.
+var (
+	trainTags = []string{"loss", "examples_per_sec", "global_step/sec", "learning_rate"}
+	rateless  = []string{"loss", "learning_rate"}
+)
 
 func newTrainSummaries(every int64, examplesPerStep int, learningRate float64) *trainSummaries {
 	if every <= 0 {
 		every = 100
 	}
-	return &trainSummaries{every: every, examplesPerStep: float64(examplesPerStep), learningRate: learningRate}
+	return &trainSummaries{every: every, examplesPerStep: float64(examplesPerStep), learningRate: learningRate, now: time.Now}
 }
 
 // stepped records the loss of the batch that took the job to step.
 func (s *trainSummaries) stepped(step int64, loss float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
-	if s.lastAt.IsZero() { // the first step of this process: rates start here
-		s.lastStep, s.lastAt = step-1, now.Add(-time.Millisecond)
+	now := s.now()
+	first := s.lastAt.IsZero()
+	if first { // the first step this process saw: rates are measured from here
 		s.next = (step + s.every - 1) / s.every * s.every
 	}
 	s.lossSum += loss
 	s.lossN++
 	if step < s.next {
+		if first {
+			s.lastStep, s.lastAt = step, now
+		}
 		return
 	}
-	stepsPerSec := float64(step-s.lastStep) / now.Sub(s.lastAt).Seconds()
 	loss = s.lossSum / float64(s.lossN)
-	s.pending = append(s.pending, pendingSummary{step, now,
-		[]float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}})
+	p := pendingSummary{step: step, at: now, tags: rateless, values: []float64{loss, s.learningRate}}
+	if !first && step > s.lastStep && now.After(s.lastAt) {
+		stepsPerSec := float64(step-s.lastStep) / now.Sub(s.lastAt).Seconds()
+		p.tags, p.values = trainTags, []float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}
+	}
+	s.pending = append(s.pending, p)
 	if s.onLoss != nil {
 		s.onLoss(loss)
 	}
@@ -152,7 +176,7 @@ func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) erro
 	}
 	var b tfevents.Batch
 	for _, p := range out {
-		b.Add(p.step, p.at, trainTags, p.values)
+		b.Add(p.step, p.at, p.tags, p.values)
 	}
 	if err := jd.writeSummaries(ctx, "train", "chief", out[0].step, &b); err != nil {
 		s.mu.Lock()
