@@ -37,9 +37,9 @@ type ReplayVerdict int
 const (
 	// Replayed: this build makes the decisions the history recorded.
 	Replayed ReplayVerdict = iota
-	// NeverRan: the recorded run failed its first workflow task (its
-	// input could not be decoded, or the workflow failed at once) and never
-	// completed one, so there was nothing to check.
+	// NeverRan: the recorded run never ran workflow code (its input could
+	// not be decoded, or its first workflow task failed and none ever
+	// completed), so there was nothing to check.
 	NeverRan
 	// Nondeterministic: this build makes other decisions than the
 	// history recorded (the SDK's [TMPRL1100]): a running job would break.
@@ -59,8 +59,10 @@ type ReplayError struct {
 	Verdict ReplayVerdict
 	// What names the history ("job census_2 (run …)", a file name).
 	What string
-	// Original is the recorded run's own failure (NeverRan).
-	Original string
+	// Original is the recorded run's own failure (NeverRan), and
+	// Undecodable whether it was that its input could not be decoded.
+	Original    string
+	Undecodable bool
 	// Err is the replay's error.
 	Err error
 }
@@ -68,11 +70,11 @@ type ReplayError struct {
 func (e *ReplayError) Error() string {
 	switch e.Verdict {
 	case NeverRan:
-		msg := fmt.Sprintf("%s never ran: its first workflow task failed in the original run too, so there is no recorded decision to check", e.What)
-		if strings.Contains(e.Original, "unable to decode") {
-			return msg + fmt.Sprintf("; the job's input could not be decoded (%s): start it again with a corrected spec (trainflow jobs submit checks a spec before starting it)", e.Original)
+		if e.Undecodable {
+			return fmt.Sprintf("%s never ran: the original run could not decode its input either, so there is no recorded decision to check: %s; "+
+				"start the job again with a corrected spec (trainflow jobs submit checks a spec before starting it)", e.What, e.Original)
 		}
-		return msg + ": " + e.Original
+		return fmt.Sprintf("%s never ran: its first workflow task failed in the original run too, so there is no recorded decision to check: %s", e.What, e.Original)
 	case Nondeterministic:
 		return fmt.Sprintf("replay of %s is not deterministic against this build: this code would break the running job; "+
 			"guard the change with workflow.GetVersion: %v", e.What, e.Err)
@@ -92,39 +94,48 @@ func ExplainReplay(h *historypb.History, what string, err error) error {
 		return nil
 	}
 	e := &ReplayError{Verdict: ReplayFailed, What: what, Err: err}
-	if msg, ok := FirstTaskFailure(h); ok {
-		e.Verdict, e.Original = NeverRan, msg
+	if msg, undecodable, ok := FailedAtStart(h); ok {
+		e.Verdict, e.Original, e.Undecodable = NeverRan, msg, undecodable
 	} else if strings.Contains(err.Error(), "TMPRL1100") {
 		e.Verdict = Nondeterministic
-	} else if _, derr := workflows.JobIDOf(h); derr != nil || strings.Contains(err.Error(), "unable to decode the workflow function input") {
+	} else if _, derr := workflows.JobIDOf(h); derr != nil || strings.Contains(err.Error(), inputDecodeFailure) {
 		e.Verdict = InputUndecodable
 	}
 	return e
 }
 
-// FirstTaskFailure returns the failure message of the recorded run's
-// first workflow task and true when the run never completed a workflow
-// task: the workflow never ran (the SDK could not decode its input, or it
-// failed at once), so its history records no decision.
-func FirstTaskFailure(h *historypb.History) (string, bool) {
-	var failure string
-	failed := false
+// inputDecodeFailure starts the Go SDK's failure of a workflow whose input
+// it cannot decode.
+const inputDecodeFailure = "unable to decode the workflow function input"
+
+// FailedAtStart returns the recorded run's failure when the run never ran
+// workflow code: the SDK could not decode its input (it fails the
+// workflow in its first task), or its first workflow task failed and no
+// task ever completed. undecodable says which. Such a history records no
+// decision of the workflow's to check.
+func FailedAtStart(h *historypb.History) (failure string, undecodable, ok bool) {
+	completed := false
 	for _, ev := range h.GetEvents() {
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-			return "", false
+			completed = true
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-			if !failed {
-				failed = true
-				failure = ev.GetWorkflowTaskFailedEventAttributes().GetFailure().GetMessage()
+			if !completed {
+				f := ev.GetWorkflowTaskFailedEventAttributes().GetFailure()
+				return orNone(FailureMessage(f)), strings.Contains(f.GetMessage(), inputDecodeFailure), true
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+			if f := ev.GetWorkflowExecutionFailedEventAttributes().GetFailure(); strings.Contains(f.GetMessage(), inputDecodeFailure) {
+				return FailureMessage(f), true, true
 			}
 		}
 	}
-	if !failed {
-		return "", false
+	return "", false, false
+}
+
+func orNone(msg string) string {
+	if msg == "" {
+		return "no failure message recorded"
 	}
-	if failure == "" {
-		failure = "no failure message recorded"
-	}
-	return failure, true
+	return msg
 }

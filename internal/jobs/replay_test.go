@@ -44,15 +44,24 @@ func withInput(h *historypb.History, spec string) *historypb.History {
 func TestExplainReplay(t *testing.T) {
 	good := recorded(t, "succeeded.json")
 	const badSpec = `{"job_id":"bad_type","train":{"max_steps":"many"}}`
-	// A run whose input the SDK could not decode: its first workflow
-	// task failed, no task ever completed, until it was terminated.
+	// A run whose input the SDK could not decode: the Go SDK fails the
+	// workflow in its first task (as recorded from a real server).
+	const decodeFailure = "unable to decode the workflow function input payload with error: payload item 0: unable to decode: " +
+		"json: cannot unmarshal string into Go struct field TrainSpec.JobSpec.train.max_steps of type int64, function name: TrainingJob"
+	undecodable := withInput(good, badSpec)
+	undecodable.Events = append(undecodable.Events[:4], // started, task scheduled, started, completed
+		&historypb.HistoryEvent{EventId: 5, EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+			Attributes: &historypb.HistoryEvent_WorkflowExecutionFailedEventAttributes{WorkflowExecutionFailedEventAttributes: &historypb.WorkflowExecutionFailedEventAttributes{
+				WorkflowTaskCompletedEventId: 4, Failure: &failurepb.Failure{Message: decodeFailure, Source: "GoSDK",
+					Cause: &failurepb.Failure{Message: "payload item 0: unable to decode: json: cannot unmarshal string into Go struct field TrainSpec.JobSpec.train.max_steps of type int64"}}}}})
+	// A run whose first workflow task failed, and no task ever completed,
+	// until it was terminated.
 	neverRan := withInput(good, badSpec)
-	neverRan.Events = neverRan.Events[:3] // started, task scheduled, task started
-	neverRan.Events = append(neverRan.Events, &historypb.HistoryEvent{EventId: 4, EventType: enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED,
-		Attributes: &historypb.HistoryEvent_WorkflowTaskFailedEventAttributes{WorkflowTaskFailedEventAttributes: &historypb.WorkflowTaskFailedEventAttributes{
-			ScheduledEventId: 2, StartedEventId: 3, Cause: enumspb.WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE,
-			Failure: &failurepb.Failure{Message: "unable to decode the workflow function input payload with error: payload item 0: unable to decode: " +
-				"json: cannot unmarshal string into Go struct field TrainSpec.train.max_steps of type int64, function name: TrainingJob"}}}},
+	neverRan.Events = append(neverRan.Events[:3], // started, task scheduled, task started
+		&historypb.HistoryEvent{EventId: 4, EventType: enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+			Attributes: &historypb.HistoryEvent_WorkflowTaskFailedEventAttributes{WorkflowTaskFailedEventAttributes: &historypb.WorkflowTaskFailedEventAttributes{
+				ScheduledEventId: 2, StartedEventId: 3, Cause: enumspb.WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE,
+				Failure: &failurepb.Failure{Message: "workflow panicked: spec has no job_id"}}}},
 		&historypb.HistoryEvent{EventId: 5, EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
 			Attributes: &historypb.HistoryEvent_WorkflowExecutionTerminatedEventAttributes{WorkflowExecutionTerminatedEventAttributes: &historypb.WorkflowExecutionTerminatedEventAttributes{Reason: "bad spec"}}})
 	// The workflow code changed under a recorded run: it schedules other
@@ -73,7 +82,8 @@ func TestExplainReplay(t *testing.T) {
 		verdict ReplayVerdict
 		want    []string // in the message
 	}{
-		{"input not decodable in the original run", neverRan, NeverRan, []string{"never ran", "first workflow task failed in the original run too", "could not be decoded", "max_steps", "corrected spec"}},
+		{"input not decodable in the original run", undecodable, NeverRan, []string{"never ran", "could not decode its input either", "max_steps", "corrected spec"}},
+		{"first workflow task failed in the original run", neverRan, NeverRan, []string{"never ran", "first workflow task failed in the original run too", "spec has no job_id"}},
 		{"non-determinism", changed, Nondeterministic, []string{"not deterministic", "workflow.GetVersion", "TMPRL1100"}},
 		{"input this build cannot decode", retyped, InputUndecodable, []string{"cannot decode the input", "max_steps"}},
 	} {
@@ -87,6 +97,7 @@ func TestExplainReplay(t *testing.T) {
 				t.Errorf("verdict %v (%v), want %v", re.Verdict, err, c.verdict)
 			}
 			msg := err.Error()
+			t.Log(msg)
 			for _, w := range c.want {
 				if !strings.Contains(msg, w) {
 					t.Errorf("message %q lacks %q", msg, w)
@@ -100,7 +111,7 @@ func TestExplainReplay(t *testing.T) {
 	if err := ExplainReplay(good, "job x", workflows.Replay(good, nil)); err != nil {
 		t.Errorf("a recorded run that replays: %v", err)
 	}
-	if msg, ok := FirstTaskFailure(good); ok {
-		t.Errorf("FirstTaskFailure of a run that completed tasks = %q, true", msg)
+	if msg, _, ok := FailedAtStart(good); ok {
+		t.Errorf("FailedAtStart of a run that ran = %q, true", msg)
 	}
 }
