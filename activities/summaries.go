@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"path"
 	"slices"
 	"sync"
@@ -80,9 +81,11 @@ func (j *jobDir) evalSummaries(ctx context.Context, name string, step int64, m t
 // start at the first summary step after that (other workers may have
 // taken the job to step 602 before the chief's first push), and it
 // measures rates only between steps it saw: the first point after a
-// (re)start covers the interval from the chief's first step to it, and a
-// point with no such interval (the chief's first step is itself a
-// summary step) has the loss but no examples_per_sec or global_step/sec.
+// (re)start covers the interval from the chief's first step to it. A
+// first step that is itself a summary step has no interval before it: its
+// point (which a resumed chief must write, to replace the file its
+// predecessor started there) takes the rates of the chief's first
+// interval, after it, or has none if it is flushed before that.
 type trainSummaries struct {
 	every           int64
 	examplesPerStep float64
@@ -99,21 +102,18 @@ type trainSummaries struct {
 	lossN    int
 	lastStep int64     // the global step rates are measured from
 	lastAt   time.Time // when the chief saw lastStep; zero before its first step
+	// unrated: the last pending summary is at the chief's first step and
+	// waits for the rates of its first interval.
+	unrated bool
 }
 
 type pendingSummary struct {
 	step   int64
 	at     time.Time
-	tags   []string
 	values []float64
 }
 
-// trainTags are the tags of a training summary; one with no interval to
-// measure rates over has only rateless's.
-var (
-	trainTags = []string{"loss", "examples_per_sec", "global_step/sec", "learning_rate"}
-	rateless  = []string{"loss", "learning_rate"}
-)
+var trainTags = []string{"loss", "examples_per_sec", "global_step/sec", "learning_rate"}
 
 func newTrainSummaries(every int64, examplesPerStep int, learningRate float64) *trainSummaries {
 	if every <= 0 {
@@ -127,25 +127,38 @@ func (s *trainSummaries) stepped(step int64, loss float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	first := s.lastAt.IsZero()
-	if first { // the first step this process saw: rates are measured from here
-		s.next = (step + s.every - 1) / s.every * s.every
-	}
 	s.lossSum += loss
 	s.lossN++
-	if step < s.next {
-		if first {
-			s.lastStep, s.lastAt = step, now
+	if s.lastAt.IsZero() { // the first step this process saw: rates are measured from here
+		s.lastStep, s.lastAt = step, now
+		s.next = (step + s.every - 1) / s.every * s.every
+		if step == s.next { // a summary step, with no interval before it
+			s.add(step, now, math.NaN())
+			s.unrated = true
 		}
 		return
 	}
-	loss = s.lossSum / float64(s.lossN)
-	p := pendingSummary{step: step, at: now, tags: rateless, values: []float64{loss, s.learningRate}}
-	if !first && step > s.lastStep && now.After(s.lastAt) {
-		stepsPerSec := float64(step-s.lastStep) / now.Sub(s.lastAt).Seconds()
-		p.tags, p.values = trainTags, []float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}
+	if !now.After(s.lastAt) || step <= s.lastStep {
+		return
 	}
-	s.pending = append(s.pending, p)
+	stepsPerSec := float64(step-s.lastStep) / now.Sub(s.lastAt).Seconds()
+	if s.unrated { // the chief's first interval rates the summary at its first step
+		if n := len(s.pending); n > 0 && s.pending[n-1].step == s.lastStep {
+			s.pending[n-1].values[1], s.pending[n-1].values[2] = stepsPerSec*s.examplesPerStep, stepsPerSec
+		}
+		s.unrated = false
+	}
+	if step < s.next {
+		return
+	}
+	s.add(step, now, stepsPerSec)
+}
+
+// add appends the summary at step, ending the current interval; a NaN
+// stepsPerSec is filled in later, or the rates are left out.
+func (s *trainSummaries) add(step int64, now time.Time, stepsPerSec float64) {
+	loss := s.lossSum / float64(s.lossN)
+	s.pending = append(s.pending, pendingSummary{step, now, []float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}})
 	if s.onLoss != nil {
 		s.onLoss(loss)
 	}
@@ -176,7 +189,11 @@ func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) erro
 	}
 	var b tfevents.Batch
 	for _, p := range out {
-		b.Add(p.step, p.at, p.tags, p.values)
+		if math.IsNaN(p.values[2]) { // flushed before its rates were known
+			b.Add(p.step, p.at, []string{trainTags[0], trainTags[3]}, []float64{p.values[0], p.values[3]})
+			continue
+		}
+		b.Add(p.step, p.at, trainTags, p.values)
 	}
 	if err := jd.writeSummaries(ctx, "train", "chief", out[0].step, &b); err != nil {
 		s.mu.Lock()

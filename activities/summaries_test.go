@@ -25,25 +25,23 @@ import (
 // it saw. A chief that joins a distributed job at step 602 (or resumes
 // there) has its first point's rate measured from its own first step, not
 // from a made-up step 601 a millisecond earlier; one whose first step is
-// a summary step has nothing to measure and writes the loss without rates.
+// a summary step writes a point there (replacing the file a predecessor
+// started there) with the rates of its first interval, or none if that
+// point is flushed before the interval ends.
 func TestTrainSummariesRates(t *testing.T) {
 	const every, batch = 100, 32
 	t0 := time.Unix(1700000000, 0)
+	rates := func(stepsPerSec float64) []float64 { return []float64{0, stepsPerSec * batch, stepsPerSec, 0.1} }
 	for _, c := range []struct {
 		name  string
 		steps []int64 // the global steps the chief sees, 10 ms apart
 		want  []pendingSummary
 	}{
-		{"joined at 602", span(602, 700, 1), []pendingSummary{
-			{step: 700, tags: trainTags, values: []float64{0, 100 * batch, 100, 0.1}}}},
-		{"joined at 600, a summary step", span(600, 700, 1), []pendingSummary{
-			{step: 600, tags: rateless, values: []float64{0, 0.1}},
-			{step: 700, tags: trainTags, values: []float64{0, 100 * batch, 100, 0.1}}}},
-		{"async, other workers push between the chief's steps", span(602, 701, 3), []pendingSummary{
-			{step: 701, tags: trainTags, values: []float64{0, 300 * batch, 300, 0.1}}}},
-		{"a single process from step 1", span(1, 200, 1), []pendingSummary{
-			{step: 100, tags: trainTags, values: []float64{0, 100 * batch, 100, 0.1}},
-			{step: 200, tags: trainTags, values: []float64{0, 100 * batch, 100, 0.1}}}},
+		{"joined at 602", span(602, 700, 1), []pendingSummary{{step: 700, values: rates(100)}}},
+		{"joined at 600, a summary step", span(600, 700, 1), []pendingSummary{{step: 600, values: rates(100)}, {step: 700, values: rates(100)}}},
+		{"joined at 600, then slower", append([]int64{600}, span(605, 700, 5)...), []pendingSummary{{step: 600, values: rates(500)}, {step: 700, values: rates(500)}}},
+		{"async, other workers push between the chief's steps", span(602, 701, 3), []pendingSummary{{step: 701, values: rates(300)}}},
+		{"a single process from step 1", span(1, 200, 1), []pendingSummary{{step: 100, values: rates(100)}, {step: 200, values: rates(100)}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newTrainSummaries(every, batch, 0.1)
@@ -57,13 +55,37 @@ func TestTrainSummariesRates(t *testing.T) {
 				t.Fatalf("%d summaries %+v, want %d", len(s.pending), s.pending, len(c.want))
 			}
 			for i, got := range s.pending {
-				want := c.want[i]
-				if got.step != want.step || !slices.Equal(got.tags, want.tags) || !approx(got.values, want.values) {
-					t.Errorf("summary %d: got step %d %q %v, want step %d %q %v", i, got.step, got.tags, got.values, want.step, want.tags, want.values)
+				if want := c.want[i]; got.step != want.step || !approx(got.values, want.values) {
+					t.Errorf("summary %d: got step %d %v, want step %d %v", i, got.step, got.values, want.step, want.values)
 				}
 			}
 		})
 	}
+
+	t.Run("flushed before the first interval ends", func(t *testing.T) {
+		ctx := context.Background()
+		a := &Activities{Home: t.TempDir()}
+		a.DataRoots = []string{a.Home}
+		jd, err := a.openJobDir(ctx, filepath.Join(a.Home, "job"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer jd.Close()
+		s := newTrainSummaries(every, batch, 0.1)
+		s.stepped(600, 0.5)
+		if err := s.flush(ctx, jd, 600); err != nil {
+			t.Fatal(err)
+		}
+		s.stepped(601, 0.5) // too late for the point at 600
+		b, err := jd.st.Read(ctx, path.Join(logsDir, "train", tfevents.FileName(600, "chief")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := tfevents.Read(bytes.NewReader(b))
+		if err != nil || len(evs) != 2 || len(evs[1].Values) != 2 || evs[1].Values["loss"] != 0.5 || evs[1].Values["learning_rate"] != float32(0.1) {
+			t.Fatalf("events %+v, %v; want one at step 600 with loss and learning_rate only", evs, err)
+		}
+	})
 }
 
 // span returns from, from+by, … up to the first step at or past to.
