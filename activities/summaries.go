@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"path"
 	"slices"
 	"sync"
@@ -73,20 +74,37 @@ func (j *jobDir) evalSummaries(ctx context.Context, name string, step int64, m t
 // ends). A chief that resumes from a checkpoint redoes the steps after it
 // and starts its next file at the same step as the file its predecessor
 // wrote from there, replacing it: no step is shown twice.
+//
+// The scalars are the chief's own: the mean loss of the batches it
+// computed and the global step rate it saw. In a distributed job the
+// chief sees global steps only from the moment it joins, so its curves
+// start at the first summary step after that (other workers may have
+// taken the job to step 602 before the chief's first push), and it
+// measures rates only between steps it saw: the first point after a
+// (re)start covers the interval from the chief's first step to it. A
+// first step that is itself a summary step has no interval before it: its
+// point (which a resumed chief must write, to replace the file its
+// predecessor started there) takes the rates of the chief's first
+// interval, after it, or has none if it is flushed before that.
 type trainSummaries struct {
 	every           int64
 	examplesPerStep float64
 	learningRate    float64
 	// onLoss, if set, gets each summary's mean loss.
 	onLoss func(float64)
+	// now is the clock (time.Now; tests set their own).
+	now func() time.Time
 
 	mu       sync.Mutex // a distributed chief commits on another goroutine
 	pending  []pendingSummary
 	next     int64 // the first global step of the next summary
 	lossSum  float64
 	lossN    int
-	lastStep int64
-	lastAt   time.Time
+	lastStep int64     // the global step rates are measured from
+	lastAt   time.Time // when the chief saw lastStep; zero before its first step
+	// unrated: the last pending summary is at the chief's first step and
+	// waits for the rates of its first interval.
+	unrated bool
 }
 
 type pendingSummary struct {
@@ -101,27 +119,46 @@ func newTrainSummaries(every int64, examplesPerStep int, learningRate float64) *
 	if every <= 0 {
 		every = 100
 	}
-	return &trainSummaries{every: every, examplesPerStep: float64(examplesPerStep), learningRate: learningRate}
+	return &trainSummaries{every: every, examplesPerStep: float64(examplesPerStep), learningRate: learningRate, now: time.Now}
 }
 
 // stepped records the loss of the batch that took the job to step.
 func (s *trainSummaries) stepped(step int64, loss float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
-	if s.lastAt.IsZero() { // the first step of this process: rates start here
-		s.lastStep, s.lastAt = step-1, now.Add(-time.Millisecond)
-		s.next = (step + s.every - 1) / s.every * s.every
-	}
+	now := s.now()
 	s.lossSum += loss
 	s.lossN++
-	if step < s.next {
+	if s.lastAt.IsZero() { // the first step this process saw: rates are measured from here
+		s.lastStep, s.lastAt = step, now
+		s.next = (step + s.every - 1) / s.every * s.every
+		if step == s.next { // a summary step, with no interval before it
+			s.add(step, now, math.NaN())
+			s.unrated = true
+		}
+		return
+	}
+	if !now.After(s.lastAt) || step <= s.lastStep {
 		return
 	}
 	stepsPerSec := float64(step-s.lastStep) / now.Sub(s.lastAt).Seconds()
-	loss = s.lossSum / float64(s.lossN)
-	s.pending = append(s.pending, pendingSummary{step, now,
-		[]float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}})
+	if s.unrated { // the chief's first interval rates the summary at its first step
+		if n := len(s.pending); n > 0 && s.pending[n-1].step == s.lastStep {
+			s.pending[n-1].values[1], s.pending[n-1].values[2] = stepsPerSec*s.examplesPerStep, stepsPerSec
+		}
+		s.unrated = false
+	}
+	if step < s.next {
+		return
+	}
+	s.add(step, now, stepsPerSec)
+}
+
+// add appends the summary at step, ending the current interval; a NaN
+// stepsPerSec is filled in later, or the rates are left out.
+func (s *trainSummaries) add(step int64, now time.Time, stepsPerSec float64) {
+	loss := s.lossSum / float64(s.lossN)
+	s.pending = append(s.pending, pendingSummary{step, now, []float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}})
 	if s.onLoss != nil {
 		s.onLoss(loss)
 	}
@@ -152,6 +189,10 @@ func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) erro
 	}
 	var b tfevents.Batch
 	for _, p := range out {
+		if math.IsNaN(p.values[2]) { // flushed before its rates were known
+			b.Add(p.step, p.at, []string{trainTags[0], trainTags[3]}, []float64{p.values[0], p.values[3]})
+			continue
+		}
 		b.Add(p.step, p.at, trainTags, p.values)
 	}
 	if err := jd.writeSummaries(ctx, "train", "chief", out[0].step, &b); err != nil {

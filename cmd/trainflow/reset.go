@@ -45,27 +45,34 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// runReplay replays a job's history against this build's workflow code and
-// reports non-determinism, the symptom of a workflow change that would
-// break running jobs.
+// runReplay replays a job's history against this build's workflow code:
+// it checks that this build can still run the jobs it recorded
+// (determinism). It reports non-determinism, the symptom of a workflow
+// change that would break running jobs, apart from histories it cannot
+// check (a run whose first workflow task failed, input this build cannot
+// decode). It re-runs nothing: jobs reset does.
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: trainflow replay JOB_ID | --file history.json [--save history.json]")
+		fmt.Fprintln(stderr, "usage: trainflow replay JOB_ID [--run RUN_ID] [--save history.json] | --file history.json")
 		fs.PrintDefaults()
 	}
 	var c conn
 	c.register(fs)
 	file := fs.String("file", "", "a history exported as JSON (Temporal CLI `workflow show --output json`, the UI's download, or --save)")
 	save := fs.String("save", "", "also write the fetched history to this JSON file")
+	run := fs.String("run", "", "replay this run of the job (default: the job's own latest run, not a start refused as a duplicate)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := c.check(); err != nil {
+		return err
+	}
 	var h *historypb.History
-	var what string
+	var what, runID string
 	switch {
-	case *file != "" && fs.NArg() == 0:
+	case *file != "" && fs.NArg() == 0 && *run == "":
 		f, err := os.Open(*file)
 		if err != nil {
 			return err
@@ -86,10 +93,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		defer cl.Close()
-		if h, err = jobs.FetchHistory(ctx, cl, id, ""); err != nil {
+		if h, runID, err = jobs.FetchRunHistory(ctx, cl, c.Namespace, id, *run); err != nil {
 			return err
 		}
-		what = "job " + id
+		what = fmt.Sprintf("job %s (run %s)", id, runID)
 		if *save != "" {
 			b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
 			if err != nil {
@@ -99,16 +106,21 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return err
 			}
 		}
+	case *file != "" && *run != "":
+		return usageError{errors.New("--run picks a run of JOB_ID; a --file holds one run already")}
 	default:
 		return usageError{errors.New("want JOB_ID or --file, not both")}
 	}
 	err := workflows.Replay(h, func(r sdkworker.WorkflowReplayer) { worker.RegisterWorkflows(r) })
-	if err != nil {
-		return fmt.Errorf("replay of %s (%d events) is not deterministic against this build's TrainingJob: "+
-			"this code would break the running job; guard the change with workflow.GetVersion: %w", what, len(h.Events), err)
+	if err := jobs.ExplainReplay(h, what, err); err != nil {
+		return err
 	}
 	if c.output == "json" {
-		return writeJSON(stdout, map[string]any{"replayed": what, "events": len(h.Events), "deterministic": true})
+		out := map[string]any{"replayed": what, "events": len(h.Events), "deterministic": true}
+		if runID != "" {
+			out["run_id"] = runID
+		}
+		return writeJSON(stdout, out)
 	}
 	fmt.Fprintf(stdout, "replayed %s: %d events, deterministic\n", what, len(h.Events))
 	return nil

@@ -64,9 +64,7 @@ func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Des
 			break
 		}
 		p := PendingActivity{Activity: pa.ActivityType.GetName(), State: strings.TrimPrefix(pa.State.String(), "PENDING_ACTIVITY_STATE_"), Attempt: pa.Attempt}
-		if f := pa.LastFailure; f != nil {
-			p.LastFailure = f.Message
-		}
+		p.LastFailure = FailureMessage(pa.LastFailure)
 		out.Pending = append(out.Pending, p)
 	}
 	if info.Type.GetName() == workflows.BatchPredictionJobName {
@@ -85,7 +83,7 @@ func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Des
 	}
 	var res workflows.JobResult
 	if err := cl.GetWorkflow(ctx, id, runID).Get(ctx, &res); err != nil {
-		out.Error = err.Error()
+		out.Error = FailureText(err)
 	} else {
 		out.Result = &res
 	}
@@ -144,7 +142,7 @@ func describeBatch(ctx context.Context, cl client.Client, out *Description, runn
 	}
 	var res workflows.BatchPredictionResult
 	if err := cl.GetWorkflow(ctx, out.JobID, out.RunID).Get(ctx, &res); err != nil {
-		out.Error = err.Error()
+		out.Error = FailureText(err)
 	} else {
 		out.BatchResult = &res
 	}

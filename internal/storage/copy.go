@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
 )
@@ -33,8 +33,9 @@ func (s *Store) Copy(ctx context.Context, dst, src string) error {
 		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 			return s.wrap("copy", dst, err)
 		}
-		// A name List hides (see isTempName) until the rename publishes it.
-		tmp := fmt.Sprintf("%s.%x.tmp", to, time.Now().UnixNano())
+		// A name List hides (see isTempName) and that shares nothing
+		// with dst's (see writeFile) until the rename publishes it.
+		tmp := filepath.Join(filepath.Dir(to), tempSuffix())
 		err := os.Link(from, tmp)
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("copy %s: %w", s.location(src), ErrNotExist)
@@ -51,7 +52,17 @@ func (s *Store) Copy(ctx context.Context, dst, src string) error {
 			return nil
 		}
 		// No hard links here (another file system, or none supported):
-		// copy the bytes.
+		// copy the bytes, through WriteFunc's temporary file rather than
+		// the file driver's.
+		r, err := s.NewReader(ctx, src)
+		if err != nil {
+			return fmt.Errorf("copy: %w", err)
+		}
+		defer r.Close()
+		return s.WriteFunc(ctx, dst, func(w io.Writer) error {
+			_, err := io.Copy(w, r)
+			return err
+		})
 	}
 	if err := s.b.Copy(ctx, d, sk, nil); err != nil {
 		return s.wrap("copy", src, err)

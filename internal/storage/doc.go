@@ -30,7 +30,10 @@
 // A file:// Store is a directory: each key is the path of a file under it,
 // and the directory is created on Open. Its temporary files are written
 // next to their destination (so the rename that publishes them never
-// crosses file systems) and no attribute side files are written. mem://
+// crosses file systems), named ".<hex>.tmp" so that nothing watching the
+// directory by name pattern mistakes one for its destination (TensorBoard
+// reads any file whose name holds "tfevents"), and no attribute side files
+// are written. mem://
 // buckets are shared by name within one process and live until it exits;
 // they are for tests and single-process runs.
 //
@@ -38,8 +41,8 @@
 //
 // A key is a slash-separated relative path of non-empty segments other
 // than "." and "..", without control characters, such as
-// "checkpoints/ckpt-100". Keys ending in ".<hex>.tmp" are reserved for the
-// file driver's temporary files, which List hides. For the same layout to
+// "checkpoints/ckpt-100". Keys ending in ".<hex>.tmp" are reserved for
+// temporary files, which List hides. For the same layout to
 // work on every backend, a key must not also be a prefix of other keys
 // ("a" and "a/b" cannot coexist on file://). Keys of a Store from Sub or
 // from a URI with a prefix are relative to that prefix.

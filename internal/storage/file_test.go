@@ -2,9 +2,12 @@ package storage
 
 import (
 	"context"
+	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/trainflow/trainflow/train"
@@ -83,5 +86,47 @@ func TestFileTempDir(t *testing.T) {
 	s := mustOpen(t, t.TempDir())
 	if err := s.Write(context.Background(), "a/b", []byte("x")); err != nil {
 		t.Fatalf("Write with an unusable TMPDIR: %v", err)
+	}
+}
+
+// TestFileTempName checks that the temporary file of a file:// write or
+// copy shares nothing with its destination's name, so a program that
+// watches a directory by name pattern (TensorBoard takes any name holding
+// "tfevents" for an event file) never sees one, and that List hides it.
+func TestFileTempName(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s := mustOpen(t, root)
+	const key = "logs/train/events.out.tfevents.0000000000000000100.chief"
+	var during []string
+	err := s.WriteFunc(ctx, key, func(w io.Writer) error {
+		w.Write([]byte("part"))
+		ents, err := os.ReadDir(filepath.Join(root, "logs", "train"))
+		for _, e := range ents {
+			during = append(during, e.Name())
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(during) != 1 || strings.Contains(during[0], "tfevents") || !strings.HasPrefix(during[0], ".") || !isTempName(during[0]) {
+		t.Errorf("files during the write = %q, want one hidden temporary name without the key's", during)
+	}
+	if keys, err := s.List(ctx, "logs/"); err != nil || !slices.Equal(keys, []string{key}) {
+		t.Errorf("List = %q, %v, want [%s]", keys, err, key)
+	}
+	// A copy's temporary name too (a hard link, or the bytes when the file
+	// system has none).
+	if err := s.Copy(ctx, key+"_copy", key); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(root, "logs", "train"))
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if want := []string{path.Base(key), path.Base(key) + "_copy"}; !slices.Equal(names, want) {
+		t.Errorf("files after the copy = %q, want %q", names, want)
 	}
 }

@@ -2,6 +2,8 @@ package storage
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -222,23 +224,22 @@ func (s *Store) Write(ctx context.Context, key string, data []byte) error {
 // committed; if fill fails, panics or ctx ends first, the write is aborted
 // and key keeps its old object (or none). On file:// the content is fsynced
 // before the rename that publishes it, and the directory after, so it also
-// survives an operating system crash.
+// survives an operating system crash; the temporary file's name shares
+// nothing with key's (see writeFile).
 func (s *Store) WriteFunc(ctx context.Context, key string, fill func(w io.Writer) error) error {
 	k, err := s.full("write", key)
 	if err != nil {
 		return err
 	}
+	if s.loc.scheme == "file" {
+		if err := s.writeFile(ctx, k, fill); err != nil {
+			return s.wrap("write", key, err)
+		}
+		return nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var f *os.File // the file driver's temporary file
-	opts := &blob.WriterOptions{DisableContentTypeDetection: true}
-	if s.loc.scheme == "file" {
-		opts.BeforeWrite = func(as func(any) bool) error {
-			as(&f)
-			return nil
-		}
-	}
-	w, err := s.b.NewWriter(ctx, k, opts)
+	w, err := s.b.NewWriter(ctx, k, &blob.WriterOptions{DisableContentTypeDetection: true})
 	if err != nil {
 		return s.wrap("write", key, err)
 	}
@@ -249,31 +250,87 @@ func (s *Store) WriteFunc(ctx context.Context, key string, fill func(w io.Writer
 			w.Close()
 		}
 	}()
-	abort := func(err error) error {
+	if err := fill(w); err != nil {
 		closed = true
 		cancel() // a canceled writer discards what it has on Close
 		w.Close()
 		return s.wrap("write", key, err)
 	}
-	if err := fill(w); err != nil {
-		return abort(err)
-	}
-	if f != nil {
-		if err := f.Sync(); err != nil {
-			return abort(err)
-		}
-	}
 	closed = true
 	if err := w.Close(); err != nil {
 		return s.wrap("write", key, err)
 	}
-	if f != nil {
-		dir := filepath.Dir(filepath.Join(filepath.FromSlash(s.loc.root), filepath.FromSlash(k)))
-		if err := atomicfile.SyncDir(dir); err != nil {
-			return s.wrap("write", key, err)
+	return nil
+}
+
+// writeFile is WriteFunc on file:// for the bucket key k. It does what the
+// file driver would (a temporary file in the destination's directory,
+// renamed over it) except for the temporary file's name: the driver's is
+// "<key>.<hex>.tmp", which holds the destination's name, and programs
+// that watch a directory by name pattern take it for the file itself.
+// TensorBoard counts any name containing "tfevents" as an event file,
+// moves on to the temporary one, and is stuck there once it is renamed
+// away. Ours is "." + tempSuffix(): hidden, matching no pattern of a
+// destination, and still a name List hides (isTempName).
+func (s *Store) writeFile(ctx context.Context, k string, fill func(w io.Writer) error) (err error) {
+	dst := filepath.Join(filepath.FromSlash(s.loc.root), filepath.FromSlash(k))
+	dir := filepath.Dir(dst)
+	if err := os.MkdirAll(dir, s.loc.dirMode()); err != nil {
+		return err
+	}
+	f, err := createTemp(dir)
+	if err != nil {
+		return err
+	}
+	published := false
+	defer func() { // also when fill panics
+		if !published {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := fill(f); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), dst); err != nil {
+		return err
+	}
+	published = true
+	return atomicfile.SyncDir(dir)
+}
+
+// tempSuffix returns a fresh ".<hex>.tmp": with a leading "." it is the
+// whole name of a file:// Store's temporary file, which isTempName
+// recognises and List hides.
+func tempSuffix() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "." + hex.EncodeToString(b[:]) + ".tmp"
+}
+
+// createTemp creates a new temporary file in dir, named "." +
+// tempSuffix(), readable like the files the file driver writes (0666
+// before the umask).
+func createTemp(dir string) (*os.File, error) {
+	for range 100 {
+		f, err := os.OpenFile(filepath.Join(dir, tempSuffix()), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
 		}
 	}
-	return nil
+	return nil, &os.PathError{Op: "createtemp", Path: filepath.Join(dir, ".*.tmp"), Err: fs.ErrExist}
 }
 
 // Delete removes the object at key. Deleting a missing object is not an

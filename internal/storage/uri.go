@@ -3,8 +3,10 @@ package storage
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -110,6 +112,17 @@ func (l location) bucketURL() string {
 	return u.String()
 }
 
+// dirMode is the mode a file:// Store creates directories with: the
+// file driver's dir_file_mode query parameter (decimal, as the driver
+// reads it; Open has the driver check it), else 0777 before the umask.
+func (l location) dirMode() os.FileMode {
+	q, _ := url.ParseQuery(l.query)
+	if m, err := strconv.ParseUint(q.Get("dir_file_mode"), 10, 32); err == nil && m != 0 {
+		return os.FileMode(m)
+	}
+	return 0o777
+}
+
 // uri returns the URI of the location with the extra prefix sub (a clean
 // key or ""), in the form Open accepts. withQuery selects whether the
 // caller's query is kept; error messages leave it out.
@@ -169,9 +182,10 @@ func checkPrefix(prefix string) error {
 	return nil
 }
 
-// isTempName reports whether key looks like a temporary file of the file
-// driver (gocloud.dev/blob/fileblob): "<name>.<hex nanoseconds>.tmp".
-// One left behind by a crash is hidden from List.
+// isTempName reports whether key looks like a temporary file of a file://
+// Store: "<name>.<hex>.tmp", as the file driver (gocloud.dev/blob/fileblob)
+// names them, or ".<hex>.tmp", as WriteFunc and Copy do. One left behind
+// by a crash is hidden from List.
 func isTempName(key string) bool {
 	rest, ok := strings.CutSuffix(key, ".tmp")
 	if !ok {

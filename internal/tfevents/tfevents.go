@@ -8,9 +8,13 @@
 // A Batch collects events in memory and is written whole, as one new file
 // (a temporary name renamed into place, or one object put), so a crash
 // never leaves a torn record for TensorBoard to stop at: a file is there
-// complete or not at all. TensorBoard reads every events.out.tfevents.*
-// file of a directory in name order; names hold the first step of their
-// batch, so batches are read in step order (see FileName).
+// complete or not at all. TensorBoard's directory watcher takes every file
+// whose name contains "tfevents" for an event file, reads them in name
+// order and never goes back to an earlier name; so no other file of a
+// watched directory may have "tfevents" in its name (internal/storage
+// names its temporary files ".<hex>.tmp" for this), and names hold the
+// first step of their batch, so batches are read in step order (see
+// FileName).
 package tfevents
 
 import (

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// TestReplayCLI: `trainflow replay JOB` replays the job's own run, not a
+// later start refused as a duplicate (--run picks one); a job whose input
+// could not be decoded (its first workflow task failed) is reported as
+// such, not as non-determinism with advice to use workflow.GetVersion.
+func TestReplayCLI(t *testing.T) {
+	st := testStack(t, t.TempDir())
+	addr := st.Temporal.FrontendAddr()
+	ctx := context.Background()
+
+	// A spec with a wrong type, started the way the Temporal UI does.
+	bad := startUIStyle(t, st.Client, "bad_type_1", `{"job_id":"bad_type_1","preset":"census","train":{"max_steps":"many"}}`)
+	if _, err := waitJob(t, bad); err == nil || !strings.Contains(err.Error(), "unable to decode") {
+		t.Fatalf("a spec with a wrong type: job error %v, want its input not decoded", err)
+	}
+	code, out, errs := cli(t, "replay", "bad_type_1", "--temporal", addr)
+	if code != exitError || !strings.Contains(errs, "never ran") || !strings.Contains(errs, "could not decode its input") || !strings.Contains(errs, "max_steps") {
+		t.Errorf("replay of a job whose input could not be decoded: exit %d, %s%s; want exit %d saying the input could not be decoded", code, out, errs, exitError)
+	}
+	if strings.Contains(errs, "GetVersion") || strings.Contains(errs, "not deterministic") {
+		t.Errorf("replay calls a job that never ran non-deterministic: %s", errs)
+	}
+
+	// A job, then a start with its ID that refuses itself as DUPLICATE.
+	id := "replay_1"
+	run, err := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{GeneratedRows: 1000}, Train: workflows.TrainSpec{MaxSteps: 100, SaveCheckpointsSteps: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitJob(t, run); err != nil {
+		t.Fatal(err)
+	}
+	dup := startUIStyle(t, st.Client, id, `{"job_id":"replay_1","preset":"census","data":{"generated_rows":1000}}`)
+	var ae *temporal.ApplicationError
+	if _, err := waitJob(t, dup); !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeJobExists {
+		t.Fatalf("duplicate run ended with %v, want a JobExists refusal", err)
+	}
+	var got struct {
+		RunID         string `json:"run_id"`
+		Events        int    `json:"events"`
+		Deterministic bool   `json:"deterministic"`
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", id}, run.GetRunID()},
+		{[]string{"replay", id, "--run", dup.GetRunID()}, dup.GetRunID()},
+		{[]string{"replay", id, "--run", run.GetRunID()}, run.GetRunID()},
+	} {
+		code, out, errs := cli(t, append(c.args, "--temporal", addr, "--output", "json")...)
+		if code != exitOK || json.Unmarshal([]byte(out), &got) != nil || got.RunID != c.want || !got.Deterministic {
+			t.Errorf("%q: exit %d, %s%s; want run %s, deterministic", c.args, code, out, errs, c.want)
+		}
+	}
+	d, err := st.Client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil || d.WorkflowExecutionInfo.Execution.RunId != dup.GetRunID() || d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_FAILED {
+		t.Errorf("the job's latest run is %v (%v), want the refused duplicate", d.GetWorkflowExecutionInfo().GetExecution(), err)
+	}
+	if code, _, errs := cli(t, "replay", "--file", "h.json", "--run", run.GetRunID()); code != exitUsage {
+		t.Errorf("replay --file --run: exit %d (%s), want %d", code, errs, exitUsage)
+	}
+}
