@@ -108,7 +108,7 @@ const (
 )
 
 func nonRetryable(errType string, err error) error {
-	return temporal.NewNonRetryableApplicationError(err.Error(), errType, err)
+	return temporal.NewNonRetryableApplicationError(err.Error(), errType, nil)
 }
 
 // claim is the content of job.json: which job owns the directory.

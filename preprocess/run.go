@@ -1,9 +1,11 @@
 package preprocess
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -181,7 +183,7 @@ func (r *Request) WriteManifest(t *Transform, shards []ShardResult) (*Manifest, 
 			continue
 		}
 		if frac := float64(bad[i]) / float64(total); frac > r.MaxBadFraction {
-			m.Failure = fmt.Sprintf("%d of %d %s rows rejected (%.4f > max_bad_fraction %v): %v", bad[i], total, split, frac, r.MaxBadFraction, m.Bad)
+			m.Failure = fmt.Sprintf("%d of %d %s rows rejected (%.4f > max_bad_fraction %v): %s", bad[i], total, split, frac, r.MaxBadFraction, reasonCounts(m.Bad))
 		}
 	}
 	if f := emptyFile(shards); f != "" {
@@ -285,4 +287,16 @@ func RunLocal(r *Request) (*Manifest, error) {
 		shards = append(shards, s)
 	}
 	return r.WriteManifest(t, shards)
+}
+
+// reasonCounts lists rejected rows by reason, most frequent first, as
+// "column_count 40, bad_number 3".
+func reasonCounts(bad map[string]int64) string {
+	reasons := slices.Collect(maps.Keys(bad))
+	slices.SortFunc(reasons, func(a, b string) int { return cmp.Or(cmp.Compare(bad[b], bad[a]), cmp.Compare(a, b)) })
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = fmt.Sprintf("%s %d", r, bad[r])
+	}
+	return strings.Join(parts, ", ")
 }

@@ -287,11 +287,11 @@ func runBatch(ctx workflow.Context, spec PredictionSpec, p *BatchPredictionProgr
 	info := workflow.GetInfo(ctx)
 	res := BatchPredictionResult{JobID: spec.JobID, Model: spec.Model}
 	if err := spec.Validate(); err != nil {
-		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if spec.JobID != info.WorkflowExecution.ID {
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
-		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if spec.Model != "" {
 		if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.Model)); err != nil {

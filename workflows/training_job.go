@@ -345,26 +345,26 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 	info := workflow.GetInfo(ctx)
 	res := JobResult{JobID: spec.JobID, Model: spec.ModelName}
 	if err := spec.Validate(); err != nil {
-		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if workflow.GetVersion(ctx, trustChange, workflow.DefaultVersion, 1) >= 1 {
 		if err := spec.ValidateTrust(); err != nil {
-			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 		}
 	}
 	if spec.JobID != info.WorkflowExecution.ID {
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
-		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if spec.Tuning != nil {
 		err := fmt.Errorf("%w: tuning: a spec with a tuning block runs as %s, not %s", ErrInvalidSpec, HyperparameterTuningJobName, TrainingJobName)
-		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if sd := spec.SharedData; sd != nil {
 		parent := info.ParentWorkflowExecution
 		if parent == nil || parent.ID != sd.TuningJobID || !isTrialOf(spec.JobID, sd.TuningJobID) {
 			err := fmt.Errorf("%w: shared_data: only a %s sets it, in its own trials' specs (job %s is not a trial started by %q)", ErrInvalidSpec, HyperparameterTuningJobName, spec.JobID, sd.TuningJobID)
-			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 		}
 	}
 	ops := workflow.GetVersion(ctx, opsChange, workflow.DefaultVersion, 1) >= 1

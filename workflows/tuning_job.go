@@ -234,7 +234,7 @@ func HyperparameterTuningJob(ctx workflow.Context, in tuningInput, carry *Tuning
 }
 
 func invalid(err error) error {
-	return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 }
 
 func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *Progress) (JobResult, error) {
