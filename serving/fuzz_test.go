@@ -57,7 +57,7 @@ func FuzzPredictRequest(f *testing.F) {
 			errorMessage(t, w)
 			return
 		}
-		preds := decodePredictions(t, w)
+		preds := decodeAnswer(t, w)
 		if len(preds) == 0 || len(preds) > maxInstances {
 			t.Fatalf("got %d predictions, want 1 to %d", len(preds), maxInstances)
 		}
