@@ -84,9 +84,9 @@ func (s *scanner) boundRows(key []byte, lim limits) (ok bool, err error) {
 		break
 	}
 	if n+1 > lim.rows {
-		what := "instances"
+		what := keyInstances
 		if strings.EqualFold(string(key), keyExamples) {
-			what = "examples"
+			what = keyExamples
 		}
 		return false, tooManyRows(n+1, what, lim.rows)
 	}
@@ -113,7 +113,7 @@ func (s *scanner) boundColumns(key []byte, lim limits) (ok bool, err error) {
 		}
 		switch {
 		case array && m > lim.array():
-			return false, tooManyRows(m, "instances", lim.rows)
+			return false, tooManyRows(m, keyInstances, lim.rows)
 		case over:
 			return false, badRequest("%s.%s holds a value of more than %d elements or nested more than %d deep", clipKey(key), clipKey(name), lim.elements(), maxBoundDepth)
 		}

@@ -68,12 +68,12 @@ func scanPredict(dst *instances, body []byte, lim limits) (signature []byte, ok 
 			return nil, false
 		}
 		switch string(key) {
-		case "instances":
+		case keyInstances:
 			if seenInstances || !s.instances(dst, lim) {
 				return nil, false
 			}
 			seenInstances = true
-		case "signature_name":
+		case keySignatureName:
 			s.ws()
 			if seenSignature || s.peek() != '"' {
 				return nil, false

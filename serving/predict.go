@@ -101,7 +101,7 @@ func (sv *Servable) predict(sc *scratch, n int) error {
 	sc.x = grow(sc.x, n*t.Dim)
 	for i := range n {
 		if err := sv.parse(sc, i); err != nil {
-			return badRequest("%s[%d].%v", cmp.Or(sc.what, "instances"), i, err)
+			return badRequest("%s[%d].%v", cmp.Or(sc.what, keyInstances), i, err)
 		}
 		t.Apply(sc.x[i*t.Dim:(i+1)*t.Dim], sc.row)
 	}
@@ -116,7 +116,7 @@ func (sv *Servable) predict(sc *scratch, n int) error {
 	for i := range n {
 		for _, z := range sc.logits[i*k : (i+1)*k] {
 			if math.IsNaN(z) || math.IsInf(z, 0) {
-				return badRequest("%s[%d]: feature values are too large for this model (its output overflows)", cmp.Or(sc.what, "instances"), i)
+				return badRequest("%s[%d]: feature values are too large for this model (its output overflows)", cmp.Or(sc.what, keyInstances), i)
 			}
 		}
 	}

@@ -320,7 +320,7 @@ func (s *Server) predict(sc *scratch, sv *Servable) error {
 		return err
 	}
 	if n > s.opts.MaxInstances {
-		return tooManyRows(n, "instances", s.opts.MaxInstances)
+		return tooManyRows(n, keyInstances, s.opts.MaxInstances)
 	}
 	if err := sv.predict(sc, n); err != nil {
 		return err

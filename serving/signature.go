@@ -79,13 +79,13 @@ func (sv *Servable) signatureDefs() map[string]signatureDef {
 	}
 	in := infos(sv.inputs)
 	defs := map[string]signatureDef{
-		"serving_default": {Inputs: in, Outputs: infos(sv.outputs), MethodName: methodPredict, Defaults: map[string]any{}},
+		sigDefault: {Inputs: in, Outputs: infos(sv.outputs), MethodName: methodPredict, Defaults: map[string]any{}},
 	}
 	if classes := sv.Bundle.Model.NumClasses(); classes > 0 {
-		defs["classification"] = signatureDef{Inputs: in, MethodName: methodClassify, Defaults: map[string]any{},
+		defs[sigClassification] = signatureDef{Inputs: in, MethodName: methodClassify, Defaults: map[string]any{},
 			Outputs: infos([]tensor{{"classes", "BYTES", "DT_STRING", classes}, {"scores", "FP64", "DT_DOUBLE", classes}})}
 	} else {
-		defs["regression"] = signatureDef{Inputs: in, MethodName: methodRegress, Defaults: map[string]any{},
+		defs[sigRegression] = signatureDef{Inputs: in, MethodName: methodRegress, Defaults: map[string]any{},
 			Outputs: infos([]tensor{{"outputs", "FP64", "DT_DOUBLE", 0}})}
 	}
 	return defs

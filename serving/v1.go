@@ -131,7 +131,7 @@ func (s *Server) classifyOrRegress(sc *scratch, sv *Servable, verb string) error
 		return badRequest("no examples: send {\"examples\": [{feature: value, …}]}")
 	}
 	if len(req.Examples) > s.opts.MaxInstances {
-		return tooManyRows(len(req.Examples), "examples", s.opts.MaxInstances)
+		return tooManyRows(len(req.Examples), keyExamples, s.opts.MaxInstances)
 	}
 	rows := make([]rawObject, len(req.Examples))
 	for i, raw := range req.Examples {
@@ -145,7 +145,7 @@ func (s *Server) classifyOrRegress(sc *scratch, sv *Servable, verb string) error
 			rows[i][k] = v
 		}
 	}
-	sc.rows, sc.what = rows, "examples"
+	sc.rows, sc.what = rows, keyExamples
 	n := len(rows)
 	if err := sv.predict(sc, n); err != nil {
 		return err

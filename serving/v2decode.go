@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,11 +88,11 @@ func scanV2(dst *v2Decoded, body []byte, lim limits) error {
 			}
 			switch string(key) {
 			case keyID:
-				if dst.id, err = s.text(v2Field{-1, keyID}); err != nil {
+				if dst.id, err = s.text(v2Field{i: -1, name: keyID}); err != nil {
 					return err
 				}
 			case keyParameters:
-				if err := s.skip(v2Field{-1, keyParameters}, lim); err != nil {
+				if err := s.skip(v2Field{i: -1, name: keyParameters}, lim); err != nil {
 					return err
 				}
 			case keyOutputs:
@@ -152,18 +153,20 @@ func (s *scanner) key() ([]byte, error) {
 	return []byte(v), nil
 }
 
-// v2Field names a field of a V2 request in messages: of input tensor i,
-// or of the request if i < 0. Formatted only for a message.
+// v2Field names a field of a V2 request in messages: of element i of
+// list (input tensor i if list is ""), or of the request if i < 0.
+// Formatted only for a message.
 type v2Field struct {
 	i    int
 	name string
+	list string
 }
 
 func (f v2Field) String() string {
 	if f.i < 0 {
 		return f.name
 	}
-	return fmt.Sprintf("inputs[%d].%s", f.i, f.name)
+	return fmt.Sprintf("%s[%d].%s", cmp.Or(f.list, keyInputs), f.i, f.name)
 }
 
 // text scans the string value of field, unescaped.
@@ -250,10 +253,10 @@ func (s *scanner) v2Input(in *v2Input, i int, lim limits) error {
 		switch string(key) {
 		case keyName:
 			bit = v2Name
-			in.name, err = s.text(v2Field{i, keyName})
+			in.name, err = s.text(v2Field{i: i, name: keyName})
 		case keyDatatype:
 			bit = v2DType
-			in.datatype, err = s.text(v2Field{i, keyDatatype})
+			in.datatype, err = s.text(v2Field{i: i, name: keyDatatype})
 		case keyShape:
 			bit = v2Shape
 			err = s.v2Shape(in, i, lim)
@@ -262,7 +265,7 @@ func (s *scanner) v2Input(in *v2Input, i int, lim limits) error {
 			err = s.v2Data(in, i, lim)
 		case keyParameters:
 			bit = v2Params
-			err = s.skip(v2Field{i, keyParameters}, lim)
+			err = s.skip(v2Field{i: i, name: keyParameters}, lim)
 		default:
 			return badRequest("inputs[%d]: unknown field %s", i, clipKey(key))
 		}
@@ -421,10 +424,10 @@ func (s *scanner) v2Outputs(dst *v2Decoded, lim limits) error {
 			switch string(key) {
 			case keyName:
 				bit = v2Name
-				name, err = s.text(v2Field{-1, fmt.Sprintf("outputs[%d].name", i)})
+				name, err = s.text(v2Field{i: i, name: keyName, list: keyOutputs})
 			case keyParameters:
 				bit = v2Params
-				err = s.skip(v2Field{-1, fmt.Sprintf("outputs[%d].parameters", i)}, lim)
+				err = s.skip(v2Field{i: i, name: keyParameters, list: keyOutputs}, lim)
 			default:
 				return badRequest("outputs[%d]: unknown field %s", i, clipKey(key))
 			}

@@ -44,12 +44,21 @@ const (
 	verbRegress  = "regress"
 )
 
+// Signature names, as TF estimators export them: the metadata lists
+// sigDefault and sigClassification or sigRegression.
+const (
+	sigDefault        = "serving_default"
+	sigPredict        = "predict"
+	sigClassification = "classification"
+	sigRegression     = "regression"
+)
+
 // signatures are the signature_name values each verb answers; "" is
-// the default. TF Serving's estimator exports name them so.
+// the default.
 var signatures = map[string][]string{
-	verbPredict:  {"", "serving_default", "predict", "tensorflow/serving/predict"},
-	verbClassify: {"", "serving_default", "classification", "tensorflow/serving/classify"},
-	verbRegress:  {"", "serving_default", "regression", "tensorflow/serving/regress"},
+	verbPredict:  {"", sigDefault, sigPredict, methodPredict},
+	verbClassify: {"", sigDefault, sigClassification, methodClassify},
+	verbRegress:  {"", sigDefault, sigRegression, methodRegress},
 }
 
 // JSON keys the request scanners match (decode.go, v2decode.go).
