@@ -3,6 +3,7 @@ package serving
 import (
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // Requests are bounded before they are decoded: a body of 1.5 MB can
@@ -20,8 +21,8 @@ const maxBoundDepth = maxScanDepth
 // features than lim: a top-level array of more than lim.rows elements, an
 // element of one that is an object of more than lim.feats members, a
 // top-level object (columns) of more than lim.feats members or with a
-// column of more than lim.rows values, or any deeper value over the same
-// bounds. Every top-level key is looked at, whatever its name, since
+// column of more than lim.array() values, or any deeper value over the
+// same bounds. Every top-level key is looked at, whatever its name, since
 // encoding/json matches names case-insensitively and through escapes. A
 // body that is not JSON passes: the strict decoder names what is wrong.
 func boundPredict(body []byte, lim limits) error {
@@ -70,7 +71,7 @@ func (s *scanner) boundRows(key []byte, lim limits) (ok bool, err error) {
 		}
 		switch {
 		case over:
-			return false, badRequest("%s[%d] holds a value of more than %d elements or nested more than %d deep", clipKey(key), n, max(lim.rows, lim.feats), maxBoundDepth)
+			return false, badRequest("%s[%d] holds a value of more than %d elements or nested more than %d deep", clipKey(key), n, lim.elements(), maxBoundDepth)
 		case object && m > lim.feats:
 			return false, badRequest("%s[%d] has %d features, this model has %d", clipKey(key), n, m, lim.feats)
 		}
@@ -83,7 +84,11 @@ func (s *scanner) boundRows(key []byte, lim limits) (ok bool, err error) {
 		break
 	}
 	if n+1 > lim.rows {
-		return false, tooManyRows(n+1, "instances", lim.rows)
+		what := keyInstances
+		if strings.EqualFold(string(key), keyExamples) {
+			what = keyExamples
+		}
+		return false, tooManyRows(n+1, what, lim.rows)
 	}
 	return true, nil
 }
@@ -107,10 +112,10 @@ func (s *scanner) boundColumns(key []byte, lim limits) (ok bool, err error) {
 			return false, nil
 		}
 		switch {
-		case array && m > lim.rows:
-			return false, tooManyRows(m, "instances", lim.rows)
+		case array && m > lim.array():
+			return false, tooManyRows(m, keyInstances, lim.rows)
 		case over:
-			return false, badRequest("%s.%s holds a value of more than %d elements or nested more than %d deep", clipKey(key), clipKey(name), max(lim.rows, lim.feats), maxBoundDepth)
+			return false, badRequest("%s.%s holds a value of more than %d elements or nested more than %d deep", clipKey(key), clipKey(name), lim.elements(), maxBoundDepth)
 		}
 		if s.byte(',') {
 			continue
@@ -126,9 +131,17 @@ func (s *scanner) boundColumns(key []byte, lim limits) (ok bool, err error) {
 	return true, nil
 }
 
+// array is the most elements an array of a request may hold: a column of
+// lim.rows values, or one row's vector.
+func (lim limits) array() int { return max(lim.rows, lim.width) }
+
+// elements is the most elements or members any array or object of a
+// request may hold, for messages.
+func (lim limits) elements() int { return max(lim.array(), lim.feats) }
+
 // walk scans the value at s.i (no leading whitespace) at nesting depth and
 // returns its number of elements (array) or members (object), 0 for a
-// scalar. over is true if a value nested in it has more than lim.rows
+// scalar. over is true if a value nested in it has more than lim.array()
 // elements or lim.feats members, or nests deeper than maxBoundDepth. ok is
 // false if the JSON is malformed.
 func (s *scanner) walk(depth int, lim limits) (n int, over, ok bool) {
@@ -160,7 +173,7 @@ func (s *scanner) walk(depth int, lim limits) (n int, over, ok bool) {
 			return n, over, false
 		}
 		n++
-		if innerOver || inner == '[' && m > lim.rows || inner == '{' && m > lim.feats {
+		if innerOver || inner == '[' && m > lim.array() || inner == '{' && m > lim.feats {
 			// Stop here: the request is refused whatever follows.
 			return n, true, true
 		}

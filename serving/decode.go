@@ -46,8 +46,10 @@ const maxScanDepth = 32
 // limits bound the work of one request before anything is allocated per
 // instance: rows instances (V2: rows per tensor), feats features per
 // instance (V2: input tensors) — a model has a fixed number of features,
-// so more can only be unknown or repeated ones.
-type limits struct{ rows, feats int }
+// so more can only be unknown or repeated ones — and width elements per
+// row of one feature (V2: of one tensor), 0 or 1 for a model of scalar
+// features only.
+type limits struct{ rows, feats, width int }
 
 // scanPredict decodes body into dst (reusing its memory) if it is of the
 // fast path's form and within lim, returning the signature_name ("" if
@@ -66,12 +68,12 @@ func scanPredict(dst *instances, body []byte, lim limits) (signature []byte, ok 
 			return nil, false
 		}
 		switch string(key) {
-		case "instances":
+		case keyInstances:
 			if seenInstances || !s.instances(dst, lim) {
 				return nil, false
 			}
 			seenInstances = true
-		case "signature_name":
+		case keySignatureName:
 			s.ws()
 			if seenSignature || s.peek() != '"' {
 				return nil, false

@@ -200,6 +200,10 @@ func TestDecodeV2Bounds(t *testing.T) {
 		{"shape [650000]", `{"inputs":[` + tensor("[650000]", data) + `]}`, "shape [650000] holds more than 1000 values"},
 		{"data before shape", `{"inputs":[{"name":"age","data":[` + data + `],"shape":[650000],"datatype":"FP64"}]}`, "more than 1000 values"},
 		{"shape [1] with 650000 values", `{"inputs":[` + tensor("[1]", data) + `]}`, "more than 1000 values"},
+		{"650000 values nested in one row", `{"inputs":[` + tensor("[1]", "["+data+"]") + `]}`, "more than 1000 values"},
+		{"values nested deep", `{"inputs":[` + tensor("[1]", strings.Repeat("[", 100)+"0"+strings.Repeat("]", 100)) + `]}`, "nested more than 32 deep"},
+		{"object in data", `{"inputs":[` + tensor("[1]", `{"a":1}`) + `]}`, "not objects"},
+		{"too many outputs", `{"outputs":[` + strings.Repeat(`{"name":"x"},`, 100) + `{"name":"x"}]}`, "outputs: more than 64"},
 		{"shape product", `{"inputs":[` + tensor("[1000,1000,1000,1000,1000,1000,1000]", "0") + `]}`, "holds more than 1000 values"},
 		{"many inputs", `{"inputs":[` + strings.Repeat(tensor("[1]", "0")+",", 100) + tensor("[1]", "0") + `]}`, "more than 15 inputs"},
 	} {

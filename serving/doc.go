@@ -4,9 +4,12 @@
 //
 // A classifier answers each instance of POST /v1/models/NAME:predict with
 // {"class", "class_index", "probabilities", "logits"}; a regressor (a
-// model of no classes) with {"value"}. The metadata route says which: a
-// classifier's lists its "classes", a regressor's has "problem_type":
-// "regression" and its "label".
+// model of no classes) with {"value"}. The metadata route says which: its
+// "trainflow" entry lists a classifier's "classes", and a regressor's
+// "problem_type": "regression" and "label". The routes, verbs and JSON
+// shapes follow TF Serving's REST API and the Open Inference Protocol
+// (KServe V2); wire.go names them, and docs/serving-api.md says, route by
+// route, where they conform and where they deviate.
 //
 // Models live in a model repository (bundle.Repository): one directory
 // per model, one per version inside it, each a complete export bundle.

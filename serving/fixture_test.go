@@ -392,6 +392,52 @@ func decodePredictions(t testing.TB, w *httptest.ResponseRecorder) []serving.Pre
 	return r.Predictions
 }
 
+// outputsResponse is the body of a successful columnar :predict.
+type outputsResponse struct {
+	Outputs struct {
+		Class         []string    `json:"class"`
+		ClassIndex    []int       `json:"class_index"`
+		Probabilities [][]float64 `json:"probabilities"`
+		Logits        [][]float64 `json:"logits"`
+	} `json:"outputs"`
+}
+
+// decodeOutputs decodes the answer of a columnar :predict of a
+// classifier, {"outputs": {"class": [...], ...}}, into one Prediction per
+// instance.
+func decodeOutputs(t testing.TB, w *httptest.ResponseRecorder) []serving.Prediction {
+	t.Helper()
+	if w.Code != http.StatusOK {
+		t.Fatalf("status: got %d (%s), want 200", w.Code, w.Body)
+	}
+	var r outputsResponse
+	dec := json.NewDecoder(w.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("decode outputs: %v", err)
+	}
+	o := r.Outputs
+	n := len(o.Class)
+	if n == 0 || len(o.ClassIndex) != n || len(o.Probabilities) != n || len(o.Logits) != n {
+		t.Fatalf("outputs: got %d classes, %d class indexes, %d probabilities, %d logits, want as many, at least one", n, len(o.ClassIndex), len(o.Probabilities), len(o.Logits))
+	}
+	preds := make([]serving.Prediction, n)
+	for i := range preds {
+		preds[i] = serving.Prediction{Class: o.Class[i], ClassIndex: o.ClassIndex[i], Probabilities: o.Probabilities[i], Logits: o.Logits[i]}
+	}
+	return preds
+}
+
+// decodeAnswer decodes a successful :predict of a classifier in either
+// format: row ("predictions") or columnar ("outputs").
+func decodeAnswer(t testing.TB, w *httptest.ResponseRecorder) []serving.Prediction {
+	t.Helper()
+	if bytes.HasPrefix(w.Body.Bytes(), []byte(`{"outputs":`)) {
+		return decodeOutputs(t, w)
+	}
+	return decodePredictions(t, w)
+}
+
 // errorMessage returns the message of a {"error": "..."} body, failing the
 // test if the body is anything else.
 func errorMessage(t testing.TB, w *httptest.ResponseRecorder) string {

@@ -57,7 +57,7 @@ func FuzzPredictRequest(f *testing.F) {
 			errorMessage(t, w)
 			return
 		}
-		preds := decodePredictions(t, w)
+		preds := decodeAnswer(t, w)
 		if len(preds) == 0 || len(preds) > maxInstances {
 			t.Fatalf("got %d predictions, want 1 to %d", len(preds), maxInstances)
 		}
@@ -98,11 +98,64 @@ func FuzzV2Infer(f *testing.F) {
 		`{"inputs":[{"name":"age","shape":[-1],"datatype":"FP64","data":[]}]}`,
 		`{"inputs":[{"name":"age","shape":[1],"datatype":"FP64","data":[[[[1]]]]}]}`,
 		`{"inputs":null}`, `{"inputs":[{}]}`, `{"inputs":[5]}`, `{}`, `[]`, `null`, ``, `{"inputs":[`,
+		// Data nested or flattened, outputs selected (tritonclient's form).
+		`{"inputs": [{"name": "age", "shape": [2, 1], "datatype": "FP32", "data": [[39.0], [40.0]]}], "outputs": [{"name": "probabilities", "parameters": {"binary_data": false}}]}`,
+		`{"inputs":[{"name":"image","shape":[2,3],"datatype":"FP32","data":[1,2,3,4,5,6]}],"outputs":[{"name":"class"},{"name":"logits"}]}`,
+		`{"inputs":[{"name":"image","shape":[1,3],"datatype":"FP64","data":[[[1],[2]],[],[3]]}]}`,
+		`{"inputs":[{"name":"age","shape":[1],"datatype":"FP64","data":[[]]}],"outputs":[{"name":"nope"}]}`,
+		`{"inputs":[{"name":"age","shape":[1],"datatype":"FP64","data":[1]}],"outputs":[{"name":"class",}]}`,
+		`{"inputs":[{"name":"age","shape":[1],"datatype":"FP64","data":[1]}],"outputs":[{}]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	// The same bodies go to a model of one vector input of 784 values.
+	vec := newEnvDirs(f, serving.Options{MaxInstances: maxInstances}, vectorBundle(f))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, srv := range []*serving.Server{e.srv, vec.srv} {
+			w := serve(srv, http.MethodPost, "/v2/models/census/infer", "application/json", bytes.NewReader(body))
+			if w.Code >= 500 {
+				t.Fatalf("status: got %d (%s), want no 5xx", w.Code, clip(w.Body.Bytes()))
+			}
+			if !json.Valid(w.Body.Bytes()) {
+				t.Fatalf("body: got %q, want valid JSON", clip(w.Body.Bytes()))
+			}
+			if w.Code != http.StatusOK {
+				errorMessage(t, w)
+				continue
+			}
+			var got struct {
+				Outputs []struct{ Shape []int64 }
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || len(got.Outputs) == 0 {
+				t.Fatalf("200 body %s: %v", clip(w.Body.Bytes()), err)
+			}
+			if n := got.Outputs[0].Shape[0]; n < 1 || n > maxInstances {
+				t.Fatalf("got %d rows, want 1 to %d", n, maxInstances)
+			}
+		}
+	})
+}
+
+// FuzzExamples sends arbitrary bodies to :classify of a classifier and
+// :regress of a regressor: never a 5xx, always valid JSON, an {"error"}
+// object for a 4xx, and one result per example in a 200.
+func FuzzExamples(f *testing.F) {
+	const maxInstances = 8
+	fx := getFixture(f)
+	e := newEnv(f, serving.Options{MaxInstances: maxInstances}, 0)
+	good := mustJSON(f, goodInstance(f, nil))
+	for _, seed := range []string{
+		`{"examples":[` + good + `]}`,
+		`{"signature_name":"classification","context":{"native_country":"?"},"examples":[{"age":39,"education_num":13,"capital_gain":0,"capital_loss":0,"hours_per_week":40}]}`,
+		mustJSON(f, map[string]any{"examples": fx.instances[:3]}),
+		`{"context":{"age":39},"examples":[{"age":40}]}`,
+		`{"examples":[{},{},{},{},{},{},{},{},{}]}`,
+		`{"examples":[5]}`, `{"examples":{}}`, `{"context":[]}`, `{}`, `null`, ``, `{"examples":[`,
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		w := serve(e.srv, http.MethodPost, "/v2/models/census/infer", "application/json", bytes.NewReader(body))
+		w := serve(e.srv, http.MethodPost, "/v1/models/census:classify", "application/json", bytes.NewReader(body))
 		if w.Code >= 500 {
 			t.Fatalf("status: got %d (%s), want no 5xx", w.Code, clip(w.Body.Bytes()))
 		}
@@ -114,13 +167,22 @@ func FuzzV2Infer(f *testing.F) {
 			return
 		}
 		var got struct {
-			Outputs []struct{ Shape []int64 }
+			Results [][][2]any `json:"results"`
 		}
-		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || len(got.Outputs) == 0 {
-			t.Fatalf("200 body %s: %v", clip(w.Body.Bytes()), err)
+		dec := json.NewDecoder(w.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&got); err != nil || len(got.Results) < 1 || len(got.Results) > maxInstances {
+			t.Fatalf("200 body %s: %v, want 1 to %d results", clip(w.Body.Bytes()), err, maxInstances)
 		}
-		if n := got.Outputs[0].Shape[0]; n < 1 || n > maxInstances {
-			t.Fatalf("got %d rows, want 1 to %d", n, maxInstances)
+		for i, r := range got.Results {
+			sum := 0.0
+			for _, pair := range r {
+				p, _ := pair[1].(float64)
+				sum += p
+			}
+			if len(r) != len(fx.transform.LabelVocab) || math.Abs(sum-1) > 1e-9 {
+				t.Fatalf("results[%d]: %v, want a score per class summing to 1", i, r)
+			}
 		}
 	})
 }

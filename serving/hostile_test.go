@@ -77,6 +77,19 @@ func hostileEmpty() []byte {
 	return []byte(`{"instances":[` + insts[:len(insts)-1] + `]}`)
 }
 
+// hostileNested is a V2 body of 650,000 values nested in one row of a
+// scalar input, 1.3 MB: nested data is counted value by value.
+func hostileNested() []byte {
+	data := strings.Repeat("0,", 650_000)
+	return []byte(`{"inputs":[{"name":"age","shape":[1],"datatype":"FP64","data":[[` + data[:len(data)-1] + `]]}]}`)
+}
+
+// hostileExamples is a :classify body of 433,000 empty examples, 1.3 MB.
+func hostileExamples() []byte {
+	ex := strings.Repeat("{},", 433_000)
+	return []byte(`{"examples":[` + ex[:len(ex)-1] + `]}`)
+}
+
 // hostile are the attack bodies, their route and the answer they get.
 var hostile = []struct {
 	name, path string
@@ -86,6 +99,8 @@ var hostile = []struct {
 }{
 	{"v2 shape 650000", "/v2/models/census/infer", hostileV2, http.StatusRequestEntityTooLarge, "shape [650000] holds more than 1000 values"},
 	{"v1 many empty instances", predictURL, hostileEmpty, http.StatusRequestEntityTooLarge, "433000 instances, at most 1000 per request"},
+	{"v2 650000 values nested in one row", "/v2/models/census/infer", hostileNested, http.StatusRequestEntityTooLarge, "data holds more than 1000 values"},
+	{"classify many empty examples", "/v1/models/census:classify", hostileExamples, http.StatusRequestEntityTooLarge, "433000 examples, at most 1000 per request"},
 }
 
 // send posts body to url and returns the status and error message.

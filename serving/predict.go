@@ -2,6 +2,7 @@ package serving
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -28,9 +29,12 @@ type scratch struct {
 	rows  []rawObject // or the strict decoder's
 	feats rawObject   // the features of one fast-path or V2 instance
 
-	tensors bool      // the instances are V2 tensors: v2
-	v2      v2Decoded // the V2 request, slices of body
-	seen    []bool    // V2: the schema columns named so far
+	tensors  bool      // the instances are V2 tensors: v2
+	columnar bool      // the request is in columnar form: answer "outputs"
+	what     string    // what the request calls instances, for messages; "" is "instances"
+	v2       v2Decoded // the V2 request, slices of body
+	seen     []bool    // V2: the schema columns named so far
+	vec      []byte    // V2: the vectors of one row as JSON arrays
 
 	row              []preprocess.Value
 	x, probs, logits []float64
@@ -49,8 +53,8 @@ func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 func putScratch(sc *scratch) {
 	clear(sc.feats) // they point into body
-	sc.rows, sc.tensors = nil, false
-	if cap(sc.body) > maxPooled || cap(sc.insts.feats) > maxPooled/32 || cap(sc.x) > maxPooled/8 || cap(sc.out) > maxPooled {
+	sc.rows, sc.tensors, sc.columnar, sc.what = nil, false, false, ""
+	if cap(sc.body) > maxPooled || cap(sc.insts.feats) > maxPooled/32 || cap(sc.x) > maxPooled/8 || cap(sc.out) > maxPooled || cap(sc.vec) > maxPooled {
 		return
 	}
 	scratchPool.Put(sc)
@@ -97,7 +101,7 @@ func (sv *Servable) predict(sc *scratch, n int) error {
 	sc.x = grow(sc.x, n*t.Dim)
 	for i := range n {
 		if err := sv.parse(sc, i); err != nil {
-			return badRequest("instances[%d].%v", i, err)
+			return badRequest("%s[%d].%v", cmp.Or(sc.what, keyInstances), i, err)
 		}
 		t.Apply(sc.x[i*t.Dim:(i+1)*t.Dim], sc.row)
 	}
@@ -112,7 +116,7 @@ func (sv *Servable) predict(sc *scratch, n int) error {
 	for i := range n {
 		for _, z := range sc.logits[i*k : (i+1)*k] {
 			if math.IsNaN(z) || math.IsInf(z, 0) {
-				return badRequest("instances[%d]: feature values are too large for this model (its output overflows)", i)
+				return badRequest("%s[%d]: feature values are too large for this model (its output overflows)", cmp.Or(sc.what, keyInstances), i)
 			}
 		}
 	}
@@ -139,16 +143,18 @@ func (sv *Servable) parse(sc *scratch, i int) error {
 	return sv.Transform.Schema.ParseInstance(sc.row, sc.feats)
 }
 
-// limits are the bounds of one request to sv: maxRows instances, and
-// no more features than its schema has columns.
+// limits are the bounds of one request to sv: maxRows instances, no
+// more features than its schema has columns, and no more elements per
+// row of one feature than its longest vector.
 // feats counts a float_vector column's elements, so that a vector
 // instance passes the bound on values per instance.
 func (sv *Servable) limits(maxRows int) limits {
-	feats := 0
+	feats, width := 0, 1
 	for _, c := range sv.Transform.Schema.Columns {
 		feats += max(1, c.Length)
+		width = max(width, c.Length)
 	}
-	return limits{rows: maxRows, feats: feats}
+	return limits{rows: maxRows, feats: feats, width: width}
 }
 
 // regressor reports whether the model answers a value, not classes.

@@ -32,6 +32,12 @@ type Servable struct {
 	versionHeader []string       // X-Model-Version: versionText
 	columns       map[string]int // the Schema's columns' indexes, by name
 	classJSON     [][]byte       // LabelVocab as JSON strings
+	inputs        []tensor       // the raw inputs of the signature
+	outputs       []tensor       // what the model answers per row
+	// single is the name of the model's one input, "" if it has
+	// several: a request may then omit it (TF Serving's bare instances
+	// and columnar lists).
+	single string
 }
 
 // Load reads and verifies the bundle in the local directory dir as
@@ -62,6 +68,10 @@ func NewServable(model string, version int64, b *bundle.Bundle) (*Servable, erro
 	}
 	sv := &Servable{Model: model, Version: version, Bundle: b, Transform: t, versionText: strconv.FormatInt(version, 10), columns: map[string]int{}}
 	sv.versionHeader = []string{sv.versionText}
+	sv.inputs, sv.outputs = inputTensors(t), outputTensors(b.Model.NumClasses(), b.Model.Outputs())
+	if len(sv.inputs) == 1 {
+		sv.single = sv.inputs[0].name
+	}
 	for i, c := range t.Schema.Columns {
 		sv.columns[c.Name] = i
 	}

@@ -130,8 +130,8 @@ func TestHotReload(t *testing.T) {
 	if w := post(e.srv, predictURL, body); w.Code != http.StatusOK || w.Header().Get("X-Model-Version") != "2" {
 		t.Errorf("after moving the default: got %d X-Model-Version %q, want 200 \"2\"", w.Code, w.Header().Get("X-Model-Version"))
 	}
-	w := serve(e.srv, http.MethodGet, "/v1/models/census", "", nil)
-	want := `{"model_version_status":[{"version":"1","state":"AVAILABLE","default":false},{"version":"2","state":"AVAILABLE","default":true}]}`
+	w := serve(e.srv, http.MethodGet, "/v1/models", "", nil)
+	want := `{"models":[{"name":"census","versions":[1,2],"default":2}]}`
 	if got := strings.TrimSpace(w.Body.String()); got != want {
 		t.Errorf("status after moving the default: got %s, want %s", got, want)
 	}

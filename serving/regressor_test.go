@@ -143,16 +143,19 @@ func TestRegressor(t *testing.T) {
 
 			w = serve(e.srv, http.MethodGet, "/v1/models/census/metadata", "", nil)
 			var meta struct {
-				Metadata map[string]json.RawMessage `json:"metadata"`
+				Metadata struct {
+					Trainflow map[string]json.RawMessage `json:"trainflow"`
+				} `json:"metadata"`
 			}
 			if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &meta) != nil {
 				t.Fatalf("metadata: got %d %s", w.Code, clip(w.Body.Bytes()))
 			}
-			if got := string(meta.Metadata["problem_type"]) + " " + string(meta.Metadata["label"]); got != `"regression" "hours_per_week"` {
+			tf := meta.Metadata.Trainflow
+			if got := string(tf["problem_type"]) + " " + string(tf["label"]); got != `"regression" "hours_per_week"` {
 				t.Errorf("metadata problem_type and label: got %s, want \"regression\" \"hours_per_week\"", got)
 			}
-			if _, ok := meta.Metadata["classes"]; ok {
-				t.Errorf("metadata of a regressor lists classes: %s", meta.Metadata["classes"])
+			if _, ok := tf["classes"]; ok {
+				t.Errorf("metadata of a regressor lists classes: %s", tf["classes"])
 			}
 			w = serve(e.srv, http.MethodGet, "/v2/models/census", "", nil)
 			if !strings.Contains(w.Body.String(), `"outputs":[{"name":"value","datatype":"FP64","shape":[-1]}]`) {

@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -108,19 +107,21 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	e.JSONSerializer = plainJSON{}
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.instrument)
-	e.GET("/metrics", s.metrics.handler())
-	e.GET("/v1/models", s.listModels)
-	e.GET("/v1/models/:name", s.modelStatus)
-	e.GET("/v1/models/:name/metadata", s.modelMetadata)
-	e.POST("/v1/models/*", s.predict)
-	e.GET(livenessRoute, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"live": true}) })
-	e.GET("/v2/health/ready", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"ready": true}) })
-	e.GET("/v2/models/:name", s.v2Metadata)
-	e.GET("/v2/models/:name/versions/:version", s.v2Metadata)
-	e.GET("/v2/models/:name/ready", s.v2ModelReady)
-	e.GET("/v2/models/:name/versions/:version/ready", s.v2ModelReady)
-	e.POST("/v2/models/:name/infer", s.v2Infer)
-	e.POST("/v2/models/:name/versions/:version/infer", s.v2Infer)
+	e.GET(routeMetrics, s.metrics.handler())
+	e.GET(routeV1Models, s.listModels)
+	for _, r := range []string{routeV1Model, routeV1Version, routeV1Label} {
+		e.GET(r, s.modelStatus)
+		e.GET(r+suffixMetadata, s.modelMetadata)
+	}
+	e.POST(routeV1Verbs, s.verb)
+	e.GET(routeV2Server, s.v2Server)
+	e.GET(routeV2Live, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"live": true}) })
+	e.GET(routeV2Ready, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"ready": true}) })
+	for _, r := range []string{routeV2Model, routeV2Version} {
+		e.GET(r, s.v2Metadata)
+		e.GET(r+suffixReady, s.v2ModelReady)
+		e.POST(r+suffixInfer, s.v2Infer)
+	}
 	if opts.Routes != nil {
 		opts.Routes(e)
 	}
@@ -130,7 +131,7 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 // livenessRoute is the one route open without the auth token: it answers
 // that the process is up, and nothing else, for probes that send no
 // headers.
-const livenessRoute = "/v2/health/live"
+const livenessRoute = routeV2Live
 
 // ServeHTTP lets tests and embedders drive the server directly.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
@@ -225,7 +226,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 }
 
-// target is the model version a :predict path names.
+// target is the model version and verb a POST /v1/models/… path names.
 type target struct {
 	model   string
 	version int64  // 0: by label or the default
@@ -233,25 +234,30 @@ type target struct {
 	verb    string
 }
 
-// parseTarget parses "census:predict", "census/versions/3:predict" or
-// "census/labels/stable:predict".
+// parseTarget parses "census:predict", "census/versions/3:classify" or
+// "census/labels/stable:regress".
 func parseTarget(path string) (target, error) {
 	rest, verb, ok := strings.Cut(path, ":")
 	if !ok {
-		return target{}, &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("no route %q: want /v1/models/NAME[/versions/N|/labels/LABEL]:predict", path)}
+		return target{}, &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("no route %q: want /v1/models/NAME[/versions/N|/labels/LABEL]:predict (or :classify, :regress)", path)}
+	}
+	switch verb {
+	case verbPredict, verbClassify, verbRegress:
+	default:
+		return target{}, &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("unknown method %q: want predict, classify or regress", verb)}
 	}
 	t := target{verb: verb}
 	var sel string
 	switch {
-	case strings.Contains(rest, "/versions/"):
-		t.model, sel, _ = strings.Cut(rest, "/versions/")
+	case strings.Contains(rest, pathVersions):
+		t.model, sel, _ = strings.Cut(rest, pathVersions)
 		v, err := parseVersion(sel)
 		if err != nil || v == 0 {
 			return target{}, badRequest("version %q is not a positive integer", sel)
 		}
 		t.version = v
-	case strings.Contains(rest, "/labels/"):
-		t.model, t.label, _ = strings.Cut(rest, "/labels/")
+	case strings.Contains(rest, pathLabels):
+		t.model, t.label, _ = strings.Cut(rest, pathLabels)
 		if !bundle.ValidName(t.label) {
 			return target{}, badRequest("label %q: letters, digits and '_', starting with a letter", t.label)
 		}
@@ -264,28 +270,21 @@ func parseTarget(path string) (target, error) {
 	return t, nil
 }
 
-// predictRequest is the body of :predict: row format ("instances") or
-// columnar format ("inputs").
-type predictRequest struct {
-	SignatureName string                       `json:"signature_name"`
-	Instances     []json.RawMessage            `json:"instances"`
-	Inputs        map[string][]json.RawMessage `json:"inputs"`
+// servable returns the version t names.
+func (s *Server) servable(t target) (*Servable, error) {
+	if t.label != "" {
+		return s.reg.GetLabel(t.model, t.label)
+	}
+	return s.reg.Get(t.model, t.version)
 }
 
-func (s *Server) predict(c echo.Context) error {
+// verb answers POST /v1/models/NAME[/versions/N|/labels/LABEL]:VERB.
+func (s *Server) verb(c echo.Context) error {
 	t, err := parseTarget(c.Param("*"))
 	if err != nil {
 		return err
 	}
-	if t.verb != "predict" {
-		return &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("unknown method %q: want predict", t.verb)}
-	}
-	var sv *Servable
-	if t.label != "" {
-		sv, err = s.reg.GetLabel(t.model, t.label)
-	} else {
-		sv, err = s.reg.Get(t.model, t.version)
-	}
+	sv, err := s.servable(t)
 	if err != nil {
 		return err
 	}
@@ -295,17 +294,15 @@ func (s *Server) predict(c echo.Context) error {
 	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
-	n, err := decodePredict(sc, sv.limits(s.opts.MaxInstances))
+	switch t.verb {
+	case verbPredict:
+		err = s.predict(sc, sv)
+	default:
+		err = s.classifyOrRegress(sc, sv, t.verb)
+	}
 	if err != nil {
 		return err
 	}
-	if n > s.opts.MaxInstances {
-		return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("%d instances, at most %d per request", n, s.opts.MaxInstances)}
-	}
-	if err := sv.predict(sc, n); err != nil {
-		return err
-	}
-	sc.out = sv.appendPredictions(sc.out[:0], sc, n)
 	res := c.Response()
 	h := res.Header()
 	h[echo.HeaderContentType] = jsonContentType
@@ -315,22 +312,67 @@ func (s *Server) predict(c echo.Context) error {
 	return err
 }
 
+// predict answers the :predict body in sc.body into sc.out: {"predictions"}
+// for a request in row format, {"outputs"} for one in columnar format.
+func (s *Server) predict(sc *scratch, sv *Servable) error {
+	n, err := decodePredict(sc, sv, s.opts.MaxInstances)
+	if err != nil {
+		return err
+	}
+	if n > s.opts.MaxInstances {
+		return tooManyRows(n, keyInstances, s.opts.MaxInstances)
+	}
+	if err := sv.predict(sc, n); err != nil {
+		return err
+	}
+	if sc.columnar {
+		sc.out = sv.appendOutputs(sc.out[:0], sc, n)
+	} else {
+		sc.out = sv.appendPredictions(sc.out[:0], sc, n)
+	}
+	return nil
+}
+
 // jsonContentType is the Content-Type header of JSON responses. Header
 // values are never written to, so one slice serves every response.
 var jsonContentType = []string{echo.MIMEApplicationJSON}
 
-// readJSONBody checks the Content-Type (absent or application/json) and
-// reads the body within the size limit into sc.body.
+// readJSONBody reads the body within the size limit into sc.body and
+// checks that it is JSON, whatever its Content-Type says: TF Serving
+// reads any body as JSON, and curl -d and Python's urllib send theirs as
+// application/x-www-form-urlencoded (see jsonBody).
 func (s *Server) readJSONBody(c echo.Context, sc *scratch) error {
-	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" && ct != echo.MIMEApplicationJSON {
-		if mt, _, _ := mime.ParseMediaType(ct); mt != echo.MIMEApplicationJSON {
-			return &httpError{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("Content-Type %q: send application/json", ct)}
-		}
-	}
 	var err error
 	sc.body, err = readBody(sc.body[:0], c.Request(), s.opts.BodyLimit)
-	return err
+	if err != nil {
+		return err
+	}
+	return jsonBody(c.Request().Header.Get(echo.HeaderContentType), sc.body)
 }
+
+// jsonBody accepts a request body of Content-Type contentType as JSON:
+// one declared JSON (absent, application/json or any +json type) is
+// parsed whatever it holds, so a malformed one is a 400 naming the
+// syntax error; one of any other type is read as JSON if it starts like
+// a JSON object or array, and is a 415 if it does not (a form, a
+// multipart upload, binary data).
+func jsonBody(contentType string, body []byte) error {
+	if contentType == "" || contentType == echo.MIMEApplicationJSON {
+		return nil
+	}
+	mt, _, _ := mime.ParseMediaType(contentType)
+	if mt == echo.MIMEApplicationJSON || strings.HasSuffix(mt, "+json") {
+		return nil
+	}
+	if !strings.HasPrefix(mt, "multipart/") {
+		if i := bytes.IndexFunc(body, func(r rune) bool { return !isSpace(r) }); i >= 0 && (body[i] == '{' || body[i] == '[') {
+			return nil
+		}
+	}
+	return &httpError{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("Content-Type %q: the body is not JSON; send a JSON object as the request body", contentType)}
+}
+
+func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
 
 // readBody appends to dst the body of r, answering 413 if it is over limit
 // bytes. A gzip body (Content-Encoding: gzip) is decompressed; the limit is
@@ -410,15 +452,17 @@ var gzipReaders = sync.Pool{New: func() any {
 	return zr
 }}
 
-// decodePredict decodes the :predict body in sc.body into sc.insts (the
-// common form, in one pass) or sc.rows (any other, through encoding/json),
-// and returns the number of instances.
+// decodePredict decodes the :predict body in sc.body for sv into
+// sc.insts (the common form, in one pass) or sc.rows (any other, through
+// encoding/json), sets sc.columnar, and returns the number of instances.
 //
-// No more than lim is decoded: beyond it, the request is refused before
-// anything is allocated per instance.
-func decodePredict(sc *scratch, lim limits) (int, error) {
+// No more than maxRows instances are decoded: beyond, the request is
+// refused before anything is allocated per instance.
+func decodePredict(sc *scratch, sv *Servable, maxRows int) (int, error) {
+	lim := sv.limits(maxRows)
+	sc.columnar = false
 	if sig, ok := scanPredict(&sc.insts, sc.body, lim); ok {
-		if err := checkSignature(string(sig)); err != nil {
+		if err := checkSignature(verbPredict, string(sig)); err != nil {
 			return 0, err
 		}
 		sc.rows = nil
@@ -428,26 +472,27 @@ func decodePredict(sc *scratch, lim limits) (int, error) {
 		return 0, err
 	}
 	var req predictRequest
-	if err := strictDecode(sc.body, &req); err != nil {
+	if err := strictDecode(sc.body, &req, `{"instances": [{feature: value, …}, …]}`); err != nil {
 		return 0, err
 	}
-	if err := checkSignature(req.SignatureName); err != nil {
+	if err := checkSignature(verbPredict, req.SignatureName); err != nil {
 		return 0, err
 	}
-	rows, err := rows(req)
+	rows, columnar, err := sv.rows(req)
 	if err != nil {
 		return 0, err
 	}
-	sc.rows = rows
+	sc.rows, sc.columnar = rows, columnar
 	return len(rows), nil
 }
 
-// strictDecode decodes exactly one JSON object with known fields.
-func strictDecode(body []byte, v any) error {
+// strictDecode decodes exactly one JSON object with known fields; form is
+// the request's form, for the message.
+func strictDecode(body []byte, v any, form string) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("request is not valid JSON of the form {\"instances\": [{feature: value, …}, …]}: %v", err)
+		return badRequest("request is not valid JSON of the form %s: %v", form, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("request has data after the JSON object")
@@ -455,113 +500,74 @@ func strictDecode(body []byte, v any) error {
 	return nil
 }
 
-func checkSignature(name string) error {
-	if name != "" && name != "serving_default" && name != "predict" {
-		return badRequest("signature_name %q: this model has \"serving_default\"", name)
-	}
-	return nil
-}
-
 // rows returns the instances of a request in row format, converting the
-// columnar "inputs" form.
-func rows(req predictRequest) ([]map[string]json.RawMessage, error) {
+// columnar "inputs" form (columnar true). Where the model has one input,
+// an instance may be its bare value and "inputs" the list of its values.
+func (sv *Servable) rows(req predictRequest) (rows []rawObject, columnar bool, err error) {
+	inputs := bytes.TrimSpace(req.Inputs)
+	if string(inputs) == "null" {
+		inputs = nil
+	}
 	switch {
-	case req.Instances != nil && req.Inputs != nil:
-		return nil, badRequest("send either \"instances\" or \"inputs\", not both")
-	case req.Inputs != nil:
-		n := -1
-		for k, col := range req.Inputs {
-			if n >= 0 && len(col) != n {
-				return nil, badRequest("inputs.%s has %d values, other inputs have %d", k, len(col), n)
-			}
-			n = len(col)
+	case req.Instances != nil && inputs != nil:
+		return nil, false, badRequest("send either \"instances\" or \"inputs\", not both")
+	case inputs != nil && inputs[0] == '[':
+		if sv.single == "" {
+			return nil, true, sv.errNotSingle("inputs is a list")
 		}
-		out := make([]map[string]json.RawMessage, max(n, 0))
+		var col []json.RawMessage
+		if err := json.Unmarshal(inputs, &col); err != nil {
+			return nil, true, badRequest("inputs: want a list of values: %v", err)
+		}
+		if len(col) == 0 {
+			return nil, true, badRequest("inputs hold no values")
+		}
+		out := make([]rawObject, len(col))
+		for i, v := range col {
+			out[i] = rawObject{sv.single: v}
+		}
+		return out, true, nil
+	case inputs != nil:
+		var cols map[string]json.RawMessage
+		if err := json.Unmarshal(inputs, &cols); err != nil || cols == nil {
+			return nil, true, badRequest("inputs: want an object {feature: [values…]}")
+		}
+		n, values := -1, make(map[string][]json.RawMessage, len(cols))
+		for k, raw := range cols {
+			var col []json.RawMessage
+			if err := json.Unmarshal(raw, &col); err != nil {
+				return nil, true, badRequest("inputs.%s: want a list of values, one per instance", clipKey([]byte(k)))
+			}
+			if n >= 0 && len(col) != n {
+				return nil, true, badRequest("inputs.%s has %d values, other inputs have %d", clipKey([]byte(k)), len(col), n)
+			}
+			n, values[k] = len(col), col
+		}
+		if n <= 0 {
+			return nil, true, badRequest("inputs hold no values")
+		}
+		out := make([]rawObject, n)
 		for i := range out {
-			out[i] = make(map[string]json.RawMessage, len(req.Inputs))
-			for k, col := range req.Inputs {
+			out[i] = make(rawObject, len(values))
+			for k, col := range values {
 				out[i][k] = col[i]
 			}
 		}
-		if len(out) == 0 {
-			return nil, badRequest("inputs hold no values")
-		}
-		return out, nil
+		return out, true, nil
 	case len(req.Instances) == 0:
-		return nil, badRequest("no instances: send {\"instances\": [{feature: value, …}]}")
+		return nil, false, badRequest("no instances: send {\"instances\": [{feature: value, …}]}")
 	}
-	out := make([]map[string]json.RawMessage, len(req.Instances))
+	out := make([]rawObject, len(req.Instances))
 	for i, raw := range req.Instances {
+		if sv.single != "" && !bytes.HasPrefix(raw, []byte("{")) {
+			out[i] = rawObject{sv.single: raw}
+			continue
+		}
 		if err := json.Unmarshal(raw, &out[i]); err != nil || out[i] == nil {
-			return nil, badRequest("instances[%d] is not a JSON object of features", i)
+			return nil, false, badRequest("instances[%d] is not a JSON object of features", i)
 		}
 	}
-	return out, nil
-}
-
-func (s *Server) listModels(c echo.Context) error {
-	type model struct {
-		Name     string  `json:"name"`
-		Versions []int64 `json:"versions"`
-		Default  int64   `json:"default"`
-	}
-	out := []model{}
-	for _, name := range s.reg.Models() {
-		versions, def, err := s.reg.Status(name)
-		if err != nil {
-			continue // unloaded between the two calls
-		}
-		out = append(out, model{Name: name, Versions: versions, Default: def})
-	}
-	return c.JSON(http.StatusOK, map[string]any{"models": out})
-}
-
-func (s *Server) modelStatus(c echo.Context) error {
-	name := c.Param("name")
-	if !bundle.ValidName(name) {
-		return badRequest("model name %q: letters, digits and '_', starting with a letter", name)
-	}
-	versions, def, err := s.reg.Status(name)
-	if err != nil {
-		return err
-	}
-	type status struct {
-		Version string `json:"version"`
-		State   string `json:"state"`
-		Default bool   `json:"default"`
-	}
-	out := make([]status, 0, len(versions))
-	for _, v := range versions {
-		out = append(out, status{Version: strconv.FormatInt(v, 10), State: "AVAILABLE", Default: v == def})
-	}
-	return c.JSON(http.StatusOK, map[string]any{"model_version_status": out})
-}
-
-func (s *Server) modelMetadata(c echo.Context) error {
-	name := c.Param("name")
-	if !bundle.ValidName(name) {
-		return badRequest("model name %q: letters, digits and '_', starting with a letter", name)
-	}
-	sv, err := s.reg.Get(name, 0)
-	if err != nil {
-		return err
-	}
-	meta := map[string]any{
-		"inputs":         sv.Transform.Signature(),
-		"global_step":    sv.Bundle.Meta.Step,
-		"metrics":        sv.Bundle.Meta.Metrics,
-		"job_id":         sv.Bundle.Meta.JobID,
-		"transform_hash": sv.Transform.Hash,
-	}
-	if sv.regressor() {
-		meta["problem_type"], meta["label"] = "regression", sv.Transform.Schema.Label
-	} else {
-		meta["classes"] = sv.Transform.LabelVocab
-	}
-	return c.JSON(http.StatusOK, map[string]any{
-		"model_spec": map[string]any{"name": name, "version": sv.versionText},
-		"metadata":   meta,
-	})
+	return out, false, nil
 }
 
 // plainJSON writes JSON without HTML escaping, so class names such as

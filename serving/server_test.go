@@ -118,7 +118,12 @@ func TestPredict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := serve(e.srv, http.MethodPost, tc.target, tc.contentType, strings.NewReader(tc.body))
-			got := decodePredictions(t, w)
+			var got []serving.Prediction
+			if strings.Contains(tc.name, "columns") {
+				got = decodeOutputs(t, w)
+			} else {
+				got = decodePredictions(t, w)
+			}
 			if v := w.Header().Get("X-Model-Version"); v != "1" {
 				t.Errorf("X-Model-Version: got %q, want \"1\"", v)
 			}
@@ -201,7 +206,7 @@ func TestPredictDefaults(t *testing.T) {
 func TestModelStatus(t *testing.T) {
 	e := newEnv(t, serving.Options{}, 0, 1)
 	w := serve(e.srv, http.MethodGet, "/v1/models/census", "", nil)
-	want := `{"model_version_status":[{"version":"1","state":"AVAILABLE","default":true},{"version":"2","state":"AVAILABLE","default":false}]}`
+	want := `{"model_version_status":[{"version":"1","state":"AVAILABLE","status":{"error_code":"OK","error_message":""}},{"version":"2","state":"AVAILABLE","status":{"error_code":"OK","error_message":""}}]}`
 	if got := strings.TrimSpace(w.Body.String()); w.Code != http.StatusOK || got != want {
 		t.Errorf("got %d %s, want 200 %s", w.Code, got, want)
 	}
@@ -215,14 +220,21 @@ func TestModelMetadata(t *testing.T) {
 		t.Fatalf("status: got %d (%s), want 200", w.Code, w.Body)
 	}
 	var got struct {
-		ModelSpec struct{ Name, Version string } `json:"model_spec"`
-		Metadata  struct {
-			Inputs        []preprocess.Input `json:"inputs"`
-			Classes       []string           `json:"classes"`
-			GlobalStep    int64              `json:"global_step"`
-			Metrics       train.Metrics      `json:"metrics"`
-			JobID         string             `json:"job_id"`
-			TransformHash string             `json:"transform_hash"`
+		ModelSpec struct {
+			Name          string `json:"name"`
+			SignatureName string `json:"signature_name"`
+			Version       string `json:"version"`
+		} `json:"model_spec"`
+		Metadata struct {
+			SignatureDef json.RawMessage `json:"signature_def"`
+			Trainflow    struct {
+				Inputs        []preprocess.Input `json:"inputs"`
+				Classes       []string           `json:"classes"`
+				GlobalStep    int64              `json:"global_step"`
+				Metrics       train.Metrics      `json:"metrics"`
+				JobID         string             `json:"job_id"`
+				TransformHash string             `json:"transform_hash"`
+			} `json:"trainflow"`
 		} `json:"metadata"`
 	}
 	dec := json.NewDecoder(w.Body)
@@ -231,7 +243,7 @@ func TestModelMetadata(t *testing.T) {
 		t.Fatalf("decode metadata: %v", err)
 	}
 	var names []string
-	for _, in := range got.Metadata.Inputs {
+	for _, in := range got.Metadata.Trainflow.Inputs {
 		names = append(names, in.Name)
 		if (in.Type == preprocess.TypeString) != (in.Default != nil) {
 			t.Errorf("input %s: type %s default %v: census strings default to \"?\", numbers are required", in.Name, in.Type, in.Default)
@@ -246,10 +258,10 @@ func TestModelMetadata(t *testing.T) {
 		{"model_spec.name", got.ModelSpec.Name, "census"},
 		{"model_spec.version", got.ModelSpec.Version, "1"},
 		{"inputs", names, wantNames},
-		{"classes", got.Metadata.Classes, []string{"<=50K", ">50K"}},
-		{"global_step", got.Metadata.GlobalStep, int64(stepA)},
-		{"job_id", got.Metadata.JobID, jobID},
-		{"transform_hash", got.Metadata.TransformHash, f.transform.Hash},
+		{"classes", got.Metadata.Trainflow.Classes, []string{"<=50K", ">50K"}},
+		{"global_step", got.Metadata.Trainflow.GlobalStep, int64(stepA)},
+		{"job_id", got.Metadata.Trainflow.JobID, jobID},
+		{"transform_hash", got.Metadata.Trainflow.TransformHash, f.transform.Hash},
 	} {
 		if gb, wb := mustJSON(t, c.got), mustJSON(t, c.want); gb != wb {
 			t.Errorf("%s: got %s, want %s", c.name, gb, wb)
@@ -308,8 +320,10 @@ func TestBadRequests(t *testing.T) {
 		{name: "trailing object", body: rows(good) + "{}", want: 400, wantMsg: []string{"after the JSON"}},
 		{name: "trailing close brace", body: rows(good) + "}", want: 400, wantMsg: []string{"after the JSON"}},
 		{name: "trailing close bracket", body: rows(good) + "]", want: 400, wantMsg: []string{"after the JSON"}},
-		{name: "text/plain", contentType: "text/plain", body: rows(good), want: 415, wantMsg: []string{"text/plain", "application/json"}},
-		{name: "form content type", contentType: "application/x-www-form-urlencoded", body: rows(good), want: 415, wantMsg: []string{"application/json"}},
+		{name: "form body", contentType: "application/x-www-form-urlencoded", body: "instances=1", want: 415, wantMsg: []string{"application/x-www-form-urlencoded", "not JSON"}},
+		{name: "multipart body", contentType: "multipart/form-data; boundary=x", body: "--x\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n" + rows(good) + "\r\n--x--\r\n", want: 415, wantMsg: []string{"multipart/form-data", "not JSON"}},
+		{name: "binary body", contentType: "application/octet-stream", body: "\x00\x01\x02", want: 415, wantMsg: []string{"application/octet-stream"}},
+		{name: "JSON suffix type, not JSON", contentType: "application/vnd.api+json", body: "instances=1", want: 400, wantMsg: []string{"not valid JSON"}},
 		{name: "empty body", body: "", want: 400, wantMsg: []string{"empty"}},
 		{name: "empty body, no content type", contentType: "-", body: "", want: 400, wantMsg: []string{"empty"}},
 		{name: "blank body", body: " \n", want: 400, wantMsg: []string{"not valid JSON"}},
@@ -356,7 +370,7 @@ func TestBadRequests(t *testing.T) {
 		{name: "version -1", target: "/v1/models/census/versions/-1:predict", body: rows(good), want: 400, wantMsg: []string{`"-1"`}},
 		{name: "version overflows", target: "/v1/models/census/versions/99999999999999999999:predict", body: rows(good), want: 400, wantMsg: []string{"99999999999999999999"}},
 		{name: "empty version", target: "/v1/models/census/versions/:predict", body: rows(good), want: 400, wantMsg: []string{"version"}},
-		{name: "unknown verb", target: "/v1/models/census:classify", body: rows(good), want: 404, wantMsg: []string{`"classify"`}},
+		{name: "unknown verb", target: "/v1/models/census:explain", body: rows(good), want: 404, wantMsg: []string{`"explain"`}},
 		{name: "no verb", target: "/v1/models/census", method: http.MethodPost, body: rows(good), want: 404, wantMsg: []string{"predict"}},
 		{name: "status of unknown model", method: http.MethodGet, target: "/v1/models/nosuch", want: 404, wantMsg: []string{`"nosuch"`}},
 		{name: "metadata of unknown model", method: http.MethodGet, target: "/v1/models/nosuch/metadata", want: 404, wantMsg: []string{`"nosuch"`}},

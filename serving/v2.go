@@ -1,13 +1,16 @@
 package serving
 
 import (
+	"fmt"
 	"net/http"
+	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/trainflow/trainflow/bundle"
-	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -16,29 +19,8 @@ import (
 // same prediction path as the v1 API, so validation and features are the
 // same. A classifier answers the tensors class [N] BYTES, class_index [N]
 // INT64, probabilities [N, classes] FP64 and logits [N, outputs] FP64; a
-// regressor answers value [N] FP64.
-
-type v2Output struct {
-	Name     string  `json:"name"`
-	Shape    []int64 `json:"shape"`
-	Datatype string  `json:"datatype"`
-	Data     any     `json:"data"`
-}
-
-type v2Response struct {
-	ModelName    string     `json:"model_name"`
-	ModelVersion string     `json:"model_version"`
-	ID           string     `json:"id,omitempty"`
-	Outputs      []v2Output `json:"outputs"`
-}
-
-// v2Datatype is the tensor type of a raw column.
-func v2Datatype(colType string) string {
-	if colType == preprocess.TypeNumber || colType == preprocess.TypeFloatVector {
-		return "FP64"
-	}
-	return "BYTES"
-}
+// regressor answers value [N] FP64; a request's "outputs" selects among
+// them.
 
 func (s *Server) v2Infer(c echo.Context) error {
 	sv, err := s.v2Servable(c)
@@ -51,7 +33,16 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
+	if h := c.Request().Header.Get(headerInferenceHeaderLength); h != "" {
+		if n, err := strconv.Atoi(h); err != nil || n != len(sc.body) {
+			return &httpError{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("%s %q: binary tensor data is not supported; send the data in JSON (tritonclient: binary_data=False)", headerInferenceHeaderLength, h)}
+		}
+	}
 	if err := decodeV2(&sc.v2, sc.body, sv.limits(s.opts.MaxInstances)); err != nil {
+		return err
+	}
+	outputs, err := sv.v2Outputs(sc.v2.outputs)
+	if err != nil {
 		return err
 	}
 	rows, err := sv.v2Rows(sc)
@@ -65,31 +56,79 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if err := sv.predict(sc, rows); err != nil {
 		return err
 	}
-	n := int64(rows)
-	resp := v2Response{ModelName: sv.Model, ModelVersion: sv.versionText, ID: string(sc.v2.id)}
-	m := sv.Bundle.Model
-	k, classes := int64(m.Outputs()), int64(m.NumClasses())
-	if sv.regressor() {
-		values := make([]float64, n)
-		for i := range values {
-			values[i] = sc.logits[int64(i)*k]
-		}
-		resp.Outputs = []v2Output{{Name: "value", Shape: []int64{n}, Datatype: "FP64", Data: values}}
-		return c.JSON(http.StatusOK, resp)
-	}
-	idx := make([]int, n)
-	names := make([]string, n)
-	for i := range idx {
-		idx[i] = train.Argmax(sc.probs[int64(i)*classes : int64(i+1)*classes])
-		names[i] = sv.Transform.LabelVocab[idx[i]]
-	}
-	resp.Outputs = []v2Output{
-		{Name: "class", Shape: []int64{n}, Datatype: "BYTES", Data: names},
-		{Name: "class_index", Shape: []int64{n}, Datatype: "INT64", Data: idx},
-		{Name: "probabilities", Shape: []int64{n, classes}, Datatype: "FP64", Data: sc.probs},
-		{Name: "logits", Shape: []int64{n, k}, Datatype: "FP64", Data: sc.logits},
+	resp := v2Response{ModelName: sv.Model, ModelVersion: sv.versionText, ID: string(sc.v2.id), Outputs: make([]v2Output, len(outputs))}
+	for i, t := range outputs {
+		resp.Outputs[i] = sv.v2Output(sc, rows, t)
 	}
 	return c.JSON(http.StatusOK, resp)
+}
+
+// v2Outputs returns the outputs a request names, in its order, or every
+// output of sv if it names none. An unknown name is a 400 naming it.
+func (sv *Servable) v2Outputs(names [][]byte) ([]tensor, error) {
+	if len(names) == 0 {
+		return sv.outputs, nil
+	}
+	out := make([]tensor, 0, len(names))
+	for i, name := range names {
+		j := slices.IndexFunc(sv.outputs, func(t tensor) bool { return t.name == string(name) })
+		if j < 0 {
+			valid := make([]string, len(sv.outputs))
+			for k, t := range sv.outputs {
+				valid[k] = t.name
+			}
+			return nil, badRequest("outputs[%d].name %q: not an output of this model (%s)", i, clipKey(name), strings.Join(valid, ", "))
+		}
+		out = append(out, sv.outputs[j])
+	}
+	return out, nil
+}
+
+// v2Output is output t for the n rows of sc after predict.
+func (sv *Servable) v2Output(sc *scratch, n int, t tensor) v2Output {
+	k, classes := sv.Bundle.Model.Outputs(), sv.Bundle.Model.NumClasses()
+	o := v2Output{Name: t.name, Datatype: t.v2Type, Shape: []int64{int64(n)}}
+	if t.width > 0 {
+		o.Shape = append(o.Shape, int64(t.width))
+	}
+	switch t.name {
+	case outValue:
+		values := make([]float64, n)
+		for i := range values {
+			values[i] = sc.logits[i*k]
+		}
+		o.Data = values
+	case outClass, outClassIndex:
+		idx := make([]int, n)
+		names := make([]string, n)
+		for i := range idx {
+			idx[i] = train.Argmax(sc.probs[i*classes : (i+1)*classes])
+			names[i] = sv.Transform.LabelVocab[idx[i]]
+		}
+		if o.Data = idx; t.name == outClass {
+			o.Data = names
+		}
+	case outProbabilities:
+		o.Data = sc.probs[:n*classes]
+	case outLogits:
+		o.Data = sc.logits[:n*k]
+	}
+	return o
+}
+
+// v2Server answers the server metadata: its name, version and the
+// protocol extensions it supports (none).
+func (s *Server) v2Server(c echo.Context) error {
+	return c.JSON(http.StatusOK, v2ServerMetadata{Name: v2ServerName, Version: serverVersion(), Extensions: []string{}})
+}
+
+// serverVersion is the version of the trainflow module this binary was
+// built from, "devel" when it has none (a build from a work tree).
+func serverVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
 }
 
 func (s *Server) v2Metadata(c echo.Context) error {
@@ -97,34 +136,21 @@ func (s *Server) v2Metadata(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	name := sv.Model
-	versions, _, err := s.reg.Status(name)
+	versions, _, err := s.reg.Status(sv.Model)
 	if err != nil {
 		return err
 	}
-	vs := make([]string, len(versions))
+	out := v2ModelMetadata{Name: sv.Model, Versions: make([]string, len(versions)), Platform: v2Platform}
 	for i, v := range versions {
-		vs[i] = strconv.FormatInt(v, 10)
+		out.Versions[i] = strconv.FormatInt(v, 10)
 	}
-	type tensorMeta struct {
-		Name     string  `json:"name"`
-		Datatype string  `json:"datatype"`
-		Shape    []int64 `json:"shape"`
+	for _, t := range sv.inputs {
+		out.Inputs = append(out.Inputs, v2TensorMeta{Name: t.name, Datatype: t.v2Type, Shape: t.v2Shape()})
 	}
-	var inputs []tensorMeta
-	for _, in := range sv.Transform.Signature() {
-		shape := []int64{-1}
-		if in.Type == preprocess.TypeFloatVector {
-			shape = []int64{-1, int64(in.Length)}
-		}
-		inputs = append(inputs, tensorMeta{Name: in.Name, Datatype: v2Datatype(in.Type), Shape: shape})
+	for _, t := range sv.outputs {
+		out.Outputs = append(out.Outputs, v2TensorMeta{Name: t.name, Datatype: t.v2Type, Shape: t.v2Shape()})
 	}
-	outputs := []tensorMeta{{"class", "BYTES", []int64{-1}}, {"class_index", "INT64", []int64{-1}},
-		{"probabilities", "FP64", []int64{-1, int64(len(sv.Transform.LabelVocab))}}, {"logits", "FP64", []int64{-1, int64(sv.Bundle.Model.Outputs())}}}
-	if sv.regressor() {
-		outputs = []tensorMeta{{"value", "FP64", []int64{-1}}}
-	}
-	return c.JSON(http.StatusOK, map[string]any{"name": name, "versions": vs, "platform": "trainflow", "inputs": inputs, "outputs": outputs})
+	return c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) v2ModelReady(c echo.Context) error {
@@ -132,7 +158,7 @@ func (s *Server) v2ModelReady(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"name": sv.Model, "ready": true})
+	return c.JSON(http.StatusOK, v2ModelReady{Name: sv.Model, Ready: true})
 }
 
 // v2Servable resolves the :name and optional :version of a V2 route.

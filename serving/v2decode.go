@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,16 +27,22 @@ type v2Input struct {
 	shape          [2]int64
 	dims           int    // number of dimensions; shape holds the first two
 	shapeJSON      []byte // the shape as sent, for messages
-	count          int    // number of values in data
+	count          int    // number of elements in data, nested arrays flattened
 	data           int    // offset of data's first value in the body; -1 if none
 	column         string // the schema column name, once validated
+	width          int    // elements per row, once validated: 0 one value, else a vector's length
 }
 
 // v2Decoded is a decoded V2 request: slices of the body.
 type v2Decoded struct {
-	id     []byte
-	inputs []v2Input
+	id      []byte
+	inputs  []v2Input
+	outputs [][]byte // the names of the requested outputs, unescaped
 }
+
+// maxV2Outputs bounds the outputs a request may ask for; a model has at
+// most four.
+const maxV2Outputs = 64
 
 // v2Fields marks the fields of an input tensor already seen.
 const (
@@ -62,7 +69,7 @@ func decodeV2(dst *v2Decoded, body []byte, lim limits) error {
 }
 
 func scanV2(dst *v2Decoded, body []byte, lim limits) error {
-	dst.id, dst.inputs = nil, dst.inputs[:0]
+	dst.id, dst.inputs, dst.outputs = nil, dst.inputs[:0], dst.outputs[:0]
 	s := scanner{b: body}
 	if !s.byte('{') {
 		if json.Valid(body) {
@@ -80,15 +87,19 @@ func scanV2(dst *v2Decoded, body []byte, lim limits) error {
 				return v2Syntax(body)
 			}
 			switch string(key) {
-			case "id":
-				if dst.id, err = s.text(v2Field{-1, "id"}); err != nil {
+			case keyID:
+				if dst.id, err = s.text(v2Field{i: -1, name: keyID}); err != nil {
 					return err
 				}
-			case "parameters", "outputs":
-				if err := s.skip(v2Field{-1, string(key)}, lim); err != nil {
+			case keyParameters:
+				if err := s.skip(v2Field{i: -1, name: keyParameters}, lim); err != nil {
 					return err
 				}
-			case "inputs":
+			case keyOutputs:
+				if err := s.v2Outputs(dst, lim); err != nil {
+					return err
+				}
+			case keyInputs:
 				if err := s.v2Inputs(dst, lim); err != nil {
 					return err
 				}
@@ -142,18 +153,20 @@ func (s *scanner) key() ([]byte, error) {
 	return []byte(v), nil
 }
 
-// v2Field names a field of a V2 request in messages: of input tensor i,
-// or of the request if i < 0. Formatted only for a message.
+// v2Field names a field of a V2 request in messages: of element i of
+// list (input tensor i if list is ""), or of the request if i < 0.
+// Formatted only for a message.
 type v2Field struct {
 	i    int
 	name string
+	list string
 }
 
 func (f v2Field) String() string {
 	if f.i < 0 {
 		return f.name
 	}
-	return fmt.Sprintf("inputs[%d].%s", f.i, f.name)
+	return fmt.Sprintf("%s[%d].%s", cmp.Or(f.list, keyInputs), f.i, f.name)
 }
 
 // text scans the string value of field, unescaped.
@@ -183,7 +196,7 @@ func (s *scanner) skip(field v2Field, lim limits) error {
 	case !ok:
 		return v2Syntax(s.b)
 	case over:
-		return badRequest("%s holds a value of more than %d elements or nested more than %d deep", field, max(lim.rows, lim.feats), maxBoundDepth)
+		return badRequest("%s holds a value of more than %d elements or nested more than %d deep", field, lim.elements(), maxBoundDepth)
 	}
 	return nil
 }
@@ -238,21 +251,21 @@ func (s *scanner) v2Input(in *v2Input, i int, lim limits) error {
 		}
 		var bit int
 		switch string(key) {
-		case "name":
+		case keyName:
 			bit = v2Name
-			in.name, err = s.text(v2Field{i, "name"})
-		case "datatype":
+			in.name, err = s.text(v2Field{i: i, name: keyName})
+		case keyDatatype:
 			bit = v2DType
-			in.datatype, err = s.text(v2Field{i, "datatype"})
-		case "shape":
+			in.datatype, err = s.text(v2Field{i: i, name: keyDatatype})
+		case keyShape:
 			bit = v2Shape
 			err = s.v2Shape(in, i, lim)
-		case "data":
+		case keyData:
 			bit = v2Data
 			err = s.v2Data(in, i, lim)
-		case "parameters":
+		case keyParameters:
 			bit = v2Params
-			err = s.skip(v2Field{i, "parameters"}, lim)
+			err = s.skip(v2Field{i: i, name: keyParameters}, lim)
 		default:
 			return badRequest("inputs[%d]: unknown field %s", i, clipKey(key))
 		}
@@ -282,9 +295,9 @@ func (s *scanner) v2Shape(in *v2Input, i int, lim limits) error {
 	}
 	in.dims = 0
 	values := int64(1)
-	// At most lim.rows rows of at most lim.feats values (a float_vector
+	// At most lim.rows rows of at most lim.width values (a float_vector
 	// row holds its elements).
-	bound := int64(lim.rows) * int64(max(1, lim.feats))
+	bound := int64(lim.rows) * int64(max(1, lim.width))
 	if !s.byte(']') {
 		for {
 			s.ws()
@@ -319,30 +332,126 @@ func (s *scanner) v2Shape(in *v2Input, i int, lim limits) error {
 	return nil
 }
 
-// v2Data scans a data array, counting its values: more than lim.rows is
-// refused at the first one over.
+// v2Data scans a data array, counting its elements: the values of its
+// nested arrays (row-major, as the protocol allows data nested or
+// flattened). More than lim.rows rows of lim.width values each are
+// refused at the first one over, before anything is allocated.
 func (s *scanner) v2Data(in *v2Input, i int, lim limits) error {
 	in.count, in.data = 0, -1
 	if s.literal("null") {
 		return nil
 	}
-	if !s.byte('[') {
+	if s.peek() != '[' {
 		return badRequest("inputs[%d].data: want a list of values", i)
+	}
+	in.data = s.i
+	bound := lim.rows * max(1, lim.width)
+	depth := 0
+	for {
+		s.ws()
+		switch c := s.peek(); {
+		case c == '[':
+			if depth == maxScanDepth {
+				return badRequest("inputs[%d].data: nested more than %d deep", i, maxScanDepth)
+			}
+			depth++
+			s.i++
+			if !s.byte(']') {
+				continue
+			}
+			if depth--; depth == 0 {
+				return nil
+			}
+		case c == '{':
+			return badRequest("inputs[%d].data: want numbers, strings or booleans, not objects", i)
+		default:
+			if in.count == bound {
+				return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("inputs[%d] (%q): data holds more than %d values, at most %d rows per request", i, in.name, bound, lim.rows)}
+			}
+			if !s.value(0) {
+				return v2Syntax(s.b)
+			}
+			in.count++
+		}
+		// After a value or a closed array: a comma, or the end of arrays.
+		for {
+			if s.byte(',') {
+				break
+			}
+			if !s.byte(']') {
+				return v2Syntax(s.b)
+			}
+			depth--
+			if depth == 0 {
+				return nil
+			}
+		}
+	}
+}
+
+// v2Outputs scans the list of requested outputs into dst: objects
+// {"name", "parameters"}; the parameters (tritonclient's binary_data)
+// are ignored, as every answer is JSON.
+func (s *scanner) v2Outputs(dst *v2Decoded, lim limits) error {
+	dst.outputs = dst.outputs[:0] // a repeated key: the last wins, as in encoding/json
+	if s.literal("null") {
+		return nil
+	}
+	if !s.byte('[') {
+		return badRequest("outputs: want a list of {\"name\": output}")
 	}
 	if s.byte(']') {
 		return nil
 	}
-	s.ws()
-	in.data = s.i
-	for {
-		if in.count == lim.rows {
-			return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("inputs[%d] (%q): more than %d values, at most %d rows per request", i, in.name, lim.rows, lim.rows)}
+	for i := 0; ; i++ {
+		if i == maxV2Outputs {
+			return badRequest("outputs: more than %d", maxV2Outputs)
 		}
-		s.ws()
-		if !s.value(0) {
-			return v2Syntax(s.b)
+		if !s.byte('{') {
+			return badRequest("outputs[%d]: want {\"name\": output}", i)
 		}
-		in.count++
+		var name []byte
+		seen := 0
+		for !s.byte('}') {
+			key, err := s.key()
+			if err != nil {
+				return err
+			}
+			if key == nil {
+				return v2Syntax(s.b)
+			}
+			var bit int
+			switch string(key) {
+			case keyName:
+				bit = v2Name
+				name, err = s.text(v2Field{i: i, name: keyName, list: keyOutputs})
+			case keyParameters:
+				bit = v2Params
+				err = s.skip(v2Field{i: i, name: keyParameters, list: keyOutputs}, lim)
+			default:
+				return badRequest("outputs[%d]: unknown field %s", i, clipKey(key))
+			}
+			if err != nil {
+				return err
+			}
+			if seen&bit != 0 {
+				return badRequest("outputs[%d]: field %q repeated", i, key)
+			}
+			seen |= bit
+			if !s.byte(',') {
+				if !s.byte('}') {
+					return v2Syntax(s.b)
+				}
+				break
+			}
+			if s.peek() == '}' {
+				return v2Syntax(s.b) // a trailing comma
+			}
+		}
+		if name == nil {
+			return badRequest("outputs[%d]: no name", i)
+		}
+		dst.outputs = append(dst.outputs, name)
 		if s.byte(',') {
 			continue
 		}
@@ -371,9 +480,10 @@ func (in *v2Input) shapeText() string {
 }
 
 // v2Rows checks the decoded tensors of sc.v2 against sv's schema: each
-// names a distinct feature and holds one value per row, shape [N] or
-// [N, 1], N the same for all. It returns N and points each input at its
-// first value, ready for Servable.parse.
+// names a distinct feature, has shape [N] or [N, 1] (one value per row)
+// or, for a vector feature of length L, [N, L], N the same for all, and
+// holds as many elements as its shape, nested or flattened. It returns N
+// and leaves each input ready for nextV2Row.
 func (sv *Servable) v2Rows(sc *scratch) (int, error) {
 	req := &sc.v2
 	if len(req.inputs) == 0 {
@@ -381,7 +491,7 @@ func (sv *Servable) v2Rows(sc *scratch) (int, error) {
 	}
 	cols := sv.Transform.Schema.Columns
 	sc.seen = grow(sc.seen, len(cols))
-	n := -1
+	n := int64(-1)
 	for i := range req.inputs {
 		in := &req.inputs[i]
 		field := fmt.Sprintf("inputs[%d] (%q)", i, in.name)
@@ -402,40 +512,82 @@ func (sv *Servable) v2Rows(sc *scratch) (int, error) {
 		default:
 			return 0, badRequest("%s: datatype %q is not a V2 datatype", field, in.datatype)
 		}
+		in.width = 0
+		per := int64(1)
 		if l := cols[c].Length; cols[c].Type == preprocess.TypeFloatVector {
-			// A vector column's rows are arrays: data [[L numbers], …].
 			if in.dims != 2 || in.shape[1] != int64(l) || in.shape[0] < 1 {
-				return 0, badRequest("%s: shape %s: want [N, %d], data a list of N arrays of %d numbers", field, in.shapeText(), l, l)
+				return 0, badRequest("%s: shape %s: want [N, %d], N rows of %d numbers", field, in.shapeText(), l, l)
 			}
+			in.width, per = l, int64(l)
 		} else if in.dims == 0 || in.dims > 2 || (in.dims == 2 && in.shape[1] != 1) || in.shape[0] < 1 {
 			return 0, badRequest("%s: shape %s: want [N] or [N, 1], one value per row", field, in.shapeText())
 		}
-		if int64(in.count) != in.shape[0] {
-			if cols[c].Type == preprocess.TypeFloatVector {
-				return 0, badRequest("%s: %d values for shape %s: want a list of %d arrays of %d numbers", field, in.count, in.shapeText(), in.shape[0], cols[c].Length)
-			}
-			return 0, badRequest("%s: %d values for shape %s", field, in.count, in.shapeText())
+		// The shape's values are bounded (v2Shape): no overflow.
+		if want := in.shape[0] * per; int64(in.count) != want {
+			return 0, badRequest("%s: %d values for shape %s: want %d, nested or flattened", field, in.count, in.shapeText(), want)
 		}
-		if n >= 0 && in.count != n {
-			return 0, badRequest("%s: %d rows, other inputs have %d", field, in.count, n)
+		if n >= 0 && in.shape[0] != n {
+			return 0, badRequest("%s: %d rows, other inputs have %d", field, in.shape[0], n)
 		}
-		n = in.count
+		n = in.shape[0]
 	}
-	return n, nil
+	return int(n), nil
 }
 
 // nextV2Row points sc.feats at the next row's value of every input of
-// sc.v2, advancing each input past it. Rows are read in order, once.
+// sc.v2 and advances each input past it: one element, or for a vector
+// its width elements copied into sc.vec as a JSON array. Rows are read
+// in order, once.
 func nextV2Row(sc *scratch, body []byte) {
 	clear(sc.feats)
+	sc.vec = sc.vec[:0]
+	var spans [8][2]int // where each vector is in sc.vec, for the first 8
 	for i := range sc.v2.inputs {
 		in := &sc.v2.inputs[i]
-		s := scanner{b: body, i: in.data}
-		s.ws()
-		start := s.i
-		s.value(0) // checked by decodeV2
-		sc.feats[in.column] = body[start:s.i]
-		s.byte(',')
-		in.data = s.i
+		if in.width == 0 {
+			start, end := nextElement(body, &in.data)
+			sc.feats[in.column] = body[start:end]
+			continue
+		}
+		from := len(sc.vec)
+		sc.vec = append(sc.vec, '[')
+		for j := range in.width {
+			if j > 0 {
+				sc.vec = append(sc.vec, ',')
+			}
+			start, end := nextElement(body, &in.data)
+			sc.vec = append(sc.vec, body[start:end]...)
+		}
+		sc.vec = append(sc.vec, ']')
+		if i < len(spans) {
+			spans[i] = [2]int{from, len(sc.vec)}
+		} else {
+			sc.feats[in.column] = append([]byte(nil), sc.vec[from:]...)
+		}
 	}
+	// sc.vec may have moved while it grew: point at it once it is whole.
+	for i := range min(len(spans), len(sc.v2.inputs)) {
+		if in := &sc.v2.inputs[i]; in.width > 0 {
+			sc.feats[in.column] = sc.vec[spans[i][0]:spans[i][1]]
+		}
+	}
+}
+
+// nextElement returns where the element at or after *at in body starts
+// and ends, skipping the brackets and commas of nested arrays, and moves
+// *at past it. The data was checked by decodeV2 and holds the element.
+func nextElement(body []byte, at *int) (start, end int) {
+	i := *at
+	for i < len(body) {
+		switch body[i] {
+		case '[', ']', ',', ' ', '\t', '\n', '\r':
+			i++
+			continue
+		}
+		break
+	}
+	s := scanner{b: body, i: i}
+	s.value(0)
+	*at = s.i
+	return i, s.i
 }
