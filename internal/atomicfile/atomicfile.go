@@ -5,8 +5,12 @@
 package atomicfile
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -26,7 +30,7 @@ func WriteFunc(path string, fill func(w io.Writer) error) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := CreateTemp(dir)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -97,4 +101,26 @@ func syncTree(root string) error {
 		defer f.Close()
 		return f.Sync()
 	})
+}
+
+// TempName returns a fresh name for a temporary file, "." + 16 hex digits
+// + ".tmp": hidden, and sharing nothing with the name it will be renamed
+// to, so that a watcher matching part of that name (TensorBoard takes any
+// name containing "tfevents" for an event file) never takes it for one.
+func TempName() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "." + hex.EncodeToString(b[:]) + ".tmp"
+}
+
+// CreateTemp creates a new file named TempName() in dir, readable like
+// any file written there (0666 before the umask).
+func CreateTemp(dir string) (*os.File, error) {
+	for range 100 {
+		f, err := os.OpenFile(filepath.Join(dir, TempName()), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, &os.PathError{Op: "createtemp", Path: filepath.Join(dir, ".*.tmp"), Err: fs.ErrExist}
 }

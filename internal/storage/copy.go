@@ -35,7 +35,7 @@ func (s *Store) Copy(ctx context.Context, dst, src string) error {
 		}
 		// A name List hides (see isTempName) and that shares nothing
 		// with dst's (see writeFile) until the rename publishes it.
-		tmp := filepath.Join(filepath.Dir(to), tempSuffix())
+		tmp := filepath.Join(filepath.Dir(to), atomicfile.TempName())
 		err := os.Link(from, tmp)
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("copy %s: %w", s.location(src), ErrNotExist)

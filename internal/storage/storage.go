@@ -2,8 +2,6 @@ package storage
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -278,7 +276,7 @@ func (s *Store) writeFile(ctx context.Context, k string, fill func(w io.Writer) 
 	if err := os.MkdirAll(dir, s.loc.dirMode()); err != nil {
 		return err
 	}
-	f, err := createTemp(dir)
+	f, err := atomicfile.CreateTemp(dir)
 	if err != nil {
 		return err
 	}
@@ -309,28 +307,6 @@ func (s *Store) writeFile(ctx context.Context, k string, fill func(w io.Writer) 
 	}
 	published = true
 	return atomicfile.SyncDir(dir)
-}
-
-// tempSuffix returns a fresh ".<hex>.tmp": with a leading "." it is the
-// whole name of a file:// Store's temporary file, which isTempName
-// recognises and List hides.
-func tempSuffix() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "." + hex.EncodeToString(b[:]) + ".tmp"
-}
-
-// createTemp creates a new temporary file in dir, named "." +
-// tempSuffix(), readable like the files the file driver writes (0666
-// before the umask).
-func createTemp(dir string) (*os.File, error) {
-	for range 100 {
-		f, err := os.OpenFile(filepath.Join(dir, tempSuffix()), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
-		if !errors.Is(err, fs.ErrExist) {
-			return f, err
-		}
-	}
-	return nil, &os.PathError{Op: "createtemp", Path: filepath.Join(dir, ".*.tmp"), Err: fs.ErrExist}
 }
 
 // Delete removes the object at key. Deleting a missing object is not an
