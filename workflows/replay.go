@@ -49,6 +49,9 @@ func JobIDOf(h *historypb.History) (string, error) {
 	if a == nil || len(a.Input.GetPayloads()) == 0 { // the spec, then a continued run's carry
 		return "", errors.New("history does not start with a TrainingJob start event")
 	}
+	if id := a.GetWorkflowId(); id != "" { // recorded by servers since 1.27: no need to decode the spec
+		return id, nil
+	}
 	var spec JobSpec
 	if err := converter.GetDefaultDataConverter().FromPayload(a.Input.Payloads[0], &spec); err != nil {
 		return "", fmt.Errorf("job spec in history: %w", err)

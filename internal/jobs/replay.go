@@ -8,6 +8,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -96,12 +97,23 @@ func ExplainReplay(h *historypb.History, what string, err error) error {
 	e := &ReplayError{Verdict: ReplayFailed, What: what, Err: err}
 	if msg, undecodable, ok := FailedAtStart(h); ok {
 		e.Verdict, e.Original, e.Undecodable = NeverRan, msg, undecodable
+	} else if derr := inputDecodes(h); derr != nil {
+		e.Verdict, e.Err = InputUndecodable, derr
+	} else if strings.Contains(err.Error(), inputDecodeFailure) {
+		e.Verdict = InputUndecodable
 	} else if strings.Contains(err.Error(), "TMPRL1100") {
 		e.Verdict = Nondeterministic
-	} else if _, derr := workflows.JobIDOf(h); derr != nil || strings.Contains(err.Error(), inputDecodeFailure) {
-		e.Verdict = InputUndecodable
 	}
 	return e
+}
+
+// inputDecodes returns why this build cannot decode the input h's run
+// was started with, as the SDK would (unknown fields ignored); nil if it
+// can.
+func inputDecodes(h *historypb.History) error {
+	a := h.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
+	_, _, err := workflows.DecodeTrainingInput(converter.GetDefaultDataConverter(), a.GetInput())
+	return err
 }
 
 // inputDecodeFailure starts the Go SDK's failure of a workflow whose input

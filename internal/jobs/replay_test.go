@@ -88,7 +88,17 @@ func TestExplainReplay(t *testing.T) {
 		{"input this build cannot decode", retyped, InputUndecodable, []string{"cannot decode the input", "max_steps"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := ExplainReplay(c.h, "job x", workflows.Replay(c.h, nil))
+			rerr := workflows.Replay(c.h, nil)
+			if c.verdict == NeverRan {
+				// Since strictSpecChange this build refuses such input
+				// itself, the way the recorded run failed: the history
+				// replays. Its explanation, had the replay failed:
+				if rerr != nil {
+					t.Fatalf("replay of a run that never ran: %v", rerr)
+				}
+				rerr = errors.New("replay failed")
+			}
+			err := ExplainReplay(c.h, "job x", rerr)
 			var re *ReplayError
 			if !errors.As(err, &re) {
 				t.Fatalf("ExplainReplay = %v, want a *ReplayError", err)

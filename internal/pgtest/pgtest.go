@@ -81,8 +81,11 @@ func Start() (s *Server, skip string, err error) {
 
 // binDir finds the directory holding initdb and postgres.
 func binDir() (string, bool) {
-	if p, err := exec.LookPath("initdb"); err == nil {
-		if _, err := exec.LookPath("postgres"); err == nil {
+	if p, err := exec.LookPath("postgres"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil { // links in /usr/local/bin: the installation's own directory has pg_isready too
+			p = real
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(p), "initdb")); err == nil {
 			return filepath.Dir(p), true
 		}
 	}
@@ -168,9 +171,10 @@ func startCluster(bin string) (_ *Server, _ string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		c, derr := net.DialTimeout("tcp", addr, time.Second)
-		if derr == nil {
-			c.Close()
+		// Listening is not ready: until recovery ends PostgreSQL refuses
+		// connections ("the database system is starting up"), and the
+		// Temporal SQL plugin gives up on the first refusal.
+		if exec.CommandContext(ctx, filepath.Join(bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(port)).Run() == nil {
 			break
 		}
 		select {
@@ -180,7 +184,7 @@ func startCluster(bin string) (_ *Server, _ string, err error) {
 			return nil, "", fmt.Errorf("postgres exited at start:\n%s", log)
 		case <-ctx.Done():
 			stop()
-			return nil, "", errors.New("postgres did not listen within 60 s")
+			return nil, "", errors.New("postgres did not accept connections within 60 s")
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
