@@ -109,39 +109,110 @@ func MemoryNeed(meta CheckpointMeta, optimizer string, batch, rows int) (Memory,
 	default:
 		return Memory{}, fmt.Errorf("%w: unknown optimizer %q", ErrShape, optimizer)
 	}
+	sh, err := shapeOf(meta)
+	if err != nil {
+		return Memory{}, err
+	}
+	D, B, N, P, t := int64(meta.Dim), int64(batch), int64(rows), sh.params, sh.t
+	m := Memory{
+		Data:        mul(8, N, add(D, 2)),
+		Inputs:      mul(8, B, add(D, 1)),
+		Activations: add(mul(t, B, add(sh.acts, mul(2, sh.widest))), mul(8, max(sh.classes, 1))),
+		Model:       sum(mul(8, P, 2+slots), sh.packing(), smallAllocs),
+		Checkpoint:  mul(3, 8, P, 1+slots),
+	}
+	if sh.linear {
+		m.Activations = add(mul(8, B, max(sh.outputs, sh.classes)), mul(8, sh.classes))
+		return m, nil
+	}
+	if sh.gather {
+		m.Inputs = add(m.Inputs, mul(t, B, sh.deepIn))
+	}
+	m.Inputs = add(m.Inputs, mul(t, B, sh.wide))
+	m.Model = add(m.Model, mul(24, D))
+	if t == 4 {
+		m.Inputs = add(m.Inputs, mul(4, B, D))
+		m.Activations = add(m.Activations, mul(16, B, sh.outputs))
+		m.Model = add(m.Model, mul(8, P))
+	}
+	return m, nil
+}
+
+// EvalMemoryNeed returns an upper-bound estimate of the heap that
+// evaluating a model meta describes (Load, then Evaluate in batches of
+// batch rows) on rows rows of data needs besides the checkpoint it is
+// loaded from. In the terms of MemoryNeed, always computing in float64
+// (t = 8):
+//
+//	Data        = 8·N·(D+1)                    X, Y
+//	Inputs      = 8·B·(d₀+w)                   gathered deep and wide inputs
+//	Activations = 8·B·(h₁+…+h_L + 2ĥ + C + K)  a Predict's workspace, probabilities and logits
+//	Model       = 8·P + 24·D + packing + 1 MiB the loaded model
+//
+// (the linear classifier: Activations 8·B·(C+K), Model 8·P + packing + 1 MiB).
+func EvalMemoryNeed(meta CheckpointMeta, batch, rows int) (Memory, error) {
+	if batch < 0 || rows < 0 {
+		return Memory{}, fmt.Errorf("%w: batch %d, rows %d", ErrShape, batch, rows)
+	}
+	meta.Spec = func(s ModelSpec) *ModelSpec { s.Float32 = false; return &s }(meta.spec())
+	sh, err := shapeOf(meta)
+	if err != nil {
+		return Memory{}, err
+	}
 	D, B, N := int64(meta.Dim), int64(batch), int64(rows)
-	var m Memory
-	m.Data = mul(8, N, add(D, 2))
-	m.Inputs = mul(8, B, add(D, 1))
-	parts := int64(min(runtime.GOMAXPROCS(0), runtime.NumCPU(), gemmParts))
-	packing := func(t, cols int64) int64 {
-		return mul(t, parts, sum(mul(gemmKC, add(cols, gemmNR)), gemmMC*gemmKC, gemmMR*gemmNR))
+	m := Memory{
+		Data:        mul(8, N, add(D, 1)),
+		Activations: mul(8, B, add(sh.classes, sh.outputs)),
+		Model:       sum(mul(8, sh.params), sh.packing(), smallAllocs),
+	}
+	if sh.linear {
+		return m, nil
+	}
+	if sh.gather {
+		m.Inputs = mul(8, B, sh.deepIn)
+	}
+	m.Inputs = add(m.Inputs, mul(8, B, sh.wide))
+	m.Activations = add(m.Activations, mul(8, B, add(sh.acts, mul(2, sh.widest))))
+	m.Model = add(m.Model, mul(24, D))
+	return m, nil
+}
+
+// shape is what the memory estimates need of a model's layout.
+type shape struct {
+	linear           bool  // the linear classifier (Linear), else a Net
+	t                int64 // bytes of a computed value
+	params           int64
+	outputs, classes int64
+	deepIn, wide     int64
+	gather           bool  // the deep input is gathered from x
+	acts             int64 // h₁+…+h_L
+	widest           int64 // max(d₀, h₁…h_L)
+	widestCols       int64 // the most columns of a product's result
+}
+
+// shapeOf lays out the model meta describes as New would, without
+// allocating it: sizes saturate at math.MaxInt64.
+func shapeOf(meta CheckpointMeta) (shape, error) {
+	D := int64(meta.Dim)
+	sh := shape{t: 8, outputs: 1, classes: int64(meta.Classes)}
+	if sh.classes > 2 {
+		sh.outputs = sh.classes
 	}
 	if isLinearClassifier(meta.Model) {
 		if meta.Spec != nil && len(meta.Spec.HiddenUnits) > 0 || meta.Dim < 1 || meta.Classes < 2 {
-			return Memory{}, fmt.Errorf("%w: linear classifier needs dim ≥ 1, classes ≥ 2 and no hidden units, got %d, %d and %v", ErrShape, meta.Dim, meta.Classes, meta.spec().HiddenUnits)
+			return shape{}, fmt.Errorf("%w: linear classifier needs dim ≥ 1, classes ≥ 2 and no hidden units, got %d, %d and %v", ErrShape, meta.Dim, meta.Classes, meta.spec().HiddenUnits)
 		}
-		K, C := int64(1), int64(meta.Classes)
-		if C > 2 {
-			K = C
-		}
-		P := mul(add(D, 1), K)
-		m.Activations = add(mul(8, B, max(K, C)), mul(8, C))
-		m.Model = sum(mul(8, P, 2+slots), packing(8, K), smallAllocs)
-		m.Checkpoint = mul(3, 8, P, 1+slots)
-		return m, nil
+		sh.linear = true
+		sh.params = mul(add(D, 1), sh.outputs)
+		sh.widestCols = sh.outputs
+		return sh, nil
 	}
 	if err := validateSpec(meta); err != nil {
-		return Memory{}, err
+		return shape{}, err
 	}
 	s := meta.spec()
-	t := int64(8)
 	if s.Float32 {
-		t = 4
-	}
-	K, C := int64(1), int64(meta.Classes)
-	if C > 2 {
-		K = C
+		sh.t = 4
 	}
 	embCols := map[int]bool{}
 	for _, e := range s.Embeddings {
@@ -153,48 +224,38 @@ func MemoryNeed(meta CheckpointMeta, optimizer string, batch, rows int) (Memory,
 		}
 		return D - int64(len(embCols))
 	}
-	deepIn := cols(s.DeepColumns)
-	gather := len(s.Embeddings) > 0 || s.DeepColumns != nil && !identity(s.DeepColumns, meta.Dim)
+	sh.deepIn = cols(s.DeepColumns)
+	sh.gather = len(s.Embeddings) > 0 || s.DeepColumns != nil && !identity(s.DeepColumns, meta.Dim)
 	for _, e := range s.Embeddings {
-		deepIn = add(deepIn, int64(e.Dim))
+		sh.deepIn = add(sh.deepIn, int64(e.Dim))
 	}
-	var wide int64
 	if meta.Model == DNNLinearCombinedClassifierModel {
-		wide = cols(s.WideColumns)
+		sh.wide = cols(s.WideColumns)
 	}
-	// P and the layers as NewNet lays them out.
-	var P, acts int64
-	widest, widestCols := deepIn, K
-	in := deepIn
-	for i, h := range append(s.HiddenUnits[:len(s.HiddenUnits):len(s.HiddenUnits)], int(K)) {
+	sh.widest, sh.widestCols = sh.deepIn, sh.outputs
+	in := sh.deepIn
+	for i, h := range append(s.HiddenUnits[:len(s.HiddenUnits):len(s.HiddenUnits)], int(sh.outputs)) {
 		out := int64(h)
-		P = add(P, mul(add(in, 1), out))
-		acts = add(acts, out)
-		widest = max(widest, out)
-		widestCols = max(widestCols, out)
-		if i > 0 || len(s.Embeddings) > 0 {
-			widestCols = max(widestCols, in)
+		sh.params = add(sh.params, mul(add(in, 1), out))
+		sh.acts = add(sh.acts, out)
+		sh.widest = max(sh.widest, out)
+		sh.widestCols = max(sh.widestCols, out)
+		if i > 0 || len(s.Embeddings) > 0 { // backward's product into the layer's input
+			sh.widestCols = max(sh.widestCols, in)
 		}
 		in = out
 	}
 	for _, e := range s.Embeddings {
-		P = add(P, mul(int64(e.Buckets), int64(e.Dim)))
+		sh.params = add(sh.params, mul(int64(e.Buckets), int64(e.Dim)))
 	}
-	P = add(P, mul(wide, K))
+	sh.params = add(sh.params, mul(sh.wide, sh.outputs))
+	return sh, nil
+}
 
-	if gather {
-		m.Inputs = add(m.Inputs, mul(t, B, deepIn))
-	}
-	m.Inputs = add(m.Inputs, mul(t, B, wide))
-	m.Activations = add(mul(t, B, add(acts, mul(2, widest))), mul(8, max(C, 1)))
-	m.Model = sum(mul(8, P, 2+slots), mul(24, D), packing(t, widestCols), smallAllocs)
-	if s.Float32 {
-		m.Inputs = add(m.Inputs, mul(4, B, D))
-		m.Activations = add(m.Activations, mul(16, B, K))
-		m.Model = add(m.Model, mul(8, P))
-	}
-	m.Checkpoint = mul(3, 8, P, 1+slots)
-	return m, nil
+// packing is the matrix products' packing space for sh (see MemoryNeed).
+func (sh shape) packing() int64 {
+	parts := int64(min(runtime.GOMAXPROCS(0), runtime.NumCPU(), gemmParts))
+	return mul(sh.t, parts, sum(mul(gemmKC, add(sh.widestCols, gemmNR)), gemmMC*gemmKC, gemmMR*gemmNR))
 }
 
 // identity reports whether cols is 0, 1, …, dim-1.

@@ -10,8 +10,9 @@ import (
 )
 
 // TestMemoryNeedBoundsRun measures what Run allocates, fresh and resumed
-// from a checkpoint, for models of every type, and checks MemoryNeed
-// against it: never below, and within 4×. The measure is the data plus
+// from a checkpoint, and what evaluating its checkpoint allocates, for
+// models of every type, and checks MemoryNeed and EvalMemoryNeed against
+// it: never below, and within 4×. The measure is the data plus
 // every byte Run allocates (runtime.MemStats.TotalAlloc), which bounds
 // the peak of its live heap from above. A change to what Run, the models
 // or checkpoints allocate that MemoryNeed does not follow fails here.
@@ -63,6 +64,30 @@ func TestMemoryNeedBoundsRun(t *testing.T) {
 				if est < got || est > 4*got {
 					t.Errorf("steps %d: MemoryNeed %d B, measured %d B: want between 1× and 4× the measure", steps, est, got)
 				}
+			}
+			// Evaluation of the last checkpoint, all rows in one batch (in
+			// more, each batch's Predict scratch is garbage by the next).
+			ck, err := LatestCheckpoint(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eneed, err := EvalMemoryNeed(c.meta, c.n, c.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			m, err := Load(ck)
+			if err != nil {
+				t.Fatal(err)
+			}
+			Evaluate(m, data.X, data.Y, c.n)
+			runtime.ReadMemStats(&after)
+			got, est := held+int64(after.TotalAlloc-before.TotalAlloc), eneed.Total()
+			t.Logf("evaluate: measured %d B, estimated %d B (%.2f×): %+v", got, est, float64(est)/float64(got), eneed)
+			if est < got || est > 4*got {
+				t.Errorf("evaluate: EvalMemoryNeed %d B, measured %d B: want between 1× and 4× the measure", est, got)
 			}
 		})
 	}
