@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"path"
@@ -87,6 +88,13 @@ type Activities struct {
 	// BeamArgs are Beam pipeline options the operator adds after a job's
 	// own, unchecked (e.g. --worker_binary=PATH).
 	BeamArgs []string
+	// MaxTrainBytes is the most heap, in bytes, that one training,
+	// evaluation or parameter server process may need by the estimate of
+	// train.MemoryNeed (train.EvalMemoryNeed): Train, TrainWorker,
+	// ParameterServer and Evaluate refuse a job that needs more with a
+	// non-retryable InvalidSpec error before loading its data (the
+	// worker's --max-train-memory). 0 means DefaultMaxTrainBytes.
+	MaxTrainBytes int64
 }
 
 // Paths inside a job directory written by the activities.
@@ -469,15 +477,30 @@ func (t *tail) reason() string {
 }
 
 // loadSplit reads every shard of a split of the preprocessed data from
-// the local directory dataDir.
-func loadSplit(dataDir string, shards []preprocess.ShardResult) (train.Data, error) {
-	var ex preprocess.Examples
+// the local directory dataDir, into slices sized for the rows the shards
+// hold (dim features each), as train.MemoryNeed counts them.
+func loadSplit(dataDir string, dim int, shards []preprocess.ShardResult) (train.Data, error) {
+	ex := presized(dim, shards)
 	for _, s := range shards {
 		if err := preprocess.ReadShard(&ex, filepath.Join(dataDir, s.Name)); err != nil {
 			return train.Data{}, err
 		}
 	}
 	return train.Data{Dim: ex.Features, X: ex.X, Y: ex.Y}, nil
+}
+
+// presized returns Examples with room for the rows of shards, dim
+// features each: appended to row by row, the slices would otherwise grow
+// to up to twice the data while copying.
+func presized(dim int, shards []preprocess.ShardResult) preprocess.Examples {
+	var rows int64
+	for _, s := range shards {
+		rows += max(s.Rows, 0)
+	}
+	if dim < 1 || rows < 1 || rows > math.MaxInt/int64(dim+1) {
+		return preprocess.Examples{}
+	}
+	return preprocess.Examples{X: make([]float64, 0, rows*int64(dim)), Y: make([]float64, 0, rows)}
 }
 
 // Train trains the model from the newest checkpoint in the job directory,
@@ -496,6 +519,9 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	if err != nil {
 		return workflows.TrainResult{}, err
 	}
+	if err := a.checkTrainMemory(in, m.TrainRows, "training"); err != nil {
+		return workflows.TrainResult{}, err
+	}
 	hb := keepAlive(ctx)
 	defer hb.Stop()
 	return watchStalls(ctx, hb, "training", stallTimeout(in), func(ctx context.Context, w *stallWatch) (workflows.TrainResult, error) {
@@ -510,7 +536,7 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 		return workflows.TrainResult{}, err
 	}
 	w.mark()
-	data, err := loadSplit(dataDir, m.Train)
+	data, err := loadSplit(dataDir, m.Dim, m.Train)
 	if err != nil {
 		return workflows.TrainResult{}, err
 	}
@@ -547,6 +573,9 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 	return res, diverged(err)
 }
 
+// evalBatch is the rows Evaluate predicts at a time.
+const evalBatch = 1024
+
 // Evaluate evaluates the checkpoint at in.Step on the evaluation data
 // (the first in.Batches batches of in.BatchSize rows, or all of it) and
 // appends the result to eval/metrics.jsonl once per (name, step), so a
@@ -571,6 +600,14 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	if err := jd.unqueue(ctx, in.Step); err != nil {
 		return workflows.EvaluateResult{}, err
 	}
+	// All the evaluation data is loaded, then cut to in.Batches batches.
+	need, err := train.EvalMemoryNeed(ck.Meta, evalBatch, int(m.EvalRows))
+	if err != nil {
+		return workflows.EvaluateResult{}, fmt.Errorf("evaluate checkpoint %d: %w", in.Step, err)
+	}
+	if err := a.checkMemory(need, ck.Meta, evalBatch, m.EvalRows, "evaluation"); err != nil {
+		return workflows.EvaluateResult{}, err
+	}
 	model, err := train.Load(ck)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
@@ -579,14 +616,14 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
-	data, err := loadSplit(dataDir, m.Eval)
+	data, err := loadSplit(dataDir, m.Dim, m.Eval)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
 	if rows := in.Batches * in.BatchSize; rows > 0 && rows < len(data.Y) {
 		data.X, data.Y = data.X[:rows*data.Dim], data.Y[:rows]
 	}
-	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, 1024)}
+	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, evalBatch)}
 	mt := res.Metrics
 	for _, f := range []struct {
 		name string

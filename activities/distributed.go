@@ -69,6 +69,11 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 		return workflows.WorkerResult{}, err
 	}
 	defer jd.Close()
+	// A server holds a shard of the variables and slots, but restores
+	// from the whole checkpoint: as much as a training process's model.
+	if err := a.checkTrainMemory(in.TrainInput, 0, "parameter server"); err != nil {
+		return workflows.WorkerResult{}, err
+	}
 	s := setup(in, jd)
 	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Workers: in.Cluster.Workers(), Meta: s.meta, Seed: in.Train.Seed,
 		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), Sync: s.replicas > 0, Replicas: s.replicas})
@@ -249,11 +254,21 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 	}
 	seed := workerSeed(in.Train.Seed, in.Task)
 	mine, byRow := workerShards(m.Train, in.Task, in.Cluster.Workers(), seed)
+	var rows int64
+	for _, s := range mine {
+		rows += s.Rows
+	}
+	if byRow { // all rows are read, then every workers-th is copied
+		rows += rows/int64(max(in.Cluster.Workers(), 1)) + 1
+	}
+	if err := a.checkTrainMemory(in.TrainInput, rows, name); err != nil {
+		return workflows.WorkerResult{}, err
+	}
 	dataDir, err := jd.stageShards(ctx, mb, mine)
 	if err != nil {
 		return workflows.WorkerResult{}, err
 	}
-	data, files, err := workerData(dataDir, mine, byRow, in.Task, in.Cluster.Workers())
+	data, files, err := workerData(dataDir, m.Dim, mine, byRow, in.Task, in.Cluster.Workers())
 	if err != nil {
 		return workflows.WorkerResult{}, err
 	}
@@ -409,9 +424,10 @@ func workerShards(shards []preprocess.ShardResult, task, workers int, seed uint6
 }
 
 // workerData reads the shards workerShards picked from the local
-// directory dataDir, keeping every workers-th row if byRow.
-func workerData(dataDir string, mine []preprocess.ShardResult, byRow bool, task, workers int) (train.Data, []string, error) {
-	var ex preprocess.Examples
+// directory dataDir (dim features a row), keeping every workers-th row
+// if byRow.
+func workerData(dataDir string, dim int, mine []preprocess.ShardResult, byRow bool, task, workers int) (train.Data, []string, error) {
+	ex := presized(dim, mine)
 	names := make([]string, len(mine))
 	for i, s := range mine {
 		names[i] = s.Name

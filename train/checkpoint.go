@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -75,32 +74,33 @@ func (c *Checkpoint) Encode() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var b bytes.Buffer
-	b.WriteString(ckptMagic)
-	le := binary.LittleEndian
-	b.Write(le.AppendUint32(nil, CheckpointVersion))
-	b.Write(le.AppendUint64(nil, uint64(c.Step)))
-	b.Write(le.AppendUint32(nil, uint32(len(meta))))
-	b.Write(meta)
 	names := make([]string, 0, len(c.Tensors))
-	for n := range c.Tensors {
+	size := len(ckptMagic) + 4 + 8 + 4 + len(meta) + 4 + 4
+	for n, t := range c.Tensors {
 		names = append(names, n)
+		size += 2 + len(n) + 4 + 8*len(t)
 	}
 	slices.Sort(names)
-	b.Write(le.AppendUint32(nil, uint32(len(names))))
+	// One allocation of the file's exact size: a checkpoint is as large
+	// as the model's variables and slots (MemoryNeed counts it once).
+	le := binary.LittleEndian
+	b := make([]byte, 0, size)
+	b = append(b, ckptMagic...)
+	b = le.AppendUint32(b, CheckpointVersion)
+	b = le.AppendUint64(b, uint64(c.Step))
+	b = le.AppendUint32(b, uint32(len(meta)))
+	b = append(b, meta...)
+	b = le.AppendUint32(b, uint32(len(names)))
 	for _, n := range names {
-		b.Write(le.AppendUint16(nil, uint16(len(n))))
-		b.WriteString(n)
+		b = le.AppendUint16(b, uint16(len(n)))
+		b = append(b, n...)
 		t := c.Tensors[n]
-		b.Write(le.AppendUint32(nil, uint32(len(t))))
-		buf := make([]byte, 0, 8*len(t))
+		b = le.AppendUint32(b, uint32(len(t)))
 		for _, v := range t {
-			buf = le.AppendUint64(buf, math.Float64bits(v))
+			b = le.AppendUint64(b, math.Float64bits(v))
 		}
-		b.Write(buf)
 	}
-	b.Write(le.AppendUint32(nil, crc32.Checksum(b.Bytes(), crcTable)))
-	return b.Bytes(), nil
+	return le.AppendUint32(b, crc32.Checksum(b, crcTable)), nil
 }
 
 // CheckFinite returns an error wrapping ErrNonFinite if a tensor of the

@@ -29,7 +29,8 @@ var DefaultReadRoots = []string{"/usr/share/datasets"}
 
 // Limits are the operator's limits on what job specs may do (see
 // activities/trust.go): the `--data-roots`, `--read-roots`,
-// `--beam-runners`, `--beam-environments` and `--beam-arg` flags of
+// `--beam-runners`, `--beam-environments`, `--beam-arg` and
+// `--max-train-memory` flags of
 // `trainflow worker` and `trainflow dev`.
 type Limits struct {
 	// DataRoots are directories and storage URIs, besides the job root,
@@ -48,6 +49,11 @@ type Limits struct {
 	BeamEnvironments []string
 	// BeamArgs are Beam pipeline options added after every job's own.
 	BeamArgs []string
+	// MaxTrainBytes is the most memory one training, evaluation or
+	// parameter server process may need (activities.Activities
+	// MaxTrainBytes; --max-train-memory). 0 means
+	// activities.DefaultMaxTrainBytes.
+	MaxTrainBytes int64
 }
 
 // apply checks l and sets it on acts: runner names lower case,
@@ -77,6 +83,10 @@ func (l Limits) apply(acts *activities.Activities) error {
 	}
 	acts.DataRoots, acts.ReadRoots = dataRoots, readRoots
 	acts.BeamRunners, acts.BeamEnvironments, acts.BeamArgs = runners, environments, l.BeamArgs
+	if l.MaxTrainBytes < 0 {
+		return configError(fmt.Errorf("--max-train-memory: %d bytes is negative", l.MaxTrainBytes))
+	}
+	acts.MaxTrainBytes = l.MaxTrainBytes
 	return nil
 }
 

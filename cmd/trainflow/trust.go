@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/trainflow/trainflow/worker"
@@ -30,6 +33,8 @@ type trustFlags struct {
 	// readRoots, when set (readRootsSet), replaces worker.DefaultReadRoots.
 	readRoots    listFlag
 	readRootsSet bool
+	// maxTrainMemory is --max-train-memory in bytes; 0: the default.
+	maxTrainMemory sizeFlag
 }
 
 func (t *trustFlags) register(fs *flag.FlagSet) {
@@ -47,11 +52,51 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 		t.beamArgs = append(t.beamArgs, s)
 		return nil
 	})
+	fs.Var(&t.maxTrainMemory, "max-train-memory", "the most memory one training, evaluation or parameter server process may need, by the estimate of train.MemoryNeed (data, batch, activations, variables and optimizer slots), e.g. 12GiB or 500MB; a job needing more fails at once, not retried, naming the spec fields at fault (default: half of the machine's memory, else 8GiB)")
+}
+
+// sizeFlag is a byte size flag: a number with an optional unit, B, kB,
+// MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024);
+// K, M, G, T alone are the binary ones.
+type sizeFlag int64
+
+func (f *sizeFlag) String() string {
+	if *f == 0 {
+		return ""
+	}
+	return strconv.FormatInt(int64(*f), 10)
+}
+
+func (f *sizeFlag) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*f = sizeFlag(n)
+	return nil
+}
+
+// parseSize parses a sizeFlag.
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i < 0 {
+		i = len(s)
+	}
+	num, unit := s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
+	mult := map[string]float64{"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+		"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}[unit]
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || mult == 0 || v <= 0 || v*mult >= math.MaxInt64 {
+		return 0, fmt.Errorf("size %q: want a positive number of bytes with an optional unit, e.g. 12GiB or 500MB", s)
+	}
+	return int64(v * mult), nil
 }
 
 // limits are the flags as the worker's Limits.
 func (t *trustFlags) limits() worker.Limits {
-	l := worker.Limits{DataRoots: t.dataRoots, BeamRunners: t.runners, BeamEnvironments: t.envs, BeamArgs: t.beamArgs}
+	l := worker.Limits{DataRoots: t.dataRoots, BeamRunners: t.runners, BeamEnvironments: t.envs, BeamArgs: t.beamArgs,
+		MaxTrainBytes: int64(t.maxTrainMemory)}
 	if t.readRootsSet {
 		// --read-roots '' allows none: an empty list, not nil (the default).
 		l.ReadRoots = append([]string{}, t.readRoots...)

@@ -1,0 +1,120 @@
+package activities
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// FallbackMaxTrainBytes is DefaultMaxTrainBytes where the machine's
+// memory cannot be read.
+const FallbackMaxTrainBytes = 8 << 30
+
+// DefaultMaxTrainBytes is the limit of an Activities whose MaxTrainBytes
+// is 0: half of the machine's physical memory (MemTotal in
+// /proc/meminfo), leaving the other half to the Go collector's headroom
+// and the rest of the process (in `trainflow dev`, Temporal, the
+// prediction server and the console), or FallbackMaxTrainBytes where
+// that cannot be read.
+func DefaultMaxTrainBytes() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return FallbackMaxTrainBytes
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+		if err != nil || kb <= 0 || kb > math.MaxInt64/1024 {
+			break
+		}
+		return kb * 1024 / 2
+	}
+	return FallbackMaxTrainBytes
+}
+
+// maxTrainBytes is a.MaxTrainBytes or its default.
+func (a *Activities) maxTrainBytes() int64 {
+	if a.MaxTrainBytes > 0 {
+		return a.MaxTrainBytes
+	}
+	return DefaultMaxTrainBytes()
+}
+
+// checkMemory refuses, with a non-retryable InvalidSpec error, a role
+// whose estimated heap need (train.MemoryNeed, train.EvalMemoryNeed) is
+// over the worker's limit, naming the spec fields behind the largest part
+// of it. It runs before anything is loaded or allocated: a spec that asks
+// for more than the machine has must fail the job, not kill the worker
+// (and every worker its retries land on).
+func (a *Activities) checkMemory(need train.Memory, meta train.CheckpointMeta, batch int, rows int64, role string) error {
+	limit, total := a.maxTrainBytes(), need.Total()
+	if total <= limit {
+		return nil
+	}
+	hidden := ""
+	if meta.Spec != nil && len(meta.Spec.HiddenUnits) > 0 {
+		hidden = fmt.Sprintf("model.hidden_units %v", meta.Spec.HiddenUnits)
+	}
+	dim := fmt.Sprintf("input dimension %d (data.schema)", meta.Dim)
+	var fault string
+	switch max(need.Data, need.Inputs, need.Activations, need.Model+need.Checkpoint) {
+	case need.Inputs:
+		fault = fmt.Sprintf("model.batch_size %d × %s", batch, dim)
+	case need.Activations:
+		fault = fmt.Sprintf("model.batch_size %d × the layers' widths", batch)
+		if hidden != "" {
+			fault = fmt.Sprintf("model.batch_size %d × %s", batch, hidden)
+		}
+	case need.Data:
+		fault = fmt.Sprintf("the data's %d rows (data.train, data.eval) × %s", rows, dim)
+	default:
+		fault = fmt.Sprintf("the model on %s (variables, gradient and model.optimizer slots)", dim)
+		if hidden != "" {
+			fault = fmt.Sprintf("%s on %s (variables, gradient and model.optimizer slots)", hidden, dim)
+		}
+	}
+	msg := fmt.Sprintf("%s needs %s for one %s process; this worker allows %s (worker --max-train-memory)",
+		fault, FormatBytes(total), role, FormatBytes(limit))
+	return temporal.NewNonRetryableApplicationError(msg, workflows.ErrTypeInvalidSpec, nil)
+}
+
+// FormatBytes writes n bytes in decimal units with one decimal: "550.0 GB",
+// "64.0 MB", "512 B".
+func FormatBytes(n int64) string {
+	if n == math.MaxInt64 {
+		return "more than 9.2 EB"
+	}
+	for _, u := range []struct {
+		size float64
+		name string
+	}{{1e18, "EB"}, {1e15, "PB"}, {1e12, "TB"}, {1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
+		if float64(n) >= u.size {
+			return fmt.Sprintf("%.1f %s", float64(n)/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// checkTrainMemory is checkMemory for a process that trains the model of
+// in on rows rows (role "training", or a distributed job's role).
+func (a *Activities) checkTrainMemory(in workflows.TrainInput, rows int64, role string) error {
+	meta := checkpointMeta(in)
+	need, err := train.MemoryNeed(meta, in.Model.Optimizer, in.Model.BatchSize, int(rows))
+	if err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInvalidSpec, nil)
+	}
+	return a.checkMemory(need, meta, in.Model.BatchSize, rows, role)
+}

@@ -1,0 +1,306 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+)
+
+// Memory is an estimate of the heap, in bytes, that one process needs to
+// train a model, by part (see MemoryNeed). A part too large for an int64
+// is math.MaxInt64.
+type Memory struct {
+	// Data is the training set held in memory (Data.X, Data.Y) and an
+	// epoch's permutation of its rows.
+	Data int64
+	// Inputs is the batch of examples: Run's copy of it, the deep part's
+	// gathered input and the float32 copy of a float32 model.
+	Inputs int64
+	// Activations is the forward and backward pass of a batch through
+	// the layers: activations, their gradients and the logits.
+	Activations int64
+	// Model is the variables and their copies: the gradient, the
+	// optimizer's slots, a float32 model's float32 variables and
+	// gradient, and the matrix products' packing space.
+	Model int64
+	// Checkpoint is the transient of a checkpoint: the file and the
+	// decoded tensors when resuming, the encoded file when saving.
+	Checkpoint int64
+}
+
+// Total is the sum of the parts, math.MaxInt64 if it overflows.
+func (m Memory) Total() int64 {
+	return sum(m.Data, m.Inputs, m.Activations, m.Model, m.Checkpoint)
+}
+
+// Packing space of the matrix products (train/internal/kernel), bounded
+// over its kernels: each part of a product packs kc rows of op(B), all
+// of its columns rounded up to nr, and mc×kc of op(A), plus an mr×nr tile.
+const (
+	gemmKC = 256
+	gemmMC = 96
+	gemmMR = 6
+	gemmNR = 16
+	// gemmParts bounds the parts a product splits into (kernel's
+	// maxWorkers+1).
+	gemmParts = 65
+	// smallAllocs bounds Run's allocations that do not grow with the
+	// sizes: metadata, file and checkpoint bookkeeping.
+	smallAllocs = 1 << 20
+)
+
+// MemoryNeed returns an upper-bound estimate of the heap that Run (or a
+// data-parallel worker, train/dist) needs to train the model meta
+// describes with the optimizer named optimizer (an *Optimizer name, ""
+// being Adam) on rows rows of data in batches of batch rows. It
+// allocates nothing in proportion to the sizes, so it can vet a spec
+// before anything is loaded; an invalid meta or optimizer, or a negative
+// size, is an error wrapping ErrShape.
+//
+// With D = meta.Dim, B = batch, N = rows, P parameters, s optimizer slots
+// (Adam and FTRL 2, SGD and Adagrad 1), K outputs, C classes, t the
+// bytes of a computed value (4 for a Spec.Float32 network, else 8), d₀
+// the deep input width, w the wide columns, h₁…h_L the widths of the dense
+// layers (the hidden ones, then K), ĥ = max(d₀, h₁…h_L) and n̂ the widest
+// column count of a product (the layers' widths, d₀ if the first layer
+// back-propagates into embeddings):
+//
+//	Data        = 8·N·(D+2)                      X, Y, the permutation
+//	Inputs      = 8·B·(D+1)                      Run's batch copy
+//	            + t·B·(d₀+w)                     gathered deep and wide inputs
+//	            + 4·B·D                          float32: the batch narrowed
+//	Activations = t·B·(h₁+…+h_L + 2ĥ)            activations, 2 gradient buffers
+//	            + 16·B·K + 8·C                   float32: float64 logits, dlogits
+//	            (linear classifier: 8·B·max(K, C) + 8·C,
+//	            and a Model without the float32 and column terms)
+//	Model       = 8·P·(2+s)                      variables, gradient, slots
+//	            + 2·4·P                          float32: variables, gradient
+//	            + 24·D                           column lists
+//	            + t·p·(kc·(n̂+nr) + mc·kc + mr·nr) packing, p product parts
+//	            + 1 MiB                          small allocations
+//	Checkpoint  = 3·8·P·(1+s)                    resume: file + tensors; a save
+//
+// where p = min(GOMAXPROCS, NumCPU, 65) and kc, mc, mr, nr are the
+// products' block sizes (256, 96, 6, 16). A batch gathers no deep input
+// when the deep columns are the input as is (d₀ = D, no embeddings) and
+// the linear classifier has no deep part.
+//
+// The estimate bounds what Run allocates up to its first checkpoint,
+// garbage included (a resumed run's checkpoint file and tensors, dead
+// once restored, may not be collected before the next save), and so its
+// live heap: Run allocates nothing per step after the first, except an
+// epoch's permutation, and a workspace again when a resumed run starts at
+// an epoch's last, smaller batch (the first, then garbage).
+//
+// Go's collector lets the heap grow to
+// about (1 + GOGC/100) times what was live at the last collection before
+// collecting again, so a limit compared with it should leave that
+// headroom (or the process set GOMEMLIMIT).
+func MemoryNeed(meta CheckpointMeta, optimizer string, batch, rows int) (Memory, error) {
+	if batch < 0 || rows < 0 {
+		return Memory{}, fmt.Errorf("%w: batch %d, rows %d", ErrShape, batch, rows)
+	}
+	var slots int64
+	switch optimizer {
+	case AdamOptimizer, "", FTRLOptimizer:
+		slots = 2
+	case SGDOptimizer, AdagradOptimizer:
+		slots = 1
+	default:
+		return Memory{}, fmt.Errorf("%w: unknown optimizer %q", ErrShape, optimizer)
+	}
+	sh, err := shapeOf(meta)
+	if err != nil {
+		return Memory{}, err
+	}
+	D, B, N, P, t := int64(meta.Dim), int64(batch), int64(rows), sh.params, sh.t
+	m := Memory{
+		Data:        mul(8, N, add(D, 2)),
+		Inputs:      mul(8, B, add(D, 1)),
+		Activations: add(mul(t, B, add(sh.acts, mul(2, sh.widest))), mul(8, max(sh.classes, 1))),
+		Model:       sum(mul(8, P, 2+slots), sh.packing(), smallAllocs),
+		Checkpoint:  mul(3, 8, P, 1+slots),
+	}
+	if sh.linear {
+		m.Activations = add(mul(8, B, max(sh.outputs, sh.classes)), mul(8, sh.classes))
+		return m, nil
+	}
+	if sh.gather {
+		m.Inputs = add(m.Inputs, mul(t, B, sh.deepIn))
+	}
+	m.Inputs = add(m.Inputs, mul(t, B, sh.wide))
+	m.Model = add(m.Model, mul(24, D))
+	if t == 4 {
+		m.Inputs = add(m.Inputs, mul(4, B, D))
+		m.Activations = add(m.Activations, mul(16, B, sh.outputs))
+		m.Model = add(m.Model, mul(8, P))
+	}
+	return m, nil
+}
+
+// EvalMemoryNeed returns an upper-bound estimate of the heap that
+// evaluating a model meta describes (Load, then Evaluate in batches of
+// batch rows) on rows rows of data needs besides the checkpoint it is
+// loaded from. In the terms of MemoryNeed, always computing in float64
+// (t = 8):
+//
+//	Data        = 8·N·(D+1)                    X, Y
+//	Inputs      = 8·B·(d₀+w)                   gathered deep and wide inputs
+//	Activations = 8·B·(h₁+…+h_L + 2ĥ + C + K)  a Predict's workspace, probabilities and logits
+//	Model       = 8·P + 24·D + packing + 1 MiB the loaded model
+//
+// (the linear classifier: Activations 8·B·(C+K), Model 8·P + packing + 1 MiB).
+func EvalMemoryNeed(meta CheckpointMeta, batch, rows int) (Memory, error) {
+	if batch < 0 || rows < 0 {
+		return Memory{}, fmt.Errorf("%w: batch %d, rows %d", ErrShape, batch, rows)
+	}
+	meta.Spec = func(s ModelSpec) *ModelSpec { s.Float32 = false; return &s }(meta.spec())
+	sh, err := shapeOf(meta)
+	if err != nil {
+		return Memory{}, err
+	}
+	D, B, N := int64(meta.Dim), int64(batch), int64(rows)
+	m := Memory{
+		Data:        mul(8, N, add(D, 1)),
+		Activations: mul(8, B, add(sh.classes, sh.outputs)),
+		Model:       sum(mul(8, sh.params), sh.packing(), smallAllocs),
+	}
+	if sh.linear {
+		return m, nil
+	}
+	if sh.gather {
+		m.Inputs = mul(8, B, sh.deepIn)
+	}
+	m.Inputs = add(m.Inputs, mul(8, B, sh.wide))
+	m.Activations = add(m.Activations, mul(8, B, add(sh.acts, mul(2, sh.widest))))
+	m.Model = add(m.Model, mul(24, D))
+	return m, nil
+}
+
+// shape is what the memory estimates need of a model's layout.
+type shape struct {
+	linear           bool  // the linear classifier (Linear), else a Net
+	t                int64 // bytes of a computed value
+	params           int64
+	outputs, classes int64
+	deepIn, wide     int64
+	gather           bool  // the deep input is gathered from x
+	acts             int64 // h₁+…+h_L
+	widest           int64 // max(d₀, h₁…h_L)
+	widestCols       int64 // the most columns of a product's result
+}
+
+// shapeOf lays out the model meta describes as New would, without
+// allocating it: sizes saturate at math.MaxInt64.
+func shapeOf(meta CheckpointMeta) (shape, error) {
+	D := int64(meta.Dim)
+	sh := shape{t: 8, outputs: 1, classes: int64(meta.Classes)}
+	if sh.classes > 2 {
+		sh.outputs = sh.classes
+	}
+	if isLinearClassifier(meta.Model) {
+		if meta.Spec != nil && len(meta.Spec.HiddenUnits) > 0 || meta.Dim < 1 || meta.Classes < 2 {
+			return shape{}, fmt.Errorf("%w: linear classifier needs dim ≥ 1, classes ≥ 2 and no hidden units, got %d, %d and %v", ErrShape, meta.Dim, meta.Classes, meta.spec().HiddenUnits)
+		}
+		sh.linear = true
+		sh.params = mul(add(D, 1), sh.outputs)
+		sh.widestCols = sh.outputs
+		return sh, nil
+	}
+	if err := validateSpec(meta); err != nil {
+		return shape{}, err
+	}
+	s := meta.spec()
+	if s.Float32 {
+		sh.t = 4
+	}
+	embCols := map[int]bool{}
+	for _, e := range s.Embeddings {
+		embCols[e.Column] = true
+	}
+	cols := func(c []int) int64 {
+		if c != nil {
+			return int64(len(c))
+		}
+		return D - int64(len(embCols))
+	}
+	sh.deepIn = cols(s.DeepColumns)
+	sh.gather = len(s.Embeddings) > 0 || s.DeepColumns != nil && !identity(s.DeepColumns, meta.Dim)
+	for _, e := range s.Embeddings {
+		sh.deepIn = add(sh.deepIn, int64(e.Dim))
+	}
+	if meta.Model == DNNLinearCombinedClassifierModel {
+		sh.wide = cols(s.WideColumns)
+	}
+	sh.widest, sh.widestCols = sh.deepIn, sh.outputs
+	in := sh.deepIn
+	for i, h := range append(s.HiddenUnits[:len(s.HiddenUnits):len(s.HiddenUnits)], int(sh.outputs)) {
+		out := int64(h)
+		sh.params = add(sh.params, mul(add(in, 1), out))
+		sh.acts = add(sh.acts, out)
+		sh.widest = max(sh.widest, out)
+		sh.widestCols = max(sh.widestCols, out)
+		if i > 0 || len(s.Embeddings) > 0 { // backward's product into the layer's input
+			sh.widestCols = max(sh.widestCols, in)
+		}
+		in = out
+	}
+	for _, e := range s.Embeddings {
+		sh.params = add(sh.params, mul(int64(e.Buckets), int64(e.Dim)))
+	}
+	sh.params = add(sh.params, mul(sh.wide, sh.outputs))
+	return sh, nil
+}
+
+// packing is the matrix products' packing space for sh (see MemoryNeed).
+func (sh shape) packing() int64 {
+	parts := int64(min(runtime.GOMAXPROCS(0), runtime.NumCPU(), gemmParts))
+	return mul(sh.t, parts, sum(mul(gemmKC, add(sh.widestCols, gemmNR)), gemmMC*gemmKC, gemmMR*gemmNR))
+}
+
+// identity reports whether cols is 0, 1, …, dim-1.
+func identity(cols []int, dim int) bool {
+	if len(cols) != dim {
+		return false
+	}
+	for i, c := range cols {
+		if c != i {
+			return false
+		}
+	}
+	return true
+}
+
+// mul is the product of non-negative factors, math.MaxInt64 if it
+// overflows.
+func mul(f ...int64) int64 {
+	p := int64(1)
+	for _, v := range f {
+		if v == 0 {
+			return 0
+		}
+		if p > math.MaxInt64/v {
+			p = math.MaxInt64
+			continue // a later 0 still makes it 0
+		}
+		p *= v
+	}
+	return p
+}
+
+// add is a + b for non-negative terms, math.MaxInt64 if it overflows.
+func add(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// sum adds non-negative terms, math.MaxInt64 if it overflows.
+func sum(v ...int64) int64 {
+	var s int64
+	for _, x := range v {
+		s = add(s, x)
+	}
+	return s
+}
