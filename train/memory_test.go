@@ -17,6 +17,9 @@ import (
 // the peak of its live heap from above. A change to what Run, the models
 // or checkpoints allocate that MemoryNeed does not follow fails here.
 func TestMemoryNeedBoundsRun(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop the kernels' scratch at random, so Run allocates more than the code asks for; make unit runs this without it")
+	}
 	net := func(model string, dim, classes int, hidden []int, f32 bool) CheckpointMeta {
 		return CheckpointMeta{Model: model, Dim: dim, Classes: classes, Spec: &ModelSpec{HiddenUnits: hidden, Float32: f32}}
 	}
