@@ -110,8 +110,15 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 			return *state, nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(r PSRegistration) error {
-			if run := workflow.GetInfo(ctx).WorkflowExecution.RunID; r.RunID != "" && r.RunID != run {
-				return fmt.Errorf("parameter server %d of run %s: this is run %s", r.Task, r.RunID, run)
+			// Only this run's own parameter servers register: they name the
+			// run (a registration of another run, re-applied to a reset
+			// run, or one that names none, is refused). Validators do not
+			// run on replay, so this never changes a recorded history.
+			if run := workflow.GetInfo(ctx).WorkflowExecution.RunID; r.RunID != run {
+				return fmt.Errorf("parameter server %d of run %q: this is run %s", r.Task, r.RunID, run)
+			}
+			if r.RestoredStep < 0 || r.RestoredStep > tin.Train.MaxSteps {
+				return fmt.Errorf("parameter server %d restored step %d: want a step in [0, max_steps %d]", r.Task, r.RestoredStep, tin.Train.MaxSteps)
 			}
 			return state.validate(r)
 		}})

@@ -2,9 +2,11 @@ package workflows
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
@@ -114,6 +116,54 @@ func TestClusterRegistration(t *testing.T) {
 	for _, bad := range []PSRegistration{{Task: 2, Addr: "x:1"}, {Task: -1, Addr: "x:1"}, {Task: 0}} {
 		if err := s.validate(bad); err == nil {
 			t.Errorf("registration %+v accepted", bad)
+		}
+	}
+}
+
+// TestRegistrationNamesThisRun: the register_parameter_server update is
+// accepted only from this run's own parameter servers, which name the run
+// (an update with no run ID was accepted, and workers then sent the
+// parameter-server secret to the address it registered), and with a
+// restored step within [0, max_steps].
+func TestRegistrationNamesThisRun(t *testing.T) {
+	env, _ := distributedEnv(t)
+	regs := []PSRegistration{
+		{Task: 0, Addr: "evil:1"},
+		{Task: 0, Addr: "evil:2", RunID: "another-run"},
+		{Task: 0, Addr: "evil:3", RunID: "default-test-run-id", RestoredStep: 9e18}, // the test environment's run ID
+		{Task: 0, Addr: "ps0:1", RunID: "default-test-run-id", RestoredStep: 500},
+	}
+	var mu sync.Mutex
+	got := map[string]string{}
+	decided := make(chan struct{}) // closed once every registration was accepted or rejected
+	decide := func(addr, what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[addr] = what
+		if len(got) == len(regs) {
+			close(decided)
+		}
+	}
+	env.OnActivity(TrainWorkerActivity, mock.Anything, mock.Anything).Return(func(ctx context.Context, in RoleInput) (WorkerResult, error) {
+		<-decided // train while the registrations arrive
+		return WorkerResult{Task: in.Task, Step: 3000}, nil
+	})
+	for i, r := range regs {
+		env.RegisterDelayedCallback(func() {
+			env.UpdateWorkflow(RegisterParameterServerUpdate, fmt.Sprint(i), &testsuite.TestUpdateCallback{
+				OnReject:   func(err error) { decide(r.Addr, "rejected: "+err.Error()) },
+				OnAccept:   func() { decide(r.Addr, "accepted") },
+				OnComplete: func(any, error) {},
+			}, r)
+		}, time.Second) // once the cluster's roles started
+	}
+	env.ExecuteWorkflow(TrainingJobName, distributedSpec)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]string{"evil:1": `run ""`, "evil:2": `run "another-run"`, "evil:3": "restored step", "ps0:1": "accepted"} {
+		if !strings.Contains(got[addr], want) || (want != "accepted" && !strings.HasPrefix(got[addr], "rejected")) {
+			t.Errorf("registration of %s: %q, want %s", addr, got[addr], want)
 		}
 	}
 }

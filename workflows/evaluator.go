@@ -208,7 +208,7 @@ func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, 
 	sel.AddReceive(commits, func(c workflow.ReceiveChannel, _ bool) {
 		var cc CheckpointCommitted
 		c.Receive(ctx, &cc)
-		e.committed(cc)
+		e.committed(ctx, cc)
 	})
 	sel.AddReceive(evalNow, func(c workflow.ReceiveChannel, _ bool) {
 		c.Receive(ctx, nil)
@@ -283,9 +283,19 @@ func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, 
 	return e.exports, e.finish(ctx)
 }
 
+// commitBoundChange marks the refusal of checkpoint reports past
+// max_steps (only a forged signal carries one).
+const commitBoundChange = "commit-within-max-steps"
+
 // committed records a checkpoint the chief reports.
-func (e *evaluator) committed(cc CheckpointCommitted) {
+func (e *evaluator) committed(ctx workflow.Context, cc CheckpointCommitted) {
 	if cc.Step <= e.newest { // a retried attempt may repeat steps: never go back
+		return
+	}
+	if cc.Step > e.tin.Train.MaxSteps && workflow.GetVersion(ctx, commitBoundChange, workflow.DefaultVersion, 1) >= 1 {
+		// No trainer commits past max_steps: a forged signal would make
+		// the evaluator ignore every real commit below it.
+		workflow.GetLogger(ctx).Warn("checkpoint report past max_steps ignored", "global_step", cc.Step, "max_steps", e.tin.Train.MaxSteps)
 		return
 	}
 	e.newest = cc.Step

@@ -224,3 +224,15 @@ func TestThrottleZeroEvaluatesEveryCommit(t *testing.T) {
 		t.Fatalf("evaluated %v, want %v", evaluated, want)
 	}
 }
+
+// TestForgedCommitPastMaxStepsIgnored: a checkpoint_committed signal with
+// a step past max_steps (no trainer sends one: a namespace client forged
+// it) is ignored, so the real commits after it are still evaluated.
+func TestForgedCommitPastMaxStepsIgnored(t *testing.T) {
+	spec := JobSpec{JobID: "forged"}
+	commits := []commit{{10 * time.Second, 100}, {15 * time.Second, 9e18}, {30 * time.Second, 200}, {50 * time.Second, 300}}
+	h := runEvalJob(t, spec, commits, 60*time.Second, 300, flat(0), nil)
+	if want := []int64{100, 200, 300}; !slices.Equal(h.evaluated, want) {
+		t.Fatalf("evaluated %v, want %v", h.evaluated, want)
+	}
+}
