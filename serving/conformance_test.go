@@ -321,17 +321,6 @@ type (
 			Defaults   map[string]any          `json:"defaults"`
 		} `json:"signature_def"`
 	}
-	v2Answer struct {
-		ModelName    string `json:"model_name"`
-		ModelVersion string `json:"model_version"`
-		ID           string `json:"id"`
-		Outputs      []struct {
-			Name     string          `json:"name"`
-			Shape    []int64         `json:"shape"`
-			Datatype string          `json:"datatype"`
-			Data     json.RawMessage `json:"data"`
-		} `json:"outputs"`
-	}
 )
 
 // v2Tensor is a tritonclient input tensor, as InferInput._get_tensor
@@ -557,7 +546,7 @@ func TestConformance(t *testing.T) {
 
 	probabilities := func(want []serving.Prediction, idx ...int) func(*testing.T, []byte) {
 		return func(t *testing.T, body []byte) {
-			var got v2Answer
+			var got v2Infer // features_test.go
 			strict(t, body, &got)
 			var p []float64
 			for _, o := range got.Outputs {
