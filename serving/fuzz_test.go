@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -44,17 +45,7 @@ func FuzzPredictRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := serve(e.srv, http.MethodPost, predictURL, "application/json", bytes.NewReader(body))
-		if w.Code >= 500 {
-			t.Fatalf("status: got %d (%s), want no 5xx", w.Code, clip(w.Body.Bytes()))
-		}
-		if !json.Valid(w.Body.Bytes()) {
-			t.Fatalf("body: got %q, want valid JSON", clip(w.Body.Bytes()))
-		}
-		if w.Code != http.StatusOK {
-			if w.Code < 400 {
-				t.Fatalf("status: got %d, want 200 or 4xx", w.Code)
-			}
-			errorMessage(t, w)
+		if !answered(t, w) {
 			return
 		}
 		preds := decodeAnswer(t, w)
@@ -113,14 +104,7 @@ func FuzzV2Infer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, srv := range []*serving.Server{e.srv, vec.srv} {
 			w := serve(srv, http.MethodPost, "/v2/models/census/infer", "application/json", bytes.NewReader(body))
-			if w.Code >= 500 {
-				t.Fatalf("status: got %d (%s), want no 5xx", w.Code, clip(w.Body.Bytes()))
-			}
-			if !json.Valid(w.Body.Bytes()) {
-				t.Fatalf("body: got %q, want valid JSON", clip(w.Body.Bytes()))
-			}
-			if w.Code != http.StatusOK {
-				errorMessage(t, w)
+			if !answered(t, w) {
 				continue
 			}
 			var got struct {
@@ -156,14 +140,7 @@ func FuzzExamples(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := serve(e.srv, http.MethodPost, "/v1/models/census:classify", "application/json", bytes.NewReader(body))
-		if w.Code >= 500 {
-			t.Fatalf("status: got %d (%s), want no 5xx", w.Code, clip(w.Body.Bytes()))
-		}
-		if !json.Valid(w.Body.Bytes()) {
-			t.Fatalf("body: got %q, want valid JSON", clip(w.Body.Bytes()))
-		}
-		if w.Code != http.StatusOK {
-			errorMessage(t, w)
+		if !answered(t, w) {
 			return
 		}
 		var got struct {
@@ -185,4 +162,25 @@ func FuzzExamples(f *testing.F) {
 			}
 		}
 	})
+}
+
+// answered checks what every fuzzed request gets: never a 5xx, always
+// valid JSON, and a 4xx carries one error message. It reports whether the
+// request succeeded (200), whose body the caller checks further.
+func answered(t *testing.T, w *httptest.ResponseRecorder) bool {
+	t.Helper()
+	if w.Code >= 500 {
+		t.Fatalf("status: got %d (%s), want no 5xx", w.Code, clip(w.Body.Bytes()))
+	}
+	if !json.Valid(w.Body.Bytes()) {
+		t.Fatalf("body: got %q, want valid JSON", clip(w.Body.Bytes()))
+	}
+	if w.Code == http.StatusOK {
+		return true
+	}
+	if w.Code < 400 {
+		t.Fatalf("status: got %d, want 200 or 4xx", w.Code)
+	}
+	errorMessage(t, w)
+	return false
 }
