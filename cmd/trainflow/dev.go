@@ -97,8 +97,8 @@ func runDemo(ctx context.Context, st *stack, dataDir string, stdout io.Writer) e
 	if err := run.Get(ctx, &res); err != nil {
 		return fmt.Errorf("demo job %s: %w", id, err)
 	}
-	fmt.Fprintf(stdout, "demo: job %s succeeded: %d training rows, %d steps, eval accuracy %.4f, AUC %.4f\n",
-		id, res.TrainRows, res.GlobalStep, res.Metrics.Accuracy, res.Metrics.AUC)
+	fmt.Fprintf(stdout, "demo: job %s succeeded: %d training rows, %d steps, eval %s\n",
+		id, res.TrainRows, res.GlobalStep, res.Metrics.Summary())
 	fmt.Fprintf(stdout, "demo: serving model %q version %d from %s\n", res.Model, res.Version, res.Export)
 	url := fmt.Sprintf("http://%s/v1/models/%s:predict", st.HTTPAddr, res.Model)
 	body := `{"instances": [` + demoInstance + `]}`
