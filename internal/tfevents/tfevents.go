@@ -258,22 +258,22 @@ func (s *Scanner) Skipped() int { return s.skipped }
 // the call. A record that is not an Event with a summary calls f for
 // nothing.
 func (s *Scanner) Scalars(f func(step int64, tag []byte, value float32)) error {
+	// Two passes, so that nothing is held whatever the field order.
 	var step int64
-	var sum [][]byte
-	err := fields(s.rec, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
-		switch {
-		case num == 2 && typ == protowire.VarintType:
+	err := fields(s.rec, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
+		if num == 2 && typ == protowire.VarintType {
 			step = int64(x)
-		case num == 5 && typ == protowire.BytesType:
-			sum = append(sum, v)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, v := range sum {
-		err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+	return fields(s.rec, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num != 5 || typ != protowire.BytesType {
+			return nil
+		}
+		return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 			if num != 1 || typ != protowire.BytesType {
 				return nil
 			}
@@ -293,11 +293,7 @@ func (s *Scanner) Scalars(f func(step int64, tag []byte, value float32)) error {
 			}
 			return err
 		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // fields calls f for each field of a message, or reports a malformed one.
