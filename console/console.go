@@ -78,7 +78,7 @@ type Console struct {
 	rootsFlag    string
 	maxPageBytes int64
 	maxPoints    int
-	pages map[string]*template.Template
+	pages        map[string]*template.Template
 	// echo is the server the console is mounted on: the try-it form posts
 	// to its predict API.
 	echo *echo.Echo
