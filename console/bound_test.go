@@ -413,7 +413,7 @@ func TestJobDirOnlyFromWorkerResults(t *testing.T) {
 	own1 := filepath.Join(root, "mine")
 	synthJob{ID: "mine", Steps: 1000, SummaryEvery: 100, CkptEvery: 500, EvalEvery: 500}.write(t, own1)
 	write(t, own1, "job.json", []byte(`{"job_id":"mine","first_run_id":"run-2"}`)) // this run's chain
-	other := filepath.Join(root, "mine_earlier")                                    // an earlier job of the same ID
+	other := filepath.Join(root, "mine_earlier")                                   // an earlier job of the same ID
 	synthJob{ID: "mine", Steps: 1000, SummaryEvery: 100, CkptEvery: 500, EvalEvery: 500}.write(t, other)
 	outside := filepath.Join(t.TempDir(), "created", "by", "a", "view")
 	s3root := "s3://jobs-bucket/jobs?endpoint=" + own.URL + "&use_path_style=true&disable_https=true&region=us-east-1"
