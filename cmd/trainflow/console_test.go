@@ -324,7 +324,8 @@ func TestConsole(t *testing.T) {
 		served := make(chan error, 1)
 		go func() {
 			served <- runServe(ctx, []string{"--models", filepath.Join(home, "models"), "--http", addr, "--log-level", "warn", "--auth-token-file", tokenFile,
-				"--temporal", st.Temporal.FrontendAddr(), "--namespace", st.Temporal.Namespace(), "--temporal-ui", "http://ui.example"}, &logs)
+				"--temporal", st.Temporal.FrontendAddr(), "--namespace", st.Temporal.Namespace(), "--temporal-ui", "http://ui.example",
+				"--console-roots", filepath.Join(home, "jobs"), "--console-page-bytes", "4MiB"}, &logs)
 		}()
 		defer func() {
 			cancel()
@@ -359,6 +360,10 @@ func TestConsole(t *testing.T) {
 		}
 		if code, page := do("GET", "/console/models/census", token, nil); code != http.StatusOK || count(page, `<tr class="version">`) != 2 {
 			t.Errorf("serve's model page: %d\n%s", code, page)
+		}
+		// The job page reads the job directory inside --console-roots.
+		if code, page := do("GET", "/console/jobs/console_basic", token, nil); code != http.StatusOK || charts(t, page)["Loss and evaluation metrics"][0] == "" {
+			t.Errorf("serve's job page: %d, no loss chart:\n%s", code, page)
 		}
 		if code, _ := do("GET", "/console/jobs", "", nil); code != http.StatusUnauthorized {
 			t.Errorf("serve's console without the token: %d, want 401", code)
@@ -521,5 +526,35 @@ func browseConsole(t *testing.T, base, job string) {
 	}
 	if prediction != "<=50K" && prediction != ">50K" {
 		t.Errorf("try-it in the browser shows %q, want a census class", prediction)
+	}
+}
+
+// TestServeConsoleFlags: serve refuses console roots it cannot parse and
+// page budgets that are not sizes, naming the flag; a job directory
+// outside --console-roots shows a note instead of the job's files (see
+// the console package's tests for the page itself).
+func TestServeConsoleFlags(t *testing.T) {
+	models := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--console-roots", "s3:///no-bucket"}, "console root"},
+		{[]string{"--console-page-bytes", "lots"}, "console-page-bytes"},
+		{[]string{"--console-page-bytes", "-5MiB"}, "console-page-bytes"},
+	} {
+		var stderr bytes.Buffer
+		args := append([]string{"--models", models, "--http", "127.0.0.1:0", "--log-level", "error"}, c.args...)
+		err := runServe(context.Background(), args, &stderr)
+		if err == nil || !strings.Contains(err.Error()+stderr.String(), c.want) {
+			t.Errorf("serve %v: %v %s, want an error naming %q", c.args, err, stderr.String(), c.want)
+		}
+	}
+	var cf consoleFlags
+	cf.roots = listFlag{"default"}
+	cf.setRoots("/a,/b")
+	cf.setRoots("s3://c/jobs?endpoint=http://minio:9000")
+	if got := fmt.Sprint(cf.roots); got != "[/a /b s3://c/jobs?endpoint=http://minio:9000]" {
+		t.Errorf("--console-roots /a,/b --console-roots s3://…: %s, want the three, without the default", got)
 	}
 }
