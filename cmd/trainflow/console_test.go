@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -415,6 +417,41 @@ func TestConsole(t *testing.T) {
 		}
 		if dir := os.Getenv("TRAINFLOW_SCREENSHOTS"); dir != "" {
 			screenshot(t, base+"/console/jobs/"+id, filepath.Join(dir, "console-tuning.png"))
+		}
+	})
+
+	t.Run("hostile carry", func(t *testing.T) {
+		// A raw client starts TrainingJobs whose second argument (the
+		// continue-as-new carry) names the basic job's directory, a path
+		// outside every root, and an object store at the attacker's
+		// endpoint. The runs are refused; their pages show none of it: no
+		// victim's curves, no directory created, no request sent.
+		var hits atomic.Int64
+		evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+		defer evil.Close()
+		t.Setenv("AWS_ACCESS_KEY_ID", "AKIACONSOLETEST") // a server with credentials signs what it sends
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+		outside := filepath.Join(t.TempDir(), "made", "by", "a", "view")
+		for i, dir := range []string{resBasic.JobDir, "file://" + outside, "s3://bucket/jobs/console_basic?endpoint=" + evil.URL + "&region=us-east-1&use_path_style=true&disable_https=true"} {
+			id := fmt.Sprintf("console_carry_%d", i)
+			var spec map[string]any
+			json.Unmarshal([]byte(jobInput(id, `{"generated_rows":2000}`, `{}`, 600, 200)), &spec)
+			carry := workflows.Carry{Prep: workflows.PrepareResult{JobDir: dir}}
+			run, err := st.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue}, workflows.TrainingJobName, spec, carry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run.Get(context.Background(), nil) // refused or not, the page must not open dir
+			code, page := get(t, base, "/console/jobs/"+id)
+			if code != http.StatusOK || strings.Contains(page, `<figure class="chart"`) || strings.Contains(page, `id="evals"`) {
+				t.Errorf("%s (carry %s): %d, shows a job directory's curves or evaluations", id, dir, code)
+			}
+		}
+		if _, err := os.Stat(strings.TrimSuffix(outside, "/by/a/view")); err == nil {
+			t.Error("a page view created the carried directory")
+		}
+		if n := hits.Load(); n != 0 {
+			t.Errorf("the carried endpoint got %d requests", n)
 		}
 	})
 
