@@ -96,12 +96,6 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	if err := jd.writePSSecret(ctx, in.Task, secret); err != nil {
 		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: %w", in.Task, err)
 	}
-	srv, err := dist.NewServer(shard, load, dist.ServerConfig{Secret: secret, Resolve: a.clusterView(info.WorkflowExecution.ID)})
-	if err != nil {
-		return workflows.WorkerResult{}, err
-	}
-	defer srv.Stop()
-	w.follow(func() int64 { step, _ := shard.Step(); return step })
 	lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
 	if err != nil {
 		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: listen: %w", in.Task, err)
@@ -110,6 +104,15 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	host, _ := os.Hostname()
 	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored,
 		RunID: info.WorkflowExecution.RunID}
+	// The handshake's proofs cover the address workers dial: the one
+	// registered.
+	srv, err := dist.NewServer(shard, load, dist.ServerConfig{Secret: secret, Addr: reg.Addr, Resolve: a.clusterView(info.WorkflowExecution.ID)})
+	if err != nil {
+		lis.Close()
+		return workflows.WorkerResult{}, err
+	}
+	defer srv.Stop()
+	w.follow(func() int64 { step, _ := shard.Step(); return step })
 	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID,
 		UpdateName: workflows.RegisterParameterServerUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
