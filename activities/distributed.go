@@ -347,7 +347,7 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 				return err
 			}
 			// Committed: reported even if the role is being stopped.
-			return a.reportCheckpoint(context.WithoutCancel(ctx), jd, p, in.PinForEval)
+			return a.reportCheckpoint(context.WithoutCancel(ctx), jd, p, evalQueue(in.TrainInput))
 		}
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
@@ -375,12 +375,47 @@ func diverged(err error) error {
 	return err
 }
 
+// evalQueue is how many committed checkpoints a trainer keeps pinned for
+// the evaluator (eval/queue): none unless it evaluates every checkpoint
+// (in.PinForEval); then the keep_checkpoint_max newest, which the
+// workflow may hold queued, and one more, which it may be evaluating.
+func evalQueue(in workflows.TrainInput) int {
+	if !in.PinForEval {
+		return 0
+	}
+	return max(in.Train.KeepCheckpointMax, 1) + 1
+}
+
+// queueForEval pins the checkpoint of step for the evaluator and unpins
+// the queued ones older than the keep newest: the workflow no longer
+// evaluates those (it queues at most keep_checkpoint_max), so they would
+// hold disk that retention freed.
+func (j *jobDir) queueForEval(ctx context.Context, step int64, keep int) error {
+	if err := j.queueCheckpoint(ctx, step); err != nil {
+		return err
+	}
+	q := j.Checkpoints().In(queueDir)
+	steps, err := q.Steps(ctx)
+	if err != nil {
+		return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
+	}
+	if len(steps) <= keep {
+		return nil
+	}
+	oldest := steps[len(steps)-keep]
+	if err := q.DeleteIf(ctx, func(s int64) bool { return s < oldest }); err != nil {
+		return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
+	}
+	return nil
+}
+
 // reportCheckpoint tells the workflow and the events log about a
-// committed checkpoint, first pinning it for the evaluator if pin is set.
-func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress, pin bool) error {
+// committed checkpoint, first pinning it for the evaluator if queue (see
+// evalQueue) is not 0.
+func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress, queue int) error {
 	log := activity.GetLogger(ctx)
-	if pin {
-		if err := jd.queueCheckpoint(ctx, p.Step); err != nil {
+	if queue > 0 {
+		if err := jd.queueForEval(ctx, p.Step, queue); err != nil {
 			return err
 		}
 	}

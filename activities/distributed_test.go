@@ -4,9 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/train/dist"
+	"github.com/trainflow/trainflow/workflows"
 )
 
 // TestParameterServerSecretsStayInTheJobDir: a parameter server's secret
@@ -49,6 +52,52 @@ func TestParameterServerSecretsStayInTheJobDir(t *testing.T) {
 		c = dist.Cluster{Addrs: []string{"h:0", "h:1"}}
 		if err := jd.psSecrets(ctx, &c); err == nil {
 			t.Fatalf("%s: server 0 has no secret, but reading it succeeded", uri)
+		}
+	}
+}
+
+// TestEvalQueueBoundedByKeep: a trainer that pins every checkpoint for the
+// evaluator (throttle_secs 0) keeps only the keep_checkpoint_max newest
+// pinned, plus one the evaluator may be reading, however far the
+// evaluator is behind; retention then frees the rest.
+func TestEvalQueueBoundedByKeep(t *testing.T) {
+	ctx := context.Background()
+	a := &Activities{Home: t.TempDir()}
+	a.DataRoots = []string{a.Home}
+	jd, err := a.openJobDir(ctx, filepath.Join(a.Home, "job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jd.Close()
+	in := workflows.TrainInput{PinForEval: true, Train: workflows.TrainSpec{KeepCheckpointMax: 3}}
+	keep := evalQueue(in)
+	if keep != 4 {
+		t.Fatalf("evalQueue %d, want keep_checkpoint_max + 1 = 4", keep)
+	}
+	if n := evalQueue(workflows.TrainInput{Train: in.Train}); n != 0 {
+		t.Fatalf("evalQueue without PinForEval: %d, want 0", n)
+	}
+	cks := jd.Checkpoints()
+	meta := train.CheckpointMeta{Model: "linear", Dim: 1, Classes: 2}
+	for step := int64(1); step <= 50; step++ {
+		ck := &train.Checkpoint{Step: step, Meta: meta, Tensors: map[string][]float64{"params": {1, 2}}}
+		if err := cks.Save(ctx, ck, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := jd.queueForEval(ctx, step, keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queued, err := cks.In(queueDir).Steps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{47, 48, 49, 50}; !slices.Equal(queued, want) {
+		t.Fatalf("queued %v after 50 commits, want %v", queued, want)
+	}
+	for _, s := range queued { // each queued checkpoint is still readable
+		if _, err := jd.pinCheckpoint(ctx, s); err != nil {
+			t.Fatalf("pin queued %d: %v", s, err)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -277,7 +278,7 @@ func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, 
 		e.p.Checkpoints++
 		if e.everyCkpt && cc.Step > e.newest {
 			e.newest = cc.Step
-			e.queue = append(e.queue, cc.Step)
+			e.enqueue(ctx, cc.Step)
 		}
 	}
 	return e.exports, e.finish(ctx)
@@ -300,10 +301,32 @@ func (e *evaluator) committed(ctx workflow.Context, cc CheckpointCommitted) {
 	}
 	e.newest = cc.Step
 	if e.everyCkpt {
-		e.queue = append(e.queue, cc.Step)
+		e.enqueue(ctx, cc.Step)
 	}
 	e.p.GlobalStep, e.p.Loss, e.p.ExamplesPerSec = cc.Step, cc.Loss, cc.ExamplesPerSec
 	e.p.Checkpoints++
+}
+
+// evalQueueBoundChange marks the evaluation queue bounded by
+// keep_checkpoint_max.
+const evalQueueBoundChange = "eval-queue-within-keep"
+
+// enqueue queues step for evaluation (everyCkpt). At most
+// keep_checkpoint_max checkpoints wait: past that, the oldest waiting is
+// dropped, as tf.estimator, which evaluates the newest checkpoint, skips
+// those a slow evaluator did not reach; the trainer's pins for the
+// evaluator keep as many, so a queued checkpoint is never one retention
+// deleted.
+func (e *evaluator) enqueue(ctx workflow.Context, step int64) {
+	for len(e.queue) > 0 && e.queue[0] <= e.evaluated {
+		e.queue = e.queue[1:]
+	}
+	e.queue = append(e.queue, step)
+	keep := max(e.tin.Train.KeepCheckpointMax, 1)
+	if len(e.queue) > keep && workflow.GetVersion(ctx, evalQueueBoundChange, workflow.DefaultVersion, 1) >= 1 {
+		workflow.GetLogger(ctx).Warn("evaluation queue full: oldest checkpoints skipped", "skipped", e.queue[:len(e.queue)-keep], "keep_checkpoint_max", keep)
+		e.queue = slices.Clone(e.queue[len(e.queue)-keep:])
+	}
 }
 
 // next returns the step to evaluate next: the oldest queued one when

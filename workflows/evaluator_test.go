@@ -236,3 +236,44 @@ func TestForgedCommitPastMaxStepsIgnored(t *testing.T) {
 		t.Fatalf("evaluated %v, want %v", h.evaluated, want)
 	}
 }
+
+// TestThrottleZeroQueueBoundedByKeep: with throttle_secs 0 and an
+// evaluator far slower than training, at most keep_checkpoint_max
+// checkpoints wait for evaluation; the oldest waiting are skipped (the
+// newest are evaluated, as tf.estimator evaluates the latest), and the
+// final one is always evaluated.
+func TestThrottleZeroQueueBoundedByKeep(t *testing.T) {
+	env := newEnv(t, "census_1")
+	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1"}, nil)
+	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
+	env.OnActivity(TrainActivity, mock.Anything, mock.MatchedBy(func(in TrainInput) bool { return in.PinForEval })).
+		Return(TrainResult{Step: 20000}, nil).After(time.Hour)
+	var evaluated []int64
+	env.OnActivity(EvaluateActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in EvaluateInput) (EvaluateResult, error) {
+		evaluated = append(evaluated, in.Step)
+		return EvaluateResult{Step: in.Step, Metrics: train.Metrics{Accuracy: float64(in.Step) / 1e5}}, nil
+	}).After(30 * time.Minute) // 20 commits arrive during one evaluation
+	env.OnActivity(ExportActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in ExportInput) (ExportResult, error) {
+		return ExportResult{Dir: fmt.Sprintf("/jobs/census_1/export/%s/%d", in.Exporter, in.Step)}, nil
+	})
+	env.OnActivity(DeleteExportActivity, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
+	for i := int64(1); i <= 40; i++ {
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(CheckpointSignal, CheckpointCommitted{Step: 500 * i})
+		}, time.Duration(i)*90*time.Second)
+	}
+	spec := JobSpec{JobID: "census_1", Preset: PresetCensus, Train: TrainSpec{MaxSteps: 20000, KeepCheckpointMax: 3}, Eval: EvalSpec{ThrottleSecs: Secs(0)}}
+	env.ExecuteWorkflow(TrainingJobName, spec)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	// 500 is evaluated from 1.5 to 31.5 min, while 1000…10500 commit:
+	// 9500, 10000 and 10500 wait. 9500 is evaluated until 61.5 min, while
+	// 11000…20000 commit, so only the 3 newest wait: 19000, 19500 and the
+	// final 20000. Without the bound, all 40 would be.
+	want := []int64{500, 9500, 19000, 19500, 20000}
+	if !slices.Equal(evaluated, want) {
+		t.Fatalf("evaluated %v, want %v", evaluated, want)
+	}
+}
