@@ -2,8 +2,12 @@ package activities
 
 import (
 	"context"
+	"crypto/ed25519"
+	crand "crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -104,6 +108,10 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	host, _ := os.Hostname()
 	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored,
 		RunID: info.WorkflowExecution.RunID}
+	if err := jd.signRegistration(ctx, info.WorkflowExecution.ID, &reg); err != nil {
+		lis.Close()
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: %w", in.Task, err)
+	}
 	// The handshake's proofs cover the address workers dial: the one
 	// registered.
 	srv, err := dist.NewServer(shard, load, dist.ServerConfig{Secret: secret, Addr: reg.Addr, Resolve: a.clusterView(info.WorkflowExecution.ID)})
@@ -204,6 +212,82 @@ func (j *jobDir) psSecrets(ctx context.Context, c *dist.Cluster) error {
 		}
 		c.Secrets[i] = string(b)
 	}
+	return nil
+}
+
+// reportKeyPath is where the private half of the current run's report
+// key lives in the job directory (see ReportKey), private like the
+// parameter servers' secrets.
+const reportKeyPath = "cluster/report.key"
+
+// reportKeyFile is the content of reportKeyPath.
+type reportKeyFile struct {
+	// RunID is the run the key was made for.
+	RunID string `json:"run_id"`
+	// Seed is the Ed25519 private key's seed.
+	Seed []byte `json:"seed"`
+}
+
+// ReportKey makes a new report key for the calling run (or, retried,
+// returns the one it made) and returns its public half. The private half
+// is written to the job directory only: the run's trainers and parameter
+// servers sign their checkpoint reports and registrations with it, and
+// the workflow verifies them, so a namespace client can forge neither.
+func (a *Activities) ReportKey(ctx context.Context, in workflows.ReportKeyInput) (workflows.ReportKeyResult, error) {
+	jd, err := a.openJobDir(ctx, in.JobDir)
+	if err != nil {
+		return workflows.ReportKeyResult{}, err
+	}
+	defer jd.Close()
+	pub, err := jd.newReportKey(ctx, activity.GetInfo(ctx).WorkflowExecution.RunID)
+	return workflows.ReportKeyResult{PublicKey: pub}, err
+}
+
+// newReportKey makes run's report key, unless the job directory already
+// holds it (a retried ReportKey), and returns its public half.
+func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKey, error) {
+	var f reportKeyFile
+	b, err := j.st.Read(ctx, reportKeyPath)
+	switch {
+	case err == nil && json.Unmarshal(b, &f) == nil && f.RunID == run && len(f.Seed) == ed25519.SeedSize:
+		// A retry: the key this run already has.
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		f = reportKeyFile{RunID: run, Seed: make([]byte, ed25519.SeedSize)}
+		crand.Read(f.Seed)
+		b, _ := json.Marshal(f)
+		if err := j.WritePrivate(ctx, reportKeyPath, b); err != nil {
+			return nil, fmt.Errorf("write report key: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("read report key: %w", err)
+	}
+	return ed25519.NewKeyFromSeed(f.Seed).Public().(ed25519.PublicKey), nil
+}
+
+// reportKey reads the report key, or nil if there is none (a run from
+// before signed reports).
+func (j *jobDir) reportKey(ctx context.Context) (ed25519.PrivateKey, error) {
+	b, err := j.st.Read(ctx, reportKeyPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read report key: %w", err)
+	}
+	var f reportKeyFile
+	if err := json.Unmarshal(b, &f); err != nil || len(f.Seed) != ed25519.SeedSize {
+		return nil, errors.New("read report key: malformed " + reportKeyPath)
+	}
+	return ed25519.NewKeyFromSeed(f.Seed), nil
+}
+
+// signRegistration signs r for job jobID with the report key, if any.
+func (j *jobDir) signRegistration(ctx context.Context, jobID string, r *workflows.PSRegistration) error {
+	key, err := j.reportKey(ctx)
+	if err != nil || key == nil {
+		return err
+	}
+	r.Signature = ed25519.Sign(key, workflows.RegistrationReportBytes(jobID, *r))
 	return nil
 }
 
@@ -427,6 +511,13 @@ func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.P
 		// new run's trainer until its heartbeat learns of it.
 		c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}
 		run := activity.GetInfo(ctx).WorkflowExecution
+		key, err := jd.reportKey(ctx)
+		if err != nil {
+			return err
+		}
+		if key != nil {
+			c.Signature = ed25519.Sign(key, workflows.CommitReportBytes(run.ID, c))
+		}
 		if err := a.Client.SignalWorkflow(ctx, run.ID, run.RunID, workflows.CheckpointSignal, c); err != nil {
 			var gone *serviceerror.NotFound
 			if errors.As(err, &gone) {

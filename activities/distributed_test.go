@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"crypto/ed25519"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,5 +100,53 @@ func TestEvalQueueBoundedByKeep(t *testing.T) {
 		if _, err := jd.pinCheckpoint(ctx, s); err != nil {
 			t.Fatalf("pin queued %d: %v", s, err)
 		}
+	}
+}
+
+// TestReportKeyPerRun: each run gets its own report key (a retry of the
+// same run gets the same one), written private to the job directory; the
+// trainers and parameter servers sign with the current one, which only
+// its public half verifies.
+func TestReportKeyPerRun(t *testing.T) {
+	ctx := context.Background()
+	a := &Activities{Home: t.TempDir()}
+	a.DataRoots = []string{a.Home}
+	jd, err := a.openJobDir(ctx, filepath.Join(a.Home, "job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jd.Close()
+	if k, err := jd.reportKey(ctx); k != nil || err != nil {
+		t.Fatalf("report key before any run: %v, %v; want none", k, err)
+	}
+	first, err := jd.newReportKey(ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := jd.newReportKey(ctx, "run-1")
+	if err != nil || !first.Equal(again) {
+		t.Fatalf("a retry of run-1 got another key (%v)", err)
+	}
+	second, err := jd.newReportKey(ctx, "run-2")
+	if err != nil || second.Equal(first) {
+		t.Fatalf("run-2 got run-1's key (%v)", err)
+	}
+	if dir, ok := jd.st.LocalDir(); ok {
+		if fi, err := os.Stat(filepath.Join(dir, reportKeyPath)); err != nil || fi.Mode() != 0o600 {
+			t.Fatalf("%s: %v, %v; want mode 0600", reportKeyPath, fi.Mode(), err)
+		}
+	}
+	c := workflows.CheckpointCommitted{Step: 7}
+	key, err := jd.reportKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := ed25519.Sign(key, workflows.CommitReportBytes("job", c))
+	if !ed25519.Verify(second, workflows.CommitReportBytes("job", c), sig) || ed25519.Verify(first, workflows.CommitReportBytes("job", c), sig) {
+		t.Fatal("reports are not signed with the current run's key")
+	}
+	r := workflows.PSRegistration{Task: 1, Addr: "h:1", RunID: "run-2"}
+	if err := jd.signRegistration(ctx, "job", &r); err != nil || !ed25519.Verify(second, workflows.RegistrationReportBytes("job", r), r.Signature) {
+		t.Fatalf("registration not signed with the run's key (%v)", err)
 	}
 }
