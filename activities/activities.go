@@ -568,7 +568,7 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 		if err := sums.flush(ctx, jd, p.Step); err != nil {
 			return err
 		}
-		return a.reportCheckpoint(ctx, jd, p, in.PinForEval)
+		return a.reportCheckpoint(ctx, jd, p, evalQueue(in))
 	})
 	return res, diverged(err)
 }
