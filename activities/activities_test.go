@@ -24,10 +24,14 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// TestMain lets the test binary be the preprocess child process.
+// TestMain lets the test binary be the preprocess child process and the
+// training and evaluation child (ChildCommand).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "preprocess" {
 		os.Exit(beampipe.ChildMain(context.Background(), os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == ChildCommand {
+		os.Exit(ChildMain(context.Background(), os.Args[2:], os.Stderr))
 	}
 	os.Exit(m.Run())
 }
