@@ -466,8 +466,8 @@ func (a *Activities) runChild(ctx context.Context, jobDir string, args []string)
 	var ee *exec.ExitError
 	msg := fmt.Errorf("preprocess child: %w: %s (log: %s)", err, stderr.reason(), logPath)
 	if errors.As(err, &ee) && ee.ExitCode() == preprocess.ExitRejected {
-		if strings.Contains(stderr.reason(), preprocess.ErrShardBytes.Error()) { // an operator's ceiling
-			return nonRetryable(workflows.ErrTypeInvalidSpec, msg)
+		if l := stderr.lineWith(preprocess.ErrShardBytes.Error()); l != "" { // an operator's ceiling
+			return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("preprocess child: %s (log: %s)", l, logPath))
 		}
 		return nonRetryable(workflows.ErrTypeBadData, msg)
 	}

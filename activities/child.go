@@ -235,10 +235,10 @@ func childDeath(werr error, ps *os.ProcessState, oom bool, last string, lim Chil
 		if ws.Signal() == syscall.SIGKILL {
 			why = " (the kernel's OOM killer, or an operator)"
 		}
-		return childKilledError{fmt.Sprintf("training child process killed by signal %s%s; %s", ws.Signal(), why, limit)}
+		return childKilledError{fmt.Sprintf("child process killed by signal %s%s; %s", ws.Signal(), why, limit)}
 	}
 	if oom {
-		return childKilledError{fmt.Sprintf("training child process ran out of memory; %s", limit)}
+		return childKilledError{fmt.Sprintf("child process ran out of memory; %s", limit)}
 	}
 	return fmt.Errorf("training child process: %w: %s", werr, last)
 }
@@ -247,6 +247,19 @@ func childDeath(werr error, ps *os.ProcessState, oom bool, last string, lim Chil
 func (t *tail) lastLine() string {
 	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
 	return lines[len(lines)-1]
+}
+
+// lineWith returns the rest of the last line the tail holds from the
+// first occurrence of s on it, "" if none has it. Errors raised inside a
+// DoFn come back on lines of the runner's own.
+func (t *tail) lineWith(s string) string {
+	lines := strings.Split(string(t.buf), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if k := strings.Index(lines[i], s); k >= 0 {
+			return lines[i][k:]
+		}
+	}
+	return ""
 }
 
 // oomMarkers are what the Go runtime writes when a child reaches its
@@ -315,7 +328,7 @@ func previousKills(ctx context.Context) int {
 func killed(ctx context.Context, hb *beater, role string, prev int, last train.Progress, err error) error {
 	kills := prev + 1
 	hb.seal(ctx, killNote{Progress: last, ChildKills: kills})
-	msg := fmt.Sprintf("%s: %v (%d of %d attempts in a row)", role, err, kills, MaxChildKills)
+	msg := fmt.Sprintf("%s %v (%d of %d attempts in a row)", role, err, kills, MaxChildKills)
 	activity.GetLogger(ctx).Error("child process killed", "role", role, "child_kills", kills, "error", err)
 	if kills >= MaxChildKills {
 		return temporal.NewNonRetryableApplicationError(msg+": not retried again; make the job smaller or raise the limit",
