@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func newActs(t *testing.T) *Activities {
+func newActs(t testing.TB) *Activities {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -72,7 +72,7 @@ func spec(id string) workflows.JobSpec {
 }
 
 // prepare runs PrepareJob and Preprocess for a generated census job.
-func prepare(t *testing.T, e *testsuite.TestActivityEnvironment, acts *Activities, s workflows.JobSpec) (workflows.PrepareResult, workflows.PreprocessResult) {
+func prepare(t testing.TB, e *testsuite.TestActivityEnvironment, acts *Activities, s workflows.JobSpec) (workflows.PrepareResult, workflows.PreprocessResult) {
 	t.Helper()
 	v, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: "run1"})
 	if err != nil {

@@ -1,0 +1,47 @@
+package activities
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// BenchmarkTrainChild measures what training in a child process costs:
+// a census job's Train (the BASIC tier's one process; 20000 steps,
+// 5 checkpoints) from scratch, in this process and in a child, reporting
+// steps/s. Compare the two within one run:
+//
+//	go test ./activities -run '^$' -bench TrainChild -count 5
+func BenchmarkTrainChild(b *testing.B) {
+	acts := newActs(b)
+	e := env(acts)
+	s := spec("bench_1")
+	prep, pre := prepare(b, e, acts, s)
+	in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train}
+	in.Train.MaxSteps, in.Train.SaveCheckpointsSteps = 20000, 4000
+	for _, mode := range []struct {
+		name      string
+		inProcess bool
+	}{{"in-process", true}, {"child", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			acts.InProcess = mode.inProcess
+			var took time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				if err := os.RemoveAll(filepath.Join(prep.JobDir, "checkpoints")); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				if _, err := e.ExecuteActivity(acts.Train, in); err != nil {
+					b.Fatal(err)
+				}
+				took += time.Since(t0)
+			}
+			b.ReportMetric(float64(in.Train.MaxSteps)*float64(b.N)/took.Seconds(), "steps/s")
+		})
+	}
+}
