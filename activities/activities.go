@@ -562,17 +562,20 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	}
 	defer release()
 	return watchStalls(ctx, hb, "training", stallTimeout(in), func(ctx context.Context, w *stallWatch) (workflows.TrainResult, error) {
-		if a.inProcess() {
+		if a.inProcess(jd) {
 			return a.train(ctx, in, jd, m, mb, hb, w)
 		}
 		return a.trainInChild(ctx, in, jd, m, mb, hb, w)
 	})
 }
 
-// inProcess reports whether Train and Evaluate run in this process:
-// a.InProcess, or a test's step hook (SetStepHookForTest), which only
-// this process can call.
-func (a *Activities) inProcess() bool { return a.InProcess || testStepHook.Load() != nil }
+// inProcess reports whether Train and Evaluate on jd run in this
+// process: a.InProcess, a test's step hook (SetStepHookForTest), which
+// only this process can call, or a job directory in this process's
+// memory (mem://, tests), which a child cannot see.
+func (a *Activities) inProcess(jd *jobDir) bool {
+	return a.InProcess || testStepHook.Load() != nil || strings.HasPrefix(jd.uri, "mem://")
+}
 
 // train is Train's work in this process, reporting its progress to w.
 func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *jobDir, m *preprocess.Manifest, mb []byte, hb *beater, w *stallWatch) (workflows.TrainResult, error) {
@@ -726,7 +729,7 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	}
 	rows := max(in.Batches*in.BatchSize, 0)
 	var mt train.Metrics
-	if a.inProcess() {
+	if a.inProcess(jd) {
 		if mt, err = evaluateOn(ck, dataDir, m.Dim, m.Eval, rows); err != nil {
 			return workflows.EvaluateResult{}, err
 		}
