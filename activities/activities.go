@@ -659,7 +659,7 @@ func (a *Activities) trainInChild(ctx context.Context, in workflows.TrainInput, 
 			w.at(p.Step)
 			hb.set(ctx, killNote{Progress: p, ChildKills: prev})
 			t0 := time.Now()
-			err := a.reportCheckpoint(ctx, jd, p, in.PinForEval)
+			err := a.reportCheckpoint(ctx, jd, p, evalQueue(in))
 			a.Metrics.committed(time.Since(t0))
 			if err != nil {
 				return childReply{}, err

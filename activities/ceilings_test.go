@@ -47,6 +47,11 @@ func TestCeilingsRefuseClearly(t *testing.T) {
 			if _, err := os.Stat(in.JobDir); !os.IsNotExist(err) {
 				t.Fatalf("the refused job's directory exists: %v", err)
 			}
+			// A distributed job's workers are refused the same way.
+			_, err = e.ExecuteActivity(acts.TrainWorker, workflows.RoleInput{TrainInput: in})
+			if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeInvalidSpec || !ae.NonRetryable() || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("TrainWorker: %v, want non-retryable InvalidSpec %q", err, c.want)
+			}
 		})
 	}
 	for _, ok := range []workflows.TrainSpec{
