@@ -278,12 +278,9 @@ func evaluateOn(ck *train.Checkpoint, dataDir string, dim int, shards []preproce
 // checkFinite fails an evaluation of step whose metrics are not finite (a
 // checkpoint of weights so large its outputs overflow).
 func checkFinite(step int64, mt train.Metrics) error {
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"log_loss", mt.LogLoss}, {"rmse", mt.RMSE}, {"mae", mt.MAE}, {"accuracy", mt.Accuracy}, {"auc", mt.AUC}, {"precision", mt.Precision}, {"recall", mt.Recall}} {
-		if f.v-f.v != 0 && mt.Examples > 0 {
-			return diverged(fmt.Errorf("%w: evaluation of checkpoint %d: %s is %v", train.ErrNonFinite, step, f.name, f.v))
+	for _, d := range train.MetricDefs {
+		if v, _ := mt.Value(d.Name); v-v != 0 && mt.Examples > 0 {
+			return diverged(fmt.Errorf("%w: evaluation of checkpoint %d: %s is %v", train.ErrNonFinite, step, d.Name, v))
 		}
 	}
 	return nil

@@ -74,17 +74,8 @@ type export struct {
 	Step     int64
 }
 
-// evalMetrics are the evaluation metrics charted, and how to get each.
-var evalMetrics = []struct {
-	name string
-	get  func(m train.Metrics) float64
-}{
-	{"log_loss", func(m train.Metrics) float64 { return m.LogLoss }},
-	{"accuracy", func(m train.Metrics) float64 { return m.Accuracy }},
-	{"auc", func(m train.Metrics) float64 { return m.AUC }},
-	{"rmse", func(m train.Metrics) float64 { return m.RMSE }},
-	{"mae", func(m train.Metrics) float64 { return m.MAE }},
-}
+// evalMetrics are the evaluation metrics charted, in the order drawn.
+var evalMetrics = []string{train.MetricLogLoss, train.MetricAccuracy, train.MetricAUC, train.MetricRMSE, train.MetricMAE}
 
 // jobData is what a job page shows from the job directory: bounded
 // whatever the directory holds.
@@ -181,7 +172,7 @@ func readJobDir(ctx context.Context, st reader, maxBytes int64, maxPoints int) *
 		Checkpoints: newDownsampler(min(buckets, maxMarks)), Eval: map[string]*downsampler{}, nonzero: map[string]bool{},
 	}
 	for _, m := range evalMetrics {
-		d.Eval[m.name] = newDownsampler(buckets)
+		d.Eval[m] = newDownsampler(buckets)
 	}
 	r := &jobReader{ctx: ctx, st: st, b: budget{left: maxBytes}, d: d, buf: bufio.NewReaderSize(nil, maxLine), points: buckets}
 	r.manifest()
@@ -409,14 +400,14 @@ func (r *jobReader) evals() {
 			ring[next] = e
 			next = (next + 1) % maxEvalsShown
 		}
-		d.Regressor = d.Regressor || e.Metrics.RMSE != 0 || e.Metrics.MAE != 0
+		d.Regressor = d.Regressor || e.Metrics.Kind() == train.Regressors
 		if e.Name != "" && e.Name != "eval" {
 			return
 		}
 		for _, m := range evalMetrics {
-			v := m.get(e.Metrics)
-			d.Eval[m.name].add(e.GlobalStep, v)
-			d.nonzero[m.name] = d.nonzero[m.name] || v != 0
+			v, _ := e.Metrics.Value(m)
+			d.Eval[m].add(e.GlobalStep, v)
+			d.nonzero[m] = d.nonzero[m] || v != 0
 		}
 	})
 	r.problem(evalMetricsFile, err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -395,10 +396,11 @@ func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
 	}
 	curves := []series{{Name: "loss (train)", Points: loss.points()}}
 	for _, m := range evalMetrics {
-		if d.Regressor != (m.name == "rmse" || m.name == "mae") || !d.nonzero[m.name] {
+		def, _ := train.MetricDefOf(m)
+		if d.Regressor != (def.Kind == train.Regressors) || !d.nonzero[m] {
 			continue
 		}
-		curves = append(curves, series{Name: m.name + " (eval)", Points: d.Eval[m.name].points()})
+		curves = append(curves, series{Name: m + " (eval)", Points: d.Eval[m].points()})
 	}
 	ckpts := d.Checkpoints.steps()
 	var exportSteps []float64

@@ -119,17 +119,11 @@ func (e *ExportState) newest() string {
 	return e.Dirs[e.Kept[len(e.Kept)-1]]
 }
 
-// metricValue reads a named metric.
+// metricValue reads a named metric (accuracy for a name that is none:
+// validation refuses those, and replays read what they always read).
 func metricValue(m train.Metrics, name string) float64 {
-	switch name {
-	case "auc":
-		return m.AUC
-	case "log_loss":
-		return m.LogLoss
-	case "rmse":
-		return m.RMSE
-	case "mae":
-		return m.MAE
+	if v, ok := m.Value(name); ok {
+		return v
 	}
 	return m.Accuracy
 }
