@@ -267,8 +267,8 @@ func parseTarget(path string) (target, error) {
 	case strings.Contains(rest, pathVersions):
 		t.model, sel, _ = strings.Cut(rest, pathVersions)
 		v, err := parseVersion(sel)
-		if err != nil || v == 0 {
-			return target{}, badRequest("version %q is not a positive integer", sel)
+		if err != nil {
+			return target{}, err
 		}
 		t.version = v
 	case strings.Contains(rest, pathLabels):
