@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -87,7 +86,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	readHeaderTimeout := fs.Duration("read-header-timeout", serving.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
 	readTimeout := fs.Duration("read-timeout", serving.DefaultReadTimeout, "time a client has to send a whole request, body included (a slow body is answered 408)")
 	idleTimeout := fs.Duration("idle-timeout", serving.DefaultIdleTimeout, "time a kept-alive connection may wait for its next request")
-	tokenFile := fs.String("auth-token-file", "", "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live); none: no auth")
+	tokenFile := fs.String("auth-token-file", envOr("TRAINFLOW_AUTH_TOKEN_FILE", ""), "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live; trainflow predict and models send it with the same flag) ($TRAINFLOW_AUTH_TOKEN_FILE); none: no auth")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	if err := parseFlags(fs, args); err != nil {
@@ -118,14 +117,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		ReadHeaderTimeout: *readHeaderTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
 	}
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return usageError{fmt.Errorf("--auth-token-file: %w", err)}
-		}
-		if opts.AuthToken = strings.TrimSpace(string(b)); len(opts.AuthToken) < 16 || strings.ContainsAny(opts.AuthToken, " \t\r\n") {
-			return usageError{fmt.Errorf("--auth-token-file %s: want one token of at least 16 characters, no spaces", *tokenFile)}
-		}
+	var err error
+	if opts.AuthToken, err = readTokenFile(*tokenFile); err != nil {
+		return err
 	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {

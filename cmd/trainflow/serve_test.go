@@ -83,4 +83,22 @@ func TestServeSecurityFlags(t *testing.T) {
 	if code := get("Bearer " + token); code != http.StatusOK {
 		t.Errorf("with the token: got %d, want 200", code)
 	}
+
+	// trainflow models and predict send the token of the same flag.
+	server := "http://" + addr
+	if code, out, stderr := cli(t, "models", "list", "--server", server, "--auth-token-file", good, "--output", "json"); code != 0 || !strings.Contains(out, `"models"`) {
+		t.Errorf("models list with --auth-token-file: exit %d, %q %q; want 0 and the list", code, out, stderr)
+	}
+	if code, _, stderr := cli(t, "models", "list", "--server", server); code == 0 || !strings.Contains(stderr, "401") {
+		t.Errorf("models list without the token: exit %d, %q; want a 401", code, stderr)
+	}
+	inst := filepath.Join(dir, "instances.json")
+	os.WriteFile(inst, []byte(`{"age": 39}`+"\n"), 0o600)
+	// No model is served: a 404 (not a 401) shows the token was accepted.
+	if code, _, stderr := cli(t, "predict", "--server", server, "--auth-token-file", good, "--model", "census", "--json-instances", inst); code == 0 || !strings.Contains(stderr, "404") {
+		t.Errorf("predict with --auth-token-file: exit %d, %q; want the server's 404 for a missing model", code, stderr)
+	}
+	if code, _, stderr := cli(t, "predict", "--server", server, "--auth-token-file", short, "--model", "census", "--json-instances", inst); code != exitUsage || !strings.Contains(stderr, "at least 16 characters") || strings.Contains(stderr, "abc") {
+		t.Errorf("predict with a bad token file: exit %d, %q; want a usage error without the file's content", code, stderr)
+	}
 }
