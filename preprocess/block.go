@@ -125,8 +125,28 @@ func int64ToInt(v int64) int {
 	return int(v)
 }
 
+// MaxLineBytes bounds one input line (its line end not counted): a block
+// reads at most this far past its end to finish its last line, and a
+// longer line is a LineTooLongError.
+const MaxLineBytes = 1 << 20
+
+// LineTooLongError is the error of an input line longer than
+// MaxLineBytes. It names the file and the line's byte offset, never its
+// content; it wraps ErrRequest.
+type LineTooLongError struct {
+	Path   string
+	Offset int64
+}
+
+func (e *LineTooLongError) Error() string {
+	return fmt.Sprintf("%s: the line at byte offset %d is longer than %d bytes", e.Path, e.Offset, MaxLineBytes)
+}
+
+func (e *LineTooLongError) Unwrap() error { return ErrRequest }
+
 // readBlock returns the bytes of the lines that start in b, as a string
-// (no copy), and the file offset of its first byte.
+// (no copy), and the file offset of its first byte. It reads the block
+// and at most MaxLineBytes past its end, whatever the file holds.
 func readBlock(b Block) (string, int64, error) {
 	f, err := os.Open(b.Path)
 	if err != nil {
@@ -135,26 +155,12 @@ func readBlock(b Block) (string, int64, error) {
 	defer f.Close()
 	from := max(b.Start-1, 0)
 	buf := make([]byte, b.End-from, b.End-from+64<<10)
-	if _, err := f.ReadAt(buf, from); err != nil && err != io.EOF {
+	n, err := f.ReadAt(buf, from)
+	if err != nil && err != io.EOF {
 		return "", 0, fmt.Errorf("read block %s: %w", b.Path, err)
 	}
-	// Finish the last line, which may run past End.
-	for pos := b.End; len(buf) > 0 && buf[len(buf)-1] != '\n'; {
-		chunk := make([]byte, 64<<10)
-		k, err := f.ReadAt(chunk, pos)
-		if i := bytes.IndexByte(chunk[:k], '\n'); i >= 0 {
-			buf = append(buf, chunk[:i+1]...)
-			break
-		}
-		buf = append(buf, chunk[:k]...)
-		pos += int64(k)
-		if err == io.EOF || k == 0 {
-			break
-		}
-		if err != nil {
-			return "", 0, fmt.Errorf("read block %s: %w", b.Path, err)
-		}
-	}
+	atEOF := n < len(buf) // the file ends inside the block
+	buf = buf[:n]
 	if b.Start > 0 {
 		// The line straddling Start belongs to the previous block: skip up
 		// to and including the first newline at or after Start-1.
@@ -166,6 +172,40 @@ func readBlock(b Block) (string, int64, error) {
 	}
 	if len(buf) == 0 {
 		return "", from, nil
+	}
+	// Finish the last line, which may run past End: its newline must come
+	// within MaxLineBytes (and a "\r") of its start, so read no further
+	// than that.
+	if last := bytes.LastIndexByte(buf, '\n') + 1; last < len(buf) && !atEOF {
+		limit := from + int64(last) + MaxLineBytes + 2
+		for pos := from + int64(len(buf)); pos < limit; {
+			want := int(min(64<<10, limit-pos))
+			buf = slices.Grow(buf, want)
+			chunk := buf[len(buf) : len(buf)+want]
+			k, err := f.ReadAt(chunk, pos)
+			pos += int64(k)
+			if i := bytes.IndexByte(chunk[:k], '\n'); i >= 0 {
+				buf = buf[:len(buf)+i+1]
+				break
+			}
+			buf = buf[:len(buf)+k]
+			if err == io.EOF || k == 0 {
+				break
+			}
+			if err != nil {
+				return "", 0, fmt.Errorf("read block %s: %w", b.Path, err)
+			}
+		}
+	}
+	for start := 0; start < len(buf); {
+		end := len(buf)
+		if i := bytes.IndexByte(buf[start:], '\n'); i >= 0 {
+			end = start + i
+		}
+		if len(bytes.TrimSuffix(buf[start:end], []byte{'\r'})) > MaxLineBytes {
+			return "", 0, &LineTooLongError{Path: b.Path, Offset: from + int64(start)}
+		}
+		start = end + 1
 	}
 	return unsafe.String(&buf[0], len(buf)), from, nil
 }

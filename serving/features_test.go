@@ -103,6 +103,9 @@ func TestV2BadRequests(t *testing.T) {
 		{"string for number", "/v2/models/census/infer", `{"inputs": [{"name": "age", "shape": [1], "datatype": "BYTES", "data": ["39"]}]}`, 400, "instances[0].age: want a number"},
 		{"unknown model", "/v2/models/nope/infer", v2Body(t, "", []map[string]any{good}), 404, "nope"},
 		{"bad version", "/v2/models/census/versions/x/infer", v2Body(t, "", []map[string]any{good}), 400, `version "x"`},
+		{"version +1", "/v2/models/census/versions/+1/infer", v2Body(t, "", []map[string]any{good}), 400, `version "+1"`},
+		{"version 01", "/v2/models/census/versions/01/infer", v2Body(t, "", []map[string]any{good}), 400, `version "01"`},
+		{"empty version", "/v2/models/census/versions//infer", v2Body(t, "", []map[string]any{good}), 400, `version ""`},
 		{"not JSON", "/v2/models/census/infer", `{"inputs":`, 400, "not a V2 inference request"},
 	}
 	for _, tt := range tests {

@@ -1,7 +1,6 @@
 package serving_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -12,7 +11,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -279,30 +277,6 @@ func TestSlowClientsClosed(t *testing.T) {
 		conn := rawRequest(t, r.addr(), "POST "+predictURL+" HTTP/1.1\r\nHost: x\r\n")
 		readUntilClosed(t, conn, 10*time.Second)
 	})
-}
-
-// TestMaxConns checks that connections over Options.MaxConns wait
-// unanswered until one closes, then are served.
-func TestMaxConns(t *testing.T) {
-	r := startServer(t, serving.Options{MaxConns: 2})
-	held := []net.Conn{rawRequest(t, r.addr(), ""), rawRequest(t, r.addr(), "")}
-	// A request that completes means the server accepted both held
-	// connections (Accept is in order) and is at its limit.
-	probe := rawRequest(t, r.addr(), "GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-	probe.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	if b, err := bufio.NewReader(probe).ReadString('\n'); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("third connection answered %q (%v) with 2 held open and MaxConns 2, want no answer", b, err)
-	}
-	held[0].Close()
-	probe.SetReadDeadline(time.Now().Add(10 * time.Second))
-	res, err := http.ReadResponse(bufio.NewReader(probe), nil)
-	if err != nil {
-		t.Fatalf("third connection after one closed: %v", err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("third connection: status %d, want 200", res.StatusCode)
-	}
 }
 
 const testToken = "Ab3-test-token-not-a-secret"

@@ -3,6 +3,7 @@ package serving
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -16,6 +17,11 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	// shed counts connections closed to free their slot, by reason
+	// (shedIdle, shedStalled, shedClient); conns is the number open,
+	// set by Serve.
+	shed  *prometheus.CounterVec
+	conns atomic.Pointer[atomic.Int64]
 
 	// series caches the children of requests and latency by label
 	// values, so that a request costs a map lookup, not the label hashing
@@ -48,10 +54,26 @@ func newMetrics(reg *Registry) *metrics {
 			Help:    "Request latency by route, model, version and HTTP status code.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"route", "model", "version", "code"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trainflow_serving_connections_shed_total",
+			Help: "Connections closed to give their slot to a new client, by reason: idle (kept alive, idle), stalled (still sending headers or body), client_limit (a new connection over its address's limit).",
+		}, []string{"reason"}),
 		series: map[seriesKey]series{},
 	}
+	for _, r := range []string{shedIdle, shedStalled, shedClient} {
+		m.shed.WithLabelValues(r)
+	}
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "trainflow_serving_connections_open",
+		Help: "Connections open, each holding one of the server's connection slots.",
+	}, func() float64 {
+		if n := m.conns.Load(); n != nil {
+			return float64(n.Load())
+		}
+		return 0
+	})
 	loaded := prometheus.NewDesc("trainflow_serving_model_versions_loaded", "Model versions loaded and serving.", []string{"model"}, nil)
-	m.reg.MustRegister(m.requests, m.latency, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+	m.reg.MustRegister(m.requests, m.latency, m.shed, open, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 		collectorFunc{desc: loaded, collect: func(ch chan<- prometheus.Metric) {
 			for _, name := range reg.Models() {
 				if vs, _, err := reg.Status(name); err == nil {

@@ -2,9 +2,14 @@ package serving
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -95,8 +100,10 @@ type Registry struct {
 	mu       sync.RWMutex
 	models   map[string]*modelVersions
 	// refused remembers versions that failed to load, by model/version and
-	// the identity of their content (Repository.VersionID), so a broken bundle is
-	// logged once, not on every reload, and a replacement is tried.
+	// the state they failed in (see state), so a broken bundle is logged
+	// once, not on every reload, and a replacement, or a version that was
+	// still being copied into place file by file, is tried again once it
+	// changes.
 	refused map[string]string
 }
 
@@ -150,7 +157,10 @@ func (r *Registry) reload(ctx context.Context) error {
 				continue
 			}
 			key := fmt.Sprintf("%s/%d", name, v)
-			if prev, ok := r.refused[key]; ok && prev == id {
+			// Taken before reading: a copy that goes on while it is read
+			// changes it again.
+			st := r.state(name, v, id)
+			if prev, ok := r.refused[key]; ok && prev == st {
 				continue
 			}
 			delete(r.refused, key)
@@ -160,7 +170,7 @@ func (r *Registry) reload(ctx context.Context) error {
 				s, err = NewServable(name, v, b)
 			}
 			if err != nil {
-				r.refused[key] = id
+				r.refused[key] = st
 				r.log.Error("refuse model version", "model", name, "version", v, "error", err)
 				continue
 			}
@@ -184,6 +194,41 @@ func (r *Registry) reload(ctx context.Context) error {
 	r.models = next
 	r.mu.Unlock()
 	return nil
+}
+
+// maxStateFiles bounds the files state looks at in one version directory
+// (a bundle has a handful).
+const maxStateFiles = 1000
+
+// state identifies what a version holds, to tell whether a refused one
+// changed: its VersionID and, in a local repository, the name, size and
+// modification time of every file in its directory. A directory copied
+// into place file by file (cp -r rather than a rename) is refused while
+// partial and tried again on the next reload after it changed.
+func (r *Registry) state(model string, v int64, id string) string {
+	dir, ok := r.repo.Dir(model, v)
+	if !ok {
+		return id
+	}
+	h := sha256.New()
+	io.WriteString(h, id)
+	n := 0
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if n++; n > maxStateFiles {
+			return fs.SkipAll
+		}
+		if err != nil {
+			fmt.Fprintf(h, "\x00%s\x00error", p)
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		fmt.Fprintf(h, "\x00%s\x00%d\x00%d\x00%v", p, info.Size(), info.ModTime().UnixNano(), d.IsDir())
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Watch reloads every interval until ctx is done.

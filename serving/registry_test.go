@@ -418,3 +418,60 @@ func TestVersionReplaced(t *testing.T) {
 		})
 	}
 }
+
+// TestPartialCopyRetried copies version 3 into the repository file by
+// file, as cp -r does: refused while its model.ckpt is missing, then half
+// written, and loaded on the reload after the copy completes (before:
+// refused until restart, its metadata.json having not changed).
+func TestPartialCopyRetried(t *testing.T) {
+	e := newEnv(t, serving.Options{}, 0, 1)
+	src, dst := e.repo.dir(model, 2), e.repo.dir(model, 3)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ent := range ents {
+		if ent.Name() == bundle.ModelFile {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, ent.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, ent.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ckpt, err := os.ReadFile(filepath.Join(src, bundle.ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range [][]byte{nil, ckpt[:len(ckpt)/2]} {
+		if part != nil {
+			if err := os.WriteFile(filepath.Join(dst, bundle.ModelFile), part, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.reg.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.reg.Get(model, 3); !errors.Is(err, serving.ErrNotFound) {
+			t.Fatalf("version 3 with %d of %d bytes of %s: %v, want it refused", len(part), len(ckpt), bundle.ModelFile, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dst, bundle.ModelFile), ckpt, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reg.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.reg.Get(model, 3); err != nil {
+		t.Fatalf("version 3 once copied whole: %v, want it loaded", err)
+	}
+	if n := strings.Count(e.logs.String(), "refuse model version"); n != 2 {
+		t.Fatalf("%d refusals logged, want 2 (one per state of the partial copy)", n)
+	}
+}

@@ -37,15 +37,23 @@ type Options struct {
 	MaxInstances int
 
 	// ReadHeaderTimeout bounds reading a request's headers (default
-	// 10 s), ReadTimeout the whole request, body included (default 30 s:
+	// 5 s), ReadTimeout the whole request, body included (default 30 s:
 	// a slow body is answered 408 and its connection closed),
 	// WriteTimeout the response (default 60 s, from the end of the
 	// headers), IdleTimeout a keep-alive connection waiting for its next
 	// request (default 60 s).
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
-	// MaxConns bounds open connections (default 256); more wait in the
-	// listen backlog until one closes.
+	// MaxConns bounds open connections (default 256). A new connection
+	// over it takes the slot of the longest-idle kept-alive connection,
+	// else of the one that has been sending its headers or body the
+	// longest; only when every open connection is answering a request do
+	// new ones wait in the listen backlog until one closes.
 	MaxConns int
+	// MaxConnsPerClient bounds the connections of one client IP address
+	// (default 128, at most MaxConns): a new one over it takes the slot
+	// of that address's own idle or stalled connection, or is closed at
+	// once if it has none, so that one address cannot hold every slot.
+	MaxConnsPerClient int
 
 	// AuthToken, if not empty, must be sent as "Authorization: Bearer
 	// TOKEN" on every route (metrics included) but the liveness probe
@@ -62,11 +70,12 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadHeaderTimeout = 5 * time.Second
 	DefaultReadTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 60 * time.Second
 	DefaultIdleTimeout       = 60 * time.Second
 	DefaultMaxConns          = 256
+	DefaultMaxConnsPerClient = 128
 )
 
 // maxHeaderBytes bounds a request's headers: 256 idle connections can
@@ -97,6 +106,7 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	opts.WriteTimeout = cmp.Or(opts.WriteTimeout, DefaultWriteTimeout)
 	opts.IdleTimeout = cmp.Or(opts.IdleTimeout, DefaultIdleTimeout)
 	opts.MaxConns = cmp.Or(opts.MaxConns, DefaultMaxConns)
+	opts.MaxConnsPerClient = min(cmp.Or(opts.MaxConnsPerClient, DefaultMaxConnsPerClient), opts.MaxConns)
 	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg), ids: newRequestIDs()}
 	if opts.AuthToken != "" {
 		sum := sha256.Sum256([]byte(opts.AuthToken))
@@ -139,10 +149,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.Serv
 // Serve serves on ln until ctx is done, then shuts down gracefully,
 // letting in-flight requests finish for up to 10 s. It serves HTTPS if
 // Options name a certificate (HTTP/1.1 only, so that MaxConns also bounds
-// concurrent requests), and at most Options.MaxConns connections at once.
+// concurrent requests), and at most Options.MaxConns connections at once
+// (see Options.MaxConns for which give way to new clients).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	sl := newSlots(ln, s.opts.MaxConns, s.opts.MaxConnsPerClient, func(reason string) { s.metrics.shed.WithLabelValues(reason).Inc() })
+	s.metrics.conns.Store(&sl.nopen)
+	ln = sl
 	srv := &http.Server{
-		Handler:           s.echo,
+		Handler:           trackBody(s.echo),
+		ConnState:         sl.connState,
+		ConnContext:       connContext,
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
 		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      s.opts.WriteTimeout,
@@ -160,7 +176,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true)
 	}
-	ln = newLimitListener(ln, s.opts.MaxConns)
 	errc := make(chan error, 1)
 	go func() {
 		if tlsOn {
@@ -252,8 +267,8 @@ func parseTarget(path string) (target, error) {
 	case strings.Contains(rest, pathVersions):
 		t.model, sel, _ = strings.Cut(rest, pathVersions)
 		v, err := parseVersion(sel)
-		if err != nil || v == 0 {
-			return target{}, badRequest("version %q is not a positive integer", sel)
+		if err != nil {
+			return target{}, err
 		}
 		t.version = v
 	case strings.Contains(rest, pathLabels):

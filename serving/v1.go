@@ -36,8 +36,8 @@ func v1Selection(c echo.Context) (target, error) {
 	}
 	if v := c.Param("version"); v != "" || c.Path() == routeV1Version || c.Path() == routeV1Version+suffixMetadata {
 		n, err := parseVersion(v)
-		if err != nil || n == 0 {
-			return target{}, badRequest("version %q is not a positive integer", v)
+		if err != nil {
+			return target{}, err
 		}
 		t.version = n
 	}

@@ -167,21 +167,24 @@ func (s *Server) v2Servable(c echo.Context) (*Servable, error) {
 	if !bundle.ValidName(name) {
 		return nil, badRequest("model name %q: letters, digits and '_', starting with a letter", name)
 	}
-	version, err := parseVersion(c.Param("version"))
-	if err != nil {
-		return nil, err
+	var version int64 // 0: the default
+	if strings.HasPrefix(c.Path(), routeV2Version) {
+		v, err := parseVersion(c.Param("version"))
+		if err != nil {
+			return nil, err
+		}
+		version = v
 	}
 	return s.reg.Get(name, version)
 }
 
-// parseVersion parses an optional version path segment ("" → 0, the default).
+// parseVersion parses a version path segment: a positive integer written
+// as the repository names version directories, so "+1", "01", " 1" and ""
+// are refused rather than read as version 1 or the default.
 func parseVersion(v string) (int64, error) {
-	if v == "" {
-		return 0, nil
-	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 1 {
-		return 0, badRequest("version %q is not a positive integer", v)
+	if err != nil || n < 1 || strconv.FormatInt(n, 10) != v {
+		return 0, badRequest("version %q is not a positive integer (digits, no sign or leading zero)", v)
 	}
 	return n, nil
 }

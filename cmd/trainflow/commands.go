@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -87,8 +86,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Var(&cf.pageBytes, "console-page-bytes", "the most a console job page reads from a job directory per view, e.g. 24MiB (default "+strconv.Itoa(console.DefaultMaxPageBytes>>20)+"MiB)")
 	var tc temporalconn.Flags // the console's Temporal connection, as on worker
 	tc.Register(fs, "temporal")
-	maxConns := fs.Int("max-conns", serving.DefaultMaxConns, "most connections open at once; more wait until one closes")
-	tokenFile := fs.String("auth-token-file", "", "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live); none: no auth")
+	maxConns := fs.Int("max-conns", serving.DefaultMaxConns, "most connections open at once; a new one over it takes the slot of the longest-idle one, else of the one sending its request the longest; only when all are answering requests do new ones wait")
+	maxConnsPerClient := fs.Int("max-conns-per-client", serving.DefaultMaxConnsPerClient, "most connections open at once from one client IP address (at most --max-conns); over it, a new one takes the slot of that address's own idle or stalled one, or is closed")
+	readHeaderTimeout := fs.Duration("read-header-timeout", serving.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
+	readTimeout := fs.Duration("read-timeout", serving.DefaultReadTimeout, "time a client has to send a whole request, body included (a slow body is answered 408)")
+	idleTimeout := fs.Duration("idle-timeout", serving.DefaultIdleTimeout, "time a kept-alive connection may wait for its next request")
+	tokenFile := fs.String("auth-token-file", envOr("TRAINFLOW_AUTH_TOKEN_FILE", ""), "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live; trainflow predict and models send it with the same flag) ($TRAINFLOW_AUTH_TOKEN_FILE); none: no auth")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	if err := parseFlags(fs, args); err != nil {
@@ -100,18 +103,28 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if *maxConns < 1 {
 		return usageError{errors.New("--max-conns must be positive")}
 	}
+	if *maxConnsPerClient < 1 {
+		return usageError{errors.New("--max-conns-per-client must be positive")}
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"--read-header-timeout", *readHeaderTimeout}, {"--read-timeout", *readTimeout}, {"--idle-timeout", *idleTimeout}} {
+		if f.d <= 0 {
+			return usageError{fmt.Errorf("%s must be positive", f.name)}
+		}
+	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return usageError{errors.New("--tls-cert and --tls-key go together")}
 	}
-	opts := serving.Options{MaxConns: *maxConns, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey}
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return usageError{fmt.Errorf("--auth-token-file: %w", err)}
-		}
-		if opts.AuthToken = strings.TrimSpace(string(b)); len(opts.AuthToken) < 16 || strings.ContainsAny(opts.AuthToken, " \t\r\n") {
-			return usageError{fmt.Errorf("--auth-token-file %s: want one token of at least 16 characters, no spaces", *tokenFile)}
-		}
+	opts := serving.Options{
+		MaxConns: *maxConns, MaxConnsPerClient: *maxConnsPerClient,
+		ReadHeaderTimeout: *readHeaderTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
+		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
+	}
+	var err error
+	if opts.AuthToken, err = readTokenFile(*tokenFile); err != nil {
+		return err
 	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
@@ -170,7 +183,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" {
 		log.Warn("serving beyond the loopback without --auth-token-file: anyone who reaches the port can query every model")
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns, "console", *withConsole)
+	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns, "max_conns_per_client", min(*maxConnsPerClient, *maxConns), "console", *withConsole)
 	err = serving.New(reg, log, opts).Serve(ctx, ln)
 	stop()
 	<-watched

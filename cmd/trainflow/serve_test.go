@@ -13,7 +13,7 @@ import (
 )
 
 // TestServeSecurityFlags checks serve's --auth-token-file, --tls-cert,
-// --tls-key and --max-conns: bad values are usage errors naming the flag,
+// --tls-key, --max-conns, --max-conns-per-client and the timeouts: bad values are usage errors naming the flag,
 // and with a token file the server answers 401 without the token, 200
 // with it.
 func TestServeSecurityFlags(t *testing.T) {
@@ -30,6 +30,10 @@ func TestServeSecurityFlags(t *testing.T) {
 		{[]string{"--tls-cert", "c.pem"}, "--tls-cert and --tls-key"},
 		{[]string{"--tls-key", "k.pem"}, "--tls-cert and --tls-key"},
 		{[]string{"--max-conns", "0"}, "--max-conns"},
+		{[]string{"--max-conns-per-client", "0"}, "--max-conns-per-client"},
+		{[]string{"--read-header-timeout", "0s"}, "--read-header-timeout"},
+		{[]string{"--read-timeout", "-1s"}, "--read-timeout"},
+		{[]string{"--idle-timeout", "0s"}, "--idle-timeout"},
 		{[]string{"--auth-token-file", filepath.Join(dir, "nosuch")}, "--auth-token-file"},
 		{[]string{"--auth-token-file", short}, "at least 16 characters"},
 	} {
@@ -78,5 +82,23 @@ func TestServeSecurityFlags(t *testing.T) {
 	}
 	if code := get("Bearer " + token); code != http.StatusOK {
 		t.Errorf("with the token: got %d, want 200", code)
+	}
+
+	// trainflow models and predict send the token of the same flag.
+	server := "http://" + addr
+	if code, out, stderr := cli(t, "models", "list", "--server", server, "--auth-token-file", good, "--output", "json"); code != 0 || !strings.Contains(out, `"models"`) {
+		t.Errorf("models list with --auth-token-file: exit %d, %q %q; want 0 and the list", code, out, stderr)
+	}
+	if code, _, stderr := cli(t, "models", "list", "--server", server); code == 0 || !strings.Contains(stderr, "401") {
+		t.Errorf("models list without the token: exit %d, %q; want a 401", code, stderr)
+	}
+	inst := filepath.Join(dir, "instances.json")
+	os.WriteFile(inst, []byte(`{"age": 39}`+"\n"), 0o600)
+	// No model is served: a 404 (not a 401) shows the token was accepted.
+	if code, _, stderr := cli(t, "predict", "--server", server, "--auth-token-file", good, "--model", "census", "--json-instances", inst); code == 0 || !strings.Contains(stderr, "404") {
+		t.Errorf("predict with --auth-token-file: exit %d, %q; want the server's 404 for a missing model", code, stderr)
+	}
+	if code, _, stderr := cli(t, "predict", "--server", server, "--auth-token-file", short, "--model", "census", "--json-instances", inst); code != exitUsage || !strings.Contains(stderr, "at least 16 characters") || strings.Contains(stderr, "abc") {
+		t.Errorf("predict with a bad token file: exit %d, %q; want a usage error without the file's content", code, stderr)
 	}
 }

@@ -92,37 +92,37 @@ func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Des
 
 // WriteText writes d as `jobs describe` shows it.
 func (d *Description) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "job:      %s (run %s)\nstatus:   %s\n", d.JobID, d.RunID, d.Status)
+	printf(w, "job:      %s (run %s)\nstatus:   %s\n", d.JobID, d.RunID, d.Status)
 	if d.Phase != "" {
-		fmt.Fprintf(w, "phase:    %s\n", d.Phase)
+		printf(w, "phase:    %s\n", d.Phase)
 	}
-	fmt.Fprintf(w, "started:  %s\n", d.Start.Format(time.RFC3339))
+	printf(w, "started:  %s\n", d.Start.Format(time.RFC3339))
 	if d.End != nil {
-		fmt.Fprintf(w, "ended:    %s (%s)\n", d.End.Format(time.RFC3339), d.End.Sub(d.Start).Round(time.Millisecond))
+		printf(w, "ended:    %s (%s)\n", d.End.Format(time.RFC3339), d.End.Sub(d.Start).Round(time.Millisecond))
 	}
 	if p := d.Progress; p != nil && p.Tuning == nil {
-		fmt.Fprintf(w, "step:     %d / %d  loss %.4f  %.0f examples/s\n", p.GlobalStep, p.MaxSteps, p.Loss, p.ExamplesPerSec)
+		printf(w, "step:     %d / %d  loss %.4f  %.0f examples/s\n", p.GlobalStep, p.MaxSteps, p.Loss, p.ExamplesPerSec)
 	}
 	if p := d.Progress; p != nil && p.Tuning != nil {
 		writeTrials(w, p.Tuning)
 	}
 	if r := d.Result; r != nil && r.Tuning != nil {
 		writeTrials(w, r.Tuning)
-		fmt.Fprintf(w, "export:   %s\nmodel:    %s version %d\n", r.Export, r.Model, r.Version)
+		printf(w, "export:   %s\nmodel:    %s version %d\n", r.Export, r.Model, r.Version)
 	} else if r != nil {
-		fmt.Fprintf(w, "steps:    %d\nmetrics:  %s on %d examples\nexport:   %s\nmodel:    %s version %d\n",
+		printf(w, "steps:    %d\nmetrics:  %s on %d examples\nexport:   %s\nmodel:    %s version %d\n",
 			r.GlobalStep, r.Metrics.Summary(), r.Metrics.Examples, r.Export, r.Model, r.Version)
 	}
 	writeBatch(w, d)
 	for _, p := range d.Pending {
-		fmt.Fprintf(w, "pending:  %s %s attempt %d", p.Activity, p.State, p.Attempt)
+		printf(w, "pending:  %s %s attempt %d", p.Activity, p.State, p.Attempt)
 		if p.LastFailure != "" {
-			fmt.Fprintf(w, " (last failure: %s)", p.LastFailure)
+			printf(w, " (last failure: %s)", p.LastFailure)
 		}
-		fmt.Fprintln(w)
+		printf(w, "\n")
 	}
 	if d.Error != "" {
-		fmt.Fprintf(w, "error:    %s\n", d.Error)
+		printf(w, "error:    %s\n", d.Error)
 	}
 }
 
@@ -152,21 +152,21 @@ func describeBatch(ctx context.Context, cl client.Client, out *Description, runn
 // writeBatch prints a batch prediction job's progress or result.
 func writeBatch(w io.Writer, d *Description) {
 	if p := d.Batch; p != nil {
-		fmt.Fprintf(w, "rows:     %d (%d predictions, %d errors), %d of %d shards committed\n", p.Rows, p.Predictions, p.Errors, p.ShardsDone, p.Shards)
+		printf(w, "rows:     %d (%d predictions, %d errors), %d of %d shards committed\n", p.Rows, p.Predictions, p.Errors, p.ShardsDone, p.Shards)
 	}
 	if r := d.BatchResult; r != nil {
-		fmt.Fprintf(w, "rows:     %d predictions, %d errors in %d shards\noutput:   %s\nbundle:   %s\n", r.Predictions, r.Errors, r.Shards, r.OutputPath, r.Bundle)
+		printf(w, "rows:     %d predictions, %d errors in %d shards\noutput:   %s\nbundle:   %s\n", r.Predictions, r.Errors, r.Shards, r.OutputPath, r.Bundle)
 	}
 }
 
 // writeTrials prints a tuning job's trials table for `jobs describe`.
 func writeTrials(w io.Writer, t *workflows.TuningReport) {
-	fmt.Fprintf(w, "tuning:   %s %s, %s, %d of %d trials, %d at once\n", t.Goal, t.Metric, t.Algorithm, len(t.Trials), t.MaxTrials, t.Parallel)
+	printf(w, "tuning:   %s %s, %s, %d of %d trials, %d at once\n", t.Goal, t.Metric, t.Algorithm, len(t.Trials), t.MaxTrials, t.Parallel)
 	if t.BestObjective != nil {
-		fmt.Fprintf(w, "best:     trial %d, %s %.4f\n", t.BestTrial, t.Metric, *t.BestObjective)
+		printf(w, "best:     trial %d, %s %.4f\n", t.BestTrial, t.Metric, *t.BestObjective)
 	}
 	if len(t.Resumed) > 0 {
-		fmt.Fprintf(w, "resumed:  %d trials of an earlier job\n", len(t.Resumed))
+		printf(w, "resumed:  %d trials of an earlier job\n", len(t.Resumed))
 	}
 	for _, d := range t.Data {
 		users := 0
@@ -182,10 +182,10 @@ func writeTrials(w io.Writer, t *workflows.TuningReport) {
 		if d.Error != "" {
 			line += ": " + d.Error
 		}
-		fmt.Fprintln(w, line)
+		printf(w, "%s\n", line)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "TRIAL\tSTATE\t%s\tSTEP\tSTOPPED EARLY\tPARAMS\n", strings.ToUpper(t.Metric))
+	printf(tw, "TRIAL\tSTATE\t%s\tSTEP\tSTOPPED EARLY\tPARAMS\n", strings.ToUpper(t.Metric))
 	for _, tr := range t.Trials {
 		obj := "-"
 		if tr.Objective != nil {
@@ -199,7 +199,7 @@ func writeTrials(w io.Writer, t *workflows.TuningReport) {
 		if tr.Number == t.BestTrial {
 			mark = " *"
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d\t%v\t%s\n", tr.ID, mark, tr.State, obj, tr.Step, tr.StoppedEarly, strings.Join(ps, " "))
+		printf(tw, "%s%s\t%s\t%s\t%d\t%v\t%s\n", tr.ID, mark, tr.State, obj, tr.Step, tr.StoppedEarly, strings.Join(ps, " "))
 	}
 	tw.Flush()
 }

@@ -195,7 +195,7 @@ func WriteRows(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB_ID\tSTATUS\tPHASE\tMODEL\tSTARTED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.JobID, r.Status, r.Phase, r.Model, r.Start.Format(time.RFC3339))
+		printf(tw, "%s\t%s\t%s\t%s\t%s\n", r.JobID, r.Status, r.Phase, r.Model, r.Start.Format(time.RFC3339))
 	}
 	return tw.Flush()
 }

@@ -29,6 +29,9 @@ const Timeout = 30 * time.Second
 // http://127.0.0.1:8080) with http.DefaultClient.
 type Client struct {
 	BaseURL string
+	// Token, if not empty, is sent as "Authorization: Bearer TOKEN", as a
+	// server started with --auth-token-file wants.
+	Token string
 }
 
 // Model is one model the server serves.
@@ -89,6 +92,9 @@ func (c Client) call(ctx context.Context, method, path string, body []byte, out 
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

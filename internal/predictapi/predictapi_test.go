@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -75,5 +76,26 @@ func TestClient(t *testing.T) {
 	_, err = c.Metadata(ctx, "nope")
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `404 Not Found: model "nope" not found`) {
 		t.Fatalf("Metadata of a missing model: %v, want ErrNotFound with the server's message", err)
+	}
+}
+
+// TestClientToken checks that a client with a Token sends it as a bearer
+// token on every call, and one without sends no Authorization header.
+func TestClientToken(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+		io.WriteString(w, `{"models":[],"predictions":[]}`)
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	c := Client{BaseURL: srv.URL, Token: "0123456789abcdef"}
+	c.Models(ctx)
+	c.Predict(ctx, "census", 0, []json.RawMessage{json.RawMessage(`{}`)})
+	c.Metadata(ctx, "census")
+	Client{BaseURL: srv.URL}.Models(ctx)
+	want := []string{"Bearer 0123456789abcdef", "Bearer 0123456789abcdef", "Bearer 0123456789abcdef", ""}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Authorization headers %q, want %q", got, want)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/trainflow/trainflow/internal/idx"
 	"github.com/trainflow/trainflow/preprocess"
@@ -42,6 +43,16 @@ const (
 	DefaultBlockImages = 2000
 	DefaultBatchSize   = 256
 )
+
+// MaxShards bounds the shards of a run: each costs a model call batch,
+// three files and a commit, so a tiny shard size (shard_images 1 on
+// 60,000 images) would multiply the work and the files by the shard
+// count. A plan over it is refused, naming the smallest size that fits.
+const MaxShards = 10_000
+
+// InflatedDir is the directory of WorkDir holding the uncompressed copies
+// of gzip IDX inputs (see Blocks).
+const InflatedDir = "inflated"
 
 // Input is one input file: Path on this machine, Name as results show it
 // (the location the job named).
@@ -103,36 +114,18 @@ func StatsName(i int) string { return fmt.Sprintf("shard-%05d.json", i) }
 const PlanFile = "plan.json"
 
 // Blocks plans the shards of r: byte ranges of the text inputs, or index
-// ranges [Start, End) of the IDX images.
+// ranges [Start, End) of the IDX images. It reads only the inputs'
+// headers, except that a gzip IDX input is decompressed once into
+// WorkDir/InflatedDir (no further than its header declares; a copy an
+// earlier attempt left is reused) and its Inputs entry then names the copy
+// (Name is kept): a block reads only its own images. A plan of more than
+// MaxShards shards is refused.
 func (r *Request) Blocks() ([]preprocess.Block, error) {
 	if len(r.Inputs) == 0 {
 		return nil, fmt.Errorf("%w: no input files", ErrRequest)
 	}
 	if r.Format == FormatIDX {
-		per := r.BlockImages
-		if per <= 0 {
-			per = DefaultBlockImages
-		}
-		var out []preprocess.Block
-		for _, in := range r.Inputs {
-			a, err := idx.ReadFile(in.Path)
-			if err != nil {
-				return nil, fmt.Errorf("%w: input %s: %w", ErrRequest, in.Name, err)
-			}
-			if len(a.Dims) < 2 {
-				return nil, fmt.Errorf("%w: input %s: IDX array of %d dimensions is not an images file (want N×…)", ErrRequest, in.Name, len(a.Dims))
-			}
-			for s := 0; s < a.Dims[0]; s += per {
-				out = append(out, preprocess.Block{Path: in.Path, Start: int64(s), End: int64(min(s+per, a.Dims[0]))})
-			}
-		}
-		if len(out) == 0 {
-			return nil, fmt.Errorf("%w: the IDX inputs hold no images", ErrRequest)
-		}
-		for i := range out {
-			out[i].Index, out[i].Of = i, len(out)
-		}
-		return out, nil
+		return r.idxBlocks()
 	}
 	var total int64
 	paths := make([]string, len(r.Inputs))
@@ -151,11 +144,81 @@ func (r *Request) Blocks() ([]preprocess.Block, error) {
 	if per <= 0 {
 		per = DefaultBlockBytes
 	}
+	if n := (total + per - 1) / per; n > MaxShards {
+		return nil, fmt.Errorf("%w: shard_bytes %d cuts the %d bytes of input into %d shards, more than %d: use shard_bytes ≥ %d",
+			ErrRequest, per, total, n, MaxShards, (total+MaxShards-1)/MaxShards)
+	}
 	bs, err := preprocess.PlanBlocks("batch", paths, int((total+per-1)/per))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRequest, err)
 	}
 	return bs, nil
+}
+
+func (r *Request) idxBlocks() ([]preprocess.Block, error) {
+	per := r.BlockImages
+	if per <= 0 {
+		per = DefaultBlockImages
+	}
+	heads := make([]idx.Header, len(r.Inputs))
+	var images, shards int64
+	for i, in := range r.Inputs {
+		h, err := idx.ReadHeader(in.Path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: input %s: %w", ErrRequest, in.Name, err)
+		}
+		if len(h.Dims) < 2 {
+			return nil, fmt.Errorf("%w: input %s: IDX array of %d dimensions is not an images file (want N×…)", ErrRequest, in.Name, len(h.Dims))
+		}
+		heads[i] = h
+		images += int64(h.Dims[0])
+		shards += (int64(h.Dims[0]) + int64(per) - 1) / int64(per)
+	}
+	if images == 0 {
+		return nil, fmt.Errorf("%w: the IDX inputs hold no images", ErrRequest)
+	}
+	if k := int64(len(r.Inputs)); shards > MaxShards {
+		if k >= MaxShards {
+			return nil, fmt.Errorf("%w: %d IDX input files make at least %d shards, more than %d", ErrRequest, k, k, MaxShards)
+		}
+		// Each file's last shard may be partial: ceil(images/(max-k))
+		// images a shard always fits.
+		return nil, fmt.Errorf("%w: shard_images %d cuts the %d images into %d shards, more than %d: use shard_images ≥ %d",
+			ErrRequest, per, images, shards, MaxShards, (images+MaxShards-k-1)/(MaxShards-k))
+	}
+	for i, in := range r.Inputs {
+		if !heads[i].Gzip {
+			continue
+		}
+		if r.WorkDir == "" {
+			return nil, fmt.Errorf("%w: work_dir is required to decompress input %s", ErrRequest, in.Name)
+		}
+		plain := filepath.Join(r.WorkDir, InflatedDir, fmt.Sprintf("input-%05d.idx", i))
+		if h, err := idx.ReadHeader(plain); err == nil && slices.Equal(h.Dims, heads[i].Dims) {
+			r.Inputs[i].Path = plain // an earlier attempt's
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(plain), 0o755); err != nil {
+			return nil, err
+		}
+		if _, err := idx.Decompress(in.Path, plain); err != nil {
+			if errors.Is(err, idx.ErrFormat) {
+				return nil, fmt.Errorf("%w: input %s: %w", ErrRequest, in.Name, errors.Unwrap(err))
+			}
+			return nil, fmt.Errorf("input %s: %w", in.Name, err)
+		}
+		r.Inputs[i].Path = plain
+	}
+	var out []preprocess.Block
+	for i, in := range r.Inputs {
+		for s := 0; s < heads[i].Dims[0]; s += per {
+			out = append(out, preprocess.Block{Path: in.Path, Start: int64(s), End: int64(min(s+per, heads[i].Dims[0]))})
+		}
+	}
+	for i := range out {
+		out[i].Index, out[i].Of = i, len(out)
+	}
+	return out, nil
 }
 
 // ShardDone reports whether shard i of n is committed: its results file

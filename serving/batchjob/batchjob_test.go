@@ -60,9 +60,24 @@ func TestBlocks(t *testing.T) {
 	if err != nil || len(bs) < 3 || bs[0].Of != len(bs) {
 		t.Fatalf("CSV blocks %+v, %v: want at least 3 of them", bs, err)
 	}
-	r = &Request{Format: FormatIDX, Inputs: []Input{{Path: images, Name: "images"}}, BlockImages: 10}
+	work := t.TempDir()
+	r = &Request{Format: FormatIDX, Inputs: []Input{{Path: images, Name: "images"}}, BlockImages: 10, WorkDir: work}
 	if bs, err = r.Blocks(); err != nil || len(bs) != 3 || bs[2].Start != 20 || bs[2].End != 25 {
 		t.Fatalf("IDX blocks %+v, %v: want [0,10) [10,20) [20,25)", bs, err)
+	}
+	// The gzip input was inflated once into the work dir; its blocks and
+	// the request name the copy.
+	if plain := filepath.Join(work, InflatedDir, "input-00000.idx"); r.Inputs[0].Path != plain || bs[0].Path != plain || r.Inputs[0].Name != "images" {
+		t.Fatalf("input %+v, block path %s: want %s", r.Inputs[0], bs[0].Path, plain)
+	}
+	big := filepath.Join(dir, "big.csv")
+	if err := os.WriteFile(big, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Truncate(big, 20<<20) // sparse: the plan reads nothing of it
+	many, _, err := datagen.ToyImages(dir, "many", 20_001)
+	if err != nil {
+		t.Fatal(err)
 	}
 	empty := filepath.Join(dir, "empty.csv")
 	os.WriteFile(empty, nil, 0o644)
@@ -75,6 +90,9 @@ func TestBlocks(t *testing.T) {
 		{"empty input", Request{Format: FormatCSV, Inputs: []Input{{Path: empty, Name: "gs://b/empty.csv"}}}, "gs://b/empty.csv is empty"},
 		{"missing input", Request{Format: FormatJSONL, Inputs: []Input{{Path: filepath.Join(dir, "nope"), Name: "nope"}}}, "input nope"},
 		{"labels as images", Request{Format: FormatIDX, Inputs: []Input{{Path: labels, Name: "labels"}}}, "not an images file"},
+		{"gzip without a work dir", Request{Format: FormatIDX, Inputs: []Input{{Path: images, Name: "images"}}}, "work_dir is required"},
+		{"shard_bytes too small", Request{Format: FormatCSV, Inputs: []Input{{Path: big, Name: "big"}}, BlockBytes: 1024}, "20480 shards, more than 10000: use shard_bytes ≥ 2098"},
+		{"shard_images too small", Request{Format: FormatIDX, Inputs: []Input{{Path: many, Name: "many"}}, BlockImages: 1, WorkDir: work}, "20001 shards, more than 10000: use shard_images ≥ 3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := c.r.Blocks()

@@ -153,7 +153,12 @@ func removeTemps(dir string) error {
 type predictFn struct {
 	Req batchjob.Request
 
-	sv *serving.Servable
+	sv  *serving.Servable
+	bat *serving.Batcher // scratch of the model calls, reused from block to block
+	// IDX, reused from block to block: the pixel vectors of one model
+	// call, and the row of an image before its pixels (see idxBlock).
+	vecs     [][]float64
+	template []preprocess.Value
 }
 
 func (f *predictFn) Setup() error {
@@ -161,7 +166,7 @@ func (f *predictFn) Setup() error {
 	if err != nil {
 		return fmt.Errorf("load bundle: %w", err)
 	}
-	f.sv = sv
+	f.sv, f.bat = sv, sv.NewBatcher()
 	return nil
 }
 
@@ -176,7 +181,7 @@ func (f *predictFn) ProcessElement(ctx context.Context, b preprocess.Block, emit
 			break
 		}
 	}
-	w := &shardWriter{r: &f.Req, sv: f.sv, bat: f.sv.NewBatcher(), input: name, stats: batchjob.ShardStats{Shard: b.Index, Reasons: map[string]int64{}}}
+	w := &shardWriter{r: &f.Req, f: f, sv: f.sv, bat: f.bat, input: name, stats: batchjob.ShardStats{Shard: b.Index, Reasons: map[string]int64{}}}
 	w.batch = f.Req.BatchSize
 	if w.batch <= 0 {
 		w.batch = batchjob.DefaultBatchSize
@@ -207,6 +212,7 @@ type shardWriter struct {
 	// keyField is "line" or "index".
 	keyField string
 	keys     []int64 // keys of the rows pending in bat
+	f        *predictFn
 	results  []byte
 	errs     []byte
 	stats    batchjob.ShardStats
@@ -215,6 +221,9 @@ type shardWriter struct {
 func (w *shardWriter) textBlock(b preprocess.Block) error {
 	w.keyField = "line"
 	data, base, err := preprocess.ReadBlock(b)
+	if le := (*preprocess.LineTooLongError)(nil); errors.As(err, &le) {
+		return fmt.Errorf("%w: input %s: the line at byte offset %d is longer than %d bytes", batchjob.ErrRequest, w.input, le.Offset, preprocess.MaxLineBytes)
+	}
 	if err != nil {
 		return err
 	}
@@ -247,7 +256,8 @@ func (w *shardWriter) textBlock(b preprocess.Block) error {
 
 func (w *shardWriter) idxBlock(b preprocess.Block) error {
 	w.keyField = "index"
-	a, err := idx.ReadFile(b.Path)
+	// Blocks left b.Path uncompressed: read only this block's images.
+	h, err := idx.ReadHeader(b.Path)
 	if err != nil {
 		return fmt.Errorf("%w: input %s: %w", batchjob.ErrRequest, w.input, err)
 	}
@@ -256,7 +266,7 @@ func (w *shardWriter) idxBlock(b preprocess.Block) error {
 		return err
 	}
 	size := 1
-	for _, d := range a.Dims[1:] {
+	for _, d := range h.Dims[1:] {
 		size *= d
 	}
 	// Each image is the instance {"<col>": [pixels]}: the row the server
@@ -267,17 +277,29 @@ func (w *shardWriter) idxBlock(b preprocess.Block) error {
 	if l := w.sv.Transform.Schema.Columns[ci].Length; l != size {
 		return fmt.Errorf("%w: input %s: images of %d values, the model's column %s takes %d", batchjob.ErrRequest, w.input, size, col, l)
 	}
-	zeros := "[" + strings.Repeat("0,", size-1) + "0]"
-	template := make([]preprocess.Value, len(w.sv.Transform.Schema.Columns))
-	if err := w.sv.Transform.Schema.ParseInstance(template, map[string]json.RawMessage{col: json.RawMessage(zeros)}); err != nil {
-		return fmt.Errorf("%w: the model needs more than its image column: %w", batchjob.ErrRequest, err)
+	data, err := idx.ReadValues(b.Path, h, b.Start*int64(size), b.End*int64(size))
+	if err != nil {
+		return fmt.Errorf("%w: input %s: %w", batchjob.ErrRequest, w.input, err)
 	}
-	vecs := make([][]float64, w.batch)
-	for i := range vecs {
-		vecs[i] = make([]float64, size)
+	template := w.f.template
+	if template == nil {
+		zeros := "[" + strings.Repeat("0,", size-1) + "0]"
+		template = make([]preprocess.Value, len(w.sv.Transform.Schema.Columns))
+		if err := w.sv.Transform.Schema.ParseInstance(template, map[string]json.RawMessage{col: json.RawMessage(zeros)}); err != nil {
+			return fmt.Errorf("%w: the model needs more than its image column: %w", batchjob.ErrRequest, err)
+		}
+		w.f.template = template
+	}
+	vecs := w.f.vecs
+	if n := int(min(int64(w.batch), b.End-b.Start)); len(vecs) < n {
+		vecs = make([][]float64, n)
+		for i := range vecs {
+			vecs[i] = make([]float64, size)
+		}
+		w.f.vecs = vecs
 	}
 	for i := b.Start; i < b.End; i++ {
-		img := a.Data[int(i)*size : int(i+1)*size]
+		img := data[int(i-b.Start)*size : int(i-b.Start+1)*size]
 		slot := len(w.keys)
 		row := w.bat.Row(slot)
 		copy(row, template)

@@ -61,23 +61,34 @@ func census(t *testing.T, n int) *batchjob.Request {
 			t.Fatal(err)
 		}
 	}
-	job := filepath.Join(dir, "job")
-	m, err := preprocess.RunLocal(&preprocess.Request{Schema: preprocess.CensusSchema(), Train: rows[:1], Eval: rows[:1],
-		OutDir: job, TrainShards: 1, EvalShards: 1, Seed: 1, MaxBadFraction: 0.01})
+	bundleDir := trainBundle(t, dir, &preprocess.Request{Schema: preprocess.CensusSchema(), Train: rows[:1], Eval: rows[:1],
+		OutDir: filepath.Join(dir, "job"), TrainShards: 1, EvalShards: 1, Seed: 1, MaxBadFraction: 0.01})
+	st, _ := os.Stat(rows[1])
+	return &batchjob.Request{Bundle: bundleDir, Inputs: []batchjob.Input{{Path: rows[1], Name: "gs://data/input.csv"}},
+		Format: batchjob.FormatCSV, OutDir: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"),
+		BlockBytes: st.Size()/4 + 1, BatchSize: 16}
+}
+
+// trainBundle preprocesses r, trains a small linear classifier on its
+// first train shard and exports it into dir/export; it returns the
+// bundle's directory.
+func trainBundle(t *testing.T, dir string, r *preprocess.Request) string {
+	t.Helper()
+	m, err := preprocess.RunLocal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, raw, err := preprocess.ReadTransform(job)
+	tr, raw, err := preprocess.ReadTransform(r.OutDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ex preprocess.Examples
-	if err := preprocess.ReadShard(&ex, filepath.Join(job, preprocess.DataDir, m.Train[0].Name)); err != nil {
+	if err := preprocess.ReadShard(&ex, filepath.Join(r.OutDir, preprocess.DataDir, m.Train[0].Name)); err != nil {
 		t.Fatal(err)
 	}
 	cfg := train.Config{BatchSize: 32, LearningRate: 0.01, Seed: 1, KeepMax: 1, MaxSteps: 20, SaveSteps: 20,
-		CheckpointDir: filepath.Join(job, "checkpoints"),
-		Meta:          train.CheckpointMeta{Model: "linear_classifier", Dim: m.Dim, Classes: 2, TransformHash: m.TransformHash}}
+		CheckpointDir: filepath.Join(r.OutDir, "checkpoints"),
+		Meta:          train.CheckpointMeta{Model: "linear_classifier", Dim: m.Dim, Classes: max(m.Classes, 2), TransformHash: m.TransformHash}}
 	if _, err := train.Run(context.Background(), cfg, train.Data{Dim: ex.Features, X: ex.X, Y: ex.Y}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +109,7 @@ func census(t *testing.T, n int) *batchjob.Request {
 		bundle.Meta{JobID: "batch_test", Exporter: "final", TransformHash: m.TransformHash}); err != nil {
 		t.Fatal(err)
 	}
-	bundleDir := filepath.Join(dir, "export", strconv.FormatInt(ck.Step, 10))
-	st, _ := os.Stat(rows[1])
-	return &batchjob.Request{Bundle: bundleDir, Inputs: []batchjob.Input{{Path: rows[1], Name: "gs://data/input.csv"}},
-		Format: batchjob.FormatCSV, OutDir: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"),
-		BlockBytes: st.Size()/4 + 1, BatchSize: 16}
+	return filepath.Join(dir, "export", strconv.FormatInt(ck.Step, 10))
 }
 
 // TestPredict checks the predict stage alone: one ShardStats per block,
