@@ -1,12 +1,15 @@
 package preprocess
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/trainflow/trainflow/internal/idx"
 )
@@ -163,18 +166,71 @@ type idxRows struct {
 	buf        []float64
 }
 
-// idxRows reads the images and labels of block b. It reads (and
-// gunzips) both files whole and keeps the block's part.
+// inflated holds, by input path, the uncompressed copies plainIDX made.
+var inflated = struct {
+	sync.Mutex
+	m map[string]*inflation
+}{m: map[string]*inflation{}}
+
+type inflation struct {
+	once sync.Once
+	path string
+	h    idx.Header
+	err  error
+}
+
+// plainIDX returns an uncompressed IDX file holding name's data, with its
+// header: name itself when it is plain; a gzip file is inflated once per
+// process into the temporary directory (the preprocess child's own, which
+// the activity removes with it; RemoveInflated in process), reading no
+// more than its header declares, and shared by every block that reads it.
+// A block then reads only its own images (idx.ReadValues), where it used
+// to inflate the whole file for each block.
+func plainIDX(name string) (string, idx.Header, error) {
+	h, err := idx.ReadHeader(name)
+	if err != nil || !h.Gzip {
+		return name, h, err
+	}
+	inflated.Lock()
+	in := inflated.m[name]
+	if in == nil {
+		in = &inflation{}
+		inflated.m[name] = in
+	}
+	inflated.Unlock()
+	in.once.Do(func() {
+		sum := sha256.Sum256([]byte(name))
+		in.path = filepath.Join(os.TempDir(), fmt.Sprintf("trainflow-idx-%d-%x", os.Getpid(), sum[:8]))
+		in.h, in.err = idx.Decompress(name, in.path)
+	})
+	return in.path, in.h, in.err
+}
+
+// RemoveInflated removes the uncompressed copies plainIDX made in this
+// process.
+func RemoveInflated() {
+	inflated.Lock()
+	defer inflated.Unlock()
+	for name, in := range inflated.m {
+		if in.path != "" {
+			os.Remove(in.path)
+		}
+		delete(inflated.m, name)
+	}
+}
+
+// idxRows reads the images and labels of block b: only the block's part
+// of each file (a gzip file inflated once, see plainIDX).
 func (s *Schema) idxRows(b Block) (*idxRows, error) {
-	im, err := idx.ReadFile(b.Path)
+	imPath, im, err := plainIDX(b.Path)
 	if err != nil {
 		return nil, fmt.Errorf("read block %s: %w", b.Path, err)
 	}
-	lb, err := idx.ReadFile(b.Labels)
+	lbPath, lb, err := plainIDX(b.Labels)
 	if err != nil {
 		return nil, fmt.Errorf("read block %s: %w", b.Labels, err)
 	}
-	if len(im.Dims) != 3 || len(lb.Dims) != 1 || im.Dims[0] != lb.Dims[0] || int64(im.Dims[0]) < b.End {
+	if len(im.Dims) != 3 || len(lb.Dims) != 1 || im.Dims[0] != lb.Dims[0] || int64(im.Dims[0]) < b.End || b.Start < 0 || b.Start > b.End {
 		return nil, fmt.Errorf("%w: input %s has dimensions %v and %s %v: want [N rows cols] and [N], N ≥ %d", ErrRequest, b.Path, im.Dims, b.Labels, lb.Dims, b.End)
 	}
 	vec := s.idxVector()
@@ -182,8 +238,12 @@ func (s *Schema) idxRows(b Block) (*idxRows, error) {
 	if r.width != s.Columns[vec].Length {
 		return nil, fmt.Errorf("%w: input %s holds %d×%d images, but column %q has length %d", ErrRequest, b.Path, im.Dims[1], im.Dims[2], s.Columns[vec].Name, s.Columns[vec].Length)
 	}
-	r.images = im.Data[b.Start*int64(r.width) : b.End*int64(r.width)]
-	r.labels = lb.Data[b.Start:b.End]
+	if r.images, err = idx.ReadValues(imPath, im, b.Start*int64(r.width), b.End*int64(r.width)); err != nil {
+		return nil, fmt.Errorf("read block %s: %w", b.Path, err)
+	}
+	if r.labels, err = idx.ReadValues(lbPath, lb, b.Start, b.End); err != nil {
+		return nil, fmt.Errorf("read block %s: %w", b.Labels, err)
+	}
 	r.order = make([]int64, b.End-b.Start)
 	for i := range r.order {
 		r.order[i] = int64(i)

@@ -267,6 +267,7 @@ func ReadTransform(jobDir string) (*Transform, []byte, error) {
 // (package preprocess/beampipe) in a plain loop on one goroutine. It is the baseline the pipeline is measured
 // against and a reference in tests.
 func RunLocal(r *Request) (*Manifest, error) {
+	defer RemoveInflated()
 	if err := r.Check(); err != nil {
 		return nil, err
 	}

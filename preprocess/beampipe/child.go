@@ -114,6 +114,7 @@ var preprocessChild = Child[preprocess.Request]{
 // and returns an exit code (see Child). A run whose manifest records a
 // failure (too many rejected rows) exits with ExitRejected.
 func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
+	defer preprocess.RemoveInflated()
 	return preprocessChild.Main(ctx, args, stderr)
 }
 
