@@ -147,7 +147,7 @@ type TrialEvaluationsInput struct {
 	// Owner is the tuning job whose trials they must be (nil in runs
 	// started before ownerChange).
 	Owner  *JobOwner `json:"owner,omitempty"`
-	Metric string     `json:"metric"`
+	Metric string    `json:"metric"`
 	// Name is the evaluation name (eval_spec.name) to read.
 	Name string `json:"name"`
 }
