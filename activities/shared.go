@@ -66,7 +66,7 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 			return workflows.PreprocessResult{}, refuse("job %s was not started by tuning job %q", wf.ID, in.TuningJobID)
 		}
 	}
-	dst, err := a.openJobDir(ctx, in.Preprocess.JobDir)
+	dst, err := a.openOwned(ctx, in.Preprocess.JobDir, in.Preprocess.Owner)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
 	}
@@ -76,15 +76,11 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 			return summary(got), nil // linked by an earlier attempt, or before a reset
 		}
 	}
-	src, err := a.openJobDir(ctx, from)
+	src, err := a.openSharedData(ctx, from, in.TuningJobID)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
 	}
 	defer src.Close()
-	var owner claim
-	if b, err := src.st.Read(ctx, jobFile); err != nil || json.Unmarshal(b, &owner) != nil || !workflows.IsDataOf(owner.JobID, in.TuningJobID) {
-		return workflows.PreprocessResult{}, refuse("%s holds no data preprocessed by tuning job %q", in.From, in.TuningJobID)
-	}
 	m, _, err := src.readManifest(ctx)
 	if err != nil {
 		return workflows.PreprocessResult{}, err

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/tuning"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -108,6 +109,13 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 		if jd == nil {
 			continue
 		}
+		if err := a.checkTrial(ctx, jd, in.Owner); err != nil {
+			jd.Close()
+			if errors.Is(err, errNotStarted) {
+				continue
+			}
+			return out, err
+		}
 		b, err := jd.st.Read(ctx, evalMetrics)
 		jd.Close()
 		if errors.Is(err, fs.ErrNotExist) {
@@ -138,7 +146,10 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 	if err != nil {
 		return "", err
 	}
-	jd, err := a.openJobDir(ctx, dir)
+	if !bundle.ValidName(in.Exporter) {
+		return "", nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: exporter %q: letters, digits and '_', starting with a letter", workflows.ErrInvalidSpec, in.Exporter))
+	}
+	jd, err := a.openTrial(ctx, dir, in.Owner)
 	if err != nil {
 		return "", err
 	}
@@ -160,6 +171,24 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 		return "", nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%s has no %s export", dir, in.Exporter))
 	}
 	return jd.Location(prefix + strconv.FormatInt(newest, 10)), nil
+}
+
+// errNotStarted is checkTrial's error for a trial directory not claimed
+// yet: the trial has not prepared it.
+var errNotStarted = errors.New("trial not started")
+
+// checkTrial checks that the existing directory jd is a trial of the
+// tuning job the activity runs for (owner, see expectedOwner); one
+// without a claim yet is errNotStarted.
+func (a *Activities) checkTrial(ctx context.Context, jd *jobDir, owner *workflows.JobOwner) error {
+	want, check, err := a.expectedOwner(ctx, owner)
+	if err != nil || !check {
+		return err
+	}
+	if _, err := jd.Claim(ctx); errors.Is(err, jobdir.ErrNoClaim) {
+		return errNotStarted
+	}
+	return jd.checkOwner(ctx, want, trialOf)
 }
 
 // TuningHistory returns the trials table of a finished tuning job, for

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/errmark"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
@@ -54,6 +55,10 @@ type Limits struct {
 	// MaxTrainBytes; --max-train-memory). 0 means
 	// activities.DefaultMaxTrainBytes.
 	MaxTrainBytes int64
+	// ModelOwners are the rules for publishing into, or promoting in, a
+	// model another job owns (activities.Activities ModelOwners;
+	// --model-owners).
+	ModelOwners bundle.Rules
 }
 
 // apply checks l and sets it on acts: runner names lower case,
@@ -87,6 +92,7 @@ func (l Limits) apply(acts *activities.Activities) error {
 		return configError(fmt.Errorf("--max-train-memory: %d bytes is negative", l.MaxTrainBytes))
 	}
 	acts.MaxTrainBytes = l.MaxTrainBytes
+	acts.ModelOwners = l.ModelOwners
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/worker"
 )
 
@@ -35,6 +36,8 @@ type trustFlags struct {
 	readRootsSet bool
 	// maxTrainMemory is --max-train-memory in bytes; 0: the default.
 	maxTrainMemory sizeFlag
+	// modelOwners is --model-owners.
+	modelOwners bundle.Rules
 }
 
 func (t *trustFlags) register(fs *flag.FlagSet) {
@@ -50,6 +53,22 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 			return errors.New("want a Beam option such as --worker_binary=PATH")
 		}
 		t.beamArgs = append(t.beamArgs, s)
+		return nil
+	})
+	fs.Func("model-owners", "who besides a model's owner (the job that first published it) may publish versions into it or promote one: MODEL=RULE, comma-separated, repeatable; MODEL a model name or * (any other model), RULE open, owner (the default) or job ID patterns separated by | (e.g. census=census_*|nightly_*); see docs/ownership.md", func(s string) error {
+		rs, err := bundle.ParseRules(s)
+		if err != nil {
+			return err
+		}
+		if t.modelOwners == nil {
+			t.modelOwners = bundle.Rules{}
+		}
+		for m, r := range rs {
+			if _, dup := t.modelOwners[m]; dup {
+				return fmt.Errorf("model %s has a rule already", m)
+			}
+			t.modelOwners[m] = r
+		}
 		return nil
 	})
 	fs.Var(&t.maxTrainMemory, "max-train-memory", "the most memory one training, evaluation or parameter server process may need, by the estimate of train.MemoryNeed (data, batch, activations, variables and optimizer slots), e.g. 12GiB or 500MB; a job needing more fails at once, not retried, naming the spec fields at fault (default: half of the machine's memory, else 8GiB)")
@@ -96,7 +115,7 @@ func parseSize(s string) (int64, error) {
 // limits are the flags as the worker's Limits.
 func (t *trustFlags) limits() worker.Limits {
 	l := worker.Limits{DataRoots: t.dataRoots, BeamRunners: t.runners, BeamEnvironments: t.envs, BeamArgs: t.beamArgs,
-		MaxTrainBytes: int64(t.maxTrainMemory)}
+		MaxTrainBytes: int64(t.maxTrainMemory), ModelOwners: t.modelOwners}
 	if t.readRootsSet {
 		// --read-roots '' allows none: an empty list, not nil (the default).
 		l.ReadRoots = append([]string{}, t.readRoots...)
