@@ -51,7 +51,9 @@ func newActs(t *testing.T) *Activities {
 }
 
 // asJob makes acts' activities run as if job id had scheduled them.
-func asJob(acts *Activities, id string) { acts.schedulerFunc = func(context.Context) string { return id } }
+func asJob(acts *Activities, id string) {
+	acts.schedulerFunc = func(context.Context) string { return id }
+}
 
 func env(acts *Activities) *testsuite.TestActivityEnvironment {
 	var s testsuite.WorkflowTestSuite

@@ -145,12 +145,42 @@ func (a *Activities) expectedOwner(ctx context.Context, in *workflows.JobOwner) 
 	switch {
 	case in == nil && id == "":
 		return workflows.JobOwner{}, false, nil
-	case in == nil:
-		return workflows.JobOwner{JobID: id}, true, nil
-	case id != "" && in.JobID != id:
+	case in != nil && id != "" && in.JobID != id:
 		return workflows.JobOwner{}, false, notOwner(fmt.Errorf("the input's owner %q is not the job %q that scheduled this step", in.JobID, id))
 	}
-	return *in, true, nil
+	want := workflows.JobOwner{JobID: id}
+	if in != nil {
+		want = *in
+	}
+	first, err := a.firstRun(ctx)
+	if err != nil {
+		return workflows.JobOwner{}, false, err
+	}
+	if first != "" {
+		if in != nil && in.FirstRunID != first {
+			return workflows.JobOwner{}, false, notOwner(fmt.Errorf("the input's owner is not the run chain of job %q that scheduled this step", id))
+		}
+		want.FirstRunID = first
+	}
+	return want, true, nil
+}
+
+// firstRun returns the first run ID of the workflow run that scheduled
+// the activity, as the Temporal server records it ("" without a client,
+// outside an activity, or from a server that does not record it). An
+// input's owner comes from the workflow, but a client that runs its own
+// worker can schedule trainflow's activities from a workflow under a
+// closed job's ID: its first run is not that job's.
+func (a *Activities) firstRun(ctx context.Context) (string, error) {
+	if a.Client == nil || a.schedulerFunc != nil || !activity.IsActivity(ctx) {
+		return "", nil
+	}
+	wf := activity.GetInfo(ctx).WorkflowExecution
+	d, err := a.Client.DescribeWorkflowExecution(ctx, wf.ID, wf.RunID)
+	if err != nil {
+		return "", fmt.Errorf("describe %s: %w", wf.ID, err)
+	}
+	return d.GetWorkflowExecutionInfo().GetFirstRunId(), nil
 }
 
 // scheduler returns the workflow ID of the job that scheduled the
