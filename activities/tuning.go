@@ -97,6 +97,10 @@ func (a *Activities) trialJobDir(ref workflows.TrialRef) (string, error) {
 func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEvaluationsInput) (workflows.TrialEvaluationsResult, error) {
 	defer keepAlive(ctx).Stop()
 	out := workflows.TrialEvaluationsResult{Evals: make([][]workflows.TrialEval, len(in.Trials))}
+	want, check, err := a.expectedOwner(ctx, in.Owner)
+	if err != nil {
+		return out, err
+	}
 	for i, ref := range in.Trials {
 		dir, err := a.trialJobDir(ref)
 		if err != nil {
@@ -109,7 +113,7 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 		if jd == nil {
 			continue
 		}
-		if err := a.checkTrial(ctx, jd, in.Owner); err != nil {
+		if err := checkTrial(ctx, jd, want, check); err != nil {
 			jd.Close()
 			if errors.Is(err, errNotStarted) {
 				continue
@@ -178,12 +182,11 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 var errNotStarted = errors.New("trial not started")
 
 // checkTrial checks that the existing directory jd is a trial of the
-// tuning job the activity runs for (owner, see expectedOwner); one
-// without a claim yet is errNotStarted.
-func (a *Activities) checkTrial(ctx context.Context, jd *jobDir, owner *workflows.JobOwner) error {
-	want, check, err := a.expectedOwner(ctx, owner)
-	if err != nil || !check {
-		return err
+// tuning job want (see expectedOwner; nothing when !check); one without
+// a claim yet is errNotStarted.
+func checkTrial(ctx context.Context, jd *jobDir, want workflows.JobOwner, check bool) error {
+	if !check {
+		return nil
 	}
 	if _, err := jd.Claim(ctx); errors.Is(err, jobdir.ErrNoClaim) {
 		return errNotStarted
