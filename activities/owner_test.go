@@ -9,6 +9,7 @@ import (
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/jobdir"
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -194,5 +195,57 @@ func TestTrialExportOnlyOwnTrials(t *testing.T) {
 	_, err = e.ExecuteActivity(acts.Publish, workflows.PublishInput{JobID: "hp_1", Bundle: filepath.Join(victim, exportDir, "best", "40"), Model: "census", Promote: true, Owner: owner})
 	if errType(err) != workflows.ErrTypeNotOwner {
 		t.Errorf("Publish of another job's bundle by a tuning job: %v, want NotOwner", err)
+	}
+}
+
+// TestDeleteExportInObjectStorage: the owner check and the confinement to
+// export/<exporter>/<step> hold for job directories in object storage
+// (file:// and mem:// buckets) as for local ones.
+func TestDeleteExportInObjectStorage(t *testing.T) {
+	for _, kind := range jobDirs(t)[1:] {
+		t.Run(kind.name, func(t *testing.T) {
+			acts := newActs(t)
+			dirOf := map[string]string{}
+			for _, id := range []string{"victim_1", "census_1"} {
+				s := spec(id)
+				s.JobDir = kind.dir(id)
+				if strings.HasPrefix(s.JobDir, "mem://") {
+					acts.DataRoots = append(acts.DataRoots, "mem://"+strings.SplitN(strings.TrimPrefix(s.JobDir, "mem://"), "/", 2)[0])
+				}
+				asJob(acts, id)
+				owner := &workflows.JobOwner{JobID: id, FirstRunID: "run-" + id}
+				v, err := env(acts).ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: owner.FirstRunID, Owner: owner})
+				if err != nil {
+					t.Fatalf("prepare %s: %v", id, err)
+				}
+				var res workflows.PrepareResult
+				v.Get(&res)
+				dirOf[id] = res.JobDir
+				st, err := storage.Open(t.Context(), res.JobDir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Write(t.Context(), "export/best/100/"+bundle.MetadataFile, []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+				st.Close()
+			}
+			bundleOf := func(id string) string { return jobdir.Join(dirOf[id], "export/best/100") }
+			has := func(id string) bool {
+				ok, err := jobdir.Exists(t.Context(), jobdir.Join(bundleOf(id), bundle.MetadataFile))
+				return err == nil && ok
+			}
+			owner := &workflows.JobOwner{JobID: "census_1", FirstRunID: "run-census_1"}
+			e := env(acts)
+			if _, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: bundleOf("victim_1"), Owner: owner}); errType(err) != workflows.ErrTypeNotOwner || !has("victim_1") {
+				t.Errorf("DeleteExport of the victim's bundle: %v, want NotOwner and the bundle kept", err)
+			}
+			if _, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: jobdir.Join(dirOf["census_1"], "export/best"), Owner: owner}); err == nil || !has("census_1") {
+				t.Errorf("DeleteExport of export/best: %v, want a refusal", err)
+			}
+			if _, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: bundleOf("census_1"), Owner: owner}); err != nil || has("census_1") {
+				t.Errorf("the job's own DeleteExport: %v, bundle still there: %v", err, has("census_1"))
+			}
+		})
 	}
 }
