@@ -104,6 +104,19 @@ type Activities struct {
 	// schedulerFunc, if set, stands in for the workflow ID of the job that
 	// scheduled an activity (tests; see scheduler).
 	schedulerFunc func(context.Context) string
+	// ChildMemory is the address space, in bytes, of each training and
+	// evaluation child process (RLIMIT_AS; see ChildLimits and child.go,
+	// the worker's --child-memory). 0 derives it from MaxTrainBytes.
+	ChildMemory int64
+	// InProcess runs Train and Evaluate in this process instead of a
+	// child process: no memory isolation. For measurements and tests.
+	InProcess bool
+	// Heavy bounds the heavy activities this process runs at once
+	// (--max-heavy); nil bounds nothing.
+	Heavy *Slots
+	// Ceilings are the operator's bounds on a job's steps, files and
+	// preprocessed bytes (see Ceilings); zero fields take their defaults.
+	Ceilings Ceilings
 }
 
 // Paths inside a job directory written by the activities.
@@ -310,6 +323,12 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 	if err := a.checkPreprocess(in); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
+	r.MaxShardBytes = a.maxShardBytes() // the operator's, whatever the input says
+	release, err := a.waitHeavy(ctx)
+	if err != nil {
+		return workflows.PreprocessResult{}, err
+	}
+	defer release()
 	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
@@ -469,6 +488,9 @@ func (a *Activities) runChild(ctx context.Context, jobDir string, args []string)
 	var ee *exec.ExitError
 	msg := fmt.Errorf("preprocess child: %w: %s (log: %s)", err, stderr.reason(), logPath)
 	if errors.As(err, &ee) && ee.ExitCode() == preprocess.ExitRejected {
+		if l := stderr.lineWith(preprocess.ErrShardBytes.Error()); l != "" { // an operator's ceiling
+			return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("preprocess child: %s (log: %s)", l, logPath))
+		}
 		return nonRetryable(workflows.ErrTypeBadData, msg)
 	}
 	return msg
@@ -531,7 +553,17 @@ func presized(dim int, shards []preprocess.ShardResult) preprocess.Examples {
 // local (staged when the job directory is in object storage), and
 // train.Run commits each checkpoint to the job directory (object, then
 // pointer) before it is reported.
+//
+// The training runs in a child process under a memory limit (see
+// child.go) unless a.InProcess: a child killed by a signal or by its limit
+// fails the attempt, and MaxChildKills such attempts in a row fail the
+// job. The spec is checked against the worker's ceilings (checkCeilings)
+// and memory limit (checkTrainMemory) first, and the work waits for one of
+// the worker's heavy slots (Activities.Heavy), heartbeating.
 func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workflows.TrainResult, error) {
+	if err := a.checkCeilings(in); err != nil {
+		return workflows.TrainResult{}, err
+	}
 	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
 	if err != nil {
 		return workflows.TrainResult{}, err
@@ -546,12 +578,28 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	}
 	hb := keepAlive(ctx)
 	defer hb.Stop()
+	release, err := a.Heavy.Acquire(ctx)
+	if err != nil {
+		return workflows.TrainResult{}, err
+	}
+	defer release()
 	return watchStalls(ctx, hb, "training", stallTimeout(in), func(ctx context.Context, w *stallWatch) (workflows.TrainResult, error) {
-		return a.train(ctx, in, jd, m, mb, hb, w)
+		if a.inProcess(jd) {
+			return a.train(ctx, in, jd, m, mb, hb, w)
+		}
+		return a.trainInChild(ctx, in, jd, m, mb, hb, w)
 	})
 }
 
-// train is Train's work, reporting its progress to w.
+// inProcess reports whether Train and Evaluate on jd run in this
+// process: a.InProcess, a test's step hook (SetStepHookForTest), which
+// only this process can call, or a job directory in this process's
+// memory (mem://, tests), which a child cannot see.
+func (a *Activities) inProcess(jd *jobDir) bool {
+	return a.InProcess || testStepHook.Load() != nil || strings.HasPrefix(jd.uri, "mem://")
+}
+
+// train is Train's work in this process, reporting its progress to w.
 func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *jobDir, m *preprocess.Manifest, mb []byte, hb *beater, w *stallWatch) (workflows.TrainResult, error) {
 	dataDir, err := jd.stageShards(ctx, mb, m.Train)
 	if err != nil {
@@ -563,14 +611,7 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 		return workflows.TrainResult{}, err
 	}
 	w.mark()
-	cfg := train.Config{
-		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate,
-		L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
-		Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
-		SaveEvery:   time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
-		Checkpoints: jd.Checkpoints(),
-		Meta:        checkpointMeta(in),
-	}
+	cfg := trainConfig(in, jd)
 	job := activity.GetInfo(ctx).WorkflowExecution.ID
 	defer a.Metrics.started("train", activity.GetInfo(ctx).Attempt)()
 	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, in.Model.LearningRate)
@@ -590,9 +631,75 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 		if err := sums.flush(ctx, jd, p.Step); err != nil {
 			return err
 		}
-		return a.reportCheckpoint(ctx, jd, p, in.PinForEval)
+		return a.reportCheckpoint(ctx, jd, p, evalQueue(in))
 	})
 	return res, diverged(err)
+}
+
+// trainInChild is Train's work in a child process (runTrainChild): the
+// child loads the shards staged here, trains, commits checkpoints and
+// writes the summaries; this process reports its steps to w and the
+// metrics, and each commit to the workflow, as train does. The kill count
+// of earlier attempts rides on every heartbeat (killNote).
+func (a *Activities) trainInChild(ctx context.Context, in workflows.TrainInput, jd *jobDir, m *preprocess.Manifest, mb []byte, hb *beater, w *stallWatch) (workflows.TrainResult, error) {
+	prev := previousKills(ctx)
+	if prev > 0 {
+		hb.set(ctx, killNote{ChildKills: prev})
+	}
+	dataDir, err := jd.stageShards(ctx, mb, m.Train)
+	if err != nil {
+		return workflows.TrainResult{}, err
+	}
+	w.mark()
+	scratch, err := jd.TempDir("train-child-")
+	if err != nil {
+		return workflows.TrainResult{}, err
+	}
+	defer os.RemoveAll(scratch)
+	job := activity.GetInfo(ctx).WorkflowExecution.ID
+	defer a.Metrics.started("train", activity.GetInfo(ctx).Attempt)()
+	stepped := a.Metrics.stepper(job, "train")
+	var last train.Progress
+	req := childRequest{Limits: a.childLimits(), Train: &trainChildJob{In: in, JobDir: jd.uri, Cache: a.cacheDir(ctx),
+		DataDir: dataDir, Dim: m.Dim, Shards: m.Train}}
+	final, err := a.runTrainChild(ctx, scratch, req, func(msg childMsg) (childReply, error) {
+		switch msg.Kind {
+		case "step":
+			w.at(msg.Step)
+			for range min(msg.Steps, 1<<20) {
+				stepped(msg.Step, in.Model.BatchSize)
+			}
+			if msg.Loss != 0 {
+				a.Metrics.trainLoss(job, msg.Loss)
+			}
+		case "commit":
+			if msg.Progress == nil {
+				return childReply{}, errors.New("training child: commit without progress")
+			}
+			p := *msg.Progress
+			last = p
+			w.at(p.Step)
+			hb.set(ctx, killNote{Progress: p, ChildKills: prev})
+			t0 := time.Now()
+			err := a.reportCheckpoint(ctx, jd, p, evalQueue(in))
+			a.Metrics.committed(time.Since(t0))
+			if err != nil {
+				return childReply{}, err
+			}
+		}
+		return childReply{}, nil
+	})
+	switch {
+	case errors.Is(err, errChildKilled):
+		return workflows.TrainResult{}, killed(ctx, hb, "training", prev, last, err)
+	case err != nil:
+		return workflows.TrainResult{}, err
+	case final.Kind == "error":
+		return workflows.TrainResult{}, childError(final)
+	case final.Result == nil:
+		return workflows.TrainResult{}, errors.New("training child: no result")
+	}
+	return *final.Result, nil
 }
 
 // evalBatch is the rows Evaluate predicts at a time.
@@ -602,10 +709,13 @@ const evalBatch = 1024
 // (the first in.Batches batches of in.BatchSize rows, or all of it) and
 // appends the result to eval/metrics.jsonl once per (name, step), so a
 // retried evaluation does not add a second line. A checkpoint that
-// retention already deleted is a non-retryable CheckpointGone error.
+// retention already deleted is a non-retryable CheckpointGone error. The
+// model runs in a child process under a memory limit, as Train's does,
+// after waiting for a heavy slot.
 func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (workflows.EvaluateResult, error) {
 	defer a.Metrics.started("evaluate", activity.GetInfo(ctx).Attempt)()
-	defer keepAlive(ctx).Stop()
+	hb := keepAlive(ctx)
+	defer hb.Stop()
 	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
@@ -630,36 +740,65 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	if err := a.checkMemory(need, ck.Meta, evalBatch, m.EvalRows, "evaluation"); err != nil {
 		return workflows.EvaluateResult{}, err
 	}
-	model, err := train.Load(ck)
+	release, err := a.Heavy.Acquire(ctx)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
+	defer release()
 	dataDir, err := jd.stageShards(ctx, mb, m.Eval)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
-	data, err := loadSplit(dataDir, m.Dim, m.Eval)
-	if err != nil {
-		return workflows.EvaluateResult{}, err
-	}
-	if rows := in.Batches * in.BatchSize; rows > 0 && rows < len(data.Y) {
-		data.X, data.Y = data.X[:rows*data.Dim], data.Y[:rows]
-	}
-	res := workflows.EvaluateResult{Step: in.Step, Metrics: train.Evaluate(model, data.X, data.Y, evalBatch)}
-	mt := res.Metrics
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"log_loss", mt.LogLoss}, {"rmse", mt.RMSE}, {"mae", mt.MAE}, {"accuracy", mt.Accuracy}, {"auc", mt.AUC}, {"precision", mt.Precision}, {"recall", mt.Recall}} {
-		if f.v-f.v != 0 && mt.Examples > 0 { // a checkpoint of weights so large its outputs overflow
-			return workflows.EvaluateResult{}, diverged(fmt.Errorf("%w: evaluation of checkpoint %d: %s is %v", train.ErrNonFinite, in.Step, f.name, f.v))
+	rows := max(in.Batches*in.BatchSize, 0)
+	var mt train.Metrics
+	if a.inProcess(jd) {
+		if mt, err = evaluateOn(ck, dataDir, m.Dim, m.Eval, rows); err != nil {
+			return workflows.EvaluateResult{}, err
+		}
+	} else {
+		ck = nil // the child reads its own copy
+		if mt, err = a.evaluateInChild(ctx, hb, jd, in.Step, dataDir, m, rows); err != nil {
+			return workflows.EvaluateResult{}, err
 		}
 	}
+	if err := checkFinite(in.Step, mt); err != nil {
+		return workflows.EvaluateResult{}, err
+	}
+	res := workflows.EvaluateResult{Step: in.Step, Metrics: mt}
 	a.Metrics.evaluated(activity.GetInfo(ctx).WorkflowExecution.ID, res.Metrics)
 	if err := jd.evalSummaries(ctx, in.Name, in.Step, res.Metrics); err != nil {
 		return res, err
 	}
 	return res, jd.appendMetrics(ctx, in.Name, in.Step, res.Metrics)
+}
+
+// evaluateInChild evaluates the pinned checkpoint of step in a child
+// process on the first rows rows (all if 0) of the staged evaluation
+// shards in dataDir.
+func (a *Activities) evaluateInChild(ctx context.Context, hb *beater, jd *jobDir, step int64, dataDir string, m *preprocess.Manifest, rows int) (train.Metrics, error) {
+	prev := previousKills(ctx)
+	if prev > 0 {
+		hb.set(ctx, killNote{ChildKills: prev})
+	}
+	scratch, err := jd.TempDir("eval-child-")
+	if err != nil {
+		return train.Metrics{}, err
+	}
+	defer os.RemoveAll(scratch)
+	req := childRequest{Limits: a.childLimits(), Evaluate: &evaluateChildJob{JobDir: jd.uri, Cache: a.cacheDir(ctx), Step: step,
+		DataDir: dataDir, Dim: m.Dim, Shards: m.Eval, Rows: rows}}
+	final, err := a.runTrainChild(ctx, scratch, req, func(childMsg) (childReply, error) { return childReply{}, nil })
+	switch {
+	case errors.Is(err, errChildKilled):
+		return train.Metrics{}, killed(ctx, hb, "evaluation", prev, train.Progress{Step: step}, err)
+	case err != nil:
+		return train.Metrics{}, err
+	case final.Kind == "error":
+		return train.Metrics{}, childError(final)
+	case final.Metrics == nil:
+		return train.Metrics{}, errors.New("evaluation child: no metrics")
+	}
+	return *final.Metrics, nil
 }
 
 // pinCheckpoint pins the checkpoint of step and reads it: a copy in

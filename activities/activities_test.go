@@ -24,15 +24,19 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// TestMain lets the test binary be the preprocess child process.
+// TestMain lets the test binary be the preprocess child process and the
+// training and evaluation child (ChildCommand).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "preprocess" {
 		os.Exit(beampipe.ChildMain(context.Background(), os.Args[2:], os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == ChildCommand {
+		os.Exit(ChildMain(context.Background(), os.Args[2:], os.Stderr))
+	}
 	os.Exit(m.Run())
 }
 
-func newActs(t *testing.T) *Activities {
+func newActs(t testing.TB) *Activities {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -75,7 +79,7 @@ func spec(id string) workflows.JobSpec {
 }
 
 // prepare runs PrepareJob and Preprocess for a generated census job.
-func prepare(t *testing.T, e *testsuite.TestActivityEnvironment, acts *Activities, s workflows.JobSpec) (workflows.PrepareResult, workflows.PreprocessResult) {
+func prepare(t testing.TB, e *testsuite.TestActivityEnvironment, acts *Activities, s workflows.JobSpec) (workflows.PrepareResult, workflows.PreprocessResult) {
 	t.Helper()
 	v, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: "run1"})
 	if err != nil {

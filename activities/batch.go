@@ -59,6 +59,11 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	if err := a.checkBeamArgs(spec.BeamFlags()); err != nil {
 		return res, err
 	}
+	release, err := a.waitHeavy(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer release()
 	out, err := a.locate("output_path", spec.OutputPath, true)
 	if err != nil {
 		return res, err

@@ -2,8 +2,12 @@ package activities
 
 import (
 	"context"
+	"crypto/ed25519"
+	crand "crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -96,12 +100,6 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	if err := jd.writePSSecret(ctx, in.Task, secret); err != nil {
 		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: %w", in.Task, err)
 	}
-	srv, err := dist.NewServer(shard, load, dist.ServerConfig{Secret: secret, Resolve: a.clusterView(info.WorkflowExecution.ID)})
-	if err != nil {
-		return workflows.WorkerResult{}, err
-	}
-	defer srv.Stop()
-	w.follow(func() int64 { step, _ := shard.Step(); return step })
 	lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
 	if err != nil {
 		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: listen: %w", in.Task, err)
@@ -110,6 +108,19 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	host, _ := os.Hostname()
 	reg := workflows.PSRegistration{Task: in.Task, Addr: net.JoinHostPort(a.psAdvertiseHost(), port), Host: host, PID: os.Getpid(), RestoredStep: restored,
 		RunID: info.WorkflowExecution.RunID}
+	if err := jd.signRegistration(ctx, info.WorkflowExecution.ID, &reg); err != nil {
+		lis.Close()
+		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: %w", in.Task, err)
+	}
+	// The handshake's proofs cover the address workers dial: the one
+	// registered.
+	srv, err := dist.NewServer(shard, load, dist.ServerConfig{Secret: secret, Addr: reg.Addr, Resolve: a.clusterView(info.WorkflowExecution.ID)})
+	if err != nil {
+		lis.Close()
+		return workflows.WorkerResult{}, err
+	}
+	defer srv.Stop()
+	w.follow(func() int64 { step, _ := shard.Step(); return step })
 	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID,
 		UpdateName: workflows.RegisterParameterServerUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
@@ -204,6 +215,82 @@ func (j *jobDir) psSecrets(ctx context.Context, c *dist.Cluster) error {
 	return nil
 }
 
+// reportKeyPath is where the private half of the current run's report
+// key lives in the job directory (see ReportKey), private like the
+// parameter servers' secrets.
+const reportKeyPath = "cluster/report.key"
+
+// reportKeyFile is the content of reportKeyPath.
+type reportKeyFile struct {
+	// RunID is the run the key was made for.
+	RunID string `json:"run_id"`
+	// Seed is the Ed25519 private key's seed.
+	Seed []byte `json:"seed"`
+}
+
+// ReportKey makes a new report key for the calling run (or, retried,
+// returns the one it made) and returns its public half. The private half
+// is written to the job directory only: the run's trainers and parameter
+// servers sign their checkpoint reports and registrations with it, and
+// the workflow verifies them, so a namespace client can forge neither.
+func (a *Activities) ReportKey(ctx context.Context, in workflows.ReportKeyInput) (workflows.ReportKeyResult, error) {
+	jd, err := a.openJobDir(ctx, in.JobDir)
+	if err != nil {
+		return workflows.ReportKeyResult{}, err
+	}
+	defer jd.Close()
+	pub, err := jd.newReportKey(ctx, activity.GetInfo(ctx).WorkflowExecution.RunID)
+	return workflows.ReportKeyResult{PublicKey: pub}, err
+}
+
+// newReportKey makes run's report key, unless the job directory already
+// holds it (a retried ReportKey), and returns its public half.
+func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKey, error) {
+	var f reportKeyFile
+	b, err := j.st.Read(ctx, reportKeyPath)
+	switch {
+	case err == nil && json.Unmarshal(b, &f) == nil && f.RunID == run && len(f.Seed) == ed25519.SeedSize:
+		// A retry: the key this run already has.
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		f = reportKeyFile{RunID: run, Seed: make([]byte, ed25519.SeedSize)}
+		crand.Read(f.Seed)
+		b, _ := json.Marshal(f)
+		if err := j.WritePrivate(ctx, reportKeyPath, b); err != nil {
+			return nil, fmt.Errorf("write report key: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("read report key: %w", err)
+	}
+	return ed25519.NewKeyFromSeed(f.Seed).Public().(ed25519.PublicKey), nil
+}
+
+// reportKey reads the report key, or nil if there is none (a run from
+// before signed reports).
+func (j *jobDir) reportKey(ctx context.Context) (ed25519.PrivateKey, error) {
+	b, err := j.st.Read(ctx, reportKeyPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read report key: %w", err)
+	}
+	var f reportKeyFile
+	if err := json.Unmarshal(b, &f); err != nil || len(f.Seed) != ed25519.SeedSize {
+		return nil, errors.New("read report key: malformed " + reportKeyPath)
+	}
+	return ed25519.NewKeyFromSeed(f.Seed), nil
+}
+
+// signRegistration signs r for job jobID with the report key, if any.
+func (j *jobDir) signRegistration(ctx context.Context, jobID string, r *workflows.PSRegistration) error {
+	key, err := j.reportKey(ctx)
+	if err != nil || key == nil {
+		return err
+	}
+	r.Signature = ed25519.Sign(key, workflows.RegistrationReportBytes(jobID, *r))
+	return nil
+}
+
 // psListenHost is the interface parameter servers listen on.
 func (a *Activities) psListenHost() string {
 	if a.PSListenHost != "" {
@@ -243,6 +330,9 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 
 // trainWorker is TrainWorker's work, reporting its progress to w.
 func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, name string, hb *beater, w *stallWatch) (workflows.WorkerResult, error) {
+	if err := a.checkCeilings(in.TrainInput); err != nil {
+		return workflows.WorkerResult{}, err
+	}
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
 		return workflows.WorkerResult{}, err
@@ -344,7 +434,7 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 				return err
 			}
 			// Committed: reported even if the role is being stopped.
-			return a.reportCheckpoint(context.WithoutCancel(ctx), jd, p, in.PinForEval)
+			return a.reportCheckpoint(context.WithoutCancel(ctx), jd, p, evalQueue(in.TrainInput))
 		}
 	}
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
@@ -372,12 +462,47 @@ func diverged(err error) error {
 	return err
 }
 
+// evalQueue is how many committed checkpoints a trainer keeps pinned for
+// the evaluator (eval/queue): none unless it evaluates every checkpoint
+// (in.PinForEval); then the keep_checkpoint_max newest, which the
+// workflow may hold queued, and one more, which it may be evaluating.
+func evalQueue(in workflows.TrainInput) int {
+	if !in.PinForEval {
+		return 0
+	}
+	return max(in.Train.KeepCheckpointMax, 1) + 1
+}
+
+// queueForEval pins the checkpoint of step for the evaluator and unpins
+// the queued ones older than the keep newest: the workflow no longer
+// evaluates those (it queues at most keep_checkpoint_max), so they would
+// hold disk that retention freed.
+func (j *jobDir) queueForEval(ctx context.Context, step int64, keep int) error {
+	if err := j.queueCheckpoint(ctx, step); err != nil {
+		return err
+	}
+	q := j.Checkpoints().In(queueDir)
+	steps, err := q.Steps(ctx)
+	if err != nil {
+		return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
+	}
+	if len(steps) <= keep {
+		return nil
+	}
+	oldest := steps[len(steps)-keep]
+	if err := q.DeleteIf(ctx, func(s int64) bool { return s < oldest }); err != nil {
+		return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
+	}
+	return nil
+}
+
 // reportCheckpoint tells the workflow and the events log about a
-// committed checkpoint, first pinning it for the evaluator if pin is set.
-func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress, pin bool) error {
+// committed checkpoint, first pinning it for the evaluator if queue (see
+// evalQueue) is not 0.
+func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.Progress, queue int) error {
 	log := activity.GetLogger(ctx)
-	if pin {
-		if err := jd.queueCheckpoint(ctx, p.Step); err != nil {
+	if queue > 0 {
+		if err := jd.queueForEval(ctx, p.Step, queue); err != nil {
 			return err
 		}
 	}
@@ -389,6 +514,13 @@ func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.P
 		// new run's trainer until its heartbeat learns of it.
 		c := workflows.CheckpointCommitted{Step: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec}
 		run := activity.GetInfo(ctx).WorkflowExecution
+		key, err := jd.reportKey(ctx)
+		if err != nil {
+			return err
+		}
+		if key != nil {
+			c.Signature = ed25519.Sign(key, workflows.CommitReportBytes(run.ID, c))
+		}
 		if err := a.Client.SignalWorkflow(ctx, run.ID, run.RunID, workflows.CheckpointSignal, c); err != nil {
 			var gone *serviceerror.NotFound
 			if errors.As(err, &gone) {

@@ -118,3 +118,85 @@ func (a *Activities) checkTrainMemory(in workflows.TrainInput, rows int64, role 
 	}
 	return a.checkMemory(need, meta, in.Model.BatchSize, rows, role)
 }
+
+// Defaults of the Ceilings fields left 0.
+const (
+	DefaultMaxSteps      = 100_000_000
+	DefaultMaxJobFiles   = 100_000
+	DefaultMaxShardBytes = 4_000_000_000
+	// FilesPerCheckpoint bounds the files one committed checkpoint makes
+	// a job write: the checkpoint, the training summaries' event file
+	// flushed with it, and the evaluator's queue pin.
+	FilesPerCheckpoint = 3
+	// SummaryPointsPerFile is how many training summary points (one per
+	// train.save_summary_steps) a job may record per file of its budget:
+	// a point is a few dozen bytes.
+	SummaryPointsPerFile = 10
+)
+
+// Ceilings are the operator's bounds on what one job may make a worker
+// do, checked before the work starts; a job past one fails at once,
+// not retried, with an InvalidSpec error naming the field (the worker's
+// --max-steps, --max-job-files, --max-shard-bytes).
+type Ceilings struct {
+	// MaxSteps bounds train.max_steps (DefaultMaxSteps if 0).
+	MaxSteps int64
+	// MaxJobFiles bounds the files a job's training writes:
+	// FilesPerCheckpoint per checkpoint it commits when it commits every
+	// train.save_checkpoints_steps, and its summary points
+	// (max_steps / save_summary_steps) count one
+	// SummaryPointsPerFile-th each (DefaultMaxJobFiles if 0).
+	MaxJobFiles int64
+	// MaxShardBytes bounds the bytes of a job's preprocessed shards
+	// (preprocess.Request.MaxShardBytes; DefaultMaxShardBytes if 0).
+	MaxShardBytes int64
+}
+
+func orDefault(v, def int64) int64 {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// maxShardBytes is a.Ceilings.MaxShardBytes or its default.
+func (a *Activities) maxShardBytes() int64 {
+	return orDefault(a.Ceilings.MaxShardBytes, DefaultMaxShardBytes)
+}
+
+// checkCeilings refuses training in that asks for more steps or files
+// than the worker allows, with a non-retryable InvalidSpec error naming
+// the field and the smallest value that would pass.
+func (a *Activities) checkCeilings(in workflows.TrainInput) error {
+	c := a.Ceilings
+	maxSteps, maxFiles := orDefault(c.MaxSteps, DefaultMaxSteps), orDefault(c.MaxJobFiles, DefaultMaxJobFiles)
+	t := in.Train
+	refuse := func(format string, args ...any) error {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), workflows.ErrTypeInvalidSpec, nil)
+	}
+	if t.MaxSteps > maxSteps {
+		return refuse("train.max_steps %d is over this worker's ceiling of %d steps (worker --max-steps)", t.MaxSteps, maxSteps)
+	}
+	if t.MaxSteps <= 0 {
+		return nil // train.Run refuses it
+	}
+	if s := t.SaveCheckpointsSteps; s > 0 {
+		commits := (t.MaxSteps + s - 1) / s
+		if files := commits * FilesPerCheckpoint; files > maxFiles {
+			allowed := max(maxFiles/FilesPerCheckpoint, 1)
+			least := (t.MaxSteps + allowed - 1) / allowed
+			return refuse("train.save_checkpoints_steps %d with train.max_steps %d commits %d checkpoints, writing up to %d files; this worker allows %d files per job (worker --max-job-files): set train.save_checkpoints_steps to at least %d",
+				s, t.MaxSteps, commits, files, maxFiles, least)
+		}
+	}
+	every := t.SaveSummarySteps
+	if every <= 0 {
+		every = 100 // newTrainSummaries' default
+	}
+	points, maxPoints := (t.MaxSteps+every-1)/every, maxFiles*SummaryPointsPerFile
+	if points > maxPoints {
+		return refuse("train.save_summary_steps %d with train.max_steps %d records %d summary points; this worker allows %d per job (%d per file of worker --max-job-files): set train.save_summary_steps to at least %d",
+			every, t.MaxSteps, points, maxPoints, SummaryPointsPerFile, (t.MaxSteps+maxPoints-1)/maxPoints)
+	}
+	return nil
+}

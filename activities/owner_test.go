@@ -42,7 +42,7 @@ func fakeBundle(t *testing.T, dir, exporter, step string) string {
 	return b
 }
 
-func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+func present(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // TestClaimRecordsOwnerAndParent: PrepareJob writes the claim with the
 // parent the workflow names, and refuses to claim for another job than
@@ -60,7 +60,7 @@ func TestClaimRecordsOwnerAndParent(t *testing.T) {
 	}
 	asJob(acts, "thief_1")
 	_, err = env(acts).ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: spec("census_9"), FirstRunID: "r", Owner: &workflows.JobOwner{JobID: "census_9", FirstRunID: "r"}})
-	if errType(err) != workflows.ErrTypeNotOwner || exists(filepath.Join(acts.Home, "jobs", "census_9")) {
+	if errType(err) != workflows.ErrTypeNotOwner || present(filepath.Join(acts.Home, "jobs", "census_9")) {
 		t.Errorf("PrepareJob of census_9 scheduled by thief_1: %v, want NotOwner and no directory", err)
 	}
 }
@@ -97,7 +97,7 @@ func TestStepsRefuseAnotherJobsDirectory(t *testing.T) {
 			t.Errorf("Publish of the victim's bundle, owner %+v: %v, want NotOwner", owner, err)
 		}
 	}
-	if !exists(filepath.Join(best, bundle.MetadataFile)) || exists(filepath.Join(victim, exportDir, "best", "200")) {
+	if !present(filepath.Join(best, bundle.MetadataFile)) || present(filepath.Join(victim, exportDir, "best", "200")) {
 		t.Error("the victim's export directory changed")
 	}
 	if ms, _ := acts.Models.Models(t.Context()); len(ms) != 0 {
@@ -108,7 +108,7 @@ func TestStepsRefuseAnotherJobsDirectory(t *testing.T) {
 	// is refused too.
 	asJob(acts, "victim_1")
 	_, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: best, Owner: &workflows.JobOwner{JobID: "victim_1", FirstRunID: "run-other"}})
-	if errType(err) != workflows.ErrTypeNotOwner || !exists(best) {
+	if errType(err) != workflows.ErrTypeNotOwner || !present(best) {
 		t.Errorf("DeleteExport by another first run: %v, want NotOwner", err)
 	}
 }
@@ -140,13 +140,13 @@ func TestDeleteExportOnlyUnderExport(t *testing.T) {
 			t.Errorf("DeleteExport(%q) succeeded", d)
 		}
 	}
-	if !exists(filepath.Join(best, bundle.MetadataFile)) || !exists(filepath.Join(dir, jobdir.ClaimFile)) || !exists(filepath.Join(dir, "checkpoints", "x")) {
+	if !present(filepath.Join(best, bundle.MetadataFile)) || !present(filepath.Join(dir, jobdir.ClaimFile)) || !present(filepath.Join(dir, "checkpoints", "x")) {
 		t.Fatal("a refused DeleteExport deleted something")
 	}
 	if _, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: best, Owner: owner}); err != nil {
 		t.Fatalf("the job's own DeleteExport: %v", err)
 	}
-	if exists(filepath.Join(best, bundle.MetadataFile)) {
+	if present(filepath.Join(best, bundle.MetadataFile)) {
 		t.Error("the bundle is still there")
 	}
 }

@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"path"
 	"slices"
@@ -40,22 +39,19 @@ func (j *jobDir) writeSummaries(ctx context.Context, run, writer string, step in
 }
 
 // metricScalars returns an evaluation's metrics as TensorBoard tags and
-// values, sorted by tag: every metric the model kind has.
+// values, sorted by tag: every metric that applies to the model's kind
+// (train.MetricDefs).
 func metricScalars(m train.Metrics) (tags []string, values []float64) {
-	b, _ := json.Marshal(m)
-	var all map[string]float64
-	json.Unmarshal(b, &all)
-	delete(all, "examples")
-	if m.RMSE != 0 || m.MAE != 0 { // a regressor: no classes to be accurate about
-		delete(all, "accuracy")
-		delete(all, "log_loss")
-	}
-	for k := range all {
-		tags = append(tags, k)
+	k := m.Kind()
+	for _, d := range train.MetricDefs {
+		if d.Applies(k) {
+			tags = append(tags, d.Name)
+		}
 	}
 	slices.Sort(tags)
-	for _, k := range tags {
-		values = append(values, all[k])
+	for _, t := range tags {
+		v, _ := m.Value(t)
+		values = append(values, v)
 	}
 	return tags, values
 }

@@ -275,3 +275,28 @@ func checkEventFile(p string) (int64, error) {
 	}
 	return step, nil
 }
+
+// TestMetricScalarsByKind: an evaluation's TensorBoard tags are the
+// metrics of its model's kind, all of them even where a value is 0 (a
+// curve with missing points is a different curve), and none of another
+// kind's.
+func TestMetricScalarsByKind(t *testing.T) {
+	for _, tc := range []struct {
+		m    train.Metrics
+		tags string
+	}{
+		{train.Metrics{Accuracy: 0.8, LogLoss: 0.4, AUC: 0.85}, "accuracy auc log_loss precision recall"},
+		{train.Metrics{Accuracy: 0.8, LogLoss: 0.4}, "accuracy log_loss"},
+		{train.Metrics{RMSE: 1.5, MAE: 1}, "mae rmse"},
+	} {
+		tags, values := metricScalars(tc.m)
+		if strings.Join(tags, " ") != tc.tags || len(values) != len(tags) {
+			t.Errorf("metricScalars(%+v) = %v %v, want tags %s", tc.m, tags, values, tc.tags)
+		}
+		for i, tag := range tags {
+			if v, _ := tc.m.Value(tag); v != values[i] {
+				t.Errorf("%s = %v, want %v", tag, values[i], v)
+			}
+		}
+	}
+}

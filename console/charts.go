@@ -72,10 +72,10 @@ func renderChartX(title, xlabel, ylabel string, curves []series, ms []marks) (*c
 		k++
 		l.Color, l.Width = c, vg.Points(1.5)
 		pts.Color, pts.Shape, pts.Radius = c, draw.CircleGlyph{}, vg.Points(1.5)
-		if len(s.Points) > 60 {
-			pts.Radius = 0
+		p.Add(l)
+		if len(s.Points) <= 60 { // a dense curve gets no glyphs: each would be a path of the SVG
+			p.Add(pts)
 		}
-		p.Add(l, pts)
 		p.Legend.Add(s.Name, l)
 		ch.Series = append(ch.Series, s.Name)
 	}

@@ -2,7 +2,7 @@ package console
 
 import (
 	"bytes"
-	"context"
+	"cmp"
 	"embed"
 	"errors"
 	"fmt"
@@ -12,7 +12,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/trainflow/trainflow/bundle"
-	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/serving"
 )
 
@@ -51,10 +49,20 @@ type Options struct {
 	// Registry and Repository are the prediction server's models.
 	Registry   *serving.Registry
 	Repository bundle.Repository
-	// OpenJobDir opens a job directory (an absolute path or a storage URI)
-	// for reading; nil means storage.Open, refusing local paths that do
-	// not exist.
-	OpenJobDir func(ctx context.Context, dir string) (*storage.Store, error)
+	// Roots are the directories and storage URIs (with their query:
+	// endpoint, region …) job directories may lie in; a job page reads a
+	// job directory only inside one, read-only, and object storage only
+	// through a root's own URI. None: job pages show no job directory.
+	Roots []string
+	// RootsFlag names where the operator sets Roots, for the pages'
+	// messages ("" means "serve --console-roots").
+	RootsFlag string
+	// MaxPageBytes bounds the bytes one job page reads from a job
+	// directory; 0 means DefaultMaxPageBytes.
+	MaxPageBytes int64
+	// MaxPoints bounds the points of each curve of a chart; 0 means
+	// DefaultMaxPoints.
+	MaxPoints int
 	// Logger logs what a page could not read; nil discards.
 	Logger *slog.Logger
 }
@@ -64,7 +72,13 @@ type Options struct {
 type Console struct {
 	opts  Options
 	log   *slog.Logger
-	pages map[string]*template.Template
+	roots []root
+	// rootsFlag, maxPageBytes and maxPoints are the options or their
+	// defaults.
+	rootsFlag    string
+	maxPageBytes int64
+	maxPoints    int
+	pages        map[string]*template.Template
 	// echo is the server the console is mounted on: the try-it form posts
 	// to its predict API.
 	echo *echo.Echo
@@ -72,8 +86,12 @@ type Console struct {
 
 // New parses the console's templates.
 func New(opts Options) (*Console, error) {
-	if opts.OpenJobDir == nil {
-		opts.OpenJobDir = openJobDir
+	roots, err := parseRoots(opts.Roots)
+	if err != nil {
+		return nil, err
+	}
+	if opts.MaxPageBytes < 0 || opts.MaxPoints < 0 {
+		return nil, errors.New("console: negative MaxPageBytes or MaxPoints")
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
@@ -82,7 +100,8 @@ func New(opts Options) (*Console, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Console{opts: opts, log: log.With("component", "console"), pages: map[string]*template.Template{}}
+	c := &Console{opts: opts, log: log.With("component", "console"), pages: map[string]*template.Template{}, roots: roots,
+		rootsFlag: cmp.Or(opts.RootsFlag, "serve --console-roots"), maxPageBytes: cmp.Or(opts.MaxPageBytes, DefaultMaxPageBytes), maxPoints: cmp.Or(opts.MaxPoints, DefaultMaxPoints)}
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
 	if err != nil {
 		return nil, err
@@ -173,17 +192,6 @@ var funcs = template.FuncMap{
 	"f0":      func(v float64) string { return fmt.Sprintf("%.0f", v) },
 	"pathesc": url.PathEscape,
 	"add":     func(a, b int) int { return a + b },
-}
-
-// openJobDir opens a job directory for reading: a local path must exist
-// (storage.Open would create it).
-func openJobDir(ctx context.Context, dir string) (*storage.Store, error) {
-	if !strings.Contains(dir, "://") {
-		if _, err := os.Stat(dir); err != nil {
-			return nil, err
-		}
-	}
-	return storage.Open(ctx, dir)
 }
 
 // errNoTemporal is what the jobs pages say without a Temporal client.

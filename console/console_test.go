@@ -14,7 +14,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/internal/tfevents"
 )
 
@@ -105,20 +104,15 @@ func TestJobDirCharts(t *testing.T) {
 	write(t, dir, "export/latest/300/model.bin", []byte(`no metadata: incomplete`))
 	write(t, dir, "data/manifest.json", []byte(`{"train_rows":10,"bad":{"parse":2,"columns":1}}`))
 
-	st, err := storage.Open(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	d := readJobDir(context.Background(), st)
-	if len(d.Events) != 8 || len(d.Evals) != 2 || len(d.Train["loss"]) != 4 || len(d.Exports) != 2 || d.Manifest == nil {
+	d := readJobDir(context.Background(), openTestDir(t, dir), DefaultMaxPageBytes, DefaultMaxPoints)
+	if len(d.Events) != 8 || d.EventsTotal != 8 || len(d.Evals) != 2 || d.Loss.n != 4 || len(d.Exports) != 2 || d.Manifest == nil {
 		t.Fatalf("read %d events, %d evals, %d losses, %d exports, manifest %v; want 8, 2, 4, 2, set",
-			len(d.Events), len(d.Evals), len(d.Train["loss"]), len(d.Exports), d.Manifest != nil)
+			len(d.Events), len(d.Evals), d.Loss.n, len(d.Exports), d.Manifest != nil)
 	}
 	if len(d.Problems) != 1 || !strings.Contains(d.Problems[0], "tfevents") {
 		t.Errorf("problems %q, want the torn event file named", d.Problems)
 	}
-	got := fmt.Sprint(roles(d.Events))
+	got := fmt.Sprint(d.Roles)
 	want := "[{chief 1 0  11 } {worker 1 2 1  21 saw cluster generation 2: rolled back to step 100} {ps 0 2 1 h2 20 }]"
 	if got != want {
 		t.Errorf("roles\n got %s\nwant %s", got, want)
@@ -148,13 +142,24 @@ func TestBoundedReads(t *testing.T) {
 	dir := t.TempDir()
 	line := `{"event":"checkpoint","global_step":1,"pad":"` + strings.Repeat("x", 1000) + `"}` + "\n"
 	write(t, dir, "events.jsonl", []byte(strings.Repeat(line, maxLogBytes/len(line)+10)))
-	st, err := storage.Open(context.Background(), dir)
+	d := readJobDir(context.Background(), openTestDir(t, dir), DefaultMaxPageBytes, DefaultMaxPoints)
+	if len(d.Truncated) != 1 || d.EventsTotal != maxLogBytes/len(line) || len(d.Events) != maxEventsShown {
+		t.Errorf("truncated %q with %d events (%d shown), want one note and %d events (%d shown)", d.Truncated, d.EventsTotal, len(d.Events), maxLogBytes/len(line), maxEventsShown)
+	}
+}
+
+// openTestDir opens the job directory dir as a console whose one root is
+// dir's parent does.
+func openTestDir(t testing.TB, dir string) *jobStore {
+	t.Helper()
+	c, err := New(Options{Roots: []string{filepath.Dir(dir)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	d := readJobDir(context.Background(), st)
-	if len(d.Truncated) != 1 || len(d.Events) != maxLogBytes/len(line) {
-		t.Errorf("truncated %q with %d events, want one note and %d events", d.Truncated, len(d.Events), maxLogBytes/len(line))
+	st, err := c.openJobDir(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -16,6 +16,9 @@
 //     to the server's own predict API, showing the answer.
 //
 // Charts are SVG drawn by gonum.org/v1/plot; templates are html/template,
-// embedded; no JavaScript. Names in URLs are checked with internal/ident;
-// reads from job directories are bounded.
+// embedded; no JavaScript. Names in URLs are checked with internal/ident.
+// A job page opens only the directory the job's PrepareJob activity
+// returned, inside the roots of Options.Roots, read-only, and reads it
+// within a budget per view, every curve downsampled while it is read
+// (roots.go, jobdata.go, downsample.go; docs/console.md).
 package console

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,19 +15,50 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/bundle"
-	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/tfevents"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 )
 
-// Bounds on what a job page reads from a job directory, whose content a
-// job spec (untrusted) influences.
+// A job page reads a job directory whose content a job (untrusted)
+// writes. Everything is read as a stream, within a budget of bytes per
+// page view (Options.MaxPageBytes); every curve is downsampled while it
+// is read (see downsampler); tables keep their newest rows; a line, an
+// event-file record, an object longer than its bound is skipped. So a
+// page costs about the same whatever the job wrote.
 const (
-	maxLogBytes    = 8 << 20 // events.jsonl, eval/metrics.jsonl, the manifest
-	maxEventObjs   = 5000    // events/ objects in object storage
-	maxEventFiles  = 1000    // TensorBoard files under logs/train
-	maxEventsShown = 500     // rows of the events table
+	// DefaultMaxPageBytes is the default of Options.MaxPageBytes.
+	DefaultMaxPageBytes = 24 << 20
+	// DefaultMaxPoints is the default of Options.MaxPoints.
+	DefaultMaxPoints = 900
+
+	maxLogBytes    = 8 << 20  // of the budget: events.jsonl, eval/metrics.jsonl each
+	maxLine        = 64 << 10 // a longer line of a .jsonl file is skipped
+	maxKeptLine    = 4 << 10  // a longer event is kept for the table as its row only
+	maxEventObjs   = 5000     // events/ objects in object storage
+	maxEventObj    = 64 << 10 // one events/ object
+	maxEventFiles  = 1000     // TensorBoard files under logs/train
+	maxRecord      = 64 << 10 // a longer event-file record (image, graph) is skipped
+	maxSmallFile   = 1 << 20  // job.json, the manifest
+	maxEventsShown = 500      // rows of the events table
+	maxEvalsShown  = 200      // rows of the evaluations table
+	maxExports     = 200      // rows of the exports table
+	maxRoles       = 256      // rows of the roles table
+	maxMarks       = 150      // checkpoint marks on a chart
+)
+
+// Paths in the job directory the console reads besides jobdir's.
+const (
+	evalMetricsFile = "eval/metrics.jsonl"
+	trainLogs       = "logs/train/"
+	claimFile       = "job.json"
+)
+
+// Training scalar tags the charts draw.
+const (
+	tagLoss  = "loss"
+	tagSpeed = "examples_per_sec"
 )
 
 // evalLine is one line of eval/metrics.jsonl.
@@ -42,130 +74,449 @@ type export struct {
 	Step     int64
 }
 
-// jobData is what a job page shows from the job directory.
+// evalMetrics are the evaluation metrics charted, in the order drawn.
+var evalMetrics = []string{train.MetricLogLoss, train.MetricAccuracy, train.MetricAUC, train.MetricRMSE, train.MetricMAE}
+
+// jobData is what a job page shows from the job directory: bounded
+// whatever the directory holds.
 type jobData struct {
-	Events    []map[string]any
-	Evals     []evalLine
-	Train     map[string]map[int64]float64 // TensorBoard tag → step → value
-	Exports   []export
-	Manifest  *preprocess.Manifest
+	// Events are the newest maxEventsShown events of EventsTotal, as
+	// table rows.
+	Events      []eventRow
+	EventsTotal int
+	// Evals are the newest maxEvalsShown evaluations of EvalsTotal, by
+	// step.
+	Evals      []evalLine
+	EvalsTotal int
+	Exports    []export
+	Manifest   *preprocess.Manifest
+	Roles      []role
+	// Curves: training loss and throughput from the TensorBoard files
+	// (else from the checkpoint events), each evaluation metric, and the
+	// checkpoint steps.
+	Loss, Speed     *downsampler
+	CkLoss, CkSpeed *downsampler
+	Eval            map[string]*downsampler // by evalMetrics name
+	nonzero         map[string]bool
+	Regressor       bool
+	Checkpoints     *downsampler
+	// BytesRead is what the page read of the job directory.
+	BytesRead int64
 	Truncated []string // what was cut at a bound
 	Problems  []string // what could not be read
 }
 
-// readBounded reads key, at most limit bytes; cut says it had more.
-func readBounded(ctx context.Context, st *storage.Store, key string, limit int64) (b []byte, cut bool, err error) {
-	r, err := st.NewReader(ctx, key)
-	if err != nil {
-		return nil, false, err
-	}
-	defer r.Close()
-	b, err = io.ReadAll(io.LimitReader(r, limit+1))
-	if int64(len(b)) > limit {
-		return b[:limit], true, err
-	}
-	return b, false, err
+// errBudget stops a read at the page's budget or a file's bound.
+var errBudget = errors.New("console: read bound reached")
+
+// budget is what a page view may still read.
+type budget struct {
+	left int64
+	read int64
 }
 
-// readJobDir reads the job directory in st. What is missing (a job still
+// limited reads at most limit bytes of r, and of the budget; reading
+// past either returns errBudget (io.EOF if r ends exactly there).
+type limited struct {
+	r     io.Reader
+	b     *budget
+	limit int64
+}
+
+func (b *budget) reader(r io.Reader, limit int64) *limited {
+	return &limited{r: r, b: b, limit: limit}
+}
+
+func (l *limited) Read(p []byte) (int, error) {
+	n := min(int64(len(p)), l.limit, l.b.left)
+	if n <= 0 {
+		// Bound reached: is there more?
+		var one [1]byte
+		if m, err := l.r.Read(one[:]); m == 0 && err == io.EOF {
+			return 0, io.EOF
+		}
+		return 0, errBudget
+	}
+	m, err := l.r.Read(p[:n])
+	l.limit -= int64(m)
+	l.b.left -= int64(m)
+	l.b.read += int64(m)
+	return m, err
+}
+
+// reader is what the job page reads a job directory through: reads only.
+type reader interface {
+	open(ctx context.Context, key string) (io.ReadCloser, error)
+	list(ctx context.Context, prefix string) ([]string, error)
+}
+
+// jobReader reads one job directory for one page view.
+type jobReader struct {
+	ctx    context.Context
+	st     reader
+	b      budget
+	d      *jobData
+	buf    *bufio.Reader
+	points int // buckets of a curve
+	roles  roleTracker
+}
+
+// readJobDir reads the job directory in st within maxBytes, drawing at
+// most about maxPoints points per curve. What is missing (a job still
 // preprocessing has no events) is not a problem; what is unreadable is
-// listed in Problems.
-func readJobDir(ctx context.Context, st *storage.Store) *jobData {
-	d := &jobData{Train: map[string]map[int64]float64{}}
-	problem := func(what string, err error) {
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			d.Problems = append(d.Problems, fmt.Sprintf("%s: %v", what, err))
+// listed in Problems, what was cut at a bound in Truncated.
+func readJobDir(ctx context.Context, st reader, maxBytes int64, maxPoints int) *jobData {
+	buckets := max(maxPoints/3, 2)
+	d := &jobData{
+		Loss: newDownsampler(buckets), Speed: newDownsampler(buckets), CkLoss: newDownsampler(buckets), CkSpeed: newDownsampler(buckets),
+		Checkpoints: newDownsampler(min(buckets, maxMarks)), Eval: map[string]*downsampler{}, nonzero: map[string]bool{},
+	}
+	for _, m := range evalMetrics {
+		d.Eval[m] = newDownsampler(buckets)
+	}
+	r := &jobReader{ctx: ctx, st: st, b: budget{left: maxBytes}, d: d, buf: bufio.NewReaderSize(nil, maxLine), points: buckets}
+	r.manifest()
+	r.events()
+	r.evals()
+	r.trainCurves()
+	r.exports()
+	d.Roles = r.roles.list()
+	if r.roles.dropped > 0 {
+		d.Truncated = append(d.Truncated, fmt.Sprintf("cluster roles: the first %d of %d", maxRoles, maxRoles+r.roles.dropped))
+	}
+	d.BytesRead = r.b.read
+	for _, c := range []struct {
+		what string
+		d    *downsampler
+	}{{"training loss", d.Loss}, {"training throughput", d.Speed}} {
+		if c.d.thinned() {
+			d.Truncated = append(d.Truncated, fmt.Sprintf("%s: %d of %d points (the smallest, largest and last value of each stretch of steps)", c.what, len(c.d.points()), c.d.n))
 		}
 	}
-	// Events: lines of events.jsonl, or one object each under events/.
-	b, cut, err := readBounded(ctx, st, "events.jsonl", maxLogBytes)
-	problem("events.jsonl", err)
-	if cut {
-		d.Truncated = append(d.Truncated, fmt.Sprintf("events.jsonl: first %d MiB", maxLogBytes>>20))
+	return d
+}
+
+func (r *jobReader) problem(what string, err error) {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.d.Problems = append(r.d.Problems, fmt.Sprintf("%s: %v", what, err))
 	}
-	lines := bytes.Split(b, []byte("\n"))
-	keys, err := st.List(ctx, "events/")
-	problem("events/", err)
+}
+
+func (r *jobReader) cut(format string, args ...any) {
+	r.d.Truncated = append(r.d.Truncated, fmt.Sprintf(format, args...))
+}
+
+// exhausted notes, once, that the page's budget ran out.
+func (r *jobReader) exhausted(what string) {
+	r.cut("%s: this page reads at most %d MiB of a job directory (serve --console-page-bytes); the rest is not shown", what, (r.b.read+r.b.left)>>20)
+}
+
+// small reads a small file whole, at most limit bytes.
+func (r *jobReader) small(key string, limit int64) ([]byte, error) {
+	rc, err := r.st.open(r.ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(r.b.reader(rc, limit))
+	if errors.Is(err, errBudget) {
+		return nil, fmt.Errorf("larger than %d KiB or past the page's budget", limit>>10)
+	}
+	return b, err
+}
+
+// lines calls f for each line of key (at most limit bytes); a line longer
+// than maxLine is skipped. It reports whether a bound cut the file.
+func (r *jobReader) lines(key string, limit int64, f func(line []byte)) (cut bool, err error) {
+	rc, err := r.st.open(r.ctx, key)
+	if err != nil {
+		return false, err
+	}
+	defer rc.Close()
+	r.buf.Reset(r.b.reader(rc, limit))
+	skipping := false
+	for {
+		line, err := r.buf.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			skipping = true
+			continue
+		case skipping:
+			skipping = false // the end of a long line
+		case len(bytes.TrimSpace(line)) > 0 && (err == nil || err == io.EOF):
+			f(line)
+		}
+		if errors.Is(err, errBudget) {
+			return true, nil
+		}
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// manifest reads the preprocessing manifest.
+func (r *jobReader) manifest() {
+	b, err := r.small(preprocess.ManifestPath, maxSmallFile)
+	if err != nil {
+		r.problem(preprocess.ManifestPath, err)
+		return
+	}
+	var m preprocess.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		r.problem(preprocess.ManifestPath, errors.New("not a manifest"))
+		return
+	}
+	r.d.Manifest = &m
+}
+
+// eventHead is what every event line is decoded to: the fields the charts
+// and the roles need.
+type eventHead struct {
+	Event          string   `json:"event"`
+	GlobalStep     *float64 `json:"global_step"`
+	Loss           *float64 `json:"loss"`
+	ExamplesPerSec *float64 `json:"examples_per_sec"`
+}
+
+// keptEvent is an event of the table: its line, or its row when the line
+// is long.
+type keptEvent struct {
+	line []byte
+	row  *eventRow
+}
+
+// events reads the events log: events.jsonl, or one object each under
+// events/, keeping the newest maxEventsShown for the table.
+func (r *jobReader) events() {
+	d := r.d
+	ring := make([]keptEvent, 0, 64)
+	next := 0
+	add := func(line []byte) {
+		var h eventHead
+		if json.Unmarshal(line, &h) != nil {
+			return
+		}
+		d.EventsTotal++
+		if h.Event == "checkpoint" && h.GlobalStep != nil {
+			s := int64(*h.GlobalStep)
+			d.Checkpoints.add(s, 0)
+			if h.Loss != nil {
+				d.CkLoss.add(s, *h.Loss)
+			}
+			if h.ExamplesPerSec != nil {
+				d.CkSpeed.add(s, *h.ExamplesPerSec)
+			}
+		}
+		if roleEvents[h.Event] {
+			var ev map[string]any
+			if json.Unmarshal(line, &ev) == nil {
+				r.roles.add(ev)
+			}
+		}
+		k := keptEvent{}
+		if len(line) > maxKeptLine {
+			var ev map[string]any
+			if json.Unmarshal(line, &ev) != nil {
+				return
+			}
+			row := rowOf(ev)
+			k.row = &row
+		} else {
+			k.line = append(k.line, line...)
+		}
+		if len(ring) < maxEventsShown {
+			ring = append(ring, k)
+		} else {
+			ring[next] = k
+			next = (next + 1) % maxEventsShown
+		}
+	}
+	cut, err := r.lines(jobdir.EventsFile, maxLogBytes, add)
+	r.problem(jobdir.EventsFile, err)
+	if cut {
+		r.boundNote(jobdir.EventsFile, maxLogBytes)
+	}
+	keys, err := r.st.list(r.ctx, jobdir.EventsPrefix)
+	r.problem(jobdir.EventsPrefix, err)
 	if len(keys) > maxEventObjs {
-		d.Truncated = append(d.Truncated, fmt.Sprintf("events/: newest %d of %d objects", maxEventObjs, len(keys)))
+		r.cut("%s: the newest %d of %d objects", jobdir.EventsPrefix, maxEventObjs, len(keys))
 		keys = keys[len(keys)-maxEventObjs:]
 	}
 	for _, k := range keys {
-		b, _, err := readBounded(ctx, st, k, 64<<10)
+		if r.b.left <= 0 {
+			r.exhausted(jobdir.EventsPrefix)
+			break
+		}
+		b, err := r.small(k, maxEventObj)
 		if err != nil {
-			problem(k, err)
+			r.problem(k, err)
 			continue
 		}
-		lines = append(lines, b)
+		if len(bytes.TrimSpace(b)) > 0 {
+			add(b)
+		}
 	}
-	for _, l := range lines {
+	ring = append(ring[next:], ring[:next]...)
+	for _, k := range ring {
+		if k.row != nil {
+			d.Events = append(d.Events, *k.row)
+			continue
+		}
 		var ev map[string]any
-		if len(bytes.TrimSpace(l)) > 0 && json.Unmarshal(l, &ev) == nil && ev != nil {
-			d.Events = append(d.Events, ev)
+		if json.Unmarshal(k.line, &ev) == nil {
+			d.Events = append(d.Events, rowOf(ev))
 		}
 	}
-	// Evaluations.
-	b, cut, err = readBounded(ctx, st, "eval/metrics.jsonl", maxLogBytes)
-	problem("eval/metrics.jsonl", err)
-	if cut {
-		d.Truncated = append(d.Truncated, fmt.Sprintf("eval/metrics.jsonl: first %d MiB", maxLogBytes>>20))
+}
+
+// boundNote notes a file cut at its bound or at the page's budget.
+func (r *jobReader) boundNote(key string, limit int64) {
+	if r.b.left <= 0 {
+		r.exhausted(key)
+		return
 	}
-	for _, l := range bytes.Split(b, []byte("\n")) {
+	r.cut("%s: the first %d MiB", key, limit>>20)
+}
+
+// evals reads eval/metrics.jsonl: every line feeds the metric curves,
+// the newest maxEvalsShown the table.
+func (r *jobReader) evals() {
+	d := r.d
+	ring := make([]evalLine, 0, 16)
+	next := 0
+	cut, err := r.lines(evalMetricsFile, maxLogBytes, func(line []byte) {
 		var e evalLine
-		if len(bytes.TrimSpace(l)) > 0 && json.Unmarshal(l, &e) == nil {
-			d.Evals = append(d.Evals, e)
+		if json.Unmarshal(line, &e) != nil {
+			return
 		}
+		d.EvalsTotal++
+		if len(ring) < maxEvalsShown {
+			ring = append(ring, e)
+		} else {
+			ring[next] = e
+			next = (next + 1) % maxEvalsShown
+		}
+		d.Regressor = d.Regressor || e.Metrics.Kind() == train.Regressors
+		if e.Name != "" && e.Name != "eval" {
+			return
+		}
+		for _, m := range evalMetrics {
+			v, _ := e.Metrics.Value(m)
+			d.Eval[m].add(e.GlobalStep, v)
+			d.nonzero[m] = d.nonzero[m] || v != 0
+		}
+	})
+	r.problem(evalMetricsFile, err)
+	if cut {
+		r.boundNote(evalMetricsFile, maxLogBytes)
 	}
+	d.Evals = append(ring[next:], ring[:next]...)
 	slices.SortStableFunc(d.Evals, func(a, b evalLine) int { return cmpInt(a.GlobalStep, b.GlobalStep) })
-	// Training curves: the chief's TensorBoard files, in step order; a
-	// later file's value for a step replaces an earlier one's.
-	keys, err = st.List(ctx, "logs/train/")
-	problem("logs/train/", err)
+}
+
+// trainCurves reads the chief's TensorBoard files under logs/train: the
+// loss and throughput curves. Files are read newest first, then the
+// oldest, then ever finer between (coverageOrder), so a budget that runs
+// out leaves gaps spread over the curve instead of cutting its end.
+func (r *jobReader) trainCurves() {
+	keys, err := r.st.list(r.ctx, trainLogs)
+	r.problem(trainLogs, err)
 	keys = slices.DeleteFunc(keys, func(k string) bool { return !strings.HasPrefix(path.Base(k), tfevents.Prefix) })
 	slices.Sort(keys)
 	if len(keys) > maxEventFiles {
-		d.Truncated = append(d.Truncated, fmt.Sprintf("logs/train: newest %d of %d files", maxEventFiles, len(keys)))
+		r.cut("%s: the newest %d of %d files", trainLogs, maxEventFiles, len(keys))
 		keys = keys[len(keys)-maxEventFiles:]
 	}
-	for _, k := range keys {
-		b, _, err := readBounded(ctx, st, k, maxLogBytes)
+	loss, speed := []byte(tagLoss), []byte(tagSpeed)
+	read, skipped := 0, 0
+	for _, i := range coverageOrder(len(keys)) {
+		if r.b.left <= 0 {
+			r.exhausted(fmt.Sprintf("%s: %d of %d files read", trainLogs, read, len(keys)))
+			break
+		}
+		k := keys[i]
+		rc, err := r.st.open(r.ctx, k)
 		if err != nil {
-			problem(k, err)
+			r.problem(k, err)
 			continue
 		}
-		evs, err := tfevents.Read(bytes.NewReader(b))
-		problem(k, err) // the records before a bad one still count
-		for _, s := range tfevents.Scalars(evs) {
-			if d.Train[s.Tag] == nil {
-				d.Train[s.Tag] = map[int64]float64{}
+		read++
+		r.buf.Reset(r.b.reader(rc, r.b.left))
+		sc := tfevents.NewScanner(r.buf, maxRecord)
+		for sc.Scan() {
+			err = sc.Scalars(func(step int64, tag []byte, v float32) {
+				switch {
+				case bytes.Equal(tag, loss):
+					r.d.Loss.add(step, float64(v))
+				case bytes.Equal(tag, speed):
+					r.d.Speed.add(step, float64(v))
+				}
+			})
+			if err != nil {
+				break
 			}
-			d.Train[s.Tag][s.Step] = s.Value
+		}
+		if err == nil {
+			err = sc.Err()
+		}
+		skipped += sc.Skipped()
+		rc.Close()
+		if !errors.Is(err, errBudget) {
+			r.problem(k, err) // the records before a bad one still count
 		}
 	}
-	// Exports: export/<exporter>/<step>/metadata.json (written last).
-	keys, err = st.List(ctx, "export/")
-	problem("export/", err)
+	if skipped > 0 {
+		r.cut("%s: %d records over %d KiB (images, graphs) skipped", trainLogs, skipped, maxRecord>>10)
+	}
+}
+
+// coverageOrder returns 0…n-1 in the order trainCurves reads files: the
+// last, the first, then the middle of each gap, coarse to fine.
+func coverageOrder(n int) []int {
+	if n == 0 {
+		return nil
+	}
+	out := []int{n - 1}
+	if n > 1 {
+		out = append(out, 0)
+	}
+	type gap struct{ lo, hi int } // exclusive
+	queue := []gap{{0, n - 1}}
+	for len(queue) > 0 {
+		g := queue[0]
+		queue = queue[1:]
+		if g.hi-g.lo < 2 {
+			continue
+		}
+		m := (g.lo + g.hi) / 2
+		out = append(out, m)
+		queue = append(queue, gap{g.lo, m}, gap{m, g.hi})
+	}
+	return out
+}
+
+// exports lists the bundles: export/<exporter>/<step>/metadata.json
+// (written last).
+func (r *jobReader) exports() {
+	keys, err := r.st.list(r.ctx, "export/")
+	r.problem("export/", err)
 	for _, k := range keys {
 		parts := strings.Split(k, "/")
 		if len(parts) != 4 || parts[3] != bundle.MetadataFile {
 			continue
 		}
 		if step, err := strconv.ParseInt(parts[2], 10, 64); err == nil {
-			d.Exports = append(d.Exports, export{Exporter: parts[1], Step: step})
+			r.d.Exports = append(r.d.Exports, export{Exporter: parts[1], Step: step})
 		}
 	}
-	// Preprocessing: row and bad-record counts.
-	b, _, err = readBounded(ctx, st, preprocess.ManifestPath, maxLogBytes)
-	problem(preprocess.ManifestPath, err)
-	if err == nil {
-		var m preprocess.Manifest
-		if err := json.Unmarshal(b, &m); err != nil {
-			problem(preprocess.ManifestPath, err)
-		} else {
-			d.Manifest = &m
-		}
+	if n := len(r.d.Exports); n > maxExports {
+		r.cut("exports: the last %d of %d", maxExports, n)
+		r.d.Exports = r.d.Exports[n-maxExports:]
 	}
-	return d
 }
 
 func cmpInt(a, b int64) int {
@@ -188,61 +539,84 @@ type role struct {
 	Detail   string // the last recovery or the final stats
 }
 
-// roles derives the cluster's roles and restarts from the events log:
-// every ps_start is a start of that parameter server (a restart after the
-// first); a worker_start with attempt > 1 is a retried worker.
-func roles(evs []map[string]any) []role {
-	byName := map[string]*role{}
-	var order []string
-	get := func(name string) *role {
-		r := byName[name]
-		if r == nil {
-			r = &role{Name: name}
-			byName[name] = r
-			order = append(order, name)
-		}
-		return r
+// roleEvents are the events roles reads.
+var roleEvents = map[string]bool{"ps_start": true, "worker_start": true, "worker_resumed": true, "worker_done": true, "ps_recovered": true}
+
+// roleTracker derives the cluster's roles and restarts from the events
+// log, one event at a time: every ps_start is a start of that parameter
+// server (a restart after the first); a worker_start with attempt > 1 is
+// a retried worker. It keeps at most maxRoles roles.
+type roleTracker struct {
+	byName  map[string]*role
+	order   []string
+	dropped int
+}
+
+func (t *roleTracker) add(ev map[string]any) {
+	task, ok := ev["task"].(float64)
+	if !ok {
+		return
 	}
-	for _, ev := range evs {
-		task, ok := ev["task"].(float64)
-		if !ok {
-			continue
-		}
-		kind, _ := ev["event"].(string)
-		var name string
-		switch kind {
-		case "ps_start":
-			name = fmt.Sprintf("ps %d", int(task))
-		case "worker_start", "worker_resumed", "worker_done", "ps_recovered": // a worker saw the recovery
-			name = fmt.Sprintf("worker %d", int(task))
-		default:
-			continue
-		}
-		if name == "worker 0" {
-			name = "chief"
-		}
-		r := get(name)
-		switch kind {
-		case "ps_start", "worker_start":
-			r.Starts++
-			if r.Starts > 1 {
-				r.Restarts++
-			}
-			r.Host, r.PID = str(ev["host"]), str(ev["pid"])
-		case "ps_recovered":
-			r.Detail = fmt.Sprintf("saw cluster generation %s: rolled back to step %s", str(ev["gen"]), str(ev["restore_step"]))
-		case "worker_resumed":
-			r.Detail = fmt.Sprintf("resumed from %s at epoch %s", str(ev["source"]), str(ev["epoch"]))
-		case "worker_done":
-			r.Detail = fmt.Sprintf("done at step %s after %s steps", str(ev["global_step"]), str(ev["steps"]))
-		}
+	kind, _ := ev["event"].(string)
+	var name string
+	switch kind {
+	case "ps_start":
+		name = fmt.Sprintf("ps %d", int(task))
+	case "worker_start", "worker_resumed", "worker_done", "ps_recovered": // a worker saw the recovery
+		name = fmt.Sprintf("worker %d", int(task))
+	default:
+		return
 	}
-	out := make([]role, 0, len(order))
-	for _, n := range order {
-		out = append(out, *byName[n])
+	if name == "worker 0" {
+		name = "chief"
+	}
+	if t.byName == nil {
+		t.byName = map[string]*role{}
+	}
+	r := t.byName[name]
+	if r == nil {
+		if len(t.order) >= maxRoles {
+			t.dropped++
+			return
+		}
+		r = &role{Name: name}
+		t.byName[name] = r
+		t.order = append(t.order, name)
+	}
+	switch kind {
+	case "ps_start", "worker_start":
+		r.Starts++
+		if r.Starts > 1 {
+			r.Restarts++
+		}
+		r.Host, r.PID = clip(str(ev["host"])), clip(str(ev["pid"]))
+	case "ps_recovered":
+		r.Detail = clip(fmt.Sprintf("saw cluster generation %s: rolled back to step %s", str(ev["gen"]), str(ev["restore_step"])))
+	case "worker_resumed":
+		r.Detail = clip(fmt.Sprintf("resumed from %s at epoch %s", str(ev["source"]), str(ev["epoch"])))
+	case "worker_done":
+		r.Detail = clip(fmt.Sprintf("done at step %s after %s steps", str(ev["global_step"]), str(ev["steps"])))
+	}
+}
+
+// list returns the roles: the chief, then workers, then parameter
+// servers.
+func (t *roleTracker) list() []role {
+	out := make([]role, 0, len(t.order))
+	for _, n := range t.order {
+		out = append(out, *t.byName[n])
 	}
 	slices.SortStableFunc(out, func(a, b role) int { return strings.Compare(roleKey(a.Name), roleKey(b.Name)) })
 	return out
+}
+
+// roles derives the roles of a whole events log (see roleTracker).
+func roles(evs []map[string]any) []role {
+	var t roleTracker
+	for _, ev := range evs {
+		t.add(ev)
+	}
+	return t.list()
 }
 
 // roleKey sorts the chief first, then workers, then parameter servers.
@@ -254,6 +628,14 @@ func roleKey(name string) string {
 		return fmt.Sprintf("1%08s", strings.TrimPrefix(name, "worker "))
 	}
 	return fmt.Sprintf("2%08s", strings.TrimPrefix(name, "ps "))
+}
+
+// clip cuts a string a job wrote to what a table cell shows.
+func clip(s string) string {
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // str formats an event field: numbers without exponent noise.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"slices"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -307,17 +309,16 @@ func (c *Console) job(ec echo.Context) error {
 		}
 		return c.render(ec, http.StatusOK, "job", page{Title: "Tuning job " + id, Nav: "jobs", Refresh: refresh, Body: b})
 	}
-	b.JobDir, err = c.jobDirOf(ctx, id, b.RunID)
-	if b.JobDir == "" && b.Result != nil {
-		b.JobDir, err = b.Result.JobDir, nil
-	}
+	var first string
+	b.JobDir, first, err = c.jobDirOf(ctx, id, b.RunID)
 	switch {
 	case err != nil:
+		c.log.Warn("read job history", "job_id", id, "error", err)
 		b.DirError = "cannot find the job directory in the job's history: " + temporalError(err)
 	case b.JobDir == "":
-		b.DirError = "the job has no job directory yet"
+		b.DirError = "no worker has prepared a job directory for this job (yet)"
 	default:
-		c.readJob(ctx, b)
+		c.readJob(ctx, b, first)
 	}
 	refresh := 0
 	if running {
@@ -326,77 +327,59 @@ func (c *Console) job(ec echo.Context) error {
 	return c.render(ec, http.StatusOK, "job", page{Title: "Job " + id, Nav: "jobs", Refresh: refresh, Body: b})
 }
 
-// readJob fills b from its job directory.
-func (c *Console) readJob(ctx context.Context, b *jobBody) {
-	st, err := c.opts.OpenJobDir(ctx, b.JobDir)
-	if err != nil {
-		b.DirError = fmt.Sprintf("cannot open the job directory from this server: %v", err)
+// readJob fills b from its job directory, which must lie inside the
+// console's roots and name the job (and the first run of its chain, when
+// both are known) in job.json.
+func (c *Console) readJob(ctx context.Context, b *jobBody, firstRun string) {
+	shown := shownDir(b.JobDir)
+	st, err := c.openJobDir(ctx, b.JobDir)
+	switch {
+	case errors.Is(err, errOutside):
+		b.DirError = fmt.Sprintf("the job directory %s lies outside the directories this server reads job directories from (%s): not shown", shown, c.rootsFlag)
+		return
+	case errors.Is(err, fs.ErrNotExist):
+		b.DirError = fmt.Sprintf("the job directory %s does not exist on this server", shown)
+		return
+	case err != nil:
+		c.log.Warn("open job directory", "job_id", b.ID, "error", err)
+		b.DirError = fmt.Sprintf("cannot open the job directory %s from this server", shown)
 		return
 	}
 	defer st.Close()
-	// The directory must be this job's: job.json names its owner.
-	owner, _, err := readBounded(ctx, st, "job.json", 64<<10)
 	var claim struct {
-		JobID string `json:"job_id"`
+		JobID      string `json:"job_id"`
+		FirstRunID string `json:"first_run_id"`
 	}
-	if err != nil || jsonUnmarshal(owner, &claim) != nil || claim.JobID != b.ID {
-		b.DirError = fmt.Sprintf("%s does not hold job %s's directory (job.json)", b.JobDir, b.ID)
+	rd := &jobReader{ctx: ctx, st: st, b: budget{left: maxSmallFile}}
+	owner, err := rd.small(claimFile, 64<<10)
+	if err != nil || jsonUnmarshal(owner, &claim) != nil || claim.JobID != b.ID ||
+		firstRun != "" && claim.FirstRunID != "" && claim.FirstRunID != firstRun {
+		b.DirError = fmt.Sprintf("%s does not hold job %s's directory (%s)", shown, b.ID, claimFile)
 		return
 	}
-	d := readJobDir(ctx, st)
+	d := readJobDir(ctx, st, c.maxPageBytes, c.maxPoints)
 	b.Data = d
-	b.Roles = roles(d.Events)
-	for i, ev := range d.Events {
-		if len(d.Events)-i > maxEventsShown {
-			b.EventsHidden++
-			continue
-		}
-		b.Events = append(b.Events, eventRow{Time: str(ev["time"]), Event: str(ev["event"]), Task: str(ev["task"]), Detail: eventDetail(ev)})
-	}
+	b.Roles = d.Roles
+	b.Events = d.Events
+	b.EventsHidden = d.EventsTotal - len(d.Events)
 	if m := d.Manifest; m != nil {
 		for r, n := range m.Bad {
-			b.BadReasons = append(b.BadReasons, badReason{r, n})
+			b.BadReasons = append(b.BadReasons, badReason{clip(r), n})
 		}
 		slices.SortFunc(b.BadReasons, func(x, y badReason) int { return strings.Compare(x.Reason, y.Reason) })
 	}
 	b.Charts = jobCharts(d, c.log)
 }
 
-// eventDetail formats an event's other fields as key=value, sorted.
-func eventDetail(ev map[string]any) string {
-	var keys []string
-	for k := range ev {
-		if k != "time" && k != "event" && k != "task" {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	var sb strings.Builder
-	for _, k := range keys {
-		if sb.Len() > 0 {
-			sb.WriteByte(' ')
-		}
-		fmt.Fprintf(&sb, "%s=%s", k, str(ev[k]))
-		if sb.Len() > 1000 {
-			sb.WriteString(" …")
-			break
-		}
-	}
-	return sb.String()
+// shownDir is a job directory as a page shows it: without its query.
+func shownDir(dir string) string {
+	dir, _, _ = strings.Cut(dir, "?")
+	return clip(dir)
 }
 
-// curve returns step → value as sorted points.
-func curve(m map[int64]float64) plotter.XYs {
-	steps := make([]int64, 0, len(m))
-	for s := range m {
-		steps = append(steps, s)
-	}
-	slices.Sort(steps)
-	out := make(plotter.XYs, 0, len(steps))
-	for _, s := range steps {
-		out = append(out, plotter.XY{X: float64(s), Y: m[s]})
-	}
-	return out
+// rowOf is an event as a row of the events table.
+func rowOf(ev map[string]any) eventRow {
+	return eventRow{Time: clip(str(ev["time"])), Event: clip(str(ev["event"])), Task: clip(str(ev["task"])), Detail: eventDetail(ev)}
 }
 
 // jobCharts draws the job's curves: training loss with every evaluation
@@ -404,59 +387,22 @@ func curve(m map[int64]float64) plotter.XYs {
 // Training values come from the TensorBoard files, else from the
 // checkpoint events.
 func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
-	loss, speed := d.Train["loss"], d.Train["examples_per_sec"]
-	var ckpts []float64
-	ckLoss, ckSpeed := map[int64]float64{}, map[int64]float64{}
-	for _, ev := range d.Events {
-		if ev["event"] != "checkpoint" {
+	loss, speed := d.Loss, d.Speed
+	if loss.n == 0 {
+		loss = d.CkLoss
+	}
+	if speed.n == 0 {
+		speed = d.CkSpeed
+	}
+	curves := []series{{Name: "loss (train)", Points: loss.points()}}
+	for _, m := range evalMetrics {
+		def, _ := train.MetricDefOf(m)
+		if d.Regressor != (def.Kind == train.Regressors) || !d.nonzero[m] {
 			continue
 		}
-		if s, ok := ev["global_step"].(float64); ok {
-			ckpts = append(ckpts, s)
-			if v, ok := ev["loss"].(float64); ok {
-				ckLoss[int64(s)] = v
-			}
-			if v, ok := ev["examples_per_sec"].(float64); ok {
-				ckSpeed[int64(s)] = v
-			}
-		}
+		curves = append(curves, series{Name: m + " (eval)", Points: d.Eval[m].points()})
 	}
-	if len(loss) == 0 {
-		loss = ckLoss
-	}
-	if len(speed) == 0 {
-		speed = ckSpeed
-	}
-	curves := []series{{Name: "loss (train)", Points: curve(loss)}}
-	metrics := []struct {
-		name string
-		get  func(m evalLine) float64
-	}{
-		{"log_loss", func(m evalLine) float64 { return m.Metrics.LogLoss }},
-		{"accuracy", func(m evalLine) float64 { return m.Metrics.Accuracy }},
-		{"auc", func(m evalLine) float64 { return m.Metrics.AUC }},
-		{"rmse", func(m evalLine) float64 { return m.Metrics.RMSE }},
-		{"mae", func(m evalLine) float64 { return m.Metrics.MAE }},
-	}
-	regressor := slices.ContainsFunc(d.Evals, func(e evalLine) bool { return e.Metrics.RMSE != 0 || e.Metrics.MAE != 0 })
-	for _, m := range metrics {
-		if regressor != (m.name == "rmse" || m.name == "mae") {
-			continue
-		}
-		pts := map[int64]float64{}
-		nonzero := false
-		for _, e := range d.Evals {
-			if e.Name != "" && e.Name != "eval" {
-				continue
-			}
-			v := m.get(e)
-			pts[e.GlobalStep] = v
-			nonzero = nonzero || v != 0
-		}
-		if nonzero {
-			curves = append(curves, series{Name: m.name + " (eval)", Points: curve(pts)})
-		}
-	}
+	ckpts := d.Checkpoints.steps()
 	var exportSteps []float64
 	for _, e := range d.Exports {
 		if !slices.Contains(exportSteps, float64(e.Step)) {
@@ -471,7 +417,7 @@ func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
 		marks         []marks
 	}{
 		{"Loss and evaluation metrics", "value", curves, ms},
-		{"Training throughput", "examples/s", []series{{Name: "examples/s (train)", Points: curve(speed)}}, ms[:1]},
+		{"Training throughput", "examples/s", []series{{Name: "examples/s (train)", Points: speed.points()}}, ms[:1]},
 	} {
 		ch, err := renderChart(spec.title, spec.ylabel, spec.curves, spec.marks)
 		if err != nil {
@@ -483,4 +429,28 @@ func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
 		}
 	}
 	return out
+}
+
+// eventDetail formats an event's other fields as key=value, sorted, cut
+// at about 1000 characters.
+func eventDetail(ev map[string]any) string {
+	var keys []string
+	for k := range ev {
+		if k != "time" && k != "event" && k != "task" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var sb strings.Builder
+	for _, k := range keys {
+		if sb.Len() > 0 {
+			sb.WriteByte(' ')
+		}
+		fmt.Fprintf(&sb, "%s=%s", clip(k), clip(str(ev[k])))
+		if sb.Len() > 1000 {
+			sb.WriteString(" …")
+			break
+		}
+	}
+	return sb.String()
 }

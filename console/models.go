@@ -135,10 +135,14 @@ func (c *Console) modelBody(ctx context.Context, name string) (*modelBody, error
 	return b, nil
 }
 
-// metrics lists the non-zero metrics of an evaluation.
+// metrics lists the non-zero metrics of an evaluation, and its examples.
 func metrics(m train.Metrics) []metric {
-	all := []metric{{"accuracy", m.Accuracy}, {"auc", m.AUC}, {"log_loss", m.LogLoss}, {"precision", m.Precision},
-		{"recall", m.Recall}, {"rmse", m.RMSE}, {"mae", m.MAE}, {"examples", float64(m.Examples)}}
+	var all []metric
+	for _, d := range train.MetricDefs {
+		v, _ := m.Value(d.Name)
+		all = append(all, metric{d.Name, v})
+	}
+	all = append(all, metric{"examples", float64(m.Examples)})
 	return slices.DeleteFunc(all, func(x metric) bool { return x.Value == 0 })
 }
 

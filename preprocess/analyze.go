@@ -124,8 +124,10 @@ func badPath(shard string) string {
 // ShardName(b.Split, b.Index, b.Of) in jobDir/DataDir. Rejected rows are
 // counted and sampled in the result and written, each with its file, line
 // and reason, to jobDir/BadRecordsDir (see ShardResult.BadRecords). Only
-// the block's raw bytes are held in memory; examples stream to disk.
-func TransformBlock(t *Transform, b Block, jobDir string, seed uint64) (ShardResult, error) {
+// the block's raw bytes are held in memory; examples stream to disk. A
+// block whose shard would exceed maxBytes (if positive; see ShardBytes)
+// fails with ErrShardBytes before anything is written.
+func TransformBlock(t *Transform, b Block, jobDir string, seed uint64, maxBytes int64) (ShardResult, error) {
 	res := ShardResult{Split: b.Split, Name: ShardName(b.Split, b.Index, b.Of), File: b.Path}
 	var src rowSource
 	if t.Schema.format() == FormatIDX {
@@ -149,6 +151,9 @@ func TransformBlock(t *Transform, b Block, jobDir string, seed uint64) (ShardRes
 		src = &lineRows{p: p, b: b, data: data, base: base, lines: lines}
 	}
 
+	if err := checkShardBytes(t, int64(src.len()), maxBytes, fmt.Sprintf("%s block %d of %s", b.Split, b.Index, b.Path)); err != nil {
+		return res, err
+	}
 	w, err := createShard(filepath.Join(jobDir, DataDir, res.Name), t.Dim)
 	if err != nil {
 		return res, err

@@ -20,4 +20,4 @@ const ReasonPrefix = "preprocess failed: "
 // Rejections are the sentinels of preprocessing errors no retry can fix:
 // the child exits with ExitRejected on an error that wraps one (or, for an
 // error raised inside a DoFn, which the runner returns as text, quotes it).
-var Rejections = []error{ErrRequest, ErrSchema, ErrTransform}
+var Rejections = []error{ErrRequest, ErrSchema, ErrTransform, ErrShardBytes}

@@ -30,6 +30,12 @@ type Request struct {
 	// MaxBadFraction fails the run when more than this fraction of the
 	// rows of either split are rejected.
 	MaxBadFraction float64 `json:"max_bad_fraction"`
+	// MaxShardBytes, if positive, bounds the bytes of the shards the run
+	// writes (ShardBytes of each split's rows): the train split is
+	// checked once the Transform is fitted, before any shard is written,
+	// and every block before its shard is; a run over it fails with
+	// ErrShardBytes. The worker sets it (its --max-shard-bytes).
+	MaxShardBytes int64 `json:"max_shard_bytes,omitempty"`
 }
 
 // Paths inside the job directory.
@@ -133,6 +139,9 @@ func (r *Request) WriteTransform(st *Stats) (*Transform, []byte, error) {
 	t, err := Fit(r.Schema, st)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fit on %s: %w", strings.Join(r.Train, ", "), err)
+	}
+	if err := checkShardBytes(t, st.Rows, r.MaxShardBytes, "the train split"); err != nil {
+		return nil, nil, err
 	}
 	b, err := t.Marshal()
 	if err != nil {
@@ -280,7 +289,7 @@ func RunLocal(r *Request) (*Manifest, error) {
 	}
 	var shards []ShardResult
 	for _, b := range append(train, eval...) {
-		s, err := TransformBlock(t, b, r.OutDir, r.Seed)
+		s, err := TransformBlock(t, b, r.OutDir, r.Seed, r.MaxShardBytes)
 		if err != nil {
 			return nil, err
 		}

@@ -31,7 +31,8 @@ var DefaultReadRoots = []string{"/usr/share/datasets"}
 // Limits are the operator's limits on what job specs may do (see
 // activities/trust.go): the `--data-roots`, `--read-roots`,
 // `--beam-runners`, `--beam-environments`, `--beam-arg` and
-// `--max-train-memory` flags of
+// `--max-train-memory`, `--child-memory`, `--max-heavy`, `--max-steps`,
+// `--max-job-files` and `--max-shard-bytes` flags of
 // `trainflow worker` and `trainflow dev`.
 type Limits struct {
 	// DataRoots are directories and storage URIs, besides the job root,
@@ -55,6 +56,18 @@ type Limits struct {
 	// MaxTrainBytes; --max-train-memory). 0 means
 	// activities.DefaultMaxTrainBytes.
 	MaxTrainBytes int64
+	// ChildMemory is the address space of each training and evaluation
+	// child process (--child-memory; activities.Activities ChildMemory).
+	// 0 derives it from MaxTrainBytes.
+	ChildMemory int64
+	// MaxHeavy bounds the heavy activities (preprocess, train, evaluate,
+	// batch predict) the worker runs at once (--max-heavy); 0 means
+	// activities.DefaultHeavySlots, the number of CPUs.
+	MaxHeavy int
+	// Ceilings bound a job's steps, files and preprocessed bytes
+	// (--max-steps, --max-job-files, --max-shard-bytes); zero fields
+	// take activities' defaults.
+	Ceilings activities.Ceilings
 	// ModelOwners are the rules for publishing into, or promoting in, a
 	// model another job owns (activities.Activities ModelOwners;
 	// --model-owners).
@@ -92,6 +105,28 @@ func (l Limits) apply(acts *activities.Activities) error {
 		return configError(fmt.Errorf("--max-train-memory: %d bytes is negative", l.MaxTrainBytes))
 	}
 	acts.MaxTrainBytes = l.MaxTrainBytes
+	for _, c := range []struct {
+		flag string
+		v    int64
+	}{{"--child-memory", l.ChildMemory}, {"--max-heavy", int64(l.MaxHeavy)}, {"--max-steps", l.Ceilings.MaxSteps},
+		{"--max-job-files", l.Ceilings.MaxJobFiles}, {"--max-shard-bytes", l.Ceilings.MaxShardBytes}} {
+		if c.v < 0 {
+			return configError(fmt.Errorf("%s: %d is negative", c.flag, c.v))
+		}
+	}
+	if l.ChildMemory > 0 && l.ChildMemory < 512<<20 {
+		return configError(fmt.Errorf("--child-memory: %d bytes is too small for a child process (the binary alone maps ≈220 MB): want at least 512MiB", l.ChildMemory))
+	}
+	acts.ChildMemory, acts.Ceilings = l.ChildMemory, l.Ceilings
+	heavy := l.MaxHeavy
+	if heavy == 0 {
+		heavy = activities.DefaultHeavySlots()
+	}
+	slots, err := activities.NewSlots(heavy)
+	if err != nil {
+		return configError(fmt.Errorf("--max-heavy: %w", err))
+	}
+	acts.Heavy = slots
 	acts.ModelOwners = l.ModelOwners
 	return nil
 }

@@ -164,7 +164,7 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	tls := cfg.Temporal.ConnectionOptions.TLS != nil || cfg.Temporal.Credentials != nil
 	log.Info("worker started", "temporal", cfg.Temporal.HostPort, "namespace", cfg.Temporal.Namespace, "tls", tls, "home", home, "jobs", cfg.Jobs,
 		"data_roots", acts.DataRoots, "read_roots", acts.ReadRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments,
-		"models", models, "host", host, "pid", os.Getpid())
+		"models", models, "max_heavy", acts.Heavy.Cap(), "host", host, "pid", os.Getpid())
 	return w, nil
 }
 

@@ -102,6 +102,7 @@ var acts = struct {
 	TrialExport        Activity[TrialExportInput, string]
 	TuningHistory      Activity[TuningHistoryInput, TuningReport]
 	BatchPredict       Activity[BatchPredictInput, BatchPredictionResult]
+	ReportKey          Activity[ReportKeyInput, ReportKeyResult]
 }{
 	PrepareJob:         Activity[PrepareInput, PrepareResult]{PrepareJobActivity},
 	Preprocess:         Activity[PreprocessInput, PreprocessResult]{PreprocessActivity},
@@ -118,6 +119,7 @@ var acts = struct {
 	TrialExport:        Activity[TrialExportInput, string]{TrialExportActivity},
 	TuningHistory:      Activity[TuningHistoryInput, TuningReport]{TuningHistoryActivity},
 	BatchPredict:       Activity[BatchPredictInput, BatchPredictionResult]{BatchPredictActivity},
+	ReportKey:          Activity[ReportKeyInput, ReportKeyResult]{ReportKeyActivity},
 }
 
 // ActivityRefs returns every activity the workflows call, in the order of

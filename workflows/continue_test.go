@@ -29,7 +29,7 @@ func TestLongJobContinuesAsNew(t *testing.T) {
 	env.SetOnActivityCanceledListener(func(info *activity.Info) { stopped = stopped || info.ActivityType.Name == TrainActivity })
 	env.SetContinueAsNewSuggested(true)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(CheckpointSignal, CheckpointCommitted{Step: 500, Loss: 0.4})
+		env.SignalWorkflow(CheckpointSignal, signedCommit("census_1", CheckpointCommitted{Step: 500, Loss: 0.4}))
 	}, time.Second)
 	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Preset: PresetCensus})
 	var can *workflow.ContinueAsNewError

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"time"
@@ -44,6 +45,15 @@ type PSRegistration struct {
 	// registration of another run (re-applied to a reset run, whose
 	// parameter servers are new) is refused.
 	RunID string `json:"run_id,omitempty"`
+	// Signature is the parameter server's, with the run's report key, of
+	// RegistrationReportBytes.
+	Signature []byte `json:"signature,omitempty"`
+}
+
+// RegistrationReportBytes is what a parameter server signs with the run's
+// report key to register r with job jobID (its Signature left out).
+func RegistrationReportBytes(jobID string, r PSRegistration) []byte {
+	return signedBytes(registrationReportTag, jobID, r.RunID, r.Task, r.Addr, r.Host, r.PID, r.RestoredStep)
 }
 
 // PSEndpoint is a registered parameter server.
@@ -95,7 +105,10 @@ var roleRetry = func() *temporal.RetryPolicy {
 // role has ended: the chief finishes training and the parameter servers,
 // the others end when told training is done, and whatever still runs is
 // cancelled. A role that fails for good fails the job.
-func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Progress) (Future[TrainResult], error) {
+//
+// key, if not nil, is the run's report key: a registration it does not
+// verify is refused.
+func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Progress, key ed25519.PublicKey) (Future[TrainResult], error) {
 	c := spec.Cluster
 	state := &ClusterState{Gen: 1, PS: make([]PSEndpoint, c.ParameterServerCount), Workers: c.Workers(), Update: c.Update}
 	p.Cluster = state
@@ -114,6 +127,9 @@ func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Pro
 			// run (a registration of another run, re-applied to a reset
 			// run, or one that names none, is refused). Validators do not
 			// run on replay, so this never changes a recorded history.
+			if !verified(key, RegistrationReportBytes(workflow.GetInfo(ctx).WorkflowExecution.ID, r), r.Signature) {
+				return fmt.Errorf("parameter server %d registration: not signed with this run's report key", r.Task)
+			}
 			if run := workflow.GetInfo(ctx).WorkflowExecution.RunID; r.RunID != run {
 				return fmt.Errorf("parameter server %d of run %q: this is run %s", r.Task, r.RunID, run)
 			}

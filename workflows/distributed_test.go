@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"strings"
 	"sync"
@@ -121,17 +122,28 @@ func TestClusterRegistration(t *testing.T) {
 }
 
 // TestRegistrationNamesThisRun: the register_parameter_server update is
-// accepted only from this run's own parameter servers, which name the run
-// (an update with no run ID was accepted, and workers then sent the
-// parameter-server secret to the address it registered), and with a
-// restored step within [0, max_steps].
+// accepted only from this run's own parameter servers, which sign it with
+// the run's report key (only the job's activities can read it: a
+// namespace client that copies a real registration's fields, run ID
+// included, cannot) and name the run (an update with no run ID was
+// accepted, and workers then sent the parameter-server secret to the
+// address it registered), and with a restored step within [0, max_steps].
 func TestRegistrationNamesThisRun(t *testing.T) {
 	env, _ := distributedEnv(t)
+	run := "default-test-run-id" // the test environment's run ID
+	otherKey := ed25519.NewKeyFromSeed(append(make([]byte, ed25519.SeedSize-1), 1))
+	forged := PSRegistration{Task: 0, Addr: "evil:5", RunID: run}
+	forged.Signature = ed25519.Sign(otherKey, RegistrationReportBytes("census_1", forged))
+	copied := signedRegistration(PSRegistration{Task: 0, Addr: "ps0:2", RunID: run, RestoredStep: 500})
+	copied.Addr = "evil:6" // a real registration's signature on another address
 	regs := []PSRegistration{
-		{Task: 0, Addr: "evil:1"},
-		{Task: 0, Addr: "evil:2", RunID: "another-run"},
-		{Task: 0, Addr: "evil:3", RunID: "default-test-run-id", RestoredStep: 9e18}, // the test environment's run ID
-		{Task: 0, Addr: "ps0:1", RunID: "default-test-run-id", RestoredStep: 500},
+		signedRegistration(PSRegistration{Task: 0, Addr: "evil:1"}),
+		signedRegistration(PSRegistration{Task: 0, Addr: "evil:2", RunID: "another-run"}),
+		signedRegistration(PSRegistration{Task: 0, Addr: "evil:3", RunID: run, RestoredStep: 9e18}),
+		{Task: 0, Addr: "evil:4", RunID: run},
+		forged,
+		copied,
+		signedRegistration(PSRegistration{Task: 0, Addr: "ps0:1", RunID: run, RestoredStep: 500}),
 	}
 	var mu sync.Mutex
 	got := map[string]string{}
@@ -161,9 +173,17 @@ func TestRegistrationNamesThisRun(t *testing.T) {
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
-	for addr, want := range map[string]string{"evil:1": `run ""`, "evil:2": `run "another-run"`, "evil:3": "restored step", "ps0:1": "accepted"} {
+	for addr, want := range map[string]string{"evil:1": `run ""`, "evil:2": `run "another-run"`, "evil:3": "restored step",
+		"evil:4": "not signed", "evil:5": "not signed", "evil:6": "not signed", "ps0:1": "accepted"} {
 		if !strings.Contains(got[addr], want) || (want != "accepted" && !strings.HasPrefix(got[addr], "rejected")) {
 			t.Errorf("registration of %s: %q, want %s", addr, got[addr], want)
 		}
 	}
+}
+
+// signedRegistration is r as the job's parameter server sends it: signed
+// with the run's report key.
+func signedRegistration(r PSRegistration) PSRegistration {
+	r.Signature = ed25519.Sign(testReportKey, RegistrationReportBytes("census_1", r))
+	return r
 }

@@ -1,8 +1,12 @@
 package workflows
 
 import (
+	"crypto/ed25519"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -21,6 +25,73 @@ const DeleteExportActivity = "DeleteExport"
 // ErrTypeCheckpointGone marks an evaluation of a checkpoint that retention
 // has already deleted; the evaluator skips it.
 const ErrTypeCheckpointGone = "CheckpointGone"
+
+// ReportKeyActivity makes the key a run's trainers and parameter servers
+// sign their reports to it with (checkpoint_committed signals,
+// register_parameter_server updates).
+const ReportKeyActivity = "ReportKey"
+
+// ReportKeyInput is the input of the ReportKey activity.
+type ReportKeyInput struct {
+	JobDir string `json:"job_dir"`
+}
+
+// ReportKeyResult is the public half of a run's report key: an Ed25519
+// public key. The private half stays in the job directory, where the
+// job's activities read it; it never reaches a client or the history.
+type ReportKeyResult struct {
+	PublicKey []byte `json:"public_key"`
+}
+
+// Domain separation of the signed reports.
+const (
+	commitReportTag       = "trainflow checkpoint_committed v1"
+	registrationReportTag = "trainflow register_parameter_server v1"
+)
+
+// signedBytes is the canonical encoding of a report: tag, then each part
+// (strings and byte slices with a 4-byte length, integers as 8 bytes,
+// floats as their IEEE-754 bits), little-endian.
+func signedBytes(tag string, parts ...any) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(tag)))
+	b = append(b, tag...)
+	for _, p := range parts {
+		switch v := p.(type) {
+		case string:
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
+		case int64:
+			b = binary.LittleEndian.AppendUint64(b, uint64(v))
+		case int:
+			b = binary.LittleEndian.AppendUint64(b, uint64(int64(v)))
+		case float64:
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		default:
+			panic(fmt.Sprintf("signedBytes: %T", p))
+		}
+	}
+	return b
+}
+
+// CommitReportBytes is what a trainer signs with the run's report key to
+// report checkpoint c of job jobID (its Signature left out).
+func CommitReportBytes(jobID string, c CheckpointCommitted) []byte {
+	return signedBytes(commitReportTag, jobID, c.Step, c.Loss, c.ExamplesPerSec)
+}
+
+// signedReportsChange marks reports signed with the run's report key: a
+// checkpoint_committed signal or register_parameter_server update that
+// the key does not verify is refused.
+const signedReportsChange = "signed-reports"
+
+// verified reports whether sig is key's signature of msg; with no key
+// (a run from before signedReportsChange) every report is.
+func verified(key ed25519.PublicKey, msg, sig []byte) bool {
+	if key == nil {
+		return true
+	}
+	return len(key) == ed25519.PublicKeySize && ed25519.Verify(key, msg, sig)
+}
 
 // DeleteExportInput is the input of the DeleteExport activity.
 type DeleteExportInput struct {
@@ -51,17 +122,11 @@ func (e *ExportState) newest() string {
 	return e.Dirs[e.Kept[len(e.Kept)-1]]
 }
 
-// metricValue reads a named metric.
+// metricValue reads a named metric (accuracy for a name that is none:
+// validation refuses those, and replays read what they always read).
 func metricValue(m train.Metrics, name string) float64 {
-	switch name {
-	case "auc":
-		return m.AUC
-	case "log_loss":
-		return m.LogLoss
-	case "rmse":
-		return m.RMSE
-	case "mae":
-		return m.MAE
+	if v, ok := m.Value(name); ok {
+		return v
 	}
 	return m.Accuracy
 }
@@ -119,11 +184,12 @@ type evaluator struct {
 	res  *JobResult
 
 	exports   map[string]*ExportState
-	newest    int64   // newest committed step
-	evaluated int64   // newest evaluated step
-	queue     []int64 // committed steps not yet evaluated (everyCkpt)
-	runs      int     // runs of the job so far, this one included
-	runStart  int64   // newest when this run started
+	reportKey ed25519.PublicKey // verifies the trainers' reports (nil: not signed)
+	newest    int64             // newest committed step
+	evaluated int64             // newest evaluated step
+	queue     []int64           // committed steps not yet evaluated (everyCkpt)
+	runs      int               // runs of the job so far, this one included
+	runStart  int64             // newest when this run started
 
 	// everyCkpt: evaluate every committed checkpoint, in order.
 	everyCkpt bool
@@ -188,8 +254,24 @@ func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, 
 	e.evalCtx = workflow.WithActivityOptions(ctx, eopts)
 	e.started = workflow.Now(ctx)
 
+	if workflow.GetVersion(ctx, signedReportsChange, workflow.DefaultVersion, 1) >= 1 {
+		// A new key for each run: reports signed for an earlier run
+		// (re-applied to a reset run, or replayed by a client) do not
+		// verify.
+		kctx := workflow.WithActivityOptions(ctx, stepOptions(e.ops, 10*time.Minute, "report key"))
+		k, err := acts.ReportKey.Run(kctx, ReportKeyInput{JobDir: e.prep.JobDir})
+		if err != nil {
+			return e.exports, err
+		}
+		if k.PublicKey != nil { // nil only from a test's stub
+			if len(k.PublicKey) != ed25519.PublicKeySize {
+				return e.exports, fmt.Errorf("report key of %d bytes, want %d", len(k.PublicKey), ed25519.PublicKeySize)
+			}
+			e.reportKey = k.PublicKey
+		}
+	}
 	if spec.Cluster.Distributed() {
-		if e.training, err = trainDistributed(trainCtx, spec, e.tin, e.p); err != nil {
+		if e.training, err = trainDistributed(trainCtx, spec, e.tin, e.p, e.reportKey); err != nil {
 			return e.exports, err
 		}
 	} else {
@@ -277,10 +359,13 @@ func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, 
 		if !commits.ReceiveAsync(&cc) {
 			break
 		}
+		if !e.authentic(ctx, cc) {
+			continue
+		}
 		e.p.Checkpoints++
 		if e.everyCkpt && cc.Step > e.newest {
 			e.newest = cc.Step
-			e.queue = append(e.queue, cc.Step)
+			e.enqueue(ctx, cc.Step)
 		}
 	}
 	return e.exports, e.finish(ctx)
@@ -292,6 +377,9 @@ const commitBoundChange = "commit-within-max-steps"
 
 // committed records a checkpoint the chief reports.
 func (e *evaluator) committed(ctx workflow.Context, cc CheckpointCommitted) {
+	if !e.authentic(ctx, cc) {
+		return
+	}
 	if cc.Step <= e.newest { // a retried attempt may repeat steps: never go back
 		return
 	}
@@ -303,10 +391,42 @@ func (e *evaluator) committed(ctx workflow.Context, cc CheckpointCommitted) {
 	}
 	e.newest = cc.Step
 	if e.everyCkpt {
-		e.queue = append(e.queue, cc.Step)
+		e.enqueue(ctx, cc.Step)
 	}
 	e.p.GlobalStep, e.p.Loss, e.p.ExamplesPerSec = cc.Step, cc.Loss, cc.ExamplesPerSec
 	e.p.Checkpoints++
+}
+
+// authentic reports whether cc was signed with this run's report key
+// (by the job's own trainer): anything else a client sent is ignored.
+func (e *evaluator) authentic(ctx workflow.Context, cc CheckpointCommitted) bool {
+	if verified(e.reportKey, CommitReportBytes(workflow.GetInfo(ctx).WorkflowExecution.ID, cc), cc.Signature) {
+		return true
+	}
+	workflow.GetLogger(ctx).Warn("checkpoint report without this run's signature ignored", "global_step", cc.Step)
+	return false
+}
+
+// evalQueueBoundChange marks the evaluation queue bounded by
+// keep_checkpoint_max.
+const evalQueueBoundChange = "eval-queue-within-keep"
+
+// enqueue queues step for evaluation (everyCkpt). At most
+// keep_checkpoint_max checkpoints wait: past that, the oldest waiting is
+// dropped, as tf.estimator, which evaluates the newest checkpoint, skips
+// those a slow evaluator did not reach; the trainer's pins for the
+// evaluator keep as many, so a queued checkpoint is never one retention
+// deleted.
+func (e *evaluator) enqueue(ctx workflow.Context, step int64) {
+	for len(e.queue) > 0 && e.queue[0] <= e.evaluated {
+		e.queue = e.queue[1:]
+	}
+	e.queue = append(e.queue, step)
+	keep := max(e.tin.Train.KeepCheckpointMax, 1)
+	if len(e.queue) > keep && workflow.GetVersion(ctx, evalQueueBoundChange, workflow.DefaultVersion, 1) >= 1 {
+		workflow.GetLogger(ctx).Warn("evaluation queue full: oldest checkpoints skipped", "skipped", e.queue[:len(e.queue)-keep], "keep_checkpoint_max", keep)
+		e.queue = slices.Clone(e.queue[len(e.queue)-keep:])
+	}
 }
 
 // next returns the step to evaluate next: the oldest queued one when

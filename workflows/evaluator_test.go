@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,10 +10,31 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/trainflow/trainflow/train"
 )
+
+// testReportKey is the report key the ReportKey activity makes in these
+// tests (registerReportKey): the trainers' reports the tests send are
+// signed with it (signedCommit).
+var testReportKey = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+
+// registerReportKey registers a ReportKey activity answering
+// testReportKey's public half, and counts nothing.
+func registerReportKey(env *testsuite.TestWorkflowEnvironment) {
+	env.RegisterActivityWithOptions(func(context.Context, ReportKeyInput) (ReportKeyResult, error) {
+		return ReportKeyResult{PublicKey: testReportKey.Public().(ed25519.PublicKey)}, nil
+	}, activity.RegisterOptions{Name: ReportKeyActivity})
+}
+
+// signedCommit is c as the job's trainer sends it: signed with the run's
+// report key.
+func signedCommit(jobID string, c CheckpointCommitted) CheckpointCommitted {
+	c.Signature = ed25519.Sign(testReportKey, CommitReportBytes(jobID, c))
+	return c
+}
 
 type commit struct {
 	at   time.Duration
@@ -57,7 +79,9 @@ func runEvalJob(t *testing.T, spec JobSpec, commits []commit, trainDone time.Dur
 		return PublishResult{Model: in.Model, Version: 1, Default: true}, nil
 	})
 	for _, c := range commits {
-		env.RegisterDelayedCallback(func() { env.SignalWorkflow(CheckpointSignal, CheckpointCommitted{Step: c.step, Loss: 0.5}) }, c.at)
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(CheckpointSignal, signedCommit(spec.JobID, CheckpointCommitted{Step: c.step, Loss: 0.5}))
+		}, c.at)
 	}
 	if signals != nil {
 		signals(env)
@@ -213,7 +237,7 @@ func TestThrottleZeroEvaluatesEveryCommit(t *testing.T) {
 	env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
 	for i := int64(1); i <= 6; i++ {
 		env.RegisterDelayedCallback(func() {
-			env.SignalWorkflow(CheckpointSignal, CheckpointCommitted{Step: 500 * i})
+			env.SignalWorkflow(CheckpointSignal, signedCommit("census_1", CheckpointCommitted{Step: 500 * i}))
 		}, time.Duration(i)*time.Minute)
 	}
 	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Preset: PresetCensus, Eval: EvalSpec{ThrottleSecs: Secs(0)}})
@@ -234,5 +258,81 @@ func TestForgedCommitPastMaxStepsIgnored(t *testing.T) {
 	h := runEvalJob(t, spec, commits, 60*time.Second, 300, flat(0), nil)
 	if want := []int64{100, 200, 300}; !slices.Equal(h.evaluated, want) {
 		t.Fatalf("evaluated %v, want %v", h.evaluated, want)
+	}
+}
+
+// TestThrottleZeroQueueBoundedByKeep: with throttle_secs 0 and an
+// evaluator far slower than training, at most keep_checkpoint_max
+// checkpoints wait for evaluation; the oldest waiting are skipped (the
+// newest are evaluated, as tf.estimator evaluates the latest), and the
+// final one is always evaluated.
+func TestThrottleZeroQueueBoundedByKeep(t *testing.T) {
+	env := newEnv(t, "census_1")
+	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1"}, nil)
+	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
+	env.OnActivity(TrainActivity, mock.Anything, mock.MatchedBy(func(in TrainInput) bool { return in.PinForEval })).
+		Return(TrainResult{Step: 20000}, nil).After(time.Hour)
+	var evaluated []int64
+	env.OnActivity(EvaluateActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in EvaluateInput) (EvaluateResult, error) {
+		evaluated = append(evaluated, in.Step)
+		return EvaluateResult{Step: in.Step, Metrics: train.Metrics{Accuracy: float64(in.Step) / 1e5}}, nil
+	}).After(30 * time.Minute) // 20 commits arrive during one evaluation
+	env.OnActivity(ExportActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in ExportInput) (ExportResult, error) {
+		return ExportResult{Dir: fmt.Sprintf("/jobs/census_1/export/%s/%d", in.Exporter, in.Step)}, nil
+	})
+	env.OnActivity(DeleteExportActivity, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
+	for i := int64(1); i <= 40; i++ {
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(CheckpointSignal, signedCommit("census_1", CheckpointCommitted{Step: 500 * i}))
+		}, time.Duration(i)*90*time.Second)
+	}
+	spec := JobSpec{JobID: "census_1", Preset: PresetCensus, Train: TrainSpec{MaxSteps: 20000, KeepCheckpointMax: 3}, Eval: EvalSpec{ThrottleSecs: Secs(0)}}
+	env.ExecuteWorkflow(TrainingJobName, spec)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	// 500 is evaluated from 1.5 to 31.5 min, while 1000…10500 commit:
+	// 9500, 10000 and 10500 wait. 9500 is evaluated until 61.5 min, while
+	// 11000…20000 commit, so only the 3 newest wait: 19000, 19500 and the
+	// final 20000. Without the bound, all 40 would be.
+	want := []int64{500, 9500, 19000, 19500, 20000}
+	if !slices.Equal(evaluated, want) {
+		t.Fatalf("evaluated %v, want %v", evaluated, want)
+	}
+}
+
+// TestForgedCommitsWithinRangeIgnored: checkpoint_committed signals that
+// the run's report key does not verify are ignored, whatever step they
+// name: unsigned, signed with another key, a real report's signature on
+// another step, or a real report of this job replayed from another run
+// (signed with that run's key). The real commits are all evaluated; the
+// forged ones neither are, nor hide the real ones.
+func TestForgedCommitsWithinRangeIgnored(t *testing.T) {
+	spec := JobSpec{JobID: "forged", Train: TrainSpec{MaxSteps: 3000}, Eval: EvalSpec{ThrottleSecs: Secs(1)}}
+	commits := []commit{{10 * time.Second, 100}, {30 * time.Second, 200}, {50 * time.Second, 300}}
+	otherRun := ed25519.NewKeyFromSeed(append(make([]byte, ed25519.SeedSize-1), 7))
+	withKey := func(k ed25519.PrivateKey, c CheckpointCommitted) CheckpointCommitted {
+		c.Signature = ed25519.Sign(k, CommitReportBytes("forged", c))
+		return c
+	}
+	stepChanged := signedCommit("forged", CheckpointCommitted{Step: 150, Loss: 0.5})
+	stepChanged.Step = 2900
+	forged := []CheckpointCommitted{
+		{Step: 2500, Loss: 0.1},
+		withKey(otherRun, CheckpointCommitted{Step: 2600, Loss: 0.1}),
+		stepChanged,
+		signedCommit("another_job", CheckpointCommitted{Step: 2700, Loss: 0.1}),
+	}
+	h := runEvalJob(t, spec, commits, 60*time.Second, 300, flat(0), func(env *testsuite.TestWorkflowEnvironment) {
+		for i, c := range forged {
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(CheckpointSignal, c) }, time.Duration(15+i)*time.Second)
+		}
+	})
+	if want := []int64{100, 200, 300}; !slices.Equal(h.evaluated, want) {
+		t.Fatalf("evaluated %v, want %v", h.evaluated, want)
+	}
+	if p := progress(t, h.env); p.Checkpoints != 3 {
+		t.Fatalf("progress counts %d checkpoints, want the 3 real ones", p.Checkpoints)
 	}
 }

@@ -43,6 +43,15 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// The first and last runs of a job that continued as new after
 		// carryChange: the carry is TrainingJob's second argument.
 		"continued_carry_first.json": false, "continued_carry_last.json": false,
+		// Recorded after the strict-spec, carry-only-continued and
+		// commit-within-max-steps changes: the default job as the UI
+		// starts it, a CUSTOM job, a job that continued as new, the
+		// default tuning path (shared preprocessing, early stopping)
+		// across a continue-as-new, and a batch prediction job.
+		"default_strict.json": false, "distributed_strict.json": false,
+		"continued_owned_first.json": false, "continued_owned_last.json": false,
+		"tuning_shared_first.json": false, "tuning_shared_last.json": false,
+		"batch_prediction.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true

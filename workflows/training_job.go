@@ -46,6 +46,9 @@ type CheckpointCommitted struct {
 	Step           int64   `json:"step"`
 	Loss           float64 `json:"loss"`
 	ExamplesPerSec float64 `json:"examples_per_sec"`
+	// Signature is the trainer's, with the run's report key, of
+	// CommitReportBytes (see evaluator.go).
+	Signature []byte `json:"signature,omitempty"`
 }
 
 // Phases of a job, as TrainflowState and Progress.Phase show them.

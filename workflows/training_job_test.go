@@ -28,6 +28,7 @@ func newEnv(t *testing.T, jobID string) *testsuite.TestWorkflowEnvironment {
 	env.SetTestTimeout(2 * time.Minute)
 	env.RegisterWorkflowWithOptions(TrainingJob, workflow.RegisterOptions{Name: TrainingJobName})
 	registerStubs(env, acts.PrepareJob, acts.Preprocess, acts.Train, acts.Evaluate, acts.Export, acts.Publish, acts.DeleteExport)
+	registerReportKey(env)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: jobID})
 	return env
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,6 +81,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	level := fs.String("log-level", "info", "log level")
 	withConsole := fs.Bool("console", true, "serve the web console at /console/ (jobs from Temporal, models from --models)")
 	uiURL := fs.String("temporal-ui", "", "Temporal Web UI base URL the console links jobs to, e.g. http://127.0.0.1:8233")
+	var cf consoleFlags
+	cf.roots = listFlag{filepath.Join(defaultHome(), "jobs")}
+	fs.Func("console-roots", "directories and storage URIs (comma-separated, repeatable) the console reads job directories from, read-only; a URI root's query (endpoint, region …) is the one used, never a job's (default HOME/jobs, as on worker: give the workers' --jobs and --data-roots)", cf.setRoots)
+	fs.Var(&cf.pageBytes, "console-page-bytes", "the most a console job page reads from a job directory per view, e.g. 24MiB (default "+strconv.Itoa(console.DefaultMaxPageBytes>>20)+"MiB)")
 	var tc temporalconn.Flags // the console's Temporal connection, as on worker
 	tc.Register(fs, "temporal")
 	maxConns := fs.Int("max-conns", serving.DefaultMaxConns, "most connections open at once; more wait until one closes")
@@ -153,7 +158,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	if *withConsole {
-		routes, closeConsole, err := serveConsole(tc, *uiURL, reg, repo, log)
+		routes, closeConsole, err := serveConsole(tc, *uiURL, cf, reg, repo, log)
 		if err != nil {
 			stop()
 			<-watched
@@ -172,10 +177,26 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	return err
 }
 
+// consoleFlags are the console's own limits, set by the operator of
+// serve or dev.
+type consoleFlags struct {
+	roots     listFlag
+	rootsSet  bool
+	pageBytes sizeFlag
+}
+
+// setRoots is --console-roots: the first use replaces the default.
+func (f *consoleFlags) setRoots(s string) error {
+	if !f.rootsSet {
+		f.roots, f.rootsSet = nil, true
+	}
+	return f.roots.Set(s)
+}
+
 // serveConsole builds the web console of `serve`. Its Temporal client is
 // lazy: it connects on the first jobs page, and a Temporal that cannot be
 // reached makes the jobs pages say so while models and predictions work.
-func serveConsole(tc temporalconn.Flags, uiURL string, reg *serving.Registry, repo bundle.Repository, log *slog.Logger) (func(*echo.Echo), func(), error) {
+func serveConsole(tc temporalconn.Flags, uiURL string, cf consoleFlags, reg *serving.Registry, repo bundle.Repository, log *slog.Logger) (func(*echo.Echo), func(), error) {
 	o, err := tc.Options(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("console: %w", err)}
@@ -184,10 +205,11 @@ func serveConsole(tc temporalconn.Flags, uiURL string, reg *serving.Registry, re
 	if err != nil {
 		return nil, nil, fmt.Errorf("console: temporal client: %w", err)
 	}
-	con, err := console.New(console.Options{Client: cl, Namespace: tc.Namespace, UIURL: uiURL, Registry: reg, Repository: repo, Logger: log})
+	con, err := console.New(console.Options{Client: cl, Namespace: tc.Namespace, UIURL: uiURL, Registry: reg, Repository: repo, Logger: log,
+		Roots: cf.roots, RootsFlag: "serve --console-roots", MaxPageBytes: int64(cf.pageBytes)})
 	if err != nil {
 		cl.Close()
-		return nil, nil, err
+		return nil, nil, usageError{err}
 	}
 	return con.Routes, cl.Close, nil
 }

@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,7 +326,8 @@ func TestConsole(t *testing.T) {
 		served := make(chan error, 1)
 		go func() {
 			served <- runServe(ctx, []string{"--models", filepath.Join(home, "models"), "--http", addr, "--log-level", "warn", "--auth-token-file", tokenFile,
-				"--temporal", st.Temporal.FrontendAddr(), "--namespace", st.Temporal.Namespace(), "--temporal-ui", "http://ui.example"}, &logs)
+				"--temporal", st.Temporal.FrontendAddr(), "--namespace", st.Temporal.Namespace(), "--temporal-ui", "http://ui.example",
+				"--console-roots", filepath.Join(home, "jobs"), "--console-page-bytes", "4MiB"}, &logs)
 		}()
 		defer func() {
 			cancel()
@@ -359,6 +362,10 @@ func TestConsole(t *testing.T) {
 		}
 		if code, page := do("GET", "/console/models/census", token, nil); code != http.StatusOK || count(page, `<tr class="version">`) != 2 {
 			t.Errorf("serve's model page: %d\n%s", code, page)
+		}
+		// The job page reads the job directory inside --console-roots.
+		if code, page := do("GET", "/console/jobs/console_basic", token, nil); code != http.StatusOK || charts(t, page)["Loss and evaluation metrics"][0] == "" {
+			t.Errorf("serve's job page: %d, no loss chart:\n%s", code, page)
 		}
 		if code, _ := do("GET", "/console/jobs", "", nil); code != http.StatusUnauthorized {
 			t.Errorf("serve's console without the token: %d, want 401", code)
@@ -410,6 +417,41 @@ func TestConsole(t *testing.T) {
 		}
 		if dir := os.Getenv("TRAINFLOW_SCREENSHOTS"); dir != "" {
 			screenshot(t, base+"/console/jobs/"+id, filepath.Join(dir, "console-tuning.png"))
+		}
+	})
+
+	t.Run("hostile carry", func(t *testing.T) {
+		// A raw client starts TrainingJobs whose second argument (the
+		// continue-as-new carry) names the basic job's directory, a path
+		// outside every root, and an object store at the attacker's
+		// endpoint. The runs are refused; their pages show none of it: no
+		// victim's curves, no directory created, no request sent.
+		var hits atomic.Int64
+		evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+		defer evil.Close()
+		t.Setenv("AWS_ACCESS_KEY_ID", "AKIACONSOLETEST") // a server with credentials signs what it sends
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+		outside := filepath.Join(t.TempDir(), "made", "by", "a", "view")
+		for i, dir := range []string{resBasic.JobDir, "file://" + outside, "s3://bucket/jobs/console_basic?endpoint=" + evil.URL + "&region=us-east-1&use_path_style=true&disable_https=true"} {
+			id := fmt.Sprintf("console_carry_%d", i)
+			var spec map[string]any
+			json.Unmarshal([]byte(jobInput(id, `{"generated_rows":2000}`, `{}`, 600, 200)), &spec)
+			carry := workflows.Carry{Prep: workflows.PrepareResult{JobDir: dir}}
+			run, err := st.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue}, workflows.TrainingJobName, spec, carry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run.Get(context.Background(), nil) // refused or not, the page must not open dir
+			code, page := get(t, base, "/console/jobs/"+id)
+			if code != http.StatusOK || strings.Contains(page, `<figure class="chart"`) || strings.Contains(page, `id="evals"`) {
+				t.Errorf("%s (carry %s): %d, shows a job directory's curves or evaluations", id, dir, code)
+			}
+		}
+		if _, err := os.Stat(strings.TrimSuffix(outside, "/by/a/view")); err == nil {
+			t.Error("a page view created the carried directory")
+		}
+		if n := hits.Load(); n != 0 {
+			t.Errorf("the carried endpoint got %d requests", n)
 		}
 	})
 
@@ -521,5 +563,35 @@ func browseConsole(t *testing.T, base, job string) {
 	}
 	if prediction != "<=50K" && prediction != ">50K" {
 		t.Errorf("try-it in the browser shows %q, want a census class", prediction)
+	}
+}
+
+// TestServeConsoleFlags: serve refuses console roots it cannot parse and
+// page budgets that are not sizes, naming the flag; a job directory
+// outside --console-roots shows a note instead of the job's files (see
+// the console package's tests for the page itself).
+func TestServeConsoleFlags(t *testing.T) {
+	models := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--console-roots", "s3:///no-bucket"}, "console root"},
+		{[]string{"--console-page-bytes", "lots"}, "console-page-bytes"},
+		{[]string{"--console-page-bytes", "-5MiB"}, "console-page-bytes"},
+	} {
+		var stderr bytes.Buffer
+		args := append([]string{"--models", models, "--http", "127.0.0.1:0", "--log-level", "error"}, c.args...)
+		err := runServe(context.Background(), args, &stderr)
+		if err == nil || !strings.Contains(err.Error()+stderr.String(), c.want) {
+			t.Errorf("serve %v: %v %s, want an error naming %q", c.args, err, stderr.String(), c.want)
+		}
+	}
+	var cf consoleFlags
+	cf.roots = listFlag{"default"}
+	cf.setRoots("/a,/b")
+	cf.setRoots("s3://c/jobs?endpoint=http://minio:9000")
+	if got := fmt.Sprint(cf.roots); got != "[/a /b s3://c/jobs?endpoint=http://minio:9000]" {
+		t.Errorf("--console-roots /a,/b --console-roots s3://…: %s, want the three, without the default", got)
 	}
 }

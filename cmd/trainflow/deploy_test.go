@@ -112,7 +112,7 @@ func loadCompose(root string, env types.Mapping) (*types.Project, error) {
 	}, func(o *loader.Options) { o.SetProjectName("trainflow", true) })
 }
 
-// makeEnv runs deploy/make-env.sh, as the README says to, and parses the
+// makeEnv runs deploy/make-env.sh, as docs/deployment.md says to, and parses the
 // .env it prints.
 func makeEnv(t *testing.T, root string) types.Mapping {
 	t.Helper()

@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
+	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -34,6 +36,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	metricsAddr := fs.String("metrics-listen", "", "serve the worker's Prometheus metrics at http://ADDR/metrics (the prediction server's are at --http /metrics); empty: off")
 	var trust trustFlags
 	trust.register(fs)
+	var pageBytes sizeFlag
+	fs.Var(&pageBytes, "console-page-bytes", "the most a console job page reads from a job directory per view, e.g. 24MiB (default "+strconv.Itoa(console.DefaultMaxPageBytes>>20)+"MiB); the console reads job directories only inside HOME/jobs and --data-roots")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,7 +52,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		trust.dataRoots = append(trust.dataRoots, *data)
 	}
-	st, err := startStack(ctx, stackConfig{Home: *home, TemporalDB: *temporalDB, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust})
+	st, err := startStack(ctx, stackConfig{Home: *home, TemporalDB: *temporalDB, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust, ConsolePageBytes: int64(pageBytes)})
 	if err != nil {
 		return err
 	}
@@ -97,8 +101,8 @@ func runDemo(ctx context.Context, st *stack, dataDir string, stdout io.Writer) e
 	if err := run.Get(ctx, &res); err != nil {
 		return fmt.Errorf("demo job %s: %w", id, err)
 	}
-	fmt.Fprintf(stdout, "demo: job %s succeeded: %d training rows, %d steps, eval accuracy %.4f, AUC %.4f\n",
-		id, res.TrainRows, res.GlobalStep, res.Metrics.Accuracy, res.Metrics.AUC)
+	fmt.Fprintf(stdout, "demo: job %s succeeded: %d training rows, %d steps, eval %s\n",
+		id, res.TrainRows, res.GlobalStep, res.Metrics.Summary())
 	fmt.Fprintf(stdout, "demo: serving model %q version %d from %s\n", res.Model, res.Version, res.Export)
 	url := fmt.Sprintf("http://%s/v1/models/%s:predict", st.HTTPAddr, res.Model)
 	body := `{"instances": [` + demoInstance + `]}`

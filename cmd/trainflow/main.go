@@ -10,6 +10,7 @@
 //	trainflow models …           list and describe served models
 //	trainflow datagen            write census-like CSV rows
 //	trainflow preprocess REQ     the Beam pipeline child of the preprocess activity (internal)
+//	trainflow train-child REQ    the training and evaluation child of a worker (internal)
 //
 // Run a subcommand with -h for its flags. Started with Beam worker flags
 // (--worker …), the binary acts as a Beam worker, so it can be given to
@@ -31,6 +32,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 
+	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/internal/predictapi"
 	"github.com/trainflow/trainflow/preprocess/beampipe"
@@ -109,6 +111,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return beampipe.ChildMain(ctx, rest, stderr)
 	case "batch-predict":
 		return batchbeam.ChildMain(ctx, rest, stderr)
+	case activities.ChildCommand: // training and evaluation, started by a worker
+		return activities.ChildMain(ctx, rest, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/jobs"
@@ -31,7 +32,7 @@ import (
 // preprocess activity's child ("<exe> preprocess REQ") and as a worker
 // process ("<exe> worker …").
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "preprocess" || os.Args[1] == "worker" || os.Args[1] == "batch-predict") {
+	if len(os.Args) > 1 && (os.Args[1] == "preprocess" || os.Args[1] == "worker" || os.Args[1] == "batch-predict" || os.Args[1] == activities.ChildCommand) {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

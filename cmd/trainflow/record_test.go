@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -19,6 +21,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -89,6 +92,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 
 	recordCurrentFlows(t, st, home, startWorker, kill, &w)
+	recordStrictFlows(t, st, home)
 	if recorded("succeeded") && recorded("bad_data") && recorded("cancelled") && recorded("worker_killed") {
 		return
 	}
@@ -256,5 +260,106 @@ func recordCurrentFlows(t *testing.T, st *stack, home string, startWorker func()
 		}
 		saveHistory(t, st2, id, d.WorkflowExecutionInfo.FirstRunId, id+"_first")
 		saveHistory(t, st2, id, d.WorkflowExecutionInfo.Execution.RunId, id+"_last")
+	}
+}
+
+// recordStrictFlows records the flows as they run since the strict-spec,
+// carry-only-continued and commit-within-max-steps markers: the default
+// job started as the Temporal UI starts one (default_strict), a CUSTOM
+// job (distributed_strict), a job that continues as new
+// (continued_owned_first/last), the default tuning path with shared
+// preprocessing and early stopping that continues as new
+// (tuning_shared_first/last), and a batch prediction job
+// (batch_prediction).
+func recordStrictFlows(t *testing.T, st *stack, home string) {
+	ctx := context.Background()
+	todo := func(names ...string) bool {
+		for _, n := range names {
+			if _, err := os.Stat(filepath.Join(historiesDir, n+".json")); err != nil {
+				return true
+			}
+		}
+		return false
+	}
+	var export string
+	if todo("default_strict", "batch_prediction") {
+		id := "default_strict"
+		run := startUIStyle(t, st.Client, id, `{"job_id":"default_strict","preset":"census"}`)
+		res, err := waitJob(t, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		export = res.Export
+		saveHistory(t, st, id, run.GetRunID(), id)
+	}
+	if todo("distributed_strict") {
+		id := "distributed_strict"
+		run := startUIStyle(t, st.Client, id, defaultLikeInput(id, 3000, `{}`, `{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1}`, ""))
+		if _, err := waitJob(t, run); err != nil {
+			t.Fatal(err)
+		}
+		saveHistory(t, st, id, run.GetRunID(), id)
+	}
+	if todo("batch_prediction") {
+		id := "batch_prediction"
+		dir := t.TempDir()
+		in := filepath.Join(dir, "rows.csv")
+		var buf bytes.Buffer
+		if err := datagen.Census(&buf, 500, 7, false); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(in, buf.Bytes(), 0o644)
+		run, err := st.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue}, workflows.BatchPredictionJobName,
+			map[string]any{"job_id": id, "model_dir": export, "input_paths": []string{in}, "output_path": filepath.Join(dir, "out"), "data_format": "CSV"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Get(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		saveHistory(t, st, id, run.GetRunID(), id)
+	}
+	chains := []struct{ id, workflow, input string }{
+		{"continued_owned", "TrainingJob", defaultLikeInput("continued_owned", 2000, `{}`, `{"heartbeat_timeout_secs":4}`,
+			`,"model":{"type":"dnn_classifier","hidden_units":[128,64]},"train":{"save_checkpoints_steps":100}`)},
+		{"tuning_shared", workflows.HyperparameterTuningJobName, `{"job_id":"tuning_shared","preset":"census",
+  "data": {"generated_rows": 600, "train_shards": 2, "eval_shards": 1},
+  "train": {"max_steps": 200, "save_checkpoints_steps": 20},
+  "eval_spec": {"throttle_secs": 0},
+  "tuning": {"max_trials": 6, "max_parallel_trials": 2, "enable_trial_early_stopping": true,
+    "params": [{"parameter_name": "model.learning_rate", "type": "DOUBLE", "min_value": 0.0001, "max_value": 0.3, "scale_type": "UNIT_LOG_SCALE"}]}}`},
+	}
+	// Training on today's machines outlasts 40 events only when slowed.
+	slowTraining(t, func(id string) bool { return id == "continued_owned" }, 500*time.Microsecond)
+	for _, c := range chains {
+		if !todo(c.id+"_first", c.id+"_last") {
+			continue
+		}
+		st2, err := startStack(ctx, stackConfig{Home: filepath.Join(home, c.id), FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+			SuggestContinueAsNewEvents: 40, Exe: os.Args[0], Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st2.Stop()
+		var payload map[string]any
+		if err := json.Unmarshal([]byte(c.input), &payload); err != nil {
+			t.Fatal(err)
+		}
+		run, err := st2.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: c.id, TaskQueue: workflows.TaskQueue}, c.workflow, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := waitJob(t, run); err != nil {
+			t.Fatal(err)
+		}
+		d, err := st2.Client.DescribeWorkflowExecution(ctx, c.id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.WorkflowExecutionInfo.FirstRunId == d.WorkflowExecutionInfo.Execution.RunId {
+			t.Fatalf("%s never continued as new", c.id)
+		}
+		saveHistory(t, st2, c.id, d.WorkflowExecutionInfo.FirstRunId, c.id+"_first")
+		saveHistory(t, st2, c.id, d.WorkflowExecutionInfo.Execution.RunId, c.id+"_last")
 	}
 }

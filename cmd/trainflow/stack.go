@@ -43,6 +43,10 @@ type stackConfig struct {
 	Trust *trustFlags
 	// MetricsAddr, if set, serves the worker's Prometheus metrics there.
 	MetricsAddr string
+	// ConsolePageBytes bounds what a console job page reads per view (0:
+	// console.DefaultMaxPageBytes). The console reads job directories
+	// inside the worker's roots: Home/jobs and Trust's data roots.
+	ConsolePageBytes int64
 	// SuggestContinueAsNewEvents lowers the history length at which jobs
 	// continue as new (tests).
 	SuggestContinueAsNewEvents int
@@ -131,9 +135,14 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	roots := []string{filepath.Join(home, "jobs")}
+	if cfg.Trust != nil {
+		roots = append(roots, cfg.Trust.dataRoots...)
+	}
 	con, err := console.New(console.Options{
 		Client: s.Client, Namespace: s.Temporal.Namespace(), UIURL: s.Temporal.UIURL(),
 		Registry: s.Registry, Repository: repo, Logger: log,
+		Roots: roots, RootsFlag: "dev --home and --data-roots", MaxPageBytes: cfg.ConsolePageBytes,
 	})
 	if err != nil {
 		return nil, err

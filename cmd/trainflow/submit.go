@@ -85,7 +85,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, res.Model, res.Version)
 		return nil
 	}
-	fmt.Fprintf(stdout, "job %s succeeded: %d steps, accuracy %.4f, AUC %.4f; model %s version %d\n",
-		res.JobID, res.GlobalStep, res.Metrics.Accuracy, res.Metrics.AUC, res.Model, res.Version)
+	fmt.Fprintf(stdout, "job %s succeeded: %d steps, %s; model %s version %d\n",
+		res.JobID, res.GlobalStep, res.Metrics.Summary(), res.Model, res.Version)
 	return nil
 }

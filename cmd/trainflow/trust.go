@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/worker"
 )
@@ -36,6 +37,10 @@ type trustFlags struct {
 	readRootsSet bool
 	// maxTrainMemory is --max-train-memory in bytes; 0: the default.
 	maxTrainMemory sizeFlag
+	// The resource bounds (worker.Limits): 0 takes the default.
+	childMemory, maxShardBytes sizeFlag
+	maxHeavy                   int
+	maxSteps, maxJobFiles      int64
 	// modelOwners is --model-owners.
 	modelOwners bundle.Rules
 }
@@ -71,6 +76,12 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 		}
 		return nil
 	})
+	fs.Var(&t.childMemory, "child-memory", "the address space (RLIMIT_AS) of each training and evaluation child process; a child that runs out of it fails its attempt, and two such attempts in a row fail the job, not retried (default: --max-train-memory + 25% + 1GiB)")
+	fs.IntVar(&t.maxHeavy, "max-heavy", 0, "run at most this many heavy activities (preprocess, train, evaluate, batch predict) at once; the others wait, heartbeating (default: the number of CPUs)")
+	fs.Int64Var(&t.maxSteps, "max-steps", 0, fmt.Sprintf("the largest train.max_steps a job may ask for (default %d)", activities.DefaultMaxSteps))
+	fs.Int64Var(&t.maxJobFiles, "max-job-files", 0, fmt.Sprintf("the most files a job's training may write: %d per checkpoint committed every train.save_checkpoints_steps, and one per %d summary points (default %d)",
+		activities.FilesPerCheckpoint, activities.SummaryPointsPerFile, activities.DefaultMaxJobFiles))
+	fs.Var(&t.maxShardBytes, "max-shard-bytes", fmt.Sprintf("the most bytes of preprocessed shards a job may write (rows × (input dimension + 1) × 8), e.g. 20GB (default %s)", activities.FormatBytes(activities.DefaultMaxShardBytes)))
 	fs.Var(&t.maxTrainMemory, "max-train-memory", "the most memory one training, evaluation or parameter server process may need, by the estimate of train.MemoryNeed (data, batch, activations, variables and optimizer slots), e.g. 12GiB or 500MB; a job needing more fails at once, not retried, naming the spec fields at fault (default: half of the machine's memory, else 8GiB)")
 }
 
@@ -115,7 +126,9 @@ func parseSize(s string) (int64, error) {
 // limits are the flags as the worker's Limits.
 func (t *trustFlags) limits() worker.Limits {
 	l := worker.Limits{DataRoots: t.dataRoots, BeamRunners: t.runners, BeamEnvironments: t.envs, BeamArgs: t.beamArgs,
-		MaxTrainBytes: int64(t.maxTrainMemory), ModelOwners: t.modelOwners}
+		MaxTrainBytes: int64(t.maxTrainMemory), ChildMemory: int64(t.childMemory), MaxHeavy: t.maxHeavy,
+		Ceilings:    activities.Ceilings{MaxSteps: t.maxSteps, MaxJobFiles: t.maxJobFiles, MaxShardBytes: int64(t.maxShardBytes)},
+		ModelOwners: t.modelOwners}
 	if t.readRootsSet {
 		// --read-roots '' allows none: an empty list, not nil (the default).
 		l.ReadRoots = append([]string{}, t.readRoots...)

@@ -110,8 +110,8 @@ func (d *Description) WriteText(w io.Writer) {
 		writeTrials(w, r.Tuning)
 		fmt.Fprintf(w, "export:   %s\nmodel:    %s version %d\n", r.Export, r.Model, r.Version)
 	} else if r != nil {
-		fmt.Fprintf(w, "steps:    %d\nmetrics:  accuracy %.4f  auc %.4f  log_loss %.4f on %d examples\nexport:   %s\nmodel:    %s version %d\n",
-			r.GlobalStep, r.Metrics.Accuracy, r.Metrics.AUC, r.Metrics.LogLoss, r.Metrics.Examples, r.Export, r.Model, r.Version)
+		fmt.Fprintf(w, "steps:    %d\nmetrics:  %s on %d examples\nexport:   %s\nmodel:    %s version %d\n",
+			r.GlobalStep, r.Metrics.Summary(), r.Metrics.Examples, r.Export, r.Model, r.Version)
 	}
 	writeBatch(w, d)
 	for _, p := range d.Pending {

@@ -18,6 +18,7 @@
 package tfevents
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -149,29 +150,150 @@ func Read(r io.Reader) ([]Event, error) {
 		return nil, err
 	}
 	var out []Event
-	for len(b) > 0 {
-		if len(b) < 12 {
-			return out, fmt.Errorf("%w: %d bytes left, less than a header", ErrCorrupt, len(b))
-		}
-		if maskedCRC(b[:8]) != binary.LittleEndian.Uint32(b[8:12]) {
-			return out, fmt.Errorf("%w: length CRC", ErrCorrupt)
-		}
-		n := binary.LittleEndian.Uint64(b[:8])
-		if rest := uint64(len(b) - 12); rest < 4 || n > rest-4 {
-			return out, fmt.Errorf("%w: record of %d bytes, %d left", ErrCorrupt, n, rest)
-		}
-		data := b[12 : 12+n]
-		if maskedCRC(data) != binary.LittleEndian.Uint32(b[12+n:]) {
-			return out, fmt.Errorf("%w: data CRC", ErrCorrupt)
-		}
-		ev, err := decodeEvent(data)
+	sc := NewScanner(bytes.NewReader(b), len(b))
+	for sc.Scan() {
+		ev, err := decodeEvent(sc.Record())
 		if err != nil {
 			return out, err
 		}
 		out = append(out, ev)
-		b = b[16+n:]
 	}
-	return out, nil
+	return out, sc.Err()
+}
+
+// Scanner reads an event file one record at a time, with memory bounded
+// by its largest record: for files a reader does not trust. A record
+// longer than the scanner's maximum is skipped unread (counted in
+// Skipped), not held: TensorBoard files may hold images or graphs next
+// to scalars, and a length field may lie.
+type Scanner struct {
+	r       io.Reader
+	max     int
+	buf     []byte
+	rec     []byte
+	err     error
+	skipped int
+}
+
+// NewScanner returns a Scanner reading r that holds records of at most
+// maxRecord bytes.
+func NewScanner(r io.Reader, maxRecord int) *Scanner {
+	return &Scanner{r: r, max: maxRecord}
+}
+
+// Scan advances to the next record whose CRCs match, skipping records
+// longer than the maximum. It returns false at the end of the file or at
+// the first error (see Err); the records before a corrupt one stand.
+func (s *Scanner) Scan() bool {
+	if s.err != nil {
+		return false
+	}
+	for {
+		var hdr [12]byte
+		n, err := io.ReadFull(s.r, hdr[:])
+		switch {
+		case err == io.EOF:
+			return false
+		case err == io.ErrUnexpectedEOF:
+			s.err = fmt.Errorf("%w: %d bytes left, less than a header", ErrCorrupt, n)
+			return false
+		case err != nil:
+			s.err = err
+			return false
+		}
+		if maskedCRC(hdr[:8]) != binary.LittleEndian.Uint32(hdr[8:12]) {
+			s.err = fmt.Errorf("%w: length CRC", ErrCorrupt)
+			return false
+		}
+		size := binary.LittleEndian.Uint64(hdr[:8])
+		if size > uint64(s.max) {
+			// Skip the record and its CRC without holding it.
+			if size > math.MaxInt64-4 {
+				s.err = fmt.Errorf("%w: record of %d bytes", ErrCorrupt, size)
+				return false
+			}
+			m, err := io.CopyN(io.Discard, s.r, int64(size)+4)
+			if err == io.EOF {
+				s.err = fmt.Errorf("%w: record of %d bytes, %d left", ErrCorrupt, size, m)
+				return false
+			}
+			if err != nil {
+				s.err = err
+				return false
+			}
+			s.skipped++
+			continue
+		}
+		if cap(s.buf) < int(size)+4 {
+			s.buf = make([]byte, int(size)+4)
+		}
+		b := s.buf[:size+4]
+		if m, err := io.ReadFull(s.r, b); err != nil {
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				err = fmt.Errorf("%w: record of %d bytes, %d left", ErrCorrupt, size, m)
+			}
+			s.err = err
+			return false
+		}
+		if maskedCRC(b[:size]) != binary.LittleEndian.Uint32(b[size:]) {
+			s.err = fmt.Errorf("%w: data CRC", ErrCorrupt)
+			return false
+		}
+		s.rec = b[:size]
+		return true
+	}
+}
+
+// Record is the current record's data: valid until the next Scan.
+func (s *Scanner) Record() []byte { return s.rec }
+
+// Err is the error that stopped Scan; nil at the end of the file.
+func (s *Scanner) Err() error { return s.err }
+
+// Skipped is the number of records skipped for their length.
+func (s *Scanner) Skipped() int { return s.skipped }
+
+// Scalars calls f for the current record's step and each of its
+// {tag, simple_value} values, without copying: tag is valid only during
+// the call. A record that is not an Event with a summary calls f for
+// nothing.
+func (s *Scanner) Scalars(f func(step int64, tag []byte, value float32)) error {
+	// Two passes, so that nothing is held whatever the field order.
+	var step int64
+	err := fields(s.rec, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
+		if num == 2 && typ == protowire.VarintType {
+			step = int64(x)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return fields(s.rec, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num != 5 || typ != protowire.BytesType {
+			return nil
+		}
+		return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+			if num != 1 || typ != protowire.BytesType {
+				return nil
+			}
+			var tag []byte
+			var val float32
+			err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+				switch {
+				case num == 1 && typ == protowire.BytesType:
+					tag = v
+				case num == 2 && typ == protowire.Fixed32Type:
+					val = math.Float32frombits(uint32(x))
+				}
+				return nil
+			})
+			if err == nil {
+				f(step, tag, val)
+			}
+			return err
+		})
+	})
 }
 
 // fields calls f for each field of a message, or reports a malformed one.

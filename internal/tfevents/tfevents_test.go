@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"math"
 	"testing"
@@ -173,4 +174,52 @@ func FuzzRead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		Read(bytes.NewReader(data)) // must not panic
 	})
+}
+
+// TestScannerSkipsLongRecords: a record over the scanner's maximum is
+// skipped without being held, the scalars around it still read, and a
+// length field claiming more than the file holds stops the scan as
+// corrupt instead of allocating it.
+func TestScannerSkipsLongRecords(t *testing.T) {
+	var big Batch
+	tags := make([]string, 2000)
+	vals := make([]float64, len(tags))
+	for i := range tags {
+		tags[i] = "tag_with_a_long_name_" + string(rune('a'+i%26))
+	}
+	big.Add(150, time.Unix(1, 0), tags, vals)
+	var small Batch
+	small.Add(100, time.Unix(1, 0), []string{"loss"}, []float64{0.75})
+	f := append(testFile(t), big.buf...)
+	f = append(f, small.buf...)
+
+	sc := NewScanner(bytes.NewReader(f), 1024)
+	var got []string
+	for sc.Scan() {
+		if cap(sc.buf) > 1024+4 {
+			t.Fatalf("scanner holds %d bytes, more than its maximum record", cap(sc.buf))
+		}
+		if err := sc.Scalars(func(step int64, tag []byte, v float32) { got = append(got, fmt.Sprintf("%d %s %g", step, tag, v)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sc.Err() != nil || sc.Skipped() != 1 {
+		t.Fatalf("err %v, skipped %d; want nil, 1", sc.Err(), sc.Skipped())
+	}
+	if want := "[100 loss 0.75 100 examples_per_sec 12345 200 loss 0.5 100 loss 0.75]"; fmt.Sprint(got) != want {
+		t.Errorf("scalars %v, want %s", got, want)
+	}
+
+	// A header claiming 2^62 bytes.
+	var hdr [12]byte
+	binary.LittleEndian.PutUint64(hdr[:8], 1<<62)
+	binary.LittleEndian.PutUint32(hdr[8:], maskedCRC(hdr[:8]))
+	sc = NewScanner(bytes.NewReader(append(testFile(t), hdr[:]...)), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+	}
+	if n != 3 || !errors.Is(sc.Err(), ErrCorrupt) || cap(sc.buf) > 1<<10 {
+		t.Errorf("%d records, err %v, buffer %d; want 3, ErrCorrupt, small", n, sc.Err(), cap(sc.buf))
+	}
 }

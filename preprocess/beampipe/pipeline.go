@@ -49,7 +49,7 @@ func Pipeline(s beam.Scope, r *preprocess.Request) (beam.PCollection, error) {
 	trainBlocks := beam.CreateList(s, train)
 	allBlocks := beam.CreateList(s, append(append([]preprocess.Block{}, train...), eval...))
 	transform := Fit(s, r, Analyze(s, r.Schema, trainBlocks))
-	shards := Transform(s, r.OutDir, r.Seed, allBlocks, transform)
+	shards := Transform(s, r.OutDir, r.Seed, r.MaxShardBytes, allBlocks, transform)
 	return Manifest(s, r, shards, transform), nil
 }
 
@@ -73,9 +73,11 @@ func Fit(s beam.Scope, r *preprocess.Request, stats beam.PCollection) beam.PColl
 // Transform applies the Transform artifact (a side input of one string)
 // to every row of blocks and writes each block's shard (and its rejected
 // rows) into outDir, shuffled by seed and the block's index. It returns
-// one preprocess.ShardResult per block.
-func Transform(s beam.Scope, outDir string, seed uint64, blocks, transform beam.PCollection) beam.PCollection {
-	return beam.ParDo(s.Scope("Transform"), &transformFn{OutDir: outDir, Seed: seed}, blocks, beam.SideInput{Input: transform})
+// one preprocess.ShardResult per block. A block whose shard would take
+// more than maxBytes (if positive) fails the pipeline with
+// preprocess.ErrShardBytes before its shard is written.
+func Transform(s beam.Scope, outDir string, seed uint64, maxBytes int64, blocks, transform beam.PCollection) beam.PCollection {
+	return beam.ParDo(s.Scope("Transform"), &transformFn{OutDir: outDir, Seed: seed, MaxBytes: maxBytes}, blocks, beam.SideInput{Input: transform})
 }
 
 // Manifest collects every shard's preprocess.ShardResult and writes r's
@@ -136,8 +138,9 @@ func (f *fitFn) ProcessElement(st preprocess.Stats) (string, error) {
 
 // transformFn writes the shard of one block.
 type transformFn struct {
-	OutDir string
-	Seed   uint64
+	OutDir   string
+	Seed     uint64
+	MaxBytes int64
 
 	t *preprocess.Transform
 }
@@ -150,7 +153,7 @@ func (f *transformFn) ProcessElement(b preprocess.Block, artifact string) (prepr
 		}
 		f.t = t
 	}
-	return preprocess.TransformBlock(f.t, b, f.OutDir, f.Seed)
+	return preprocess.TransformBlock(f.t, b, f.OutDir, f.Seed, f.MaxBytes)
 }
 
 // shardList is a mergeable list of shard results.

@@ -155,7 +155,7 @@ func TestTransform(t *testing.T) {
 	r.MaxBadFraction = 0.1
 	l := runLocal(t, *r)
 	p, s := beam.NewPipelineWithRoot()
-	shards := Transform(s, r.OutDir, r.Seed, beam.CreateList(s, l.blocks), beam.Create(s, string(l.artifact)))
+	shards := Transform(s, r.OutDir, r.Seed, 0, beam.CreateList(s, l.blocks), beam.Create(s, string(l.artifact)))
 	passert.EqualsList(s, shards, l.shards)
 	ptest.RunAndValidate(t, p)
 	l.sameShards(t, r.OutDir)

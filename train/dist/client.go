@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 
@@ -105,16 +104,20 @@ func (c *Client) Refresh(ctx context.Context) error {
 		if err == nil && cl.ready(c.tasks) {
 			for i, a := range cl.Addrs {
 				if c.conns[i] != nil && i < len(c.cluster.Addrs) && c.cluster.Addrs[i] == a {
-					c.creds[i].set(cl.Secrets[i])
+					if c.creds[i].set(cl.Secrets[i]) {
+						// A new server at the same address: dial it now,
+						// not after the backoff of the old one's failures.
+						c.conns[i].ResetConnectBackoff()
+					}
 					continue
 				}
 				if c.conns[i] != nil {
 					c.conns[i].Close()
 				}
-				creds := &secretCreds{}
+				creds := newSecretCreds(a)
 				creds.set(cl.Secrets[i])
 				conn, err := grpc.NewClient(a,
-					grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(creds),
+					grpc.WithTransportCredentials(creds),
 					grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{}), grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 					grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes),
 					grpc.WithWriteBufferSize(1<<20), grpc.WithReadBufferSize(1<<20),

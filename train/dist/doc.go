@@ -33,9 +33,12 @@
 // shard has heard Finish (a chief stalled through a restart still holds
 // the old one).
 //
-// Peers are not trusted (auth.go): every request must carry the server's
-// secret, which the Resolver hands the workers beside the addresses and
-// which never travels through the workflow; a server also refuses worker
+// Peers are not trusted (auth.go): every connection opens with a mutual
+// challenge–response over fresh nonces from both ends, proving to each
+// side that the other holds the server's secret without sending it; the
+// Resolver hands the workers the secrets beside the addresses, and they
+// never travel through the workflow. A worker sends nothing past its
+// hello to a server that fails the proof; a server also refuses worker
 // IDs outside the cluster, NaN or infinite gradients, generations the
 // cluster (its own Resolver) has not reached, and messages larger than a
 // gradient of its shard. A worker whose loss or gradient stops being

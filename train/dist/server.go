@@ -37,9 +37,13 @@ type Loader func(step int64) (*train.Checkpoint, error)
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
-	// Secret is what every request must carry (see NewSecret): at least
-	// 32 characters.
+	// Secret is what the server and its workers prove to each other that
+	// they know (see NewSecret and auth.go): at least 32 characters.
 	Secret string
+	// Addr is the address workers dial, as registered with the training
+	// workflow: the handshake's proofs cover it, so proofs relayed from
+	// another address do not match. Empty: the listener's address.
+	Addr string
 	// Resolve answers the cluster as the training workflow knows it. A
 	// request of a newer generation than the shard's is checked against
 	// it: a generation the cluster has not reached is refused, and the
@@ -48,15 +52,16 @@ type ServerConfig struct {
 	Resolve Resolver
 }
 
-// Server serves one Shard over gRPC to the peers that hold its secret. A
+// Server serves one Shard over gRPC to the peers that prove they hold its
+// secret, proving its own knowledge of it first (auth.go). A
 // request from a newer cluster generation first restores the shard from
 // the checkpoint the cluster names, so every shard rolls back to the same
 // committed step after a parameter server restarts; a request from an
 // older generation fails with codes.FailedPrecondition, telling the worker
 // to refresh its cluster view.
 //
-// Refused: requests without the secret (codes.Unauthenticated, before
-// their body is read), messages larger than a push of the shard's gradient
+// Refused: connections whose peer does not prove it knows the secret in
+// the handshake (closed before HTTP/2 starts), messages larger than a push of the shard's gradient
 // (codes.ResourceExhausted), pushes from worker IDs outside the cluster
 // (codes.PermissionDenied), non-finite gradients (codes.InvalidArgument,
 // nothing applied) and generations from the future (codes.InvalidArgument).
@@ -64,7 +69,7 @@ type Server struct {
 	shard   *Shard
 	load    Loader
 	resolve Resolver
-	secret  []byte
+	creds   *serverCreds
 	g       *grpc.Server
 	mu      sync.Mutex // serialises generation catch-up
 }
@@ -84,9 +89,13 @@ func NewServer(shard *Shard, load Loader, cfg ServerConfig) (*Server, error) {
 	if len(cfg.Secret) < minSecretLen {
 		return nil, ErrNoSecret
 	}
-	s := &Server{shard: shard, load: load, resolve: cfg.Resolve, secret: []byte(cfg.Secret)}
+	creds := &serverCreds{secret: []byte(cfg.Secret)}
+	if cfg.Addr != "" {
+		creds.addr.Store(&cfg.Addr)
+	}
+	s := &Server{shard: shard, load: load, resolve: cfg.Resolve, creds: creds}
 	s.g = grpc.NewServer(
-		grpc.ForceServerCodecV2(codec{}),
+		grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}),
 		grpc.InTapHandle(s.tapAuth), grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth),
 		grpc.MaxRecvMsgSize(maxRequestBytes(shard.Len())), grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.InitialWindowSize(windowBytes), grpc.InitialConnWindowSize(windowBytes),
@@ -98,7 +107,13 @@ func NewServer(shard *Shard, load Loader, cfg ServerConfig) (*Server, error) {
 }
 
 // Serve answers requests on lis until Stop.
-func (s *Server) Serve(lis net.Listener) error { return s.g.Serve(lis) }
+func (s *Server) Serve(lis net.Listener) error {
+	if s.creds.addr.Load() == nil {
+		a := lis.Addr().String()
+		s.creds.addr.CompareAndSwap(nil, &a)
+	}
+	return s.g.Serve(lis)
+}
 
 // Stop closes every connection and waits for the handlers to return.
 func (s *Server) Stop() { s.g.Stop() }

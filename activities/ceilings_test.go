@@ -1,0 +1,178 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// TestCeilingsRefuseClearly runs Train with specs past the operator's
+// ceilings on steps and files (the issue's max_steps 1e12 with 1-step
+// checkpoints and summaries among them): each fails at once,
+// non-retryable InvalidSpec naming the field and the flag, before the job
+// directory is even opened; specs at the ceilings pass the check.
+func TestCeilingsRefuseClearly(t *testing.T) {
+	acts := newActs(t)
+	e := env(acts)
+	acts.Ceilings = Ceilings{MaxSteps: 1_000_000, MaxJobFiles: 300}
+	for _, c := range []struct {
+		name                 string
+		steps, ckpt, summary int64
+		want                 string
+	}{
+		{"issue: max_steps 1e12", 1e12, 1, 1, "train.max_steps 1000000000000 is over this worker's ceiling of 1000000 steps (worker --max-steps)"},
+		{"checkpoint files", 1000, 9, 100, "train.save_checkpoints_steps 9 with train.max_steps 1000 commits 112 checkpoints, writing up to 336 files; this worker allows 300 files per job (worker --max-job-files): set train.save_checkpoints_steps to at least 10"},
+		{"summary points", 1_000_000, 100_000, 1, "train.save_summary_steps 1 with train.max_steps 1000000 records 1000000 summary points; this worker allows 3000 per job (10 per file of worker --max-job-files): set train.save_summary_steps to at least 334"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := workflows.TrainInput{JobDir: filepath.Join(t.TempDir(), "never-opened"), Train: workflows.TrainSpec{MaxSteps: c.steps, SaveCheckpointsSteps: c.ckpt, SaveSummarySteps: c.summary}}
+			_, err := e.ExecuteActivity(acts.Train, in)
+			var ae *temporal.ApplicationError
+			if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeInvalidSpec || !ae.NonRetryable() || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Train: %v, want non-retryable InvalidSpec %q", err, c.want)
+			}
+			if _, err := os.Stat(in.JobDir); !os.IsNotExist(err) {
+				t.Fatalf("the refused job's directory exists: %v", err)
+			}
+			// A distributed job's workers are refused the same way.
+			_, err = e.ExecuteActivity(acts.TrainWorker, workflows.RoleInput{TrainInput: in})
+			if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeInvalidSpec || !ae.NonRetryable() || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("TrainWorker: %v, want non-retryable InvalidSpec %q", err, c.want)
+			}
+		})
+	}
+	for _, ok := range []workflows.TrainSpec{
+		{MaxSteps: 1_000_000, SaveCheckpointsSteps: 10_000, SaveSummarySteps: 334},
+		{MaxSteps: 1000, SaveCheckpointsSteps: 10, SaveSummarySteps: 1},
+		{MaxSteps: 1_000_000, SaveCheckpointsSecs: 60, SaveSummarySteps: 1000},
+	} {
+		if err := acts.checkCeilings(workflows.TrainInput{Train: ok}); err != nil {
+			t.Errorf("%+v: %v, want it allowed", ok, err)
+		}
+	}
+}
+
+// TestShardCeilingStopsPreprocessing preprocesses the issue's hash column
+// of 2^20 buckets on 200 rows (1.7 GB of float64 shards) under a 100 MB
+// ceiling: the run fails, non-retryable InvalidSpec naming the column and
+// the flag, having written no shard.
+func TestShardCeilingStopsPreprocessing(t *testing.T) {
+	acts := newActs(t)
+	e := env(acts)
+	acts.Ceilings.MaxShardBytes = 100e6
+	s := hashSpec("shards_1", 1<<20, 200)
+	v, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: "run1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prep workflows.PrepareResult
+	v.Get(&prep)
+	in := workflows.PreprocessInput{JobDir: prep.JobDir, BeamArgs: s.Data.BeamFlags(), Request: preprocess.Request{Schema: *s.Data.Schema, Train: prep.Train, Eval: prep.Eval,
+		OutDir: prep.JobDir, TrainShards: 2, EvalShards: 1, Seed: 1, MaxBadFraction: 0.001,
+		MaxShardBytes: 1 << 62}} // a client's value: the operator's wins
+	t0 := time.Now()
+	_, err = e.ExecuteActivity(acts.Preprocess, in)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeInvalidSpec || !ae.NonRetryable() {
+		t.Fatalf("Preprocess: %v, want non-retryable InvalidSpec", err)
+	}
+	for _, want := range []string{"over this worker's ceiling of 100000000 bytes (worker --max-shard-bytes)", `data.schema column "workclass" (1048576 features`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("Preprocess: %q does not say %q", err, want)
+		}
+	}
+	var written int64
+	filepath.Walk(filepath.Join(prep.JobDir, preprocess.DataDir), func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			written += fi.Size()
+		}
+		return nil
+	})
+	if written > 0 {
+		t.Fatalf("%d bytes of shards written", written)
+	}
+	t.Logf("refused in %v: %v", time.Since(t0).Round(time.Millisecond), err)
+}
+
+// TestHeavySlotsBoundAndHeartbeat holds the worker's one heavy slot and
+// runs Train with a 2 s heartbeat timeout, no retry: it waits without
+// training, heartbeating, past the timeout; after its third heartbeat
+// the slot is freed and it trains. A wait whose context ends returns
+// its error.
+func TestHeavySlotsBoundAndHeartbeat(t *testing.T) {
+	acts := newActs(t)
+	s := spec("slots_1")
+	prep, pre := prepare(t, env(acts), acts, s)
+	slots, err := NewSlots(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts.Heavy = slots
+	release, err := slots.Acquire(context.Background()) // another job's training
+	if err != nil {
+		t.Fatal(err)
+	}
+	var suite testsuite.WorkflowTestSuite
+	we := suite.NewTestWorkflowEnvironment()
+	we.RegisterActivity(acts)
+	run := func(ctx workflow.Context, in workflows.TrainInput) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 5 * time.Minute, HeartbeatTimeout: 2 * time.Second,
+			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
+		return workflow.ExecuteActivity(ctx, "Train", in).Get(ctx, nil)
+	}
+	we.RegisterWorkflowWithOptions(run, workflow.RegisterOptions{Name: "slots"})
+	beats, waited := 0, time.Duration(0)
+	t0 := time.Now()
+	trainedEarly := false
+	we.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) {
+		if beats++; beats == 3 {
+			waited = time.Since(t0)
+			trainedEarly, _ = exists(filepath.Join(prep.JobDir, "checkpoints", "checkpoint"))
+			release()
+		}
+	})
+	in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train}
+	we.ExecuteWorkflow("slots", in)
+	if err := we.GetWorkflowError(); err != nil {
+		t.Fatalf("Train behind a taken slot: %v (after %d heartbeats)", err, beats)
+	}
+	if beats < 3 || trainedEarly {
+		t.Fatalf("%d heartbeats, trained before the slot was free: %v", beats, trainedEarly)
+	}
+	if waited < 2*time.Second {
+		t.Fatalf("waited %v for the slot, not past the 2 s heartbeat timeout", waited)
+	}
+	if n := slots.InUse(); n != 0 {
+		t.Fatalf("%d slots in use after Train returned, want 0", n)
+	}
+	t.Logf("waited %v for the slot, heartbeating, then trained", waited.Round(time.Millisecond))
+
+	hold, _ := slots.Acquire(context.Background())
+	defer hold()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := slots.Acquire(ctx); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "--max-heavy") {
+		t.Fatalf("Acquire with a cancelled context: %v, want context.Canceled naming --max-heavy", err)
+	}
+}
+
+func exists(p string) (bool, error) {
+	_, err := os.Stat(p)
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
