@@ -92,10 +92,12 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 	if err != nil {
 		return workflows.PreprocessResult{}, fmt.Errorf("shared data %s: %w", in.From, err)
 	}
+	req := in.Preprocess.Request
+	req.MaxShardBytes = a.maxShardBytes() // as Preprocess recorded it: the operator's
 	mine, _ := json.Marshal(struct {
 		R    preprocess.Request
 		Args []string
-	}{in.Preprocess.Request, in.Preprocess.BeamArgs})
+	}{req, in.Preprocess.BeamArgs})
 	if !sameRequest(old, []string{in.From, src.uri}, mine, []string{in.Preprocess.JobDir, dst.uri}) {
 		return workflows.PreprocessResult{}, refuse("%s was preprocessed with another request than this trial's (schema, inputs, shards, seed or Beam options differ)", in.From)
 	}
