@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -95,6 +96,14 @@ type Activities struct {
 	// non-retryable InvalidSpec error before loading its data (the
 	// worker's --max-train-memory). 0 means DefaultMaxTrainBytes.
 	MaxTrainBytes int64
+	// ModelOwners are the operator's rules for publishing into a model
+	// another job owns, or promoting in it (worker --model-owners; see
+	// bundle.Rule). A model without a rule is its owner's alone.
+	ModelOwners bundle.Rules
+
+	// schedulerFunc, if set, stands in for the workflow ID of the job that
+	// scheduled an activity (tests; see scheduler).
+	schedulerFunc func(context.Context) string
 	// ChildMemory is the address space, in bytes, of each training and
 	// evaluation child process (RLIMIT_AS; see ChildLimits and child.go,
 	// the worker's --child-memory). 0 derives it from MaxTrainBytes.
@@ -112,7 +121,6 @@ type Activities struct {
 
 // Paths inside a job directory written by the activities.
 const (
-	jobFile     = "job.json"
 	rawDir      = "raw"
 	evalMetrics = "eval/metrics.jsonl"
 	// pinnedDir holds hard links to the checkpoint being evaluated and
@@ -130,12 +138,6 @@ const (
 
 func nonRetryable(errType string, err error) error {
 	return temporal.NewNonRetryableApplicationError(err.Error(), errType, nil)
-}
-
-// claim is the content of job.json: which job owns the directory.
-type claim struct {
-	JobID      string `json:"job_id"`
-	FirstRunID string `json:"first_run_id"`
 }
 
 // PrepareJob resolves and claims the job directory and makes the raw data
@@ -200,12 +202,19 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 			*out = []string{loc}
 		}
 	}
-	jd, err := a.openJobDir(ctx, dir)
+	c := jobdir.Claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}
+	if in.Owner != nil { // a run since the job-owner marker: the claim records the parent
+		if err := a.checkPrepareOwner(ctx, spec.JobID, in.Owner); err != nil {
+			return workflows.PrepareResult{}, err
+		}
+		c.Parent, c.Version = in.Parent, jobdir.ClaimVersion
+	}
+	jd, err := a.openToClaim(ctx, dir)
 	if err != nil {
 		return workflows.PrepareResult{}, err
 	}
 	defer jd.Close()
-	if err := jd.claim(ctx, claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
+	if err := jd.claim(ctx, c); err != nil {
 		return workflows.PrepareResult{}, err
 	}
 	res := workflows.PrepareResult{JobDir: jd.uri, Train: data.Train, Eval: data.Eval}
@@ -260,23 +269,36 @@ func checkInput(ctx context.Context, p string) error {
 	return nil
 }
 
-// claim writes job.json into the job directory, or checks that the job
-// there is this one. A directory owned by another job (an earlier job
-// with the same ID) is refused so its outputs are never overwritten.
-func (j *jobDir) claim(ctx context.Context, c claim) error {
-	b, err := j.st.Read(ctx, jobFile)
-	if err == nil {
-		var old claim
-		if json.Unmarshal(b, &old) == nil && old == c {
-			return nil
-		}
-		return nonRetryable(workflows.ErrTypeJobExists, fmt.Errorf("job directory %s belongs to job %s (run %s): job IDs are unique, choose another", j.uri, old.JobID, old.FirstRunID))
+// claim writes the claim c (job.json) into the job directory, or checks
+// that the job there is this one (the same job ID and first run). A
+// directory owned by another job (an earlier job with the same ID) is
+// refused so its outputs are never overwritten.
+func (j *jobDir) claim(ctx context.Context, c jobdir.Claim) error {
+	old, err := j.WriteClaim(ctx, c)
+	if errors.Is(err, jobdir.ErrBadClaim) {
+		return nonRetryable(workflows.ErrTypeJobExists, fmt.Errorf("job directory %s has a claim (job.json) that does not decode: not a directory for a new job", j.uri))
 	}
-	if !errors.Is(err, fs.ErrNotExist) {
+	if err != nil {
 		return err
 	}
-	b, _ = json.Marshal(c)
-	return j.st.Write(ctx, jobFile, b)
+	if !old.SameJob(c) {
+		return nonRetryable(workflows.ErrTypeJobExists, fmt.Errorf("job directory %s belongs to another job: job IDs are unique, choose another", j.uri))
+	}
+	return nil
+}
+
+// checkPrepareOwner checks PrepareJob's owner: the workflow that
+// scheduled it (expectedOwner), claiming its own directory (jobID) or,
+// for a tuning job, its shared data's.
+func (a *Activities) checkPrepareOwner(ctx context.Context, jobID string, in *workflows.JobOwner) error {
+	want, _, err := a.expectedOwner(ctx, in)
+	if err != nil {
+		return err
+	}
+	if jobID != want.JobID && !workflows.IsDataOf(jobID, want.JobID) {
+		return notOwner(fmt.Errorf("job %s cannot claim a directory for job %s", want.JobID, jobID))
+	}
+	return nil
 }
 
 // Preprocess runs the Beam pipeline in a child process (see
@@ -307,7 +329,7 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 		return workflows.PreprocessResult{}, err
 	}
 	defer release()
-	jd, err := a.openJobDir(ctx, in.JobDir)
+	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
 	}
@@ -542,7 +564,7 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 	if err := a.checkCeilings(in); err != nil {
 		return workflows.TrainResult{}, err
 	}
-	jd, err := a.openJobDir(ctx, in.JobDir)
+	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
 	if err != nil {
 		return workflows.TrainResult{}, err
 	}
@@ -694,7 +716,7 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	defer a.Metrics.started("evaluate", activity.GetInfo(ctx).Attempt)()
 	hb := keepAlive(ctx)
 	defer hb.Stop()
-	jd, err := a.openJobDir(ctx, in.JobDir)
+	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
@@ -870,21 +892,75 @@ func (j *jobDir) appendMetrics(ctx context.Context, name string, step int64, m t
 // DeleteExport removes a bundle an exporter no longer keeps. Deleting a
 // bundle that is already gone succeeds. Its metadata goes first, so no
 // reader takes the rest for a bundle.
+//
+// in.Dir comes from workflow state that a carry can fill, so it is
+// checked first: it must be export/<exporter>/<step> of the job directory
+// it lies in (nothing above, beside or below that), and that directory's
+// claim must name the job the activity runs for (in.Owner).
 func (a *Activities) DeleteExport(ctx context.Context, in workflows.DeleteExportInput) error {
 	defer keepAlive(ctx).Stop()
-	p, _, _ := strings.Cut(in.Dir, "?")
-	if in.Dir == "" || !strings.Contains(filepath.ToSlash(p), "/"+exportDir+"/") {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("refusing to delete %q: not an export bundle", in.Dir))
-	}
-	if _, err := a.locate("export", in.Dir, true); err != nil {
-		return err
-	}
-	st, err := storage.Open(ctx, in.Dir)
+	jd, key, err := a.openExport(ctx, "export", in.Dir, in.Owner, ownJob)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	return bundle.Delete(ctx, st)
+	defer jd.Close()
+	return bundle.Delete(ctx, jd.st.Sub(key))
+}
+
+// openExport finds the job directory that the bundle location loc lies
+// in, checks its claim against owner (rel), and returns it with the
+// bundle's key there: export/<exporter>/<step>, nothing else.
+func (a *Activities) openExport(ctx context.Context, field, loc string, owner *workflows.JobOwner, rel relation) (*jobDir, string, error) {
+	refuse := func(why string) error {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", workflows.ErrInvalidSpec, field, loc, why))
+	}
+	if loc == "" {
+		return nil, "", refuse("empty")
+	}
+	located, err := a.locate(field, loc, true)
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := enclosingJob(ctx, located)
+	if err != nil {
+		return nil, "", err
+	}
+	if dir == "" {
+		return nil, "", notOwner(fmt.Errorf("%s %s lies in no job directory (no job.json above it)", field, loc))
+	}
+	key, ok := keyUnder(dir, located)
+	parts := strings.Split(key, "/")
+	if !ok || len(parts) != 3 || parts[0] != exportDir || !bundle.ValidName(parts[1]) || !canonicalStep(parts[2]) {
+		return nil, "", refuse("not a bundle of an exporter (export/<exporter>/<step> of a job directory)")
+	}
+	dirLoc, err := a.locate("job_dir", dir, true)
+	if err != nil {
+		return nil, "", err
+	}
+	jd, err := a.openChecked(ctx, dirLoc, owner, rel)
+	if err != nil {
+		return nil, "", err
+	}
+	return jd, key, nil
+}
+
+// keyUnder returns the key of loc (a location as locate returns it)
+// inside the job directory dir (as jobdir.Enclosing returns it).
+func keyUnder(dir, loc string) (string, bool) {
+	p, _, _ := strings.Cut(loc, "?")
+	if u, err := url.Parse(p); err == nil && strings.EqualFold(u.Scheme, "file") {
+		p = jobdir.FilePath(u)
+	}
+	p, dir = filepath.ToSlash(p), filepath.ToSlash(dir)
+	rest, ok := strings.CutPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+	return rest, ok && rest != ""
+}
+
+// canonicalStep reports whether s is a step as export directories name
+// them: a positive decimal number without sign or leading zeros.
+func canonicalStep(s string) bool {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return err == nil && n >= 0 && strconv.FormatInt(n, 10) == s
 }
 
 // Export writes the bundle of the checkpoint at in.Step to
@@ -892,7 +968,7 @@ func (a *Activities) DeleteExport(ctx context.Context, in workflows.DeleteExport
 // finds the bundle the first attempt wrote.
 func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (workflows.ExportResult, error) {
 	defer keepAlive(ctx).Stop()
-	jd, err := a.openJobDir(ctx, in.JobDir)
+	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
 	if err != nil {
 		return workflows.ExportResult{}, err
 	}
@@ -928,16 +1004,34 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 // Publish reads and verifies a bundle (a directory or a storage URI) and
 // publishes it into the model repository as the model's next version
 // (idempotent), then notifies OnPublish.
+//
+// The bundle must be an export of the publishing job (in.Owner) or, for
+// a tuning job, of one of its trials, and the model the job's to publish
+// into: the first publish of a model makes the job its owner, a later one
+// by another job, or its promote, needs the operator's rule for the model
+// (ModelOwners); otherwise it fails, not retried, naming the model and
+// the rule.
 func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
 	defer keepAlive(ctx).Stop()
-	if _, err := a.locate("bundle", in.Bundle, true); err != nil {
+	jd, _, err := a.openExport(ctx, "bundle", in.Bundle, in.Owner, ownOrTrial)
+	if err != nil {
 		return workflows.PublishResult{}, err
 	}
+	jd.Close()
 	b, err := bundle.Read(ctx, in.Bundle)
 	if err != nil {
 		return workflows.PublishResult{}, fmt.Errorf("publish: %w", err)
 	}
-	v, def, err := a.Models.Publish(ctx, in.Model, in.JobID, b, in.Promote)
+	by := bundle.Publisher{JobID: in.JobID}
+	if want, check, err := a.expectedOwner(ctx, in.Owner); err != nil {
+		return workflows.PublishResult{}, err
+	} else if check {
+		by = bundle.Publisher{JobID: want.JobID, FirstRunID: want.FirstRunID}
+	}
+	v, def, err := a.Models.PublishAs(ctx, in.Model, by, b, in.Promote, a.ModelOwners.For(in.Model))
+	if errors.Is(err, bundle.ErrNotOwner) {
+		return workflows.PublishResult{}, nonRetryable(workflows.ErrTypeModelOwned, err)
+	}
 	if err != nil {
 		return workflows.PublishResult{}, err
 	}

@@ -49,7 +49,14 @@ func newActs(t testing.TB) *Activities {
 	}
 	t.Cleanup(func() { models.Close() })
 	// The tests' data and job dirs are temporary directories.
-	return &Activities{Home: home, Models: models, Exe: exe, DataRoots: []string{os.TempDir()}}
+	// The activity test environment runs every activity for one fixed
+	// workflow ID: the tests' steps name none (asJob names one).
+	return &Activities{Home: home, Models: models, Exe: exe, DataRoots: []string{os.TempDir()}, schedulerFunc: func(context.Context) string { return "" }}
+}
+
+// asJob makes acts' activities run as if job id had scheduled them.
+func asJob(acts *Activities, id string) {
+	acts.schedulerFunc = func(context.Context) string { return id }
 }
 
 func env(acts *Activities) *testsuite.TestActivityEnvironment {

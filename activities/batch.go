@@ -73,12 +73,12 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	} else if other != "" {
 		return res, refuse(fmt.Errorf("%w: output_path %q lies inside the job directory %s of another job", workflows.ErrInvalidSpec, spec.OutputPath, other))
 	}
-	jd, err := a.openJobDir(ctx, out)
+	jd, err := a.openToClaim(ctx, out)
 	if err != nil {
 		return res, err
 	}
 	defer jd.Close()
-	if err := jd.claim(ctx, claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
+	if err := jd.claim(ctx, jobdir.Claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
 		return res, err
 	}
 	res.OutputPath = jd.uri

@@ -26,14 +26,52 @@ type jobDir struct {
 	dir string
 }
 
-// openJobDir opens the job directory at uri. The caller must Close it.
+// openJobDir opens the job directory at uri for the job the activity
+// runs for (openOwned with no owner from the input). The caller must
+// Close it.
 func (a *Activities) openJobDir(ctx context.Context, uri string) (*jobDir, error) {
+	return a.openOwned(ctx, uri, nil)
+}
+
+// openOwned opens the job directory at uri after checking that its claim
+// (jobdir.Claim) names the expected owner (see expectedOwner): the job
+// itself, or for a tuning job its shared data. A directory of another
+// job, or one without a claim, is refused with a non-retryable NotOwner
+// error before anything in it is read, written or deleted. The caller
+// must Close it.
+func (a *Activities) openOwned(ctx context.Context, uri string, owner *workflows.JobOwner) (*jobDir, error) {
+	return a.openChecked(ctx, uri, owner, ownJob)
+}
+
+// openTrial is openOwned for a tuning job (owner) reading one of its
+// trials' directories.
+func (a *Activities) openTrial(ctx context.Context, uri string, owner *workflows.JobOwner) (*jobDir, error) {
+	return a.openChecked(ctx, uri, owner, trialOf)
+}
+
+// openSharedData opens the shared preprocessed data of tuning job
+// tuningJobID for one of its trials (the caller checks that the activity
+// runs for one).
+func (a *Activities) openSharedData(ctx context.Context, uri, tuningJobID string) (*jobDir, error) {
+	jd, err := a.openToClaim(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	if err := jd.checkOwner(ctx, workflows.JobOwner{JobID: tuningJobID}, dataOf); err != nil {
+		jd.Close()
+		return nil, err
+	}
+	return jd, nil
+}
+
+// openToClaim opens the job directory at uri without checking its claim:
+// only for the step that writes the claim (PrepareJob, BatchPredict).
+func (a *Activities) openToClaim(ctx context.Context, uri string) (*jobDir, error) {
 	if uri == "" {
 		return nil, nonRetryable(workflows.ErrTypeInvalidSpec, errors.New("no job directory"))
 	}
-	// Workflows pass the job directory PrepareJob resolved, but a carry
-	// (continue-as-new state) typed into a start bypasses PrepareJob:
-	// check again that it lies inside the roots.
+	// Workflows pass the job directory PrepareJob resolved, but check
+	// again that it lies inside the roots.
 	if _, err := a.locate("job_dir", uri, false); err != nil {
 		return nil, err
 	}
@@ -47,6 +85,22 @@ func (a *Activities) openJobDir(ctx context.Context, uri string) (*jobDir, error
 	return newJobDir(d), nil
 }
 
+func (a *Activities) openChecked(ctx context.Context, uri string, owner *workflows.JobOwner, rel relation) (*jobDir, error) {
+	want, check, err := a.expectedOwner(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	jd, err := a.openToClaim(ctx, uri)
+	if err != nil || !check {
+		return jd, err
+	}
+	if err := jd.checkOwner(ctx, want, rel); err != nil {
+		jd.Close()
+		return nil, err
+	}
+	return jd, nil
+}
+
 // openExistingJobDir is openJobDir, except that it returns (nil, nil) for
 // a job directory that does not exist yet instead of creating it.
 func (a *Activities) openExistingJobDir(ctx context.Context, uri string) (*jobDir, error) {
@@ -58,6 +112,127 @@ func (a *Activities) openExistingJobDir(ctx context.Context, uri string) (*jobDi
 		return nil, err
 	}
 	return newJobDir(d), nil
+}
+
+// relation is how a job directory must relate to the expected owner.
+type relation int
+
+const (
+	// ownJob: the owner's own directory, or a tuning job's shared data
+	// (claimed by <owner>_data_<k> for the owner's first run).
+	ownJob relation = iota
+	// trialOf: a directory of one of the owner's trials (claimed by
+	// <owner>_trial_<n>, started by the owner as its child).
+	trialOf
+	// dataOf: the shared preprocessed data of the tuning job named by
+	// the owner's JobID (claimed by <tuning job>_data_<k>), read by its
+	// trials.
+	dataOf
+	// ownOrTrial: ownJob, or else trialOf (a tuning job publishing its
+	// best trial's export).
+	ownOrTrial
+)
+
+// expectedOwner returns the owner an activity acts for and whether to
+// check it. The owner in the input (runs since the workflows' job-owner
+// marker) must be the workflow that scheduled the activity, as the
+// Temporal server tells it (a mismatch is refused). An input without one
+// (a run started before the marker) is checked against that workflow's ID
+// alone: its first run ID is not known. Outside an activity (the worker's
+// own tools and tests) nothing is checked.
+func (a *Activities) expectedOwner(ctx context.Context, in *workflows.JobOwner) (workflows.JobOwner, bool, error) {
+	id := a.scheduler(ctx)
+	switch {
+	case in == nil && id == "":
+		return workflows.JobOwner{}, false, nil
+	case in != nil && id != "" && in.JobID != id:
+		return workflows.JobOwner{}, false, notOwner(fmt.Errorf("the input's owner %q is not the job %q that scheduled this step", in.JobID, id))
+	}
+	want := workflows.JobOwner{JobID: id}
+	if in != nil {
+		want = *in
+	}
+	first, err := a.firstRun(ctx)
+	if err != nil {
+		return workflows.JobOwner{}, false, err
+	}
+	if first != "" {
+		if in != nil && in.FirstRunID != first {
+			return workflows.JobOwner{}, false, notOwner(fmt.Errorf("the input's owner is not the run chain of job %q that scheduled this step", id))
+		}
+		want.FirstRunID = first
+	}
+	return want, true, nil
+}
+
+// firstRun returns the first run ID of the workflow run that scheduled
+// the activity, as the Temporal server records it ("" without a client,
+// outside an activity, or from a server that does not record it). An
+// input's owner comes from the workflow, but a client that runs its own
+// worker can schedule trainflow's activities from a workflow under a
+// closed job's ID: its first run is not that job's.
+func (a *Activities) firstRun(ctx context.Context) (string, error) {
+	if a.Client == nil || a.schedulerFunc != nil || !activity.IsActivity(ctx) {
+		return "", nil
+	}
+	wf := activity.GetInfo(ctx).WorkflowExecution
+	d, err := a.Client.DescribeWorkflowExecution(ctx, wf.ID, wf.RunID)
+	if err != nil {
+		return "", fmt.Errorf("describe %s: %w", wf.ID, err)
+	}
+	return d.GetWorkflowExecutionInfo().GetFirstRunId(), nil
+}
+
+// scheduler returns the workflow ID of the job that scheduled the
+// activity, as the Temporal server tells it ("" outside an activity).
+func (a *Activities) scheduler(ctx context.Context) string {
+	if a.schedulerFunc != nil { // tests: the activity test environment has one fixed workflow ID
+		return a.schedulerFunc(ctx)
+	}
+	if !activity.IsActivity(ctx) {
+		return ""
+	}
+	return activity.GetInfo(ctx).WorkflowExecution.ID
+}
+
+// notOwner is the non-retryable error of a step refused for ownership.
+func notOwner(err error) error { return nonRetryable(workflows.ErrTypeNotOwner, err) }
+
+// checkOwner checks the directory's claim against want (see relation).
+// The error names the directory and the expected owner, never the
+// claim's content.
+func (j *jobDir) checkOwner(ctx context.Context, want workflows.JobOwner, rel relation) error {
+	c, err := j.Claim(ctx)
+	if errors.Is(err, jobdir.ErrNoClaim) || errors.Is(err, jobdir.ErrBadClaim) {
+		return notOwner(fmt.Errorf("job directory %s has no valid claim (job.json): it is not job %s's", j.uri, want.JobID))
+	}
+	if err != nil {
+		return err
+	}
+	run := want.FirstRunID == "" || c.FirstRunID == want.FirstRunID
+	if rel == ownOrTrial {
+		if j.checkOwner(ctx, want, ownJob) == nil || j.checkOwner(ctx, want, trialOf) == nil {
+			return nil
+		}
+		return notOwner(fmt.Errorf("job directory %s is neither job %s's nor one of its trials': its claim (job.json) names another owner", j.uri, want.JobID))
+	}
+	switch rel {
+	case ownJob:
+		if run && (c.JobID == want.JobID || workflows.IsDataOf(c.JobID, want.JobID)) {
+			return nil
+		}
+		return notOwner(fmt.Errorf("job directory %s is not job %s's: its claim (job.json) names another owner", j.uri, want.JobID))
+	case dataOf:
+		if workflows.IsDataOf(c.JobID, want.JobID) {
+			return nil
+		}
+		return notOwner(fmt.Errorf("%s holds no data preprocessed by tuning job %s: its claim (job.json) names another owner", j.uri, want.JobID))
+	default:
+		if workflows.IsTrialOf(c.JobID, want.JobID) && (c.Version < jobdir.ClaimVersion || c.Parent == want.JobID) {
+			return nil
+		}
+		return notOwner(fmt.Errorf("job directory %s is not a trial of tuning job %s: its claim (job.json) names another owner", j.uri, want.JobID))
+	}
 }
 
 func newJobDir(d *jobdir.Dir) *jobDir {

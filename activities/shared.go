@@ -66,7 +66,7 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 			return workflows.PreprocessResult{}, refuse("job %s was not started by tuning job %q", wf.ID, in.TuningJobID)
 		}
 	}
-	dst, err := a.openJobDir(ctx, in.Preprocess.JobDir)
+	dst, err := a.openOwned(ctx, in.Preprocess.JobDir, in.Preprocess.Owner)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
 	}
@@ -76,15 +76,11 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 			return summary(got), nil // linked by an earlier attempt, or before a reset
 		}
 	}
-	src, err := a.openJobDir(ctx, from)
+	src, err := a.openSharedData(ctx, from, in.TuningJobID)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
 	}
 	defer src.Close()
-	var owner claim
-	if b, err := src.st.Read(ctx, jobFile); err != nil || json.Unmarshal(b, &owner) != nil || !workflows.IsDataOf(owner.JobID, in.TuningJobID) {
-		return workflows.PreprocessResult{}, refuse("%s holds no data preprocessed by tuning job %q", in.From, in.TuningJobID)
-	}
 	m, _, err := src.readManifest(ctx)
 	if err != nil {
 		return workflows.PreprocessResult{}, err
@@ -96,10 +92,12 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 	if err != nil {
 		return workflows.PreprocessResult{}, fmt.Errorf("shared data %s: %w", in.From, err)
 	}
+	req := in.Preprocess.Request
+	req.MaxShardBytes = a.maxShardBytes() // as Preprocess recorded it: the operator's
 	mine, _ := json.Marshal(struct {
 		R    preprocess.Request
 		Args []string
-	}{in.Preprocess.Request, in.Preprocess.BeamArgs})
+	}{req, in.Preprocess.BeamArgs})
 	if !sameRequest(old, []string{in.From, src.uri}, mine, []string{in.Preprocess.JobDir, dst.uri}) {
 		return workflows.PreprocessResult{}, refuse("%s was preprocessed with another request than this trial's (schema, inputs, shards, seed or Beam options differ)", in.From)
 	}

@@ -311,5 +311,5 @@ func (a *Activities) checkPreprocess(in workflows.PreprocessInput) error {
 // (as locate returns it) lies inside, or "": a job spec must not put its
 // job directory among another job's outputs.
 func enclosingJob(ctx context.Context, dir string) (string, error) {
-	return jobdir.Enclosing(ctx, dir, jobFile)
+	return jobdir.Enclosing(ctx, dir, jobdir.ClaimFile)
 }

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/tuning"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -96,6 +97,10 @@ func (a *Activities) trialJobDir(ref workflows.TrialRef) (string, error) {
 func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEvaluationsInput) (workflows.TrialEvaluationsResult, error) {
 	defer keepAlive(ctx).Stop()
 	out := workflows.TrialEvaluationsResult{Evals: make([][]workflows.TrialEval, len(in.Trials))}
+	want, check, err := a.expectedOwner(ctx, in.Owner)
+	if err != nil {
+		return out, err
+	}
 	for i, ref := range in.Trials {
 		dir, err := a.trialJobDir(ref)
 		if err != nil {
@@ -107,6 +112,13 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 		}
 		if jd == nil {
 			continue
+		}
+		if err := checkTrial(ctx, jd, want, check); err != nil {
+			jd.Close()
+			if errors.Is(err, errNotStarted) {
+				continue
+			}
+			return out, err
 		}
 		b, err := jd.st.Read(ctx, evalMetrics)
 		jd.Close()
@@ -138,7 +150,10 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 	if err != nil {
 		return "", err
 	}
-	jd, err := a.openJobDir(ctx, dir)
+	if !bundle.ValidName(in.Exporter) {
+		return "", nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: exporter %q: letters, digits and '_', starting with a letter", workflows.ErrInvalidSpec, in.Exporter))
+	}
+	jd, err := a.openTrial(ctx, dir, in.Owner)
 	if err != nil {
 		return "", err
 	}
@@ -160,6 +175,23 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 		return "", nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%s has no %s export", dir, in.Exporter))
 	}
 	return jd.Location(prefix + strconv.FormatInt(newest, 10)), nil
+}
+
+// errNotStarted is checkTrial's error for a trial directory not claimed
+// yet: the trial has not prepared it.
+var errNotStarted = errors.New("trial not started")
+
+// checkTrial checks that the existing directory jd is a trial of the
+// tuning job want (see expectedOwner; nothing when !check); one without
+// a claim yet is errNotStarted.
+func checkTrial(ctx context.Context, jd *jobDir, want workflows.JobOwner, check bool) error {
+	if !check {
+		return nil
+	}
+	if _, err := jd.Claim(ctx); errors.Is(err, jobdir.ErrNoClaim) {
+		return errNotStarted
+	}
+	return jd.checkOwner(ctx, want, trialOf)
 }
 
 // TuningHistory returns the trials table of a finished tuning job, for

@@ -44,6 +44,14 @@ type Repository interface {
 	// already published (same metadata.json) returns its existing version,
 	// promoted if asked. jobID is recorded in the version's source.json.
 	Publish(ctx context.Context, model, jobID string, b *Bundle, promote bool) (version int64, isDefault bool, err error)
+	// PublishAs is Publish for the job by under the operator's rule for
+	// the model: the first publish of a model records by as its owner
+	// (OwnerFile); a later one, or a promote, by another job than the
+	// owner is refused (ErrNotOwner) unless rule allows that job.
+	// Publish is PublishAs with an open rule, for the operator's tools.
+	PublishAs(ctx context.Context, model string, by Publisher, b *Bundle, promote bool, rule Rule) (version int64, isDefault bool, err error)
+	// Owner returns the owner of model, and false if it has none.
+	Owner(ctx context.Context, model string) (Publisher, bool, error)
 	// Dir returns the local directory of a version, and false if the
 	// repository is not on local disk.
 	Dir(model string, version int64) (string, bool)
@@ -366,13 +374,23 @@ type source struct {
 // the default object, and a publish that fails midway leaves an
 // incomplete version that readers ignore and the next publish overwrites.
 func (r *Store) Publish(ctx context.Context, model, jobID string, b *Bundle, promote bool) (version int64, isDefault bool, err error) {
+	return r.PublishAs(ctx, model, Publisher{JobID: jobID}, b, promote, Rule{Open: true})
+}
+
+// PublishAs is Publish for the job by under rule (see
+// Repository.PublishAs). The owner is checked before anything is
+// written, re-publishes of a bundle already there included.
+func (r *Store) PublishAs(ctx context.Context, model string, by Publisher, b *Bundle, promote bool, rule Rule) (version int64, isDefault bool, err error) {
 	if !ValidName(model) {
 		return 0, false, fmt.Errorf("publish: invalid model name %q", model)
 	}
-	src := source{JobID: jobID, Bundle: b.Dir, Hash: b.ID()}
+	src := source{JobID: by.JobID, Bundle: b.Dir, Hash: b.ID()}
 	vs, err := r.Versions(ctx, model)
 	if err != nil {
 		return 0, false, fmt.Errorf("publish: %w", err)
+	}
+	if err := r.checkOwner(ctx, model, vs, by, rule); err != nil {
+		return 0, false, err
 	}
 	for _, v := range vs {
 		var s source

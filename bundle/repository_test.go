@@ -157,7 +157,7 @@ func TestPublishIdempotent(t *testing.T) {
 				for _, e := range ents {
 					names = append(names, e.Name())
 				}
-				if want := []string{"1", "2", "default"}; !slices.Equal(names, want) {
+				if want := []string{"1", "2", "default", bundle.OwnerFile}; !slices.Equal(names, want) {
 					t.Errorf("model directory: got %q, want %q", names, want)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/errmark"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/workflows"
@@ -67,6 +68,10 @@ type Limits struct {
 	// (--max-steps, --max-job-files, --max-shard-bytes); zero fields
 	// take activities' defaults.
 	Ceilings activities.Ceilings
+	// ModelOwners are the rules for publishing into, or promoting in, a
+	// model another job owns (activities.Activities ModelOwners;
+	// --model-owners).
+	ModelOwners bundle.Rules
 }
 
 // apply checks l and sets it on acts: runner names lower case,
@@ -122,6 +127,7 @@ func (l Limits) apply(acts *activities.Activities) error {
 		return configError(fmt.Errorf("--max-heavy: %w", err))
 	}
 	acts.Heavy = slots
+	acts.ModelOwners = l.ModelOwners
 	return nil
 }
 

@@ -201,3 +201,39 @@ func continueTuningAsNew(ctx workflow.Context, spec JobSpec, carry *TuningCarry)
 func DecodeTuningInput(dc converter.DataConverter, in *commonpb.Payloads) (JobSpec, *TuningCarry, error) {
 	return decodeInput[tuningInput, TuningCarry](dc, in)
 }
+
+// ownerChange marks the owner in every activity input that touches a job
+// directory (JobOwner): runs from then on name the job their activities
+// act for, and the activities check it against the directory's claim.
+// Activities of runs started before it get no owner and check the claim
+// against the workflow that scheduled them (see activities).
+const ownerChange = "job-owner"
+
+// JobOwner is the job an activity acts for: the workflow's own job ID and
+// first run ID, both from the Temporal server (workflow.GetInfo), never
+// from the input or a carry. An activity refuses a job directory whose
+// claim (job.json) names another owner; for a tuning job's trials the
+// owner is the tuning job (their claims name it as Parent).
+type JobOwner struct {
+	JobID      string `json:"job_id"`
+	FirstRunID string `json:"first_run_id"`
+}
+
+// jobOwner returns the owner this run's activities act for, or nil in a
+// run started before ownerChange.
+func jobOwner(ctx workflow.Context) *JobOwner {
+	if workflow.GetVersion(ctx, ownerChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	info := workflow.GetInfo(ctx)
+	return &JobOwner{JobID: info.WorkflowExecution.ID, FirstRunID: info.FirstRunID}
+}
+
+// parentOf returns the workflow ID of the workflow that started this one
+// as its child, as the server recorded it ("" for a run a client started).
+func parentOf(ctx workflow.Context) string {
+	if p := workflow.GetInfo(ctx).ParentWorkflowExecution; p != nil {
+		return p.ID
+	}
+	return ""
+}

@@ -70,7 +70,7 @@ func testContinuedJobKeepsExporterState(t *testing.T, legacy bool) {
 	env.OnActivity(EvaluateActivity, mock.Anything, mock.Anything).Return(EvaluateResult{Step: 3000, Metrics: train.Metrics{Accuracy: 0.85}}, nil)
 	env.OnActivity(ExportActivity, mock.Anything, mock.MatchedBy(func(in ExportInput) bool { return in.Exporter == "final" })).
 		Return(ExportResult{Dir: "/jobs/census_1/export/final/3000", Version: 3000}, nil)
-	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "census_1", Bundle: "/jobs/census_1/export/best/1000", Model: "census"}).
+	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "census_1", Bundle: "/jobs/census_1/export/best/1000", Model: "census", Owner: testOwner("census_1")}).
 		Return(PublishResult{Model: "census", Version: 1, Default: true}, nil)
 	best := 0.9
 	carry := &Carry{Prep: PrepareResult{JobDir: "/jobs/census_1"}, Pre: PreprocessResult{TransformHash: "h", Dim: 107, Classes: 2},

@@ -96,6 +96,9 @@ func verified(key ed25519.PublicKey, msg, sig []byte) bool {
 // DeleteExportInput is the input of the DeleteExport activity.
 type DeleteExportInput struct {
 	Dir string `json:"dir"`
+	// Owner is the job whose export/ Dir must lie in (nil in runs
+	// started before ownerChange).
+	Owner *JobOwner `json:"owner,omitempty"`
 }
 
 // ExportState is what an exporter has exported and kept; it lives in
@@ -492,7 +495,7 @@ func (e *evaluator) evaluate(ctx workflow.Context, step int64) error {
 		return err
 	}
 	spec := e.spec
-	in := EvaluateInput{JobDir: e.prep.JobDir, Step: step, Batches: spec.Eval.Steps, BatchSize: spec.Model.BatchSize, Name: spec.Eval.Name}
+	in := EvaluateInput{JobDir: e.prep.JobDir, Step: step, Batches: spec.Eval.Steps, BatchSize: spec.Model.BatchSize, Name: spec.Eval.Name, Owner: jobOwner(ctx)}
 	ev, err := acts.Evaluate.Execute(e.evalCtx, in).Result(ctx)
 	e.lastEval, e.evaluated, e.force = workflow.Now(ctx), step, false
 	if isCheckpointGone(err) {
@@ -538,7 +541,7 @@ func export(ctx workflow.Context, ops bool, spec JobSpec, jobDir string, e Expor
 	}
 	xctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, fmt.Sprintf("%s export of step %d", e.Name, step)))
 	var ex ExportResult
-	in := ExportInput{JobID: spec.JobID, JobDir: jobDir, Exporter: e.Name, Step: step, Metrics: m}
+	in := ExportInput{JobID: spec.JobID, JobDir: jobDir, Exporter: e.Name, Step: step, Metrics: m, Owner: jobOwner(ctx)}
 	if err := workflow.ExecuteActivity(xctx, ExportActivity, in).Get(ctx, &ex); err != nil {
 		if ops && isCheckpointGone(err) && e.Type != ExporterFinal {
 			workflow.GetLogger(ctx).Warn("checkpoint deleted before its export; skipped", "exporter", e.Name, "global_step", step)
@@ -554,7 +557,7 @@ func export(ctx workflow.Context, ops bool, spec JobSpec, jobDir string, e Expor
 			return err
 		}
 		dctx := workflow.WithActivityOptions(ctx, stepOptions(ops, 10*time.Minute, "delete old export"))
-		if err := workflow.ExecuteActivity(dctx, DeleteExportActivity, DeleteExportInput{Dir: st.Dirs[old]}).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(dctx, DeleteExportActivity, DeleteExportInput{Dir: st.Dirs[old], Owner: jobOwner(ctx)}).Get(ctx, nil); err != nil {
 			return err
 		}
 		st.Kept = st.Kept[1:]

@@ -501,6 +501,9 @@ func (s *JobSpec) Validate() error {
 	if !ident.Valid(s.ModelName) {
 		return fmt.Errorf("%w: model_name %q: letters, digits and '_', starting with a letter", ErrInvalidSpec, s.ModelName)
 	}
+	if err := ident.Check(s.Eval.Name); err != nil { // a path component of the evaluation's summaries
+		return fmt.Errorf("%w: eval_spec.name: %v: letters, digits and '_', starting with a letter", ErrInvalidSpec, err)
+	}
 	names := map[string]bool{}
 	for i, e := range s.Eval.Exporters {
 		field := fmt.Sprintf("eval_spec.exporters[%d]", i)

@@ -31,3 +31,9 @@ func registerStubs(env *testsuite.TestWorkflowEnvironment, refs ...ActivityRef) 
 func registerFunc[In, Out any](env *testsuite.TestWorkflowEnvironment, a Activity[In, Out], fn func(context.Context, In) (Out, error)) {
 	env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: a.Name})
 }
+
+// testOwner is the owner the test environment's runs of job id name in
+// their activities' inputs (the environment's run IDs are fixed).
+func testOwner(id string) *JobOwner {
+	return &JobOwner{JobID: id} // the test environment has no first run ID
+}

@@ -82,6 +82,14 @@ const (
 	// terminate replaced the run): it stops rather than work beside the
 	// job's new run.
 	ErrTypeRunEnded = "RunEnded"
+	// ErrTypeNotOwner marks a step refused because the job directory it
+	// was given is not its job's: the directory's claim (job.json) names
+	// another owner, or it has none.
+	ErrTypeNotOwner = "NotOwner"
+	// ErrTypeModelOwned marks a publish refused because the model belongs
+	// to another job and the operator's rule for it (worker
+	// --model-owners) does not let this job publish or promote.
+	ErrTypeModelOwned = "ModelOwned"
 )
 
 // JobResult is the result of TrainingJob.
@@ -130,6 +138,11 @@ type PrepareInput struct {
 	// FirstRunID identifies the job across retries and resets; the job
 	// directory is claimed for it.
 	FirstRunID string `json:"first_run_id"`
+	// Owner is the job the directory is claimed for (nil in runs started
+	// before ownerChange); Parent the workflow that started the job as
+	// its child, recorded in the claim with it.
+	Owner  *JobOwner `json:"owner,omitempty"`
+	Parent string    `json:"parent,omitempty"`
 }
 
 // PrepareResult locates the job's directory and raw data on the workers.
@@ -146,6 +159,9 @@ type PreprocessInput struct {
 	// BeamArgs are the Beam pipeline options of the preprocess child
 	// (DataSpec.BeamFlags: runner options, then data.beam_args).
 	BeamArgs []string `json:"beam_args,omitempty"`
+	// Owner is the job whose directory JobDir must be (nil in runs
+	// started before ownerChange).
+	Owner *JobOwner `json:"owner,omitempty"`
 }
 
 // PreprocessResult summarises the preprocessed data.
@@ -182,8 +198,8 @@ type ImportInput struct {
 }
 
 // preprocessInput is the Preprocess input of a job prepared as prep.
-func preprocessInput(spec JobSpec, prep PrepareResult) PreprocessInput {
-	return PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Request: preprocess.Request{
+func preprocessInput(spec JobSpec, prep PrepareResult, owner *JobOwner) PreprocessInput {
+	return PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Owner: owner, Request: preprocess.Request{
 		Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
 		TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
 		MaxBadFraction: *spec.Data.MaxBadFraction,
@@ -205,6 +221,9 @@ type TrainInput struct {
 	PinForEval bool `json:"pin_for_eval,omitempty"`
 	// StallTimeoutSecs is cluster.stall_timeout_secs (0: the default).
 	StallTimeoutSecs int `json:"stall_timeout_secs,omitempty"`
+	// Owner is the job whose directory JobDir must be (nil in runs
+	// started before ownerChange).
+	Owner *JobOwner `json:"owner,omitempty"`
 }
 
 // TrainResult is the outcome of the Train activity.
@@ -219,6 +238,9 @@ type EvaluateInput struct {
 	Batches   int    `json:"batches,omitempty"`
 	BatchSize int    `json:"batch_size,omitempty"`
 	Name      string `json:"name,omitempty"`
+	// Owner is the job whose directory JobDir must be (nil in runs
+	// started before ownerChange).
+	Owner *JobOwner `json:"owner,omitempty"`
 }
 
 // EvaluateResult is the outcome of one evaluation.
@@ -234,6 +256,9 @@ type ExportInput struct {
 	Exporter string        `json:"exporter"`
 	Step     int64         `json:"step"`
 	Metrics  train.Metrics `json:"metrics"`
+	// Owner is the job whose directory JobDir must be (nil in runs
+	// started before ownerChange).
+	Owner *JobOwner `json:"owner,omitempty"`
 }
 
 // ExportResult locates a written bundle.
@@ -249,6 +274,11 @@ type PublishInput struct {
 	Model  string `json:"model"`
 	// Promote makes the version the default even if others exist.
 	Promote bool `json:"promote,omitempty"`
+	// Owner is the publishing job (nil in runs started before
+	// ownerChange): Bundle must lie in its directory, or in one of its
+	// trials' for a tuning job, and the model must be its to publish
+	// into (bundle.OwnerRule).
+	Owner *JobOwner `json:"owner,omitempty"`
 }
 
 // PublishResult names the published model version.
@@ -371,6 +401,7 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 		}
 	}
 	ops := workflow.GetVersion(ctx, opsChange, workflow.DefaultVersion, 1) >= 1
+	owner := jobOwner(ctx)
 	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName), SearchScaleTier.ValueSet(spec.Cluster.ScaleTier)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
@@ -383,7 +414,11 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 	} else {
 		short := workflow.WithActivityOptions(ctx, stepOptions(ops, 10*time.Minute, "prepare job dir and data"))
 		var err error
-		if prep, err = acts.PrepareJob.Run(short, PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}); err != nil {
+		pin := PrepareInput{Spec: spec, FirstRunID: info.FirstRunID}
+		if owner != nil {
+			pin.Owner, pin.Parent = owner, parentOf(ctx)
+		}
+		if prep, err = acts.PrepareJob.Run(short, pin); err != nil {
 			var ae *temporal.ApplicationError
 			if ops && errors.As(err, &ae) && ae.Type() == ErrTypeJobExists {
 				// Another job owns this ID: mark the run so that job
@@ -397,7 +432,7 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 			return res, err
 		}
 		setPhase(ctx, p, PhasePreprocessing)
-		in := preprocessInput(spec, prep)
+		in := preprocessInput(spec, prep, owner)
 		if sd := spec.SharedData; sd != nil { // a tuning trial: its parent preprocessed once for all
 			ictx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "link data preprocessed by "+sd.TuningJobID))
 			imp := ImportInput{Preprocess: in, From: sd.JobDir, TuningJobID: sd.TuningJobID, TransformHash: sd.Result.TransformHash}
@@ -415,7 +450,7 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 	res.TransformHash, res.TrainRows, res.EvalRows = pre.TransformHash, pre.TrainRows, pre.EvalRows
 
 	tin := TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: spec.Model, Train: spec.Train,
-		StallTimeoutSecs: spec.Cluster.StallTimeoutSecs}
+		StallTimeoutSecs: spec.Cluster.StallTimeoutSecs, Owner: owner}
 	if spec.Train.NumEpochs > 0 { // the steps of num_epochs, now that the rows are counted
 		tin.Train.MaxSteps = spec.StepsFor(pre.TrainRows)
 		p.MaxSteps = tin.Train.MaxSteps
@@ -441,7 +476,7 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 	p.Export = res.Export
 	setPhase(ctx, p, PhasePublishing)
 	pubctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "publish "+spec.Publish+" export"))
-	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote})
+	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote, Owner: owner})
 	if err != nil {
 		return res, err
 	}

@@ -41,7 +41,7 @@ func mockHappyPath(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity(TrainActivity, mock.Anything, mock.MatchedBy(func(in TrainInput) bool {
 		return in.Dim == 107 && in.TransformHash == "h" && in.Train.MaxSteps == 3000
 	})).Return(TrainResult{Step: 3000, Loss: 0.3}, nil)
-	env.OnActivity(EvaluateActivity, mock.Anything, EvaluateInput{JobDir: "/jobs/census_1", Step: 3000, BatchSize: 64, Name: "eval"}).
+	env.OnActivity(EvaluateActivity, mock.Anything, EvaluateInput{JobDir: "/jobs/census_1", Step: 3000, BatchSize: 64, Name: "eval", Owner: testOwner("census_1")}).
 		Return(EvaluateResult{Step: 3000, Metrics: train.Metrics{Examples: 20, Accuracy: 0.85}}, nil)
 	env.OnActivity(ExportActivity, mock.Anything, mock.MatchedBy(func(in ExportInput) bool {
 		return in.Step == 3000 && in.Exporter == "best" && in.Metrics.Accuracy == 0.85
@@ -49,7 +49,7 @@ func mockHappyPath(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity(ExportActivity, mock.Anything, mock.MatchedBy(func(in ExportInput) bool {
 		return in.Step == 3000 && in.Exporter == "final" && in.Metrics.Accuracy == 0.85
 	})).Return(ExportResult{Dir: "/jobs/census_1/export/final/3000", Version: 3000}, nil)
-	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "census_1", Bundle: "/jobs/census_1/export/best/3000", Model: "census"}).
+	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "census_1", Bundle: "/jobs/census_1/export/best/3000", Model: "census", Owner: testOwner("census_1")}).
 		Return(PublishResult{Model: "census", Version: 1, Default: true}, nil)
 }
 
@@ -165,6 +165,9 @@ func TestSpecDefaultsAndValidation(t *testing.T) {
 		{func(s *JobSpec) { s.Train.MaxSteps = -5 }, "train.max_steps"},
 		{func(s *JobSpec) { s.Preset = "imagenet" }, "preset"},
 		{func(s *JobSpec) { s.ModelName = "../etc" }, "model_name"},
+		{func(s *JobSpec) { s.Eval.Name = "../../victim" }, "eval_spec.name"},
+		{func(s *JobSpec) { s.Eval.Name = "a/b" }, "eval_spec.name"},
+		{func(s *JobSpec) { s.Eval.Name = "_hidden" }, "eval_spec.name"},
 		{func(s *JobSpec) { s.Data.Train = []string{"x.csv"} }, "data.train and data.eval"},
 		{func(s *JobSpec) { s.Model.Type = "dnn" }, "model.type"},
 		{func(s *JobSpec) { s.Model.Optimizer = "lbfgs" }, "model.optimizer"},

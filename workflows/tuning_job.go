@@ -144,7 +144,10 @@ type SuggestResult struct {
 // TrialEvaluationsInput asks for the intermediate evaluations of trials.
 type TrialEvaluationsInput struct {
 	Trials []TrialRef `json:"trials"`
-	Metric string     `json:"metric"`
+	// Owner is the tuning job whose trials they must be (nil in runs
+	// started before ownerChange).
+	Owner  *JobOwner `json:"owner,omitempty"`
+	Metric string    `json:"metric"`
 	// Name is the evaluation name (eval_spec.name) to read.
 	Name string `json:"name"`
 }
@@ -166,6 +169,9 @@ type TrialEvaluationsResult struct {
 type TrialExportInput struct {
 	JobDir   string `json:"job_dir"`
 	Exporter string `json:"exporter"`
+	// Owner is the tuning job whose trial's directory JobDir must be
+	// (nil in runs started before ownerChange).
+	Owner *JobOwner `json:"owner,omitempty"`
 }
 
 // TuningHistoryInput asks for the trials of a finished tuning job.
@@ -256,6 +262,7 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *P
 		return res, invalid(fmt.Errorf("%w: shared_data: set by a tuning job in its trials' specs only, never in a tuning job's", ErrInvalidSpec))
 	}
 	share := workflow.GetVersion(ctx, sharedDataChange, workflow.DefaultVersion, 1) >= 1 && spec.Tuning.Sharing()
+	owner := jobOwner(ctx)
 	t := *spec.Tuning
 	rep := &TuningReport{Metric: t.HyperparameterMetricTag, Goal: t.Goal, Algorithm: t.Algorithm, MaxTrials: t.MaxTrials, Parallel: t.MaxParallelTrials}
 	for _, prm := range t.Params {
@@ -334,7 +341,7 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *P
 		}
 	}
 	evalsOf := func(trs []*Trial) error {
-		in := TrialEvaluationsInput{Metric: t.HyperparameterMetricTag, Name: spec.Eval.Name}
+		in := TrialEvaluationsInput{Metric: t.HyperparameterMetricTag, Name: spec.Eval.Name, Owner: owner}
 		for _, tr := range trs {
 			in.Trials = append(in.Trials, TrialRef{Number: tr.Number, ID: tr.ID, JobDir: tr.JobDirSpec})
 		}
@@ -419,7 +426,7 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *P
 	prepareData := func(k int, ts JobSpec) {
 		ds := raw.SharedDataSpec(k, ts)
 		pctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "prepare "+ds.JobID))
-		f := acts.PrepareJob.Execute(pctx, PrepareInput{Spec: ds, FirstRunID: info.FirstRunID})
+		f := acts.PrepareJob.Execute(pctx, PrepareInput{Spec: ds, FirstRunID: info.FirstRunID, Owner: owner})
 		sel.AddFuture(f.Untyped(), func(workflow.Future) {
 			prep, err := f.Result(ctx)
 			if err != nil {
@@ -427,7 +434,7 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *P
 				return
 			}
 			qctx := workflow.WithActivityOptions(ctx, stepOptions(true, 6*time.Hour, "Beam analyze + transform for the trials ("+ds.JobID+")"))
-			g := acts.Preprocess.Execute(qctx, preprocessInput(ds, prep))
+			g := acts.Preprocess.Execute(qctx, preprocessInput(ds, prep, owner))
 			sel.AddFuture(g.Untyped(), func(workflow.Future) {
 				pre, err := g.Result(ctx)
 				dataDone(k, prep.JobDir, pre, err)
@@ -575,12 +582,12 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *P
 	}
 	setPhase(ctx, p, PhasePublishing)
 	xctx := workflow.WithActivityOptions(ctx, activityOptions(10*time.Minute, "find trial "+best.ID+"'s "+spec.Publish+" export"))
-	if err := acts.TrialExport.Execute(xctx, TrialExportInput{JobDir: best.JobDir, Exporter: spec.Publish}).Into(ctx, &res.Export); err != nil {
+	if err := acts.TrialExport.Execute(xctx, TrialExportInput{JobDir: best.JobDir, Exporter: spec.Publish, Owner: owner}).Into(ctx, &res.Export); err != nil {
 		return res, err
 	}
 	p.Export = res.Export
 	pubctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "publish best trial "+best.ID))
-	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote})
+	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote, Owner: owner})
 	if err != nil {
 		return res, err
 	}

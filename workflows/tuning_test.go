@@ -251,7 +251,7 @@ func TestTuningJobBoundsParallelismCountsFailuresPublishesBest(t *testing.T) {
 	f := &fakeTrials{}
 	pts := [][]float64{{0.05, 0, 16}, {0.095, 0, 16}, {0.011, 1, 32}, {0.002, 0, 64}, {0.03, 1, 16}}
 	env := tuningEnv(t, "hp_1", f, pts)
-	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "hp_1", Bundle: "/jobs/hp_1_trial_3/export/best/100", Model: "census"}).
+	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "hp_1", Bundle: "/jobs/hp_1_trial_3/export/best/100", Model: "census", Owner: testOwner("hp_1")}).
 		Return(PublishResult{Model: "census", Version: 4}, nil).Once()
 	env.ExecuteWorkflow(HyperparameterTuningJobName, tuningSpec("hp_1"))
 	res := tuningResult(t, env)

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/preprocess"
@@ -40,15 +41,18 @@ func TestMain(m *testing.M) {
 const censusDir = "../../../shared/datasets/census"
 
 // testTrust lets the tests' jobs read and write the temporary directories
-// and the census data: what an operator lists with --data-roots.
+// and the census data: what an operator lists with --data-roots. The
+// tests run several jobs into one model, so every model is open to every
+// job (--model-owners '*=open'); TestOwnershipAttacks runs with the
+// default, each model its owner's alone.
 func testTrust() *trustFlags {
 	census, _ := filepath.Abs(censusDir)
-	return &trustFlags{dataRoots: listFlag{os.TempDir(), census}}
+	return &trustFlags{dataRoots: listFlag{os.TempDir(), census}, modelOwners: bundle.Rules{"*": {Open: true}}}
 }
 
 // testTrustArgs are testTrust as worker flags.
 func testTrustArgs() []string {
-	return []string{"--data-roots", testTrust().dataRoots.String()}
+	return []string{"--data-roots", testTrust().dataRoots.String(), "--model-owners", testTrust().modelOwners.String()}
 }
 
 type logWriter struct{ t *testing.T }

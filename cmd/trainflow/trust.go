@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/worker"
 )
 
@@ -40,6 +41,8 @@ type trustFlags struct {
 	childMemory, maxShardBytes sizeFlag
 	maxHeavy                   int
 	maxSteps, maxJobFiles      int64
+	// modelOwners is --model-owners.
+	modelOwners bundle.Rules
 }
 
 func (t *trustFlags) register(fs *flag.FlagSet) {
@@ -55,6 +58,22 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 			return errors.New("want a Beam option such as --worker_binary=PATH")
 		}
 		t.beamArgs = append(t.beamArgs, s)
+		return nil
+	})
+	fs.Func("model-owners", "who besides a model's owner (the job that first published it) may publish versions into it or promote one: MODEL=RULE, comma-separated, repeatable; MODEL a model name or * (any other model), RULE open, owner (the default) or job ID patterns separated by | (e.g. census=census_*|nightly_*); see docs/ownership.md", func(s string) error {
+		rs, err := bundle.ParseRules(s)
+		if err != nil {
+			return err
+		}
+		if t.modelOwners == nil {
+			t.modelOwners = bundle.Rules{}
+		}
+		for m, r := range rs {
+			if _, dup := t.modelOwners[m]; dup {
+				return fmt.Errorf("model %s has a rule already", m)
+			}
+			t.modelOwners[m] = r
+		}
 		return nil
 	})
 	fs.Var(&t.childMemory, "child-memory", "the address space (RLIMIT_AS) of each training and evaluation child process; a child that runs out of it fails its attempt, and two such attempts in a row fail the job, not retried (default: --max-train-memory + 25% + 1GiB)")
@@ -108,7 +127,8 @@ func parseSize(s string) (int64, error) {
 func (t *trustFlags) limits() worker.Limits {
 	l := worker.Limits{DataRoots: t.dataRoots, BeamRunners: t.runners, BeamEnvironments: t.envs, BeamArgs: t.beamArgs,
 		MaxTrainBytes: int64(t.maxTrainMemory), ChildMemory: int64(t.childMemory), MaxHeavy: t.maxHeavy,
-		Ceilings: activities.Ceilings{MaxSteps: t.maxSteps, MaxJobFiles: t.maxJobFiles, MaxShardBytes: int64(t.maxShardBytes)}}
+		Ceilings:    activities.Ceilings{MaxSteps: t.maxSteps, MaxJobFiles: t.maxJobFiles, MaxShardBytes: int64(t.maxShardBytes)},
+		ModelOwners: t.modelOwners}
 	if t.readRootsSet {
 		// --read-roots '' allows none: an empty list, not nil (the default).
 		l.ReadRoots = append([]string{}, t.readRoots...)
