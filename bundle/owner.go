@@ -33,28 +33,41 @@ type Publisher struct {
 var ErrNotOwner = errors.New("bundle: model belongs to another job")
 
 // Rule is the operator's rule for who, besides the model's owner, may
-// publish a version into an existing model or promote one: anyone (Open),
-// or the jobs whose IDs match one of Jobs (path.Match patterns such as
-// "census_*"). The zero Rule: the owner alone.
+// publish a version into an existing model or promote one (make it the
+// default, the version served to requests that name none): anyone
+// (Open), or the jobs whose IDs match one of Jobs (path.Match patterns
+// such as "census_*"). Other jobs may add versions that are not the
+// default (a retraining job is served only when asked for by version
+// until someone allowed promotes it), unless OwnerOnly refuses them that
+// too. The zero Rule ("versions"): any job adds versions, only the owner
+// promotes.
 //
 // Job IDs are chosen by whoever starts the job, so a pattern keeps apart
 // clients that follow the operator's naming, not clients that lie; the
 // owner's first run ID is what no client can choose.
 type Rule struct {
 	Open bool
-	Jobs []string
+	// OwnerOnly refuses other jobs' versions too ("owner").
+	OwnerOnly bool
+	Jobs      []string
 }
 
-// String renders r as ParseRules reads it ("" for the owner alone).
+// String renders r as ParseRules reads it.
 func (r Rule) String() string {
-	if r.Open {
+	switch {
+	case r.Open:
 		return "open"
+	case len(r.Jobs) > 0:
+		return strings.Join(r.Jobs, "|")
+	case r.OwnerOnly:
+		return "owner"
 	}
-	return strings.Join(r.Jobs, "|")
+	return "versions"
 }
 
-// allows reports whether r lets jobID publish into another job's model.
-func (r Rule) allows(jobID string) bool {
+// allows reports whether r lets jobID publish into another job's model,
+// promoting (setting the default) if promote.
+func (r Rule) allows(jobID string, promote bool) bool {
 	if r.Open {
 		return true
 	}
@@ -63,7 +76,7 @@ func (r Rule) allows(jobID string) bool {
 			return true
 		}
 	}
-	return false
+	return !promote && !r.OwnerOnly && len(r.Jobs) == 0
 }
 
 // Rules are the operator's rules by model name; "*" applies to models
@@ -79,8 +92,10 @@ func (rs Rules) For(model string) Rule {
 }
 
 // ParseRules parses rules written MODEL=RULE, comma-separated: MODEL a
-// model name or "*", RULE "open", "owner" (the default) or job ID
-// patterns separated by '|' (e.g. census=census_*|nightly_*).
+// model name or "*", RULE "versions" (the default: any job adds versions,
+// the owner alone promotes), "owner" (the owner alone publishes),
+// "open" or job ID patterns separated by '|' (e.g. census=census_*|nightly_*:
+// the owner and those jobs publish and promote; no other job publishes).
 func ParseRules(s string) (Rules, error) {
 	rs := Rules{}
 	for _, e := range strings.Split(s, ",") {
@@ -99,6 +114,8 @@ func ParseRules(s string) (Rules, error) {
 		case "open":
 			r.Open = true
 		case "owner":
+			r.OwnerOnly = true
+		case "versions":
 		default:
 			for _, p := range strings.Split(rule, "|") {
 				if _, err := path.Match(p, ""); err != nil || p == "" || strings.ContainsAny(p, "/\\") {
@@ -157,7 +174,7 @@ func (o Publisher) is(p Publisher) bool {
 // checkOwner lets by publish into model (versions vs) under rule, claiming
 // the model for by when nobody owns it: it returns an error wrapping
 // ErrNotOwner when the model is another job's and rule does not allow by.
-func (r *Store) checkOwner(ctx context.Context, model string, vs []int64, by Publisher, rule Rule) error {
+func (r *Store) checkOwner(ctx context.Context, model string, vs []int64, by Publisher, rule Rule, promote bool) error {
 	o, ok, err := r.owner(ctx, model, vs)
 	if err != nil {
 		return err
@@ -167,15 +184,20 @@ func (r *Store) checkOwner(ctx context.Context, model string, vs []int64, by Pub
 			return err
 		}
 	}
-	if o.is(by) || rule.allows(by.JobID) {
+	if o.is(by) || rule.allows(by.JobID, promote) {
 		return nil
 	}
-	shown := "the owner alone"
-	if len(rule.Jobs) > 0 {
-		shown = "the owner and jobs matching " + rule.String()
+	var shown string
+	switch {
+	case len(rule.Jobs) > 0:
+		shown = "lets the owner and jobs matching " + rule.String() + " publish and promote"
+	case rule.OwnerOnly:
+		shown = "lets its owner alone publish"
+	default:
+		shown = "lets any job add versions but its owner alone promote (publish without promote to add a version)"
 	}
-	return fmt.Errorf("%w: model %s belongs to another job; the operator's rule for it lets %s publish or promote, not job %s (worker --model-owners %s=PATTERN|open allows more)",
-		ErrNotOwner, model, shown, by.JobID, model)
+	return fmt.Errorf("%w: model %s belongs to job %s; the operator's rule for it %s, not job %s (worker --model-owners %s=PATTERN|open allows more)",
+		ErrNotOwner, model, o.JobID, shown, by.JobID, model)
 }
 
 // claimModel writes model's owner record for by unless one exists (a
@@ -230,11 +252,7 @@ func createExclusive(dir, name string, b []byte) error {
 func (rs Rules) String() string {
 	var out []string
 	for _, m := range slices.Sorted(maps.Keys(rs)) {
-		r := rs[m].String()
-		if r == "" {
-			r = "owner"
-		}
-		out = append(out, m+"="+r)
+		out = append(out, m+"="+rs[m].String())
 	}
 	return strings.Join(out, ",")
 }

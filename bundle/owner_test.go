@@ -11,10 +11,11 @@ import (
 )
 
 // TestModelOwners: the first publish of a model claims it for its job;
-// another job's publish or promote is refused unless the operator's rule
-// allows that job, and a refusal leaves versions and default as they
-// were. The owner's own later runs are the owner only with its first run
-// ID.
+// another job's promote is refused unless the operator's rule allows that
+// job (under the default rule it may add a version that is not the
+// default; under "owner" or a job pattern not even that), and a refusal
+// leaves versions and default as they were. The owner's own later runs
+// are the owner only with its first run ID.
 func TestModelOwners(t *testing.T) {
 	ctx := context.Background()
 	owner := bundle.Publisher{JobID: "census_1", FirstRunID: "run-a"}
@@ -35,7 +36,8 @@ func TestModelOwners(t *testing.T) {
 				rule    bundle.Rule
 			}{
 				{"stranger promotes a new version", bundle.Publisher{JobID: "flipped_1", FirstRunID: "run-x"}, fixtureBundles[1], true, bundle.Rule{}},
-				{"stranger publishes without promote", bundle.Publisher{JobID: "flipped_1", FirstRunID: "run-x"}, fixtureBundles[1], false, bundle.Rule{}},
+				{"stranger publishes under the owner-only rule", bundle.Publisher{JobID: "flipped_1", FirstRunID: "run-x"}, fixtureBundles[1], false, bundle.Rule{OwnerOnly: true}},
+				{"stranger publishes beside a job pattern", bundle.Publisher{JobID: "flipped_1", FirstRunID: "run-x"}, fixtureBundles[1], false, bundle.Rule{Jobs: []string{"census_*"}}},
 				{"stranger re-publishes the owner's bundle", bundle.Publisher{JobID: "flipped_1", FirstRunID: "run-x"}, fixtureBundles[0], true, bundle.Rule{}},
 				{"the owner's job ID from another first run", bundle.Publisher{JobID: "census_1", FirstRunID: "run-b"}, fixtureBundles[1], true, bundle.Rule{}},
 				{"a pattern the job does not match", bundle.Publisher{JobID: "flipped_1", FirstRunID: "run-x"}, fixtureBundles[1], true, bundle.Rule{Jobs: []string{"census_*"}}},
@@ -54,6 +56,13 @@ func TestModelOwners(t *testing.T) {
 			}
 			if o, _, _ := r.Owner(ctx, model); o != owner {
 				t.Errorf("owner changed by refused publishes: %+v", o)
+			}
+			// Under the default rule a stranger adds a version, not the default.
+			if v, def, err := r.PublishAs(ctx, model, bundle.Publisher{JobID: "retrain_2", FirstRunID: "run-y"}, read(t, fixtureBundles[1]), false, bundle.Rule{}); err != nil || v != 2 || def {
+				t.Fatalf("another job's version without promote: %d %v %v, want version 2, not the default", v, def, err)
+			}
+			if d, _ := r.Default(ctx, model); d != 1 {
+				t.Errorf("default %d after another job's version, want 1", d)
 			}
 			// The owner publishes and promotes; a job the rule names does too.
 			if v, def, err := r.PublishAs(ctx, model, owner, read(t, fixtureBundles[1]), true, bundle.Rule{}); err != nil || v != 2 || !def {
@@ -101,15 +110,18 @@ func TestModelOwnerOfOlderRepository(t *testing.T) {
 }
 
 func TestParseRules(t *testing.T) {
-	rs, err := bundle.ParseRules("census=census_*|nightly_?, fmnist=open,*=owner")
+	rs, err := bundle.ParseRules("census=census_*|nightly_?, fmnist=open,*=owner,mnist=versions")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rs.String(); got != "*=owner,census=census_*|nightly_?,fmnist=open" {
+	if got := rs.String(); got != "*=owner,census=census_*|nightly_?,fmnist=open,mnist=versions" {
 		t.Errorf("String() = %q", got)
 	}
-	if r := rs.For("other"); r.Open || len(r.Jobs) != 0 {
+	if r := rs.For("other"); r.Open || len(r.Jobs) != 0 || !r.OwnerOnly {
 		t.Errorf("For(other) = %+v, want the owner alone", r)
+	}
+	if r := (bundle.Rules{}).For("other"); r.Open || r.OwnerOnly || len(r.Jobs) != 0 {
+		t.Errorf("no rules: For(other) = %+v, want the default (versions)", r)
 	}
 	for _, bad := range []string{"census", "../x=open", "census=[", "census=a/b", "census=open,census=owner", "census="} {
 		if _, err := bundle.ParseRules(bad); err == nil {

@@ -389,7 +389,10 @@ func (r *Store) PublishAs(ctx context.Context, model string, by Publisher, b *Bu
 	if err != nil {
 		return 0, false, fmt.Errorf("publish: %w", err)
 	}
-	if err := r.checkOwner(ctx, model, vs, by, rule); err != nil {
+	// A model's first version becomes its default: publishing it is a
+	// promote (an owner record left by a publish that failed midway must
+	// not let another job's version become the default).
+	if err := r.checkOwner(ctx, model, vs, by, rule, promote || len(vs) == 0); err != nil {
 		return 0, false, err
 	}
 	for _, v := range vs {

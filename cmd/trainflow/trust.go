@@ -60,7 +60,7 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 		t.beamArgs = append(t.beamArgs, s)
 		return nil
 	})
-	fs.Func("model-owners", "who besides a model's owner (the job that first published it) may publish versions into it or promote one: MODEL=RULE, comma-separated, repeatable; MODEL a model name or * (any other model), RULE open, owner (the default) or job ID patterns separated by | (e.g. census=census_*|nightly_*); see docs/ownership.md", func(s string) error {
+	fs.Func("model-owners", "who besides a model's owner (the job that first published it) may publish versions into it or promote one: MODEL=RULE, comma-separated, repeatable; MODEL a model name or * (any other model), RULE versions (the default: any job adds versions that are not the default, the owner alone promotes), owner (the owner alone publishes), open, or job ID patterns separated by | (e.g. census=census_*|nightly_*: those jobs publish and promote too, no other job publishes); see docs/ownership.md", func(s string) error {
 		rs, err := bundle.ParseRules(s)
 		if err != nil {
 			return err
