@@ -119,10 +119,13 @@ func (a *Activities) checkTrainMemory(in workflows.TrainInput, rows int64, role 
 	return a.checkMemory(need, meta, in.Model.BatchSize, rows, role)
 }
 
-// Defaults of the Ceilings fields left 0.
+// Defaults of the Ceilings fields left 0. DefaultMaxJobFiles lets a job
+// meant to run until cancelled (max_steps at DefaultMaxSteps, checkpoints
+// every 500 steps, summaries every 100: 600,000 files at most) pass, and
+// refuses the 1-step checkpoints and summaries that wrote 360 files/s.
 const (
 	DefaultMaxSteps      = 100_000_000
-	DefaultMaxJobFiles   = 100_000
+	DefaultMaxJobFiles   = 1_000_000
 	DefaultMaxShardBytes = 4_000_000_000
 	// FilesPerCheckpoint bounds the files one committed checkpoint makes
 	// a job write: the checkpoint, the training summaries' event file
