@@ -79,6 +79,14 @@ func CommitReportBytes(jobID string, c CheckpointCommitted) []byte {
 	return signedBytes(commitReportTag, jobID, c.Step, c.Loss, c.ExamplesPerSec)
 }
 
+// CommitReportVerified reports whether c is a checkpoint report of job
+// jobID signed with the run's report key (the ReportKey activity's
+// public half): what the workflow applies; readers of a history (`jobs
+// stream-logs`) tell forged reports apart with it.
+func CommitReportVerified(key ed25519.PublicKey, jobID string, c CheckpointCommitted) bool {
+	return verified(key, CommitReportBytes(jobID, c), c.Signature)
+}
+
 // signedReportsChange marks reports signed with the run's report key: a
 // checkpoint_committed signal or register_parameter_server update that
 // the key does not verify is refused.
@@ -400,7 +408,7 @@ func (e *evaluator) committed(ctx workflow.Context, cc CheckpointCommitted) {
 // authentic reports whether cc was signed with this run's report key
 // (by the job's own trainer): anything else a client sent is ignored.
 func (e *evaluator) authentic(ctx workflow.Context, cc CheckpointCommitted) bool {
-	if verified(e.reportKey, CommitReportBytes(workflow.GetInfo(ctx).WorkflowExecution.ID, cc), cc.Signature) {
+	if CommitReportVerified(e.reportKey, workflow.GetInfo(ctx).WorkflowExecution.ID, cc) {
 		return true
 	}
 	workflow.GetLogger(ctx).Warn("checkpoint report without this run's signature ignored", "global_step", cc.Step)

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"time"
@@ -33,7 +34,7 @@ func Cancel(ctx context.Context, cl client.Client, id string) error {
 // fn returns an error, which it returns).
 func StreamEvents(ctx context.Context, cl client.Client, id string, fn func(Event) error) error {
 	it := cl.GetWorkflowHistory(ctx, id, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	names := map[int64]string{} // scheduled event ID → activity type
+	st := &eventState{jobID: id, names: map[int64]string{}}
 	for it.HasNext() {
 		ev, err := it.Next()
 		var nf *serviceerror.NotFound
@@ -43,7 +44,7 @@ func StreamEvents(ctx context.Context, cl client.Client, id string, fn func(Even
 		if err != nil {
 			return fmt.Errorf("stream job %s: %w", id, err)
 		}
-		if e := eventOf(ev, names); e != nil {
+		if e := st.eventOf(ev); e != nil {
 			if err := fn(*e); err != nil {
 				return err
 			}
@@ -59,8 +60,18 @@ type Event struct {
 	Detail string    `json:"detail,omitempty"`
 }
 
+// eventState is what eventOf remembers of the history read so far.
+type eventState struct {
+	jobID string
+	names map[int64]string // scheduled event ID → activity type
+	// key is the run's report key (the ReportKey activity's result), which
+	// tells the trainers' checkpoint reports from forged ones.
+	key ed25519.PublicKey
+}
+
 // eventOf summarises the events a user follows; nil for the rest.
-func eventOf(ev *historypb.HistoryEvent, names map[int64]string) *Event {
+func (st *eventState) eventOf(ev *historypb.HistoryEvent) *Event {
+	names := st.names
 	l := &Event{Time: ev.EventTime.AsTime().UTC()}
 	dc := converter.GetDefaultDataConverter()
 	switch {
@@ -74,7 +85,12 @@ func eventOf(ev *historypb.HistoryEvent, names map[int64]string) *Event {
 		a := ev.GetActivityTaskStartedEventAttributes()
 		l.Event, l.Detail = "step started", fmt.Sprintf("%s attempt %d on %s", names[a.ScheduledEventId], a.Attempt, a.Identity)
 	case ev.GetActivityTaskCompletedEventAttributes() != nil:
-		l.Event, l.Detail = "step completed", names[ev.GetActivityTaskCompletedEventAttributes().ScheduledEventId]
+		a := ev.GetActivityTaskCompletedEventAttributes()
+		l.Event, l.Detail = "step completed", names[a.ScheduledEventId]
+		var k workflows.ReportKeyResult
+		if names[a.ScheduledEventId] == workflows.ReportKeyActivity && len(a.Result.GetPayloads()) == 1 && dc.FromPayload(a.Result.Payloads[0], &k) == nil {
+			st.key = k.PublicKey
+		}
 	case ev.GetActivityTaskFailedEventAttributes() != nil:
 		a := ev.GetActivityTaskFailedEventAttributes()
 		l.Event, l.Detail = "step failed", fmt.Sprintf("%s: %s", names[a.ScheduledEventId], a.Failure.GetMessage())
@@ -95,6 +111,9 @@ func eventOf(ev *historypb.HistoryEvent, names map[int64]string) *Event {
 			return nil
 		}
 		l.Event, l.Detail = "checkpoint", fmt.Sprintf("step %d loss %.4f %.0f examples/s", c.Step, c.Loss, c.ExamplesPerSec)
+		if !workflows.CommitReportVerified(st.key, st.jobID, c) {
+			l.Event, l.Detail = "forged checkpoint report", fmt.Sprintf("step %d: not signed with the run's report key, ignored by the job", c.Step)
+		}
 	case ev.GetWorkflowExecutionCompletedEventAttributes() != nil:
 		l.Event = "job succeeded"
 	case ev.GetWorkflowExecutionFailedEventAttributes() != nil:
