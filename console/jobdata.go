@@ -52,7 +52,6 @@ const (
 const (
 	evalMetricsFile = "eval/metrics.jsonl"
 	trainLogs       = "logs/train/"
-	claimFile       = "job.json"
 )
 
 // Training scalar tags the charts draw.

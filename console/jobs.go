@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/trainflow/trainflow/internal/ident"
+	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
@@ -346,15 +347,14 @@ func (c *Console) readJob(ctx context.Context, b *jobBody, firstRun string) {
 		return
 	}
 	defer st.Close()
-	var claim struct {
-		JobID      string `json:"job_id"`
-		FirstRunID string `json:"first_run_id"`
-	}
 	rd := &jobReader{ctx: ctx, st: st, b: budget{left: maxSmallFile}}
-	owner, err := rd.small(claimFile, 64<<10)
-	if err != nil || jsonUnmarshal(owner, &claim) != nil || claim.JobID != b.ID ||
-		firstRun != "" && claim.FirstRunID != "" && claim.FirstRunID != firstRun {
-		b.DirError = fmt.Sprintf("%s does not hold job %s's directory (%s)", shown, b.ID, claimFile)
+	raw, err := rd.small(jobdir.ClaimFile, 64<<10)
+	var claim jobdir.Claim
+	if err == nil {
+		claim, err = jobdir.ParseClaim(raw)
+	}
+	if err != nil || claim.JobID != b.ID || firstRun != "" && claim.FirstRunID != "" && claim.FirstRunID != firstRun {
+		b.DirError = fmt.Sprintf("%s does not hold job %s's directory (%s)", shown, b.ID, jobdir.ClaimFile)
 		return
 	}
 	d := readJobDir(ctx, st, c.maxPageBytes, c.maxPoints)

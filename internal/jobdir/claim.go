@@ -67,6 +67,16 @@ func ReadClaim(ctx context.Context, st *storage.Store) (Claim, error) {
 	return c, nil
 }
 
+// ParseClaim decodes a claim read by other means (a reader with its own
+// confinement, such as the console's). The error never holds b.
+func ParseClaim(b []byte) (Claim, error) {
+	var c Claim
+	if len(b) > maxClaimBytes || json.Unmarshal(b, &c) != nil || c.JobID == "" {
+		return Claim{}, ErrBadClaim
+	}
+	return c, nil
+}
+
 // Claim reads the directory's claim (ReadClaim).
 func (d *Dir) Claim(ctx context.Context) (Claim, error) { return ReadClaim(ctx, d.st) }
 
