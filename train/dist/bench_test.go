@@ -312,10 +312,10 @@ func readFashion(split string) (train.Data, error) {
 	return d, nil
 }
 
-// BenchmarkPing measures the smallest request, one Cursor round trip to
-// one parameter server over loopback gRPC: per-request costs such as the
-// secret's check show most here.
-func BenchmarkPing(b *testing.B) {
+// benchShard serves a 3-variable shard on loopback with a secret and
+// returns how a worker resolves it.
+func benchShard(b *testing.B) (sh *Shard, resolve func(context.Context) (Cluster, error)) {
+	b.Helper()
 	sh, err := NewShard(ShardConfig{Tasks: 1, Workers: 1, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1e-9}, MaxSteps: 1 << 62, SaveSteps: 1 << 62})
 	if err != nil {
 		b.Fatal(err)
@@ -325,10 +325,17 @@ func BenchmarkPing(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer srv.Stop()
-	resolve := func(context.Context) (Cluster, error) {
+	b.Cleanup(srv.Stop)
+	return sh, func(context.Context) (Cluster, error) {
 		return Cluster{Addrs: []string{addr}, Secrets: []string{secret}}, nil
 	}
+}
+
+// BenchmarkPing measures the smallest request, one Cursor round trip to
+// one parameter server over loopback gRPC: per-request costs show most
+// here.
+func BenchmarkPing(b *testing.B) {
+	sh, resolve := benchShard(b)
 	c, err := Dial(context.Background(), resolve, sh.Len(), 1)
 	if err != nil {
 		b.Fatal(err)
@@ -343,22 +350,10 @@ func BenchmarkPing(b *testing.B) {
 }
 
 // BenchmarkConnect measures a worker's first request on a new connection
-// to a parameter server: dial, handshake (TLS 1.3 with the server's
-// secret-derived key and the worker's proof) and one Cursor round trip.
+// to a parameter server: dial, the mutual challenge–response handshake
+// and one Cursor round trip.
 func BenchmarkConnect(b *testing.B) {
-	sh, err := NewShard(ShardConfig{Tasks: 1, Workers: 1, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1e-9}, MaxSteps: 1 << 62, SaveSteps: 1 << 62})
-	if err != nil {
-		b.Fatal(err)
-	}
-	secret := NewSecret()
-	srv, addr, err := serveLoopback(sh, nil, ServerConfig{Secret: secret})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Stop()
-	resolve := func(context.Context) (Cluster, error) {
-		return Cluster{Addrs: []string{addr}, Secrets: []string{secret}}, nil
-	}
+	sh, resolve := benchShard(b)
 	ctx := context.Background()
 	for b.Loop() {
 		c, err := Dial(ctx, resolve, sh.Len(), 1)
