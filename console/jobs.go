@@ -15,7 +15,6 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 	"gonum.org/v1/plot/plotter"
 
@@ -91,35 +90,34 @@ func (c *Console) jobs(ec echo.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ec.Request().Context(), 10*time.Second)
 	defer cancel()
-	var token []byte
-	for len(b.Rows) < maxJobs {
-		resp, err := c.opts.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: c.opts.Namespace, Query: q, NextPageToken: token, PageSize: 100})
-		if err != nil {
-			c.log.Warn("list jobs", "error", err)
-			b.Error = "cannot list jobs from Temporal: " + temporalError(err)
-			break
-		}
-		for _, e := range resp.Executions {
-			f := e.SearchAttributes.GetIndexedFields()
-			r := jobRow{ID: e.Execution.GetWorkflowId(), Status: statusName(e.Status), Start: e.StartTime.AsTime(),
-				Phase: jobs.PhaseOf(e.Status, keyword(f, workflows.SearchState.GetName())), Model: keyword(f, workflows.SearchModel.GetName()),
-				Tier: keyword(f, workflows.SearchScaleTier.GetName()), Best: float(f, workflows.SearchBestMetric.GetName())}
-			if e.GetType().GetName() == workflows.HyperparameterTuningJobName {
-				r.Tier = "tuning"
-			}
-			end := time.Now()
-			if e.CloseTime != nil {
-				end = e.CloseTime.AsTime()
-			}
-			r.Duration = end.Sub(r.Start).Round(time.Second).String()
-			r.UILink = c.uiLink(r.ID)
-			b.Rows = append(b.Rows, r)
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			break
-		}
+	// One row per job, as `jobs list` shows it: its meaningful run (a
+	// reset or continued job is not listed once per run).
+	runs, more, err := jobs.MeaningfulRuns(ctx, c.opts.Client, c.opts.Namespace, q, maxJobs)
+	if err != nil {
+		c.log.Warn("list jobs", "error", err)
+		b.Error = "cannot list jobs from Temporal: " + temporalError(err)
 	}
-	b.More = len(token) > 0
+	for _, e := range runs {
+		if len(b.Rows) == maxJobs {
+			more = true
+			break
+		}
+		f := e.SearchAttributes.GetIndexedFields()
+		r := jobRow{ID: e.Execution.GetWorkflowId(), Status: statusName(e.Status), Start: e.StartTime.AsTime(),
+			Phase: jobs.PhaseOf(e.Status, keyword(f, workflows.SearchState.GetName())), Model: keyword(f, workflows.SearchModel.GetName()),
+			Tier: keyword(f, workflows.SearchScaleTier.GetName()), Best: float(f, workflows.SearchBestMetric.GetName())}
+		if e.GetType().GetName() == workflows.HyperparameterTuningJobName {
+			r.Tier = "tuning"
+		}
+		end := time.Now()
+		if e.CloseTime != nil {
+			end = e.CloseTime.AsTime()
+		}
+		r.Duration = end.Sub(r.Start).Round(time.Second).String()
+		r.UILink = c.uiLink(r.ID)
+		b.Rows = append(b.Rows, r)
+	}
+	b.More = more
 	refresh := 0
 	if slices.ContainsFunc(b.Rows, func(r jobRow) bool { return r.Status == "RUNNING" }) {
 		refresh = 5

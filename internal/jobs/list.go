@@ -141,42 +141,61 @@ type Row struct {
 	End    *time.Time `json:"end_time,omitempty"`
 }
 
-// List returns a row per job matching q, newest first, at most limit:
-// each job's meaningful run (see MeaningfulRun).
-func List(ctx context.Context, cl client.Client, namespace string, q Query, limit int) ([]Row, error) {
-	// One row per job: its meaningful run (see meaningful), in the order
-	// the jobs were first listed (newest first).
+// MeaningfulRuns lists the executions matching the visibility query
+// and returns one per job, its meaningful run (see meaningful; a job
+// whose runs were all refused as duplicates has none), in the order the
+// jobs were first listed (newest first). It stops listing once it has
+// seen more than limit jobs (limit ≤ 0: no limit); more says so.
+func MeaningfulRuns(ctx context.Context, cl client.Client, namespace, query string, limit int) (runs []*workflowpb.WorkflowExecutionInfo, more bool, err error) {
 	var order []string
-	runs := map[string]*workflowpb.WorkflowExecutionInfo{}
+	best := map[string]*workflowpb.WorkflowExecutionInfo{}
 	var token []byte
 	for {
-		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: q.visibility, NextPageToken: token})
+		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: query, NextPageToken: token})
 		if err != nil {
-			return nil, fmt.Errorf("list jobs: %w", err)
+			return nil, false, fmt.Errorf("list jobs: %w", err)
 		}
 		for _, e := range resp.Executions {
 			id := e.Execution.WorkflowId
-			best, seen := runs[id]
+			b, seen := best[id]
 			if !seen {
 				order = append(order, id)
 			}
-			if meaningful(best, e) {
-				runs[id] = e
+			if meaningful(b, e) {
+				best[id] = e
 			} else if !seen {
-				runs[id] = nil
+				best[id] = nil
 			}
 		}
 		if token = resp.NextPageToken; len(token) == 0 {
 			break
 		}
+		if limit > 0 && len(order) > limit {
+			more = true
+			break
+		}
+	}
+	for _, id := range order {
+		if e := best[id]; e != nil {
+			runs = append(runs, e)
+		}
+	}
+	return runs, more, nil
+}
+
+// List returns a row per job matching q, newest first, at most limit:
+// each job's meaningful run (see MeaningfulRun).
+func List(ctx context.Context, cl client.Client, namespace string, q Query, limit int) ([]Row, error) {
+	runs, _, err := MeaningfulRuns(ctx, cl, namespace, q.visibility, 0)
+	if err != nil {
+		return nil, err
 	}
 	rows := []Row{}
-	for _, id := range order {
-		e := runs[id]
-		if e == nil || len(rows) >= limit {
-			continue
+	for _, e := range runs {
+		if len(rows) >= limit {
+			break
 		}
-		r := Row{JobID: id, Status: StatusName(e.Status), Start: e.StartTime.AsTime().UTC()}
+		r := Row{JobID: e.Execution.WorkflowId, Status: StatusName(e.Status), Start: e.StartTime.AsTime().UTC()}
 		if e.CloseTime != nil {
 			t := e.CloseTime.AsTime().UTC()
 			r.End = &t
