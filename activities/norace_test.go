@@ -1,0 +1,5 @@
+//go:build !race
+
+package activities
+
+const raceEnabled = false
