@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 
+	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/train/dist"
@@ -95,7 +96,7 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	restored, _ := shard.Step()
 	info := activity.GetInfo(ctx)
 	// The secret goes to the job directory, never to the workflow: the
-	// workers read it from there (see psSecretPath).
+	// workers read it from there (see jobdir.PSSecretFile).
 	secret := dist.NewSecret()
 	if err := jd.writePSSecret(ctx, in.Task, secret); err != nil {
 		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: %w", in.Task, err)
@@ -183,17 +184,15 @@ func (a *Activities) clusterView(wfID string) dist.Resolver {
 	}
 }
 
-// psSecretPath is where parameter server task keeps its secret in the job
-// directory. Each start of a parameter server writes a new one before it
-// registers its address, so a worker that finds the address finds its
-// secret. In a local job directory the file is private to the worker's
-// user (mode 0600 in a 0700 directory); in object storage, readable by
-// whoever may read the job directory.
-func psSecretPath(task int) string { return fmt.Sprintf("cluster/ps-%d.secret", task) }
+// The parameter servers' secrets (jobdir.PSSecretFile): each start of a
+// parameter server writes a new one before it registers its address, so
+// a worker that finds the address finds its secret. In a local job
+// directory the file is private to the worker's user; in object storage,
+// readable by whoever may read the job directory.
 
 // writePSSecret replaces parameter server task's secret.
 func (j *jobDir) writePSSecret(ctx context.Context, task int, secret string) error {
-	if err := j.WritePrivate(ctx, psSecretPath(task), []byte(secret)); err != nil {
+	if err := j.WritePrivate(ctx, jobdir.PSSecretFile(task), []byte(secret)); err != nil {
 		return fmt.Errorf("write secret: %w", err)
 	}
 	return nil
@@ -206,7 +205,7 @@ func (j *jobDir) psSecrets(ctx context.Context, c *dist.Cluster) error {
 		if addr == "" {
 			continue
 		}
-		b, err := j.st.Read(ctx, psSecretPath(i))
+		b, err := j.st.Read(ctx, jobdir.PSSecretFile(i))
 		if err != nil {
 			return fmt.Errorf("secret of parameter server %d: %w", i, err)
 		}
@@ -215,12 +214,7 @@ func (j *jobDir) psSecrets(ctx context.Context, c *dist.Cluster) error {
 	return nil
 }
 
-// reportKeyPath is where the private half of the current run's report
-// key lives in the job directory (see ReportKey), private like the
-// parameter servers' secrets.
-const reportKeyPath = "cluster/report.key"
-
-// reportKeyFile is the content of reportKeyPath.
+// reportKeyFile is the content of jobdir.ReportKeyFile (see ReportKey).
 type reportKeyFile struct {
 	// RunID is the run the key was made for.
 	RunID string `json:"run_id"`
@@ -247,7 +241,7 @@ func (a *Activities) ReportKey(ctx context.Context, in workflows.ReportKeyInput)
 // holds it (a retried ReportKey), and returns its public half.
 func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKey, error) {
 	var f reportKeyFile
-	b, err := j.st.Read(ctx, reportKeyPath)
+	b, err := j.st.Read(ctx, jobdir.ReportKeyFile)
 	switch {
 	case err == nil && json.Unmarshal(b, &f) == nil && f.RunID == run && len(f.Seed) == ed25519.SeedSize:
 		// A retry: the key this run already has.
@@ -255,7 +249,7 @@ func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKe
 		f = reportKeyFile{RunID: run, Seed: make([]byte, ed25519.SeedSize)}
 		crand.Read(f.Seed)
 		b, _ := json.Marshal(f)
-		if err := j.WritePrivate(ctx, reportKeyPath, b); err != nil {
+		if err := j.WritePrivate(ctx, jobdir.ReportKeyFile, b); err != nil {
 			return nil, fmt.Errorf("write report key: %w", err)
 		}
 	default:
@@ -267,7 +261,7 @@ func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKe
 // reportKey reads the report key, or nil if there is none (a run from
 // before signed reports).
 func (j *jobDir) reportKey(ctx context.Context) (ed25519.PrivateKey, error) {
-	b, err := j.st.Read(ctx, reportKeyPath)
+	b, err := j.st.Read(ctx, jobdir.ReportKeyFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -276,7 +270,7 @@ func (j *jobDir) reportKey(ctx context.Context) (ed25519.PrivateKey, error) {
 	}
 	var f reportKeyFile
 	if err := json.Unmarshal(b, &f); err != nil || len(f.Seed) != ed25519.SeedSize {
-		return nil, errors.New("read report key: malformed " + reportKeyPath)
+		return nil, errors.New("read report key: malformed " + jobdir.ReportKeyFile)
 	}
 	return ed25519.NewKeyFromSeed(f.Seed), nil
 }

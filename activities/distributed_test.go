@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/train/dist"
 	"github.com/trainflow/trainflow/workflows"
@@ -39,7 +40,7 @@ func TestParameterServerSecretsStayInTheJobDir(t *testing.T) {
 			}
 		}
 		if dir, ok := jd.st.LocalDir(); ok {
-			for p, want := range map[string]os.FileMode{"cluster": 0o700 | os.ModeDir, "cluster/ps-1.secret": 0o600} {
+			for p, want := range map[string]os.FileMode{jobdir.ClusterDir: 0o700 | os.ModeDir, jobdir.PSSecretFile(1): 0o600} {
 				fi, err := os.Stat(filepath.Join(dir, p))
 				if err != nil || fi.Mode() != want {
 					t.Fatalf("%s: %v, %v; want mode %v", p, fi.Mode(), err, want)
@@ -132,8 +133,8 @@ func TestReportKeyPerRun(t *testing.T) {
 		t.Fatalf("run-2 got run-1's key (%v)", err)
 	}
 	if dir, ok := jd.st.LocalDir(); ok {
-		if fi, err := os.Stat(filepath.Join(dir, reportKeyPath)); err != nil || fi.Mode() != 0o600 {
-			t.Fatalf("%s: %v, %v; want mode 0600", reportKeyPath, fi.Mode(), err)
+		if fi, err := os.Stat(filepath.Join(dir, jobdir.ReportKeyFile)); err != nil || fi.Mode() != 0o600 {
+			t.Fatalf("%s: %v, %v; want mode 0600", jobdir.ReportKeyFile, fi.Mode(), err)
 		}
 	}
 	c := workflows.CheckpointCommitted{Step: 7}

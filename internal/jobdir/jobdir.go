@@ -54,6 +54,19 @@ const (
 	EventsPrefix = "events/"
 )
 
+// Keys of a distributed job's private files (WritePrivate: mode 0600 in a
+// 0700 directory locally; in object storage as private as the bucket).
+const (
+	// ClusterDir holds them.
+	ClusterDir = "cluster"
+	// ReportKeyFile holds the private half of the current run's report
+	// key, which signs the trainers' and parameter servers' reports.
+	ReportKeyFile = ClusterDir + "/report.key"
+)
+
+// PSSecretFile is the key of parameter server task's secret.
+func PSSecretFile(task int) string { return fmt.Sprintf("%s/ps-%d.secret", ClusterDir, task) }
+
 // Cache is a worker process's local disk space for job directories that
 // are not on its disk: what Beam children and training need as local
 // files. It lives in one place, Root/<job_id>/ (Root is the worker's
