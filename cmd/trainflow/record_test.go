@@ -71,10 +71,6 @@ func TestRecordHistories(t *testing.T) {
 	defer func() { kill(w) }()
 	ctx := context.Background()
 	save := func(id string) { saveHistory(t, st, id, "", id) }
-	recorded := func(name string) bool {
-		_, err := os.Stat(filepath.Join(historiesDir, name+".json"))
-		return err == nil
-	}
 	// waitStarted blocks until activity has an attempt running.
 	waitStarted := func(id, activity string) {
 		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
@@ -93,7 +89,7 @@ func TestRecordHistories(t *testing.T) {
 
 	recordCurrentFlows(t, st, home, startWorker, kill, &w)
 	recordStrictFlows(t, st, home)
-	if recorded("succeeded") && recorded("bad_data") && recorded("cancelled") && recorded("worker_killed") {
+	if !todo("succeeded", "bad_data", "cancelled", "worker_killed") {
 		return
 	}
 	ok, err := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: "succeeded", Data: workflows.DataSpec{GeneratedRows: 2000}, Train: workflows.TrainSpec{MaxSteps: 300, SaveCheckpointsSteps: 100}})
@@ -159,16 +155,52 @@ func saveHistory(t *testing.T, st *stack, id, runID, name string) {
 // continues as new (continued_first, continued_last: the chain's first
 // and last runs, from a second server that suggests it after 40 events;
 // continued_carry_first/last the same since the carry left the spec).
+// todo reports whether any of the named histories is not recorded yet.
+func todo(names ...string) bool {
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(historiesDir, n+".json")); err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// recordChain runs job id (workflow type workflow, input as the Temporal
+// UI sends it) on a stack of its own that suggests continue-as-new after
+// 40 events, and records the chain's first and last runs as
+// id_first and id_last.
+func recordChain(t *testing.T, home, id, workflow, input string) {
+	ctx := context.Background()
+	st2, err := startStack(ctx, stackConfig{Home: filepath.Join(home, id), FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		SuggestContinueAsNewEvents: 40, Exe: os.Args[0], Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Stop()
+	var payload map[string]any
+	if err := json.Unmarshal([]byte(input), &payload); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st2.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue}, workflow, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitJob(t, run); err != nil {
+		t.Fatal(err)
+	}
+	d, err := st2.Client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.WorkflowExecutionInfo.FirstRunId == d.WorkflowExecutionInfo.Execution.RunId {
+		t.Fatalf("%s never continued as new", id)
+	}
+	saveHistory(t, st2, id, d.WorkflowExecutionInfo.FirstRunId, id+"_first")
+	saveHistory(t, st2, id, d.WorkflowExecutionInfo.Execution.RunId, id+"_last")
+}
+
 func recordCurrentFlows(t *testing.T, st *stack, home string, startWorker func() *exec.Cmd, kill func(*exec.Cmd), w **exec.Cmd) {
 	ctx := context.Background()
-	todo := func(names ...string) bool {
-		for _, n := range names {
-			if _, err := os.Stat(filepath.Join(historiesDir, n+".json")); err != nil {
-				return true
-			}
-		}
-		return false
-	}
 	wait := func(run client.WorkflowRun) error {
 		_, err := waitJob(t, run)
 		return err
@@ -237,29 +269,9 @@ func recordCurrentFlows(t *testing.T, st *stack, home string, startWorker func()
 	// Training on today's machines outlasts 40 events only when slowed.
 	slowTraining(t, func(id string) bool { return id == "continued_carry" }, 500*time.Microsecond)
 	for _, c := range []struct{ id, extra string }{{"continued", ""}, {"continued_carry", `,"train":{"save_checkpoints_steps":100}`}} {
-		id := c.id
-		if !todo(id+"_first", id+"_last") {
-			continue
+		if todo(c.id+"_first", c.id+"_last") {
+			recordChain(t, home, c.id, workflows.TrainingJobName, defaultLikeInput(c.id, 2000, `{}`, `{"heartbeat_timeout_secs":4}`, `,"model":{"type":"dnn_classifier","hidden_units":[128,64]}`+c.extra))
 		}
-		st2, err := startStack(ctx, stackConfig{Home: filepath.Join(home, id), FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-			SuggestContinueAsNewEvents: 40, Exe: os.Args[0], Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st2.Stop()
-		run := startUIStyle(t, st2.Client, id, defaultLikeInput(id, 2000, `{}`, `{"heartbeat_timeout_secs":4}`, `,"model":{"type":"dnn_classifier","hidden_units":[128,64]}`+c.extra))
-		if err := wait(run); err != nil {
-			t.Fatal(err)
-		}
-		d, err := st2.Client.DescribeWorkflowExecution(ctx, id, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.WorkflowExecutionInfo.FirstRunId == d.WorkflowExecutionInfo.Execution.RunId {
-			t.Fatal("the job never continued as new")
-		}
-		saveHistory(t, st2, id, d.WorkflowExecutionInfo.FirstRunId, id+"_first")
-		saveHistory(t, st2, id, d.WorkflowExecutionInfo.Execution.RunId, id+"_last")
 	}
 }
 
@@ -273,14 +285,6 @@ func recordCurrentFlows(t *testing.T, st *stack, home string, startWorker func()
 // (batch_prediction).
 func recordStrictFlows(t *testing.T, st *stack, home string) {
 	ctx := context.Background()
-	todo := func(names ...string) bool {
-		for _, n := range names {
-			if _, err := os.Stat(filepath.Join(historiesDir, n+".json")); err != nil {
-				return true
-			}
-		}
-		return false
-	}
 	var export string
 	if todo("default_strict", "batch_prediction") {
 		id := "default_strict"
@@ -320,7 +324,7 @@ func recordStrictFlows(t *testing.T, st *stack, home string) {
 		saveHistory(t, st, id, run.GetRunID(), id)
 	}
 	chains := []struct{ id, workflow, input string }{
-		{"continued_owned", "TrainingJob", defaultLikeInput("continued_owned", 2000, `{}`, `{"heartbeat_timeout_secs":4}`,
+		{"continued_owned", workflows.TrainingJobName, defaultLikeInput("continued_owned", 2000, `{}`, `{"heartbeat_timeout_secs":4}`,
 			`,"model":{"type":"dnn_classifier","hidden_units":[128,64]},"train":{"save_checkpoints_steps":100}`)},
 		{"tuning_shared", workflows.HyperparameterTuningJobName, `{"job_id":"tuning_shared","preset":"census",
   "data": {"generated_rows": 600, "train_shards": 2, "eval_shards": 1},
@@ -332,34 +336,8 @@ func recordStrictFlows(t *testing.T, st *stack, home string) {
 	// Training on today's machines outlasts 40 events only when slowed.
 	slowTraining(t, func(id string) bool { return id == "continued_owned" }, 500*time.Microsecond)
 	for _, c := range chains {
-		if !todo(c.id+"_first", c.id+"_last") {
-			continue
+		if todo(c.id+"_first", c.id+"_last") {
+			recordChain(t, home, c.id, c.workflow, c.input)
 		}
-		st2, err := startStack(ctx, stackConfig{Home: filepath.Join(home, c.id), FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-			SuggestContinueAsNewEvents: 40, Exe: os.Args[0], Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st2.Stop()
-		var payload map[string]any
-		if err := json.Unmarshal([]byte(c.input), &payload); err != nil {
-			t.Fatal(err)
-		}
-		run, err := st2.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: c.id, TaskQueue: workflows.TaskQueue}, c.workflow, payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := waitJob(t, run); err != nil {
-			t.Fatal(err)
-		}
-		d, err := st2.Client.DescribeWorkflowExecution(ctx, c.id, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.WorkflowExecutionInfo.FirstRunId == d.WorkflowExecutionInfo.Execution.RunId {
-			t.Fatalf("%s never continued as new", c.id)
-		}
-		saveHistory(t, st2, c.id, d.WorkflowExecutionInfo.FirstRunId, c.id+"_first")
-		saveHistory(t, st2, c.id, d.WorkflowExecutionInfo.Execution.RunId, c.id+"_last")
 	}
 }
