@@ -201,25 +201,21 @@ func (s *scanner) skip(field v2Field, lim limits) error {
 	return nil
 }
 
-// v2Inputs scans the array of input tensors into dst.
-func (s *scanner) v2Inputs(dst *v2Decoded, lim limits) error {
-	dst.inputs = dst.inputs[:0] // a repeated key: the last wins, as in encoding/json
+// list scans a JSON list (or null, as an empty one), calling each for
+// element i with the scanner at its start; notList is the message of the
+// error for a value that is not a list.
+func (s *scanner) list(notList string, each func(i int) error) error {
 	if s.literal("null") {
 		return nil
 	}
 	if !s.byte('[') {
-		return badRequest("inputs: want a list of tensors")
+		return badRequest("%s", notList)
 	}
 	if s.byte(']') {
 		return nil
 	}
-	for {
-		n := len(dst.inputs)
-		if n == lim.feats {
-			return badRequest("more than %d inputs, this model has %d features", lim.feats, lim.feats)
-		}
-		dst.inputs = append(dst.inputs, v2Input{data: -1})
-		if err := s.v2Input(&dst.inputs[n], n, lim); err != nil {
+	for i := 0; ; i++ {
+		if err := each(i); err != nil {
 			return err
 		}
 		if s.byte(',') {
@@ -230,6 +226,18 @@ func (s *scanner) v2Inputs(dst *v2Decoded, lim limits) error {
 		}
 		return nil
 	}
+}
+
+// v2Inputs scans the array of input tensors into dst.
+func (s *scanner) v2Inputs(dst *v2Decoded, lim limits) error {
+	dst.inputs = dst.inputs[:0] // a repeated key: the last wins, as in encoding/json
+	return s.list("inputs: want a list of tensors", func(n int) error {
+		if n == lim.feats {
+			return badRequest("more than %d inputs, this model has %d features", lim.feats, lim.feats)
+		}
+		dst.inputs = append(dst.inputs, v2Input{data: -1})
+		return s.v2Input(&dst.inputs[n], n, lim)
+	})
 }
 
 // v2Input scans input tensor i into in.
@@ -394,16 +402,7 @@ func (s *scanner) v2Data(in *v2Input, i int, lim limits) error {
 // are ignored, as every answer is JSON.
 func (s *scanner) v2Outputs(dst *v2Decoded, lim limits) error {
 	dst.outputs = dst.outputs[:0] // a repeated key: the last wins, as in encoding/json
-	if s.literal("null") {
-		return nil
-	}
-	if !s.byte('[') {
-		return badRequest("outputs: want a list of {\"name\": output}")
-	}
-	if s.byte(']') {
-		return nil
-	}
-	for i := 0; ; i++ {
+	return s.list(`outputs: want a list of {"name": output}`, func(i int) error {
 		if i == maxV2Outputs {
 			return badRequest("outputs: more than %d", maxV2Outputs)
 		}
@@ -452,14 +451,8 @@ func (s *scanner) v2Outputs(dst *v2Decoded, lim limits) error {
 			return badRequest("outputs[%d]: no name", i)
 		}
 		dst.outputs = append(dst.outputs, name)
-		if s.byte(',') {
-			continue
-		}
-		if !s.byte(']') {
-			return v2Syntax(s.b)
-		}
 		return nil
-	}
+	})
 }
 
 // clipJSON is a piece of the request for an error message, shortened.
