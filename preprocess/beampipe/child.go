@@ -64,13 +64,34 @@ func (c Child[R]) Main(ctx context.Context, args []string, stderr io.Writer) int
 		return preprocess.ExitRejected
 	}
 	if err := c.Run(ctx, &r); err != nil {
-		fmt.Fprintln(stderr, c.ReasonPrefix+err.Error())
+		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, c.ReasonPrefix+reason(err))
 		if c.rejected(err) {
 			return preprocess.ExitRejected
 		}
 		return preprocess.ExitFailed
 	}
 	return preprocess.ExitOK
+}
+
+// reason is err on one line, for the activity's error: a runner returns
+// a DoFn's error as text after lines of its own ("job … failed: … caused
+// by: …"), so a multi-line error is its first line and its last, the
+// DoFn's own message (the whole error goes to the log).
+func reason(err error) string {
+	var lines []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	switch len(lines) {
+	case 0:
+		return err.Error()
+	case 1:
+		return lines[0]
+	}
+	return strings.TrimSuffix(lines[0], ":") + ": … " + lines[len(lines)-1]
 }
 
 // Reject marks err as one no retry can fix: Main exits with ExitRejected.

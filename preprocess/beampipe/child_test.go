@@ -1,6 +1,9 @@
 package beampipe
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 func TestStagesWorker(t *testing.T) {
 	for _, c := range []struct {
@@ -21,5 +24,19 @@ func TestStagesWorker(t *testing.T) {
 		if got := stagesWorker(c.runner, c.endpoint, c.env); got != c.want {
 			t.Errorf("stagesWorker(%q, %q, %q) = %v, want %v", c.runner, c.endpoint, c.env, got, c.want)
 		}
+	}
+}
+
+// TestReasonNamesTheDoFnsError: a runner's error puts the DoFn's message
+// last, after lines of its own; the reason line the activity reports
+// keeps the first and the last (it kept only "job … failed:", and the
+// user had to open the log to learn that no training row was valid).
+func TestReasonNamesTheDoFnsError(t *testing.T) {
+	err := errors.New("run pipeline: job job-001 failed:\n\tcaused by:\nsource failed processing data\n\tcaused by:\nDoFn[UID:4] failed:\nfit on /jobs/x/raw/train.csv: preprocess: invalid transform: no valid training rows\n")
+	if got, want := reason(err), "run pipeline: job job-001 failed: … fit on /jobs/x/raw/train.csv: preprocess: invalid transform: no valid training rows"; got != want {
+		t.Errorf("reason = %q, want %q", got, want)
+	}
+	if got := reason(errors.New("read request: no such file")); got != "read request: no such file" {
+		t.Errorf("one-line reason = %q", got)
 	}
 }
