@@ -623,14 +623,12 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 		stepped(step, in.Model.BatchSize)
 		stepHook(ctx, "training", step)
 	}
+	cfg.BeforeSave = sums.saving(ctx, jd)
 	defer sums.close(ctx, jd)
 	res, err := train.Run(ctx, cfg, data, func(p train.Progress) error {
 		hb.set(ctx, p)
 		t0 := time.Now()
 		defer func() { a.Metrics.committed(p.Commit + time.Since(t0)) }()
-		if err := sums.flush(ctx, jd, p.Step); err != nil {
-			return err
-		}
 		return a.reportCheckpoint(ctx, jd, p, evalQueue(in))
 	})
 	return res, diverged(err)

@@ -217,11 +217,9 @@ func childTrain(ctx context.Context, j *trainChildJob, c *childConn) childMsg {
 			}
 		}
 	})
+	cfg.BeforeSave = sums.saving(ctx, jd)
 	res, err := train.Run(ctx, cfg, data, func(p train.Progress) error {
 		report()
-		if err := sums.flush(ctx, jd, p.Step); err != nil {
-			return err
-		}
 		return c.commit(p)
 	})
 	close(stop)

@@ -421,12 +421,10 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 			meter(st)
 		}
 		defer sums.close(ctx, jd)
+		hooks.BeforeSave = sums.saving(ctx, jd)
 		hooks.Committed = func(p train.Progress) error {
 			w.mark()
 			a.Metrics.committed(p.Commit)
-			if err := sums.flush(ctx, jd, p.Step); err != nil {
-				return err
-			}
 			// Committed: reported even if the role is being stopped.
 			return a.reportCheckpoint(context.WithoutCancel(ctx), jd, p, evalQueue(in.TrainInput))
 		}

@@ -162,10 +162,21 @@ func (s *trainSummaries) add(step int64, now time.Time, stepsPerSec float64) {
 	s.next = (step/s.every + 1) * s.every
 }
 
+// saving is the train.Config.BeforeSave (dist.Hooks.BeforeSave) of the
+// chief: the summaries up to a checkpoint's step are written before the
+// checkpoint is, so a chief killed between the two leaves a file that the
+// run resuming from the checkpoint before writes again under the same
+// name. Written after the commit, they were lost with a chief killed in
+// between: the resumed run starts after their steps (the likely cause of
+// a CI run missing steps 7100–8000 when its stack was stopped).
+func (s *trainSummaries) saving(ctx context.Context, jd *jobDir) func(step int64) error {
+	return func(step int64) error { return s.flush(ctx, jd, step) }
+}
+
 // flush writes the summaries up to step (all of them if step < 0). The
-// checkpoint of step is committed by then, so a resumed chief will not
-// redo these steps: the write goes ahead even if ctx was just cancelled,
-// and what it could not write stays pending for the next flush.
+// write goes ahead even if ctx was just cancelled (the last flush, as the
+// activity ends), and what it could not write stays pending for the next
+// flush.
 func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

@@ -52,6 +52,14 @@ type Config struct {
 	// Stepped, if set, is called after every step with the step and the
 	// batch's loss (summaries).
 	Stepped func(step int64, loss float64)
+	// BeforeSave, if set, is called with the step of each checkpoint
+	// before it is written; an error stops Run with that checkpoint
+	// unwritten. What it writes for the steps up to there (summaries) is
+	// written again by a run that resumes from the checkpoint before, so
+	// a process killed between it and the commit loses nothing, where a
+	// process killed after the commit but before a later write would
+	// lose those steps for good (the resumed run starts after them).
+	BeforeSave func(step int64) error
 }
 
 // Progress is reported after every checkpoint.
@@ -154,6 +162,11 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 			save = true
 		}
 		if save {
+			if cfg.BeforeSave != nil {
+				if err := cfg.BeforeSave(step); err != nil {
+					return res, err
+				}
+			}
 			t0 := time.Now()
 			if err := cks.Save(ctx, Snapshot(step, cfg.Meta, m, opt), cfg.KeepMax); err != nil {
 				return res, err

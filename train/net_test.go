@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -405,5 +406,46 @@ func TestNetResumesAcrossPrecision(t *testing.T) {
 	}
 	if res.ResumedFrom != 10 || res.Step != 20 {
 		t.Fatalf("resumed from %d to %d, want 10 to 20", res.ResumedFrom, res.Step)
+	}
+}
+
+// TestBeforeSaveComesBeforeTheCheckpoint checks Config.BeforeSave is
+// called with each checkpoint's step while the newest committed checkpoint
+// is still the one before, and that its error stops Run with that
+// checkpoint unwritten (the summaries written there are redone by the run
+// that resumes).
+func TestBeforeSaveComesBeforeTheCheckpoint(t *testing.T) {
+	d := separable(100, 2)
+	cfg := Config{BatchSize: 10, MaxSteps: 30, LearningRate: 0.1, Seed: 1, SaveSteps: 10,
+		CheckpointDir: t.TempDir(), Meta: CheckpointMeta{Model: LinearClassifierModel, Dim: 3, Classes: 2}}
+	var calls []int64
+	stop := errors.New("stop before 20")
+	cfg.BeforeSave = func(step int64) error {
+		calls = append(calls, step)
+		steps, err := ListCheckpoints(cfg.CheckpointDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(steps, step) || (step > 10 && !slices.Contains(steps, step-10)) {
+			t.Errorf("BeforeSave(%d) saw checkpoints %v: want the one before, not its own", step, steps)
+		}
+		if step == 20 {
+			return stop
+		}
+		return nil
+	}
+	if _, err := Run(context.Background(), cfg, d, nil); !errors.Is(err, stop) {
+		t.Fatalf("Run: %v, want BeforeSave's error", err)
+	}
+	if steps, _ := ListCheckpoints(cfg.CheckpointDir); !slices.Equal(steps, []int64{10}) {
+		t.Fatalf("checkpoints %v after BeforeSave refused step 20, want [10]", steps)
+	}
+	calls = nil
+	cfg.BeforeSave = func(step int64) error { calls = append(calls, step); return nil }
+	if _, err := Run(context.Background(), cfg, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(calls, []int64{20, 30}) {
+		t.Fatalf("resumed run called BeforeSave at %v, want [20 30]", calls)
 	}
 }

@@ -620,7 +620,7 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			var committed []int64
+			var committed, saving []int64
 			errs := make([]error, 3)
 			var wg sync.WaitGroup
 			wg.Go(func() {
@@ -632,7 +632,16 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 				defer c.Close()
 				cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 400, SaveSteps: 50, SaveEvery: time.Second, Now: clock,
 					KeepMax: 20, CheckpointDir: cl.ckdir, Backups: cl.cfg.Sync && cl.cfg.Replicas < 3}
-				_, errs[0] = RunWorker(ctx, cfg, split(data, 0, 3), c, Hooks{Committed: func(p train.Progress) error { committed = append(committed, p.Step); return nil }})
+				_, errs[0] = RunWorker(ctx, cfg, split(data, 0, 3), c, Hooks{
+					BeforeSave: func(step int64) error {
+						// Called before the checkpoint is written.
+						if steps, _ := train.ListCheckpoints(cl.ckdir); slices.Contains(steps, step) {
+							return fmt.Errorf("BeforeSave(%d) after its checkpoint was written: %v", step, steps)
+						}
+						saving = append(saving, step)
+						return nil
+					},
+					Committed: func(p train.Progress) error { committed = append(committed, p.Step); return nil }})
 			})
 			<-started // the chief's clock starts at step 0
 			for i := 1; i < 3; i++ {
@@ -649,8 +658,8 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 				t.Fatalf("%v; commits %v; %v", err, committed, at)
 			}
 			want := []int64{50, 150, 250, 275, 300, 325, 350, 375, 400}
-			if !slices.Equal(committed, want) {
-				t.Fatalf("commits at %v, want %v", committed, want)
+			if !slices.Equal(committed, want) || !slices.Equal(saving, want) {
+				t.Fatalf("commits at %v, BeforeSave at %v, want %v", committed, saving, want)
 			}
 			// Each checkpoint records the cut announced with it, which a
 			// restarted parameter server resumes from.

@@ -92,6 +92,10 @@ func decodePosition(c []float64) (Position, error) {
 type Hooks struct {
 	// Committed is called by the chief after each checkpoint it commits.
 	Committed func(train.Progress) error
+	// BeforeSave is called by the chief with the step of each checkpoint
+	// before it writes it (train.Config.BeforeSave); an error stops the
+	// worker with the checkpoint unwritten.
+	BeforeSave func(step int64) error
 	// Resumed is called when the worker (re)starts from a position.
 	Resumed func(p Position, source string)
 	// Moved is called after every step with the worker's position.
@@ -551,6 +555,11 @@ func (w *worker) commit(ctx context.Context, cc *Client, ck *train.Checkpoint) e
 		}
 	}
 	w.mu.Unlock()
+	if w.hooks.BeforeSave != nil {
+		if err := w.hooks.BeforeSave(ck.Step); err != nil {
+			return err
+		}
+	}
 	t0 := time.Now()
 	if err := w.ckpts.Save(ctx, ck, w.cfg.KeepMax); err != nil {
 		return fmt.Errorf("commit checkpoint %d: %w", ck.Step, err)
