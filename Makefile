@@ -4,7 +4,7 @@ GO ?= go
 # Packages without the embedded Temporal server: cheap enough to run under
 # the race detector on every run. The server's own race build costs ~7 min
 # cold on 2 cores; its packages run without -race.
-RACE_PKGS = ./console/... ./preprocess/... ./train/... ./serving/... ./workflows/... ./activities/... ./internal/atomicfile/... ./internal/datagen/... ./internal/storage/... ./bundle/... ./internal/jobdir/...
+RACE_PKGS = ./console/... ./preprocess/... ./train/... ./serving/... ./workflows/... ./activities/... ./internal/atomicfile/... ./internal/datagen/... ./internal/storage/... ./bundle/... ./jobdir/...
 
 .PHONY: test vet unit race fuzz build demo
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/atomicfile"
-	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/workflows"
 )

@@ -19,7 +19,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/trainflow/trainflow/internal/jobdir"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"

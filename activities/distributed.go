@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 
-	"github.com/trainflow/trainflow/internal/jobdir"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/train/dist"

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/trainflow/trainflow/internal/jobdir"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/train/dist"
 	"github.com/trainflow/trainflow/workflows"

@@ -3,7 +3,7 @@ package activities
 import (
 	"context"
 	"fmt"
-	"github.com/trainflow/trainflow/internal/jobdir"
+	"github.com/trainflow/trainflow/jobdir"
 
 	"github.com/trainflow/trainflow/workflows"
 )

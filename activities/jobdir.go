@@ -8,14 +8,14 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
-	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
 
 // jobDir is a job directory opened by one activity: every read and
-// write of job data goes through it (internal/jobdir), whether the job
+// write of job data goes through it (jobdir), whether the job
 // directory is local or in object storage.
 type jobDir struct {
 	*jobdir.Dir

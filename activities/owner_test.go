@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/trainflow/trainflow/bundle"
-	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/workflows"
 )
 

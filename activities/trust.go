@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trainflow/trainflow/internal/jobdir"
+	"github.com/trainflow/trainflow/jobdir"
 	"io/fs"
 	"net/url"
 	"os"

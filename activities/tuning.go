@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/trainflow/trainflow/bundle"
-	"github.com/trainflow/trainflow/internal/jobdir"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/tuning"
 	"github.com/trainflow/trainflow/workflows"
 )

@@ -15,8 +15,8 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/bundle"
-	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/tfevents"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 )

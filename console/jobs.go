@@ -19,8 +19,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/trainflow/trainflow/internal/ident"
-	"github.com/trainflow/trainflow/internal/jobdir"
-	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )

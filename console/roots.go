@@ -12,8 +12,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/jobdir"
 )
 
 // A job's directory comes from its history (the PrepareJob activity's

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/bundle"
-	"github.com/trainflow/trainflow/internal/miniotest"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/internal/testenv/miniotest"
 	"github.com/trainflow/trainflow/serving"
 )
 

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/trainflow/trainflow/internal/jobdir"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/train"
 )
 

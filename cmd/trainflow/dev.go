@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/console"
-	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/bundle"
-	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/internal/tfevents"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )

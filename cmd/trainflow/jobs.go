@@ -11,8 +11,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/internal/temporalconn"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 

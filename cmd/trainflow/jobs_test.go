@@ -13,7 +13,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
-	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 

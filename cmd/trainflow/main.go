@@ -33,8 +33,8 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 
 	"github.com/trainflow/trainflow/activities"
-	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/internal/predictapi"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/preprocess/beampipe"
 	"github.com/trainflow/trainflow/serving/batchjob/batchbeam"
 	"github.com/trainflow/trainflow/worker"

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainflow/trainflow/internal/miniotest"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/internal/testenv/miniotest"
 )
 
 // objstoreCluster is the cluster of the object-storage tests: a CUSTOM job

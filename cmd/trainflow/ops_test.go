@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/trainflow/trainflow/internal/jobs"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/internal/devserver"
-	"github.com/trainflow/trainflow/internal/miniotest"
-	"github.com/trainflow/trainflow/internal/pgtest"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/internal/testenv/miniotest"
+	"github.com/trainflow/trainflow/internal/testenv/pgtest"
 )
 
 // TestComposeTopologyWithoutDocker runs docker-compose.yml's topology from

@@ -10,7 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -26,7 +26,7 @@ func TestReplayCLI(t *testing.T) {
 	// A spec with a wrong type, started the way the Temporal UI does: the
 	// job fails as InvalidSpec naming the field, and its history replays
 	// (runs started before strictSpecChange, whose input the SDK could not
-	// decode, are explained as such: internal/jobs TestExplainReplay).
+	// decode, are explained as such: jobs TestExplainReplay).
 	bad := startUIStyle(t, st.Client, "bad_type_1", `{"job_id":"bad_type_1","preset":"census","train":{"max_steps":"many"}}`)
 	if _, err := waitJob(t, bad); !workflows.IsInvalidSpec(err) || !strings.Contains(err.Error(), `train.max_steps: want an integer, got "many"`) {
 		t.Fatalf("a spec with a wrong type: job error %v, want an InvalidSpec naming train.max_steps", err)

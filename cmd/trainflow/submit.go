@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 

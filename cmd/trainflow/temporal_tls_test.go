@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/trainflow/trainflow/internal/testcert"
+	"github.com/trainflow/trainflow/internal/testenv/testcert"
 )
 
 // mtlsProxy stands in front of a plain Temporal frontend the way a secured

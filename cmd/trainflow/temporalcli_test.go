@@ -17,8 +17,8 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/trainflow/trainflow/internal/jobs"
-	"github.com/trainflow/trainflow/internal/realtest"
+	"github.com/trainflow/trainflow/internal/testenv/realtest"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/workflows"
 )
 

@@ -18,7 +18,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/trainflow/trainflow/internal/jobs"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/worker"
 	"github.com/trainflow/trainflow/workflows"
 )

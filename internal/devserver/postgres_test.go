@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/trainflow/trainflow/internal/pgtest"
+	"github.com/trainflow/trainflow/internal/testenv/pgtest"
 )
 
 // TestPostgresRestartKeepsHistory runs the server on a real PostgreSQL

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/trainflow/trainflow/internal/miniotest"
-	"github.com/trainflow/trainflow/internal/realtest"
+	"github.com/trainflow/trainflow/internal/testenv/miniotest"
+	"github.com/trainflow/trainflow/internal/testenv/realtest"
 )
 
 // backend opens fresh, empty Stores of one kind for the shared suite.
@@ -90,7 +90,7 @@ var minio struct {
 }
 
 // TestMain sets up MinIO for the s3:// backend, from the environment or by
-// starting a `minio` binary found on PATH (see internal/miniotest).
+// starting a `minio` binary found on PATH (see internal/testenv/miniotest).
 func TestMain(m *testing.M) {
 	stop := setUpMinIO()
 	code := m.Run()

@@ -96,12 +96,12 @@
 // DownloadDir or DownloadFile and publishes results with UploadDir
 // followed by CommitPointer. LocalDir lets it skip the copy when the Store
 // is already on local disk. Activities do not do this themselves: they go
-// through internal/jobdir, which owns the worker's local cache of job
+// through jobdir, which owns the worker's local cache of job
 // directories and makes the choice in one place.
 //
 // # Users
 //
-// internal/jobdir opens a job directory's Store for every activity;
+// jobdir opens a job directory's Store for every activity;
 // train.Checkpoints (train/checkpoints.go) keeps checkpoints in it through
 // the train.Objects interface, which *Store implements together with
 // train.Copier (Copy).

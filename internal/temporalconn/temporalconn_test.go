@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/trainflow/trainflow/internal/testcert"
+	"github.com/trainflow/trainflow/internal/testenv/testcert"
 )
 
 func parse(t *testing.T, args ...string) *Flags {

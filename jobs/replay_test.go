@@ -18,7 +18,7 @@ import (
 // recorded reads a history recorded from a real run.
 func recorded(t *testing.T, name string) *historypb.History {
 	t.Helper()
-	f, err := os.Open("../../workflows/testdata/histories/" + name)
+	f, err := os.Open("../workflows/testdata/histories/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}

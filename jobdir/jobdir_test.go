@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trainflow/trainflow/internal/jobdir"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/train"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/trainflow/trainflow/internal/realtest"
+	"github.com/trainflow/trainflow/internal/testenv/realtest"
 )
 
 // Server is an S3-compatible server for tests.

@@ -29,7 +29,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainflow/trainflow/internal/realtest"
+	"github.com/trainflow/trainflow/internal/testenv/realtest"
 )
 
 // Server is a PostgreSQL server for tests.
