@@ -1,5 +1,7 @@
 // Package tuning suggests hyperparameters: grid search, seeded random
-// search and Bayesian optimisation with a Gaussian process.
+// search and Bayesian optimisation with a Gaussian process; beside the
+// searches, it holds the rule that stops lagging trials early
+// (MedianStop).
 //
 // A Space is a list of Params. A point of the space is a []float64 with
 // one entry per Param in natural units: the value itself for Double,
@@ -30,4 +32,10 @@
 // pending or already suggested point is added to the data with the mean
 // observed value before the next is chosen (hyperparameters stay those
 // fitted on the real observations).
+//
+// The median stopping rule (Golovin et al., Google Vizier, 2017) stops a
+// running trial at its newest step s when its best value so far is worse
+// than the median, over the finished trials, of each one's mean value up
+// to step s. Like the searches it is a pure function of its arguments (no
+// clock, no I/O), so a workflow calls it directly.
 package tuning

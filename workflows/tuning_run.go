@@ -466,6 +466,7 @@ func (r *tuningRun) failed() int {
 	return n
 }
 
+// maximize reports whether the job's goal is MAXIMIZE.
 func (r *tuningRun) maximize() bool { return r.t.Goal == TuningMaximize }
 
 // better reports whether objective a beats b for the job's goal.
