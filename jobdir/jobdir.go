@@ -1,23 +1,3 @@
-// Package jobdir is a job directory as every activity sees it: one type,
-// Dir, for the reads and writes of job data, whether the job directory is
-// a directory on this machine or a place in object storage (s3://, gs://,
-// azblob://, and file:// or mem:// URIs, which are treated the same way).
-// The difference between the two lives here and in internal/storage, never
-// in the callers:
-//
-//   - A plain path is a directory on the worker's disk, used in place:
-//     every worker of the job must see the same directory. Local files
-//     (data shards, a preprocessing child's outputs) are read and written
-//     there directly.
-//   - A URI is object storage, the only thing a job's workers share. What
-//     must be a local file is staged into this process's Cache; what an
-//     activity produces locally is published objects first and the
-//     pointer or manifest that names them last. Readers trust only
-//     pointers and manifests.
-//
-// The layout is the same in both (see internal/storage), except the
-// events log: events.jsonl in a directory, one object per event under
-// events/ in object storage, which cannot append. ReadEvents reads either.
 package jobdir
 
 import (

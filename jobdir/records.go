@@ -20,7 +20,7 @@ import (
 var ErrBadRecord = errors.New("jobdir: unreadable record")
 
 // MaxLine bounds a line of a .jsonl log (EvalMetricsFile, EventsFile)
-// that ScanLines passes on: a longer one is not a record.
+// that the scanners pass on: a longer one is not a record.
 const MaxLine = 64 << 10
 
 // maxBadShown is how many line numbers Bad keeps.
@@ -75,7 +75,7 @@ func (b Bad) Err() error {
 	return fmt.Errorf("%w: %s", ErrBadRecord, b)
 }
 
-// ScanLines calls f with each non-blank line of r (its newline included)
+// scanLines calls f with each non-blank line of r (its newline included)
 // and the line's number, from 1. A line longer than MaxLine is skipped
 // and counted in bad; f counts the lines it cannot decode the same way
 // (bad.add). The error is r's, nil at its end.
