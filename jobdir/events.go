@@ -195,16 +195,7 @@ func ParseEvent(line []byte) (Event, error) {
 // lines that are not events are counted in the returned Bad, not passed
 // to f; the error is r's.
 func ScanEvents(r io.Reader, f func(ev Event, line []byte)) (Bad, error) {
-	bad := Bad{Key: EventsFile}
-	err := scanLines(r, &bad, func(n int, line []byte) {
-		ev, err := ParseEvent(line)
-		if err != nil {
-			bad.add(n)
-			return
-		}
-		f(ev, line)
-	})
-	return bad, err
+	return scanRecords(r, EventsFile, ParseEvent, f)
 }
 
 // Event records one event, r at the current time, in the job's log: a

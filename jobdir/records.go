@@ -106,6 +106,22 @@ func scanLines(r io.Reader, bad *Bad, f func(n int, line []byte)) error {
 	}
 }
 
+// scanRecords reads the lines of the log at key from r, decodes each with
+// parse and calls f with the record and its line; the lines parse
+// refuses are counted in the returned Bad.
+func scanRecords[T any](r io.Reader, key string, parse func([]byte) (T, error), f func(T, []byte)) (Bad, error) {
+	bad := Bad{Key: key}
+	err := scanLines(r, &bad, func(n int, line []byte) {
+		rec, err := parse(line)
+		if err != nil {
+			bad.add(n)
+			return
+		}
+		f(rec, line)
+	})
+	return bad, err
+}
+
 // EvalRecord is one line of EvalMetricsFile: one evaluation of the
 // checkpoint of GlobalStep, at Time (RFC 3339, UTC).
 type EvalRecord struct {
@@ -132,16 +148,7 @@ func ParseEval(line []byte) (EvalRecord, error) {
 // each record, in order. The lines that are not records are counted in
 // the returned Bad, not passed to f; the error is r's.
 func ScanEvals(r io.Reader, f func(EvalRecord)) (Bad, error) {
-	bad := Bad{Key: EvalMetricsFile}
-	err := scanLines(r, &bad, func(n int, line []byte) {
-		e, err := ParseEval(line)
-		if err != nil {
-			bad.add(n)
-			return
-		}
-		f(e)
-	})
-	return bad, err
+	return scanRecords(r, EvalMetricsFile, ParseEval, func(e EvalRecord, _ []byte) { f(e) })
 }
 
 // ReadEvals returns the records of the directory's EvalMetricsFile, in
