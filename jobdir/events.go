@@ -36,6 +36,12 @@ const (
 	EventWorkerDone EventKind = "worker_done"
 )
 
+// The fields every event has: its kind and when it was recorded.
+const (
+	KindField = "event"
+	TimeField = "time"
+)
+
 // Record is the typed content of an event of one kind: every field but
 // "event" (its Kind) and "time" (added when recorded).
 type Record interface {
@@ -151,8 +157,8 @@ func MarshalEvent(r Record, t time.Time) ([]byte, error) {
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return nil, err
 	}
-	fields["event"], _ = json.Marshal(r.Kind())
-	fields["time"], _ = json.Marshal(t.UTC().Format(time.RFC3339Nano))
+	fields[KindField], _ = json.Marshal(r.Kind())
+	fields[TimeField], _ = json.Marshal(t.UTC().Format(time.RFC3339Nano))
 	return json.Marshal(fields)
 }
 
@@ -178,9 +184,9 @@ func ParseEvent(line []byte) (Event, error) {
 	if err := json.Unmarshal(line, &ev.Fields); err != nil || ev.Fields == nil {
 		return Event{}, ErrBadRecord
 	}
-	kind, _ := ev.Fields["event"].(string)
+	kind, _ := ev.Fields[KindField].(string)
 	ev.Kind = EventKind(kind)
-	ev.Time, _ = ev.Fields["time"].(string)
+	ev.Time, _ = ev.Fields[TimeField].(string)
 	if r := newRecord(ev.Kind); r != nil {
 		if err := json.Unmarshal(line, r); err != nil {
 			return Event{}, ErrBadRecord
