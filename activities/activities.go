@@ -119,23 +119,6 @@ type Activities struct {
 	Ceilings Ceilings
 }
 
-// Paths inside a job directory written by the activities.
-const (
-	rawDir      = "raw"
-	evalMetrics = "eval/metrics.jsonl"
-	// pinnedDir holds hard links to the checkpoint being evaluated and
-	// exported (copies in object storage), so retention cannot delete it
-	// under a slow or retried export.
-	pinnedDir = "eval/pinned"
-	// queueDir holds hard links to (copies of) committed checkpoints the
-	// evaluator has yet to evaluate when it evaluates every one
-	// (TrainInput.PinForEval), so retention cannot delete them first.
-	queueDir  = "eval/queue"
-	exportDir = "export"
-	// requestFile records the request of the last completed preprocessing.
-	requestFile = "preprocess/request.json"
-)
-
 func nonRetryable(errType string, err error) error {
 	return temporal.NewNonRetryableApplicationError(err.Error(), errType, nil)
 }
@@ -221,7 +204,7 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	switch {
 	case len(res.Train) > 0:
 	default:
-		keys := []string{rawDir + "/train.csv", rawDir + "/eval.csv"}
+		keys := []string{path.Join(jobdir.RawDir, "train.csv"), path.Join(jobdir.RawDir, "eval.csv")}
 		rows := spec.Data.GeneratedRows
 		for i, key := range keys {
 			if ok, err := jd.st.Exists(ctx, key); err != nil || ok {
@@ -348,15 +331,15 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 		R    preprocess.Request
 		Args []string
 	}{r, in.BeamArgs})
-	if old, err := jd.st.Read(ctx, requestFile); err == nil && bytes.Equal(old, reqJSON) {
+	if old, err := jd.st.Read(ctx, jobdir.PreprocessRequestFile); err == nil && bytes.Equal(old, reqJSON) {
 		if m, _, err := jd.readManifest(ctx); err == nil && m.Failure == "" {
 			return summary(m), nil
 		}
 	}
 	hb := keepAlive(ctx)
-	r.Train, err = stageInputs(ctx, ws, r.Train, filepath.Join("inputs", "train"))
+	r.Train, err = stageInputs(ctx, ws, r.Train, filepath.Join(jobdir.InputsDir, "train"))
 	if err == nil {
-		r.Eval, err = stageInputs(ctx, ws, r.Eval, filepath.Join("inputs", "eval"))
+		r.Eval, err = stageInputs(ctx, ws, r.Eval, filepath.Join(jobdir.InputsDir, "eval"))
 	}
 	hb.Stop()
 	if err != nil {
@@ -369,13 +352,13 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 	if err := jd.st.Delete(ctx, preprocess.ManifestPath); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
-	childReq := filepath.Join(ws.Dir, "preprocess", "child-request.json")
+	childReq := filepath.Join(ws.Dir, filepath.FromSlash(jobdir.PreprocessChildRequestFile))
 	rb, _ := json.Marshal(r)
 	if err := atomicfile.Write(childReq, rb); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
 	err = a.runChild(ctx, ws.Dir, append(append([]string{"preprocess", childReq}, in.BeamArgs...), a.BeamArgs...))
-	if err := ws.Publish(ctx, []string{"preprocess/child.log"}); err != nil {
+	if err := ws.Publish(ctx, []string{jobdir.PreprocessLogFile}); err != nil {
 		activity.GetLogger(ctx).Warn("upload preprocess log", "error", err)
 	}
 	if err != nil {
@@ -394,7 +377,7 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 	if m.Failure != "" {
 		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, errors.New(m.Failure))
 	}
-	if err := jd.st.Write(ctx, requestFile, reqJSON); err != nil {
+	if err := jd.st.Write(ctx, jobdir.PreprocessRequestFile, reqJSON); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
 	return summary(m), nil
@@ -455,12 +438,12 @@ func (a *Activities) runChild(ctx context.Context, jobDir string, args []string)
 			return err
 		}
 	}
-	tmp, err := os.MkdirTemp(filepath.Join(jobDir, "preprocess"), "tmp-")
+	tmp, err := os.MkdirTemp(filepath.Join(jobDir, jobdir.PreprocessDir), "tmp-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	logPath := filepath.Join(jobDir, "preprocess", "child.log")
+	logPath := filepath.Join(jobDir, filepath.FromSlash(jobdir.PreprocessLogFile))
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return err
@@ -767,7 +750,7 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	if err := jd.evalSummaries(ctx, in.Name, in.Step, res.Metrics); err != nil {
 		return res, err
 	}
-	return res, jd.appendMetrics(ctx, in.Name, in.Step, res.Metrics)
+	return res, jd.AppendEval(ctx, in.Name, in.Step, res.Metrics) // the workflow runs one evaluation at a time: one writer
 }
 
 // evaluateInChild evaluates the pinned checkpoint of step in a child
@@ -806,12 +789,12 @@ func (a *Activities) evaluateInChild(ctx context.Context, hb *beater, jd *jobDir
 // are removed. A checkpoint already deleted is a CheckpointGone error.
 func (j *jobDir) pinCheckpoint(ctx context.Context, step int64) (*train.Checkpoint, error) {
 	cks := j.Checkpoints()
-	pins := cks.In(pinnedDir)
+	pins := cks.In(jobdir.PinnedDir)
 	ck, err := pins.Read(ctx, step)
 	if errors.Is(err, fs.ErrNotExist) {
-		err = cks.Pin(ctx, step, pinnedDir)
+		err = cks.Pin(ctx, step, jobdir.PinnedDir)
 		if errors.Is(err, fs.ErrNotExist) { // retention deleted it: the evaluator's queue may hold it
-			err = cks.In(queueDir).Pin(ctx, step, pinnedDir)
+			err = cks.In(jobdir.QueueDir).Pin(ctx, step, jobdir.PinnedDir)
 		}
 		if err == nil {
 			ck, err = pins.Read(ctx, step)
@@ -834,7 +817,7 @@ func (j *jobDir) pinCheckpoint(ctx context.Context, step int64) (*train.Checkpoi
 // is a non-retryable CheckpointGone error.
 func (j *jobDir) exportedCheckpoint(ctx context.Context, step int64) (*train.Checkpoint, error) {
 	cks := j.Checkpoints()
-	ck, err := cks.In(pinnedDir).Read(ctx, step)
+	ck, err := cks.In(jobdir.PinnedDir).Read(ctx, step)
 	if errors.Is(err, fs.ErrNotExist) {
 		ck, err = cks.Read(ctx, step)
 	}
@@ -847,7 +830,7 @@ func (j *jobDir) exportedCheckpoint(ctx context.Context, step int64) (*train.Che
 // queueCheckpoint pins the just committed checkpoint of step for the
 // evaluator (eval/queue).
 func (j *jobDir) queueCheckpoint(ctx context.Context, step int64) error {
-	if err := j.Checkpoints().Pin(ctx, step, queueDir); err != nil {
+	if err := j.Checkpoints().Pin(ctx, step, jobdir.QueueDir); err != nil {
 		return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
 	}
 	return nil
@@ -856,35 +839,7 @@ func (j *jobDir) queueCheckpoint(ctx context.Context, step int64) error {
 // unqueue removes the evaluator's queue pins of step and earlier steps:
 // the evaluator evaluates queued checkpoints in order.
 func (j *jobDir) unqueue(ctx context.Context, step int64) error {
-	return j.Checkpoints().In(queueDir).DeleteIf(ctx, func(s int64) bool { return s <= step })
-}
-
-// metricsLine is one line of eval/metrics.jsonl.
-type metricsLine struct {
-	Name       string        `json:"name,omitempty"`
-	GlobalStep int64         `json:"global_step"`
-	Metrics    train.Metrics `json:"metrics"`
-	Checkpoint string        `json:"checkpoint"`
-	Time       string        `json:"time"`
-}
-
-// appendMetrics appends an evaluation to eval/metrics.jsonl unless one for
-// (name, step) is already there. In object storage the object is
-// rewritten with the line added (jobdir.Dir.AppendLine): the workflow runs
-// one evaluation at a time, so there is one writer.
-func (j *jobDir) appendMetrics(ctx context.Context, name string, step int64, m train.Metrics) error {
-	old, err := j.st.Read(ctx, evalMetrics)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	for _, l := range bytes.Split(old, []byte("\n")) {
-		var ml metricsLine
-		if json.Unmarshal(l, &ml) == nil && ml.GlobalStep == step && ml.Name == name {
-			return nil
-		}
-	}
-	line, _ := json.Marshal(metricsLine{Name: name, GlobalStep: step, Metrics: m, Checkpoint: train.CheckpointName(step), Time: time.Now().UTC().Format(time.RFC3339Nano)})
-	return j.AppendLine(ctx, evalMetrics, line)
+	return j.Checkpoints().In(jobdir.QueueDir).DeleteIf(ctx, func(s int64) bool { return s <= step })
 }
 
 // DeleteExport removes a bundle an exporter no longer keeps. Deleting a
@@ -927,8 +882,8 @@ func (a *Activities) openExport(ctx context.Context, field, loc string, owner *w
 		return nil, "", notOwner(fmt.Errorf("%s %s lies in no job directory (no job.json above it)", field, loc))
 	}
 	key, ok := keyUnder(dir, located)
-	parts := strings.Split(key, "/")
-	if !ok || len(parts) != 3 || parts[0] != exportDir || !bundle.ValidName(parts[1]) || !canonicalStep(parts[2]) {
+	exporter, step, isExport := jobdir.ParseExportKey(key)
+	if !ok || !isExport || !bundle.ValidName(exporter) || !canonicalStep(step) {
 		return nil, "", refuse("not a bundle of an exporter (export/<exporter>/<step> of a job directory)")
 	}
 	dirLoc, err := a.locate("job_dir", dir, true)
@@ -971,8 +926,8 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 		return workflows.ExportResult{}, err
 	}
 	defer jd.Close()
-	parent := path.Join(exportDir, in.Exporter)
-	key := path.Join(parent, strconv.FormatInt(in.Step, 10))
+	parent := jobdir.ExporterDir(in.Exporter)
+	key := jobdir.ExportKey(in.Exporter, in.Step)
 	done := workflows.ExportResult{Dir: jd.Location(key), Version: in.Step}
 	if ok, err := jd.st.Exists(ctx, path.Join(key, bundle.MetadataFile)); err != nil || ok {
 		return done, err

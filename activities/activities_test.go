@@ -19,6 +19,7 @@ import (
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/preprocess/beampipe"
 	"github.com/trainflow/trainflow/workflows"
@@ -293,8 +294,8 @@ func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
 			}
 			var commits []float64
 			for _, ev := range evs {
-				if ev["event"] == "checkpoint" {
-					commits = append(commits, ev["global_step"].(float64))
+				if c, ok := ev.Record.(*jobdir.Checkpoint); ok {
+					commits = append(commits, float64(c.GlobalStep))
 				}
 			}
 			if !slices.Equal(commits, []float64{50, 100}) {

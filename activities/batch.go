@@ -93,10 +93,10 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 		return res, err
 	}
 	res.Bundle = req.Bundle
-	if req.Inputs, err = a.batchInputs(ctx, spec.InputPaths, filepath.Join(jd.dir, "inputs")); err != nil {
+	if req.Inputs, err = a.batchInputs(ctx, spec.InputPaths, filepath.Join(jd.dir, jobdir.InputsDir)); err != nil {
 		return res, err
 	}
-	if err := os.MkdirAll(filepath.Join(req.WorkDir, "preprocess"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(req.WorkDir, jobdir.PreprocessDir), 0o755); err != nil { // runChild's
 		return res, err
 	}
 	rb, _ := json.Marshal(req)

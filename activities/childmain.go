@@ -242,7 +242,7 @@ func childEvaluate(ctx context.Context, j *evaluateChildJob) childMsg {
 	}
 	jd := newJobDir(d)
 	defer jd.Close()
-	ck, err := jd.Checkpoints().In(pinnedDir).Read(ctx, j.Step)
+	ck, err := jd.Checkpoints().In(jobdir.PinnedDir).Read(ctx, j.Step)
 	if err != nil {
 		return errorMsg(fmt.Errorf("evaluate checkpoint %d: %w", j.Step, err))
 	}

@@ -143,8 +143,8 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 		}
 	}
 	shard.SetGeneration(cl.Gen)
-	jd.event(ctx, map[string]any{"event": "ps_start", "task": in.Task, "addr": reg.Addr, "host": host, "pid": reg.PID,
-		"attempt": info.Attempt, "restored_step": restored, "gen": cl.Gen})
+	jd.Event(ctx, jobdir.PSStart{Task: in.Task, Addr: reg.Addr, Host: host, PID: reg.PID,
+		Attempt: info.Attempt, RestoredStep: restored, Gen: cl.Gen})
 	activity.GetLogger(ctx).Info("parameter server listening", "task", in.Task, "addr", reg.Addr, "restored_step", restored, "gen", cl.Gen)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
@@ -382,8 +382,8 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 	if activity.HasHeartbeatDetails(ctx) {
 		activity.GetHeartbeatDetails(ctx, &hint)
 	}
-	jd.event(ctx, map[string]any{"event": "worker_start", "task": in.Task, "attempt": info.Attempt, "pid": os.Getpid(), "files": files, "rows": len(data.Y),
-		"ps": c.Addrs(), "gen": c.Gen(), "heartbeat_global_step": hint.GlobalStep})
+	jd.Event(ctx, jobdir.WorkerStart{Task: in.Task, Attempt: info.Attempt, PID: os.Getpid(), Files: files, Rows: len(data.Y),
+		PS: c.Addrs(), Gen: c.Gen(), HeartbeatGlobalStep: hint.GlobalStep})
 	hooks := dist.Hooks{
 		Moved: func(p dist.Position) {
 			w.at(p.GlobalStep)
@@ -391,14 +391,14 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 			stepHook(ctx, name, p.GlobalStep)
 		},
 		Resumed: func(p dist.Position, source string) {
-			jd.event(ctx, map[string]any{"event": "worker_resumed", "task": in.Task, "source": source, "epoch": p.Epoch, "cursor": p.Cursor,
-				"heartbeat_epoch": hint.Epoch, "heartbeat_cursor": hint.Cursor})
+			jd.Event(ctx, jobdir.WorkerResumed{Task: in.Task, Source: source, Epoch: p.Epoch, Cursor: p.Cursor,
+				HeartbeatEpoch: hint.Epoch, HeartbeatCursor: hint.Cursor})
 		},
 		Recovered: func(err error, cl dist.Cluster, last int64) {
 			w.mark()
 			log.Warn("parameter servers recovered", "task", in.Task, "error", err, "gen", cl.Gen, "restore_step", cl.RestoreStep, "last_step", last)
-			jd.event(ctx, map[string]any{"event": "ps_recovered", "task": in.Task, "gen": cl.Gen, "restore_step": cl.RestoreStep,
-				"last_step": last, "cause": err.Error()})
+			jd.Event(ctx, jobdir.PSRecovered{Task: in.Task, Gen: cl.Gen, RestoreStep: cl.RestoreStep,
+				LastStep: last, Cause: err.Error()})
 		},
 	}
 	role, job := "worker", activity.GetInfo(ctx).WorkflowExecution.ID
@@ -439,8 +439,8 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 	if err != nil {
 		return res, diverged(err)
 	}
-	jd.event(ctx, map[string]any{"event": "worker_done", "task": in.Task, "global_step": r.Step, "steps": r.Steps, "applied": r.Applied,
-		"compute_secs": res.ComputeSecs, "pull_secs": res.PullSecs, "push_secs": res.PushSecs})
+	jd.Event(ctx, jobdir.WorkerDone{Task: in.Task, GlobalStep: r.Step, Steps: r.Steps, Applied: r.Applied,
+		ComputeSecs: res.ComputeSecs, PullSecs: res.PullSecs, PushSecs: res.PushSecs})
 	return res, nil
 }
 
@@ -473,7 +473,7 @@ func (j *jobDir) queueForEval(ctx context.Context, step int64, keep int) error {
 	if err := j.queueCheckpoint(ctx, step); err != nil {
 		return err
 	}
-	q := j.Checkpoints().In(queueDir)
+	q := j.Checkpoints().In(jobdir.QueueDir)
 	steps, err := q.Steps(ctx)
 	if err != nil {
 		return fmt.Errorf("queue checkpoint %d for evaluation: %w", step, err)
@@ -521,7 +521,7 @@ func (a *Activities) reportCheckpoint(ctx context.Context, jd *jobDir, p train.P
 			log.Warn("report checkpoint to the workflow", "global_step", p.Step, "error", err)
 		}
 	}
-	return jd.event(ctx, map[string]any{"event": "checkpoint", "global_step": p.Step, "loss": p.Loss, "examples_per_sec": p.ExamplesPerSec})
+	return jd.Event(ctx, jobdir.Checkpoint{GlobalStep: p.Step, Loss: p.Loss, ExamplesPerSec: p.ExamplesPerSec})
 }
 
 // workerSeed derives worker task's seed from the job's, so workers shuffle

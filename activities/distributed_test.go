@@ -90,7 +90,7 @@ func TestEvalQueueBoundedByKeep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	queued, err := cks.In(queueDir).Steps(ctx)
+	queued, err := cks.In(jobdir.QueueDir).Steps(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -323,12 +323,9 @@ func openObject(ctx context.Context, uri string) (*storage.Store, string, error)
 // path or a storage URI.
 func joinURI(loc, elem string) string { return jobdir.Join(loc, elem) }
 
-// event records one event in the job's log (jobdir.Dir.Event).
-func (j *jobDir) event(ctx context.Context, ev map[string]any) error { return j.Event(ctx, ev) }
-
 // ReadEvents returns the events log of the job directory at jobDir (a path
 // or a storage URI) in the order they were written (in object storage: by
-// time), each event a JSON object.
-func ReadEvents(ctx context.Context, jobDir string) ([]map[string]any, error) {
+// time): jobdir.ReadEvents.
+func ReadEvents(ctx context.Context, jobDir string) ([]jobdir.Event, error) {
 	return jobdir.ReadEvents(ctx, jobDir)
 }

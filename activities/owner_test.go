@@ -32,7 +32,7 @@ func prepareAs(t *testing.T, acts *Activities, id, run, parent string) string {
 // bundle (its metadata) and returns it.
 func fakeBundle(t *testing.T, dir, exporter, step string) string {
 	t.Helper()
-	b := filepath.Join(dir, exportDir, exporter, step)
+	b := filepath.Join(dir, jobdir.ExportDir, exporter, step)
 	if err := os.MkdirAll(b, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestStepsRefuseAnotherJobsDirectory(t *testing.T) {
 			t.Errorf("Publish of the victim's bundle, owner %+v: %v, want NotOwner", owner, err)
 		}
 	}
-	if !present(filepath.Join(best, bundle.MetadataFile)) || present(filepath.Join(victim, exportDir, "best", "200")) {
+	if !present(filepath.Join(best, bundle.MetadataFile)) || present(filepath.Join(victim, jobdir.ExportDir, "best", "200")) {
 		t.Error("the victim's export directory changed")
 	}
 	if ms, _ := acts.Models.Models(t.Context()); len(ms) != 0 {
@@ -126,13 +126,13 @@ func TestDeleteExportOnlyUnderExport(t *testing.T) {
 		dir,
 		filepath.Join(dir, "checkpoints"),
 		filepath.Join(dir, "checkpoints", "x"),
-		filepath.Join(dir, exportDir),
-		filepath.Join(dir, exportDir, "best"),
-		filepath.Join(dir, exportDir, "best", "100", bundle.MetadataFile),
-		filepath.Join(dir, exportDir, "best", "0100"),
-		filepath.Join(dir, exportDir, "best", "100", "..", "..", ".."),
-		"file://" + filepath.Join(dir, exportDir, "best") + "/%2e%2e",
-		filepath.Join(filepath.Dir(dir), "other", exportDir, "best", "1"),
+		filepath.Join(dir, jobdir.ExportDir),
+		filepath.Join(dir, jobdir.ExportDir, "best"),
+		filepath.Join(dir, jobdir.ExportDir, "best", "100", bundle.MetadataFile),
+		filepath.Join(dir, jobdir.ExportDir, "best", "0100"),
+		filepath.Join(dir, jobdir.ExportDir, "best", "100", "..", "..", ".."),
+		"file://" + filepath.Join(dir, jobdir.ExportDir, "best") + "/%2e%2e",
+		filepath.Join(filepath.Dir(dir), "other", jobdir.ExportDir, "best", "1"),
 		"",
 	} {
 		_, err := e.ExecuteActivity(acts.DeleteExport, workflows.DeleteExportInput{Dir: d, Owner: owner})
@@ -175,7 +175,7 @@ func TestTrialExportOnlyOwnTrials(t *testing.T) {
 	}
 	var got string
 	v.Get(&got)
-	if got != filepath.Join(trial, exportDir, "best", "40") {
+	if got != filepath.Join(trial, jobdir.ExportDir, "best", "40") {
 		t.Errorf("TrialExport = %s", got)
 	}
 	for _, dir := range []string{posing, victim, other} {
@@ -192,7 +192,7 @@ func TestTrialExportOnlyOwnTrials(t *testing.T) {
 		t.Errorf("TrialEvaluations of another job's directory: %v, want NotOwner", err)
 	}
 	// The tuning job publishes its trial's export, not the victim's.
-	_, err = e.ExecuteActivity(acts.Publish, workflows.PublishInput{JobID: "hp_1", Bundle: filepath.Join(victim, exportDir, "best", "40"), Model: "census", Promote: true, Owner: owner})
+	_, err = e.ExecuteActivity(acts.Publish, workflows.PublishInput{JobID: "hp_1", Bundle: filepath.Join(victim, jobdir.ExportDir, "best", "40"), Model: "census", Promote: true, Owner: owner})
 	if errType(err) != workflows.ErrTypeNotOwner {
 		t.Errorf("Publish of another job's bundle by a tuning job: %v, want NotOwner", err)
 	}

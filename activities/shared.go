@@ -12,13 +12,10 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
-
-// sharedFile records, in a trial's job dir, where its preprocessed data
-// came from (ImportPreprocessed).
-const sharedFile = "preprocess/shared.json"
 
 // ImportPreprocessed gives a tuning trial the data its tuning job
 // preprocessed once (workflows.SharedData): the Transform, the shards and,
@@ -72,7 +69,7 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 	}
 	defer dst.Close()
 	if got, _, err := dst.readManifest(ctx); err == nil && got.Failure == "" && got.TransformHash == in.TransformHash {
-		if ok, err := dst.st.Exists(ctx, sharedFile); err == nil && ok {
+		if ok, err := dst.st.Exists(ctx, jobdir.SharedDataFile); err == nil && ok {
 			return summary(got), nil // linked by an earlier attempt, or before a reset
 		}
 	}
@@ -88,7 +85,7 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 	if m.Failure != "" || m.TransformHash != in.TransformHash {
 		return workflows.PreprocessResult{}, refuse("%s has transform %s, the trial expects %s", in.From, m.TransformHash, in.TransformHash)
 	}
-	old, err := src.st.Read(ctx, requestFile)
+	old, err := src.st.Read(ctx, jobdir.PreprocessRequestFile)
 	if err != nil {
 		return workflows.PreprocessResult{}, fmt.Errorf("shared data %s: %w", in.From, err)
 	}
@@ -113,8 +110,8 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 			return workflows.PreprocessResult{}, fmt.Errorf("link %s from %s: %w", k, in.From, err)
 		}
 	}
-	rec, _ := json.Marshal(map[string]string{"from": src.uri, "tuning_job_id": in.TuningJobID, "transform_hash": m.TransformHash})
-	if err := dst.st.Write(ctx, sharedFile, rec); err != nil {
+	rec, _ := json.Marshal(jobdir.SharedData{From: src.uri, TuningJobID: in.TuningJobID, TransformHash: m.TransformHash})
+	if err := dst.st.Write(ctx, jobdir.SharedDataFile, rec); err != nil {
 		return workflows.PreprocessResult{}, err
 	}
 	return summary(m), nil

@@ -11,31 +11,23 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/trainflow/trainflow/internal/tfevents"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/train"
 )
 
 // TensorBoard event files: <job_dir>/logs/train/ (the chief's training
-// scalars) and logs/eval/ (one file per evaluation; logs/eval_<name>/
-// for a named evaluation), so `tensorboard --logdir <job_dir>` shows the
-// job's curves, and --logdir over several job dirs puts them side by side.
-const logsDir = "logs"
+// scalars, jobdir.TrainLogsDir) and logs/eval/ (one file per evaluation;
+// logs/eval_<name>/ for a named evaluation: jobdir.EvalLogsDir), so
+// `tensorboard --logdir <job_dir>` shows the job's curves, and --logdir
+// over several job dirs puts them side by side.
 
-// summaryRun is the TensorBoard run (directory under logs/) of an
-// evaluation called name.
-func summaryRun(name string) string {
-	if name == "" || name == "eval" {
-		return "eval"
-	}
-	return "eval_" + name
-}
-
-// writeSummaries writes batch as the event file of run whose first event
+// writeSummaries writes batch as the event file in the directory run whose first event
 // is at step, replacing one a retry or a resumed run wrote from that step.
 func (j *jobDir) writeSummaries(ctx context.Context, run, writer string, step int64, b *tfevents.Batch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	return j.st.Write(ctx, path.Join(logsDir, run, tfevents.FileName(step, writer)), b.File(time.Now()))
+	return j.st.Write(ctx, path.Join(run, tfevents.FileName(step, writer)), b.File(time.Now()))
 }
 
 // metricScalars returns an evaluation's metrics as TensorBoard tags and
@@ -61,7 +53,7 @@ func (j *jobDir) evalSummaries(ctx context.Context, name string, step int64, m t
 	var b tfevents.Batch
 	tags, values := metricScalars(m)
 	b.Add(step, time.Now(), tags, values)
-	return j.writeSummaries(ctx, summaryRun(name), "evaluator", step, &b)
+	return j.writeSummaries(ctx, jobdir.EvalLogsDir(name), "evaluator", step, &b)
 }
 
 // trainSummaries collects the chief's training scalars every `every`
@@ -202,7 +194,7 @@ func (s *trainSummaries) flush(ctx context.Context, jd *jobDir, step int64) erro
 		}
 		b.Add(p.step, p.at, trainTags, p.values)
 	}
-	if err := jd.writeSummaries(ctx, "train", "chief", out[0].step, &b); err != nil {
+	if err := jd.writeSummaries(ctx, jobdir.TrainLogsDir, "chief", out[0].step, &b); err != nil {
 		s.mu.Lock()
 		s.pending = append(out, s.pending...)
 		s.mu.Unlock()

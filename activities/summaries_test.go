@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/internal/tfevents"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -77,7 +78,7 @@ func TestTrainSummariesRates(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.stepped(601, 0.5) // too late for the point at 600
-		b, err := jd.st.Read(ctx, path.Join(logsDir, "train", tfevents.FileName(600, "chief")))
+		b, err := jd.st.Read(ctx, path.Join(jobdir.TrainLogsDir, tfevents.FileName(600, "chief")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +122,7 @@ func TestEventFilesFollowTensorBoardsWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer jd.Close()
-	logs := filepath.Join(root, logsDir)
+	logs := filepath.Join(root, jobdir.LogsDir)
 
 	var mu sync.Mutex
 	var problems []string
@@ -207,7 +208,7 @@ func TestEventFilesFollowTensorBoardsWatcher(t *testing.T) {
 			var b tfevents.Batch
 			b.Add(step, time.Now(), []string{"loss"}, []float64{1})
 			file := b.File(time.Now())
-			key := path.Join(logsDir, "aborted", tfevents.FileName(step, "chief"))
+			key := path.Join(jobdir.LogsDir, "aborted", tfevents.FileName(step, "chief"))
 			err := jd.st.WriteFunc(ctx, key, func(w io.Writer) error {
 				w.Write(file[:len(file)/2])
 				scan()

@@ -1,13 +1,10 @@
 package activities
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path"
 	"path/filepath"
 	"slices"
@@ -16,6 +13,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/jobdir"
@@ -120,22 +118,21 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 			}
 			return out, err
 		}
-		b, err := jd.st.Read(ctx, evalMetrics)
+		evals, bad, err := jd.ReadEvals(ctx)
 		jd.Close()
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
 		if err != nil {
 			return out, err
 		}
+		if bad.N > 0 {
+			activity.GetLogger(ctx).Warn("unreadable evaluations skipped", "job_dir", dir, "error", bad.Err())
+		}
 		seen := map[int64]bool{}
-		for l := range bytes.SplitSeq(b, []byte("\n")) {
-			var ml metricsLine
-			if json.Unmarshal(l, &ml) != nil || ml.Name != in.Name || seen[ml.GlobalStep] {
+		for _, e := range evals {
+			if e.Name != in.Name || seen[e.GlobalStep] {
 				continue
 			}
-			seen[ml.GlobalStep] = true
-			out.Evals[i] = append(out.Evals[i], workflows.TrialEval{Step: ml.GlobalStep, Value: workflows.MetricValue(ml.Metrics, in.Metric)})
+			seen[e.GlobalStep] = true
+			out.Evals[i] = append(out.Evals[i], workflows.TrialEval{Step: e.GlobalStep, Value: workflows.MetricValue(e.Metrics, in.Metric)})
 		}
 		slices.SortFunc(out.Evals[i], func(a, b workflows.TrialEval) int { return cmp.Compare(a.Step, b.Step) })
 	}
@@ -158,14 +155,15 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 		return "", err
 	}
 	defer jd.Close()
-	prefix := path.Join(exportDir, in.Exporter) + "/"
+	prefix := jobdir.ExporterDir(in.Exporter) + "/"
 	keys, err := jd.st.List(ctx, prefix)
 	if err != nil {
 		return "", err
 	}
 	newest := int64(-1)
 	for _, k := range keys {
-		step, file, ok := strings.Cut(strings.TrimPrefix(k, prefix), "/")
+		bdir, file := path.Split(k)
+		_, step, ok := jobdir.ParseExportKey(strings.TrimSuffix(bdir, "/"))
 		n, err := strconv.ParseInt(step, 10, 64)
 		if ok && err == nil && file == bundle.MetadataFile && n > newest {
 			newest = n
@@ -174,7 +172,7 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 	if newest < 0 {
 		return "", nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("%s has no %s export", dir, in.Exporter))
 	}
-	return jd.Location(prefix + strconv.FormatInt(newest, 10)), nil
+	return jd.Location(jobdir.ExportKey(in.Exporter, newest)), nil
 }
 
 // errNotStarted is checkTrial's error for a trial directory not claimed

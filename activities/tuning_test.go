@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -24,7 +25,7 @@ func TestTrialEvaluationsAndExport(t *testing.T) {
 {"name":"eval","global_step":20,"metrics":{"accuracy":0.75,"auc":0.6}}
 not json
 `
-	os.WriteFile(filepath.Join(dir, evalMetrics), []byte(lines), 0o644)
+	os.WriteFile(filepath.Join(dir, jobdir.EvalMetricsFile), []byte(lines), 0o644)
 	v, err := e.ExecuteActivity(acts.TrialEvaluations, workflows.TrialEvaluationsInput{Metric: "auc", Name: "eval",
 		Trials: []workflows.TrialRef{{Number: 1, ID: "hp_1_trial_1"}, {Number: 2, ID: "hp_1_trial_2"}}})
 	if err != nil {

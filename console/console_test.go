@@ -91,6 +91,7 @@ func TestJobDirCharts(t *testing.T) {
 	}
 	write(t, dir, "events.jsonl", []byte(events.String()))
 	write(t, dir, "eval/metrics.jsonl", []byte(`{"global_step":100,"metrics":{"examples":50,"accuracy":0.8,"log_loss":0.5,"auc":0.7}}
+{"global_step":"secret-ish content","metrics":{}}
 {"global_step":200,"metrics":{"examples":50,"accuracy":0.85,"log_loss":0.4,"auc":0.8}}
 `))
 	var b tfevents.Batch
@@ -109,8 +110,10 @@ func TestJobDirCharts(t *testing.T) {
 		t.Fatalf("read %d events, %d evals, %d losses, %d exports, manifest %v; want 8, 2, 4, 2, set",
 			len(d.Events), len(d.Evals), d.Loss.n, len(d.Exports), d.Manifest != nil)
 	}
-	if len(d.Problems) != 1 || !strings.Contains(d.Problems[0], "tfevents") {
-		t.Errorf("problems %q, want the torn event file named", d.Problems)
+	// Unreadable records are reported by line, never quoted.
+	if len(d.Problems) != 3 || d.Problems[0] != "1 unreadable line in events.jsonl (line 9)" ||
+		d.Problems[1] != "1 unreadable line in eval/metrics.jsonl (line 2)" || !strings.Contains(d.Problems[2], "tfevents") {
+		t.Errorf("problems %q, want the unreadable lines of events.jsonl and eval/metrics.jsonl, then the torn event file named", d.Problems)
 	}
 	got := fmt.Sprint(d.Roles)
 	want := "[{chief 1 0  11 } {worker 1 2 1  21 saw cluster generation 2: rolled back to step 100} {ps 0 2 1 h2 20 }]"

@@ -33,8 +33,8 @@ const (
 	// DefaultMaxPoints is the default of Options.MaxPoints.
 	DefaultMaxPoints = 900
 
-	maxLogBytes    = 8 << 20  // of the budget: events.jsonl, eval/metrics.jsonl each
-	maxLine        = 64 << 10 // a longer line of a .jsonl file is skipped
+	maxLogBytes    = 8 << 20  // of the budget: the events log, the evaluations log each
+	maxLine        = 64 << 10 // a buffer: a TensorBoard file's reader
 	maxKeptLine    = 4 << 10  // a longer event is kept for the table as its row only
 	maxEventObjs   = 5000     // events/ objects in object storage
 	maxEventObj    = 64 << 10 // one events/ object
@@ -48,24 +48,14 @@ const (
 	maxMarks       = 150      // checkpoint marks on a chart
 )
 
-// Paths in the job directory the console reads besides jobdir's.
-const (
-	evalMetricsFile = "eval/metrics.jsonl"
-	trainLogs       = "logs/train/"
-)
+// trainLogs is the directory of the chief's TensorBoard files.
+const trainLogs = jobdir.TrainLogsDir + "/"
 
 // Training scalar tags the charts draw.
 const (
 	tagLoss  = "loss"
 	tagSpeed = "examples_per_sec"
 )
-
-// evalLine is one line of eval/metrics.jsonl.
-type evalLine struct {
-	Name       string        `json:"name"`
-	GlobalStep int64         `json:"global_step"`
-	Metrics    train.Metrics `json:"metrics"`
-}
 
 // export is one bundle an exporter wrote.
 type export struct {
@@ -85,7 +75,7 @@ type jobData struct {
 	EventsTotal int
 	// Evals are the newest maxEvalsShown evaluations of EvalsTotal, by
 	// step.
-	Evals      []evalLine
+	Evals      []jobdir.EvalRecord
 	EvalsTotal int
 	Exports    []export
 	Manifest   *preprocess.Manifest
@@ -102,7 +92,7 @@ type jobData struct {
 	// BytesRead is what the page read of the job directory.
 	BytesRead int64
 	Truncated []string // what was cut at a bound
-	Problems  []string // what could not be read
+	Problems  []string // what could not be read, unreadable records included
 }
 
 // errBudget stops a read at the page's budget or a file's bound.
@@ -224,36 +214,25 @@ func (r *jobReader) small(key string, limit int64) ([]byte, error) {
 	return b, err
 }
 
-// lines calls f for each line of key (at most limit bytes); a line longer
-// than maxLine is skipped. It reports whether a bound cut the file.
-func (r *jobReader) lines(key string, limit int64, f func(line []byte)) (cut bool, err error) {
+// log reads the .jsonl log at key (at most limit bytes) with scan, a
+// jobdir scanner, and notes its unreadable lines as a problem and a cut
+// at a bound as truncated.
+func (r *jobReader) log(key string, limit int64, scan func(io.Reader) (jobdir.Bad, error)) {
 	rc, err := r.st.open(r.ctx, key)
 	if err != nil {
-		return false, err
+		r.problem(key, err)
+		return
 	}
 	defer rc.Close()
-	r.buf.Reset(r.b.reader(rc, limit))
-	skipping := false
-	for {
-		line, err := r.buf.ReadSlice('\n')
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			skipping = true
-			continue
-		case skipping:
-			skipping = false // the end of a long line
-		case len(bytes.TrimSpace(line)) > 0 && (err == nil || err == io.EOF):
-			f(line)
-		}
-		if errors.Is(err, errBudget) {
-			return true, nil
-		}
-		if err == io.EOF {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
+	bad, err := scan(r.b.reader(rc, limit))
+	if bad.N > 0 {
+		r.d.Problems = append(r.d.Problems, bad.String())
+	}
+	switch {
+	case errors.Is(err, errBudget):
+		r.boundNote(key, limit)
+	default:
+		r.problem(key, err)
 	}
 }
 
@@ -272,15 +251,6 @@ func (r *jobReader) manifest() {
 	r.d.Manifest = &m
 }
 
-// eventHead is what every event line is decoded to: the fields the charts
-// and the roles need.
-type eventHead struct {
-	Event          string   `json:"event"`
-	GlobalStep     *float64 `json:"global_step"`
-	Loss           *float64 `json:"loss"`
-	ExamplesPerSec *float64 `json:"examples_per_sec"`
-}
-
 // keptEvent is an event of the table: its line, or its row when the line
 // is long.
 type keptEvent struct {
@@ -294,35 +264,17 @@ func (r *jobReader) events() {
 	d := r.d
 	ring := make([]keptEvent, 0, 64)
 	next := 0
-	add := func(line []byte) {
-		var h eventHead
-		if json.Unmarshal(line, &h) != nil {
-			return
-		}
+	add := func(ev jobdir.Event, line []byte) {
 		d.EventsTotal++
-		if h.Event == "checkpoint" && h.GlobalStep != nil {
-			s := int64(*h.GlobalStep)
-			d.Checkpoints.add(s, 0)
-			if h.Loss != nil {
-				d.CkLoss.add(s, *h.Loss)
-			}
-			if h.ExamplesPerSec != nil {
-				d.CkSpeed.add(s, *h.ExamplesPerSec)
-			}
+		if c, ok := ev.Record.(*jobdir.Checkpoint); ok {
+			d.Checkpoints.add(c.GlobalStep, 0)
+			d.CkLoss.add(c.GlobalStep, c.Loss)
+			d.CkSpeed.add(c.GlobalStep, c.ExamplesPerSec)
 		}
-		if roleEvents[h.Event] {
-			var ev map[string]any
-			if json.Unmarshal(line, &ev) == nil {
-				r.roles.add(ev)
-			}
-		}
+		r.roles.add(ev)
 		k := keptEvent{}
 		if len(line) > maxKeptLine {
-			var ev map[string]any
-			if json.Unmarshal(line, &ev) != nil {
-				return
-			}
-			row := rowOf(ev)
+			row := rowOf(ev.Fields)
 			k.row = &row
 		} else {
 			k.line = append(k.line, line...)
@@ -334,17 +286,14 @@ func (r *jobReader) events() {
 			next = (next + 1) % maxEventsShown
 		}
 	}
-	cut, err := r.lines(jobdir.EventsFile, maxLogBytes, add)
-	r.problem(jobdir.EventsFile, err)
-	if cut {
-		r.boundNote(jobdir.EventsFile, maxLogBytes)
-	}
+	r.log(jobdir.EventsFile, maxLogBytes, func(rd io.Reader) (jobdir.Bad, error) { return jobdir.ScanEvents(rd, add) })
 	keys, err := r.st.list(r.ctx, jobdir.EventsPrefix)
 	r.problem(jobdir.EventsPrefix, err)
 	if len(keys) > maxEventObjs {
 		r.cut("%s: the newest %d of %d objects", jobdir.EventsPrefix, maxEventObjs, len(keys))
 		keys = keys[len(keys)-maxEventObjs:]
 	}
+	badObjs := 0
 	for _, k := range keys {
 		if r.b.left <= 0 {
 			r.exhausted(jobdir.EventsPrefix)
@@ -355,9 +304,18 @@ func (r *jobReader) events() {
 			r.problem(k, err)
 			continue
 		}
-		if len(bytes.TrimSpace(b)) > 0 {
-			add(b)
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
 		}
+		ev, err := jobdir.ParseEvent(b)
+		if err != nil {
+			badObjs++
+			continue
+		}
+		add(ev, b)
+	}
+	if badObjs > 0 {
+		r.d.Problems = append(r.d.Problems, fmt.Sprintf("%d unreadable objects under %s", badObjs, jobdir.EventsPrefix))
 	}
 	ring = append(ring[next:], ring[:next]...)
 	for _, k := range ring {
@@ -365,9 +323,8 @@ func (r *jobReader) events() {
 			d.Events = append(d.Events, *k.row)
 			continue
 		}
-		var ev map[string]any
-		if json.Unmarshal(k.line, &ev) == nil {
-			d.Events = append(d.Events, rowOf(ev))
+		if ev, err := jobdir.ParseEvent(k.line); err == nil {
+			d.Events = append(d.Events, rowOf(ev.Fields))
 		}
 	}
 }
@@ -385,13 +342,9 @@ func (r *jobReader) boundNote(key string, limit int64) {
 // the newest maxEvalsShown the table.
 func (r *jobReader) evals() {
 	d := r.d
-	ring := make([]evalLine, 0, 16)
+	ring := make([]jobdir.EvalRecord, 0, 16)
 	next := 0
-	cut, err := r.lines(evalMetricsFile, maxLogBytes, func(line []byte) {
-		var e evalLine
-		if json.Unmarshal(line, &e) != nil {
-			return
-		}
+	add := func(e jobdir.EvalRecord) {
 		d.EvalsTotal++
 		if len(ring) < maxEvalsShown {
 			ring = append(ring, e)
@@ -400,7 +353,7 @@ func (r *jobReader) evals() {
 			next = (next + 1) % maxEvalsShown
 		}
 		d.Regressor = d.Regressor || e.Metrics.Kind() == train.Regressors
-		if e.Name != "" && e.Name != "eval" {
+		if !jobdir.IsDefaultEval(e.Name) {
 			return
 		}
 		for _, m := range evalMetrics {
@@ -408,13 +361,10 @@ func (r *jobReader) evals() {
 			d.Eval[m].add(e.GlobalStep, v)
 			d.nonzero[m] = d.nonzero[m] || v != 0
 		}
-	})
-	r.problem(evalMetricsFile, err)
-	if cut {
-		r.boundNote(evalMetricsFile, maxLogBytes)
 	}
+	r.log(jobdir.EvalMetricsFile, maxLogBytes, func(rd io.Reader) (jobdir.Bad, error) { return jobdir.ScanEvals(rd, add) })
 	d.Evals = append(ring[next:], ring[:next]...)
-	slices.SortStableFunc(d.Evals, func(a, b evalLine) int { return cmpInt(a.GlobalStep, b.GlobalStep) })
+	slices.SortStableFunc(d.Evals, func(a, b jobdir.EvalRecord) int { return cmpInt(a.GlobalStep, b.GlobalStep) })
 }
 
 // trainCurves reads the chief's TensorBoard files under logs/train: the
@@ -501,15 +451,17 @@ func coverageOrder(n int) []int {
 // exports lists the bundles: export/<exporter>/<step>/metadata.json
 // (written last).
 func (r *jobReader) exports() {
-	keys, err := r.st.list(r.ctx, "export/")
-	r.problem("export/", err)
+	prefix := jobdir.ExportDir + "/"
+	keys, err := r.st.list(r.ctx, prefix)
+	r.problem(prefix, err)
 	for _, k := range keys {
-		parts := strings.Split(k, "/")
-		if len(parts) != 4 || parts[3] != bundle.MetadataFile {
+		dir, file := path.Split(k)
+		exporter, s, ok := jobdir.ParseExportKey(strings.TrimSuffix(dir, "/"))
+		if !ok || file != bundle.MetadataFile {
 			continue
 		}
-		if step, err := strconv.ParseInt(parts[2], 10, 64); err == nil {
-			r.d.Exports = append(r.d.Exports, export{Exporter: parts[1], Step: step})
+		if step, err := strconv.ParseInt(s, 10, 64); err == nil {
+			r.d.Exports = append(r.d.Exports, export{Exporter: exporter, Step: step})
 		}
 	}
 	if n := len(r.d.Exports); n > maxExports {
@@ -538,9 +490,6 @@ type role struct {
 	Detail   string // the last recovery or the final stats
 }
 
-// roleEvents are the events roles reads.
-var roleEvents = map[string]bool{"ps_start": true, "worker_start": true, "worker_resumed": true, "worker_done": true, "ps_recovered": true}
-
 // roleTracker derives the cluster's roles and restarts from the events
 // log, one event at a time: every ps_start is a start of that parameter
 // server (a restart after the first); a worker_start with attempt > 1 is
@@ -551,17 +500,17 @@ type roleTracker struct {
 	dropped int
 }
 
-func (t *roleTracker) add(ev map[string]any) {
+func (t *roleTracker) add(e jobdir.Event) {
+	ev := e.Fields
 	task, ok := ev["task"].(float64)
 	if !ok {
 		return
 	}
-	kind, _ := ev["event"].(string)
 	var name string
-	switch kind {
-	case "ps_start":
+	switch e.Kind {
+	case jobdir.EventPSStart:
 		name = fmt.Sprintf("ps %d", int(task))
-	case "worker_start", "worker_resumed", "worker_done", "ps_recovered": // a worker saw the recovery
+	case jobdir.EventWorkerStart, jobdir.EventWorkerResumed, jobdir.EventWorkerDone, jobdir.EventPSRecovered: // a worker saw the recovery
 		name = fmt.Sprintf("worker %d", int(task))
 	default:
 		return
@@ -582,18 +531,18 @@ func (t *roleTracker) add(ev map[string]any) {
 		t.byName[name] = r
 		t.order = append(t.order, name)
 	}
-	switch kind {
-	case "ps_start", "worker_start":
+	switch e.Kind {
+	case jobdir.EventPSStart, jobdir.EventWorkerStart:
 		r.Starts++
 		if r.Starts > 1 {
 			r.Restarts++
 		}
 		r.Host, r.PID = clip(str(ev["host"])), clip(str(ev["pid"]))
-	case "ps_recovered":
+	case jobdir.EventPSRecovered:
 		r.Detail = clip(fmt.Sprintf("saw cluster generation %s: rolled back to step %s", str(ev["gen"]), str(ev["restore_step"])))
-	case "worker_resumed":
+	case jobdir.EventWorkerResumed:
 		r.Detail = clip(fmt.Sprintf("resumed from %s at epoch %s", str(ev["source"]), str(ev["epoch"])))
-	case "worker_done":
+	case jobdir.EventWorkerDone:
 		r.Detail = clip(fmt.Sprintf("done at step %s after %s steps", str(ev["global_step"]), str(ev["steps"])))
 	}
 }
@@ -610,7 +559,7 @@ func (t *roleTracker) list() []role {
 }
 
 // roles derives the roles of a whole events log (see roleTracker).
-func roles(evs []map[string]any) []role {
+func roles(evs []jobdir.Event) []role {
 	var t roleTracker
 	for _, ev := range evs {
 		t.add(ev)

@@ -377,7 +377,7 @@ func shownDir(dir string) string {
 
 // rowOf is an event as a row of the events table.
 func rowOf(ev map[string]any) eventRow {
-	return eventRow{Time: clip(str(ev["time"])), Event: clip(str(ev["event"])), Task: clip(str(ev["task"])), Detail: eventDetail(ev)}
+	return eventRow{Time: clip(str(ev[jobdir.TimeField])), Event: clip(str(ev[jobdir.KindField])), Task: clip(str(ev["task"])), Detail: eventDetail(ev)}
 }
 
 // jobCharts draws the job's curves: training loss with every evaluation
@@ -434,7 +434,7 @@ func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
 func eventDetail(ev map[string]any) string {
 	var keys []string
 	for k := range ev {
-		if k != "time" && k != "event" && k != "task" {
+		if k != jobdir.TimeField && k != jobdir.KindField && k != "task" {
 			keys = append(keys, k)
 		}
 	}

@@ -1,32 +1,9 @@
-// Package jobdir is a job directory as every activity sees it: one type,
-// Dir, for the reads and writes of job data, whether the job directory is
-// a directory on this machine or a place in object storage (s3://, gs://,
-// azblob://, and file:// or mem:// URIs, which are treated the same way).
-// The difference between the two lives here and in internal/storage, never
-// in the callers:
-//
-//   - A plain path is a directory on the worker's disk, used in place:
-//     every worker of the job must see the same directory. Local files
-//     (data shards, a preprocessing child's outputs) are read and written
-//     there directly.
-//   - A URI is object storage, the only thing a job's workers share. What
-//     must be a local file is staged into this process's Cache; what an
-//     activity produces locally is published objects first and the
-//     pointer or manifest that names them last. Readers trust only
-//     pointers and manifests.
-//
-// The layout is the same in both (see internal/storage), except the
-// events log: events.jsonl in a directory, one object per event under
-// events/ in object storage, which cannot append. ReadEvents reads either.
 package jobdir
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,7 +12,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -43,29 +19,6 @@ import (
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/train"
 )
-
-// Keys of a job directory this package reads or writes itself.
-const (
-	// CheckpointsDir holds the checkpoints (train.Checkpoints).
-	CheckpointsDir = "checkpoints"
-	// EventsFile is the events log of a local job directory; EventsPrefix
-	// holds one object per event in object storage.
-	EventsFile   = "events.jsonl"
-	EventsPrefix = "events/"
-)
-
-// Keys of a distributed job's private files (WritePrivate: mode 0600 in a
-// 0700 directory locally; in object storage as private as the bucket).
-const (
-	// ClusterDir holds them.
-	ClusterDir = "cluster"
-	// ReportKeyFile holds the private half of the current run's report
-	// key, which signs the trainers' and parameter servers' reports.
-	ReportKeyFile = ClusterDir + "/report.key"
-)
-
-// PSSecretFile is the key of parameter server task's secret.
-func PSSecretFile(task int) string { return fmt.Sprintf("%s/ps-%d.secret", ClusterDir, task) }
 
 // Cache is a worker process's local disk space for job directories that
 // are not on its disk: what Beam children and training need as local
@@ -201,72 +154,6 @@ func appendLine(path string, line []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-// Event records one event, ev plus its "time", in the job's log: a line
-// of events.jsonl in a local directory; in object storage, which cannot
-// append and has several writers at once, its own object
-// events/<unix ns>-<random>.json.
-func (d *Dir) Event(ctx context.Context, ev map[string]any) error {
-	now := time.Now()
-	ev["time"] = now.UTC().Format(time.RFC3339Nano)
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	if d.local != "" {
-		return appendLine(filepath.Join(d.local, EventsFile), b)
-	}
-	var r [4]byte
-	rand.Read(r[:])
-	return d.st.Write(ctx, fmt.Sprintf("%s%019d-%s.json", EventsPrefix, now.UnixNano(), hex.EncodeToString(r[:])), append(b, '\n'))
-}
-
-// ReadEvents returns the events log of the job directory at uri (a path
-// or a storage URI) in the order they were written (in object storage: by
-// time), each event a JSON object.
-func ReadEvents(ctx context.Context, uri string) ([]map[string]any, error) {
-	if !storage.IsURI(uri) {
-		if _, err := os.Stat(uri); err != nil { // Open would create it
-			return nil, fmt.Errorf("read events: %w", err)
-		}
-	}
-	st, err := storage.Open(ctx, uri)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	var lines [][]byte
-	b, err := st.Read(ctx, EventsFile)
-	switch {
-	case err == nil:
-		lines = bytes.Split(b, []byte("\n"))
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, err
-	}
-	keys, err := st.List(ctx, EventsPrefix)
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range keys {
-		b, err := st.Read(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		lines = append(lines, b)
-	}
-	var out []map[string]any
-	for _, l := range lines {
-		if len(bytes.TrimSpace(l)) == 0 {
-			continue
-		}
-		var ev map[string]any
-		if err := json.Unmarshal(l, &ev); err != nil {
-			return nil, fmt.Errorf("read events of %s: %q: %w", uri, l, err)
-		}
-		out = append(out, ev)
-	}
-	return out, nil
 }
 
 // WritePrivate replaces the object at key with data readable only by

@@ -115,18 +115,18 @@ func TestWorkspaceAndLogsOnEveryBackend(t *testing.T) {
 				t.Fatalf("shards staged in %s, cache %s", dir, cache)
 			}
 			for i := range 3 {
-				if err := jd.Event(ctx, map[string]any{"event": "e", "i": i}); err != nil {
+				if err := jd.Event(ctx, jobdir.Checkpoint{GlobalStep: int64(i)}); err != nil {
 					t.Fatal(err)
 				}
-				if err := jd.AppendLine(ctx, "eval/metrics.jsonl", fmt.Appendf(nil, `{"i":%d}`, i)); err != nil {
+				if err := jd.AppendLine(ctx, jobdir.EvalMetricsFile, fmt.Appendf(nil, `{"i":%d}`, i)); err != nil {
 					t.Fatal(err)
 				}
 			}
 			evs, err := jobdir.ReadEvents(ctx, jd.URI())
-			if err != nil || len(evs) != 3 || evs[2]["i"] != 2.0 {
+			if err != nil || len(evs) != 3 || evs[2].Record.(*jobdir.Checkpoint).GlobalStep != 2 {
 				t.Fatalf("events %v, %v; want 3 in order", evs, err)
 			}
-			if b, err := jd.Store().Read(ctx, "eval/metrics.jsonl"); err != nil || string(b) != "{\"i\":0}\n{\"i\":1}\n{\"i\":2}\n" {
+			if b, err := jd.Store().Read(ctx, jobdir.EvalMetricsFile); err != nil || string(b) != "{\"i\":0}\n{\"i\":1}\n{\"i\":2}\n" {
 				t.Fatalf("metrics log %q, %v", b, err)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -163,11 +164,11 @@ func (c *cluster) committed(id string, step int64) (int64, []int) {
 			var last int64
 			ps := map[int]int{}
 			for _, ev := range evs {
-				switch ev["event"] {
-				case "checkpoint":
-					last = max(last, int64(ev["global_step"].(float64)))
-				case "ps_start":
-					ps[int(ev["task"].(float64))] = int(ev["pid"].(float64))
+				switch r := ev.Record.(type) {
+				case *jobdir.Checkpoint:
+					last = max(last, r.GlobalStep)
+				case *jobdir.PSStart:
+					ps[r.Task] = r.PID
 				}
 			}
 			if last >= step {
@@ -185,7 +186,7 @@ func (c *cluster) committed(id string, step int64) (int64, []int) {
 }
 
 // events reads the job's events log (a local directory or object storage).
-func events(t *testing.T, jobDir string) []map[string]any {
+func events(t *testing.T, jobDir string) []jobdir.Event {
 	t.Helper()
 	evs, err := activities.ReadEvents(context.Background(), jobDir)
 	if err != nil {
@@ -216,18 +217,18 @@ func jobInput(id, data, cluster string, maxSteps, saveSteps int) string {
 
 // faults counts parameter-server starts and retried workers in a job's
 // events, and the most steps a parameter-server restart rolled back.
-func faults(evs []map[string]any) (psStarts, retried int, maxLost int64) {
+func faults(evs []jobdir.Event) (psStarts, retried int, maxLost int64) {
 	for _, ev := range evs {
-		switch ev["event"] {
-		case "ps_start":
+		switch r := ev.Record.(type) {
+		case *jobdir.PSStart:
 			psStarts++
-		case "worker_start":
-			if ev["attempt"].(float64) > 1 {
+		case *jobdir.WorkerStart:
+			if r.Attempt > 1 {
 				retried++
 			}
-		case "ps_recovered":
-			if ev["gen"].(float64) > 1 {
-				maxLost = max(maxLost, int64(ev["last_step"].(float64)-ev["restore_step"].(float64)))
+		case *jobdir.PSRecovered:
+			if r.Gen > 1 {
+				maxLost = max(maxLost, r.LastStep-r.RestoreStep)
 			}
 		}
 	}
@@ -235,12 +236,12 @@ func faults(evs []map[string]any) (psStarts, retried int, maxLost int64) {
 }
 
 // checkCommits asserts that committed steps only grow and returns them.
-func checkCommits(t *testing.T, evs []map[string]any) []int64 {
+func checkCommits(t *testing.T, evs []jobdir.Event) []int64 {
 	t.Helper()
 	var steps []int64
 	for _, ev := range evs {
-		if ev["event"] == "checkpoint" {
-			s := int64(ev["global_step"].(float64))
+		if c, ok := ev.Record.(*jobdir.Checkpoint); ok {
+			s := c.GlobalStep
 			if len(steps) > 0 && s <= steps[len(steps)-1] {
 				t.Fatalf("committed global step went backwards: %v then %d", steps, s)
 			}
@@ -263,14 +264,12 @@ func TestDistributedJobOnThreeProcesses(t *testing.T) {
 			}
 			evs := events(t, res.JobDir)
 			commits := checkCommits(t, evs)
-			if steps := checkTrainEvents(t, filepath.Join(res.JobDir, "logs", "train")); len(steps) < 20 || steps[len(steps)-1] > 4000 {
+			if steps := checkTrainEvents(t, filepath.Join(res.JobDir, filepath.FromSlash(jobdir.TrainLogsDir))); len(steps) < 20 || steps[len(steps)-1] > 4000 {
 				t.Errorf("chief's summaries at steps %v, want at least 20 up to 4000", steps)
 			}
-			pids := map[float64]bool{}
-			for _, ev := range evs {
-				if ev["event"] == "ps_start" || ev["event"] == "worker_start" {
-					pids[ev["pid"].(float64)] = true
-				}
+			pids := map[int]bool{}
+			for _, pid := range rolePIDs(evs) {
+				pids[pid] = true
 			}
 			t.Logf("%s: accuracy %.4f at step %d in %s; commits %v; roles ran in %d processes", mode, res.Metrics.Accuracy, res.GlobalStep, time.Since(start).Round(time.Millisecond), commits, len(pids))
 			if len(pids) != 3 {

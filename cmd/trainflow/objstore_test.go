@@ -14,6 +14,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/internal/testenv/miniotest"
+	"github.com/trainflow/trainflow/jobdir"
 )
 
 // objstoreCluster is the cluster of the object-storage tests: a CUSTOM job
@@ -110,8 +111,8 @@ func runSharedOnly(t *testing.T, root string) {
 	p := c.waitStep(id, objstoreKillAfterSteps)
 	chief := -1
 	for _, ev := range events(t, joinURI(jobs, id)) {
-		if ev["event"] == "worker_start" && ev["task"].(float64) == 0 {
-			chief = slices.IndexFunc(c.procs, func(p *exec.Cmd) bool { return p.Process.Pid == int(ev["pid"].(float64)) })
+		if w, ok := ev.Record.(*jobdir.WorkerStart); ok && w.Task == 0 {
+			chief = slices.IndexFunc(c.procs, func(p *exec.Cmd) bool { return p.Process.Pid == w.PID })
 		}
 	}
 	if chief < 0 {
@@ -190,13 +191,20 @@ func uploadCensus(t *testing.T, root string) string {
 }
 
 // rolePIDs returns the processes that ran the job's roles.
-func rolePIDs(evs []map[string]any) []int {
+func rolePIDs(evs []jobdir.Event) []int {
 	var pids []int
 	for _, ev := range evs {
-		if ev["event"] == "ps_start" || ev["event"] == "worker_start" {
-			if p := int(ev["pid"].(float64)); !slices.Contains(pids, p) {
-				pids = append(pids, p)
-			}
+		var p int
+		switch r := ev.Record.(type) {
+		case *jobdir.PSStart:
+			p = r.PID
+		case *jobdir.WorkerStart:
+			p = r.PID
+		default:
+			continue
+		}
+		if !slices.Contains(pids, p) {
+			pids = append(pids, p)
 		}
 	}
 	slices.Sort(pids)

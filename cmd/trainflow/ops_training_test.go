@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -98,8 +99,8 @@ func TestDistributedTimedCheckpoints(t *testing.T) {
 	// and before the last (at max_steps, whenever training ends).
 	var at []time.Time
 	for _, ev := range evs {
-		if ev["event"] == "checkpoint" {
-			ts, err := time.Parse(time.RFC3339Nano, ev["time"].(string))
+		if ev.Kind == jobdir.EventCheckpoint {
+			ts, err := time.Parse(time.RFC3339Nano, ev.Time)
 			if err != nil {
 				t.Fatal(err)
 			}

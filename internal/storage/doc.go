@@ -49,16 +49,9 @@
 //
 // # Layout
 //
-// A job-dir Store holds the layout the architecture document fixes:
-//
-//	transform/                    fitted Transform
-//	data/train-*-of-N, data/eval-*
-//	checkpoints/ckpt-<step>       plus the pointer checkpoints/checkpoint
-//	eval/metrics.jsonl
-//	export/{latest,best,final}/<version>/
-//	events.jsonl
-//
-// This package does not interpret it; train, preprocess and activities do.
+// This package does not interpret keys. A job directory's layout (every
+// key, its owner and its records) is package jobdir's: see its package
+// documentation.
 //
 // # Atomicity
 //

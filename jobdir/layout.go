@@ -1,0 +1,116 @@
+package jobdir
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// Keys of a job directory (see the layout table in the package
+// overview). Keys below a directory another package owns the format of
+// (preprocess, train, bundle) are named there.
+const (
+	// RawDir holds the raw data a job generated itself (generated rows,
+	// the census preset's files).
+	RawDir = "raw"
+	// InputsDir holds, in a workspace, the inputs staged from object
+	// storage for a Beam child (inputs/train/<i>/, inputs/eval/<i>/).
+	InputsDir = "inputs"
+
+	// PreprocessDir holds the preprocessing child's own files.
+	PreprocessDir = "preprocess"
+	// PreprocessRequestFile records the request of the last completed
+	// preprocessing (a rerun with the same request is skipped).
+	PreprocessRequestFile = PreprocessDir + "/request.json"
+	// PreprocessChildRequestFile is the request a preprocessing child
+	// reads, PreprocessLogFile its log.
+	PreprocessChildRequestFile = PreprocessDir + "/child-request.json"
+	PreprocessLogFile          = PreprocessDir + "/child.log"
+	// SharedDataFile records where a tuning trial's preprocessed data
+	// came from (shared_data: hard links to another trial's Transform,
+	// shards and manifest).
+	SharedDataFile = PreprocessDir + "/shared.json"
+
+	// CheckpointsDir holds the checkpoints (train.Checkpoints names the
+	// files inside it).
+	CheckpointsDir = "checkpoints"
+
+	// EvalDir holds the evaluations.
+	EvalDir = "eval"
+	// EvalMetricsFile is the evaluations log: one EvalRecord a line.
+	EvalMetricsFile = EvalDir + "/metrics.jsonl"
+	// PinnedDir holds hard links to the checkpoint being evaluated and
+	// exported (copies in object storage), so retention cannot delete it
+	// under a slow or retried export.
+	PinnedDir = EvalDir + "/pinned"
+	// QueueDir holds hard links to (copies of) committed checkpoints the
+	// evaluator has yet to evaluate when it evaluates every one, so
+	// retention cannot delete them first.
+	QueueDir = EvalDir + "/queue"
+
+	// ExportDir holds the exporters' bundles: ExportKey.
+	ExportDir = "export"
+
+	// LogsDir holds TensorBoard event files, one directory (run) per
+	// writer: TrainLogsDir for the chief's training scalars, EvalLogsDir
+	// for evaluations.
+	LogsDir = "logs"
+	// TrainLogsDir is the TensorBoard run of the chief's training scalars.
+	TrainLogsDir = LogsDir + "/train"
+
+	// EventsFile is the events log of a local job directory; EventsPrefix
+	// holds one object per event in object storage.
+	EventsFile   = "events.jsonl"
+	EventsPrefix = "events/"
+)
+
+// Keys of a distributed job's private files (WritePrivate: mode 0600 in a
+// 0700 directory locally; in object storage as private as the bucket).
+const (
+	// ClusterDir holds them.
+	ClusterDir = "cluster"
+	// ReportKeyFile holds the private half of the current run's report
+	// key, which signs the trainers' and parameter servers' reports.
+	ReportKeyFile = ClusterDir + "/report.key"
+)
+
+// PSSecretFile is the key of parameter server task's secret.
+func PSSecretFile(task int) string { return fmt.Sprintf("%s/ps-%d.secret", ClusterDir, task) }
+
+// DefaultEvalName is the name of a job's evaluation when the spec names
+// none: its records may also carry the name "".
+const DefaultEvalName = "eval"
+
+// IsDefaultEval reports whether name is the job's default evaluation
+// ("" or DefaultEvalName).
+func IsDefaultEval(name string) bool { return name == "" || name == DefaultEvalName }
+
+// EvalLogsDir is the TensorBoard run of the evaluation called name:
+// logs/eval for the default evaluation, logs/eval_<name> for another.
+func EvalLogsDir(name string) string {
+	if IsDefaultEval(name) {
+		return path.Join(LogsDir, DefaultEvalName)
+	}
+	return path.Join(LogsDir, DefaultEvalName+"_"+name)
+}
+
+// ExporterDir is the directory of exporter's bundles: export/<exporter>.
+func ExporterDir(exporter string) string { return path.Join(ExportDir, exporter) }
+
+// ExportKey is the directory of exporter's bundle of step:
+// export/<exporter>/<step>.
+func ExportKey(exporter string, step int64) string {
+	return path.Join(ExporterDir(exporter), strconv.FormatInt(step, 10))
+}
+
+// ParseExportKey splits a bundle's key, export/<exporter>/<step> and
+// nothing above, beside or below it, into its exporter and step as
+// spelled; ok is false for any other key. The caller checks the names.
+func ParseExportKey(key string) (exporter, step string, ok bool) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 3 || parts[0] != ExportDir {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
+}
