@@ -1,4 +1,4 @@
-package workflows
+package jobspec
 
 import (
 	"crypto/sha256"
@@ -311,10 +311,10 @@ func DataKey(ts JobSpec) string {
 func (s *JobSpec) validateTuning() error {
 	t := s.Tuning
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: tuning.%s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: tuning.%s", ErrInvalid, fmt.Sprintf(format, a...))
 	}
 	if len(s.JobID) > MaxJobIDLength-trialIDSuffix {
-		return fmt.Errorf("%w: job_id: a tuning job's ID has at most %d characters (trial IDs add %q)", ErrInvalidSpec, MaxJobIDLength-trialIDSuffix, "_trial_N")
+		return fmt.Errorf("%w: job_id: a tuning job's ID has at most %d characters (trial IDs add %q)", ErrInvalid, MaxJobIDLength-trialIDSuffix, "_trial_N")
 	}
 	goal, known := metricGoals[t.HyperparameterMetricTag]
 	switch {
@@ -652,7 +652,7 @@ func (s *JobSpec) checkValue(p TuningParam, kind fieldKind, num float64, str str
 		return err
 	}
 	if err := trial.Validate(); err != nil {
-		return fmt.Errorf("value %s: %s", valueText(kind, num, str), strings.TrimPrefix(err.Error(), ErrInvalidSpec.Error()+": "))
+		return fmt.Errorf("value %s: %s", valueText(kind, num, str), strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package workflows
+package jobspec
 
 import (
 	"fmt"
@@ -108,7 +108,7 @@ func (d *DataSpec) normalizeRunner(jobID string) {
 // the field.
 func (d DataSpec) validateRunner() error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: data.%s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: data.%s", ErrInvalid, fmt.Sprintf(format, a...))
 	}
 	portable := slices.Contains(portableRunners, d.Runner)
 	switch {

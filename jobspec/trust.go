@@ -1,4 +1,4 @@
-package workflows
+package jobspec
 
 import (
 	"fmt"
@@ -53,7 +53,7 @@ var URISchemes = []string{"file", "s3", "gs", "azblob", "mem"}
 //     region, profile…) come from the worker's roots only.
 func (s *JobSpec) ValidateTrust() error {
 	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidSpec, field, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s %s", ErrInvalid, field, fmt.Sprintf(format, a...))
 	}
 	for i, arg := range s.Data.BeamArgs {
 		field := fmt.Sprintf("data.beam_args[%d]", i)
@@ -105,7 +105,7 @@ func (s *JobSpec) ValidateTrust() error {
 // URIs of a known scheme, without query, user information or fragment.
 func checkLocation(field, loc string) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s %q: %s", ErrInvalidSpec, field, clip(loc), fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s %q: %s", ErrInvalid, field, clip(loc), fmt.Sprintf(format, a...))
 	}
 	if strings.ContainsFunc(loc, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return bad("control character")
