@@ -54,16 +54,10 @@ type PredictionSpec struct {
 	// rows cannot be predicted (their errors are still written). Default
 	// 0.01; 1 never fails for bad rows.
 	MaxBadFraction *float64 `json:"max_bad_fraction,omitempty"`
-	// Runner, RunnerEndpoint, EnvironmentType, EnvironmentConfig, JobName
-	// and BeamArgs choose the Beam runner as DataSpec's fields of the same
-	// names do for preprocessing (the worker's --beam-runners and
-	// --beam-environments allow them).
-	Runner            string   `json:"runner,omitempty"`
-	RunnerEndpoint    string   `json:"runner_endpoint,omitempty"`
-	EnvironmentType   string   `json:"environment_type,omitempty"`
-	EnvironmentConfig string   `json:"environment_config,omitempty"`
-	JobName           string   `json:"job_name,omitempty"`
-	BeamArgs          []string `json:"beam_args,omitempty"`
+	// RunnerSpec chooses the Beam runner as a DataSpec's does for
+	// preprocessing (the worker's --beam-runners and --beam-environments
+	// allow them).
+	RunnerSpec
 	// ShardBytes (CSV, JSONL: bytes of input) and ShardImages (IDX) size
 	// one output shard, the unit of parallel work and of resumption.
 	// Defaults 4 MiB and 2000.
@@ -72,12 +66,6 @@ type PredictionSpec struct {
 	// HeartbeatTimeoutSecs bounds how long a dead worker goes unnoticed
 	// before the prediction is retried elsewhere. Default 30.
 	HeartbeatTimeoutSecs int `json:"heartbeat_timeout_secs,omitempty"`
-}
-
-// beamData is s's runner options as a DataSpec, to share its checks.
-func (s PredictionSpec) beamData() DataSpec {
-	return DataSpec{Runner: s.Runner, RunnerEndpoint: s.RunnerEndpoint, EnvironmentType: s.EnvironmentType,
-		EnvironmentConfig: s.EnvironmentConfig, JobName: s.JobName, BeamArgs: s.BeamArgs}
 }
 
 // WithDefaults returns s with its defaults filled in and its names
@@ -91,9 +79,7 @@ func (s PredictionSpec) WithDefaults() PredictionSpec {
 	if s.HeartbeatTimeoutSecs == 0 {
 		s.HeartbeatTimeoutSecs = int(HeartbeatTimeout / time.Second)
 	}
-	d := s.beamData()
-	d.normalizeRunner(s.JobID)
-	s.Runner, s.EnvironmentType, s.JobName = d.Runner, d.EnvironmentType, d.JobName
+	s.normalizeRunner(s.JobID)
 	return s
 }
 
@@ -101,7 +87,7 @@ func (s PredictionSpec) WithDefaults() PredictionSpec {
 // the runner fields' flags, --parallelism from MaxWorkerCount, then
 // BeamArgs.
 func (s PredictionSpec) BeamFlags() []string {
-	d := s.beamData()
+	d := s.RunnerSpec
 	d.BeamArgs = nil
 	out := d.BeamFlags()
 	if s.MaxWorkerCount > 0 {
@@ -147,7 +133,7 @@ func (s PredictionSpec) Validate() error {
 	case s.HeartbeatTimeoutSecs < 0 || s.HeartbeatTimeoutSecs > 3600:
 		return bad("heartbeat_timeout_secs", "%d: want 1 to 3600", s.HeartbeatTimeoutSecs)
 	}
-	if err := s.beamData().validateRunner(); err != nil {
+	if err := s.validateRunner(); err != nil {
 		return errors.New(strings.ReplaceAll(err.Error(), "data.", ""))
 	}
 	return s.ValidateTrust()
@@ -159,7 +145,7 @@ func validModelName(n string) bool { return ValidateJobID(n) == nil }
 // spec may choose (see JobSpec.ValidateTrust): Beam options other than
 // tuning flags, and paths with "..", an unknown scheme or a query.
 func (s PredictionSpec) ValidateTrust() error {
-	js := JobSpec{Data: s.beamData()}
+	js := JobSpec{Data: DataSpec{RunnerSpec: s.RunnerSpec}}
 	if err := js.ValidateTrust(); err != nil {
 		return fmt.Errorf("%w", errors.New(strings.ReplaceAll(err.Error(), "data.", "")))
 	}

@@ -220,37 +220,10 @@ type DataSpec struct {
 	// MaxBadFraction fails the job when a larger fraction of rows is
 	// malformed. Default 0.001.
 	MaxBadFraction *float64 `json:"max_bad_fraction,omitempty"`
-	// Runner is the Beam runner preprocessing runs on: "" (the default:
-	// Beam's in-process runner, prism, in the preprocess child process),
-	// "universal" or "portable" (any portable job server), "flink",
-	// "spark" or "dataflow". See BeamFlags.
-	Runner string `json:"runner,omitempty"`
-	// RunnerEndpoint is the host:port of the portable runner's job server
-	// (--endpoint), e.g. "flink-jobserver:8099". Required by the portable
-	// runners; Dataflow takes --project, --region and --staging_location
-	// in BeamArgs instead.
-	RunnerEndpoint string `json:"runner_endpoint,omitempty"`
-	// EnvironmentType is where a portable runner runs the pipeline's Go
-	// code (--environment_type): DOCKER (the runners' default), PROCESS,
-	// EXTERNAL or LOOPBACK (in the preprocess child itself, for a job
-	// server on the same machine).
-	EnvironmentType string `json:"environment_type,omitempty"`
-	// EnvironmentConfig configures the environment (--environment_config):
-	// a container image for DOCKER, a JSON process spec for PROCESS, a
-	// worker pool address for EXTERNAL (required there).
-	EnvironmentConfig string `json:"environment_config,omitempty"`
-	// JobName names the job on the runner (--job_name). Default with a
-	// Runner: the job ID in lower case with '-' for '_' (Dataflow's rule),
-	// e.g. "census-1".
-	JobName string `json:"job_name,omitempty"`
-	// BeamArgs are further Beam pipeline options for preprocessing, e.g.
-	// ["--parallelism=4"] or Dataflow's ["--project=P", "--region=R",
-	// "--staging_location=gs://B/staging"]. They come after the flags of
-	// the fields above. Only tuning options are allowed (TuningFlags, and
-	// DataflowFlags with runner dataflow): the runner, its endpoint, the
-	// environment and the worker binary come from the fields above and the
-	// worker's operator (see ValidateTrust).
-	BeamArgs []string `json:"beam_args,omitempty"`
+	// RunnerSpec chooses the Beam runner preprocessing runs on
+	// (data.runner, data.runner_endpoint, data.environment_type,
+	// data.environment_config, data.job_name, data.beam_args).
+	RunnerSpec
 }
 
 // ModelSpec chooses the model and its optimizer.

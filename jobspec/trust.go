@@ -136,10 +136,10 @@ func checkLocation(field, loc string) error {
 	return nil
 }
 
-// typedField returns the DataSpec field that sets the Beam flag name
+// typedField returns the RunnerSpec field (as data.<key>) that sets the Beam flag name
 // ("data.runner" for "runner"), or "".
 func typedField(name string) string {
-	for _, f := range (DataSpec{}).typedFlags() {
+	for _, f := range (RunnerSpec{}).typedFlags() {
 		if f.flag == name {
 			return f.field
 		}

@@ -19,9 +19,9 @@ func TestTrainingJobPassesRunnerOptions(t *testing.T) {
 		return true
 	})).Return(PreprocessResult{}, temporal.NewNonRetryableApplicationError("stop here", "Test", nil))
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1", Train: []string{"t.csv"}, Eval: []string{"e.csv"}}, nil)
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Data: DataSpec{
+	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Data: DataSpec{RunnerSpec: RunnerSpec{
 		Runner: RunnerFlink, RunnerEndpoint: "flink-jobserver:8099", EnvironmentType: EnvDocker, BeamArgs: []string{"--parallelism=2"},
-	}})
+	}}})
 	if !slices.Equal(got, want) {
 		t.Fatalf("Preprocess got beam args %q, want %q", got, want)
 	}

@@ -66,6 +66,8 @@ const ParamDouble = jobspec.ParamDouble
 const ParamInteger = jobspec.ParamInteger
 
 type PredictionSpec = jobspec.PredictionSpec
+
+type RunnerSpec = jobspec.RunnerSpec
 type PreprocessResult = jobspec.PreprocessResult
 
 const PresetCensus = jobspec.PresetCensus
