@@ -12,6 +12,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/tuning"
 )
 
 // TuningSpec is Cloud ML Engine's HyperparameterSpec in snake_case: what
@@ -381,7 +382,6 @@ func (s *JobSpec) validateTuning() error {
 	}
 	_ = goal
 	seen := map[string]bool{}
-	grid := 1
 	for i, p := range t.Params {
 		field := fmt.Sprintf("params[%d] (%s)", i, p.ParameterName)
 		kind, _, ok := tunableField(p.ParameterName)
@@ -421,11 +421,6 @@ func (s *JobSpec) validateTuning() error {
 			if len(p.CategoricalValues) > 0 || len(p.DiscreteValues) > 0 {
 				return bad("%s: %s takes min_value and max_value only", field, p.Type)
 			}
-			if p.Type == ParamInteger {
-				grid *= int(min(hi-lo+1, float64(MaxTuningTrials+1)))
-			} else {
-				grid = MaxTuningTrials + 1 // no grid over a continuous parameter
-			}
 			for _, v := range []float64{lo, hi} {
 				if err := s.checkValue(p, kind, v, ""); err != nil {
 					return bad("%s: %v", field, err)
@@ -449,7 +444,6 @@ func (s *JobSpec) validateTuning() error {
 					return bad("%s: %v", field, err)
 				}
 			}
-			grid *= len(p.DiscreteValues)
 		case ParamCategorical:
 			if kind != fieldString && kind != fieldLayers && kind != fieldCrosses {
 				return bad("%s.type CATEGORICAL on a numeric field: want DOUBLE, INTEGER or DISCRETE", field)
@@ -465,7 +459,6 @@ func (s *JobSpec) validateTuning() error {
 					return bad("%s: %v", field, err)
 				}
 			}
-			grid *= len(p.CategoricalValues)
 		default:
 			return bad("%s.type %q: want DOUBLE, INTEGER, CATEGORICAL or DISCRETE", field, p.Type)
 		}
@@ -481,13 +474,16 @@ func (s *JobSpec) validateTuning() error {
 		default:
 			return bad("%s.scale_type %q: want UNIT_LINEAR_SCALE, UNIT_LOG_SCALE or UNIT_REVERSE_LOG_SCALE", field, p.ScaleType)
 		}
-		grid = min(grid, MaxTuningTrials+1)
 	}
 	if t.Algorithm == AlgorithmGrid {
 		for i, p := range t.Params {
 			if p.Type == ParamDouble {
 				return bad("params[%d] (%s): GRID_SEARCH needs INTEGER, CATEGORICAL or DISCRETE parameters", i, p.ParameterName)
 			}
+		}
+		grid, err := t.Space().GridSize(MaxTuningTrials)
+		if err != nil { // more points than any max_trials (the DOUBLE parameters are refused above)
+			grid = MaxTuningTrials + 1
 		}
 		if grid > t.MaxTrials {
 			return bad("max_trials = %d is smaller than the grid (%s points): raise max_trials or shrink the grid", t.MaxTrials, gridSizeText(grid))
@@ -748,6 +744,40 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 		}
 	}
 	return trial, nil
+}
+
+// Space is the search space of t's params, one tuning.Param per
+// parameter in their order: INTEGER and DOUBLE bounds, DISCRETE values,
+// the number of CATEGORICAL values (a point holds the index of one), and
+// the scale. Every search (SuggestTrials) and the grid's size (Validate)
+// come from it.
+func (t TuningSpec) Space() tuning.Space {
+	s := make(tuning.Space, len(t.Params))
+	for i, p := range t.Params {
+		q := tuning.Param{Name: p.ParameterName}
+		switch p.Type {
+		case ParamDouble, ParamInteger:
+			q.Kind = tuning.Double
+			if p.Type == ParamInteger {
+				q.Kind = tuning.Integer
+			}
+			if p.MinValue != nil && p.MaxValue != nil {
+				q.Min, q.Max = *p.MinValue, *p.MaxValue
+			}
+		case ParamDiscrete:
+			q.Kind, q.Values = tuning.Discrete, p.DiscreteValues
+		case ParamCategorical:
+			q.Kind, q.Choices = tuning.Categorical, len(p.CategoricalValues)
+		}
+		switch p.ScaleType {
+		case ScaleLog:
+			q.Scale = tuning.Log
+		case ScaleReverseLog:
+			q.Scale = tuning.ReverseLog
+		}
+		s[i] = q
+	}
+	return s
 }
 
 // TrialParams renders trial values x by parameter name.

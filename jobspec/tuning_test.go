@@ -59,6 +59,9 @@ func TestTuningSpecErrorsNameTheField(t *testing.T) {
 		{func(t *TuningSpec) { t.Algorithm = "ANNEALING" }, "tuning.algorithm"},
 		{func(t *TuningSpec) { t.Algorithm = AlgorithmGrid }, "params[0] (model.learning_rate): GRID_SEARCH needs"},
 		{func(t *TuningSpec) { t.Algorithm, t.Params = AlgorithmGrid, t.Params[1:] }, "max_trials = 5 is smaller than the grid (6 points)"},
+		{func(t *TuningSpec) {
+			t.Algorithm, t.Params = AlgorithmGrid, []TuningParam{{ParameterName: "model.batch_size", Type: ParamInteger, MinValue: f64(1), MaxValue: f64(2000)}}
+		}, "max_trials = 5 is smaller than the grid (more than 1000 points)"},
 		{func(t *TuningSpec) { t.Params = nil }, "tuning.params"},
 		{func(t *TuningSpec) { t.Params[1].ParameterName = "model.learning_rate" }, "parameter named twice"},
 		{func(t *TuningSpec) { t.ResumePreviousJobID = "../x" }, "resume_previous_job_id"},
