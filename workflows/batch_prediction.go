@@ -12,7 +12,6 @@ import (
 // Registered names of batch prediction: wire API.
 const (
 	BatchPredictionJobName = "BatchPredictionJob"
-	BatchPredictActivity   = "BatchPredict"
 	// BatchProgressSignal carries a BatchProgress from the BatchPredict
 	// activity to the workflow (at most one every few seconds).
 	BatchProgressSignal = "batch_progress"

@@ -20,16 +20,6 @@ const (
 	// CheckpointSignal carries a CheckpointCommitted from the training
 	// activity to the workflow.
 	CheckpointSignal = "checkpoint_committed"
-
-	PrepareJobActivity = "PrepareJob"
-	PreprocessActivity = "Preprocess"
-	TrainActivity      = "Train"
-	EvaluateActivity   = "Evaluate"
-	ExportActivity     = "Export"
-	PublishActivity    = "Publish"
-	// ImportPreprocessedActivity links data a tuning job preprocessed once
-	// into one of its trials' job dirs (JobSpec.SharedData).
-	ImportPreprocessedActivity = "ImportPreprocessed"
 )
 
 // Search attributes the workflow upserts; the dev server and workers
