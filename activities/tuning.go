@@ -21,36 +21,6 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// tuningSpace converts a tuning spec's params into the search space.
-func tuningSpace(t workflows.TuningSpec) tuning.Space {
-	s := make(tuning.Space, len(t.Params))
-	for i, p := range t.Params {
-		q := tuning.Param{Name: p.ParameterName}
-		switch p.Type {
-		case workflows.ParamDouble, workflows.ParamInteger:
-			q.Kind = tuning.Double
-			if p.Type == workflows.ParamInteger {
-				q.Kind = tuning.Integer
-			}
-			if p.MinValue != nil && p.MaxValue != nil {
-				q.Min, q.Max = *p.MinValue, *p.MaxValue
-			}
-		case workflows.ParamDiscrete:
-			q.Kind, q.Values = tuning.Discrete, p.DiscreteValues
-		case workflows.ParamCategorical:
-			q.Kind, q.Choices = tuning.Categorical, len(p.CategoricalValues)
-		}
-		switch p.ScaleType {
-		case workflows.ScaleLog:
-			q.Scale = tuning.Log
-		case workflows.ScaleReverseLog:
-			q.Scale = tuning.ReverseLog
-		}
-		s[i] = q
-	}
-	return s
-}
-
 // SuggestTrials suggests the parameter values of the next trials: a pure
 // function of the tuning spec (algorithm, seed), the trials so far and the
 // number asked, so a retry answers the same.
@@ -63,7 +33,7 @@ func (a *Activities) SuggestTrials(ctx context.Context, in workflows.SuggestInpu
 	case workflows.AlgorithmRandom:
 		alg = tuning.Random
 	}
-	r := tuning.Request{Space: tuningSpace(in.Tuning), Algorithm: alg, Maximize: in.Tuning.Goal == workflows.TuningMaximize,
+	r := tuning.Request{Space: in.Tuning.Space(), Algorithm: alg, Maximize: in.Tuning.Goal == workflows.TuningMaximize,
 		Pending: in.Pending, N: in.N, Seed: in.Tuning.Seed}
 	for _, t := range in.Observed {
 		if t.Objective != nil {

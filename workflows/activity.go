@@ -82,6 +82,34 @@ type ActivityRef interface {
 	Signature() (in, out reflect.Type)
 }
 
+// Registered activity names: wire API, the names of the methods of
+// activities.Activities, one per field of acts (in its order).
+const (
+	PrepareJobActivity = "PrepareJob"
+	PreprocessActivity = "Preprocess"
+	// ImportPreprocessedActivity links data a tuning job preprocessed once
+	// into one of its trials' job dirs (JobSpec.SharedData).
+	ImportPreprocessedActivity = "ImportPreprocessed"
+	TrainActivity              = "Train"
+	EvaluateActivity           = "Evaluate"
+	ExportActivity             = "Export"
+	// DeleteExportActivity removes an export bundle that fell out of an
+	// exporter's exports_to_keep.
+	DeleteExportActivity     = "DeleteExport"
+	PublishActivity          = "Publish"
+	ParameterServerActivity  = "ParameterServer"
+	TrainWorkerActivity      = "TrainWorker"
+	SuggestTrialsActivity    = "SuggestTrials"
+	TrialEvaluationsActivity = "TrialEvaluations"
+	TrialExportActivity      = "TrialExport"
+	TuningHistoryActivity    = "TuningHistory"
+	BatchPredictActivity     = "BatchPredict"
+	// ReportKeyActivity makes the key a run's trainers and parameter
+	// servers sign their reports to it with (checkpoint_committed
+	// signals, register_parameter_server updates).
+	ReportKeyActivity = "ReportKey"
+)
+
 // acts are the activities the workflows call, one field each. Adding an
 // activity means adding a field here and the method on
 // activities.Activities; the wiring test in package worker checks that

@@ -1,74 +1,12 @@
 package workflows
 
 import (
-	"errors"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
 )
-
-func TestBeamFlags(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		in   DataSpec
-		want []string
-	}{
-		{"default in-process", DataSpec{}, nil},
-		{"old beam_args unchanged", DataSpec{BeamArgs: []string{"--runner=flink", "--endpoint=h:8099"}},
-			[]string{"--runner=flink", "--endpoint=h:8099"}},
-		{"flink docker", DataSpec{Runner: "Flink", RunnerEndpoint: "flink-jobserver:8099", EnvironmentType: "docker", BeamArgs: []string{"--parallelism=4"}},
-			[]string{"--runner=flink", "--endpoint=flink-jobserver:8099", "--environment_type=DOCKER", "--job_name=census-1", "--parallelism=4"}},
-		{"universal loopback named", DataSpec{Runner: RunnerUniversal, RunnerEndpoint: "localhost:8073", EnvironmentType: EnvLoopback, JobName: "mine"},
-			[]string{"--runner=universal", "--endpoint=localhost:8073", "--environment_type=LOOPBACK", "--job_name=mine"}},
-		{"external", DataSpec{Runner: RunnerSpark, RunnerEndpoint: "spark:8099", EnvironmentType: EnvExternal, EnvironmentConfig: "pool:50000"},
-			[]string{"--runner=spark", "--endpoint=spark:8099", "--environment_type=EXTERNAL", "--environment_config=pool:50000", "--job_name=census-1"}},
-		{"dataflow", DataSpec{Runner: RunnerDataflow, BeamArgs: []string{"--project=p", "--region=r", "--staging_location=gs://b/s"}},
-			[]string{"--runner=dataflow", "--job_name=census-1", "--project=p", "--region=r", "--staging_location=gs://b/s"}},
-		{"job_name in beam_args kept", DataSpec{Runner: RunnerFlink, RunnerEndpoint: "h:8099", BeamArgs: []string{"--job_name=x"}},
-			[]string{"--runner=flink", "--endpoint=h:8099", "--job_name=x"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			s := JobSpec{JobID: "census_1", Data: c.in}.WithDefaults()
-			if err := s.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			if got := s.Data.BeamFlags(); !slices.Equal(got, c.want) {
-				t.Errorf("BeamFlags() = %q, want %q", got, c.want)
-			}
-		})
-	}
-}
-
-func TestRunnerOptionErrorsNameTheField(t *testing.T) {
-	for _, c := range []struct {
-		in   DataSpec
-		want string
-	}{
-		{DataSpec{Runner: "direct"}, `data.runner "direct"`},
-		{DataSpec{RunnerEndpoint: "h:8099"}, "data.runner_endpoint needs data.runner"},
-		{DataSpec{EnvironmentType: EnvDocker}, "data.environment_type and environment_config need data.runner"},
-		{DataSpec{Runner: RunnerFlink}, "data.runner_endpoint is required"},
-		{DataSpec{Runner: RunnerFlink, RunnerEndpoint: "flink-jobserver"}, `data.runner_endpoint "flink-jobserver": want host:port`},
-		{DataSpec{Runner: RunnerFlink, RunnerEndpoint: "h:99999"}, `data.runner_endpoint "h:99999"`},
-		{DataSpec{Runner: RunnerFlink, RunnerEndpoint: "h:8099", EnvironmentType: "KUBERNETES"}, `data.environment_type "KUBERNETES"`},
-		{DataSpec{Runner: RunnerFlink, RunnerEndpoint: "h:8099", EnvironmentType: EnvExternal}, "data.environment_config is required"},
-		{DataSpec{Runner: RunnerFlink, RunnerEndpoint: "h:8099", EnvironmentType: EnvLoopback, EnvironmentConfig: "x"}, "data.environment_config is not used"},
-		{DataSpec{Runner: RunnerDataflow, RunnerEndpoint: "h:443"}, "data.runner_endpoint is not used by dataflow"},
-		{DataSpec{Runner: RunnerDataflow, EnvironmentType: EnvDocker}, "data.environment_type and environment_config are not used by dataflow"},
-		{DataSpec{Runner: RunnerFlink, RunnerEndpoint: "h:8099", JobName: "my job"}, `data.job_name "my job"`},
-		{DataSpec{Runner: RunnerFlink, RunnerEndpoint: "h:8099", BeamArgs: []string{"--parallelism=2", "--runner=spark"}}, `data.beam_args[1] "--runner=spark" sets --runner, as does data.runner`},
-		{DataSpec{Runner: RunnerFlink, RunnerEndpoint: "h:8099", BeamArgs: []string{"-endpoint", "x:1"}}, "sets --endpoint, as does data.runner_endpoint"},
-	} {
-		s := JobSpec{JobID: "census_1", Data: c.in}.WithDefaults()
-		err := s.Validate()
-		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: got %v, want an invalid-spec error containing %q", c.in, err, c.want)
-		}
-	}
-}
 
 // TestTrainingJobPassesRunnerOptions checks that the workflow hands the
 // runner options to the Preprocess activity as Beam flags.
@@ -81,9 +19,9 @@ func TestTrainingJobPassesRunnerOptions(t *testing.T) {
 		return true
 	})).Return(PreprocessResult{}, temporal.NewNonRetryableApplicationError("stop here", "Test", nil))
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1", Train: []string{"t.csv"}, Eval: []string{"e.csv"}}, nil)
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Data: DataSpec{
+	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Data: DataSpec{RunnerSpec: RunnerSpec{
 		Runner: RunnerFlink, RunnerEndpoint: "flink-jobserver:8099", EnvironmentType: EnvDocker, BeamArgs: []string{"--parallelism=2"},
-	}})
+	}}})
 	if !slices.Equal(got, want) {
 		t.Fatalf("Preprocess got beam args %q, want %q", got, want)
 	}

@@ -8,6 +8,8 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainflow/trainflow/jobspec"
 )
 
 // carryChange marks the move of Carry out of the JobSpec: a run continued
@@ -53,7 +55,7 @@ func (e inputErrors) inputErrs() inputErrors { return e }
 // decodeInputJSON decodes b into v strictly, and when that fails, again
 // as encoding/json does (unknown fields ignored).
 func decodeInputJSON(b []byte, v any, skip ...string) inputErrors {
-	strict := decodeStrict(b, v, skip...)
+	strict := jobspec.DecodeStrict(b, v, skip...)
 	if strict == nil {
 		return inputErrors{}
 	}

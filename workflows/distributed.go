@@ -12,8 +12,6 @@ import (
 
 // Registered names of distributed training: wire API.
 const (
-	ParameterServerActivity = "ParameterServer"
-	TrainWorkerActivity     = "TrainWorker"
 	// RegisterParameterServerUpdate is sent by a parameter server once it
 	// listens; it answers the ClusterState the server is part of.
 	RegisterParameterServerUpdate = "register_parameter_server"

@@ -18,18 +18,9 @@ import (
 // EvaluateNowSignal forces an evaluation of the newest committed checkpoint.
 const EvaluateNowSignal = "evaluate_now"
 
-// DeleteExportActivity removes an export bundle that fell out of an
-// exporter's exports_to_keep.
-const DeleteExportActivity = "DeleteExport"
-
 // ErrTypeCheckpointGone marks an evaluation of a checkpoint that retention
 // has already deleted; the evaluator skips it.
 const ErrTypeCheckpointGone = "CheckpointGone"
-
-// ReportKeyActivity makes the key a run's trainers and parameter servers
-// sign their reports to it with (checkpoint_committed signals,
-// register_parameter_server updates).
-const ReportKeyActivity = "ReportKey"
 
 // ReportKeyInput is the input of the ReportKey activity.
 type ReportKeyInput struct {

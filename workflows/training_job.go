@@ -20,16 +20,6 @@ const (
 	// CheckpointSignal carries a CheckpointCommitted from the training
 	// activity to the workflow.
 	CheckpointSignal = "checkpoint_committed"
-
-	PrepareJobActivity = "PrepareJob"
-	PreprocessActivity = "Preprocess"
-	TrainActivity      = "Train"
-	EvaluateActivity   = "Evaluate"
-	ExportActivity     = "Export"
-	PublishActivity    = "Publish"
-	// ImportPreprocessedActivity links data a tuning job preprocessed once
-	// into one of its trials' job dirs (JobSpec.SharedData).
-	ImportPreprocessedActivity = "ImportPreprocessed"
 )
 
 // Search attributes the workflow upserts; the dev server and workers
@@ -90,6 +80,10 @@ const (
 	// to another job and the operator's rule for it (worker
 	// --model-owners) does not let this job publish or promote.
 	ErrTypeModelOwned = "ModelOwned"
+	// ErrTypeStalled is the application error type of a role that made no
+	// progress for cluster.stall_timeout_secs: retryable, except after
+	// activities.MaxStalls stalled attempts in a row.
+	ErrTypeStalled = "Stalled"
 )
 
 // JobResult is the result of TrainingJob.
@@ -162,29 +156,6 @@ type PreprocessInput struct {
 	// Owner is the job whose directory JobDir must be (nil in runs
 	// started before ownerChange).
 	Owner *JobOwner `json:"owner,omitempty"`
-}
-
-// PreprocessResult summarises the preprocessed data.
-type PreprocessResult struct {
-	TransformHash string `json:"transform_hash"`
-	Dim           int    `json:"dim"`
-	Classes       int    `json:"classes"`
-	TrainRows     int64  `json:"train_rows"`
-	EvalRows      int64  `json:"eval_rows"`
-	BadRows       int64  `json:"bad_rows"`
-}
-
-// SharedData is what a HyperparameterTuningJob sets in the spec of a
-// trial whose preprocessing it has done once for several trials: the job
-// dir of that preprocessed data and its summary. The trial links the data
-// into its own job dir (ImportPreprocessed) instead of running Preprocess.
-// Only a tuning job's own trials may carry it: the trial's workflow checks
-// that its parent is TuningJobID and its job ID TuningJobID_trial_<n>, the
-// activity checks it again against the server and the data dir's owner.
-type SharedData struct {
-	TuningJobID string           `json:"tuning_job_id"`
-	JobDir      string           `json:"job_dir"`
-	Result      PreprocessResult `json:"result"`
 }
 
 // ImportInput is the input of the ImportPreprocessed activity.
@@ -298,11 +269,6 @@ var retry = &temporal.RetryPolicy{
 	NonRetryableErrorTypes: []string{ErrTypeInvalidSpec, ErrTypeBadData, ErrTypeJobExists},
 }
 
-// HeartbeatTimeout bounds how long a dead worker goes unnoticed: every
-// activity heartbeats while it runs, so its retry starts at most this long
-// after its worker died.
-const HeartbeatTimeout = 30 * time.Second
-
 func activityOptions(startToClose time.Duration, summary string) workflow.ActivityOptions {
 	return workflow.ActivityOptions{StartToCloseTimeout: startToClose, HeartbeatTimeout: HeartbeatTimeout, RetryPolicy: retry, Summary: summary}
 }
@@ -395,7 +361,7 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 	}
 	if sd := spec.SharedData; sd != nil {
 		parent := info.ParentWorkflowExecution
-		if parent == nil || parent.ID != sd.TuningJobID || !isTrialOf(spec.JobID, sd.TuningJobID) {
+		if parent == nil || parent.ID != sd.TuningJobID || !IsTrialOf(spec.JobID, sd.TuningJobID) {
 			err := fmt.Errorf("%w: shared_data: only a %s sets it, in its own trials' specs (job %s is not a trial started by %q)", ErrInvalidSpec, HyperparameterTuningJobName, spec.JobID, sd.TuningJobID)
 			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 		}

@@ -13,11 +13,6 @@ import (
 // Registered names of hyperparameter tuning: wire API.
 const (
 	HyperparameterTuningJobName = "HyperparameterTuningJob"
-
-	SuggestTrialsActivity    = "SuggestTrials"
-	TrialEvaluationsActivity = "TrialEvaluations"
-	TrialExportActivity      = "TrialExport"
-	TuningHistoryActivity    = "TuningHistory"
 )
 
 // Trial states.

@@ -1,4 +1,4 @@
-package workflows
+package jobspec
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // DecodeSpec decodes a job spec's JSON strictly, whoever sent it (the
 // Temporal UI's Input box, the Temporal CLI, any SDK client, `trainflow
 // jobs submit`): every key must be a field of JobSpec, at any depth, and
-// every value of its field's type. The error wraps ErrInvalidSpec and
+// every value of its field's type. The error wraps ErrInvalid and
 // names the field by its path in the spec's own JSON, e.g.
 //
 //	train.max_steps: want an integer, got "many"
@@ -29,18 +29,19 @@ import (
 // silently (upgrade the workers first).
 func DecodeSpec(b []byte) (JobSpec, error) {
 	var spec JobSpec
-	return spec, decodeStrict(b, &spec)
+	return spec, DecodeStrict(b, &spec)
 }
 
-// decodeStrict decodes b into v (a pointer) after checkJSON found every
-// key and value of b fits v's type; skip lists JSON paths that are not
-// checked (carries our own runs wrote, decoded leniently).
-func decodeStrict(b []byte, v any, skip ...string) error {
+// DecodeStrict decodes b into v (a pointer) after checking, as DecodeSpec
+// does, that every key and value of b fits v's type; skip lists JSON
+// paths that are not checked (carries our own runs wrote, decoded
+// leniently). The error wraps ErrInvalid.
+func DecodeStrict(b []byte, v any, skip ...string) error {
 	if err := checkJSON(b, reflect.TypeOf(v).Elem(), skip...); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }
@@ -52,14 +53,14 @@ func checkJSON(b []byte, t reflect.Type, skip ...string) error {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return fmt.Errorf("%w: not JSON: %v", ErrInvalidSpec, err)
+		return fmt.Errorf("%w: not JSON: %v", ErrInvalid, err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%w: not one JSON value: data after the spec's object", ErrInvalidSpec)
+		return fmt.Errorf("%w: not one JSON value: data after the spec's object", ErrInvalid)
 	}
 	c := checker{skip: skip}
 	if err := c.check("", v, t); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package workflows
+package jobspec
 
 import (
 	"fmt"
@@ -53,7 +53,7 @@ var URISchemes = []string{"file", "s3", "gs", "azblob", "mem"}
 //     region, profile…) come from the worker's roots only.
 func (s *JobSpec) ValidateTrust() error {
 	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidSpec, field, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s %s", ErrInvalid, field, fmt.Sprintf(format, a...))
 	}
 	for i, arg := range s.Data.BeamArgs {
 		field := fmt.Sprintf("data.beam_args[%d]", i)
@@ -105,7 +105,7 @@ func (s *JobSpec) ValidateTrust() error {
 // URIs of a known scheme, without query, user information or fragment.
 func checkLocation(field, loc string) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s %q: %s", ErrInvalidSpec, field, clip(loc), fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s %q: %s", ErrInvalid, field, clip(loc), fmt.Sprintf(format, a...))
 	}
 	if strings.ContainsFunc(loc, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return bad("control character")
@@ -136,10 +136,10 @@ func checkLocation(field, loc string) error {
 	return nil
 }
 
-// typedField returns the DataSpec field that sets the Beam flag name
+// typedField returns the RunnerSpec field (as data.<key>) that sets the Beam flag name
 // ("data.runner" for "runner"), or "".
 func typedField(name string) string {
-	for _, f := range (DataSpec{}).typedFlags() {
+	for _, f := range (RunnerSpec{}).typedFlags() {
 		if f.flag == name {
 			return f.field
 		}

@@ -1,4 +1,4 @@
-package workflows
+package jobspec
 
 import (
 	"crypto/sha256"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/tuning"
 )
 
 // TuningSpec is Cloud ML Engine's HyperparameterSpec in snake_case: what
@@ -120,18 +121,33 @@ const (
 // layer's width; model.hidden_units itself takes CATEGORICAL values such
 // as "128,64". Transform options are tunable too (TransformOptions): a
 // trial whose transform differs from the others' preprocesses on its own.
-var TunableFields = map[string]fieldKind{
-	"model.learning_rate": fieldFloat,
-	"model.l1":            fieldFloat,
-	"model.l2":            fieldFloat,
-	"model.momentum":      fieldFloat,
-	"model.clip_norm":     fieldFloat,
-	"model.dropout":       fieldFloat,
-	"model.batch_size":    fieldInt,
-	"model.hidden_units":  fieldLayers,
-	"model.type":          fieldString,
-	"model.optimizer":     fieldString,
-	"train.max_steps":     fieldInt,
+var TunableFields = map[string]tunable{
+	"model.learning_rate": {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.LearningRate = v; return nil }},
+	"model.l1":            {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.L1 = v; return nil }},
+	"model.l2":            {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.L2 = v; return nil }},
+	"model.momentum":      {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.Momentum = v; return nil }},
+	"model.clip_norm":     {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.ClipNorm = v; return nil }},
+	"model.dropout":       {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.Dropout = v; return nil }},
+	"model.batch_size":    {fieldInt, func(s *JobSpec, v float64, _ string) error { s.Model.BatchSize = int(v); return nil }},
+	"model.hidden_units":  {fieldLayers, setHiddenUnits},
+	"model.type":          {fieldString, func(s *JobSpec, _ float64, v string) error { s.Model.Type = v; return nil }},
+	"model.optimizer":     {fieldString, func(s *JobSpec, _ float64, v string) error { s.Model.Optimizer = v; return nil }},
+	"train.max_steps":     {fieldInt, func(s *JobSpec, v float64, _ string) error { s.Train.MaxSteps = int64(v); return nil }},
+}
+
+// tunable is one entry of TunableFields: what the field holds, and how a
+// trial's value (num for numeric kinds, str for the others) is set.
+type tunable struct {
+	kind fieldKind
+	set  func(s *JobSpec, num float64, str string) error
+}
+
+// option is one entry of ColumnOptions or CrossOptions: what the option
+// holds, and how a trial's value is set on a column (col) or a cross (x).
+type option struct {
+	kind fieldKind
+	col  func(c *preprocess.Column, num float64, str string) error
+	x    func(x *preprocess.Cross, num float64, str string)
 }
 
 // Transform options a tuning parameter can name:
@@ -147,14 +163,37 @@ const (
 
 // ColumnOptions are the tunable options of a schema column, with what
 // they hold (see preprocess.Column); log1p takes "true" or "false".
-var ColumnOptions = map[string]fieldKind{
-	"buckets": fieldInt, "hash_buckets": fieldInt, "top_k": fieldInt, "min_frequency": fieldInt, "num_oov_buckets": fieldInt,
-	"clip_min": fieldFloat, "clip_max": fieldFloat,
-	"treatment": fieldString, "output": fieldString, "log1p": fieldString,
+var ColumnOptions = map[string]option{
+	"buckets":         {kind: fieldInt, col: func(c *preprocess.Column, v float64, _ string) error { c.Buckets = int(v); return nil }},
+	"hash_buckets":    {kind: fieldInt, col: func(c *preprocess.Column, v float64, _ string) error { c.HashBuckets = int(v); return nil }},
+	"top_k":           {kind: fieldInt, col: func(c *preprocess.Column, v float64, _ string) error { c.TopK = int(v); return nil }},
+	"min_frequency":   {kind: fieldInt, col: func(c *preprocess.Column, v float64, _ string) error { c.MinFrequency = int64(v); return nil }},
+	"num_oov_buckets": {kind: fieldInt, col: func(c *preprocess.Column, v float64, _ string) error { c.NumOOVBuckets = int(v); return nil }},
+	"clip_min":        {kind: fieldFloat, col: func(c *preprocess.Column, v float64, _ string) error { c.ClipMin = &v; return nil }},
+	"clip_max":        {kind: fieldFloat, col: func(c *preprocess.Column, v float64, _ string) error { c.ClipMax = &v; return nil }},
+	"treatment":       {kind: fieldString, col: func(c *preprocess.Column, _ float64, v string) error { c.Treatment = v; return nil }},
+	"output":          {kind: fieldString, col: func(c *preprocess.Column, _ float64, v string) error { c.Output = v; return nil }},
+	"log1p":           {kind: fieldString, col: setLog1P},
 }
 
 // CrossOptions are the tunable options of a schema cross.
-var CrossOptions = map[string]fieldKind{"hash_buckets": fieldInt, "output": fieldString}
+var CrossOptions = map[string]option{
+	"hash_buckets": {kind: fieldInt, x: func(x *preprocess.Cross, v float64, _ string) { x.HashBuckets = int(v) }},
+	"output":       {kind: fieldString, x: func(x *preprocess.Cross, _ float64, v string) { x.Output = v }},
+}
+
+// setLog1P sets a column's log1p option from "true" or "false".
+func setLog1P(c *preprocess.Column, _ float64, str string) error {
+	switch str {
+	case "true":
+		c.Log1P = true
+	case "false":
+		c.Log1P = false
+	default:
+		return fmt.Errorf("value %q: want \"true\" or \"false\"", str)
+	}
+	return nil
+}
 
 // transformField splits a transform option's name into the column or
 // cross it names and the option ("" for data.schema.crosses itself).
@@ -175,8 +214,8 @@ func transformField(name string) (kind fieldKind, cross bool, target, option str
 	if i <= 0 {
 		return 0, false, "", "", false
 	}
-	kind, ok = opts[rest[i+1:]]
-	return kind, cross, rest[:i], rest[i+1:], ok
+	o, ok := opts[rest[i+1:]]
+	return o.kind, cross, rest[:i], rest[i+1:], ok
 }
 
 // IsTransformParam reports whether a tuning parameter names a transform
@@ -189,8 +228,8 @@ func IsTransformParam(name string) bool {
 // tunableField resolves a parameter name: a TunableFields path,
 // model.hidden_units[i] or a transform option.
 func tunableField(name string) (fieldKind, int, bool) {
-	if k, ok := TunableFields[name]; ok {
-		return k, -1, true
+	if f, ok := TunableFields[name]; ok {
+		return f.kind, -1, true
 	}
 	if k, _, _, _, ok := transformField(name); ok {
 		return k, -1, true
@@ -311,10 +350,10 @@ func DataKey(ts JobSpec) string {
 func (s *JobSpec) validateTuning() error {
 	t := s.Tuning
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: tuning.%s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: tuning.%s", ErrInvalid, fmt.Sprintf(format, a...))
 	}
 	if len(s.JobID) > MaxJobIDLength-trialIDSuffix {
-		return fmt.Errorf("%w: job_id: a tuning job's ID has at most %d characters (trial IDs add %q)", ErrInvalidSpec, MaxJobIDLength-trialIDSuffix, "_trial_N")
+		return fmt.Errorf("%w: job_id: a tuning job's ID has at most %d characters (trial IDs add %q)", ErrInvalid, MaxJobIDLength-trialIDSuffix, "_trial_N")
 	}
 	goal, known := metricGoals[t.HyperparameterMetricTag]
 	switch {
@@ -343,7 +382,6 @@ func (s *JobSpec) validateTuning() error {
 	}
 	_ = goal
 	seen := map[string]bool{}
-	grid := 1
 	for i, p := range t.Params {
 		field := fmt.Sprintf("params[%d] (%s)", i, p.ParameterName)
 		kind, _, ok := tunableField(p.ParameterName)
@@ -383,11 +421,6 @@ func (s *JobSpec) validateTuning() error {
 			if len(p.CategoricalValues) > 0 || len(p.DiscreteValues) > 0 {
 				return bad("%s: %s takes min_value and max_value only", field, p.Type)
 			}
-			if p.Type == ParamInteger {
-				grid *= int(min(hi-lo+1, float64(MaxTuningTrials+1)))
-			} else {
-				grid = MaxTuningTrials + 1 // no grid over a continuous parameter
-			}
 			for _, v := range []float64{lo, hi} {
 				if err := s.checkValue(p, kind, v, ""); err != nil {
 					return bad("%s: %v", field, err)
@@ -411,7 +444,6 @@ func (s *JobSpec) validateTuning() error {
 					return bad("%s: %v", field, err)
 				}
 			}
-			grid *= len(p.DiscreteValues)
 		case ParamCategorical:
 			if kind != fieldString && kind != fieldLayers && kind != fieldCrosses {
 				return bad("%s.type CATEGORICAL on a numeric field: want DOUBLE, INTEGER or DISCRETE", field)
@@ -427,7 +459,6 @@ func (s *JobSpec) validateTuning() error {
 					return bad("%s: %v", field, err)
 				}
 			}
-			grid *= len(p.CategoricalValues)
 		default:
 			return bad("%s.type %q: want DOUBLE, INTEGER, CATEGORICAL or DISCRETE", field, p.Type)
 		}
@@ -443,13 +474,16 @@ func (s *JobSpec) validateTuning() error {
 		default:
 			return bad("%s.scale_type %q: want UNIT_LINEAR_SCALE, UNIT_LOG_SCALE or UNIT_REVERSE_LOG_SCALE", field, p.ScaleType)
 		}
-		grid = min(grid, MaxTuningTrials+1)
 	}
 	if t.Algorithm == AlgorithmGrid {
 		for i, p := range t.Params {
 			if p.Type == ParamDouble {
 				return bad("params[%d] (%s): GRID_SEARCH needs INTEGER, CATEGORICAL or DISCRETE parameters", i, p.ParameterName)
 			}
+		}
+		grid, err := t.Space().GridSize(MaxTuningTrials)
+		if err != nil { // more points than any max_trials (the DOUBLE parameters are refused above)
+			grid = MaxTuningTrials + 1
 		}
 		if grid > t.MaxTrials {
 			return bad("max_trials = %d is smaller than the grid (%s points): raise max_trials or shrink the grid", t.MaxTrials, gridSizeText(grid))
@@ -474,7 +508,7 @@ func lowest(p TuningParam) float64 {
 
 func sortedTunable() []string { return sortedKeys(TunableFields) }
 
-func sortedKeys(m map[string]fieldKind) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	//workflowcheck:ignore the keys are sorted below
 	for k := range m {
@@ -597,47 +631,15 @@ func setTransform(s *JobSpec, path string, num float64, str string) error {
 		}
 		x := &sc.Crosses[j]
 		x.Columns = slices.Clone(x.Columns)
-		switch option {
-		case "hash_buckets":
-			x.HashBuckets = int(num)
-		case "output":
-			x.Output = str
-		}
+		CrossOptions[option].x(x, num, str)
 		return nil
 	}
 	j := slices.IndexFunc(sc.Columns, func(c preprocess.Column) bool { return c.Name == target })
 	if j < 0 {
 		return fmt.Errorf("%s: data.schema has no column %q", path, target)
 	}
-	c := &sc.Columns[j]
-	switch option {
-	case "buckets":
-		c.Buckets = int(num)
-	case "hash_buckets":
-		c.HashBuckets = int(num)
-	case "top_k":
-		c.TopK = int(num)
-	case "min_frequency":
-		c.MinFrequency = int64(num)
-	case "num_oov_buckets":
-		c.NumOOVBuckets = int(num)
-	case "clip_min":
-		c.ClipMin = &num
-	case "clip_max":
-		c.ClipMax = &num
-	case "treatment":
-		c.Treatment = str
-	case "output":
-		c.Output = str
-	case "log1p":
-		switch str {
-		case "true":
-			c.Log1P = true
-		case "false":
-			c.Log1P = false
-		default:
-			return fmt.Errorf("%s value %q: want \"true\" or \"false\"", path, str)
-		}
+	if err := ColumnOptions[option].col(&sc.Columns[j], num, str); err != nil {
+		return fmt.Errorf("%s %w", path, err)
 	}
 	return nil
 }
@@ -652,7 +654,7 @@ func (s *JobSpec) checkValue(p TuningParam, kind fieldKind, num float64, str str
 		return err
 	}
 	if err := trial.Validate(); err != nil {
-		return fmt.Errorf("value %s: %s", valueText(kind, num, str), strings.TrimPrefix(err.Error(), ErrInvalidSpec.Error()+": "))
+		return fmt.Errorf("value %s: %s", valueText(kind, num, str), strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
 	}
 	return nil
 }
@@ -666,7 +668,7 @@ func valueText(kind fieldKind, num float64, str string) string {
 
 // setField sets the field named by path to num (numeric fields) or str.
 func setField(s *JobSpec, path string, num float64, str string) error {
-	kind, layer, ok := tunableField(path)
+	_, layer, ok := tunableField(path)
 	if !ok {
 		return fmt.Errorf("%s is not a tunable field", path)
 	}
@@ -680,42 +682,24 @@ func setField(s *JobSpec, path string, num float64, str string) error {
 		s.Model.HiddenUnits[layer] = int(num)
 		return nil
 	}
-	switch path {
-	case "model.learning_rate":
-		s.Model.LearningRate = num
-	case "model.l1":
-		s.Model.L1 = num
-	case "model.l2":
-		s.Model.L2 = num
-	case "model.momentum":
-		s.Model.Momentum = num
-	case "model.clip_norm":
-		s.Model.ClipNorm = num
-	case "model.dropout":
-		s.Model.Dropout = num
-	case "model.batch_size":
-		s.Model.BatchSize = int(num)
-	case "train.max_steps":
-		s.Train.MaxSteps = int64(num)
-	case "model.type":
-		s.Model.Type = str
-	case "model.optimizer":
-		s.Model.Optimizer = str
-	case "model.hidden_units":
-		var units []int
-		for f := range strings.FieldsFuncSeq(str, func(r rune) bool { return r == ',' || r == ' ' }) {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				return fmt.Errorf("model.hidden_units value %q: want layer widths such as \"128,64\"", str)
-			}
-			units = append(units, n)
+	return TunableFields[path].set(s, num, str)
+}
+
+// setHiddenUnits sets model.hidden_units from layer widths such as
+// "128,64".
+func setHiddenUnits(s *JobSpec, _ float64, str string) error {
+	var units []int
+	for f := range strings.FieldsFuncSeq(str, func(r rune) bool { return r == ',' || r == ' ' }) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return fmt.Errorf("model.hidden_units value %q: want layer widths such as \"128,64\"", str)
 		}
-		if len(units) == 0 || len(units) > 16 {
-			return fmt.Errorf("model.hidden_units value %q: want 1 to 16 layer widths such as \"128,64\"", str)
-		}
-		s.Model.HiddenUnits = units
+		units = append(units, n)
 	}
-	_ = kind
+	if len(units) == 0 || len(units) > 16 {
+		return fmt.Errorf("model.hidden_units value %q: want 1 to 16 layer widths such as \"128,64\"", str)
+	}
+	s.Model.HiddenUnits = units
 	return nil
 }
 
@@ -760,6 +744,40 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 		}
 	}
 	return trial, nil
+}
+
+// Space is the search space of t's params, one tuning.Param per
+// parameter in their order: INTEGER and DOUBLE bounds, DISCRETE values,
+// the number of CATEGORICAL values (a point holds the index of one), and
+// the scale. Every search (SuggestTrials) and the grid's size (Validate)
+// come from it.
+func (t TuningSpec) Space() tuning.Space {
+	s := make(tuning.Space, len(t.Params))
+	for i, p := range t.Params {
+		q := tuning.Param{Name: p.ParameterName}
+		switch p.Type {
+		case ParamDouble, ParamInteger:
+			q.Kind = tuning.Double
+			if p.Type == ParamInteger {
+				q.Kind = tuning.Integer
+			}
+			if p.MinValue != nil && p.MaxValue != nil {
+				q.Min, q.Max = *p.MinValue, *p.MaxValue
+			}
+		case ParamDiscrete:
+			q.Kind, q.Values = tuning.Discrete, p.DiscreteValues
+		case ParamCategorical:
+			q.Kind, q.Choices = tuning.Categorical, len(p.CategoricalValues)
+		}
+		switch p.ScaleType {
+		case ScaleLog:
+			q.Scale = tuning.Log
+		case ScaleReverseLog:
+			q.Scale = tuning.ReverseLog
+		}
+		s[i] = q
+	}
+	return s
 }
 
 // TrialParams renders trial values x by parameter name.

@@ -1,4 +1,4 @@
-package workflows
+package jobspec
 
 import (
 	"fmt"
@@ -9,7 +9,46 @@ import (
 	"strings"
 )
 
-// Beam runners DataSpec.Runner names. RunnerInProcess, the default, is
+// RunnerSpec chooses the Beam runner of a pipeline: preprocessing's
+// (DataSpec, whose JSON has its fields as data.runner, …) and batch
+// prediction's (PredictionSpec: runner, …). It is embedded in both, so
+// its JSON keys are the enclosing spec's own; the worker's operator
+// allows runners and environments (--beam-runners, --beam-environments).
+type RunnerSpec struct {
+	// Runner is the Beam runner the pipeline runs on: "" (the default:
+	// Beam's in-process runner, prism, in the preprocess child process),
+	// "universal" or "portable" (any portable job server), "flink",
+	// "spark" or "dataflow". See BeamFlags.
+	Runner string `json:"runner,omitempty"`
+	// RunnerEndpoint is the host:port of the portable runner's job server
+	// (--endpoint), e.g. "flink-jobserver:8099". Required by the portable
+	// runners; Dataflow takes --project, --region and --staging_location
+	// in BeamArgs instead.
+	RunnerEndpoint string `json:"runner_endpoint,omitempty"`
+	// EnvironmentType is where a portable runner runs the pipeline's Go
+	// code (--environment_type): DOCKER (the runners' default), PROCESS,
+	// EXTERNAL or LOOPBACK (in the preprocess child itself, for a job
+	// server on the same machine).
+	EnvironmentType string `json:"environment_type,omitempty"`
+	// EnvironmentConfig configures the environment (--environment_config):
+	// a container image for DOCKER, a JSON process spec for PROCESS, a
+	// worker pool address for EXTERNAL (required there).
+	EnvironmentConfig string `json:"environment_config,omitempty"`
+	// JobName names the job on the runner (--job_name). Default with a
+	// Runner: the job ID in lower case with '-' for '_' (Dataflow's rule),
+	// e.g. "census-1".
+	JobName string `json:"job_name,omitempty"`
+	// BeamArgs are further Beam pipeline options, e.g.
+	// ["--parallelism=4"] or Dataflow's ["--project=P", "--region=R",
+	// "--staging_location=gs://B/staging"]. They come after the flags of
+	// the fields above. Only tuning options are allowed (TuningFlags, and
+	// DataflowFlags with runner dataflow): the runner, its endpoint, the
+	// environment and the worker binary come from the fields above and the
+	// worker's operator (see ValidateTrust).
+	BeamArgs []string `json:"beam_args,omitempty"`
+}
+
+// Beam runners RunnerSpec.Runner names. RunnerInProcess, the default, is
 // Beam's in-process runner (prism) inside the preprocess child process.
 const (
 	RunnerInProcess = ""
@@ -46,7 +85,7 @@ var jobNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 //
 //	{runner: flink, runner_endpoint: "jm:8099", environment_type: DOCKER, job_name: c-1, beam_args: ["--parallelism=4"]}
 //	→ --runner=flink --endpoint=jm:8099 --environment_type=DOCKER --job_name=c-1 --parallelism=4
-func (d DataSpec) BeamFlags() []string {
+func (d RunnerSpec) BeamFlags() []string {
 	var out []string
 	for _, f := range d.typedFlags() {
 		if f.value != "" {
@@ -59,10 +98,10 @@ func (d DataSpec) BeamFlags() []string {
 	return append(out, d.BeamArgs...)
 }
 
-// typedFlag is a Beam flag a DataSpec field sets.
+// typedFlag is a Beam flag a RunnerSpec field sets.
 type typedFlag struct{ field, flag, value string }
 
-func (d DataSpec) typedFlags() []typedFlag {
+func (d RunnerSpec) typedFlags() []typedFlag {
 	return []typedFlag{
 		{"data.runner", "runner", d.Runner},
 		{"data.runner_endpoint", "endpoint", d.RunnerEndpoint},
@@ -96,7 +135,7 @@ func runnerJobName(id string) string {
 
 // normalizeRunner lower-cases Runner, upper-cases EnvironmentType and
 // defaults JobName when a runner is chosen.
-func (d *DataSpec) normalizeRunner(jobID string) {
+func (d *RunnerSpec) normalizeRunner(jobID string) {
 	d.Runner = strings.ToLower(d.Runner)
 	d.EnvironmentType = strings.ToUpper(d.EnvironmentType)
 	if d.Runner != RunnerInProcess && d.JobName == "" && !setsFlag(d.BeamArgs, "job_name") {
@@ -106,9 +145,9 @@ func (d *DataSpec) normalizeRunner(jobID string) {
 
 // validateRunner reports the first problem of d's runner options, naming
 // the field.
-func (d DataSpec) validateRunner() error {
+func (d RunnerSpec) validateRunner() error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: data.%s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: data.%s", ErrInvalid, fmt.Sprintf(format, a...))
 	}
 	portable := slices.Contains(portableRunners, d.Runner)
 	switch {

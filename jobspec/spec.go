@@ -1,4 +1,4 @@
-package workflows
+package jobspec
 
 import (
 	"errors"
@@ -10,14 +10,6 @@ import (
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 )
-
-// TaskQueue is the task queue trainflow workers poll.
-const TaskQueue = "trainflow"
-
-// RoleTaskQueue is where distributed-training roles (parameter servers and
-// workers) are scheduled: each worker process polls it with its own bound
-// on concurrent roles, so that a job's roles spread over processes.
-const RoleTaskQueue = "trainflow-roles"
 
 // PresetCensus is the census income preset: the UCI Adult schema, a linear
 // classifier, model name "census".
@@ -125,10 +117,11 @@ type ClusterSpec struct {
 // DefaultStallTimeout is cluster.stall_timeout_secs's default.
 const DefaultStallTimeout = 300 * time.Second
 
-// ErrTypeStalled is the application error type of a role that made no
-// progress for cluster.stall_timeout_secs: retryable, except after
-// activities.MaxStalls stalled attempts in a row.
-const ErrTypeStalled = "Stalled"
+// HeartbeatTimeout is cluster.heartbeat_timeout_secs's default (and
+// heartbeat_timeout_secs's of a PredictionSpec), and the heartbeat timeout
+// of every activity: every activity heartbeats while it runs, so its retry
+// starts at most this long after its worker died.
+const HeartbeatTimeout = 30 * time.Second
 
 // Scale tiers and update modes.
 const (
@@ -227,37 +220,10 @@ type DataSpec struct {
 	// MaxBadFraction fails the job when a larger fraction of rows is
 	// malformed. Default 0.001.
 	MaxBadFraction *float64 `json:"max_bad_fraction,omitempty"`
-	// Runner is the Beam runner preprocessing runs on: "" (the default:
-	// Beam's in-process runner, prism, in the preprocess child process),
-	// "universal" or "portable" (any portable job server), "flink",
-	// "spark" or "dataflow". See BeamFlags.
-	Runner string `json:"runner,omitempty"`
-	// RunnerEndpoint is the host:port of the portable runner's job server
-	// (--endpoint), e.g. "flink-jobserver:8099". Required by the portable
-	// runners; Dataflow takes --project, --region and --staging_location
-	// in BeamArgs instead.
-	RunnerEndpoint string `json:"runner_endpoint,omitempty"`
-	// EnvironmentType is where a portable runner runs the pipeline's Go
-	// code (--environment_type): DOCKER (the runners' default), PROCESS,
-	// EXTERNAL or LOOPBACK (in the preprocess child itself, for a job
-	// server on the same machine).
-	EnvironmentType string `json:"environment_type,omitempty"`
-	// EnvironmentConfig configures the environment (--environment_config):
-	// a container image for DOCKER, a JSON process spec for PROCESS, a
-	// worker pool address for EXTERNAL (required there).
-	EnvironmentConfig string `json:"environment_config,omitempty"`
-	// JobName names the job on the runner (--job_name). Default with a
-	// Runner: the job ID in lower case with '-' for '_' (Dataflow's rule),
-	// e.g. "census-1".
-	JobName string `json:"job_name,omitempty"`
-	// BeamArgs are further Beam pipeline options for preprocessing, e.g.
-	// ["--parallelism=4"] or Dataflow's ["--project=P", "--region=R",
-	// "--staging_location=gs://B/staging"]. They come after the flags of
-	// the fields above. Only tuning options are allowed (TuningFlags, and
-	// DataflowFlags with runner dataflow): the runner, its endpoint, the
-	// environment and the worker binary come from the fields above and the
-	// worker's operator (see ValidateTrust).
-	BeamArgs []string `json:"beam_args,omitempty"`
+	// RunnerSpec chooses the Beam runner preprocessing runs on
+	// (data.runner, data.runner_endpoint, data.environment_type,
+	// data.environment_config, data.job_name, data.beam_args).
+	RunnerSpec
 }
 
 // ModelSpec chooses the model and its optimizer.
@@ -334,8 +300,10 @@ type TrainSpec struct {
 // Model types.
 const ModelLinearClassifier = train.LinearClassifierModel
 
-// ErrInvalidSpec is wrapped by every JobSpec validation error.
-var ErrInvalidSpec = errors.New("invalid job spec")
+// ErrInvalid is wrapped by every validation error of a JobSpec or a
+// PredictionSpec (and of their JSON, see DecodeSpec); workflows report it
+// as a non-retryable error of type workflows.ErrTypeInvalidSpec.
+var ErrInvalid = errors.New("invalid job spec")
 
 // MaxJobIDLength bounds job IDs.
 const MaxJobIDLength = ident.MaxLen
@@ -343,7 +311,7 @@ const MaxJobIDLength = ident.MaxLen
 // ValidateJobID reports whether id is a valid job ID and why not.
 func ValidateJobID(id string) error {
 	if err := ident.Check(id); err != nil {
-		return fmt.Errorf("%w: job_id: %w", ErrInvalidSpec, err)
+		return fmt.Errorf("%w: job_id: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -480,46 +448,46 @@ func (s *JobSpec) Validate() error {
 		return err
 	}
 	if s.Preset != "" && s.Preset != PresetCensus && !s.ImagePreset() {
-		return fmt.Errorf("%w: preset %q is unknown (known: %q, %q, %q)", ErrInvalidSpec, s.Preset, PresetCensus, PresetFashionMNIST, PresetMNIST)
+		return fmt.Errorf("%w: preset %q is unknown (known: %q, %q, %q)", ErrInvalid, s.Preset, PresetCensus, PresetFashionMNIST, PresetMNIST)
 	}
 	if s.Data.Schema == nil {
-		return fmt.Errorf("%w: data.schema is required without a preset", ErrInvalidSpec)
+		return fmt.Errorf("%w: data.schema is required without a preset", ErrInvalid)
 	}
 	if err := s.Data.Schema.Validate(); err != nil {
-		return fmt.Errorf("%w: data.schema: %w", ErrInvalidSpec, err)
+		return fmt.Errorf("%w: data.schema: %w", ErrInvalid, err)
 	}
 	if _, known := models[s.Model.Type]; known && (s.Data.Schema.LabelKind == preprocess.LabelRegression) != s.Model.Regressor() {
 		return fmt.Errorf("%w: model.type %q does not fit data.schema.label_kind %q: regression labels need linear_regressor or dnn_regressor, class labels a classifier",
-			ErrInvalidSpec, s.Model.Type, s.Data.Schema.LabelKind)
+			ErrInvalid, s.Model.Type, s.Data.Schema.LabelKind)
 	}
 	if s.Preset == "" && (len(s.Data.Train) == 0 || len(s.Data.Eval) == 0) {
-		return fmt.Errorf("%w: data.train and data.eval are required without a preset", ErrInvalidSpec)
+		return fmt.Errorf("%w: data.train and data.eval are required without a preset", ErrInvalid)
 	}
 	if (len(s.Data.Train) == 0) != (len(s.Data.Eval) == 0) {
-		return fmt.Errorf("%w: data.train and data.eval go together", ErrInvalidSpec)
+		return fmt.Errorf("%w: data.train and data.eval go together", ErrInvalid)
 	}
 	if !ident.Valid(s.ModelName) {
-		return fmt.Errorf("%w: model_name %q: letters, digits and '_', starting with a letter", ErrInvalidSpec, s.ModelName)
+		return fmt.Errorf("%w: model_name %q: letters, digits and '_', starting with a letter", ErrInvalid, s.ModelName)
 	}
 	if err := ident.Check(s.Eval.Name); err != nil { // a path component of the evaluation's summaries
-		return fmt.Errorf("%w: eval_spec.name: %v: letters, digits and '_', starting with a letter", ErrInvalidSpec, err)
+		return fmt.Errorf("%w: eval_spec.name: %v: letters, digits and '_', starting with a letter", ErrInvalid, err)
 	}
 	names := map[string]bool{}
 	for i, e := range s.Eval.Exporters {
 		field := fmt.Sprintf("eval_spec.exporters[%d]", i)
 		switch {
 		case e.Type != ExporterLatest && e.Type != ExporterBest && e.Type != ExporterFinal:
-			return fmt.Errorf("%w: %s.type %q: want latest, best or final", ErrInvalidSpec, field, e.Type)
+			return fmt.Errorf("%w: %s.type %q: want latest, best or final", ErrInvalid, field, e.Type)
 		case !ident.Valid(e.Name):
-			return fmt.Errorf("%w: %s.name %q: letters, digits and '_', starting with a letter", ErrInvalidSpec, field, e.Name)
+			return fmt.Errorf("%w: %s.name %q: letters, digits and '_', starting with a letter", ErrInvalid, field, e.Name)
 		case names[e.Name]:
-			return fmt.Errorf("%w: %s.name %q is used twice", ErrInvalidSpec, field, e.Name)
+			return fmt.Errorf("%w: %s.name %q is used twice", ErrInvalid, field, e.Name)
 		case e.ExportsToKeep < 0:
-			return fmt.Errorf("%w: %s.exports_to_keep %d is negative", ErrInvalidSpec, field, e.ExportsToKeep)
+			return fmt.Errorf("%w: %s.exports_to_keep %d is negative", ErrInvalid, field, e.ExportsToKeep)
 		case e.Type == ExporterBest && metricGoals[e.Metric] == "":
-			return fmt.Errorf("%w: %s.metric %q: want accuracy, auc, log_loss, rmse or mae", ErrInvalidSpec, field, e.Metric)
+			return fmt.Errorf("%w: %s.metric %q: want accuracy, auc, log_loss, rmse or mae", ErrInvalid, field, e.Metric)
 		case e.Type == ExporterBest && e.Goal != GoalMaximize && e.Goal != GoalMinimize:
-			return fmt.Errorf("%w: %s.goal %q: want maximize or minimize", ErrInvalidSpec, field, e.Goal)
+			return fmt.Errorf("%w: %s.goal %q: want maximize or minimize", ErrInvalid, field, e.Goal)
 		}
 		names[e.Name] = true
 	}
@@ -529,7 +497,7 @@ func (s *JobSpec) Validate() error {
 			found = found || e.Name == s.Publish
 		}
 		if !found {
-			return fmt.Errorf("%w: publish %q names no exporter (have %v) and is not \"none\"", ErrInvalidSpec, s.Publish, exporterNames(s.Eval.Exporters))
+			return fmt.Errorf("%w: publish %q names no exporter (have %v) and is not \"none\"", ErrInvalid, s.Publish, exporterNames(s.Eval.Exporters))
 		}
 	}
 	if err := s.Data.validateRunner(); err != nil {
@@ -540,13 +508,13 @@ func (s *JobSpec) Validate() error {
 	}
 	switch t := s.Train; {
 	case t.NumEpochs > 0 && t.MaxSteps > 0:
-		return fmt.Errorf("%w: train.num_epochs %d and train.max_steps %d: set one, not both", ErrInvalidSpec, t.NumEpochs, t.MaxSteps)
+		return fmt.Errorf("%w: train.num_epochs %d and train.max_steps %d: set one, not both", ErrInvalid, t.NumEpochs, t.MaxSteps)
 	case t.NumEpochs < 0 || t.NumEpochs > 1_000_000:
-		return fmt.Errorf("%w: train.num_epochs = %d is out of range [1, 1000000]", ErrInvalidSpec, t.NumEpochs)
+		return fmt.Errorf("%w: train.num_epochs = %d is out of range [1, 1000000]", ErrInvalid, t.NumEpochs)
 	case t.SaveCheckpointsSecs > 0 && t.SaveCheckpointsSteps > 0:
-		return fmt.Errorf("%w: train.save_checkpoints_secs %d and train.save_checkpoints_steps %d: set one, not both", ErrInvalidSpec, t.SaveCheckpointsSecs, t.SaveCheckpointsSteps)
+		return fmt.Errorf("%w: train.save_checkpoints_secs %d and train.save_checkpoints_steps %d: set one, not both", ErrInvalid, t.SaveCheckpointsSecs, t.SaveCheckpointsSteps)
 	case t.SaveCheckpointsSecs < 0 || t.SaveCheckpointsSecs > 7*24*3600:
-		return fmt.Errorf("%w: train.save_checkpoints_secs = %d is out of range [1, 604800]", ErrInvalidSpec, t.SaveCheckpointsSecs)
+		return fmt.Errorf("%w: train.save_checkpoints_secs = %d is out of range [1, 604800]", ErrInvalid, t.SaveCheckpointsSecs)
 	}
 	checks := []struct {
 		ok    bool
@@ -578,7 +546,7 @@ func (s *JobSpec) Validate() error {
 	}
 	for _, c := range checks {
 		if !c.ok {
-			return fmt.Errorf("%w: %s = %v is out of range", ErrInvalidSpec, c.field, c.value)
+			return fmt.Errorf("%w: %s = %v is out of range", ErrInvalid, c.field, c.value)
 		}
 	}
 	if s.Tuning != nil {
@@ -589,7 +557,7 @@ func (s *JobSpec) Validate() error {
 
 func (c ClusterSpec) validate() error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: cluster.%s", ErrInvalidSpec, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: cluster.%s", ErrInvalid, fmt.Sprintf(format, a...))
 	}
 	switch c.ScaleTier {
 	case TierBasic:
@@ -693,6 +661,30 @@ func (s JobSpec) imageDefaults() JobSpec {
 		s.Train.NumEpochs = 5
 	}
 	return s
+}
+
+// SharedData is what a HyperparameterTuningJob sets in the spec of a
+// trial whose preprocessing it has done once for several trials: the job
+// dir of that preprocessed data and its summary. The trial links the data
+// into its own job dir (ImportPreprocessed) instead of running Preprocess.
+// Only a tuning job's own trials may carry it: the trial's workflow checks
+// that its parent is TuningJobID and its job ID TuningJobID_trial_<n>, the
+// activity checks it again against the server and the data dir's owner.
+type SharedData struct {
+	TuningJobID string           `json:"tuning_job_id"`
+	JobDir      string           `json:"job_dir"`
+	Result      PreprocessResult `json:"result"`
+}
+
+// PreprocessResult summarises the preprocessed data: the result of the
+// Preprocess activity, and a shared_data.result.
+type PreprocessResult struct {
+	TransformHash string `json:"transform_hash"`
+	Dim           int    `json:"dim"`
+	Classes       int    `json:"classes"`
+	TrainRows     int64  `json:"train_rows"`
+	EvalRows      int64  `json:"eval_rows"`
+	BadRows       int64  `json:"bad_rows"`
 }
 
 // Secs returns a pointer to n, for the optional durations of a JobSpec.

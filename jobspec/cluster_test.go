@@ -1,4 +1,4 @@
-package workflows
+package jobspec
 
 import (
 	"errors"
@@ -47,7 +47,7 @@ func TestClusterSpecErrorsNameTheField(t *testing.T) {
 	} {
 		s := JobSpec{JobID: "j", Cluster: c.in}.WithDefaults()
 		err := s.Validate()
-		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an invalid-spec error containing %q", c.in, err, c.want)
 		}
 	}
@@ -117,7 +117,7 @@ func TestEpochsAndTimedCheckpointsSpec(t *testing.T) {
 	} {
 		s := JobSpec{JobID: "j", Train: c.train, Cluster: c.cluster}.WithDefaults()
 		err := s.Validate()
-		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an invalid-spec error containing %q", c.train, err, c.want)
 		}
 	}
