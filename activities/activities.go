@@ -28,6 +28,7 @@ import (
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
@@ -147,7 +148,7 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 			return workflows.PrepareResult{}, err
 		}
 		if other != "" {
-			return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: job_dir %q lies inside the job directory %s of another job", workflows.ErrInvalidSpec, spec.JobDir, other))
+			return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: job_dir %q lies inside the job directory %s of another job", jobspec.ErrInvalid, spec.JobDir, other))
 		}
 	case a.Jobs != "":
 		dir = joinURI(a.Jobs, spec.JobID)
@@ -278,7 +279,7 @@ func (a *Activities) checkPrepareOwner(ctx context.Context, jobID string, in *wo
 	if err != nil {
 		return err
 	}
-	if jobID != want.JobID && !workflows.IsDataOf(jobID, want.JobID) {
+	if jobID != want.JobID && !jobspec.IsDataOf(jobID, want.JobID) {
 		return notOwner(fmt.Errorf("job %s cannot claim a directory for job %s", want.JobID, jobID))
 	}
 	return nil
@@ -291,7 +292,7 @@ func (a *Activities) checkPrepareOwner(ctx context.Context, jobID string, in *wo
 // staged into a local work directory first, the child writes into it, and
 // its outputs are uploaded: Transform, shards and bad records, then the
 // manifest.
-func (a *Activities) Preprocess(ctx context.Context, in workflows.PreprocessInput) (workflows.PreprocessResult, error) {
+func (a *Activities) Preprocess(ctx context.Context, in workflows.PreprocessInput) (jobspec.PreprocessResult, error) {
 	defer a.Metrics.started("preprocess", activity.GetInfo(ctx).Attempt)()
 	t0 := time.Now()
 	res, err := a.preprocess(ctx, in)
@@ -301,30 +302,30 @@ func (a *Activities) Preprocess(ctx context.Context, in workflows.PreprocessInpu
 	return res, err
 }
 
-func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInput) (workflows.PreprocessResult, error) {
+func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInput) (jobspec.PreprocessResult, error) {
 	r := in.Request
 	if err := a.checkPreprocess(in); err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	r.MaxShardBytes = a.maxShardBytes() // the operator's, whatever the input says
 	release, err := a.waitHeavy(ctx)
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	defer release()
 	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	defer jd.Close()
 	// Where the child works: the job dir, or a local stand-in for one in
 	// object storage.
 	ws, err := jd.Workspace(r.OutDir, "preprocess-")
 	if errors.Is(err, jobdir.ErrOutside) {
-		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("preprocess %w", err))
+		return jobspec.PreprocessResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("preprocess %w", err))
 	}
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	defer ws.Close()
 	reqJSON, _ := json.Marshal(struct {
@@ -343,42 +344,42 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 	}
 	hb.Stop()
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	r.OutDir = ws.Dir
 	if err := r.Check(); err != nil {
-		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
+		return jobspec.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, err)
 	}
 	if err := jd.st.Delete(ctx, preprocess.ManifestPath); err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	childReq := filepath.Join(ws.Dir, filepath.FromSlash(jobdir.PreprocessChildRequestFile))
 	rb, _ := json.Marshal(r)
 	if err := atomicfile.Write(childReq, rb); err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	err = a.runChild(ctx, ws.Dir, append(append([]string{"preprocess", childReq}, in.BeamArgs...), a.BeamArgs...))
 	if err := ws.Publish(ctx, []string{jobdir.PreprocessLogFile}); err != nil {
 		activity.GetLogger(ctx).Warn("upload preprocess log", "error", err)
 	}
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	m, err := preprocess.ReadManifest(r.OutDir)
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	hb = keepAlive(ctx)
 	err = publishPreprocessed(ctx, ws, m)
 	hb.Stop()
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	if m.Failure != "" {
-		return workflows.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, errors.New(m.Failure))
+		return jobspec.PreprocessResult{}, nonRetryable(workflows.ErrTypeBadData, errors.New(m.Failure))
 	}
 	if err := jd.st.Write(ctx, jobdir.PreprocessRequestFile, reqJSON); err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	return summary(m), nil
 }
@@ -419,12 +420,12 @@ func publishPreprocessed(ctx context.Context, ws *jobdir.Workspace, m *preproces
 	return ws.Publish(ctx, []string{preprocess.ManifestPath})
 }
 
-func summary(m *preprocess.Manifest) workflows.PreprocessResult {
+func summary(m *preprocess.Manifest) jobspec.PreprocessResult {
 	var bad int64
 	for _, n := range m.Bad {
 		bad += n
 	}
-	return workflows.PreprocessResult{TransformHash: m.TransformHash, Dim: m.Dim, Classes: m.Classes, TrainRows: m.TrainRows, EvalRows: m.EvalRows, BadRows: bad}
+	return jobspec.PreprocessResult{TransformHash: m.TransformHash, Dim: m.Dim, Classes: m.Classes, TrainRows: m.TrainRows, EvalRows: m.EvalRows, BadRows: bad}
 }
 
 // runChild runs this program's preprocess subcommand in its own process
@@ -865,7 +866,7 @@ func (a *Activities) DeleteExport(ctx context.Context, in workflows.DeleteExport
 // bundle's key there: export/<exporter>/<step>, nothing else.
 func (a *Activities) openExport(ctx context.Context, field, loc string, owner *workflows.JobOwner, rel relation) (*jobDir, string, error) {
 	refuse := func(why string) error {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", workflows.ErrInvalidSpec, field, loc, why))
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", jobspec.ErrInvalid, field, loc, why))
 	}
 	if loc == "" {
 		return nil, "", refuse("empty")

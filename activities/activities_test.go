@@ -20,6 +20,7 @@ import (
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/preprocess/beampipe"
 	"github.com/trainflow/trainflow/workflows"
@@ -75,12 +76,12 @@ func errType(err error) string {
 	return ""
 }
 
-func spec(id string) workflows.JobSpec {
-	return workflows.JobSpec{JobID: id, Data: workflows.DataSpec{GeneratedRows: 800}, Train: workflows.TrainSpec{MaxSteps: 100, SaveCheckpointsSteps: 50}}.WithDefaults()
+func spec(id string) jobspec.JobSpec {
+	return jobspec.JobSpec{JobID: id, Data: jobspec.DataSpec{GeneratedRows: 800}, Train: jobspec.TrainSpec{MaxSteps: 100, SaveCheckpointsSteps: 50}}.WithDefaults()
 }
 
 // prepare runs PrepareJob and Preprocess for a generated census job.
-func prepare(t testing.TB, e *testsuite.TestActivityEnvironment, acts *Activities, s workflows.JobSpec) (workflows.PrepareResult, workflows.PreprocessResult) {
+func prepare(t testing.TB, e *testsuite.TestActivityEnvironment, acts *Activities, s jobspec.JobSpec) (workflows.PrepareResult, jobspec.PreprocessResult) {
 	t.Helper()
 	v, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: "run1"})
 	if err != nil {
@@ -94,7 +95,7 @@ func prepare(t testing.TB, e *testsuite.TestActivityEnvironment, acts *Activitie
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pre workflows.PreprocessResult
+	var pre jobspec.PreprocessResult
 	v.Get(&pre)
 	return prep, pre
 }
@@ -330,7 +331,7 @@ func TestWideAndDeepJobServes(t *testing.T) {
 	acts := newActs(t)
 	e := env(acts)
 	s := spec("wd_1")
-	s.Model = workflows.ModelSpec{Type: "dnn_linear_combined_classifier", HiddenUnits: []int{16, 8}, Dropout: 0.1, Optimizer: "adagrad", LearningRate: 0.05, BatchSize: 32}
+	s.Model = jobspec.ModelSpec{Type: "dnn_linear_combined_classifier", HiddenUnits: []int{16, 8}, Dropout: 0.1, Optimizer: "adagrad", LearningRate: 0.05, BatchSize: 32}
 	s = s.WithDefaults()
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)

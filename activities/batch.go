@@ -16,6 +16,7 @@ import (
 	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -71,7 +72,7 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	if other, err := enclosingJob(ctx, out); err != nil {
 		return res, err
 	} else if other != "" {
-		return res, refuse(fmt.Errorf("%w: output_path %q lies inside the job directory %s of another job", workflows.ErrInvalidSpec, spec.OutputPath, other))
+		return res, refuse(fmt.Errorf("%w: output_path %q lies inside the job directory %s of another job", jobspec.ErrInvalid, spec.OutputPath, other))
 	}
 	jd, err := a.openToClaim(ctx, out)
 	if err != nil {
@@ -179,9 +180,9 @@ func (a *Activities) watchBatch(ctx context.Context, workDir string) {
 // batchBundle returns the local directory of the spec's bundle (staged
 // into stage when it is in object storage) and its version (0 for a
 // model_dir).
-func (a *Activities) batchBundle(ctx context.Context, spec workflows.PredictionSpec, stage string) (string, int64, error) {
+func (a *Activities) batchBundle(ctx context.Context, spec jobspec.PredictionSpec, stage string) (string, int64, error) {
 	refuse := func(format string, v ...any) error {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s", workflows.ErrInvalidSpec, fmt.Sprintf(format, v...)))
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s", jobspec.ErrInvalid, fmt.Sprintf(format, v...)))
 	}
 	if spec.Model != "" {
 		if a.Models == nil {
@@ -238,7 +239,7 @@ func (a *Activities) batchInputs(ctx context.Context, patterns []string, stage s
 		// A local match (a symbolic link, say) must lie inside the roots too.
 		found, err := jobdir.Glob(ctx, loc, stage, len(out), func(f string) (string, error) { return a.locateData(field, f) })
 		if errors.Is(err, path.ErrBadPattern) || errors.Is(err, storage.ErrInvalidURI) {
-			return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %v", workflows.ErrInvalidSpec, field, p, err))
+			return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %v", jobspec.ErrInvalid, field, p, err))
 		}
 		if err != nil {
 			return nil, err
@@ -248,7 +249,7 @@ func (a *Activities) batchInputs(ctx context.Context, patterns []string, stage s
 			matches = append(matches, batchjob.Input{Path: m.Path, Name: m.Name})
 		}
 		if len(matches) == 0 {
-			return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q matches no file", workflows.ErrInvalidSpec, field, p))
+			return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q matches no file", jobspec.ErrInvalid, field, p))
 		}
 		out = append(out, matches...)
 	}

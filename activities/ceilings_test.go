@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -38,7 +39,7 @@ func TestCeilingsRefuseClearly(t *testing.T) {
 		{"summary points", 1_000_000, 100_000, 1, "train.save_summary_steps 1 with train.max_steps 1000000 records 1000000 summary points; this worker allows 3000 per job (10 per file of worker --max-job-files): set train.save_summary_steps to at least 334"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			in := workflows.TrainInput{JobDir: filepath.Join(t.TempDir(), "never-opened"), Train: workflows.TrainSpec{MaxSteps: c.steps, SaveCheckpointsSteps: c.ckpt, SaveSummarySteps: c.summary}}
+			in := workflows.TrainInput{JobDir: filepath.Join(t.TempDir(), "never-opened"), Train: jobspec.TrainSpec{MaxSteps: c.steps, SaveCheckpointsSteps: c.ckpt, SaveSummarySteps: c.summary}}
 			_, err := e.ExecuteActivity(acts.Train, in)
 			var ae *temporal.ApplicationError
 			if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeInvalidSpec || !ae.NonRetryable() || !strings.Contains(err.Error(), c.want) {
@@ -54,7 +55,7 @@ func TestCeilingsRefuseClearly(t *testing.T) {
 			}
 		})
 	}
-	for _, ok := range []workflows.TrainSpec{
+	for _, ok := range []jobspec.TrainSpec{
 		{MaxSteps: 1_000_000, SaveCheckpointsSteps: 10_000, SaveSummarySteps: 334},
 		{MaxSteps: 1000, SaveCheckpointsSteps: 10, SaveSummarySteps: 1},
 		{MaxSteps: 1_000_000, SaveCheckpointsSecs: 60, SaveSummarySteps: 1000},

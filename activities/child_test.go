@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -31,7 +32,7 @@ func maxRSS(t *testing.T) int64 {
 
 // hashSpec is a census job whose workclass column is hashed into
 // buckets one-hot features, on rows generated rows.
-func hashSpec(id string, buckets, rows int) workflows.JobSpec {
+func hashSpec(id string, buckets, rows int) jobspec.JobSpec {
 	s := spec(id)
 	s.Data.GeneratedRows = rows
 	sc := *s.Data.Schema

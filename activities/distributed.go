@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/train/dist"
@@ -47,7 +48,7 @@ type roleSetup struct {
 func setup(in workflows.RoleInput, jd *jobDir) roleSetup {
 	s := roleSetup{meta: checkpointMeta(in.TrainInput), ckpts: jd.Checkpoints(),
 		opt: train.OptimizerConfig{Name: in.Model.Optimizer, LearningRate: in.Model.LearningRate, Momentum: in.Model.Momentum, L1: in.Model.L1, L2: in.Model.L2}}
-	if in.Cluster.Update == workflows.UpdateSync {
+	if in.Cluster.Update == jobspec.UpdateSync {
 		s.replicas = in.Cluster.Replicas()
 	}
 	return s
@@ -580,7 +581,7 @@ func workerData(dataDir string, dim int, mine []preprocess.ShardResult, byRow bo
 const firstTimedCut = 100
 
 // distSaveSteps is the parameter servers' and workers' SaveSteps for t.
-func distSaveSteps(t workflows.TrainSpec) int64 {
+func distSaveSteps(t jobspec.TrainSpec) int64 {
 	if t.SaveCheckpointsSteps > 0 {
 		return t.SaveCheckpointsSteps
 	}

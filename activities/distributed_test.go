@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/train/dist"
 	"github.com/trainflow/trainflow/workflows"
@@ -71,7 +72,7 @@ func TestEvalQueueBoundedByKeep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer jd.Close()
-	in := workflows.TrainInput{PinForEval: true, Train: workflows.TrainSpec{KeepCheckpointMax: 3}}
+	in := workflows.TrainInput{PinForEval: true, Train: jobspec.TrainSpec{KeepCheckpointMax: 3}}
 	keep := evalQueue(in)
 	if keep != 4 {
 		t.Fatalf("evalQueue %d, want keep_checkpoint_max + 1 = 4", keep)

@@ -3,7 +3,9 @@ package activities
 import (
 	"context"
 	"fmt"
+
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -12,7 +14,7 @@ import (
 // (each plain or .gz): the train images and labels, then the t10k ones.
 // Missing files fail the job for good, naming the path looked at and
 // where to get the dataset.
-func (a *Activities) imageFiles(ctx context.Context, spec workflows.JobSpec) (train, eval []string, err error) {
+func (a *Activities) imageFiles(ctx context.Context, spec jobspec.JobSpec) (train, eval []string, err error) {
 	dir := spec.Data.Dir
 	if _, err := a.locateData("data.dir", dir); err != nil {
 		return nil, nil, err
@@ -40,7 +42,7 @@ func (a *Activities) imageFiles(ctx context.Context, spec workflows.JobSpec) (tr
 			}
 			if found == "" {
 				return nil, nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: data.dir %s: no %s[.gz] there: %s",
-					workflows.ErrInvalidSpec, dir, name, DatasetHint(spec.Preset)))
+					jobspec.ErrInvalid, dir, name, DatasetHint(spec.Preset)))
 			}
 			*split.out = append(*split.out, found)
 		}
@@ -50,13 +52,13 @@ func (a *Activities) imageFiles(ctx context.Context, spec workflows.JobSpec) (tr
 
 // DatasetHint says where to get an image preset's dataset.
 func DatasetHint(preset string) string {
-	if preset == workflows.PresetMNIST {
+	if preset == jobspec.PresetMNIST {
 		return "the mnist preset reads MNIST's four IDX files (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz; " +
-			"from http://yann.lecun.com/exdb/mnist/ or a mirror of it, no Debian package has them): put them in " + workflows.ImageDataDirs[preset] +
+			"from http://yann.lecun.com/exdb/mnist/ or a mirror of it, no Debian package has them): put them in " + jobspec.ImageDataDirs[preset] +
 			" or in a directory inside the worker's --data-roots and set data.dir to it"
 	}
 	return "the fashion_mnist preset reads Fashion-MNIST's four IDX files: apt-get install dataset-fashion-mnist (installs them in " +
-		workflows.ImageDataDirs[workflows.PresetFashionMNIST] + "), or set data.dir to a directory inside the worker's --data-roots holding them"
+		jobspec.ImageDataDirs[jobspec.PresetFashionMNIST] + "), or set data.dir to a directory inside the worker's --data-roots holding them"
 }
 
 // inputExists reports whether the data file at p (a path or a storage

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -218,17 +219,17 @@ func (j *jobDir) checkOwner(ctx context.Context, want workflows.JobOwner, rel re
 	}
 	switch rel {
 	case ownJob:
-		if run && (c.JobID == want.JobID || workflows.IsDataOf(c.JobID, want.JobID)) {
+		if run && (c.JobID == want.JobID || jobspec.IsDataOf(c.JobID, want.JobID)) {
 			return nil
 		}
 		return notOwner(fmt.Errorf("job directory %s is not job %s's: its claim (job.json) names another owner", j.uri, want.JobID))
 	case dataOf:
-		if workflows.IsDataOf(c.JobID, want.JobID) {
+		if jobspec.IsDataOf(c.JobID, want.JobID) {
 			return nil
 		}
 		return notOwner(fmt.Errorf("%s holds no data preprocessed by tuning job %s: its claim (job.json) names another owner", j.uri, want.JobID))
 	default:
-		if workflows.IsTrialOf(c.JobID, want.JobID) && (c.Version < jobdir.ClaimVersion || c.Parent == want.JobID) {
+		if jobspec.IsTrialOf(c.JobID, want.JobID) && (c.Version < jobdir.ClaimVersion || c.Parent == want.JobID) {
 			return nil
 		}
 		return notOwner(fmt.Errorf("job directory %s is not a trial of tuning job %s: its claim (job.json) names another owner", j.uri, want.JobID))

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -23,10 +24,10 @@ func TestTrainRefusesSpecOverMemoryLimit(t *testing.T) {
 	acts.MaxTrainBytes = 64 << 20
 	for _, c := range []struct {
 		name, field string
-		model       func(*workflows.ModelSpec)
+		model       func(*jobspec.ModelSpec)
 	}{
-		{"batch", "model.batch_size 1048576 × input dimension", func(m *workflows.ModelSpec) { m.BatchSize = 1 << 20 }},
-		{"hidden", "model.hidden_units [8192 8192]", func(m *workflows.ModelSpec) {
+		{"batch", "model.batch_size 1048576 × input dimension", func(m *jobspec.ModelSpec) { m.BatchSize = 1 << 20 }},
+		{"hidden", "model.hidden_units [8192 8192]", func(m *jobspec.ModelSpec) {
 			m.Type, m.HiddenUnits = "dnn_classifier", []int{8192, 8192}
 		}},
 	} {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -28,11 +29,11 @@ import (
 func TestPreprocessOnPortableRunner(t *testing.T) {
 	endpoint, jobs := startPrism(t)
 	acts := newActs(t)
-	acts.BeamRunners = []string{workflows.RunnerUniversal}
+	acts.BeamRunners = []string{jobspec.RunnerUniversal}
 	e := env(acts)
 
 	s := spec("portable_1")
-	s.Data.Runner, s.Data.RunnerEndpoint, s.Data.EnvironmentType = workflows.RunnerUniversal, endpoint, workflows.EnvLoopback
+	s.Data.Runner, s.Data.RunnerEndpoint, s.Data.EnvironmentType = jobspec.RunnerUniversal, endpoint, jobspec.EnvLoopback
 	s = s.WithDefaults()
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestPreprocessOnPortableRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want workflows.PreprocessResult
+	var want jobspec.PreprocessResult
 	v.Get(&want)
 	if got != want || got.TrainRows != 800 {
 		t.Fatalf("portable run %+v, want the in-process run's %+v (800 train rows)", got, want)

@@ -13,12 +13,13 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
 
 // ImportPreprocessed gives a tuning trial the data its tuning job
-// preprocessed once (workflows.SharedData): the Transform, the shards and,
+// preprocessed once (jobspec.SharedData): the Transform, the shards and,
 // last, the manifest of in.From are hard-linked (copied when the job dirs
 // are in object storage or on other file systems) into the trial's job
 // dir, which then reads as if the trial had preprocessed itself, so
@@ -38,34 +39,34 @@ import (
 //   - in.From was preprocessed with the very request the trial would have
 //     run (same schema, inputs, shards, seed and Beam options; inputs
 //     generated into a job dir compare by their place in it).
-func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.ImportInput) (workflows.PreprocessResult, error) {
+func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.ImportInput) (jobspec.PreprocessResult, error) {
 	defer keepAlive(ctx).Stop()
 	refuse := func(format string, args ...any) error {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: shared_data: %s", workflows.ErrInvalidSpec, fmt.Sprintf(format, args...)))
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: shared_data: %s", jobspec.ErrInvalid, fmt.Sprintf(format, args...)))
 	}
 	if err := a.checkPreprocess(in.Preprocess); err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	from, err := a.locate("shared_data.job_dir", in.From, true)
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	wf := activity.GetInfo(ctx).WorkflowExecution
-	if !workflows.IsTrialOf(wf.ID, in.TuningJobID) {
-		return workflows.PreprocessResult{}, refuse("job %s is not a trial of tuning job %q", wf.ID, in.TuningJobID)
+	if !jobspec.IsTrialOf(wf.ID, in.TuningJobID) {
+		return jobspec.PreprocessResult{}, refuse("job %s is not a trial of tuning job %q", wf.ID, in.TuningJobID)
 	}
 	if a.Client != nil {
 		d, err := a.Client.DescribeWorkflowExecution(ctx, wf.ID, wf.RunID)
 		if err != nil {
-			return workflows.PreprocessResult{}, fmt.Errorf("describe %s: %w", wf.ID, err)
+			return jobspec.PreprocessResult{}, fmt.Errorf("describe %s: %w", wf.ID, err)
 		}
 		if p := d.GetWorkflowExecutionInfo().GetParentExecution(); p.GetWorkflowId() != in.TuningJobID {
-			return workflows.PreprocessResult{}, refuse("job %s was not started by tuning job %q", wf.ID, in.TuningJobID)
+			return jobspec.PreprocessResult{}, refuse("job %s was not started by tuning job %q", wf.ID, in.TuningJobID)
 		}
 	}
 	dst, err := a.openOwned(ctx, in.Preprocess.JobDir, in.Preprocess.Owner)
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	defer dst.Close()
 	if got, _, err := dst.readManifest(ctx); err == nil && got.Failure == "" && got.TransformHash == in.TransformHash {
@@ -75,19 +76,19 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 	}
 	src, err := a.openSharedData(ctx, from, in.TuningJobID)
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	defer src.Close()
 	m, _, err := src.readManifest(ctx)
 	if err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	if m.Failure != "" || m.TransformHash != in.TransformHash {
-		return workflows.PreprocessResult{}, refuse("%s has transform %s, the trial expects %s", in.From, m.TransformHash, in.TransformHash)
+		return jobspec.PreprocessResult{}, refuse("%s has transform %s, the trial expects %s", in.From, m.TransformHash, in.TransformHash)
 	}
 	old, err := src.st.Read(ctx, jobdir.PreprocessRequestFile)
 	if err != nil {
-		return workflows.PreprocessResult{}, fmt.Errorf("shared data %s: %w", in.From, err)
+		return jobspec.PreprocessResult{}, fmt.Errorf("shared data %s: %w", in.From, err)
 	}
 	req := in.Preprocess.Request
 	req.MaxShardBytes = a.maxShardBytes() // as Preprocess recorded it: the operator's
@@ -96,10 +97,10 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 		Args []string
 	}{req, in.Preprocess.BeamArgs})
 	if !sameRequest(old, []string{in.From, src.uri}, mine, []string{in.Preprocess.JobDir, dst.uri}) {
-		return workflows.PreprocessResult{}, refuse("%s was preprocessed with another request than this trial's (schema, inputs, shards, seed or Beam options differ)", in.From)
+		return jobspec.PreprocessResult{}, refuse("%s was preprocessed with another request than this trial's (schema, inputs, shards, seed or Beam options differ)", in.From)
 	}
 	if err := dst.st.Delete(ctx, preprocess.ManifestPath); err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	keys := []string{preprocess.TransformPath}
 	for _, s := range append(append([]preprocess.ShardResult{}, m.Train...), m.Eval...) {
@@ -107,12 +108,12 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 	}
 	for _, k := range append(keys, preprocess.ManifestPath) { // the manifest last: it makes the rest visible
 		if err := linkObject(ctx, src, dst, k); err != nil {
-			return workflows.PreprocessResult{}, fmt.Errorf("link %s from %s: %w", k, in.From, err)
+			return jobspec.PreprocessResult{}, fmt.Errorf("link %s from %s: %w", k, in.From, err)
 		}
 	}
 	rec, _ := json.Marshal(jobdir.SharedData{From: src.uri, TuningJobID: in.TuningJobID, TransformHash: m.TransformHash})
 	if err := dst.st.Write(ctx, jobdir.SharedDataFile, rec); err != nil {
-		return workflows.PreprocessResult{}, err
+		return jobspec.PreprocessResult{}, err
 	}
 	return summary(m), nil
 }

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -86,7 +87,7 @@ func stallTimeout(in workflows.TrainInput) time.Duration {
 	if in.StallTimeoutSecs > 0 {
 		return time.Duration(in.StallTimeoutSecs) * time.Second
 	}
-	return workflows.DefaultStallTimeout
+	return jobspec.DefaultStallTimeout
 }
 
 // watchStalls runs work, failing it with a Stalled error when it reports

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trainflow/trainflow/jobdir"
 	"io/fs"
 	"net/url"
 	"os"
@@ -12,6 +11,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -149,7 +151,7 @@ func (a *Activities) locateData(field, loc string) (string, error) {
 
 func (a *Activities) locateIn(field, loc string, strict, read bool) (string, error) {
 	refuse := func(format string, args ...any) error {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", workflows.ErrInvalidSpec, field, loc, fmt.Sprintf(format, args...)))
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", jobspec.ErrInvalid, field, loc, fmt.Sprintf(format, args...)))
 	}
 	roots, err := a.roots(read)
 	if err != nil {
@@ -227,13 +229,13 @@ func (a *Activities) locateIn(field, loc string, strict, read bool) (string, err
 }
 
 // checkBeamArgs checks the Beam pipeline options of a job's preprocessing
-// (workflows.DataSpec.BeamFlags) against the operator's configuration: each
-// a typed field's flag or a workflows.BeamArgAllowed option, the runner the
+// (jobspec.DataSpec.BeamFlags) against the operator's configuration: each
+// a typed field's flag or a jobspec.BeamArgAllowed option, the runner the
 // in-process default or one of BeamRunners, the environment LOOPBACK or one
 // of BeamEnvironments.
 func (a *Activities) checkBeamArgs(args []string) error {
 	refuse := func(format string, v ...any) error {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s", workflows.ErrInvalidSpec, fmt.Sprintf(format, v...)))
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s", jobspec.ErrInvalid, fmt.Sprintf(format, v...)))
 	}
 	set := map[string]string{}
 	for _, arg := range args {
@@ -251,22 +253,22 @@ func (a *Activities) checkBeamArgs(args []string) error {
 		switch name {
 		case "runner", "endpoint", "environment_type", "environment_config", "job_name":
 		default:
-			if !workflows.BeamArgAllowed(name, runner) {
+			if !jobspec.BeamArgAllowed(name, runner) {
 				return refuse("data.beam_args sets --%s, which a job spec may not set", name)
 			}
 		}
 	}
-	if runner != workflows.RunnerInProcess && !containsFold(a.BeamRunners, runner) {
+	if runner != jobspec.RunnerInProcess && !containsFold(a.BeamRunners, runner) {
 		return refuse("data.runner %q is not allowed by this worker (allowed: the in-process default%s; the operator allows more with worker --beam-runners)", runner, also(a.BeamRunners))
 	}
-	if runner == workflows.RunnerInProcess && set["endpoint"] != "" {
+	if runner == jobspec.RunnerInProcess && set["endpoint"] != "" {
 		return refuse("data.runner_endpoint needs data.runner")
 	}
 	env := strings.ToUpper(set["environment_type"])
 	if env == "" && set["environment_config"] != "" {
-		env = workflows.EnvDocker // the portable runners' default
+		env = jobspec.EnvDocker // the portable runners' default
 	}
-	if env != "" && env != workflows.EnvLoopback && !containsFold(a.BeamEnvironments, env) {
+	if env != "" && env != jobspec.EnvLoopback && !containsFold(a.BeamEnvironments, env) {
 		return refuse("data.environment_type %s is not allowed by this worker: it runs a command or container the job names (allowed: LOOPBACK%s; the operator allows more with worker --beam-environments)", env, also(a.BeamEnvironments))
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/tuning"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -28,12 +29,12 @@ func (a *Activities) SuggestTrials(ctx context.Context, in workflows.SuggestInpu
 	defer keepAlive(ctx).Stop()
 	alg := tuning.Bayesian
 	switch in.Tuning.Algorithm {
-	case workflows.AlgorithmGrid:
+	case jobspec.AlgorithmGrid:
 		alg = tuning.Grid
-	case workflows.AlgorithmRandom:
+	case jobspec.AlgorithmRandom:
 		alg = tuning.Random
 	}
-	r := tuning.Request{Space: in.Tuning.Space(), Algorithm: alg, Maximize: in.Tuning.Goal == workflows.TuningMaximize,
+	r := tuning.Request{Space: in.Tuning.Space(), Algorithm: alg, Maximize: in.Tuning.Goal == jobspec.TuningMaximize,
 		Pending: in.Pending, N: in.N, Seed: in.Tuning.Seed}
 	for _, t := range in.Observed {
 		if t.Objective != nil {
@@ -118,7 +119,7 @@ func (a *Activities) TrialExport(ctx context.Context, in workflows.TrialExportIn
 		return "", err
 	}
 	if !bundle.ValidName(in.Exporter) {
-		return "", nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: exporter %q: letters, digits and '_', starting with a letter", workflows.ErrInvalidSpec, in.Exporter))
+		return "", nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: exporter %q: letters, digits and '_', starting with a letter", jobspec.ErrInvalid, in.Exporter))
 	}
 	jd, err := a.openTrial(ctx, dir, in.Owner)
 	if err != nil {
@@ -170,7 +171,7 @@ func (a *Activities) TuningHistory(ctx context.Context, in workflows.TuningHisto
 		return workflows.TuningReport{}, errors.New("resume_previous_job_id needs a worker with a Temporal client")
 	}
 	bad := func(format string, args ...any) error {
-		err := fmt.Errorf("%w: tuning.resume_previous_job_id %s: %s", workflows.ErrInvalidSpec, in.JobID, fmt.Sprintf(format, args...))
+		err := fmt.Errorf("%w: tuning.resume_previous_job_id %s: %s", jobspec.ErrInvalid, in.JobID, fmt.Sprintf(format, args...))
 		return nonRetryable(workflows.ErrTypeInvalidSpec, err)
 	}
 	d, err := a.Client.DescribeWorkflowExecution(ctx, in.JobID, "")

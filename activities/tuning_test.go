@@ -10,6 +10,7 @@ import (
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -74,10 +75,10 @@ func TestSuggestTrialsIsReproducible(t *testing.T) {
 	acts := newActs(t)
 	e := env(acts)
 	lo, hi := 1e-4, 0.1
-	spec := workflows.TuningSpec{Goal: workflows.TuningMaximize, Algorithm: workflows.AlgorithmBayesian, Seed: 3, Params: []workflows.TuningParam{
-		{ParameterName: "model.learning_rate", Type: workflows.ParamDouble, MinValue: &lo, MaxValue: &hi, ScaleType: workflows.ScaleLog},
-		{ParameterName: "model.optimizer", Type: workflows.ParamCategorical, CategoricalValues: []string{"adam", "sgd", "ftrl"}},
-		{ParameterName: "model.batch_size", Type: workflows.ParamDiscrete, DiscreteValues: []float64{32, 64}},
+	spec := jobspec.TuningSpec{Goal: jobspec.TuningMaximize, Algorithm: jobspec.AlgorithmBayesian, Seed: 3, Params: []jobspec.TuningParam{
+		{ParameterName: "model.learning_rate", Type: jobspec.ParamDouble, MinValue: &lo, MaxValue: &hi, ScaleType: jobspec.ScaleLog},
+		{ParameterName: "model.optimizer", Type: jobspec.ParamCategorical, CategoricalValues: []string{"adam", "sgd", "ftrl"}},
+		{ParameterName: "model.batch_size", Type: jobspec.ParamDiscrete, DiscreteValues: []float64{32, 64}},
 	}}
 	obj := func(v float64) *float64 { return &v }
 	in := workflows.SuggestInput{Tuning: spec, N: 2, Pending: [][]float64{{0.01, 1, 32}}, Observed: []workflows.Trial{

@@ -10,12 +10,13 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
 // Follow waits for run, showing its progress every second: a redrawn bar
 // on a terminal, a line per change otherwise (and nothing when quiet).
-func Follow(ctx context.Context, cl client.Client, run client.WorkflowRun, spec workflows.JobSpec, w io.Writer, show bool) (workflows.JobResult, error) {
+func Follow(ctx context.Context, cl client.Client, run client.WorkflowRun, spec jobspec.JobSpec, w io.Writer, show bool) (workflows.JobResult, error) {
 	done := make(chan error, 1)
 	var res workflows.JobResult
 	go func() { done <- run.Get(ctx, &res) }()

@@ -9,9 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"sigs.k8s.io/yaml"
-
-	"github.com/trainflow/trainflow/workflows"
 )
 
 // mlEngineConfig is the part of a Cloud ML Engine job config.yaml that
@@ -24,7 +23,7 @@ type mlEngineConfig struct {
 // LoadSpec reads a job file: a Cloud ML Engine config (top-level
 // trainingInput) or a native JobSpec, JSON or YAML. Unknown JobSpec fields
 // are errors; ML Engine fields that do not apply come back as warnings.
-func LoadSpec(data []byte) (spec workflows.JobSpec, warnings []string, err error) {
+func LoadSpec(data []byte) (spec jobspec.JobSpec, warnings []string, err error) {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return spec, nil, fmt.Errorf("not YAML or JSON: %w", err)
@@ -41,14 +40,14 @@ func LoadSpec(data []byte) (spec workflows.JobSpec, warnings []string, err error
 		return fromTrainingInput(c.TrainingInput)
 	}
 	// The workflow decodes what it is sent by the same rules.
-	spec, err = workflows.DecodeSpec(js)
+	spec, err = jobspec.DecodeSpec(js)
 	return spec, nil, err
 }
 
 // fromTrainingInput maps Cloud ML Engine's trainingInput onto a census
 // JobSpec: what applies is used, the rest is reported.
-func fromTrainingInput(in map[string]json.RawMessage) (workflows.JobSpec, []string, error) {
-	spec := workflows.JobSpec{Preset: workflows.PresetCensus}
+func fromTrainingInput(in map[string]json.RawMessage) (jobspec.JobSpec, []string, error) {
+	spec := jobspec.JobSpec{Preset: jobspec.PresetCensus}
 	var warn []string
 	str := func(k string) (string, error) {
 		var s string
@@ -131,7 +130,7 @@ func fromTrainingInput(in map[string]json.RawMessage) (workflows.JobSpec, []stri
 }
 
 // applyArgs maps the census sample's trainer flags onto the spec.
-func applyArgs(spec *workflows.JobSpec, args []string) ([]string, error) {
+func applyArgs(spec *jobspec.JobSpec, args []string) ([]string, error) {
 	var warn []string
 	for i := 0; i < len(args); i++ {
 		name, val, ok := strings.Cut(args[i], "=")
@@ -179,7 +178,7 @@ func applyArgs(spec *workflows.JobSpec, args []string) ([]string, error) {
 // (camelCase keys) onto a TuningSpec. A parameterName may be a JobSpec
 // path (model.learning_rate) or one of the census sample's trainer flags
 // (learning-rate, train-batch-size, ...).
-func fromHyperparameters(raw json.RawMessage) (*workflows.TuningSpec, error) {
+func fromHyperparameters(raw json.RawMessage) (*jobspec.TuningSpec, error) {
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, fmt.Errorf("trainingInput.hyperparameters: %w", err)
@@ -187,7 +186,7 @@ func fromHyperparameters(raw json.RawMessage) (*workflows.TuningSpec, error) {
 	b, _ := json.Marshal(snakeKeys(v))
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var t workflows.TuningSpec
+	var t jobspec.TuningSpec
 	if err := dec.Decode(&t); err != nil {
 		return nil, fmt.Errorf("trainingInput.hyperparameters: %w", err)
 	}

@@ -6,36 +6,36 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trainflow/trainflow/workflows"
+	"github.com/trainflow/trainflow/jobspec"
 )
 
 func TestLoadSpecFixtures(t *testing.T) {
 	good := map[string]struct {
-		check    func(workflows.JobSpec) bool
+		check    func(jobspec.JobSpec) bool
 		warnings []string
 	}{
 		"good_mlengine.yaml": {
-			check: func(s workflows.JobSpec) bool {
+			check: func(s jobspec.JobSpec) bool {
 				return s.Preset == "census" && s.JobDir == "/tmp/census-job" && s.Train.MaxSteps == 1200 && s.Model.LearningRate == 0.01 && s.Model.BatchSize == 128
 			},
 			warnings: []string{"args: --verbosity", "hyperparameters: no params", "pythonVersion", "region", "runtimeVersion"},
 		},
 		"good_mlengine_standard.yaml": {
-			check: func(s workflows.JobSpec) bool {
+			check: func(s jobspec.JobSpec) bool {
 				d := s.WithDefaults()
-				return s.Preset == "census" && d.Cluster.ScaleTier == workflows.TierStandard1 && d.Cluster.Workers() == 5 && d.Cluster.ParameterServerCount == 3
+				return s.Preset == "census" && d.Cluster.ScaleTier == jobspec.TierStandard1 && d.Cluster.Workers() == 5 && d.Cluster.ParameterServerCount == 3
 			},
 		},
-		"good_native.yaml": {check: func(s workflows.JobSpec) bool {
+		"good_native.yaml": {check: func(s jobspec.JobSpec) bool {
 			return s.Data.GeneratedRows == 5000 && s.Model.LearningRate == 0.005 && s.Train.MaxSteps == 800
 		}},
-		"good_mlengine_hptuning.yaml": {check: func(s workflows.JobSpec) bool {
+		"good_mlengine_hptuning.yaml": {check: func(s jobspec.JobSpec) bool {
 			t := s.Tuning
-			return t != nil && t.MaxTrials == 8 && t.MaxParallelTrials == 2 && t.EnableTrialEarlyStopping && t.Algorithm == workflows.AlgorithmRandom &&
-				len(t.Params) == 3 && t.Params[0].ParameterName == "model.learning_rate" && t.Params[0].ScaleType == workflows.ScaleLog &&
+			return t != nil && t.MaxTrials == 8 && t.MaxParallelTrials == 2 && t.EnableTrialEarlyStopping && t.Algorithm == jobspec.AlgorithmRandom &&
+				len(t.Params) == 3 && t.Params[0].ParameterName == "model.learning_rate" && t.Params[0].ScaleType == jobspec.ScaleLog &&
 				t.Params[1].ParameterName == "model.batch_size" && len(t.Params[1].DiscreteValues) == 3 && t.Params[2].CategoricalValues[1] == "dnn_classifier"
 		}},
-		"good_native.json": {check: func(s workflows.JobSpec) bool { return s.ModelName == "census_small" && s.Train.MaxSteps == 500 }},
+		"good_native.json": {check: func(s jobspec.JobSpec) bool { return s.ModelName == "census_small" && s.Train.MaxSteps == 500 }},
 	}
 	for name, want := range good {
 		t.Run(name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -18,7 +19,7 @@ import (
 // a running or a finished job, is refused by the server before any run is
 // created (every start path of trainflow's own goes through here: jobs
 // submit, dev --demo).
-func Start(ctx context.Context, c client.Client, spec workflows.JobSpec) (client.WorkflowRun, error) {
+func Start(ctx context.Context, c client.Client, spec jobspec.JobSpec) (client.WorkflowRun, error) {
 	d := spec.WithDefaults()
 	if err := d.Validate(); err != nil {
 		return nil, err
@@ -54,7 +55,7 @@ func startUnique(ctx context.Context, c client.Client, id string, opts client.St
 
 // StartBatch starts BatchPredictionJob for spec with workflow ID = job
 // ID, refusing an ID used before.
-func StartBatch(ctx context.Context, c client.Client, spec workflows.PredictionSpec) (client.WorkflowRun, error) {
+func StartBatch(ctx context.Context, c client.Client, spec jobspec.PredictionSpec) (client.WorkflowRun, error) {
 	if err := spec.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}

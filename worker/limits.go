@@ -12,7 +12,7 @@ import (
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/errmark"
 	"github.com/trainflow/trainflow/internal/storage"
-	"github.com/trainflow/trainflow/workflows"
+	"github.com/trainflow/trainflow/jobspec"
 )
 
 // ErrConfig is matched (errors.Is) by Start's errors about its Config: a
@@ -78,12 +78,12 @@ type Limits struct {
 // environment types upper case, local roots absolute.
 func (l Limits) apply(acts *activities.Activities) error {
 	runners, err := oneOf("--beam-runners", l.BeamRunners, strings.ToLower,
-		workflows.RunnerUniversal, workflows.RunnerPortable, workflows.RunnerFlink, workflows.RunnerSpark, workflows.RunnerDataflow)
+		jobspec.RunnerUniversal, jobspec.RunnerPortable, jobspec.RunnerFlink, jobspec.RunnerSpark, jobspec.RunnerDataflow)
 	if err != nil {
 		return err
 	}
 	environments, err := oneOf("--beam-environments", l.BeamEnvironments, strings.ToUpper,
-		workflows.EnvDocker, workflows.EnvProcess, workflows.EnvExternal, workflows.EnvLoopback)
+		jobspec.EnvDocker, jobspec.EnvProcess, jobspec.EnvExternal, jobspec.EnvLoopback)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package workflows
 import (
 	"reflect"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -116,8 +117,8 @@ const (
 // the two agree.
 var acts = struct {
 	PrepareJob         Activity[PrepareInput, PrepareResult]
-	Preprocess         Activity[PreprocessInput, PreprocessResult]
-	ImportPreprocessed Activity[ImportInput, PreprocessResult]
+	Preprocess         Activity[PreprocessInput, jobspec.PreprocessResult]
+	ImportPreprocessed Activity[ImportInput, jobspec.PreprocessResult]
 	Train              Activity[TrainInput, TrainResult]
 	Evaluate           Activity[EvaluateInput, EvaluateResult]
 	Export             Activity[ExportInput, ExportResult]
@@ -133,8 +134,8 @@ var acts = struct {
 	ReportKey          Activity[ReportKeyInput, ReportKeyResult]
 }{
 	PrepareJob:         Activity[PrepareInput, PrepareResult]{PrepareJobActivity},
-	Preprocess:         Activity[PreprocessInput, PreprocessResult]{PreprocessActivity},
-	ImportPreprocessed: Activity[ImportInput, PreprocessResult]{ImportPreprocessedActivity},
+	Preprocess:         Activity[PreprocessInput, jobspec.PreprocessResult]{PreprocessActivity},
+	ImportPreprocessed: Activity[ImportInput, jobspec.PreprocessResult]{ImportPreprocessedActivity},
 	Train:              Activity[TrainInput, TrainResult]{TrainActivity},
 	Evaluate:           Activity[EvaluateInput, EvaluateResult]{EvaluateActivity},
 	Export:             Activity[ExportInput, ExportResult]{ExportActivity},

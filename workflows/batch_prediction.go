@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -22,7 +23,7 @@ const PhasePredicting = "PREDICTING"
 
 // BatchPredictInput is the input of the BatchPredict activity.
 type BatchPredictInput struct {
-	Spec PredictionSpec `json:"spec"`
+	Spec jobspec.PredictionSpec `json:"spec"`
 	// FirstRunID identifies the job across retries; the output directory
 	// is claimed for it.
 	FirstRunID string `json:"first_run_id"`
@@ -55,7 +56,7 @@ type BatchPredictionResult struct {
 // predictionInput is BatchPredictionJob's argument: a PredictionSpec,
 // decoded strictly as job specs are (DecodeSpec's rules).
 type predictionInput struct {
-	PredictionSpec
+	jobspec.PredictionSpec
 	inputErrors
 }
 
@@ -112,14 +113,14 @@ func BatchPredictionJob(ctx workflow.Context, in predictionInput) (BatchPredicti
 	return res, err
 }
 
-func runBatch(ctx workflow.Context, spec PredictionSpec, p *BatchPredictionProgress) (BatchPredictionResult, error) {
+func runBatch(ctx workflow.Context, spec jobspec.PredictionSpec, p *BatchPredictionProgress) (BatchPredictionResult, error) {
 	info := workflow.GetInfo(ctx)
 	res := BatchPredictionResult{JobID: spec.JobID, Model: spec.Model}
 	if err := spec.Validate(); err != nil {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if spec.JobID != info.WorkflowExecution.ID {
-		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
+		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", jobspec.ErrInvalid, spec.JobID, info.WorkflowExecution.ID)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if spec.Model != "" {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"github.com/trainflow/trainflow/jobspec"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -22,8 +23,8 @@ func newBatchEnv(jobID string) *testsuite.TestWorkflowEnvironment {
 	return env
 }
 
-func batchSpec() PredictionSpec {
-	return PredictionSpec{JobID: "pred_1", Model: "census", InputPaths: []string{"/data/in/*.csv"}, OutputPath: "/jobs/pred_1", DataFormat: "csv"}
+func batchSpec() jobspec.PredictionSpec {
+	return jobspec.PredictionSpec{JobID: "pred_1", Model: "census", InputPaths: []string{"/data/in/*.csv"}, OutputPath: "/jobs/pred_1", DataFormat: "csv"}
 }
 
 // TestBatchPredictionJob runs the workflow with the activity mocked: the
@@ -33,7 +34,7 @@ func TestBatchPredictionJob(t *testing.T) {
 	env := newBatchEnv("pred_1")
 	want := BatchPredictionResult{JobID: "pred_1", OutputPath: "/jobs/pred_1", Predictions: 990, Errors: 10, Shards: 4}
 	env.OnActivity(BatchPredictActivity, mock.Anything, mock.MatchedBy(func(in BatchPredictInput) bool {
-		return in.Spec.DataFormat == FormatCSV && *in.Spec.MaxBadFraction == DefaultBatchMaxBadFraction && in.Spec.HeartbeatTimeoutSecs == 30
+		return in.Spec.DataFormat == jobspec.FormatCSV && *in.Spec.MaxBadFraction == jobspec.DefaultBatchMaxBadFraction && in.Spec.HeartbeatTimeoutSecs == 30
 	})).After(time.Minute).Return(want, nil)
 	env.RegisterDelayedCallback(func() {
 		env.SignalWorkflow(BatchProgressSignal, BatchProgress{Rows: 500, Predictions: 495, Errors: 5, Shards: 4, ShardsDone: 2})
@@ -70,21 +71,21 @@ func TestBatchPredictionSpecErrors(t *testing.T) {
 	f := 1.5
 	cases := []struct {
 		name  string
-		edit  func(*PredictionSpec)
+		edit  func(*jobspec.PredictionSpec)
 		field string
 	}{
-		{"no model", func(s *PredictionSpec) { s.Model = "" }, "model_dir"},
-		{"both models", func(s *PredictionSpec) { s.ModelDir = "/m" }, "model_dir"},
-		{"no inputs", func(s *PredictionSpec) { s.InputPaths = nil }, "input_paths"},
-		{"no output", func(s *PredictionSpec) { s.OutputPath = "" }, "output_path"},
-		{"format", func(s *PredictionSpec) { s.DataFormat = "parquet" }, "data_format"},
-		{"fraction", func(s *PredictionSpec) { s.MaxBadFraction = &f }, "max_bad_fraction"},
-		{"dotdot", func(s *PredictionSpec) { s.InputPaths = []string{"/data/../etc/passwd"} }, "input_paths[0]"},
-		{"query", func(s *PredictionSpec) { s.OutputPath = "s3://b/out?endpoint=http://evil" }, "output_path"},
-		{"beam args", func(s *PredictionSpec) { s.BeamArgs = []string{"--worker_binary=/bin/sh"} }, "beam_args[0]"},
-		{"runner", func(s *PredictionSpec) { s.Runner = "flink" }, "runner_endpoint"},
-		{"workers", func(s *PredictionSpec) { s.MaxWorkerCount = -1 }, "max_worker_count"},
-		{"job id", func(s *PredictionSpec) { s.JobID = "other" }, "workflow ID"},
+		{"no model", func(s *jobspec.PredictionSpec) { s.Model = "" }, "model_dir"},
+		{"both models", func(s *jobspec.PredictionSpec) { s.ModelDir = "/m" }, "model_dir"},
+		{"no inputs", func(s *jobspec.PredictionSpec) { s.InputPaths = nil }, "input_paths"},
+		{"no output", func(s *jobspec.PredictionSpec) { s.OutputPath = "" }, "output_path"},
+		{"format", func(s *jobspec.PredictionSpec) { s.DataFormat = "parquet" }, "data_format"},
+		{"fraction", func(s *jobspec.PredictionSpec) { s.MaxBadFraction = &f }, "max_bad_fraction"},
+		{"dotdot", func(s *jobspec.PredictionSpec) { s.InputPaths = []string{"/data/../etc/passwd"} }, "input_paths[0]"},
+		{"query", func(s *jobspec.PredictionSpec) { s.OutputPath = "s3://b/out?endpoint=http://evil" }, "output_path"},
+		{"beam args", func(s *jobspec.PredictionSpec) { s.BeamArgs = []string{"--worker_binary=/bin/sh"} }, "beam_args[0]"},
+		{"runner", func(s *jobspec.PredictionSpec) { s.Runner = "flink" }, "runner_endpoint"},
+		{"workers", func(s *jobspec.PredictionSpec) { s.MaxWorkerCount = -1 }, "max_worker_count"},
+		{"job id", func(s *jobspec.PredictionSpec) { s.JobID = "other" }, "workflow ID"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/mock"
+	"github.com/trainflow/trainflow/jobspec"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -17,10 +18,10 @@ func TestTrainingJobPassesRunnerOptions(t *testing.T) {
 	env.OnActivity(PreprocessActivity, mock.Anything, mock.MatchedBy(func(in PreprocessInput) bool {
 		got = in.BeamArgs
 		return true
-	})).Return(PreprocessResult{}, temporal.NewNonRetryableApplicationError("stop here", "Test", nil))
+	})).Return(jobspec.PreprocessResult{}, temporal.NewNonRetryableApplicationError("stop here", "Test", nil))
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1", Train: []string{"t.csv"}, Eval: []string{"e.csv"}}, nil)
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Data: DataSpec{RunnerSpec: RunnerSpec{
-		Runner: RunnerFlink, RunnerEndpoint: "flink-jobserver:8099", EnvironmentType: EnvDocker, BeamArgs: []string{"--parallelism=2"},
+	env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "census_1", Data: jobspec.DataSpec{RunnerSpec: jobspec.RunnerSpec{
+		Runner: jobspec.RunnerFlink, RunnerEndpoint: "flink-jobserver:8099", EnvironmentType: jobspec.EnvDocker, BeamArgs: []string{"--parallelism=2"},
 	}}})
 	if !slices.Equal(got, want) {
 		t.Fatalf("Preprocess got beam args %q, want %q", got, want)

@@ -22,7 +22,7 @@ const carryChange = "carry-out-of-spec"
 // carryChange, which carried it inside the spec's JSON; it is not part of
 // the JobSpec and never written any more.
 type jobInput struct {
-	JobSpec
+	jobspec.JobSpec
 	Carry *Carry `json:"carry,omitempty"`
 	inputErrors
 }
@@ -39,7 +39,7 @@ func (in *jobInput) UnmarshalJSON(b []byte) error {
 }
 
 // split returns the spec and the carry inside it (nil: none).
-func (in jobInput) split() (JobSpec, *Carry) { return in.JobSpec, in.Carry }
+func (in jobInput) split() (jobspec.JobSpec, *Carry) { return in.JobSpec, in.Carry }
 
 // inputErrors is what decoding a workflow's input found wrong.
 type inputErrors struct {
@@ -94,20 +94,20 @@ func checkCarry(ctx workflow.Context, has bool) error {
 	if workflow.GetVersion(ctx, carryOwnChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nil
 	}
-	err := fmt.Errorf("%w: carry: only a job's own continue-as-new hands a carry over; a new start cannot", ErrInvalidSpec)
+	err := fmt.Errorf("%w: carry: only a job's own continue-as-new hands a carry over; a new start cannot", jobspec.ErrInvalid)
 	return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 }
 
 // legacyInput is a workflow's first argument with the carry that runs
 // continued before carryChange had inside it (jobInput, tuningInput).
 type legacyInput[C any] interface {
-	split() (JobSpec, *C)
+	split() (jobspec.JobSpec, *C)
 	inputErrs() inputErrors
 }
 
 // resolve returns the spec of input in and the carry of the run: carry
 // (the second argument), else the one inside in.
-func resolve[I legacyInput[C], C any](in I, carry *C) (JobSpec, *C) {
+func resolve[I legacyInput[C], C any](in I, carry *C) (jobspec.JobSpec, *C) {
 	spec, legacy := in.split()
 	if carry == nil {
 		carry = legacy
@@ -116,14 +116,14 @@ func resolve[I legacyInput[C], C any](in I, carry *C) (JobSpec, *C) {
 }
 
 // decodeInput decodes a workflow's input, in either form.
-func decodeInput[I legacyInput[C], C any](dc converter.DataConverter, payloads *commonpb.Payloads) (JobSpec, *C, error) {
+func decodeInput[I legacyInput[C], C any](dc converter.DataConverter, payloads *commonpb.Payloads) (jobspec.JobSpec, *C, error) {
 	var in I
 	var carry *C
 	if err := dc.FromPayloads(payloads, &in, &carry); err != nil {
-		return JobSpec{}, nil, err
+		return jobspec.JobSpec{}, nil, err
 	}
 	if err := in.inputErrs().lenient; err != nil {
-		return JobSpec{}, nil, err
+		return jobspec.JobSpec{}, nil, err
 	}
 	spec, carry := resolve(in, carry)
 	return spec, carry, nil
@@ -132,7 +132,7 @@ func decodeInput[I legacyInput[C], C any](dc converter.DataConverter, payloads *
 // continueAsNew continues the job as a new run that resumes from carry:
 // spec and carry as two arguments, or, in a run that began before
 // carryChange, carry inside the spec as such runs did.
-func continueAsNew(ctx workflow.Context, spec JobSpec, carry *Carry) error {
+func continueAsNew(ctx workflow.Context, spec jobspec.JobSpec, carry *Carry) error {
 	if workflow.GetVersion(ctx, carryChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return workflow.NewContinueAsNewError(ctx, TrainingJobName, jobInput{JobSpec: spec, Carry: carry})
 	}
@@ -143,7 +143,7 @@ func continueAsNew(ctx workflow.Context, spec JobSpec, carry *Carry) error {
 // WorkflowExecutionStarted event or a continue-as-new): the spec and, for
 // a continued run, what the earlier runs carried (nil otherwise), in
 // either form continueAsNew writes.
-func DecodeTrainingInput(dc converter.DataConverter, in *commonpb.Payloads) (JobSpec, *Carry, error) {
+func DecodeTrainingInput(dc converter.DataConverter, in *commonpb.Payloads) (jobspec.JobSpec, *Carry, error) {
 	return decodeInput[jobInput, Carry](dc, in)
 }
 
@@ -152,7 +152,7 @@ func DecodeTrainingInput(dc converter.DataConverter, in *commonpb.Payloads) (Job
 // only from runs continued before carryChange, which carried it there; it
 // is not part of the TuningSpec and never written any more.
 type tuningInput struct {
-	JobSpec
+	jobspec.JobSpec
 	Tuning *tuningBlock `json:"tuning,omitempty"`
 	inputErrors
 }
@@ -168,12 +168,12 @@ func (in *tuningInput) UnmarshalJSON(b []byte) error {
 // tuningBlock is a TuningSpec with the carry runs continued before
 // carryChange had in it.
 type tuningBlock struct {
-	TuningSpec
+	jobspec.TuningSpec
 	Carry *TuningCarry `json:"carry,omitempty"`
 }
 
 // split returns the spec and the carry inside it (nil: none).
-func (in tuningInput) split() (JobSpec, *TuningCarry) {
+func (in tuningInput) split() (jobspec.JobSpec, *TuningCarry) {
 	spec := in.JobSpec
 	spec.Tuning = nil
 	if in.Tuning == nil {
@@ -186,7 +186,7 @@ func (in tuningInput) split() (JobSpec, *TuningCarry) {
 
 // continueTuningAsNew continues a tuning job as a new run that resumes
 // from carry, in the form continueAsNew writes.
-func continueTuningAsNew(ctx workflow.Context, spec JobSpec, carry *TuningCarry) error {
+func continueTuningAsNew(ctx workflow.Context, spec jobspec.JobSpec, carry *TuningCarry) error {
 	if workflow.GetVersion(ctx, carryChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		in := tuningInput{JobSpec: spec}
 		if spec.Tuning != nil {
@@ -200,7 +200,7 @@ func continueTuningAsNew(ctx workflow.Context, spec JobSpec, carry *TuningCarry)
 // DecodeTuningInput decodes the input of a HyperparameterTuningJob run:
 // the spec and, for a continued run, its trials so far (nil otherwise),
 // in either form continueTuningAsNew writes.
-func DecodeTuningInput(dc converter.DataConverter, in *commonpb.Payloads) (JobSpec, *TuningCarry, error) {
+func DecodeTuningInput(dc converter.DataConverter, in *commonpb.Payloads) (jobspec.JobSpec, *TuningCarry, error) {
 	return decodeInput[tuningInput, TuningCarry](dc, in)
 }
 

@@ -12,13 +12,14 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 )
 
 func TestLongJobContinuesAsNew(t *testing.T) {
 	env := newEnv(t, "census_1")
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1"}, nil)
-	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(PreprocessResult{TransformHash: "h", Dim: 107, Classes: 2}, nil)
+	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(jobspec.PreprocessResult{TransformHash: "h", Dim: 107, Classes: 2}, nil)
 	env.OnActivity(TrainActivity, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ TrainInput) (TrainResult, error) {
 		<-ctx.Done() // trains until the workflow stops it
 		return TrainResult{}, ctx.Err()
@@ -31,7 +32,7 @@ func TestLongJobContinuesAsNew(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		env.SignalWorkflow(CheckpointSignal, signedCommit("census_1", CheckpointCommitted{Step: 500, Loss: 0.4}))
 	}, time.Second)
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Preset: PresetCensus})
+	env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "census_1", Preset: jobspec.PresetCensus})
 	var can *workflow.ContinueAsNewError
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("job ended with %v, want it to continue as new", err)
@@ -73,11 +74,11 @@ func testContinuedJobKeepsExporterState(t *testing.T, legacy bool) {
 	env.OnActivity(PublishActivity, mock.Anything, PublishInput{JobID: "census_1", Bundle: "/jobs/census_1/export/best/1000", Model: "census", Owner: testOwner("census_1")}).
 		Return(PublishResult{Model: "census", Version: 1, Default: true}, nil)
 	best := 0.9
-	carry := &Carry{Prep: PrepareResult{JobDir: "/jobs/census_1"}, Pre: PreprocessResult{TransformHash: "h", Dim: 107, Classes: 2},
+	carry := &Carry{Prep: PrepareResult{JobDir: "/jobs/census_1"}, Pre: jobspec.PreprocessResult{TransformHash: "h", Dim: 107, Classes: 2},
 		Newest: 1000, Evaluated: 1000, Runs: 2,
-		Exports: map[string]*ExportState{"best": {Name: "best", Type: ExporterBest, Kept: []int64{1000}, Dirs: map[int64]string{1000: "/jobs/census_1/export/best/1000"}, Best: &best, BestStep: 1000}}}
+		Exports: map[string]*ExportState{"best": {Name: "best", Type: jobspec.ExporterBest, Kept: []int64{1000}, Dirs: map[int64]string{1000: "/jobs/census_1/export/best/1000"}, Best: &best, BestStep: 1000}}}
 	env.SetContinuedExecutionRunID("run_1") // as the server sets it on a continue-as-new
-	if spec := (JobSpec{JobID: "census_1", Preset: PresetCensus}); legacy {
+	if spec := (jobspec.JobSpec{JobID: "census_1", Preset: jobspec.PresetCensus}); legacy {
 		env.ExecuteWorkflow(TrainingJobName, jobInput{JobSpec: spec, Carry: carry})
 	} else {
 		env.ExecuteWorkflow(TrainingJobName, spec, carry)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -24,7 +25,7 @@ const (
 // activities: the job's training setup and the role's task index.
 type RoleInput struct {
 	TrainInput
-	Cluster ClusterSpec `json:"cluster"`
+	Cluster jobspec.ClusterSpec `json:"cluster"`
 	// Task is the parameter server's or worker's index (worker 0 is the
 	// chief).
 	Task int `json:"task"`
@@ -106,7 +107,7 @@ var roleRetry = func() *temporal.RetryPolicy {
 //
 // key, if not nil, is the run's report key: a registration it does not
 // verify is refused.
-func trainDistributed(ctx workflow.Context, spec JobSpec, tin TrainInput, p *Progress, key ed25519.PublicKey) (Future[TrainResult], error) {
+func trainDistributed(ctx workflow.Context, spec jobspec.JobSpec, tin TrainInput, p *Progress, key ed25519.PublicKey) (Future[TrainResult], error) {
 	c := spec.Cluster
 	state := &ClusterState{Gen: 1, PS: make([]PSEndpoint, c.ParameterServerCount), Workers: c.Workers(), Update: c.Update}
 	p.Cluster = state

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"github.com/trainflow/trainflow/jobspec"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -40,7 +41,7 @@ func distributedEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, func(stri
 	}
 }
 
-var distributedSpec = JobSpec{JobID: "census_1", Preset: PresetCensus, Cluster: ClusterSpec{ScaleTier: TierCustom, WorkerCount: 2, ParameterServerCount: 2}}
+var distributedSpec = jobspec.JobSpec{JobID: "census_1", Preset: jobspec.PresetCensus, Cluster: jobspec.ClusterSpec{ScaleTier: jobspec.TierCustom, WorkerCount: 2, ParameterServerCount: 2}}
 
 func TestDistributedJobStartsEveryRoleAndEndsThem(t *testing.T) {
 	env, cancelled := distributedEnv(t)

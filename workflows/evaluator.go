@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -135,7 +136,7 @@ func improves(v float64, best *float64, goal string) bool {
 	if best == nil {
 		return true
 	}
-	if goal == GoalMinimize {
+	if goal == jobspec.GoalMinimize {
 		return v < *best
 	}
 	return v > *best
@@ -146,11 +147,11 @@ func improves(v float64, best *float64, goal string) bool {
 // committed and evaluated steps and the progress so far. Training itself
 // resumes from the newest checkpoint.
 type Carry struct {
-	Prep      PrepareResult           `json:"prep"`
-	Pre       PreprocessResult        `json:"pre"`
-	Exports   map[string]*ExportState `json:"exports"`
-	Newest    int64                   `json:"newest"`
-	Evaluated int64                   `json:"evaluated"`
+	Prep      PrepareResult            `json:"prep"`
+	Pre       jobspec.PreprocessResult `json:"pre"`
+	Exports   map[string]*ExportState  `json:"exports"`
+	Newest    int64                    `json:"newest"`
+	Evaluated int64                    `json:"evaluated"`
 	// Runs counts the runs before the next one.
 	Runs     int           `json:"runs"`
 	Progress Progress      `json:"progress"`
@@ -175,9 +176,9 @@ type Carry struct {
 // as new hands it to the next.
 type evaluator struct {
 	ops  bool
-	spec JobSpec
+	spec jobspec.JobSpec
 	prep PrepareResult
-	pre  PreprocessResult
+	pre  jobspec.PreprocessResult
 	tin  TrainInput
 	p    *Progress
 	res  *JobResult
@@ -206,7 +207,7 @@ type evaluator struct {
 
 // newEvaluator returns the evaluator of a run, restoring a continued
 // run's state from carry (nil for a first run).
-func newEvaluator(ops bool, spec JobSpec, carry *Carry, prep PrepareResult, pre PreprocessResult, tin TrainInput, p *Progress, res *JobResult) *evaluator {
+func newEvaluator(ops bool, spec jobspec.JobSpec, carry *Carry, prep PrepareResult, pre jobspec.PreprocessResult, tin TrainInput, p *Progress, res *JobResult) *evaluator {
 	e := &evaluator{ops: ops, spec: spec, prep: prep, pre: pre, tin: tin, p: p, res: res, exports: map[string]*ExportState{}, runs: 1}
 	for _, x := range spec.Eval.Exporters {
 		e.exports[x.Name] = &ExportState{Name: x.Name, Type: x.Type, Dirs: map[int64]string{}}
@@ -478,7 +479,7 @@ func (e *evaluator) finish(ctx workflow.Context) error {
 	}
 	setPhase(ctx, e.p, PhaseExporting)
 	for _, x := range e.spec.Eval.Exporters {
-		if x.Type == ExporterFinal {
+		if x.Type == jobspec.ExporterFinal {
 			if err := export(ctx, e.ops, e.spec, e.prep.JobDir, x, e.exports[x.Name], e.tr.Step, e.res.Metrics, e.p); err != nil {
 				return err
 			}
@@ -508,8 +509,8 @@ func (e *evaluator) evaluate(ctx workflow.Context, step int64) error {
 	for _, x := range spec.Eval.Exporters {
 		st := e.exports[x.Name]
 		switch x.Type {
-		case ExporterLatest:
-		case ExporterBest:
+		case jobspec.ExporterLatest:
+		case jobspec.ExporterBest:
 			v := metricValue(ev.Metrics, x.Metric)
 			if !improves(v, st.Best, x.Goal) {
 				continue
@@ -531,7 +532,7 @@ func (e *evaluator) evaluate(ctx workflow.Context, step int64) error {
 
 // export writes the bundle of step for exporter e (idempotent: keyed by
 // exporter and step) and drops bundles beyond exports_to_keep.
-func export(ctx workflow.Context, ops bool, spec JobSpec, jobDir string, e ExporterSpec, st *ExportState, step int64, m train.Metrics, p *Progress) error {
+func export(ctx workflow.Context, ops bool, spec jobspec.JobSpec, jobDir string, e jobspec.ExporterSpec, st *ExportState, step int64, m train.Metrics, p *Progress) error {
 	if _, ok := st.Dirs[step]; ok {
 		return nil
 	}
@@ -542,7 +543,7 @@ func export(ctx workflow.Context, ops bool, spec JobSpec, jobDir string, e Expor
 	var ex ExportResult
 	in := ExportInput{JobID: spec.JobID, JobDir: jobDir, Exporter: e.Name, Step: step, Metrics: m, Owner: jobOwner(ctx)}
 	if err := workflow.ExecuteActivity(xctx, ExportActivity, in).Get(ctx, &ex); err != nil {
-		if ops && isCheckpointGone(err) && e.Type != ExporterFinal {
+		if ops && isCheckpointGone(err) && e.Type != jobspec.ExporterFinal {
 			workflow.GetLogger(ctx).Warn("checkpoint deleted before its export; skipped", "exporter", e.Name, "global_step", step)
 			return nil
 		}

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -53,13 +54,13 @@ type evalHarness struct {
 	published PublishInput
 }
 
-func runEvalJob(t *testing.T, spec JobSpec, commits []commit, trainDone time.Duration, finalStep int64, accuracy func(int64) float64, signals func(*testsuite.TestWorkflowEnvironment)) *evalHarness {
+func runEvalJob(t *testing.T, spec jobspec.JobSpec, commits []commit, trainDone time.Duration, finalStep int64, accuracy func(int64) float64, signals func(*testsuite.TestWorkflowEnvironment)) *evalHarness {
 	t.Helper()
 	h := &evalHarness{env: newEnv(t, spec.JobID)}
 	env := h.env
 	h.start = env.Now()
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/j", Train: []string{"t"}, Eval: []string{"e"}}, nil)
-	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
+	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(jobspec.PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
 	env.OnActivity(TrainActivity, mock.Anything, mock.Anything).After(trainDone).Return(TrainResult{Step: finalStep, Loss: 0.3}, nil)
 	env.OnActivity(EvaluateActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in EvaluateInput) (EvaluateResult, error) {
 		h.evaluated = append(h.evaluated, in.Step)
@@ -96,7 +97,7 @@ func runEvalJob(t *testing.T, spec JobSpec, commits []commit, trainDone time.Dur
 func flat(float64) func(int64) float64 { return func(int64) float64 { return 0.8 } }
 
 func TestEvaluatorThrottle(t *testing.T) {
-	spec := JobSpec{JobID: "thr", Eval: EvalSpec{ThrottleSecs: Secs(100)}}
+	spec := jobspec.JobSpec{JobID: "thr", Eval: jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(100)}}
 	commits := []commit{{10 * time.Second, 100}, {20 * time.Second, 200}, {50 * time.Second, 300}, {150 * time.Second, 400}, {160 * time.Second, 500}, {200 * time.Second, 600}}
 	h := runEvalJob(t, spec, commits, 200*time.Second, 600, flat(0), nil)
 	// 100 at once; 200 and 300 wait for the throttle (110 s) and only the
@@ -111,7 +112,7 @@ func TestEvaluatorThrottle(t *testing.T) {
 }
 
 func TestEvaluatorStartDelayAndNoDuplicateFinal(t *testing.T) {
-	spec := JobSpec{JobID: "delay", Eval: EvalSpec{StartDelaySecs: 60}}
+	spec := jobspec.JobSpec{JobID: "delay", Eval: jobspec.EvalSpec{StartDelaySecs: 60}}
 	commits := []commit{{10 * time.Second, 100}, {30 * time.Second, 200}, {70 * time.Second, 300}}
 	h := runEvalJob(t, spec, commits, 80*time.Second, 300, flat(0), nil)
 	// Nothing before 60 s; then the newest (200); then 300 (throttle 10 s
@@ -127,7 +128,7 @@ func TestEvaluatorStartDelayAndNoDuplicateFinal(t *testing.T) {
 func TestEvaluatorAlwaysEvaluatesFinal(t *testing.T) {
 	// No checkpoint report ever arrives (e.g. a worker that cannot signal):
 	// the final checkpoint is still evaluated and exported.
-	h := runEvalJob(t, JobSpec{JobID: "final_only"}, nil, time.Minute, 50, flat(0), nil)
+	h := runEvalJob(t, jobspec.JobSpec{JobID: "final_only"}, nil, time.Minute, 50, flat(0), nil)
 	if !slices.Equal(h.evaluated, []int64{50}) || !slices.Contains(h.exports, "final/50") {
 		t.Fatalf("evaluated %v exported %v, want step 50 evaluated and final/50 exported", h.evaluated, h.exports)
 	}
@@ -135,8 +136,8 @@ func TestEvaluatorAlwaysEvaluatesFinal(t *testing.T) {
 
 func TestExportersBestLatestFinal(t *testing.T) {
 	acc := map[int64]float64{100: 0.80, 200: 0.85, 300: 0.83, 400: 0.86}
-	spec := JobSpec{JobID: "exp", Eval: EvalSpec{ThrottleSecs: Secs(1), Exporters: []ExporterSpec{
-		{Type: ExporterBest, ExportsToKeep: 2}, {Type: ExporterLatest, ExportsToKeep: 2}, {Type: ExporterFinal}}}}
+	spec := jobspec.JobSpec{JobID: "exp", Eval: jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(1), Exporters: []jobspec.ExporterSpec{
+		{Type: jobspec.ExporterBest, ExportsToKeep: 2}, {Type: jobspec.ExporterLatest, ExportsToKeep: 2}, {Type: jobspec.ExporterFinal}}}}
 	commits := []commit{{10 * time.Second, 100}, {20 * time.Second, 200}, {30 * time.Second, 300}, {40 * time.Second, 400}}
 	h := runEvalJob(t, spec, commits, 50*time.Second, 400, func(s int64) float64 { return acc[s] }, nil)
 	want := []string{"best/100", "latest/100", "best/200", "latest/200", "latest/300", "best/400", "latest/400", "final/400"}
@@ -157,8 +158,8 @@ func TestExportersBestLatestFinal(t *testing.T) {
 
 func TestBestExporterMinimizeAndPublishLatest(t *testing.T) {
 	acc := map[int64]float64{100: 0.80, 200: 0.75, 300: 0.90}
-	spec := JobSpec{JobID: "minloss", Publish: "latest", Promote: true, Eval: EvalSpec{ThrottleSecs: Secs(1), Exporters: []ExporterSpec{
-		{Type: ExporterBest, Metric: "log_loss"}, {Type: ExporterLatest}}}}
+	spec := jobspec.JobSpec{JobID: "minloss", Publish: "latest", Promote: true, Eval: jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(1), Exporters: []jobspec.ExporterSpec{
+		{Type: jobspec.ExporterBest, Metric: "log_loss"}, {Type: jobspec.ExporterLatest}}}}
 	commits := []commit{{10 * time.Second, 100}, {20 * time.Second, 200}, {30 * time.Second, 300}}
 	h := runEvalJob(t, spec, commits, 40*time.Second, 300, func(s int64) float64 { return acc[s] }, nil)
 	// log_loss = 1 - accuracy here: 0.20, 0.25, 0.10; minimize → 100, 300.
@@ -177,7 +178,7 @@ func TestBestExporterMinimizeAndPublishLatest(t *testing.T) {
 }
 
 func TestEvaluateNowSignal(t *testing.T) {
-	spec := JobSpec{JobID: "now", Eval: EvalSpec{ThrottleSecs: Secs(1000)}}
+	spec := jobspec.JobSpec{JobID: "now", Eval: jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(1000)}}
 	commits := []commit{{10 * time.Second, 100}, {20 * time.Second, 200}}
 	h := runEvalJob(t, spec, commits, 40*time.Second, 300, flat(0), func(env *testsuite.TestWorkflowEnvironment) {
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(EvaluateNowSignal, nil) }, 30*time.Second)
@@ -194,7 +195,7 @@ func TestExportRetryMakesOneVersion(t *testing.T) {
 	h := &evalHarness{env: newEnv(t, "retry_export")}
 	env := h.env
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/j", Train: []string{"t"}, Eval: []string{"e"}}, nil)
-	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
+	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(jobspec.PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
 	env.OnActivity(TrainActivity, mock.Anything, mock.Anything).Return(TrainResult{Step: 10}, nil)
 	env.OnActivity(EvaluateActivity, mock.Anything, mock.Anything).Return(EvaluateResult{Step: 10, Metrics: train.Metrics{Accuracy: 0.9}}, nil)
 	calls := 0
@@ -206,7 +207,7 @@ func TestExportRetryMakesOneVersion(t *testing.T) {
 		return ExportResult{Dir: fmt.Sprintf("/j/export/%s/%d", in.Exporter, in.Step)}, nil
 	})
 	env.OnActivity(PublishActivity, mock.Anything, mock.Anything).Return(PublishResult{Model: "census", Version: 1}, nil)
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "retry_export"})
+	env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "retry_export"})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestExportRetryMakesOneVersion(t *testing.T) {
 func TestThrottleZeroEvaluatesEveryCommit(t *testing.T) {
 	env := newEnv(t, "census_1")
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1"}, nil)
-	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
+	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(jobspec.PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
 	env.OnActivity(TrainActivity, mock.Anything, mock.MatchedBy(func(in TrainInput) bool { return in.PinForEval })).
 		Return(TrainResult{Step: 3000}, nil).After(time.Hour)
 	var evaluated []int64
@@ -240,7 +241,7 @@ func TestThrottleZeroEvaluatesEveryCommit(t *testing.T) {
 			env.SignalWorkflow(CheckpointSignal, signedCommit("census_1", CheckpointCommitted{Step: 500 * i}))
 		}, time.Duration(i)*time.Minute)
 	}
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Preset: PresetCensus, Eval: EvalSpec{ThrottleSecs: Secs(0)}})
+	env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "census_1", Preset: jobspec.PresetCensus, Eval: jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(0)}})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestThrottleZeroEvaluatesEveryCommit(t *testing.T) {
 // a step past max_steps (no trainer sends one: a namespace client forged
 // it) is ignored, so the real commits after it are still evaluated.
 func TestForgedCommitPastMaxStepsIgnored(t *testing.T) {
-	spec := JobSpec{JobID: "forged"}
+	spec := jobspec.JobSpec{JobID: "forged"}
 	commits := []commit{{10 * time.Second, 100}, {15 * time.Second, 9e18}, {30 * time.Second, 200}, {50 * time.Second, 300}}
 	h := runEvalJob(t, spec, commits, 60*time.Second, 300, flat(0), nil)
 	if want := []int64{100, 200, 300}; !slices.Equal(h.evaluated, want) {
@@ -269,7 +270,7 @@ func TestForgedCommitPastMaxStepsIgnored(t *testing.T) {
 func TestThrottleZeroQueueBoundedByKeep(t *testing.T) {
 	env := newEnv(t, "census_1")
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1"}, nil)
-	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
+	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).Return(jobspec.PreprocessResult{TransformHash: "h", Dim: 3, Classes: 2}, nil)
 	env.OnActivity(TrainActivity, mock.Anything, mock.MatchedBy(func(in TrainInput) bool { return in.PinForEval })).
 		Return(TrainResult{Step: 20000}, nil).After(time.Hour)
 	var evaluated []int64
@@ -287,7 +288,7 @@ func TestThrottleZeroQueueBoundedByKeep(t *testing.T) {
 			env.SignalWorkflow(CheckpointSignal, signedCommit("census_1", CheckpointCommitted{Step: 500 * i}))
 		}, time.Duration(i)*90*time.Second)
 	}
-	spec := JobSpec{JobID: "census_1", Preset: PresetCensus, Train: TrainSpec{MaxSteps: 20000, KeepCheckpointMax: 3}, Eval: EvalSpec{ThrottleSecs: Secs(0)}}
+	spec := jobspec.JobSpec{JobID: "census_1", Preset: jobspec.PresetCensus, Train: jobspec.TrainSpec{MaxSteps: 20000, KeepCheckpointMax: 3}, Eval: jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(0)}}
 	env.ExecuteWorkflow(TrainingJobName, spec)
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -309,7 +310,7 @@ func TestThrottleZeroQueueBoundedByKeep(t *testing.T) {
 // (signed with that run's key). The real commits are all evaluated; the
 // forged ones neither are, nor hide the real ones.
 func TestForgedCommitsWithinRangeIgnored(t *testing.T) {
-	spec := JobSpec{JobID: "forged", Train: TrainSpec{MaxSteps: 3000}, Eval: EvalSpec{ThrottleSecs: Secs(1)}}
+	spec := jobspec.JobSpec{JobID: "forged", Train: jobspec.TrainSpec{MaxSteps: 3000}, Eval: jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(1)}}
 	commits := []commit{{10 * time.Second, 100}, {30 * time.Second, 200}, {50 * time.Second, 300}}
 	otherRun := ed25519.NewKeyFromSeed(append(make([]byte, ed25519.SeedSize-1), 7))
 	withKey := func(k ed25519.PrivateKey, c CheckpointCommitted) CheckpointCommitted {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/trainflow/trainflow/jobspec"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -52,7 +53,7 @@ func JobIDOf(h *historypb.History) (string, error) {
 	if id := a.GetWorkflowId(); id != "" { // recorded by servers since 1.27: no need to decode the spec
 		return id, nil
 	}
-	var spec JobSpec
+	var spec jobspec.JobSpec
 	if err := converter.GetDefaultDataConverter().FromPayload(a.Input.Payloads[0], &spec); err != nil {
 		return "", fmt.Errorf("job spec in history: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/worker"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -71,7 +72,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 // TestReplayCatchesAChangedWorkflow shows the replay test can fail: a
 // TrainingJob that schedules its steps in another order is refused.
 func TestReplayCatchesAChangedWorkflow(t *testing.T) {
-	changed := func(ctx workflow.Context, spec workflows.JobSpec) (workflows.JobResult, error) {
+	changed := func(ctx workflow.Context, spec jobspec.JobSpec) (workflows.JobResult, error) {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
 		err := workflow.ExecuteActivity(ctx, workflows.TrainActivity, workflows.TrainInput{}).Get(ctx, nil)
 		return workflows.JobResult{}, err

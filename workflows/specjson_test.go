@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -44,9 +45,9 @@ func TestRawInputWithTypoIsInvalidSpec(t *testing.T) {
 // server continued; on a new start it would skip PrepareJob's claim of the
 // job directory, so the job fails as InvalidSpec before any activity.
 func TestCarryOnANewStartIsRefused(t *testing.T) {
-	victim := &Carry{Prep: PrepareResult{JobDir: "/jobs/victim"}, Exports: map[string]*ExportState{"best": {Name: "best", Type: ExporterBest, Kept: []int64{1}, Dirs: map[int64]string{1: "/jobs/victim/export/best/1"}}}}
+	victim := &Carry{Prep: PrepareResult{JobDir: "/jobs/victim"}, Exports: map[string]*ExportState{"best": {Name: "best", Type: jobspec.ExporterBest, Kept: []int64{1}, Dirs: map[int64]string{1: "/jobs/victim/export/best/1"}}}}
 	for name, args := range map[string][]any{
-		"second argument": {JobSpec{JobID: "x", Preset: PresetCensus}, victim},
+		"second argument": {jobspec.JobSpec{JobID: "x", Preset: jobspec.PresetCensus}, victim},
 		"carry key":       {json.RawMessage(`{"job_id":"x","preset":"census","carry":{"prep":{"job_dir":"/jobs/victim"}}}`)},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -60,7 +61,7 @@ func TestCarryOnANewStartIsRefused(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(HyperparameterTuningJob, workflow.RegisterOptions{Name: HyperparameterTuningJobName})
-	env.ExecuteWorkflow(HyperparameterTuningJobName, JobSpec{JobID: "x", Tuning: &TuningSpec{MaxTrials: 2}}, &TuningCarry{})
+	env.ExecuteWorkflow(HyperparameterTuningJobName, jobspec.JobSpec{JobID: "x", Tuning: &jobspec.TuningSpec{MaxTrials: 2}}, &TuningCarry{})
 	if err := env.GetWorkflowError(); !IsInvalidSpec(err) || !strings.Contains(err.Error(), "carry: only") {
 		t.Fatalf("tuning workflow error %v, want InvalidSpec about the carry", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 )
@@ -128,7 +129,7 @@ type Progress struct {
 
 // PrepareInput is the input of the PrepareJob activity.
 type PrepareInput struct {
-	Spec JobSpec `json:"spec"`
+	Spec jobspec.JobSpec `json:"spec"`
 	// FirstRunID identifies the job across retries and resets; the job
 	// directory is claimed for it.
 	FirstRunID string `json:"first_run_id"`
@@ -169,7 +170,7 @@ type ImportInput struct {
 }
 
 // preprocessInput is the Preprocess input of a job prepared as prep.
-func preprocessInput(spec JobSpec, prep PrepareResult, owner *JobOwner) PreprocessInput {
+func preprocessInput(spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner) PreprocessInput {
 	return PreprocessInput{JobDir: prep.JobDir, BeamArgs: spec.Data.BeamFlags(), Owner: owner, Request: preprocess.Request{
 		Schema: *spec.Data.Schema, Train: prep.Train, Eval: prep.Eval, OutDir: prep.JobDir,
 		TrainShards: spec.Data.TrainShards, EvalShards: spec.Data.EvalShards, Seed: spec.Train.Seed,
@@ -179,12 +180,12 @@ func preprocessInput(spec JobSpec, prep PrepareResult, owner *JobOwner) Preproce
 
 // TrainInput is the input of the Train activity.
 type TrainInput struct {
-	JobDir        string    `json:"job_dir"`
-	Dim           int       `json:"dim"`
-	Classes       int       `json:"classes"`
-	TransformHash string    `json:"transform_hash"`
-	Model         ModelSpec `json:"model"`
-	Train         TrainSpec `json:"train"`
+	JobDir        string            `json:"job_dir"`
+	Dim           int               `json:"dim"`
+	Classes       int               `json:"classes"`
+	TransformHash string            `json:"transform_hash"`
+	Model         jobspec.ModelSpec `json:"model"`
+	Train         jobspec.TrainSpec `json:"train"`
 	// PinForEval asks the trainer (the chief) to pin each checkpoint it
 	// commits until the evaluator has evaluated it, so that retention
 	// cannot delete it first (eval_spec.throttle_secs 0: every committed
@@ -270,7 +271,7 @@ var retry = &temporal.RetryPolicy{
 }
 
 func activityOptions(startToClose time.Duration, summary string) workflow.ActivityOptions {
-	return workflow.ActivityOptions{StartToCloseTimeout: startToClose, HeartbeatTimeout: HeartbeatTimeout, RetryPolicy: retry, Summary: summary}
+	return workflow.ActivityOptions{StartToCloseTimeout: startToClose, HeartbeatTimeout: jobspec.HeartbeatTimeout, RetryPolicy: retry, Summary: summary}
 }
 
 // opsChange marks the operations change: every step waits for its
@@ -340,7 +341,7 @@ func TrainingJob(ctx workflow.Context, in jobInput, carry *Carry) (JobResult, er
 	return res, err
 }
 
-func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobResult, error) {
+func runJob(ctx workflow.Context, spec jobspec.JobSpec, carry *Carry, p *Progress) (JobResult, error) {
 	info := workflow.GetInfo(ctx)
 	res := JobResult{JobID: spec.JobID, Model: spec.ModelName}
 	if err := spec.Validate(); err != nil {
@@ -352,17 +353,17 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 		}
 	}
 	if spec.JobID != info.WorkflowExecution.ID {
-		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID)
+		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", jobspec.ErrInvalid, spec.JobID, info.WorkflowExecution.ID)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if spec.Tuning != nil {
-		err := fmt.Errorf("%w: tuning: a spec with a tuning block runs as %s, not %s", ErrInvalidSpec, HyperparameterTuningJobName, TrainingJobName)
+		err := fmt.Errorf("%w: tuning: a spec with a tuning block runs as %s, not %s", jobspec.ErrInvalid, HyperparameterTuningJobName, TrainingJobName)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 	}
 	if sd := spec.SharedData; sd != nil {
 		parent := info.ParentWorkflowExecution
-		if parent == nil || parent.ID != sd.TuningJobID || !IsTrialOf(spec.JobID, sd.TuningJobID) {
-			err := fmt.Errorf("%w: shared_data: only a %s sets it, in its own trials' specs (job %s is not a trial started by %q)", ErrInvalidSpec, HyperparameterTuningJobName, spec.JobID, sd.TuningJobID)
+		if parent == nil || parent.ID != sd.TuningJobID || !jobspec.IsTrialOf(spec.JobID, sd.TuningJobID) {
+			err := fmt.Errorf("%w: shared_data: only a %s sets it, in its own trials' specs (job %s is not a trial started by %q)", jobspec.ErrInvalid, HyperparameterTuningJobName, spec.JobID, sd.TuningJobID)
 			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 		}
 	}
@@ -374,7 +375,7 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("model `%s` (%s), preset `%s`, max_steps %d", spec.ModelName, spec.Model.Type, spec.Preset, spec.Train.MaxSteps))
 
 	var prep PrepareResult
-	var pre PreprocessResult
+	var pre jobspec.PreprocessResult
 	if c := carry; c != nil { // a continued run: prepared and preprocessed
 		prep, pre = c.Prep, c.Pre
 	} else {
@@ -432,7 +433,7 @@ func runJob(ctx workflow.Context, spec JobSpec, carry *Carry, p *Progress) (JobR
 	if err != nil {
 		return res, err
 	}
-	if spec.Publish == PublishNone {
+	if spec.Publish == jobspec.PublishNone {
 		return res, nil
 	}
 	if err := cancelled(ctx, ops); err != nil {
@@ -461,7 +462,7 @@ const evaluatorChange = "evaluator-exporters"
 // trainThenExportV0 is the flow of jobs started before evaluatorChange:
 // train, evaluate the final checkpoint, export it, publish it. Kept so
 // their histories still replay; new jobs never take it.
-func trainThenExportV0(ctx workflow.Context, spec JobSpec, prep PrepareResult, tin TrainInput, p *Progress, res JobResult) (JobResult, error) {
+func trainThenExportV0(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, tin TrainInput, p *Progress, res JobResult) (JobResult, error) {
 	setPhase(ctx, p, PhaseTraining)
 	tctx := workflow.WithActivityOptions(ctx, activityOptions(24*time.Hour, "train "+spec.Model.Type))
 	tr, err := acts.Train.Run(tctx, tin)

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -36,7 +37,7 @@ func mockHappyPath(env *testsuite.TestWorkflowEnvironment) {
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/census_1", Train: []string{"t.csv"}, Eval: []string{"e.csv"}}, nil)
 	env.OnActivity(PreprocessActivity, mock.Anything, mock.MatchedBy(func(in PreprocessInput) bool {
 		return in.Request.OutDir == "/jobs/census_1" && in.Request.Train[0] == "t.csv" && in.Request.MaxBadFraction == 0.001
-	})).Return(PreprocessResult{TransformHash: "h", Dim: 107, Classes: 2, TrainRows: 100, EvalRows: 20}, nil)
+	})).Return(jobspec.PreprocessResult{TransformHash: "h", Dim: 107, Classes: 2, TrainRows: 100, EvalRows: 20}, nil)
 	env.OnActivity(TrainActivity, mock.Anything, mock.MatchedBy(func(in TrainInput) bool {
 		return in.Dim == 107 && in.TransformHash == "h" && in.Train.MaxSteps == 3000
 	})).Return(TrainResult{Step: 3000, Loss: 0.3}, nil)
@@ -68,7 +69,7 @@ func progress(t *testing.T, env *testsuite.TestWorkflowEnvironment) Progress {
 func TestTrainingJobHappyPath(t *testing.T) {
 	env := newEnv(t, "census_1")
 	mockHappyPath(env)
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Preset: PresetCensus})
+	env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "census_1", Preset: jobspec.PresetCensus})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestTrainingJobInvalidJobID(t *testing.T) {
 	for _, id := range []string{"1census", "census-1", "", "census 1"} {
 		t.Run(id, func(t *testing.T) {
 			env := newEnv(t, "wf_id")
-			env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: id})
+			env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: id})
 			err := env.GetWorkflowError()
 			if !IsInvalidSpec(err) {
 				t.Fatalf("error %v, want a non-retryable InvalidSpec", err)
@@ -103,7 +104,7 @@ func TestTrainingJobInvalidJobID(t *testing.T) {
 
 func TestTrainingJobIDMustMatchWorkflowID(t *testing.T) {
 	env := newEnv(t, "other_id")
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1"})
+	env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "census_1"})
 	if err := env.GetWorkflowError(); !IsInvalidSpec(err) {
 		t.Fatalf("error %v, want InvalidSpec", err)
 	}
@@ -113,8 +114,8 @@ func TestTrainingJobActivityFailure(t *testing.T) {
 	env := newEnv(t, "census_1")
 	env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/j", Train: []string{"t"}, Eval: []string{"e"}}, nil)
 	env.OnActivity(PreprocessActivity, mock.Anything, mock.Anything).
-		Return(PreprocessResult{}, temporal.NewNonRetryableApplicationError("12 of 100 train rows rejected", ErrTypeBadData, nil)).Once()
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1"})
+		Return(jobspec.PreprocessResult{}, temporal.NewNonRetryableApplicationError("12 of 100 train rows rejected", ErrTypeBadData, nil)).Once()
+	env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "census_1"})
 	err := env.GetWorkflowError()
 	var ae *temporal.ApplicationError
 	if !errors.As(err, &ae) || ae.Type() != ErrTypeBadData {
@@ -139,7 +140,7 @@ func TestTrainingJobRetriesTransientFailure(t *testing.T) {
 	})
 	env.OnActivity(TrainActivity, mock.Anything, mock.Anything).Return(TrainResult{}, errors.New("disk hiccup")).Once()
 	mockHappyPath(env)
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "census_1", Preset: PresetCensus})
+	env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "census_1", Preset: jobspec.PresetCensus})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatalf("job failed after a transient error: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/tuning"
 )
@@ -78,10 +79,10 @@ type TrialData struct {
 	ID     string `json:"id"`
 	Key    string `json:"key"`
 	// State is RUNNING, SUCCEEDED or FAILED.
-	State  string            `json:"state"`
-	JobDir string            `json:"job_dir,omitempty"`
-	Result *PreprocessResult `json:"result,omitempty"`
-	Error  string            `json:"error,omitempty"`
+	State  string                    `json:"state"`
+	JobDir string                    `json:"job_dir,omitempty"`
+	Result *jobspec.PreprocessResult `json:"result,omitempty"`
+	Error  string                    `json:"error,omitempty"`
 }
 
 // TuningReport is a tuning job's state and the trials table; it is the
@@ -114,7 +115,7 @@ type TuningCarry struct {
 
 // SuggestInput is the input of the SuggestTrials activity.
 type SuggestInput struct {
-	Tuning TuningSpec `json:"tuning"`
+	Tuning jobspec.TuningSpec `json:"tuning"`
 	// Observed are trials with an objective; Pending are the values of
 	// trials without one (running or failed).
 	Observed []Trial     `json:"observed"`
@@ -234,7 +235,7 @@ func invalid(err error) error {
 // runTuning checks a tuning job's spec, then runs it (tuningRun): its
 // trials until all have finished, then the best one's publish, or a
 // continue-as-new.
-func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *Progress) (JobResult, error) {
+func runTuning(ctx workflow.Context, raw, spec jobspec.JobSpec, carry *TuningCarry, p *Progress) (JobResult, error) {
 	res := JobResult{JobID: spec.JobID, Model: spec.ModelName}
 	if err := checkTuningSpec(ctx, spec); err != nil {
 		return res, err
@@ -259,10 +260,10 @@ func runTuning(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *P
 
 // checkTuningSpec refuses, as an invalid spec, a tuning job's spec that
 // has no tuning block, fails validation, or does not fit this workflow.
-func checkTuningSpec(ctx workflow.Context, spec JobSpec) error {
+func checkTuningSpec(ctx workflow.Context, spec jobspec.JobSpec) error {
 	info := workflow.GetInfo(ctx)
 	if spec.Tuning == nil {
-		return invalid(fmt.Errorf("%w: tuning: %s needs a tuning block; start %s for a single job", ErrInvalidSpec, HyperparameterTuningJobName, TrainingJobName))
+		return invalid(fmt.Errorf("%w: tuning: %s needs a tuning block; start %s for a single job", jobspec.ErrInvalid, HyperparameterTuningJobName, TrainingJobName))
 	}
 	if err := spec.Validate(); err != nil {
 		return invalid(err)
@@ -271,10 +272,10 @@ func checkTuningSpec(ctx workflow.Context, spec JobSpec) error {
 		return invalid(err)
 	}
 	if spec.JobID != info.WorkflowExecution.ID {
-		return invalid(fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", ErrInvalidSpec, spec.JobID, info.WorkflowExecution.ID))
+		return invalid(fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", jobspec.ErrInvalid, spec.JobID, info.WorkflowExecution.ID))
 	}
 	if spec.SharedData != nil {
-		return invalid(fmt.Errorf("%w: shared_data: set by a tuning job in its trials' specs only, never in a tuning job's", ErrInvalidSpec))
+		return invalid(fmt.Errorf("%w: shared_data: set by a tuning job in its trials' specs only, never in a tuning job's", jobspec.ErrInvalid))
 	}
 	return nil
 }

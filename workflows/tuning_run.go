@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trainflow/trainflow/jobspec"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -26,9 +27,9 @@ import (
 // from, and what lives in this run only: the running trials and their
 // cancels, the trials waiting for shared data, and the search's state.
 type tuningRun struct {
-	raw   JobSpec // as started: the trials' specs are made from it
-	spec  JobSpec // raw with defaults
-	t     TuningSpec
+	raw   jobspec.JobSpec // as started: the trials' specs are made from it
+	spec  jobspec.JobSpec // raw with defaults
+	t     jobspec.TuningSpec
 	info  *workflow.Info
 	share bool // trials share preprocessing (sharedDataChange)
 	owner *JobOwner
@@ -53,7 +54,7 @@ type tuningRun struct {
 // restoring the trials table from carry (nil for a first run). Trials and
 // preprocessings a previous run left RUNNING are marked failed: runs
 // drain before continuing as new, so there are none to await.
-func newTuningRun(ctx workflow.Context, raw, spec JobSpec, carry *TuningCarry, p *Progress) *tuningRun {
+func newTuningRun(ctx workflow.Context, raw, spec jobspec.JobSpec, carry *TuningCarry, p *Progress) *tuningRun {
 	t := *spec.Tuning
 	r := &tuningRun{raw: raw, spec: spec, t: t, info: workflow.GetInfo(ctx), p: p, cancels: map[int]workflow.CancelFunc{}, waiting: map[int][]int{}}
 	r.share = workflow.GetVersion(ctx, sharedDataChange, workflow.DefaultVersion, 1) >= 1 && t.Sharing()
@@ -94,7 +95,7 @@ func (r *tuningRun) resumePrevious(ctx workflow.Context) error {
 		return err
 	}
 	if !slices.Equal(prev.ParamNames, r.rep.ParamNames) {
-		return invalid(fmt.Errorf("%w: tuning.resume_previous_job_id %s tuned %v, this job tunes %v", ErrInvalidSpec, prevID, prev.ParamNames, r.rep.ParamNames))
+		return invalid(fmt.Errorf("%w: tuning.resume_previous_job_id %s tuned %v, this job tunes %v", jobspec.ErrInvalid, prevID, prev.ParamNames, r.rep.ParamNames))
 	}
 	r.rep.Resumed = append(slices.Clone(prev.Resumed), prev.Trials...)
 	return nil
@@ -198,11 +199,11 @@ func (r *tuningRun) launch(ctx workflow.Context, x []float64) {
 		return
 	}
 	if r.share {
-		key := DataKey(ts)
+		key := jobspec.DataKey(ts)
 		k := slices.IndexFunc(rep.Data, func(d TrialData) bool { return d.Key == key }) + 1
 		if k == 0 {
 			k = len(rep.Data) + 1
-			rep.Data = append(rep.Data, TrialData{Number: k, ID: DataID(r.spec.JobID, k), Key: key, State: TrialRunning})
+			rep.Data = append(rep.Data, TrialData{Number: k, ID: jobspec.DataID(r.spec.JobID, k), Key: key, State: TrialRunning})
 			r.prepareData(ctx, k, ts)
 		}
 		tr.Data = k
@@ -224,14 +225,14 @@ func (r *tuningRun) launch(ctx workflow.Context, x []float64) {
 
 // prepareData preprocesses shared data k as the trials of spec ts
 // would: PrepareJob, then Preprocess, in DataID(job_id, k).
-func (r *tuningRun) prepareData(ctx workflow.Context, k int, ts JobSpec) {
+func (r *tuningRun) prepareData(ctx workflow.Context, k int, ts jobspec.JobSpec) {
 	ds := r.raw.SharedDataSpec(k, ts)
 	pctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "prepare "+ds.JobID))
 	f := acts.PrepareJob.Execute(pctx, PrepareInput{Spec: ds, FirstRunID: r.info.FirstRunID, Owner: r.owner})
 	r.sel.AddFuture(f.Untyped(), func(workflow.Future) {
 		prep, err := f.Result(ctx)
 		if err != nil {
-			r.dataDone(ctx, k, "", PreprocessResult{}, err)
+			r.dataDone(ctx, k, "", jobspec.PreprocessResult{}, err)
 			return
 		}
 		qctx := workflow.WithActivityOptions(ctx, stepOptions(true, 6*time.Hour, "Beam analyze + transform for the trials ("+ds.JobID+")"))
@@ -245,7 +246,7 @@ func (r *tuningRun) prepareData(ctx workflow.Context, k int, ts JobSpec) {
 
 // dataDone records the end of shared preprocessing k and starts (or
 // fails) the trials waiting for it.
-func (r *tuningRun) dataDone(ctx workflow.Context, k int, dir string, pre PreprocessResult, err error) {
+func (r *tuningRun) dataDone(ctx workflow.Context, k int, dir string, pre jobspec.PreprocessResult, err error) {
 	d := &r.rep.Data[k-1]
 	if err != nil {
 		d.State, d.Error = TrialFailed, err.Error()
@@ -267,11 +268,11 @@ func (r *tuningRun) dataDone(ctx workflow.Context, k int, dir string, pre Prepro
 
 // startTrial starts trial n as the child TrainingJob ts, with its shared
 // data if it has some; trialDone collects its result.
-func (r *tuningRun) startTrial(ctx workflow.Context, n int, ts JobSpec) {
+func (r *tuningRun) startTrial(ctx workflow.Context, n int, ts jobspec.JobSpec) {
 	tr := r.trial(n)
 	if tr.Data > 0 {
 		d := r.rep.Data[tr.Data-1]
-		ts.SharedData = &SharedData{TuningJobID: r.spec.JobID, JobDir: d.JobDir, Result: *d.Result}
+		ts.SharedData = &jobspec.SharedData{TuningJobID: r.spec.JobID, JobDir: d.JobDir, Result: *d.Result}
 	}
 	cctx, cancel := workflow.WithCancel(ctx)
 	cctx = workflow.WithChildOptions(cctx, workflow.ChildWorkflowOptions{
@@ -434,7 +435,7 @@ func (r *tuningRun) finish(ctx workflow.Context, res JobResult) (JobResult, erro
 	best := r.trial(rep.BestTrial)
 	res.JobDir, res.GlobalStep = best.JobDir, best.Step
 	res.Tuning = rep
-	if spec.Publish == PublishNone {
+	if spec.Publish == jobspec.PublishNone {
 		return res, nil
 	}
 	setPhase(ctx, p, PhasePublishing)
@@ -467,7 +468,7 @@ func (r *tuningRun) failed() int {
 }
 
 // maximize reports whether the job's goal is MAXIMIZE.
-func (r *tuningRun) maximize() bool { return r.t.Goal == TuningMaximize }
+func (r *tuningRun) maximize() bool { return r.t.Goal == jobspec.TuningMaximize }
 
 // better reports whether objective a beats b for the job's goal.
 func (r *tuningRun) better(a, b float64) bool {

@@ -17,18 +17,19 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 )
 
 func f64(v float64) *float64 { return &v }
 
-func tuningSpec(id string) JobSpec {
-	return JobSpec{JobID: id, Model: ModelSpec{Type: train.DNNClassifierModel}, Tuning: &TuningSpec{
+func tuningSpec(id string) jobspec.JobSpec {
+	return jobspec.JobSpec{JobID: id, Model: jobspec.ModelSpec{Type: train.DNNClassifierModel}, Tuning: &jobspec.TuningSpec{
 		MaxTrials: 5, MaxParallelTrials: 2,
-		Params: []TuningParam{
-			{ParameterName: "model.learning_rate", Type: ParamDouble, MinValue: f64(1e-4), MaxValue: f64(0.1), ScaleType: ScaleLog},
-			{ParameterName: "model.optimizer", Type: ParamCategorical, CategoricalValues: []string{"adam", "sgd"}},
-			{ParameterName: "model.hidden_units[0]", Type: ParamDiscrete, DiscreteValues: []float64{16, 32, 64}},
+		Params: []jobspec.TuningParam{
+			{ParameterName: "model.learning_rate", Type: jobspec.ParamDouble, MinValue: f64(1e-4), MaxValue: f64(0.1), ScaleType: jobspec.ScaleLog},
+			{ParameterName: "model.optimizer", Type: jobspec.ParamCategorical, CategoricalValues: []string{"adam", "sgd"}},
+			{ParameterName: "model.hidden_units[0]", Type: jobspec.ParamDiscrete, DiscreteValues: []float64{16, 32, 64}},
 		},
 	}}
 }
@@ -41,15 +42,15 @@ type fakeTrials struct {
 	started     []string
 	// shared are the trials' SharedData by job ID; preprocessed the
 	// Preprocess inputs the tuning job ran.
-	shared       map[string]*SharedData
+	shared       map[string]*jobspec.SharedData
 	preprocessed []PreprocessInput
 	prepFails    bool
 }
 
-func (f *fakeTrials) job(ctx workflow.Context, spec JobSpec) (JobResult, error) {
+func (f *fakeTrials) job(ctx workflow.Context, spec jobspec.JobSpec) (JobResult, error) {
 	f.mu.Lock()
 	if f.shared == nil {
-		f.shared = map[string]*SharedData{}
+		f.shared = map[string]*jobspec.SharedData{}
 	}
 	f.shared[spec.JobID] = spec.SharedData
 	f.running++
@@ -94,19 +95,19 @@ func tuningEnv(t *testing.T, id string, f *fakeTrials, points [][]float64) *test
 		return in.JobDir + "/export/best/100", nil
 	})
 	registerFunc(env, acts.PrepareJob, func(_ context.Context, in PrepareInput) (PrepareResult, error) {
-		if in.Spec.Tuning != nil || in.Spec.JobID != DataID(id, 1) && in.Spec.JobID != DataID(id, 2) {
+		if in.Spec.Tuning != nil || in.Spec.JobID != jobspec.DataID(id, 1) && in.Spec.JobID != jobspec.DataID(id, 2) {
 			return PrepareResult{}, fmt.Errorf("PrepareJob of %+v", in.Spec)
 		}
 		return PrepareResult{JobDir: "/jobs/" + in.Spec.JobID + "?region=r", Train: []string{"t.csv"}, Eval: []string{"e.csv"}}, nil
 	})
-	registerFunc(env, acts.Preprocess, func(_ context.Context, in PreprocessInput) (PreprocessResult, error) {
+	registerFunc(env, acts.Preprocess, func(_ context.Context, in PreprocessInput) (jobspec.PreprocessResult, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.preprocessed = append(f.preprocessed, in)
 		if f.prepFails {
-			return PreprocessResult{}, temporal.NewNonRetryableApplicationError("no valid row", ErrTypeBadData, nil)
+			return jobspec.PreprocessResult{}, temporal.NewNonRetryableApplicationError("no valid row", ErrTypeBadData, nil)
 		}
-		return PreprocessResult{TransformHash: fmt.Sprintf("hash%d", len(f.preprocessed)), Dim: 9, Classes: 2, TrainRows: 100}, nil
+		return jobspec.PreprocessResult{TransformHash: fmt.Sprintf("hash%d", len(f.preprocessed)), Dim: 9, Classes: 2, TrainRows: 100}, nil
 	})
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
 	return env
@@ -303,7 +304,7 @@ func TestTuningJobSharesPreprocessing(t *testing.T) {
 	if len(rep.Data) != 1 || rep.Data[0].State != TrialSucceeded || rep.Data[0].JobDir != "/jobs/hp_s_data_1" || rep.Data[0].Result.TransformHash != "hash1" {
 		t.Errorf("shared data %+v", rep.Data)
 	}
-	want := SharedData{TuningJobID: "hp_s", JobDir: "/jobs/hp_s_data_1", Result: PreprocessResult{TransformHash: "hash1", Dim: 9, Classes: 2, TrainRows: 100}}
+	want := jobspec.SharedData{TuningJobID: "hp_s", JobDir: "/jobs/hp_s_data_1", Result: jobspec.PreprocessResult{TransformHash: "hash1", Dim: 9, Classes: 2, TrainRows: 100}}
 	for _, tr := range rep.Trials {
 		if sd := f.shared[tr.ID]; sd == nil || *sd != want || tr.Data != 1 || tr.State != TrialSucceeded {
 			t.Errorf("trial %s: state %s, data %d, shared %+v; want %+v", tr.ID, tr.State, tr.Data, sd, want)
@@ -338,9 +339,9 @@ func TestTuningJobSharesPreprocessing(t *testing.T) {
 func TestTuningJobTransformParam(t *testing.T) {
 	f := &fakeTrials{}
 	spec := tuningSpec("hp_t")
-	spec.Tuning.Params = []TuningParam{
-		{ParameterName: "model.learning_rate", Type: ParamDouble, MinValue: f64(1e-4), MaxValue: f64(0.1)},
-		{ParameterName: "data.schema.columns.capital_gain.log1p", Type: ParamCategorical, CategoricalValues: []string{"false", "true"}},
+	spec.Tuning.Params = []jobspec.TuningParam{
+		{ParameterName: "model.learning_rate", Type: jobspec.ParamDouble, MinValue: f64(1e-4), MaxValue: f64(0.1)},
+		{ParameterName: "data.schema.columns.capital_gain.log1p", Type: jobspec.ParamCategorical, CategoricalValues: []string{"false", "true"}},
 	}
 	pts := [][]float64{{0.05, 0}, {0.02, 1}, {0.011, 0}, {0.002, 1}, {0.03, 0}}
 	env := tuningEnv(t, "hp_t", f, pts)
@@ -400,7 +401,7 @@ func TestSharedDataOnlyFromTheTuningParent(t *testing.T) {
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(TrainingJob, workflow.RegisterOptions{Name: TrainingJobName})
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: "hp_x_trial_1"})
-	env.ExecuteWorkflow(TrainingJobName, JobSpec{JobID: "hp_x_trial_1", SharedData: &SharedData{TuningJobID: "hp_x", JobDir: "/jobs/other_job"}})
+	env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "hp_x_trial_1", SharedData: &jobspec.SharedData{TuningJobID: "hp_x", JobDir: "/jobs/other_job"}})
 	err := env.GetWorkflowError()
 	if !IsInvalidSpec(err) || !strings.Contains(err.Error(), "shared_data") {
 		t.Fatalf("workflow error %v, want an invalid spec naming shared_data", err)

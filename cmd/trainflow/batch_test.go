@@ -19,6 +19,7 @@ import (
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -451,7 +452,7 @@ func TestBatchPredictionSurvivesKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(data, "out")
-	spec := workflows.PredictionSpec{JobID: "kill_pred", ModelDir: res.Export, InputPaths: []string{in}, OutputPath: out, DataFormat: "CSV",
+	spec := jobspec.PredictionSpec{JobID: "kill_pred", ModelDir: res.Export, InputPaths: []string{in}, OutputPath: out, DataFormat: "CSV",
 		ShardBytes: 100 << 10, HeartbeatTimeoutSecs: 3, MaxWorkerCount: 1}
 	run, err := jobs.StartBatch(context.Background(), c.st.Client, spec)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -84,7 +85,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 func runDemo(ctx context.Context, st *stack, dataDir string, stdout io.Writer) error {
 	id := "census_" + time.Now().UTC().Format("20060102_150405")
-	spec := workflows.JobSpec{JobID: id, Preset: workflows.PresetCensus, Data: workflows.DataSpec{Dir: dataDir}}
+	spec := jobspec.JobSpec{JobID: id, Preset: jobspec.PresetCensus, Data: jobspec.DataSpec{Dir: dataDir}}
 	run, err := jobs.Start(ctx, st.Client, spec)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -253,7 +254,7 @@ func checkCommits(t *testing.T, evs []jobdir.Event) []int64 {
 
 func TestDistributedJobOnThreeProcesses(t *testing.T) {
 	c := newProcessCluster(t, 3)
-	for _, mode := range []string{workflows.UpdateAsync, workflows.UpdateSync} {
+	for _, mode := range []string{jobspec.UpdateAsync, jobspec.UpdateSync} {
 		t.Run(mode, func(t *testing.T) {
 			id := "dist_" + mode
 			cl := fmt.Sprintf(`{"scale_tier":"CUSTOM","worker_count":2,"parameter_server_count":2,"update":%q,"heartbeat_timeout_secs":4}`, mode)

@@ -16,6 +16,7 @@ import (
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/tfevents"
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -29,9 +30,9 @@ import (
 func TestBestExportAcrossRestart(t *testing.T) {
 	home := t.TempDir()
 	st := testStack(t, home)
-	spec := workflows.JobSpec{JobID: "best_1", Data: workflows.DataSpec{GeneratedRows: 3000},
-		Train: workflows.TrainSpec{MaxSteps: 30000, SaveCheckpointsSteps: 1000},
-		Eval:  workflows.EvalSpec{ThrottleSecs: workflows.Secs(0), Exporters: []workflows.ExporterSpec{{Type: "best", ExportsToKeep: 50}, {Type: "final"}}}}
+	spec := jobspec.JobSpec{JobID: "best_1", Data: jobspec.DataSpec{GeneratedRows: 3000},
+		Train: jobspec.TrainSpec{MaxSteps: 30000, SaveCheckpointsSteps: 1000},
+		Eval:  jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(0), Exporters: []jobspec.ExporterSpec{{Type: "best", ExportsToKeep: 50}, {Type: "final"}}}}
 	run, err := jobs.Start(context.Background(), st.Client, spec)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/idx"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -181,8 +182,8 @@ func TestFashionMNISTPresetFullRun(t *testing.T) {
 func TestImagePresetWithoutData(t *testing.T) {
 	st := testStack(t, t.TempDir())
 	empty := t.TempDir()
-	if _, err := os.Stat(workflows.ImageDataDirs[workflows.PresetMNIST]); err == nil {
-		t.Fatalf("%s exists: this test needs MNIST absent from its default directory", workflows.ImageDataDirs[workflows.PresetMNIST])
+	if _, err := os.Stat(jobspec.ImageDataDirs[jobspec.PresetMNIST]); err == nil {
+		t.Fatalf("%s exists: this test needs MNIST absent from its default directory", jobspec.ImageDataDirs[jobspec.PresetMNIST])
 	}
 	for _, c := range []struct {
 		id, input string

@@ -13,7 +13,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/temporalconn"
 	"github.com/trainflow/trainflow/jobs"
-	"github.com/trainflow/trainflow/workflows"
+	"github.com/trainflow/trainflow/jobspec"
 )
 
 // conn holds the flags every command that talks to Temporal takes.
@@ -141,7 +141,7 @@ func oneJobID(fs *flag.FlagSet, args []string) (string, error) {
 		return "", usageError{errors.New("want exactly one JOB_ID")}
 	}
 	id := fs.Arg(0)
-	if err := workflows.ValidateJobID(id); err != nil {
+	if err := jobspec.ValidateJobID(id); err != nil {
 		return "", usageError{err}
 	}
 	return id, nil

@@ -14,6 +14,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -135,7 +136,7 @@ func TestResetToExportSkipsTraining(t *testing.T) {
 	jobDir := filepath.Join(home, "jobs", "reset_1")
 	os.MkdirAll(jobDir, 0o755)
 	os.WriteFile(filepath.Join(jobDir, "export"), []byte("in the way"), 0o644)
-	run, err := jobs.Start(context.Background(), st.Client, workflows.JobSpec{JobID: "reset_1", Data: workflows.DataSpec{GeneratedRows: 800}, Train: workflows.TrainSpec{MaxSteps: 100, SaveCheckpointsSteps: 50}})
+	run, err := jobs.Start(context.Background(), st.Client, jobspec.JobSpec{JobID: "reset_1", Data: jobspec.DataSpec{GeneratedRows: 800}, Train: jobspec.TrainSpec{MaxSteps: 100, SaveCheckpointsSteps: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -218,7 +219,7 @@ func TestCensusJobEndToEnd(t *testing.T) {
 // UI (refused when the job claims its directory).
 func TestJobIDsAreUnique(t *testing.T) {
 	st := testStack(t, t.TempDir())
-	spec := workflows.JobSpec{JobID: "dup_1", Data: workflows.DataSpec{GeneratedRows: 400}, Train: workflows.TrainSpec{MaxSteps: 20}}
+	spec := jobspec.JobSpec{JobID: "dup_1", Data: jobspec.DataSpec{GeneratedRows: 400}, Train: jobspec.TrainSpec{MaxSteps: 20}}
 	run, err := jobs.Start(context.Background(), st.Client, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +253,7 @@ func TestBadDataFailsFast(t *testing.T) {
 	trainPath, evalPath := filepath.Join(dir, "train.csv"), filepath.Join(dir, "eval.csv")
 	os.WriteFile(trainPath, []byte(bad), 0o644)
 	os.WriteFile(evalPath, good.Bytes(), 0o644)
-	spec := workflows.JobSpec{JobID: "bad_data", Preset: "census", Data: workflows.DataSpec{Train: []string{trainPath}, Eval: []string{evalPath}}}
+	spec := jobspec.JobSpec{JobID: "bad_data", Preset: "census", Data: jobspec.DataSpec{Train: []string{trainPath}, Eval: []string{evalPath}}}
 	run, err := jobs.Start(context.Background(), st.Client, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +280,7 @@ func TestBadDataFailsFast(t *testing.T) {
 func TestDevHomeSurvivesRestart(t *testing.T) {
 	home := t.TempDir()
 	st := testStack(t, home)
-	run, err := jobs.Start(context.Background(), st.Client, workflows.JobSpec{JobID: "survivor", Data: workflows.DataSpec{GeneratedRows: 400}, Train: workflows.TrainSpec{MaxSteps: 20}})
+	run, err := jobs.Start(context.Background(), st.Client, jobspec.JobSpec{JobID: "survivor", Data: jobspec.DataSpec{GeneratedRows: 400}, Train: jobspec.TrainSpec{MaxSteps: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

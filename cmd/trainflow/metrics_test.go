@@ -12,8 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-
-	"github.com/trainflow/trainflow/workflows"
+	"github.com/trainflow/trainflow/jobspec"
 )
 
 // scrape reads the worker's /metrics and returns its families by name.
@@ -102,7 +101,7 @@ func TestWorkerMetrics(t *testing.T) {
 	if l := value(m, "trainflow_train_loss", "job=metrics_basic"); !(l > 0 && l < 5) {
 		t.Errorf("training loss %v, want a plausible log loss", l)
 	}
-	batch := workflows.JobSpec{Preset: "census"}.WithDefaults().Model.BatchSize
+	batch := jobspec.JobSpec{Preset: "census"}.WithDefaults().Model.BatchSize
 	if ex := value(m, "trainflow_train_examples_total", "role=train"); ex != float64(300*batch) {
 		t.Errorf("examples trained %v, want 300 steps × batch %d", ex, batch)
 	}

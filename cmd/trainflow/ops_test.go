@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -459,7 +460,7 @@ func TestOneJobPerID(t *testing.T) {
 	addr := st.Temporal.FrontendAddr()
 	ctx := context.Background()
 	id := "once_1"
-	run, err := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{GeneratedRows: 1000}, Train: workflows.TrainSpec{MaxSteps: 200, SaveCheckpointsSteps: 100}})
+	run, err := jobs.Start(ctx, st.Client, jobspec.JobSpec{JobID: id, Data: jobspec.DataSpec{GeneratedRows: 1000}, Train: jobspec.TrainSpec{MaxSteps: 200, SaveCheckpointsSteps: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -26,7 +27,7 @@ func runSubmitPrediction(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	var c conn
 	c.register(fs)
-	var spec workflows.PredictionSpec
+	var spec jobspec.PredictionSpec
 	var inputs listFlag
 	fs.StringVar(&spec.ModelDir, "model-dir", "", "export bundle directory (path or storage URI) to predict with")
 	fs.StringVar(&spec.Model, "model", "", "model of the worker's model repository to predict with (instead of --model-dir)")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -92,7 +93,7 @@ func TestRecordHistories(t *testing.T) {
 	if !todo("succeeded", "bad_data", "cancelled", "worker_killed") {
 		return
 	}
-	ok, err := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: "succeeded", Data: workflows.DataSpec{GeneratedRows: 2000}, Train: workflows.TrainSpec{MaxSteps: 300, SaveCheckpointsSteps: 100}})
+	ok, err := jobs.Start(ctx, st.Client, jobspec.JobSpec{JobID: "succeeded", Data: jobspec.DataSpec{GeneratedRows: 2000}, Train: jobspec.TrainSpec{MaxSteps: 300, SaveCheckpointsSteps: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,13 +105,13 @@ func TestRecordHistories(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.csv")
 	os.WriteFile(bad, []byte("39, State-gov, oops\n"), 0o644)
-	run, _ := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: "bad_data", Data: workflows.DataSpec{Train: []string{bad}, Eval: []string{bad}}})
+	run, _ := jobs.Start(ctx, st.Client, jobspec.JobSpec{JobID: "bad_data", Data: jobspec.DataSpec{Train: []string{bad}, Eval: []string{bad}}})
 	if _, err := waitJob(t, run); err == nil {
 		t.Fatal("bad_data succeeded")
 	}
 	save("bad_data")
 
-	run, _ = jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: "cancelled", Data: workflows.DataSpec{GeneratedRows: 1_000_000}})
+	run, _ = jobs.Start(ctx, st.Client, jobspec.JobSpec{JobID: "cancelled", Data: jobspec.DataSpec{GeneratedRows: 1_000_000}})
 	waitStarted("cancelled", workflows.PreprocessActivity)
 	st.Client.CancelWorkflow(ctx, "cancelled", "")
 	if _, err := waitJob(t, run); !temporal.IsCanceledError(err) {
@@ -118,7 +119,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 	save("cancelled")
 
-	run, _ = jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: "worker_killed", Data: workflows.DataSpec{GeneratedRows: 1_000_000}})
+	run, _ = jobs.Start(ctx, st.Client, jobspec.JobSpec{JobID: "worker_killed", Data: jobspec.DataSpec{GeneratedRows: 1_000_000}})
 	waitStarted("worker_killed", workflows.PreprocessActivity)
 	kill(w)
 	w = startWorker()
@@ -260,7 +261,7 @@ func recordCurrentFlows(t *testing.T, st *stack, home string, startWorker func()
 		id := "bad_data_evaluator"
 		bad := filepath.Join(t.TempDir(), "bad.csv")
 		os.WriteFile(bad, []byte("39, State-gov, oops\n"), 0o644)
-		run, _ := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{Train: []string{bad}, Eval: []string{bad}}})
+		run, _ := jobs.Start(ctx, st.Client, jobspec.JobSpec{JobID: id, Data: jobspec.DataSpec{Train: []string{bad}, Eval: []string{bad}}})
 		if err := wait(run); err == nil {
 			t.Fatal("bad data succeeded")
 		}

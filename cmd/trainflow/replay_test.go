@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -38,7 +39,7 @@ func TestReplayCLI(t *testing.T) {
 
 	// A job, then a start with its ID that refuses itself as DUPLICATE.
 	id := "replay_1"
-	run, err := jobs.Start(ctx, st.Client, workflows.JobSpec{JobID: id, Data: workflows.DataSpec{GeneratedRows: 1000}, Train: workflows.TrainSpec{MaxSteps: 100, SaveCheckpointsSteps: 100}})
+	run, err := jobs.Start(ctx, st.Client, jobspec.JobSpec{JobID: id, Data: jobspec.DataSpec{GeneratedRows: 1000}, Train: jobspec.TrainSpec{MaxSteps: 100, SaveCheckpointsSteps: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/worker"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -85,7 +86,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		what = *file
 	case *file == "" && fs.NArg() == 1:
 		id := fs.Arg(0)
-		if err := workflows.ValidateJobID(id); err != nil {
+		if err := jobspec.ValidateJobID(id); err != nil {
 			return usageError{err}
 		}
 		cl, err := c.dial()

@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/trainflow/trainflow/jobs"
-	"github.com/trainflow/trainflow/workflows"
+	"github.com/trainflow/trainflow/jobspec"
 )
 
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,7 +31,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := c.check(); err != nil {
 		return err
 	}
-	spec := workflows.JobSpec{Preset: workflows.PresetCensus}
+	spec := jobspec.JobSpec{Preset: jobspec.PresetCensus}
 	if *config != "" {
 		b, err := os.ReadFile(*config)
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -39,7 +40,7 @@ func TestUntrustedSpecs(t *testing.T) {
 	defer cancel()
 	st, err := startStack(ctx, stackConfig{
 		Home: home, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Exe: exe,
-		Trust:  &trustFlags{dataRoots: listFlag{allowed}, runners: listFlag{workflows.RunnerUniversal}},
+		Trust:  &trustFlags{dataRoots: listFlag{allowed}, runners: listFlag{jobspec.RunnerUniversal}},
 		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

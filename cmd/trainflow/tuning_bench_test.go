@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -35,18 +36,18 @@ func TestTuningCensusBench(t *testing.T) {
 	}
 	st := testStack(t, t.TempDir(), func(c *stackConfig) { c.Trust.dataRoots = append(c.Trust.dataRoots, dir) })
 	f := func(v float64) *float64 { return &v }
-	modelParams := []workflows.TuningParam{
-		{ParameterName: "model.learning_rate", Type: workflows.ParamDouble, MinValue: f(1e-4), MaxValue: f(0.03), ScaleType: workflows.ScaleLog},
-		{ParameterName: "model.hidden_units", Type: workflows.ParamCategorical, CategoricalValues: []string{"32", "64,32", "128,64", "256,128"}},
-		{ParameterName: "model.dropout", Type: workflows.ParamDouble, MinValue: f(0), MaxValue: f(0.5)},
-		{ParameterName: "model.batch_size", Type: workflows.ParamDiscrete, DiscreteValues: []float64{32, 64, 128, 256}},
+	modelParams := []jobspec.TuningParam{
+		{ParameterName: "model.learning_rate", Type: jobspec.ParamDouble, MinValue: f(1e-4), MaxValue: f(0.03), ScaleType: jobspec.ScaleLog},
+		{ParameterName: "model.hidden_units", Type: jobspec.ParamCategorical, CategoricalValues: []string{"32", "64,32", "128,64", "256,128"}},
+		{ParameterName: "model.dropout", Type: jobspec.ParamDouble, MinValue: f(0), MaxValue: f(0.5)},
+		{ParameterName: "model.batch_size", Type: jobspec.ParamDiscrete, DiscreteValues: []float64{32, 64, 128, 256}},
 	}
-	spec := func(id string, trials, parallel int, params []workflows.TuningParam) workflows.JobSpec {
-		return workflows.JobSpec{JobID: id, Preset: workflows.PresetCensus, Data: workflows.DataSpec{Dir: dir},
-			Model: workflows.ModelSpec{Type: train.DNNClassifierModel}, Train: workflows.TrainSpec{MaxSteps: 3000, SaveCheckpointsSteps: 1000},
-			Tuning: &workflows.TuningSpec{MaxTrials: trials, MaxParallelTrials: parallel, Params: params}}
+	spec := func(id string, trials, parallel int, params []jobspec.TuningParam) jobspec.JobSpec {
+		return jobspec.JobSpec{JobID: id, Preset: jobspec.PresetCensus, Data: jobspec.DataSpec{Dir: dir},
+			Model: jobspec.ModelSpec{Type: train.DNNClassifierModel}, Train: jobspec.TrainSpec{MaxSteps: 3000, SaveCheckpointsSteps: 1000},
+			Tuning: &jobspec.TuningSpec{MaxTrials: trials, MaxParallelTrials: parallel, Params: params}}
 	}
-	runOne := func(s workflows.JobSpec) (workflows.JobResult, time.Duration) {
+	runOne := func(s jobspec.JobSpec) (workflows.JobResult, time.Duration) {
 		start := time.Now()
 		run, err := jobs.Start(context.Background(), st.Client, s)
 		if err != nil {
@@ -72,14 +73,14 @@ func TestTuningCensusBench(t *testing.T) {
 	t.Logf("8 trials: 1 at a time %s, 2 at a time %s (ratio %.2f)", serial.Round(time.Second), parallel.Round(time.Second), serial.Seconds()/parallel.Seconds())
 
 	trials := 30
-	wide := []workflows.TuningParam{
-		{ParameterName: "model.type", Type: workflows.ParamCategorical, CategoricalValues: []string{train.DNNClassifierModel, train.DNNLinearCombinedClassifierModel}},
-		{ParameterName: "model.learning_rate", Type: workflows.ParamDouble, MinValue: f(1e-4), MaxValue: f(3e-3), ScaleType: workflows.ScaleLog},
-		{ParameterName: "model.hidden_units", Type: workflows.ParamCategorical, CategoricalValues: []string{"128,64", "256,128", "512,256"}},
-		{ParameterName: "model.dropout", Type: workflows.ParamDouble, MinValue: f(0.2), MaxValue: f(0.5)},
-		{ParameterName: "model.batch_size", Type: workflows.ParamDiscrete, DiscreteValues: []float64{32, 64, 128}},
-		{ParameterName: "train.max_steps", Type: workflows.ParamInteger, MinValue: f(3000), MaxValue: f(10000)},
-		{ParameterName: "data.schema.columns.native_country.top_k", Type: workflows.ParamDiscrete, DiscreteValues: []float64{0, 10}},
+	wide := []jobspec.TuningParam{
+		{ParameterName: "model.type", Type: jobspec.ParamCategorical, CategoricalValues: []string{train.DNNClassifierModel, train.DNNLinearCombinedClassifierModel}},
+		{ParameterName: "model.learning_rate", Type: jobspec.ParamDouble, MinValue: f(1e-4), MaxValue: f(3e-3), ScaleType: jobspec.ScaleLog},
+		{ParameterName: "model.hidden_units", Type: jobspec.ParamCategorical, CategoricalValues: []string{"128,64", "256,128", "512,256"}},
+		{ParameterName: "model.dropout", Type: jobspec.ParamDouble, MinValue: f(0.2), MaxValue: f(0.5)},
+		{ParameterName: "model.batch_size", Type: jobspec.ParamDiscrete, DiscreteValues: []float64{32, 64, 128}},
+		{ParameterName: "train.max_steps", Type: jobspec.ParamInteger, MinValue: f(3000), MaxValue: f(10000)},
+		{ParameterName: "data.schema.columns.native_country.top_k", Type: jobspec.ParamDiscrete, DiscreteValues: []float64{0, 10}},
 	}
 	res, wall := runOne(spec("hp_census", trials, 2, wide))
 	first := 0

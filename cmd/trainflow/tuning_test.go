@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/worker"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -161,7 +162,7 @@ func TestTuningJobEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := res2.Tuning; r == nil || len(r.Resumed) != 4 || len(r.Trials) != 2 || r.Algorithm != workflows.AlgorithmBayesian || r.Trials[0].ID != "hp_2_trial_1" || res2.Version != 2 {
+	if r := res2.Tuning; r == nil || len(r.Resumed) != 4 || len(r.Trials) != 2 || r.Algorithm != jobspec.AlgorithmBayesian || r.Trials[0].ID != "hp_2_trial_1" || res2.Version != 2 {
 		t.Errorf("resumed job's result %+v", res2)
 	}
 	for _, tr := range res2.Tuning.Trials {
