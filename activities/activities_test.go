@@ -23,14 +23,19 @@ import (
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/preprocess/beampipe"
+	"github.com/trainflow/trainflow/serving/batchjob/batchbeam"
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// TestMain lets the test binary be the preprocess child process and the
-// training and evaluation child (ChildCommand).
+// TestMain lets the test binary be the preprocess child process, the
+// batch prediction child and the training and evaluation child
+// (ChildCommand).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "preprocess" {
 		os.Exit(beampipe.ChildMain(context.Background(), os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "batch-predict" {
+		os.Exit(batchbeam.ChildMain(context.Background(), os.Args[2:], os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == ChildCommand {
 		os.Exit(ChildMain(context.Background(), os.Args[2:], os.Stderr))

@@ -1,4 +1,5 @@
-// Package layers holds no code: its test checks the package graph, that
+// Package layers holds no code: its tests check the package graph: that
+// internal/ is the ground floor (TestInternalIsTheGroundFloor), and
 // the Apache Beam SDK stays out of the packages that must not link it
 // (workflow code, the prediction server, the preprocessing core), so that
 // only the Beam pipelines (preprocess/beampipe, serving/batchjob/batchbeam)

@@ -133,3 +133,52 @@ func chain(imports map[string][]string, from []string, to string) string {
 	}
 	return to
 }
+
+// modulePackages lists every package of the module with its imports:
+// the production ones, and those its tests add.
+func modulePackages(t *testing.T) (imports, testImports map[string][]string) {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not on PATH, so the package graph cannot be listed")
+	}
+	out, err := exec.Command(goCmd, "list", "-f", `{{.ImportPath}}|{{join .Imports " "}}|{{join .TestImports " "}} {{join .XTestImports " "}}`, "../../...").Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	imports, testImports = map[string][]string{}, map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(line, "|")
+		imports[f[0]], testImports[f[0]] = strings.Fields(f[1]), strings.Fields(f[2])
+	}
+	return imports, testImports
+}
+
+// TestInternalIsTheGroundFloor fails when a package under internal/
+// imports a package of the module outside internal/ (it would sit above
+// what it serves: jobdir and jobs live at the top level for that reason),
+// or when a production package imports a test server of
+// internal/testenv/ (only tests may start them).
+func TestInternalIsTheGroundFloor(t *testing.T) {
+	imports, testImports := modulePackages(t)
+	const internal, testenv = module + "internal/", module + "internal/testenv/"
+	var kits int
+	for pkg, imps := range imports {
+		for _, imp := range imps {
+			if strings.HasPrefix(pkg, internal) && strings.HasPrefix(imp, module) && !strings.HasPrefix(imp, internal) {
+				t.Errorf("%s imports %s: internal/ imports nothing above itself", pkg, imp)
+			}
+			if strings.HasPrefix(imp, testenv) && !strings.HasPrefix(pkg, testenv) {
+				t.Errorf("%s (production code) imports the test server %s", pkg, imp)
+			}
+		}
+		for _, imp := range testImports[pkg] {
+			if strings.HasPrefix(imp, testenv) {
+				kits++
+			}
+		}
+	}
+	if len(imports) < 20 || kits == 0 {
+		t.Fatalf("listed %d packages and %d test imports of internal/testenv: the listing is not the module's", len(imports), kits)
+	}
+}

@@ -1,0 +1,132 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/serving/batchjob"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// TestBatchPredictActivity runs BatchPredict in the activity environment
+// on the bundle a census job exported, over that job's raw evaluation
+// rows: every row gets a prediction, the manifest lists the shards the
+// output holds, and a retried attempt returns the same result and keeps
+// the committed shards as they are. An output_path inside the training
+// job's directory is refused for good.
+func TestBatchPredictActivity(t *testing.T) {
+	acts := newActs(t)
+	e := env(acts)
+	s := spec("bp_train")
+	prep, pre := prepare(t, e, acts, s)
+	in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train}
+	if _, err := e.ExecuteActivity(acts.Train, in); err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev workflows.EvaluateResult
+	v.Get(&ev)
+	v, err = e.ExecuteActivity(acts.Export, workflows.ExportInput{JobID: "bp_train", JobDir: prep.JobDir, Exporter: "final", Step: 100, Metrics: ev.Metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var x workflows.ExportResult
+	v.Get(&x)
+
+	// The raw evaluation rows the job staged (CSV in the schema's order),
+	// as many as the evaluation counted.
+	input := strings.TrimPrefix(prep.Eval[0], "file://")
+	rows := ev.Metrics.Examples
+	out := filepath.Join(t.TempDir(), "predictions")
+	ps := jobspec.PredictionSpec{JobID: "bp_1", ModelDir: x.Dir, InputPaths: []string{input}, OutputPath: out, DataFormat: jobspec.FormatCSV}.WithDefaults()
+	bp := workflows.BatchPredictInput{Spec: ps, FirstRunID: "bp-run"}
+	var results [2]workflows.BatchPredictionResult
+	var stamps [2]map[string]int64
+	for i := range results {
+		v, err := e.ExecuteActivity(acts.BatchPredict, bp)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i+1, err)
+		}
+		v.Get(&results[i])
+		stamps[i] = map[string]int64{}
+		ents, _ := os.ReadDir(out)
+		for _, ent := range ents {
+			if fi, err := ent.Info(); err == nil && strings.HasPrefix(ent.Name(), "prediction.results") {
+				stamps[i][ent.Name()] = fi.ModTime().UnixNano()
+			}
+		}
+	}
+	r := results[0]
+	if r.Predictions != int64(rows) || rows == 0 || r.Errors != 0 || r.Shards < 1 {
+		t.Fatalf("result %+v, want %d predictions of the input's rows and no errors", r, rows)
+	}
+	if !reflect.DeepEqual(results[1], r) {
+		t.Fatalf("retried attempt: %+v, want the first attempt's %+v", results[1], r)
+	}
+	if len(stamps[0]) != r.Shards || len(stamps[1]) != r.Shards {
+		t.Fatalf("result shards %v then %v, want %d", stamps[0], stamps[1], r.Shards)
+	}
+	for name, at := range stamps[0] {
+		if stamps[1][name] != at {
+			t.Errorf("the retried attempt rewrote the committed shard %s", name)
+		}
+	}
+	mb, err := os.ReadFile(filepath.Join(out, BatchManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m BatchManifest
+	if err := json.Unmarshal(mb, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.JobID != "bp_1" || m.Predictions != r.Predictions || m.Shards != r.Shards || m.Failure != "" || len(m.Files) != len(batchjob.ShardFiles(r.Shards)) {
+		t.Fatalf("manifest %+v, want job bp_1 with the result's %d predictions in %d shards", m, r.Predictions, r.Shards)
+	}
+	var predicted int64
+	for _, name := range m.Files {
+		if !strings.Contains(name, "results") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatalf("manifest lists %s: %v", name, err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var p map[string]any
+			if l == "" {
+				continue
+			}
+			if err := json.Unmarshal([]byte(l), &p); err != nil {
+				t.Fatalf("%s: a line that is not JSON: %v", name, err)
+			}
+			predicted++
+		}
+	}
+	if predicted != rows {
+		t.Fatalf("%d prediction lines in the results shards, want %d", predicted, rows)
+	}
+
+	// The output inside the training job's directory: refused for good.
+	hostile := ps
+	hostile.JobID, hostile.OutputPath = "bp_2", filepath.Join(strings.TrimPrefix(prep.JobDir, "file://"), "stolen")
+	_, err = e.ExecuteActivity(acts.BatchPredict, workflows.BatchPredictInput{Spec: hostile, FirstRunID: "bp-run-2"})
+	if errType(err) != workflows.ErrTypeInvalidSpec || !strings.Contains(err.Error(), "output_path") {
+		t.Fatalf("output_path inside another job's directory: %v, want a non-retryable InvalidSpec naming output_path", err)
+	}
+	if st, err := storage.Open(context.Background(), prep.JobDir); err == nil {
+		defer st.Close()
+		if objs, _ := st.List(context.Background(), "stolen/"); len(objs) != 0 {
+			t.Fatalf("the refused job wrote %q into the training job's directory", objs)
+		}
+	}
+}
