@@ -184,14 +184,24 @@ const (
 	ExporterLatest = "latest"
 	ExporterBest   = "best"
 	ExporterFinal  = "final"
-	GoalMaximize   = "maximize"
-	GoalMinimize   = "minimize"
+	GoalMaximize   = train.Maximize
+	GoalMinimize   = train.Minimize
 	PublishNone    = "none"
 )
 
-// metricGoals lists the metrics a best exporter can follow, with their
-// natural goal.
-var metricGoals = map[string]string{"accuracy": GoalMaximize, "auc": GoalMaximize, "log_loss": GoalMinimize, "rmse": GoalMinimize, "mae": GoalMinimize}
+// followable are the metrics a best exporter or a tuning job can follow
+// (train.MetricDefs owns their names and goals).
+var followable = []string{train.MetricAccuracy, train.MetricAUC, train.MetricLogLoss, train.MetricRMSE, train.MetricMAE}
+
+// metricGoal returns the natural goal of a followable metric, and "" for
+// any other name.
+func metricGoal(name string) string {
+	if !slices.Contains(followable, name) {
+		return ""
+	}
+	d, _ := train.MetricDefOf(name)
+	return d.Goal
+}
 
 // DataSpec says where the raw data is and how to read it.
 type DataSpec struct {
@@ -406,13 +416,13 @@ func (s JobSpec) WithDefaults() JobSpec {
 			e.ExportsToKeep = 5
 		}
 		if e.Type == ExporterBest && e.Metric == "" {
-			e.Metric = "accuracy"
+			e.Metric = train.MetricAccuracy
 			if regression {
 				e.Metric = "rmse"
 			}
 		}
 		if e.Type == ExporterBest && e.Goal == "" {
-			e.Goal = metricGoals[e.Metric]
+			e.Goal = metricGoal(e.Metric)
 		}
 		exps[i] = e
 	}
@@ -484,7 +494,7 @@ func (s *JobSpec) Validate() error {
 			return fmt.Errorf("%w: %s.name %q is used twice", ErrInvalid, field, e.Name)
 		case e.ExportsToKeep < 0:
 			return fmt.Errorf("%w: %s.exports_to_keep %d is negative", ErrInvalid, field, e.ExportsToKeep)
-		case e.Type == ExporterBest && metricGoals[e.Metric] == "":
+		case e.Type == ExporterBest && metricGoal(e.Metric) == "":
 			return fmt.Errorf("%w: %s.metric %q: want accuracy, auc, log_loss, rmse or mae", ErrInvalid, field, e.Metric)
 		case e.Type == ExporterBest && e.Goal != GoalMaximize && e.Goal != GoalMinimize:
 			return fmt.Errorf("%w: %s.goal %q: want maximize or minimize", ErrInvalid, field, e.Goal)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/tuning"
 )
 
@@ -247,10 +248,10 @@ func tunableField(name string) (fieldKind, int, bool) {
 // WithDefaults returns t with defaults filled in.
 func (t TuningSpec) WithDefaults() TuningSpec {
 	if t.HyperparameterMetricTag == "" {
-		t.HyperparameterMetricTag = "accuracy"
+		t.HyperparameterMetricTag = train.MetricAccuracy
 	}
 	if t.Goal == "" {
-		t.Goal = strings.ToUpper(metricGoals[t.HyperparameterMetricTag])
+		t.Goal = strings.ToUpper(metricGoal(t.HyperparameterMetricTag))
 	}
 	if t.MaxTrials == 0 {
 		t.MaxTrials = 10
@@ -355,9 +356,9 @@ func (s *JobSpec) validateTuning() error {
 	if len(s.JobID) > MaxJobIDLength-trialIDSuffix {
 		return fmt.Errorf("%w: job_id: a tuning job's ID has at most %d characters (trial IDs add %q)", ErrInvalid, MaxJobIDLength-trialIDSuffix, "_trial_N")
 	}
-	goal, known := metricGoals[t.HyperparameterMetricTag]
+	goal := metricGoal(t.HyperparameterMetricTag)
 	switch {
-	case !known:
+	case goal == "":
 		return bad("hyperparameter_metric_tag %q: want accuracy, auc, log_loss, rmse or mae", t.HyperparameterMetricTag)
 	case t.Goal != TuningMaximize && t.Goal != TuningMinimize:
 		return bad("goal %q: want MAXIMIZE or MINIMIZE", t.Goal)
@@ -380,7 +381,6 @@ func (s *JobSpec) validateTuning() error {
 	case t.ResumePreviousJobID == s.JobID:
 		return bad("resume_previous_job_id is this job")
 	}
-	_ = goal
 	seen := map[string]bool{}
 	for i, p := range t.Params {
 		field := fmt.Sprintf("params[%d] (%s)", i, p.ParameterName)
