@@ -24,6 +24,7 @@ import (
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/preprocess/beampipe"
 	"github.com/trainflow/trainflow/serving/batchjob/batchbeam"
+	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -329,6 +330,31 @@ func TestTrainResumesAndExportIsIdempotent(t *testing.T) {
 	}
 }
 
+// trainAndExport prepares, trains (to s.Train.MaxSteps, 100 in spec's
+// jobs), evaluates and exports (final) job s through the activities.
+func trainAndExport(t *testing.T, e *testsuite.TestActivityEnvironment, acts *Activities, s jobspec.JobSpec) (train.Metrics, workflows.ExportResult) {
+	t.Helper()
+	prep, pre := prepare(t, e, acts, s)
+	in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train}
+	if _, err := e.ExecuteActivity(acts.Train, in); err != nil {
+		t.Fatal(err)
+	}
+	step := s.Train.MaxSteps
+	v, err := e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: step})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev workflows.EvaluateResult
+	v.Get(&ev)
+	v, err = e.ExecuteActivity(acts.Export, workflows.ExportInput{JobID: s.JobID, JobDir: prep.JobDir, Exporter: "final", Step: step, Metrics: ev.Metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ex workflows.ExportResult
+	v.Get(&ex)
+	return ev.Metrics, ex
+}
+
 // TestWideAndDeepJobServes trains a wide & deep model through the
 // activities and checks the published bundle loads in the server with the
 // architecture it was trained with.
@@ -341,26 +367,10 @@ func TestWideAndDeepJobServes(t *testing.T) {
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	prep, pre := prepare(t, e, acts, s)
-	in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train}
-	if _, err := e.ExecuteActivity(acts.Train, in); err != nil {
-		t.Fatal(err)
+	ev, ex := trainAndExport(t, e, acts, s)
+	if ev.Accuracy <= 0.5 {
+		t.Fatalf("wide & deep accuracy %v, want better than chance", ev.Accuracy)
 	}
-	v, err := e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ev workflows.EvaluateResult
-	v.Get(&ev)
-	if ev.Metrics.Accuracy <= 0.5 {
-		t.Fatalf("wide & deep accuracy %v, want better than chance", ev.Metrics.Accuracy)
-	}
-	v, err = e.ExecuteActivity(acts.Export, workflows.ExportInput{JobID: "wd_1", JobDir: prep.JobDir, Exporter: "final", Step: 100, Metrics: ev.Metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ex workflows.ExportResult
-	v.Get(&ex)
 	b, err := bundle.ReadDir(ex.Dir)
 	if err != nil {
 		t.Fatal(err)

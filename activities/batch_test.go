@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/workflows"
@@ -25,28 +26,12 @@ func TestBatchPredictActivity(t *testing.T) {
 	acts := newActs(t)
 	e := env(acts)
 	s := spec("bp_train")
-	prep, pre := prepare(t, e, acts, s)
-	in := workflows.TrainInput{JobDir: prep.JobDir, Dim: pre.Dim, Classes: pre.Classes, TransformHash: pre.TransformHash, Model: s.Model, Train: s.Train}
-	if _, err := e.ExecuteActivity(acts.Train, in); err != nil {
-		t.Fatal(err)
-	}
-	v, err := e.ExecuteActivity(acts.Evaluate, workflows.EvaluateInput{JobDir: prep.JobDir, Step: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ev workflows.EvaluateResult
-	v.Get(&ev)
-	v, err = e.ExecuteActivity(acts.Export, workflows.ExportInput{JobID: "bp_train", JobDir: prep.JobDir, Exporter: "final", Step: 100, Metrics: ev.Metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var x workflows.ExportResult
-	v.Get(&x)
-
+	ev, x := trainAndExport(t, e, acts, s)
 	// The raw evaluation rows the job staged (CSV in the schema's order),
 	// as many as the evaluation counted.
-	input := strings.TrimPrefix(prep.Eval[0], "file://")
-	rows := ev.Metrics.Examples
+	jobDir := filepath.Join(acts.Home, "jobs", s.JobID)
+	input := filepath.Join(jobDir, jobdir.RawDir, "eval.csv")
+	rows := ev.Examples
 	out := filepath.Join(t.TempDir(), "predictions")
 	ps := jobspec.PredictionSpec{JobID: "bp_1", ModelDir: x.Dir, InputPaths: []string{input}, OutputPath: out, DataFormat: jobspec.FormatCSV}.WithDefaults()
 	bp := workflows.BatchPredictInput{Spec: ps, FirstRunID: "bp-run"}
@@ -118,12 +103,12 @@ func TestBatchPredictActivity(t *testing.T) {
 
 	// The output inside the training job's directory: refused for good.
 	hostile := ps
-	hostile.JobID, hostile.OutputPath = "bp_2", filepath.Join(strings.TrimPrefix(prep.JobDir, "file://"), "stolen")
+	hostile.JobID, hostile.OutputPath = "bp_2", filepath.Join(jobDir, "stolen")
 	_, err = e.ExecuteActivity(acts.BatchPredict, workflows.BatchPredictInput{Spec: hostile, FirstRunID: "bp-run-2"})
 	if errType(err) != workflows.ErrTypeInvalidSpec || !strings.Contains(err.Error(), "output_path") {
 		t.Fatalf("output_path inside another job's directory: %v, want a non-retryable InvalidSpec naming output_path", err)
 	}
-	if st, err := storage.Open(context.Background(), prep.JobDir); err == nil {
+	if st, err := storage.Open(context.Background(), jobDir); err == nil {
 		defer st.Close()
 		if objs, _ := st.List(context.Background(), "stolen/"); len(objs) != 0 {
 			t.Fatalf("the refused job wrote %q into the training job's directory", objs)
