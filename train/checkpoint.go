@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
 	"path/filepath"
 	"slices"
@@ -178,6 +179,48 @@ func DecodeCheckpoint(data []byte) (*Checkpoint, error) {
 		return nil, fmt.Errorf("%w: malformed body", ErrCheckpoint)
 	}
 	return c, nil
+}
+
+// maxMetaBytes bounds the meta a checkpoint header may declare
+// (DecodeCheckpointHeader): a meta is a few hundred bytes.
+const maxMetaBytes = 1 << 20
+
+// DecodeCheckpointHeader reads the step and meta at the start of a
+// checkpoint from r (the layout above up to the meta), refusing a foreign
+// file, another version, and a meta over 1 MiB. It reads neither the
+// tensors nor the checksum: DecodeCheckpoint verifies the whole file.
+func DecodeCheckpointHeader(r io.Reader) (int64, CheckpointMeta, error) {
+	le := binary.LittleEndian
+	var meta CheckpointMeta
+	read := func(b []byte) error {
+		_, err := io.ReadFull(r, b)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: truncated header", ErrCheckpoint)
+		}
+		return err
+	}
+	var h [len(ckptMagic) + 4 + 8 + 4]byte
+	if err := read(h[:]); err != nil {
+		return 0, meta, err
+	}
+	if string(h[:len(ckptMagic)]) != ckptMagic {
+		return 0, meta, fmt.Errorf("%w: not a trainflow checkpoint", ErrCheckpoint)
+	}
+	if v := le.Uint32(h[8:]); v != CheckpointVersion {
+		return 0, meta, fmt.Errorf("%w: version %d, this build reads %d", ErrCheckpoint, v, CheckpointVersion)
+	}
+	step, n := int64(le.Uint64(h[12:])), le.Uint32(h[20:])
+	if n > maxMetaBytes {
+		return 0, meta, fmt.Errorf("%w: a meta of %d bytes, at most %d", ErrCheckpoint, n, maxMetaBytes)
+	}
+	b := make([]byte, n)
+	if err := read(b); err != nil {
+		return 0, meta, err
+	}
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return 0, meta, fmt.Errorf("%w: meta: %v", ErrCheckpoint, err)
+	}
+	return step, meta, nil
 }
 
 // reader decodes little-endian values, remembering the first overrun.

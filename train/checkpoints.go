@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
 	"slices"
@@ -152,6 +153,42 @@ func (c *Checkpoints) Latest(ctx context.Context) (*Checkpoint, error) {
 // fs.ErrNotExist.
 func (c *Checkpoints) Read(ctx context.Context, step int64) (*Checkpoint, error) {
 	return readCheckpoint(ctx, c.st, c.key(CheckpointName(step)))
+}
+
+// Streamer is implemented by Objects that read an object as a stream (a
+// job directory's store): Checkpoints.Meta reads only a checkpoint's
+// header through it.
+type Streamer interface {
+	NewReader(ctx context.Context, key string) (io.ReadCloser, error)
+}
+
+// Meta reads the meta of the checkpoint of step without its tensors (only
+// its header, when c's Objects is a Streamer; the whole object otherwise),
+// so that what a checkpoint needs can be checked before it is loaded. A
+// missing checkpoint is an error matching fs.ErrNotExist.
+func (c *Checkpoints) Meta(ctx context.Context, step int64) (CheckpointMeta, error) {
+	key := c.key(CheckpointName(step))
+	s, ok := c.st.(Streamer)
+	if !ok {
+		ck, err := readCheckpoint(ctx, c.st, key)
+		if err != nil {
+			return CheckpointMeta{}, err
+		}
+		return ck.Meta, nil
+	}
+	r, err := s.NewReader(ctx, key)
+	if err != nil {
+		return CheckpointMeta{}, fmt.Errorf("read checkpoint: %w", err)
+	}
+	defer r.Close()
+	got, meta, err := DecodeCheckpointHeader(r)
+	if err == nil && got != step {
+		err = fmt.Errorf("%w: step %d, named %s", ErrCheckpoint, got, CheckpointName(step))
+	}
+	if err != nil {
+		return CheckpointMeta{}, fmt.Errorf("read checkpoint %s: %w", key, err)
+	}
+	return meta, nil
 }
 
 // Pin copies the checkpoint of step into the directory dir of the same

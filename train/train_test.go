@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -110,6 +111,41 @@ func TestCheckpointRoundTripAndCorruption(t *testing.T) {
 		"wrong file": []byte("{\"not\":\"a checkpoint\"}"),
 	} {
 		if _, err := DecodeCheckpoint(bad); !errors.Is(err, ErrCheckpoint) {
+			t.Errorf("%s: error %v, want ErrCheckpoint", name, err)
+		}
+	}
+}
+
+// TestCheckpointHeaderReadsOnlyTheMeta: DecodeCheckpointHeader returns
+// the step and meta DecodeCheckpoint does, reading no further than the
+// meta (the tensors after it never reach the reader), and refuses a
+// foreign, truncated or other-version header and a meta length past
+// 1 MiB before allocating it.
+func TestCheckpointHeaderReadsOnlyTheMeta(t *testing.T) {
+	c := &Checkpoint{Step: 42, Meta: CheckpointMeta{Model: "dnn", Dim: 3, Classes: 2, TransformHash: "ab", Spec: &ModelSpec{HiddenUnits: []int{8, 4}}},
+		Tensors: map[string][]float64{"params": make([]float64, 1000)}}
+	b, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := len(ckptMagic) + 4 + 8 + 4 + int(binary.LittleEndian.Uint32(b[20:]))
+	step, meta, err := DecodeCheckpointHeader(bytes.NewReader(b[:end])) // the header alone
+	if err != nil || step != 42 || !meta.Equal(c.Meta) || len(meta.Spec.HiddenUnits) != 2 {
+		t.Fatalf("DecodeCheckpointHeader = %d, %+v, %v; want 42, %+v", step, meta, err, c.Meta)
+	}
+	huge := slices.Clone(b)
+	binary.LittleEndian.PutUint32(huge[20:], 1<<31)
+	other := slices.Clone(b)
+	binary.LittleEndian.PutUint32(other[8:], CheckpointVersion+1)
+	for name, bad := range map[string][]byte{
+		"truncated meta": b[:end-1],
+		"no meta length": b[:21],
+		"empty":          nil,
+		"wrong file":     []byte("{\"not\":\"a checkpoint, not at all\"}"),
+		"other version":  other,
+		"huge meta":      huge,
+	} {
+		if _, _, err := DecodeCheckpointHeader(bytes.NewReader(bad)); !errors.Is(err, ErrCheckpoint) {
 			t.Errorf("%s: error %v, want ErrCheckpoint", name, err)
 		}
 	}
