@@ -26,6 +26,7 @@ import (
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
@@ -695,6 +696,16 @@ const evalBatch = 1024
 // model runs in a child process under a memory limit, as Train's does,
 // after waiting for a heavy slot.
 func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (workflows.EvaluateResult, error) {
+	// The workflow checked eval_spec.name (jobspec.Validate), but the name
+	// becomes a path element of the job directory (jobdir.EvalLogsDir):
+	// the activity checks it again whoever scheduled it. "" is the
+	// default evaluation.
+	if in.Name != "" {
+		if err := ident.Check(in.Name); err != nil {
+			return workflows.EvaluateResult{}, nonRetryable(workflows.ErrTypeInvalidSpec,
+				fmt.Errorf("%w: eval_spec.name: %v: letters, digits and '_', starting with a letter", jobspec.ErrInvalid, err))
+		}
+	}
 	defer a.Metrics.started("evaluate", activity.GetInfo(ctx).Attempt)()
 	hb := keepAlive(ctx)
 	defer hb.Stop()
@@ -707,7 +718,7 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
-	ck, err := jd.pinCheckpoint(ctx, in.Step)
+	meta, err := jd.pinCheckpoint(ctx, in.Step)
 	if err != nil {
 		return workflows.EvaluateResult{}, err
 	}
@@ -715,11 +726,11 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		return workflows.EvaluateResult{}, err
 	}
 	// All the evaluation data is loaded, then cut to in.Batches batches.
-	need, err := train.EvalMemoryNeed(ck.Meta, evalBatch, int(m.EvalRows))
+	need, err := train.EvalMemoryNeed(meta, evalBatch, int(m.EvalRows))
 	if err != nil {
 		return workflows.EvaluateResult{}, fmt.Errorf("evaluate checkpoint %d: %w", in.Step, err)
 	}
-	if err := a.checkMemory(need, ck.Meta, evalBatch, m.EvalRows, "evaluation"); err != nil {
+	if err := a.checkMemory(need, meta, fmt.Sprintf("the evaluation batch of %d rows", evalBatch), m.EvalRows, "evaluation"); err != nil {
 		return workflows.EvaluateResult{}, err
 	}
 	release, err := a.Heavy.Acquire(ctx)
@@ -734,11 +745,14 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 	rows := max(in.Batches*in.BatchSize, 0)
 	var mt train.Metrics
 	if a.inProcess(jd) {
+		ck, err := jd.Checkpoints().In(jobdir.PinnedDir).Read(ctx, in.Step)
+		if err != nil {
+			return workflows.EvaluateResult{}, fmt.Errorf("evaluate checkpoint %d: %w", in.Step, err)
+		}
 		if mt, err = evaluateOn(ck, dataDir, m.Dim, m.Eval, rows); err != nil {
 			return workflows.EvaluateResult{}, err
 		}
-	} else {
-		ck = nil // the child reads its own copy
+	} else { // the child reads the pinned checkpoint itself
 		if mt, err = a.evaluateInChild(ctx, hb, jd, in.Step, dataDir, m, rows); err != nil {
 			return workflows.EvaluateResult{}, err
 		}
@@ -783,34 +797,36 @@ func (a *Activities) evaluateInChild(ctx context.Context, hb *beater, jd *jobDir
 	return *final.Metrics, nil
 }
 
-// pinCheckpoint pins the checkpoint of step and reads it: a copy in
-// eval/pinned (a hard link in a local directory) that retention cannot
-// delete. Only the step being evaluated, and then exported, needs one: the
-// workflow evaluates and exports one step at a time, so the other pins
-// are removed. A checkpoint already deleted is a CheckpointGone error.
-func (j *jobDir) pinCheckpoint(ctx context.Context, step int64) (*train.Checkpoint, error) {
+// pinCheckpoint pins the checkpoint of step and reads its meta (its
+// header only: the tensors are read where the model runs, after the
+// memory check): a copy in eval/pinned (a hard link in a local directory)
+// that retention cannot delete. Only the step being evaluated, and then
+// exported, needs one: the workflow evaluates and exports one step at a
+// time, so the other pins are removed. A checkpoint already deleted is a
+// CheckpointGone error.
+func (j *jobDir) pinCheckpoint(ctx context.Context, step int64) (train.CheckpointMeta, error) {
 	cks := j.Checkpoints()
 	pins := cks.In(jobdir.PinnedDir)
-	ck, err := pins.Read(ctx, step)
+	meta, err := pins.Meta(ctx, step)
 	if errors.Is(err, fs.ErrNotExist) {
 		err = cks.Pin(ctx, step, jobdir.PinnedDir)
 		if errors.Is(err, fs.ErrNotExist) { // retention deleted it: the evaluator's queue may hold it
 			err = cks.In(jobdir.QueueDir).Pin(ctx, step, jobdir.PinnedDir)
 		}
 		if err == nil {
-			ck, err = pins.Read(ctx, step)
+			meta, err = pins.Meta(ctx, step)
 		}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nonRetryable(workflows.ErrTypeCheckpointGone, err)
+		return meta, nonRetryable(workflows.ErrTypeCheckpointGone, err)
 	}
 	if err != nil {
-		return nil, err
+		return meta, err
 	}
 	if err := pins.DeleteIf(ctx, func(s int64) bool { return s != step }); err != nil {
-		return nil, err
+		return meta, err
 	}
-	return ck, nil
+	return meta, nil
 }
 
 // exportedCheckpoint reads the checkpoint an export of step uses: the

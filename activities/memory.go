@@ -58,8 +58,10 @@ func (a *Activities) maxTrainBytes() int64 {
 // over the worker's limit, naming the spec fields behind the largest part
 // of it. It runs before anything is loaded or allocated: a spec that asks
 // for more than the machine has must fail the job, not kill the worker
-// (and every worker its retries land on).
-func (a *Activities) checkMemory(need train.Memory, meta train.CheckpointMeta, batch int, rows int64, role string) error {
+// (and every worker its retries land on). batch names the batch the role
+// computes on: "model.batch_size N" for training, the evaluation's own
+// fixed batch (not a spec field) for evaluation.
+func (a *Activities) checkMemory(need train.Memory, meta train.CheckpointMeta, batch string, rows int64, role string) error {
 	limit, total := a.maxTrainBytes(), need.Total()
 	if total <= limit {
 		return nil
@@ -72,11 +74,11 @@ func (a *Activities) checkMemory(need train.Memory, meta train.CheckpointMeta, b
 	var fault string
 	switch max(need.Data, need.Inputs, need.Activations, need.Model+need.Checkpoint) {
 	case need.Inputs:
-		fault = fmt.Sprintf("model.batch_size %d × %s", batch, dim)
+		fault = fmt.Sprintf("%s × %s", batch, dim)
 	case need.Activations:
-		fault = fmt.Sprintf("model.batch_size %d × the layers' widths", batch)
+		fault = fmt.Sprintf("%s × the layers' widths", batch)
 		if hidden != "" {
-			fault = fmt.Sprintf("model.batch_size %d × %s", batch, hidden)
+			fault = fmt.Sprintf("%s × %s", batch, hidden)
 		}
 	case need.Data:
 		fault = fmt.Sprintf("the data's %d rows (data.train, data.eval) × %s", rows, dim)
@@ -116,7 +118,7 @@ func (a *Activities) checkTrainMemory(in workflows.TrainInput, rows int64, role 
 	if err != nil {
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInvalidSpec, nil)
 	}
-	return a.checkMemory(need, meta, in.Model.BatchSize, rows, role)
+	return a.checkMemory(need, meta, fmt.Sprintf("model.batch_size %d", in.Model.BatchSize), rows, role)
 }
 
 // Defaults of the Ceilings fields left 0. DefaultMaxJobFiles lets a job
