@@ -127,7 +127,9 @@ func nonRetryable(errType string, err error) error {
 
 // PrepareJob resolves and claims the job directory and makes the raw data
 // available: the census preset's files, or generated census-like rows
-// written once into the job directory.
+// written once into the job directory. A spec past the worker's ceilings
+// on steps and files (checkCeilings) is refused before the directory is
+// created or claimed.
 func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) (workflows.PrepareResult, error) {
 	defer keepAlive(ctx).Stop()
 	spec := in.Spec
@@ -135,6 +137,11 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 		return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
 	}
 	if err := a.checkBeamArgs(spec.Data.BeamFlags()); err != nil {
+		return workflows.PrepareResult{}, err
+	}
+	// The ceilings a spec alone decides (steps, files), before a
+	// directory is made or claimed for a job that could never train here.
+	if err := a.checkCeilings(spec.Train); err != nil {
 		return workflows.PrepareResult{}, err
 	}
 	var dir string
@@ -546,7 +553,7 @@ func presized(dim int, shards []preprocess.ShardResult) preprocess.Examples {
 // and memory limit (checkTrainMemory) first, and the work waits for one of
 // the worker's heavy slots (Activities.Heavy), heartbeating.
 func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workflows.TrainResult, error) {
-	if err := a.checkCeilings(in); err != nil {
+	if err := a.checkCeilings(in.Train); err != nil {
 		return workflows.TrainResult{}, err
 	}
 	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)

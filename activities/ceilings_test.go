@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
@@ -60,7 +61,7 @@ func TestCeilingsRefuseClearly(t *testing.T) {
 		{MaxSteps: 1000, SaveCheckpointsSteps: 10, SaveSummarySteps: 1},
 		{MaxSteps: 1_000_000, SaveCheckpointsSecs: 60, SaveSummarySteps: 1000},
 	} {
-		if err := acts.checkCeilings(workflows.TrainInput{Train: ok}); err != nil {
+		if err := acts.checkCeilings(ok); err != nil {
 			t.Errorf("%+v: %v, want it allowed", ok, err)
 		}
 	}
@@ -106,6 +107,65 @@ func TestShardCeilingStopsPreprocessing(t *testing.T) {
 		t.Fatalf("%d bytes of shards written", written)
 	}
 	t.Logf("refused in %v: %v", time.Since(t0).Round(time.Millisecond), err)
+}
+
+// TestPrepareRefusesPastCeilings: PrepareJob checks the ceilings a spec
+// alone decides (train.max_steps, the files its checkpoints and summaries
+// make) before it makes or claims the job directory: a refused spec, with
+// the default job directory or a job_dir of its own, fails at once,
+// non-retryable InvalidSpec naming the field and the flag, and leaves no
+// directory, claim or generated data behind. The same job within the
+// ceilings is prepared.
+func TestPrepareRefusesPastCeilings(t *testing.T) {
+	acts := newActs(t)
+	e := env(acts)
+	acts.Ceilings = Ceilings{MaxSteps: 1_000_000, MaxJobFiles: 300}
+	for _, c := range []struct {
+		name                 string
+		steps, ckpt, summary int64
+		want                 string
+	}{
+		{"max_steps", 1e12, 1000, 100, "train.max_steps 1000000000000 is over this worker's ceiling of 1000000 steps (worker --max-steps)"},
+		{"checkpoint files", 1000, 9, 100, "train.save_checkpoints_steps 9 with train.max_steps 1000 commits 112 checkpoints, writing up to 336 files; this worker allows 300 files per job (worker --max-job-files)"},
+		{"summary points", 1_000_000, 100_000, 1, "train.save_summary_steps 1 with train.max_steps 1000000 records 1000000 summary points; this worker allows 3000 per job (10 per file of worker --max-job-files)"},
+	} {
+		for _, named := range []bool{false, true} {
+			name := c.name + " default job_dir"
+			if named {
+				name = c.name + " job_dir"
+			}
+			t.Run(name, func(t *testing.T) {
+				s := spec("ceil_prep")
+				s.Train.MaxSteps, s.Train.SaveCheckpointsSteps, s.Train.SaveSummarySteps = c.steps, c.ckpt, c.summary
+				dir := filepath.Join(acts.Home, "jobs", s.JobID)
+				if named {
+					dir = filepath.Join(t.TempDir(), "named", "ceil_prep")
+					s.JobDir = dir
+				}
+				_, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: "run1"})
+				var ae *temporal.ApplicationError
+				if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeInvalidSpec || !ae.NonRetryable() || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("PrepareJob: %v, want non-retryable InvalidSpec %q", err, c.want)
+				}
+				for _, p := range []string{dir, filepath.Dir(dir)} {
+					if _, err := os.Stat(p); !os.IsNotExist(err) {
+						t.Fatalf("%s after the refused PrepareJob: %v, want no directory", p, err)
+					}
+				}
+			})
+		}
+	}
+	s := spec("ceil_prep")
+	s.Train.MaxSteps, s.Train.SaveCheckpointsSteps, s.Train.SaveSummarySteps = 1000, 10, 1
+	v, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: "run1"})
+	if err != nil {
+		t.Fatalf("PrepareJob at the ceilings: %v", err)
+	}
+	var prep workflows.PrepareResult
+	v.Get(&prep)
+	if _, err := os.Stat(filepath.Join(prep.JobDir, jobdir.ClaimFile)); err != nil {
+		t.Fatalf("PrepareJob at the ceilings: no claim: %v", err)
+	}
 }
 
 // TestHeavySlotsBoundAndHeartbeat holds the worker's one heavy slot and

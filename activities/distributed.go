@@ -325,7 +325,7 @@ func (a *Activities) TrainWorker(ctx context.Context, in workflows.RoleInput) (w
 
 // trainWorker is TrainWorker's work, reporting its progress to w.
 func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, name string, hb *beater, w *stallWatch) (workflows.WorkerResult, error) {
-	if err := a.checkCeilings(in.TrainInput); err != nil {
+	if err := a.checkCeilings(in.Train); err != nil {
 		return workflows.WorkerResult{}, err
 	}
 	jd, err := a.openJobDir(ctx, in.JobDir)

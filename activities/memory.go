@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -169,13 +170,15 @@ func (a *Activities) maxShardBytes() int64 {
 	return orDefault(a.Ceilings.MaxShardBytes, DefaultMaxShardBytes)
 }
 
-// checkCeilings refuses training in that asks for more steps or files
+// checkCeilings refuses a train spec t that asks for more steps or files
 // than the worker allows, with a non-retryable InvalidSpec error naming
-// the field and the smallest value that would pass.
-func (a *Activities) checkCeilings(in workflows.TrainInput) error {
+// the field and the smallest value that would pass. It needs nothing but
+// the spec: PrepareJob checks it before the job directory is claimed, and
+// Train and TrainWorker again (a worker's ceilings may differ, and an
+// input can come from any client).
+func (a *Activities) checkCeilings(t jobspec.TrainSpec) error {
 	c := a.Ceilings
 	maxSteps, maxFiles := orDefault(c.MaxSteps, DefaultMaxSteps), orDefault(c.MaxJobFiles, DefaultMaxJobFiles)
-	t := in.Train
 	refuse := func(format string, args ...any) error {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), workflows.ErrTypeInvalidSpec, nil)
 	}
