@@ -69,44 +69,75 @@ func TestCeilingsRefuseClearly(t *testing.T) {
 
 // TestShardCeilingStopsPreprocessing preprocesses the issue's hash column
 // of 2^20 buckets on 200 rows (1.7 GB of float64 shards) under a 100 MB
-// ceiling: the run fails, non-retryable InvalidSpec naming the column and
-// the flag, having written no shard.
+// ceiling and under the defaults a worker gets (--max-shard-bytes 1 GiB):
+// the run fails, non-retryable InvalidSpec naming the column's
+// hash_buckets and the flag, having written no shard and no Transform.
+// The default lets Fashion-MNIST and census through.
 func TestShardCeilingStopsPreprocessing(t *testing.T) {
-	acts := newActs(t)
-	e := env(acts)
-	acts.Ceilings.MaxShardBytes = 100e6
-	s := hashSpec("shards_1", 1<<20, 200)
-	v, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: "run1"})
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name    string
+		ceiling int64
+		want    string
+	}{
+		{"100 MB ceiling", 100e6, "over this worker's ceiling of 100000000 bytes (worker --max-shard-bytes)"},
+		{"defaults", 0, "over this worker's ceiling of 1073741824 bytes (worker --max-shard-bytes)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			acts := newActs(t)
+			e := env(acts)
+			acts.Ceilings.MaxShardBytes = c.ceiling
+			s := hashSpec("shards_1", 1<<20, 200)
+			v, err := e.ExecuteActivity(acts.PrepareJob, workflows.PrepareInput{Spec: s, FirstRunID: "run1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var prep workflows.PrepareResult
+			v.Get(&prep)
+			in := workflows.PreprocessInput{JobDir: prep.JobDir, BeamArgs: s.Data.BeamFlags(), Request: preprocess.Request{Schema: *s.Data.Schema, Train: prep.Train, Eval: prep.Eval,
+				OutDir: prep.JobDir, TrainShards: 2, EvalShards: 1, Seed: 1, MaxBadFraction: 0.001,
+				MaxShardBytes: 1 << 62}} // a client's value: the operator's wins
+			t0 := time.Now()
+			_, err = e.ExecuteActivity(acts.Preprocess, in)
+			var ae *temporal.ApplicationError
+			if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeInvalidSpec || !ae.NonRetryable() {
+				t.Fatalf("Preprocess: %v, want non-retryable InvalidSpec", err)
+			}
+			for _, want := range []string{c.want, "the train split: 200 rows × (1048644 features + the label)", `data.schema column "workclass" hash_buckets 1048576 (1048576 of the 1048644 features)`} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("Preprocess: %q does not say %q", err, want)
+				}
+			}
+			var written int64
+			filepath.Walk(filepath.Join(prep.JobDir, preprocess.DataDir), func(_ string, fi os.FileInfo, err error) error {
+				if err == nil && !fi.IsDir() {
+					written += fi.Size()
+				}
+				return nil
+			})
+			if written > 0 {
+				t.Fatalf("%d bytes of shards written", written)
+			}
+			if _, err := os.Stat(filepath.Join(prep.JobDir, preprocess.TransformPath)); !os.IsNotExist(err) {
+				t.Fatalf("the refused run's Transform: %v, want none written", err)
+			}
+			t.Logf("refused in %v: %v", time.Since(t0).Round(time.Millisecond), err)
+		})
 	}
-	var prep workflows.PrepareResult
-	v.Get(&prep)
-	in := workflows.PreprocessInput{JobDir: prep.JobDir, BeamArgs: s.Data.BeamFlags(), Request: preprocess.Request{Schema: *s.Data.Schema, Train: prep.Train, Eval: prep.Eval,
-		OutDir: prep.JobDir, TrainShards: 2, EvalShards: 1, Seed: 1, MaxBadFraction: 0.001,
-		MaxShardBytes: 1 << 62}} // a client's value: the operator's wins
-	t0 := time.Now()
-	_, err = e.ExecuteActivity(acts.Preprocess, in)
-	var ae *temporal.ApplicationError
-	if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeInvalidSpec || !ae.NonRetryable() {
-		t.Fatalf("Preprocess: %v, want non-retryable InvalidSpec", err)
-	}
-	for _, want := range []string{"over this worker's ceiling of 100000000 bytes (worker --max-shard-bytes)", `data.schema column "workclass" (1048576 features`} {
-		if !strings.Contains(err.Error(), want) {
-			t.Fatalf("Preprocess: %q does not say %q", err, want)
+	// What the default must let through: Fashion-MNIST's 70,000 images of
+	// 784 pixels, census's 48,842 rows (its wide-and-deep Transform's
+	// dimension is under 500).
+	for _, ok := range []struct {
+		name string
+		rows int64
+		dim  int
+	}{{"Fashion-MNIST", 70_000, 784}, {"census", 48_842, 500}} {
+		if need := preprocess.ShardBytes(ok.rows, ok.dim); need > DefaultMaxShardBytes {
+			t.Errorf("%s: %d bytes of shards, over the default ceiling %d", ok.name, need, DefaultMaxShardBytes)
 		}
 	}
-	var written int64
-	filepath.Walk(filepath.Join(prep.JobDir, preprocess.DataDir), func(_ string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() {
-			written += fi.Size()
-		}
-		return nil
-	})
-	if written > 0 {
-		t.Fatalf("%d bytes of shards written", written)
+	if need := preprocess.ShardBytes(200, 1<<20); need <= DefaultMaxShardBytes {
+		t.Errorf("the issue's 2^20 buckets × 200 rows: %d bytes, within the default ceiling %d", need, DefaultMaxShardBytes)
 	}
-	t.Logf("refused in %v: %v", time.Since(t0).Round(time.Millisecond), err)
 }
 
 // TestPrepareRefusesPastCeilings: PrepareJob checks the ceilings a spec

@@ -39,21 +39,71 @@ func checkShardBytes(t *Transform, rows int64, limit int64, what string) error {
 		ErrShardBytes, what, rows, t.Dim, need, limit, t.widest())
 }
 
-// widest names the feature that contributes most to t.Dim, for an error
-// message: ", mostly data.schema column NAME (N features)".
+// widest names the feature that takes most of t.Dim and the spec field
+// that sets its width, for an error message: `, mostly data.schema column
+// "c" hash_buckets 1048576 (1048576 of the 1048644 features)`.
 func (t *Transform) widest() string {
-	best, width := "", 0
-	for _, f := range t.Features {
-		w := f.HashBuckets
-		if n := len(f.Vocab) + max(f.OOVBuckets, 1); len(f.Vocab) > 0 && n > w {
-			w = n
-		}
-		if w > width {
-			best, width = f.Name, w
+	var w *Feature
+	for i := range t.Features {
+		if f := &t.Features[i]; w == nil || f.Width > w.Width {
+			w = f
 		}
 	}
-	if width < 2 {
+	if w == nil || w.Width < 2 {
 		return ""
 	}
-	return fmt.Sprintf(", mostly data.schema column %q (%d features: one per bucket)", best, width)
+	var field string
+	switch w.Treatment {
+	case Hash:
+		field = fmt.Sprintf("data.schema column %q hash_buckets %d", w.Name, w.HashBuckets)
+	case crossTreatment:
+		field = fmt.Sprintf("data.schema crosses %q hash_buckets %d", w.Name, w.HashBuckets)
+	case OneHot:
+		field = fmt.Sprintf("data.schema column %q: its vocabulary of %d values (top_k, min_frequency) and num_oov_buckets %d", w.Name, len(w.Vocab), max(w.OOVBuckets, 1))
+	case Bucketize:
+		field = fmt.Sprintf("data.schema column %q buckets %d", w.Name, len(w.Boundaries)+1)
+	case Scale:
+		field = fmt.Sprintf("data.schema column %q length %d", w.Name, w.Width)
+	default:
+		field = fmt.Sprintf("data.schema column %q", w.Name)
+	}
+	return fmt.Sprintf(", mostly %s (%d of the %d features)", field, w.Width, t.Dim)
+}
+
+// evalRows counts the rows of r's eval split, reading each eval block
+// once (as TransformBlock will): the shards' size is known before any
+// is written.
+func (r *Request) evalRows() (int64, error) {
+	_, eval, err := r.Blocks()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, b := range eval {
+		k, err := r.Schema.blockRows(b)
+		if err != nil {
+			return 0, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// blockRows is the number of rows of b that TransformBlock reads: its
+// images (IDX), or its data lines (blank and comment lines and a CSV
+// header left out; lines that will be rejected counted).
+func (s *Schema) blockRows(b Block) (int64, error) {
+	if s.format() == FormatIDX {
+		return b.End - b.Start, nil
+	}
+	data, base, err := readBlock(b)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	eachLine(data, base, s.Header && s.format() == FormatCSV, s.CommentPrefix, func(int, int, int64) error {
+		n++
+		return nil
+	})
+	return n, nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -377,4 +379,44 @@ func censusLines(tb testing.TB, n int, seed uint64, test bool) []string {
 		}
 	}
 	return out
+}
+
+// TestShardCeilingCountsTheWholeRun: a run whose train split and every
+// block fit under Request.MaxShardBytes but whose train and eval shards
+// together do not is refused with ErrShardBytes once the Transform is
+// fitted, before the Transform or any shard is written (each eval block
+// alone fits: checking blocks only let it write them all); the exact size
+// of its shards passes.
+func TestShardCeilingCountsTheWholeRun(t *testing.T) {
+	r := writeCensus(t, 500)
+	m, err := RunLocal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := ShardBytes(m.TrainRows+m.EvalRows, m.Dim)
+	if ShardBytes(m.TrainRows, m.Dim) >= total-1 || m.EvalRows == 0 {
+		t.Fatalf("train %d rows, eval %d: want eval rows to matter", m.TrainRows, m.EvalRows)
+	}
+	r.OutDir = filepath.Join(t.TempDir(), "job")
+	r.MaxShardBytes = total - 1
+	_, err = RunLocal(r)
+	want := fmt.Sprintf("the train and eval splits (%d + %d rows)", m.TrainRows, m.EvalRows)
+	if !errors.Is(err, ErrShardBytes) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "(worker --max-shard-bytes)") {
+		t.Fatalf("RunLocal 1 byte under the run's shards: %v, want ErrShardBytes naming %q and the flag", err, want)
+	}
+	var written []string
+	filepath.WalkDir(r.OutDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			written = append(written, p)
+		}
+		return nil
+	})
+	if len(written) > 0 {
+		t.Fatalf("the refused run wrote %v", written)
+	}
+	r.OutDir = filepath.Join(t.TempDir(), "job")
+	r.MaxShardBytes = total
+	if _, err := RunLocal(r); err != nil {
+		t.Fatalf("RunLocal at the run's shard bytes: %v", err)
+	}
 }

@@ -31,10 +31,11 @@ type Request struct {
 	// rows of either split are rejected.
 	MaxBadFraction float64 `json:"max_bad_fraction"`
 	// MaxShardBytes, if positive, bounds the bytes of the shards the run
-	// writes (ShardBytes of each split's rows): the train split is
-	// checked once the Transform is fitted, before any shard is written,
-	// and every block before its shard is; a run over it fails with
-	// ErrShardBytes. The worker sets it (its --max-shard-bytes).
+	// writes (ShardBytes of the train and eval rows together): the run
+	// is checked once the Transform is fitted, before the Transform or any
+	// shard is written (the eval split's rows counted by reading its
+	// blocks), and every block again before its shard is; a run over it
+	// fails with ErrShardBytes. The worker sets it (its --max-shard-bytes).
 	MaxShardBytes int64 `json:"max_shard_bytes,omitempty"`
 }
 
@@ -140,8 +141,19 @@ func (r *Request) WriteTransform(st *Stats) (*Transform, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("fit on %s: %w", strings.Join(r.Train, ", "), err)
 	}
-	if err := checkShardBytes(t, st.Rows, r.MaxShardBytes, "the train split"); err != nil {
-		return nil, nil, err
+	if r.MaxShardBytes > 0 {
+		// The whole run's shards, train and eval, before any is written
+		// (and before the Transform is, so a refused run leaves nothing).
+		if err := checkShardBytes(t, st.Rows, r.MaxShardBytes, "the train split"); err != nil {
+			return nil, nil, err
+		}
+		evalRows, err := r.evalRows()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := checkShardBytes(t, st.Rows+evalRows, r.MaxShardBytes, fmt.Sprintf("the train and eval splits (%d + %d rows)", st.Rows, evalRows)); err != nil {
+			return nil, nil, err
+		}
 	}
 	b, err := t.Marshal()
 	if err != nil {
