@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,24 +66,16 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 		return res, err
 	}
 	defer release()
-	out, err := a.locate("output_path", spec.OutputPath, true)
-	if err != nil {
-		return res, err
-	}
-	if other, err := enclosingJob(ctx, out); err != nil {
-		return res, err
-	} else if other != "" {
-		return res, refuse(fmt.Errorf("%w: output_path %q lies inside the job directory %s of another job", jobspec.ErrInvalid, spec.OutputPath, other))
-	}
-	jd, err := a.openToClaim(ctx, out)
+	jd, err := a.claimBatchOutput(ctx, in)
 	if err != nil {
 		return res, err
 	}
 	defer jd.Close()
-	if err := jd.claim(ctx, jobdir.Claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
+	res.OutputPath = jd.uri
+	key, err := jd.reportKey(ctx) // nil for a run from before signed progress
+	if err != nil {
 		return res, err
 	}
-	res.OutputPath = jd.uri
 	hb := keepAlive(ctx)
 	defer hb.Stop()
 
@@ -110,7 +103,7 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		a.watchBatch(watchCtx, req.WorkDir)
+		a.watchBatch(watchCtx, req.WorkDir, key)
 	}()
 	err = a.runChild(ctx, req.WorkDir, append(append([]string{"batch-predict", reqPath}, spec.BeamFlags()...), a.BeamArgs...))
 	stopWatch()
@@ -146,9 +139,61 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	return res, nil
 }
 
+// BatchReportKey claims the output directory of a batch prediction for
+// the calling job, as BatchPredict does (the same checks: inside the
+// roots, not inside another job's directory, not another job's), makes
+// the run's report key there (or, retried, returns the one it made) and
+// returns its public half. BatchPredict signs its batch_progress reports
+// with the private half, which never leaves the directory.
+func (a *Activities) BatchReportKey(ctx context.Context, in workflows.BatchPredictInput) (workflows.ReportKeyResult, error) {
+	defer keepAlive(ctx).Stop()
+	if err := in.Spec.Validate(); err != nil {
+		return workflows.ReportKeyResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
+	}
+	jd, err := a.claimBatchOutput(ctx, in)
+	if err != nil {
+		return workflows.ReportKeyResult{}, err
+	}
+	defer jd.Close()
+	pub, err := jd.newReportKey(ctx, activity.GetInfo(ctx).WorkflowExecution.RunID)
+	return workflows.ReportKeyResult{PublicKey: pub}, err
+}
+
+// claimBatchOutput opens the output directory of in's spec and claims it
+// for in's job (or checks that the claim there is this job's): it must
+// lie inside the roots and not inside another job's directory, and a
+// directory another job claimed is a JobExists error. The job that
+// scheduled the step must be the spec's job. The caller must Close it.
+func (a *Activities) claimBatchOutput(ctx context.Context, in workflows.BatchPredictInput) (*jobDir, error) {
+	spec := in.Spec
+	if id := a.scheduler(ctx); id != "" && id != spec.JobID {
+		return nil, notOwner(fmt.Errorf("job %s cannot claim an output directory for job %s", id, spec.JobID))
+	}
+	out, err := a.locate("output_path", spec.OutputPath, true)
+	if err != nil {
+		return nil, err
+	}
+	if other, err := enclosingJob(ctx, out); err != nil {
+		return nil, err
+	} else if other != "" {
+		return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: output_path %q lies inside the job directory %s of another job", jobspec.ErrInvalid, spec.OutputPath, other))
+	}
+	jd, err := a.openToClaim(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	if err := jd.claim(ctx, jobdir.Claim{JobID: spec.JobID, FirstRunID: in.FirstRunID}); err != nil {
+		jd.Close()
+		return nil, err
+	}
+	return jd, nil
+}
+
 // watchBatch signals the workflow the counts of the shards committed so
-// far whenever they change, at most every two seconds, until ctx ends.
-func (a *Activities) watchBatch(ctx context.Context, workDir string) {
+// far whenever they change, at most every two seconds, until ctx ends,
+// each signed with key (unsigned if nil: a run from before signed
+// progress).
+func (a *Activities) watchBatch(ctx context.Context, workDir string, key ed25519.PrivateKey) {
 	if a.Client == nil {
 		return
 	}
@@ -168,13 +213,22 @@ func (a *Activities) watchBatch(ctx context.Context, workDir string) {
 			continue // no plan yet
 		}
 		bp := workflows.BatchProgress{Rows: sum.Predictions + sum.Errors, Predictions: sum.Predictions, Errors: sum.Errors, Shards: sum.Shards, ShardsDone: sum.ShardsDone}
-		if bp == last || time.Since(sent) < 2*time.Second {
+		if sameProgress(bp, last) || time.Since(sent) < 2*time.Second {
 			continue
+		}
+		if key != nil {
+			bp.Signature = ed25519.Sign(key, workflows.BatchProgressBytes(id, bp))
 		}
 		if err := a.Client.SignalWorkflow(ctx, id, "", workflows.BatchProgressSignal, bp); err == nil {
 			last, sent = bp, time.Now()
 		}
 	}
+}
+
+// sameProgress reports whether a and b count the same rows and shards
+// (signatures aside).
+func sameProgress(a, b workflows.BatchProgress) bool {
+	return a.Rows == b.Rows && a.Predictions == b.Predictions && a.Errors == b.Errors && a.Shards == b.Shards && a.ShardsDone == b.ShardsDone
 }
 
 // batchBundle returns the local directory of the spec's bundle (staged

@@ -1,7 +1,9 @@
 package activities
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -112,6 +114,73 @@ func TestBatchPredictActivity(t *testing.T) {
 		defer st.Close()
 		if objs, _ := st.List(context.Background(), "stolen/"); len(objs) != 0 {
 			t.Fatalf("the refused job wrote %q into the training job's directory", objs)
+		}
+	}
+}
+
+// TestBatchReportKey: BatchReportKey claims a batch prediction's output
+// directory for its job and makes the run's report key there; a retry
+// returns the same public key, whose private half only the directory
+// holds (what BatchPredict signs its progress with). A job other than the
+// spec's scheduling the step, another job naming the same output, and an
+// output inside another job's directory are refused before any key is
+// made.
+func TestBatchReportKey(t *testing.T) {
+	ctx := context.Background()
+	acts := newActs(t)
+	e := env(acts)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "predictions")
+	ps := jobspec.PredictionSpec{JobID: "bp_key", ModelDir: filepath.Join(dir, "model"), InputPaths: []string{filepath.Join(dir, "in.csv")}, OutputPath: out, DataFormat: jobspec.FormatCSV}.WithDefaults()
+	in := workflows.BatchPredictInput{Spec: ps, FirstRunID: "bp-run"}
+	var keys [2]workflows.ReportKeyResult
+	for i := range keys {
+		v, err := e.ExecuteActivity(acts.BatchReportKey, in)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i+1, err)
+		}
+		v.Get(&keys[i])
+	}
+	if len(keys[0].PublicKey) != ed25519.PublicKeySize || !bytes.Equal(keys[0].PublicKey, keys[1].PublicKey) {
+		t.Fatalf("public keys %x and %x, want one %d-byte key", keys[0].PublicKey, keys[1].PublicKey, ed25519.PublicKeySize)
+	}
+	jd, err := acts.openJobDir(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jd.Close()
+	priv, err := jd.reportKey(ctx)
+	if err != nil || priv == nil || !bytes.Equal(priv.Public().(ed25519.PublicKey), keys[0].PublicKey) {
+		t.Fatalf("the output's report key: %v; want the private half of %x", err, keys[0].PublicKey)
+	}
+	p := workflows.BatchProgress{Rows: 10, Predictions: 10, Shards: 2, ShardsDone: 1}
+	if !ed25519.Verify(keys[0].PublicKey, workflows.BatchProgressBytes("bp_key", p), ed25519.Sign(priv, workflows.BatchProgressBytes("bp_key", p))) {
+		t.Fatal("a report signed with the output's key does not verify")
+	}
+
+	other := ps
+	other.JobID = "bp_other"
+	_, err = e.ExecuteActivity(acts.BatchReportKey, workflows.BatchPredictInput{Spec: other, FirstRunID: "other-run"})
+	if errType(err) != workflows.ErrTypeJobExists {
+		t.Fatalf("another job's output: %v, want JobExists", err)
+	}
+	asJob(acts, "intruder")
+	intruded := ps
+	intruded.OutputPath = filepath.Join(dir, "intruded")
+	_, err = e.ExecuteActivity(acts.BatchReportKey, workflows.BatchPredictInput{Spec: intruded, FirstRunID: "bp-run"})
+	if errType(err) != workflows.ErrTypeNotOwner {
+		t.Fatalf("scheduled by another job: %v, want NotOwner", err)
+	}
+	asJob(acts, "bp_inside")
+	inside := ps
+	inside.JobID, inside.OutputPath = "bp_inside", filepath.Join(out, "nested")
+	_, err = e.ExecuteActivity(acts.BatchReportKey, workflows.BatchPredictInput{Spec: inside, FirstRunID: "inside-run"})
+	if errType(err) != workflows.ErrTypeInvalidSpec || !strings.Contains(err.Error(), "output_path") {
+		t.Fatalf("output inside another job's directory: %v, want InvalidSpec naming output_path", err)
+	}
+	for _, p := range []string{filepath.Join(dir, "intruded"), filepath.Join(out, "nested")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s after a refused BatchReportKey: %v", p, err)
 		}
 	}
 }

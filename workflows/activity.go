@@ -109,6 +109,10 @@ const (
 	// servers sign their reports to it with (checkpoint_committed
 	// signals, register_parameter_server updates).
 	ReportKeyActivity = "ReportKey"
+	// BatchReportKeyActivity claims a batch prediction's output directory
+	// and makes the key its BatchPredict signs its progress reports with
+	// (batch_progress signals).
+	BatchReportKeyActivity = "BatchReportKey"
 )
 
 // acts are the activities the workflows call, one field each. Adding an
@@ -132,6 +136,7 @@ var acts = struct {
 	TuningHistory      Activity[TuningHistoryInput, TuningReport]
 	BatchPredict       Activity[BatchPredictInput, BatchPredictionResult]
 	ReportKey          Activity[ReportKeyInput, ReportKeyResult]
+	BatchReportKey     Activity[BatchPredictInput, ReportKeyResult]
 }{
 	PrepareJob:         Activity[PrepareInput, PrepareResult]{PrepareJobActivity},
 	Preprocess:         Activity[PreprocessInput, jobspec.PreprocessResult]{PreprocessActivity},
@@ -149,6 +154,7 @@ var acts = struct {
 	TuningHistory:      Activity[TuningHistoryInput, TuningReport]{TuningHistoryActivity},
 	BatchPredict:       Activity[BatchPredictInput, BatchPredictionResult]{BatchPredictActivity},
 	ReportKey:          Activity[ReportKeyInput, ReportKeyResult]{ReportKeyActivity},
+	BatchReportKey:     Activity[BatchPredictInput, ReportKeyResult]{BatchReportKeyActivity},
 }
 
 // ActivityRefs returns every activity the workflows call, in the order of

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"time"
@@ -14,9 +15,28 @@ import (
 const (
 	BatchPredictionJobName = "BatchPredictionJob"
 	// BatchProgressSignal carries a BatchProgress from the BatchPredict
-	// activity to the workflow (at most one every few seconds).
+	// activity to the workflow (at most one every few seconds), signed
+	// with the run's report key (BatchReportKey) since
+	// batchSignedProgressChange.
 	BatchProgressSignal = "batch_progress"
 )
+
+// batchSignedProgressChange marks batch prediction runs whose progress
+// reports are signed: the run first claims its output and makes its
+// report key (BatchReportKey), and a batch_progress signal the key does
+// not verify is ignored, so a namespace client cannot set the progress
+// query's counts (a forged huge rows count froze them: every genuine
+// report had fewer rows).
+const batchSignedProgressChange = "batch-signed-progress"
+
+// batchProgressTag is the domain separation of signed progress reports.
+const batchProgressTag = "trainflow batch_progress v1"
+
+// BatchProgressBytes is what BatchPredict signs with the run's report key
+// to report progress p of job jobID (its Signature left out).
+func BatchProgressBytes(jobID string, p BatchProgress) []byte {
+	return signedBytes(batchProgressTag, jobID, p.Rows, p.Predictions, p.Errors, p.Shards, p.ShardsDone)
+}
 
 // PhasePredicting is a batch prediction job running its pipeline.
 const PhasePredicting = "PREDICTING"
@@ -37,6 +57,10 @@ type BatchProgress struct {
 	Errors      int64 `json:"errors"`
 	Shards      int   `json:"shards"`
 	ShardsDone  int   `json:"shards_done"`
+	// Signature is BatchPredict's, with the run's report key, of
+	// BatchProgressBytes (runs since batchSignedProgressChange); the
+	// progress query leaves it out.
+	Signature []byte `json:"signature,omitempty"`
 }
 
 // BatchPredictionResult is the result of BatchPredictionJob.
@@ -131,6 +155,20 @@ func runBatch(ctx workflow.Context, spec jobspec.PredictionSpec, p *BatchPredict
 	setBatchPhase(ctx, p, PhasePredicting)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("batch prediction of %d input paths (%s) into %s", len(spec.InputPaths), spec.DataFormat, spec.OutputPath))
 
+	var key ed25519.PublicKey // nil: a run from before batchSignedProgressChange, reports not signed
+	if workflow.GetVersion(ctx, batchSignedProgressChange, workflow.DefaultVersion, 1) >= 1 {
+		// A new key for each run, in the output directory the run claims
+		// first: reports signed for another run do not verify.
+		kctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "claim the output and make the report key"))
+		k, err := acts.BatchReportKey.Run(kctx, BatchPredictInput{Spec: spec, FirstRunID: info.FirstRunID})
+		if err != nil {
+			return res, refusedDuplicate(ctx, p, err)
+		}
+		if len(k.PublicKey) != ed25519.PublicKeySize {
+			return res, fmt.Errorf("report key of %d bytes, want %d", len(k.PublicKey), ed25519.PublicKeySize)
+		}
+		key = k.PublicKey
+	}
 	progress := workflow.GetSignalChannel(ctx, BatchProgressSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
@@ -138,6 +176,11 @@ func runBatch(ctx workflow.Context, spec jobspec.PredictionSpec, p *BatchPredict
 			if !progress.Receive(ctx, &bp) {
 				return
 			}
+			if !verified(key, BatchProgressBytes(info.WorkflowExecution.ID, bp), bp.Signature) {
+				workflow.GetLogger(ctx).Warn("batch_progress not signed with this run's report key: ignored", "rows", bp.Rows)
+				continue
+			}
+			bp.Signature = nil
 			if bp.Rows >= p.Rows { // a retried attempt restarts its count from its committed shards
 				p.BatchProgress = bp
 			}
@@ -153,12 +196,18 @@ func runBatch(ctx workflow.Context, spec jobspec.PredictionSpec, p *BatchPredict
 	}
 	err := acts.BatchPredict.Execute(workflow.WithActivityOptions(ctx, opts),
 		BatchPredictInput{Spec: spec, FirstRunID: info.FirstRunID}).Into(ctx, &res)
+	return res, refusedDuplicate(ctx, p, err)
+}
+
+// refusedDuplicate marks the run refused when err says another job owns
+// its output directory (JobExists), and returns err.
+func refusedDuplicate(ctx workflow.Context, p *BatchPredictionProgress, err error) error {
 	var ae *temporal.ApplicationError
 	if err != nil && errors.As(err, &ae) && ae.Type() == ErrTypeJobExists {
 		setBatchPhase(ctx, p, PhaseDuplicate)
 		workflow.SetCurrentDetails(ctx, "**Refused**: "+ae.Error())
 	}
-	return res, err
+	return err
 }
 
 func setBatchPhase(ctx workflow.Context, p *BatchPredictionProgress, phase string) {
