@@ -66,12 +66,12 @@ func TestBatchPredictActivity(t *testing.T) {
 			t.Errorf("the retried attempt rewrote the committed shard %s", name)
 		}
 	}
-	mb, err := os.ReadFile(filepath.Join(out, BatchManifestFile))
+	mb, err := os.ReadFile(filepath.Join(out, batchjob.ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m BatchManifest
-	if err := json.Unmarshal(mb, &m); err != nil {
+	m, err := batchjob.ParseManifest(mb)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if m.JobID != "bp_1" || m.Predictions != r.Predictions || m.Shards != r.Shards || m.Failure != "" || len(m.Files) != len(batchjob.ShardFiles(r.Shards)) {
