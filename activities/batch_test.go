@@ -12,6 +12,7 @@ import (
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -30,7 +31,7 @@ func TestBatchPredictActivity(t *testing.T) {
 	// The raw evaluation rows the job staged (CSV in the schema's order),
 	// as many as the evaluation counted.
 	jobDir := filepath.Join(acts.Home, "jobs", s.JobID)
-	input := filepath.Join(jobDir, jobdir.RawDir, "eval.csv")
+	input := filepath.Join(jobDir, filepath.FromSlash(jobdir.RawFile(preprocess.SplitEval)))
 	rows := ev.Examples
 	out := filepath.Join(t.TempDir(), "predictions")
 	ps := jobspec.PredictionSpec{JobID: "bp_1", ModelDir: x.Dir, InputPaths: []string{input}, OutputPath: out, DataFormat: jobspec.FormatCSV}.WithDefaults()

@@ -75,6 +75,15 @@ const (
 	ReportKeyFile = ClusterDir + "/report.key"
 )
 
+// RawFile is the key of the raw rows of split (preprocess.SplitTrain or
+// SplitEval) that a job generated itself: raw/<split>.csv.
+func RawFile(split string) string { return path.Join(RawDir, split+".csv") }
+
+// InputsSplitDir is the directory of a workspace that receives the
+// inputs of split staged from object storage: inputs/<split> (slash
+// separated; Workspace.Stage puts input i in <i>/ below it).
+func InputsSplitDir(split string) string { return path.Join(InputsDir, split) }
+
 // PSSecretFile is the key of parameter server task's secret.
 func PSSecretFile(task int) string { return fmt.Sprintf("%s/ps-%d.secret", ClusterDir, task) }
 

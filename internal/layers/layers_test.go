@@ -94,6 +94,27 @@ func TestBeamSeen(t *testing.T) {
 	}
 }
 
+// TestSpecsLinkNoStorage fails when jobspec or workflows links jobdir or
+// internal/storage (and with it the object-storage SDKs): workflows are
+// deterministic code without I/O, and jobspec is the pure contract they
+// link. This is why jobspec, not jobdir, names the directories of a
+// tuning job's children (jobspec.TrialDir, jobspec.SharedDataDir).
+func TestSpecsLinkNoStorage(t *testing.T) {
+	for _, pkg := range []string{"jobspec", "workflows"} {
+		t.Run(pkg, func(t *testing.T) {
+			g := graph(t, pkg, false)
+			if _, ok := g[module+pkg]; !ok {
+				t.Fatalf("go list did not list %s itself", module+pkg)
+			}
+			for _, bad := range []string{module + "jobdir", module + "internal/storage"} {
+				if _, ok := g[bad]; ok {
+					t.Errorf("%s depends on %s: %s", pkg, bad, chain(g, roots(g, module+pkg), bad))
+				}
+			}
+		})
+	}
+}
+
 // roots returns pkg and, in a graph listed with -test, its test variants
 // ("pkg [pkg.test]", "pkg_test [pkg.test]", "pkg.test").
 func roots(g map[string][]string, pkg string) []string {
