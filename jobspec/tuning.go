@@ -226,6 +226,14 @@ func IsTransformParam(name string) bool {
 	return ok
 }
 
+// IsTunable reports whether a tuning parameter may name the JobSpec field
+// at path: an entry of TunableFields, model.hidden_units[i] (i < 8) or a
+// transform option (IsTransformParam).
+func IsTunable(path string) bool {
+	_, _, ok := tunableField(path)
+	return ok
+}
+
 // tunableField resolves a parameter name: a TunableFields path,
 // model.hidden_units[i] or a transform option.
 func tunableField(name string) (fieldKind, int, bool) {
