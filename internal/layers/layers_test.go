@@ -175,18 +175,22 @@ func modulePackages(t *testing.T) (imports, testImports map[string][]string) {
 	return imports, testImports
 }
 
-// TestInternalIsTheGroundFloor fails when a package under internal/
-// imports a package of the module outside internal/ (it would sit above
-// what it serves: jobdir and jobs live at the top level for that reason),
-// or when a production package imports a test server of
-// internal/testenv/ (only tests may start them).
+// TestInternalIsTheGroundFloor fails when a package under internal/, or
+// one of its tests, imports a package of the module outside internal/ (it
+// would sit above what it serves: jobdir and jobs live at the top level
+// for that reason, and a test of how internal/ code meets an upper
+// package belongs to the upper package), or when a production package
+// imports a test server of internal/testenv/ (only tests may start them).
 func TestInternalIsTheGroundFloor(t *testing.T) {
 	imports, testImports := modulePackages(t)
 	const internal, testenv = module + "internal/", module + "internal/testenv/"
+	above := func(pkg, imp string) bool {
+		return strings.HasPrefix(pkg, internal) && strings.HasPrefix(imp, module) && !strings.HasPrefix(imp, internal)
+	}
 	var kits int
 	for pkg, imps := range imports {
 		for _, imp := range imps {
-			if strings.HasPrefix(pkg, internal) && strings.HasPrefix(imp, module) && !strings.HasPrefix(imp, internal) {
+			if above(pkg, imp) {
 				t.Errorf("%s imports %s: internal/ imports nothing above itself", pkg, imp)
 			}
 			if strings.HasPrefix(imp, testenv) && !strings.HasPrefix(pkg, testenv) {
@@ -194,6 +198,9 @@ func TestInternalIsTheGroundFloor(t *testing.T) {
 			}
 		}
 		for _, imp := range testImports[pkg] {
+			if above(pkg, imp) {
+				t.Errorf("a test of %s imports %s: internal/ imports nothing above itself, in its tests either", pkg, imp)
+			}
 			if strings.HasPrefix(imp, testenv) {
 				kits++
 			}
