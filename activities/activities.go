@@ -213,7 +213,7 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	switch {
 	case len(res.Train) > 0:
 	default:
-		keys := []string{path.Join(jobdir.RawDir, "train.csv"), path.Join(jobdir.RawDir, "eval.csv")}
+		keys := []string{jobdir.RawFile(preprocess.SplitTrain), jobdir.RawFile(preprocess.SplitEval)}
 		rows := spec.Data.GeneratedRows
 		for i, key := range keys {
 			if ok, err := jd.st.Exists(ctx, key); err != nil || ok {
@@ -346,9 +346,9 @@ func (a *Activities) preprocess(ctx context.Context, in workflows.PreprocessInpu
 		}
 	}
 	hb := keepAlive(ctx)
-	r.Train, err = stageInputs(ctx, ws, r.Train, filepath.Join(jobdir.InputsDir, "train"))
+	r.Train, err = stageInputs(ctx, ws, r.Train, filepath.FromSlash(jobdir.InputsSplitDir(preprocess.SplitTrain)))
 	if err == nil {
-		r.Eval, err = stageInputs(ctx, ws, r.Eval, filepath.Join(jobdir.InputsDir, "eval"))
+		r.Eval, err = stageInputs(ctx, ws, r.Eval, filepath.FromSlash(jobdir.InputsSplitDir(preprocess.SplitEval)))
 	}
 	hb.Stop()
 	if err != nil {

@@ -22,31 +22,6 @@ import (
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// BatchManifest is the file prediction.manifest.json of a batch
-// prediction's output directory, written after every shard: readers trust
-// the shards it lists.
-type BatchManifest struct {
-	JobID       string           `json:"job_id"`
-	Bundle      string           `json:"bundle"`
-	Model       string           `json:"model,omitempty"`
-	Version     int64            `json:"version,omitempty"`
-	Format      string           `json:"data_format"`
-	Shards      int              `json:"shards"`
-	Predictions int64            `json:"predictions"`
-	Errors      int64            `json:"errors"`
-	Reasons     map[string]int64 `json:"error_reasons,omitempty"`
-	Files       []string         `json:"files"`
-	Failure     string           `json:"failure,omitempty"`
-}
-
-// BatchManifestFile is the manifest's name in the output directory, and
-// batchWorkDir the directory there (local outputs) holding the run's
-// request, plan, shard counts and child log.
-const (
-	BatchManifestFile = "prediction.manifest.json"
-	batchWorkDir      = "_work"
-)
-
 // BatchPredict runs the batch prediction pipeline (serving/batchjob/batchbeam) in a
 // child process, heartbeating while it runs and signalling its progress
 // to the workflow. A retried attempt keeps the shards an earlier one
@@ -82,7 +57,7 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	// The child writes its outputs into the job dir, or a stand-in for
 	// one in object storage, kept for a retry to resume from.
 	outs := jd.Output("out")
-	req := batchjob.Request{Format: spec.DataFormat, BlockBytes: spec.ShardBytes, BlockImages: spec.ShardImages, OutDir: outs.Dir, WorkDir: filepath.Join(jd.WorkDir(), batchWorkDir)}
+	req := batchjob.Request{Format: spec.DataFormat, BlockBytes: spec.ShardBytes, BlockImages: spec.ShardImages, OutDir: outs.Dir, WorkDir: filepath.Join(jd.WorkDir(), batchjob.WorkDirName)}
 	if req.Bundle, res.Version, err = a.batchBundle(ctx, spec, filepath.Join(jd.dir, "bundle")); err != nil {
 		return res, err
 	}
@@ -94,7 +69,7 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 		return res, err
 	}
 	rb, _ := json.Marshal(req)
-	reqPath := filepath.Join(req.WorkDir, "request.json")
+	reqPath := filepath.Join(req.WorkDir, batchjob.RequestFile)
 	if err := atomicfile.Write(reqPath, rb); err != nil {
 		return res, err
 	}
@@ -119,7 +94,7 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 		return res, fmt.Errorf("batch prediction: %d of %d shards committed", sum.ShardsDone, sum.Shards)
 	}
 	res.Predictions, res.Errors, res.Shards, res.ErrorReasons = sum.Predictions, sum.Errors, sum.Shards, sum.Reasons
-	m := BatchManifest{JobID: spec.JobID, Bundle: req.Bundle, Model: spec.Model, Version: res.Version, Format: spec.DataFormat,
+	m := batchjob.Manifest{JobID: spec.JobID, Bundle: req.Bundle, Model: spec.Model, Version: res.Version, Format: spec.DataFormat,
 		Shards: sum.Shards, Predictions: sum.Predictions, Errors: sum.Errors, Reasons: sum.Reasons, Files: batchjob.ShardFiles(sum.Shards)}
 	var failure error
 	if total := sum.Predictions + sum.Errors; sum.Errors > 0 && float64(sum.Errors) > *spec.MaxBadFraction*float64(total) {
@@ -129,8 +104,7 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	if err := outs.Publish(ctx, m.Files); err != nil {
 		return res, err
 	}
-	mb, _ := json.MarshalIndent(m, "", "  ")
-	if err := jd.st.Write(ctx, BatchManifestFile, mb); err != nil {
+	if err := jd.st.Write(ctx, batchjob.ManifestFile, m.Marshal()); err != nil {
 		return res, err
 	}
 	if failure != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -32,7 +33,7 @@ func TestBatchPredictActivity(t *testing.T) {
 	// The raw evaluation rows the job staged (CSV in the schema's order),
 	// as many as the evaluation counted.
 	jobDir := filepath.Join(acts.Home, "jobs", s.JobID)
-	input := filepath.Join(jobDir, jobdir.RawDir, "eval.csv")
+	input := filepath.Join(jobDir, filepath.FromSlash(jobdir.RawFile(preprocess.SplitEval)))
 	rows := ev.Examples
 	out := filepath.Join(t.TempDir(), "predictions")
 	ps := jobspec.PredictionSpec{JobID: "bp_1", ModelDir: x.Dir, InputPaths: []string{input}, OutputPath: out, DataFormat: jobspec.FormatCSV}.WithDefaults()
@@ -68,12 +69,12 @@ func TestBatchPredictActivity(t *testing.T) {
 			t.Errorf("the retried attempt rewrote the committed shard %s", name)
 		}
 	}
-	mb, err := os.ReadFile(filepath.Join(out, BatchManifestFile))
+	mb, err := os.ReadFile(filepath.Join(out, batchjob.ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m BatchManifest
-	if err := json.Unmarshal(mb, &m); err != nil {
+	m, err := batchjob.ParseManifest(mb)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if m.JobID != "bp_1" || m.Predictions != r.Predictions || m.Shards != r.Shards || m.Failure != "" || len(m.Files) != len(batchjob.ShardFiles(r.Shards)) {

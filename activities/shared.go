@@ -111,8 +111,7 @@ func (a *Activities) ImportPreprocessed(ctx context.Context, in workflows.Import
 			return jobspec.PreprocessResult{}, fmt.Errorf("link %s from %s: %w", k, in.From, err)
 		}
 	}
-	rec, _ := json.Marshal(jobdir.SharedData{From: src.uri, TuningJobID: in.TuningJobID, TransformHash: m.TransformHash})
-	if err := dst.st.Write(ctx, jobdir.SharedDataFile, rec); err != nil {
+	if err := dst.WriteSharedData(ctx, jobdir.SharedData{From: src.uri, TuningJobID: in.TuningJobID, TransformHash: m.TransformHash}); err != nil {
 		return jobspec.PreprocessResult{}, err
 	}
 	return summary(m), nil

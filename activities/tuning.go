@@ -13,7 +13,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/activity"
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/jobdir"
@@ -94,8 +93,11 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 		if err != nil {
 			return out, err
 		}
-		if bad.N > 0 {
-			activity.GetLogger(ctx).Warn("unreadable evaluations skipped", "job_dir", dir, "error", bad.Err())
+		if bad.N > 0 { // reported to the workflow, which logs it; the records read still count
+			if out.Unreadable == nil {
+				out.Unreadable = make([]string, len(in.Trials))
+			}
+			out.Unreadable[i] = bad.String()
 		}
 		seen := map[int64]bool{}
 		for _, e := range evals {

@@ -38,6 +38,18 @@ not json
 	if len(got.Evals) != 2 || len(got.Evals[0]) != 0 || !slices.Equal(got.Evals[1], want) {
 		t.Errorf("evaluations %+v, want none for trial 1 and %v for trial 2", got.Evals, want)
 	}
+	if wantBad := []string{"", "1 unreadable line in eval/metrics.jsonl (line 5)"}; !slices.Equal(got.Unreadable, wantBad) {
+		t.Errorf("unreadable lines %q, want %q: the line that is not a record is reported", got.Unreadable, wantBad)
+	}
+	os.WriteFile(filepath.Join(dir, jobdir.EvalMetricsFile), []byte(strings.TrimSuffix(lines, "not json\n")), 0o644)
+	if v, err = e.ExecuteActivity(acts.TrialEvaluations, workflows.TrialEvaluationsInput{Metric: "auc", Name: "eval",
+		Trials: []workflows.TrialRef{{Number: 2, ID: "hp_1_trial_2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	got = workflows.TrialEvaluationsResult{}
+	if v.Get(&got); got.Unreadable != nil || len(got.Evals) != 1 || !slices.Equal(got.Evals[0], want) {
+		t.Errorf("a log of records only: %+v, want %v and no unreadable lines (the result's JSON as before)", got, want)
+	}
 	if _, err := os.Stat(filepath.Join(acts.Home, "jobs", "hp_1_trial_1")); err == nil {
 		t.Error("reading a trial not started yet created its job dir")
 	}

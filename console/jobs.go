@@ -21,6 +21,7 @@ import (
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -201,7 +202,7 @@ func (b *jobBody) tuningChart(log interface{ Warn(string, ...any) }) {
 		return
 	}
 	var obj, best plotter.XYs
-	maximize := !strings.EqualFold(rep.Goal, "MINIMIZE")
+	maximize := !strings.EqualFold(rep.Goal, jobspec.TuningMinimize)
 	for _, tr := range rep.Trials {
 		if tr.Objective == nil || (tr.State != workflows.TrialSucceeded && tr.State != workflows.TrialStopped) {
 			continue

@@ -29,14 +29,15 @@
 //
 //	key                              name                        format, owner
 //	job.json                         ClaimFile                   Claim (jobdir), written first
-//	raw/{train,eval}.csv             RawDir                      generated rows (internal/datagen)
-//	inputs/{train,eval}/<i>/         InputsDir                   inputs staged for a Beam child
+//	raw/{train,eval}.csv             RawDir, RawFile             generated rows (internal/datagen)
+//	inputs/{train,eval}/<i>/         InputsDir, InputsSplitDir   inputs staged for a Beam child
 //	preprocess/request.json          PreprocessRequestFile       the last completed request (activities)
 //	preprocess/child-request.json    PreprocessChildRequestFile  preprocess.Request
 //	preprocess/child.log             PreprocessLogFile           the child's output
 //	preprocess/shared.json           SharedDataFile              SharedData (jobdir)
 //	transform/transform.json         preprocess.TransformPath    preprocess.Transform
 //	data/{train,eval}-NNNNN-of-NNNNN preprocess.DataDir          shards (preprocess)
+//	bad_records/<shard>.jsonl        preprocess.BadRecordsDir    rejected rows (preprocess.BadRecord)
 //	data/manifest.json               preprocess.ManifestPath     preprocess.Manifest, written last
 //	checkpoints/ckpt-<step>          CheckpointsDir              train.Checkpoints (files and
 //	checkpoints/checkpoint                                       pointer, written last)
@@ -50,6 +51,16 @@
 //	events/<unix ns>-<rand>.json     EventsPrefix                one Event an object, object storage
 //	cluster/ps-<task>.secret         PSSecretFile                private (WritePrivate)
 //	cluster/report.key               ReportKeyFile               private (WritePrivate)
+//
+// A tuning job's job_dir, when its spec names one, holds no files of its
+// own, only job directories of its children, each laid out as above:
+//
+//	trial_<n>/                       jobspec.TrialDir            trial n's job directory
+//	data_<k>/                        jobspec.SharedDataDir       the k-th shared preprocessing
+//
+// jobspec names these two (its TrialSpec and SharedDataSpec derive the
+// children's specs inside workflows, and neither jobspec nor workflows may
+// link this package, which links storage).
 //
 // A batch prediction's output directory is claimed (job.json) the same
 // way; serving/batchjob owns the rest of its layout.

@@ -64,6 +64,45 @@ func TestCheckpointsOnEveryBackend(t *testing.T) {
 	}
 }
 
+// TestLocalCheckpointsAreTrainFiles: in a local job directory, a
+// checkpoint and pointer written through the directory's Store are what
+// train's local-disk code reads (train.LatestCheckpoint), and the Store
+// reads the pointer train.SaveCheckpoint commits.
+func TestLocalCheckpointsAreTrainFiles(t *testing.T) {
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "jobs", "census_1")
+	jd, err := jobdir.Open(ctx, root, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jd.Close()
+	c := &train.Checkpoint{Step: 7, Meta: train.CheckpointMeta{Model: "linear", Dim: 2, Classes: 2},
+		Tensors: map[string][]float64{"w": {1, 2}}}
+	b, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt := jd.Store().Sub(jobdir.CheckpointsDir)
+	if err := ckpt.Write(ctx, train.CheckpointName(7), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := ckpt.CommitPointer(ctx, train.PointerFile, train.CheckpointName(7)); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, jobdir.CheckpointsDir)
+	got, err := train.LatestCheckpoint(dir)
+	if err != nil || got == nil || got.Step != 7 {
+		t.Fatalf("train.LatestCheckpoint = %+v, %v, want step 7", got, err)
+	}
+	c.Step = 9
+	if err := train.SaveCheckpoint(dir, c, 0); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := ckpt.ReadPointer(ctx, train.PointerFile); err != nil || target != train.CheckpointName(9) {
+		t.Errorf("ReadPointer after train.SaveCheckpoint = %q, %v, want %s", target, err, train.CheckpointName(9))
+	}
+}
+
 // TestWorkspaceAndLogsOnEveryBackend: a child's outputs written in a
 // workspace become the job directory's objects once published, the
 // workspace is used in place for a local job directory and removed after

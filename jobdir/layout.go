@@ -5,6 +5,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/trainflow/trainflow/jobspec"
 )
 
 // Keys of a job directory (see the layout table in the package
@@ -75,24 +77,32 @@ const (
 	ReportKeyFile = ClusterDir + "/report.key"
 )
 
+// RawFile is the key of the raw rows of split (preprocess.SplitTrain or
+// SplitEval) that a job generated itself: raw/<split>.csv.
+func RawFile(split string) string { return path.Join(RawDir, split+".csv") }
+
+// InputsSplitDir is the directory of a workspace that receives the
+// inputs of split staged from object storage: inputs/<split> (slash
+// separated; Workspace.Stage puts input i in <i>/ below it).
+func InputsSplitDir(split string) string { return path.Join(InputsDir, split) }
+
 // PSSecretFile is the key of parameter server task's secret.
 func PSSecretFile(task int) string { return fmt.Sprintf("%s/ps-%d.secret", ClusterDir, task) }
 
-// DefaultEvalName is the name of a job's evaluation when the spec names
-// none: its records may also carry the name "".
-const DefaultEvalName = "eval"
+// IsDefaultEval reports whether name is the job's default evaluation:
+// jobspec.DefaultEvalName, or "" (its records may carry either).
+func IsDefaultEval(name string) bool { return name == "" || name == jobspec.DefaultEvalName }
 
-// IsDefaultEval reports whether name is the job's default evaluation
-// ("" or DefaultEvalName).
-func IsDefaultEval(name string) bool { return name == "" || name == DefaultEvalName }
+// evalLogsPrefix starts the name of an evaluation's TensorBoard run.
+const evalLogsPrefix = "eval"
 
 // EvalLogsDir is the TensorBoard run of the evaluation called name:
 // logs/eval for the default evaluation, logs/eval_<name> for another.
 func EvalLogsDir(name string) string {
 	if IsDefaultEval(name) {
-		return path.Join(LogsDir, DefaultEvalName)
+		return path.Join(LogsDir, evalLogsPrefix)
 	}
-	return path.Join(LogsDir, DefaultEvalName+"_"+name)
+	return path.Join(LogsDir, evalLogsPrefix+"_"+name)
 }
 
 // ExporterDir is the directory of exporter's bundles: export/<exporter>.

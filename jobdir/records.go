@@ -193,3 +193,35 @@ type SharedData struct {
 	TransformHash string `json:"transform_hash"`
 	TuningJobID   string `json:"tuning_job_id"`
 }
+
+// maxSharedDataBytes bounds what ReadSharedData reads: a record is a URI,
+// an ID and a hash.
+const maxSharedDataBytes = 16 << 10
+
+// ParseSharedData decodes the content of SharedDataFile. The error wraps
+// ErrBadRecord and never holds b.
+func ParseSharedData(b []byte) (SharedData, error) {
+	var s SharedData
+	if len(b) > maxSharedDataBytes || json.Unmarshal(b, &s) != nil {
+		return SharedData{}, fmt.Errorf("%w: %s", ErrBadRecord, SharedDataFile)
+	}
+	return s, nil
+}
+
+// WriteSharedData writes s as the directory's SharedDataFile (replacing
+// one an earlier attempt wrote).
+func (d *Dir) WriteSharedData(ctx context.Context, s SharedData) error {
+	b, _ := json.Marshal(s) // strings only: it encodes
+	return d.st.Write(ctx, SharedDataFile, b)
+}
+
+// ReadSharedData reads the directory's SharedDataFile: an error matching
+// fs.ErrNotExist if the trial's data is not linked from another job
+// directory, one wrapping ErrBadRecord if the file does not decode.
+func (d *Dir) ReadSharedData(ctx context.Context) (SharedData, error) {
+	b, err := d.st.Read(ctx, SharedDataFile)
+	if err != nil {
+		return SharedData{}, err
+	}
+	return ParseSharedData(b)
+}

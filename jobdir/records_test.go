@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,8 +105,8 @@ func TestRecordFixtures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s jobdir.SharedData
-	if err := json.Unmarshal(b, &s); err != nil || s.From == "" || s.TransformHash == "" || s.TuningJobID == "" {
+	s, err := jobdir.ParseSharedData(b)
+	if err != nil || s.From == "" || s.TransformHash == "" || s.TuningJobID == "" {
 		t.Fatalf("shared data %+v, %v", s, err)
 	}
 	if got, _ := json.Marshal(s); !bytes.Equal(got, b) {
@@ -173,6 +174,34 @@ func TestAppendEvalOnce(t *testing.T) {
 	}
 }
 
+// TestSharedDataWrittenAndRead: a directory without SharedDataFile says
+// so (fs.ErrNotExist), the record written is the record read, and a file
+// that does not decode is an ErrBadRecord that does not quote it.
+func TestSharedDataWrittenAndRead(t *testing.T) {
+	ctx := context.Background()
+	jd, err := jobdir.Open(ctx, t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jd.Close()
+	if _, err := jd.ReadSharedData(ctx); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("no shared data: %v, want fs.ErrNotExist", err)
+	}
+	want := jobdir.SharedData{From: "s3://bucket/jobs/hp_1/data_1", TransformHash: "3f2a", TuningJobID: "hp_1"}
+	if err := jd.WriteSharedData(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := jd.ReadSharedData(ctx); err != nil || got != want {
+		t.Fatalf("read back %+v, %v; want %+v", got, err, want)
+	}
+	if err := jd.Store().Write(ctx, jobdir.SharedDataFile, []byte(`{"from":SECRET}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jd.ReadSharedData(ctx); !errors.Is(err, jobdir.ErrBadRecord) || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("unreadable shared data: %v, want an ErrBadRecord that does not quote it", err)
+	}
+}
+
 // TestKeys checks the keys derived from names.
 func TestKeys(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
@@ -182,6 +211,9 @@ func TestKeys(t *testing.T) {
 		{jobdir.EvalLogsDir("eval"), "logs/eval"},
 		{jobdir.EvalLogsDir("holdout"), "logs/eval_holdout"},
 		{jobdir.PSSecretFile(2), "cluster/ps-2.secret"},
+		{jobdir.RawFile("train"), "raw/train.csv"},
+		{jobdir.RawFile("eval"), "raw/eval.csv"},
+		{jobdir.InputsSplitDir("eval"), "inputs/eval"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

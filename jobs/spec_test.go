@@ -79,3 +79,23 @@ func TestLoadSpecFixtures(t *testing.T) {
 		})
 	}
 }
+
+// TestFlagFieldsAreTunable: every JobSpec path a trainer flag maps to
+// (flagFields) is one a tuning parameter may name (jobspec.IsTunable),
+// so a config.yaml that tunes --learning-rate, say, becomes a spec that
+// validates; and the check refuses a path that is not.
+func TestFlagFieldsAreTunable(t *testing.T) {
+	if len(flagFields) == 0 {
+		t.Fatal("flagFields is empty")
+	}
+	for flag, path := range flagFields {
+		if !jobspec.IsTunable(path) {
+			t.Errorf("flag %s maps to %q, which is not a tunable field of jobspec", flag, path)
+		}
+	}
+	for _, path := range []string{"model.learning_rat", "model.hidden_units[8]", "job_id"} {
+		if jobspec.IsTunable(path) {
+			t.Errorf("IsTunable(%q) = true, want false", path)
+		}
+	}
+}

@@ -157,7 +157,8 @@ type EvalSpec struct {
 	// 10, 0 means every committed checkpoint. Only committed checkpoints not
 	// yet evaluated are evaluated, and the final checkpoint always is.
 	ThrottleSecs *int `json:"throttle_secs,omitempty"`
-	// Name tells evaluations apart in eval/metrics.jsonl. Default "eval".
+	// Name tells evaluations apart in eval/metrics.jsonl. Default
+	// DefaultEvalName.
 	Name string `json:"name,omitempty"`
 	// Exporters run after evaluations. Default: a best exporter (accuracy,
 	// maximize, keep 5) and a final exporter.
@@ -178,6 +179,10 @@ type ExporterSpec struct {
 	Metric string `json:"metric,omitempty"`
 	Goal   string `json:"goal,omitempty"`
 }
+
+// DefaultEvalName is eval_spec.name when the spec names none (the
+// evaluation's records may also carry "": jobdir.IsDefaultEval).
+const DefaultEvalName = "eval"
 
 // Exporter types, best-exporter goals and publish choices.
 const (
@@ -402,7 +407,7 @@ func (s JobSpec) WithDefaults() JobSpec {
 		s.Eval.ThrottleSecs = &ten
 	}
 	if s.Eval.Name == "" {
-		s.Eval.Name = "eval"
+		s.Eval.Name = DefaultEvalName
 	}
 	if s.Eval.Exporters == nil {
 		s.Eval.Exporters = []ExporterSpec{{Type: ExporterBest}, {Type: ExporterFinal}}
@@ -418,7 +423,7 @@ func (s JobSpec) WithDefaults() JobSpec {
 		if e.Type == ExporterBest && e.Metric == "" {
 			e.Metric = train.MetricAccuracy
 			if regression {
-				e.Metric = "rmse"
+				e.Metric = train.MetricRMSE
 			}
 		}
 		if e.Type == ExporterBest && e.Goal == "" {

@@ -226,6 +226,14 @@ func IsTransformParam(name string) bool {
 	return ok
 }
 
+// IsTunable reports whether a tuning parameter may name the JobSpec field
+// at path: an entry of TunableFields, model.hidden_units[i] (i < 8) or a
+// transform option (IsTransformParam).
+func IsTunable(path string) bool {
+	_, _, ok := tunableField(path)
+	return ok
+}
+
 // tunableField resolves a parameter name: a TunableFields path,
 // model.hidden_units[i] or a transform option.
 func tunableField(name string) (fieldKind, int, bool) {
@@ -291,6 +299,17 @@ func TrialID(jobID string, n int) string { return fmt.Sprintf("%s_trial_%d", job
 // distinct data and transform (the name of its job dir).
 func DataID(jobID string, k int) string { return fmt.Sprintf("%s_data_%d", jobID, k) }
 
+// TrialDir is the directory of trial n's job directory below the job_dir
+// of a tuning job's spec: trial_<n> (TrialSpec). It is named here, beside
+// the ID it mirrors, and listed in jobdir's layout table: jobspec, which
+// workflows link, cannot import jobdir (it links storage).
+func TrialDir(n int) string { return "trial_" + strconv.Itoa(n) }
+
+// SharedDataDir is the directory of a tuning job's k-th shared
+// preprocessing below the job_dir of its spec: data_<k> (SharedDataSpec;
+// named here for TrialDir's reason).
+func SharedDataDir(k int) string { return "data_" + strconv.Itoa(k) }
+
 // isTrialOf reports whether id is TrialID(jobID, n) for some n ≥ 1.
 func isTrialOf(id, jobID string) bool { return isNumbered(id, jobID+"_trial_") }
 
@@ -323,7 +342,7 @@ func (s JobSpec) SharedDataSpec(k int, ts JobSpec) JobSpec {
 	d.JobID = DataID(s.JobID, k)
 	d.JobDir = ""
 	if s.JobDir != "" {
-		d.JobDir = joinJobDir(s.JobDir, "data_"+strconv.Itoa(k))
+		d.JobDir = joinJobDir(s.JobDir, SharedDataDir(k))
 	}
 	d.SharedData = nil
 	return d.WithDefaults()
@@ -722,7 +741,7 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 	trial.Promote = false
 	trial.Model.HiddenUnits = slices.Clone(d.Model.HiddenUnits)
 	if s.JobDir != "" {
-		trial.JobDir = joinJobDir(s.JobDir, "trial_"+strconv.Itoa(n))
+		trial.JobDir = joinJobDir(s.JobDir, TrialDir(n))
 	}
 	if slices.ContainsFunc(t.Params, func(p TuningParam) bool { return IsTransformParam(p.ParameterName) }) {
 		trial.Data.Schema = d.Data.Schema // the preset's, if s names none; setField clones it

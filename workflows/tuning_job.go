@@ -151,6 +151,10 @@ type TrialRef struct {
 // TrialEvaluationsResult has one entry per trial asked, in order.
 type TrialEvaluationsResult struct {
 	Evals [][]TrialEval `json:"evals"`
+	// Unreadable says, per trial in the order of Evals, which lines of
+	// its evaluations log are not records (jobdir.Bad's text; "" for a
+	// trial whose lines all are); nil when every trial's are.
+	Unreadable []string `json:"unreadable,omitempty"`
 }
 
 // TrialExportInput asks for the newest bundle of an exporter in a job dir.

@@ -405,6 +405,9 @@ func (r *tuningRun) readEvals(ctx workflow.Context, trs []*Trial) error {
 		return err
 	}
 	for i, tr := range trs {
+		if i < len(out.Unreadable) && out.Unreadable[i] != "" {
+			workflow.GetLogger(ctx).Warn("unreadable trial evaluations", "trial", tr.ID, "error", out.Unreadable[i])
+		}
 		if i < len(out.Evals) && len(out.Evals[i]) > 0 {
 			ev := out.Evals[i]
 			tr.Evals = ev[max(0, len(ev)-maxTrialEvals):]

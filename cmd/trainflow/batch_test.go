@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -43,13 +43,13 @@ func (l batchLine) key() int64 {
 }
 
 // readBatchOutput reads the manifest and every shard it lists.
-func readBatchOutput(t *testing.T, dir string) (m activities.BatchManifest, results, errs []batchLine) {
+func readBatchOutput(t *testing.T, dir string) (m batchjob.Manifest, results, errs []batchLine) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, activities.BatchManifestFile))
+	b, err := os.ReadFile(filepath.Join(dir, batchjob.ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &m); err != nil {
+	if m, err = batchjob.ParseManifest(b); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range m.Files {
@@ -469,7 +469,7 @@ func TestBatchPredictionSurvivesKill(t *testing.T) {
 				done++
 			}
 		}
-		if _, err := os.Stat(filepath.Join(out, activities.BatchManifestFile)); err == nil {
+		if _, err := os.Stat(filepath.Join(out, batchjob.ManifestFile)); err == nil {
 			t.Fatalf("the job finished before it could be killed (%d shards): make the input larger", done)
 		}
 		if done >= 2 {

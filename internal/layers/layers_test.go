@@ -94,6 +94,27 @@ func TestBeamSeen(t *testing.T) {
 	}
 }
 
+// TestSpecsLinkNoStorage fails when jobspec or workflows links jobdir or
+// internal/storage (and with it the object-storage SDKs): workflows are
+// deterministic code without I/O, and jobspec is the pure contract they
+// link. This is why jobspec, not jobdir, names the directories of a
+// tuning job's children (jobspec.TrialDir, jobspec.SharedDataDir).
+func TestSpecsLinkNoStorage(t *testing.T) {
+	for _, pkg := range []string{"jobspec", "workflows"} {
+		t.Run(pkg, func(t *testing.T) {
+			g := graph(t, pkg, false)
+			if _, ok := g[module+pkg]; !ok {
+				t.Fatalf("go list did not list %s itself", module+pkg)
+			}
+			for _, bad := range []string{module + "jobdir", module + "internal/storage"} {
+				if _, ok := g[bad]; ok {
+					t.Errorf("%s depends on %s: %s", pkg, bad, chain(g, roots(g, module+pkg), bad))
+				}
+			}
+		})
+	}
+}
+
 // roots returns pkg and, in a graph listed with -test, its test variants
 // ("pkg [pkg.test]", "pkg_test [pkg.test]", "pkg.test").
 func roots(g map[string][]string, pkg string) []string {
@@ -154,18 +175,22 @@ func modulePackages(t *testing.T) (imports, testImports map[string][]string) {
 	return imports, testImports
 }
 
-// TestInternalIsTheGroundFloor fails when a package under internal/
-// imports a package of the module outside internal/ (it would sit above
-// what it serves: jobdir and jobs live at the top level for that reason),
-// or when a production package imports a test server of
-// internal/testenv/ (only tests may start them).
+// TestInternalIsTheGroundFloor fails when a package under internal/, or
+// one of its tests, imports a package of the module outside internal/ (it
+// would sit above what it serves: jobdir and jobs live at the top level
+// for that reason, and a test of how internal/ code meets an upper
+// package belongs to the upper package), or when a production package
+// imports a test server of internal/testenv/ (only tests may start them).
 func TestInternalIsTheGroundFloor(t *testing.T) {
 	imports, testImports := modulePackages(t)
 	const internal, testenv = module + "internal/", module + "internal/testenv/"
+	above := func(pkg, imp string) bool {
+		return strings.HasPrefix(pkg, internal) && strings.HasPrefix(imp, module) && !strings.HasPrefix(imp, internal)
+	}
 	var kits int
 	for pkg, imps := range imports {
 		for _, imp := range imps {
-			if strings.HasPrefix(pkg, internal) && strings.HasPrefix(imp, module) && !strings.HasPrefix(imp, internal) {
+			if above(pkg, imp) {
 				t.Errorf("%s imports %s: internal/ imports nothing above itself", pkg, imp)
 			}
 			if strings.HasPrefix(imp, testenv) && !strings.HasPrefix(pkg, testenv) {
@@ -173,6 +198,9 @@ func TestInternalIsTheGroundFloor(t *testing.T) {
 			}
 		}
 		for _, imp := range testImports[pkg] {
+			if above(pkg, imp) {
+				t.Errorf("a test of %s imports %s: internal/ imports nothing above itself, in its tests either", pkg, imp)
+			}
 			if strings.HasPrefix(imp, testenv) {
 				kits++
 			}

@@ -10,7 +10,10 @@
 //	prediction.errors_stats-iiiii-of-nnnnn  JSON lines {"input","line"|"index","reason","column","error"}
 //
 // and in Request.WorkDir plan.json (the shard count, written first) and
-// shard-iiiii.json per committed shard (its counts). A shard is one block
+// shard-iiiii.json per committed shard (its counts). The BatchPredict
+// activity keeps Request.WorkDir in the output directory as WorkDirName
+// (local outputs), writes the Request there as RequestFile, and writes
+// ManifestFile (a Manifest) beside the shards after every shard. A shard is one block
 // of input; its files are written to temporary names and renamed, errors
 // and counts first, results last: a shard whose results file exists is
 // complete, and a rerun (a retried activity) skips it. Shard contents
@@ -112,6 +115,51 @@ func StatsName(i int) string { return fmt.Sprintf("shard-%05d.json", i) }
 
 // PlanFile is the plan's name in WorkDir.
 const PlanFile = "plan.json"
+
+// ManifestFile is the manifest's name in the output directory,
+// WorkDirName the directory there (local outputs) that is the run's
+// Request.WorkDir: the request (RequestFile), the plan, the shards'
+// counts and the child's log.
+const (
+	ManifestFile = "prediction.manifest.json"
+	WorkDirName  = "_work"
+	RequestFile  = "request.json"
+)
+
+// Manifest is the file ManifestFile of a batch prediction's output
+// directory, written after every shard: readers trust the shards it
+// lists (Files, ShardFiles of Shards).
+type Manifest struct {
+	JobID       string           `json:"job_id"`
+	Bundle      string           `json:"bundle"`
+	Model       string           `json:"model,omitempty"`
+	Version     int64            `json:"version,omitempty"`
+	Format      string           `json:"data_format"`
+	Shards      int              `json:"shards"`
+	Predictions int64            `json:"predictions"`
+	Errors      int64            `json:"errors"`
+	Reasons     map[string]int64 `json:"error_reasons,omitempty"`
+	Files       []string         `json:"files"`
+	// Failure is why the run failed although every shard was written
+	// (too many rows could not be predicted); "" when it succeeded.
+	Failure string `json:"failure,omitempty"`
+}
+
+// Marshal encodes m as ManifestFile holds it: indented JSON.
+func (m Manifest) Marshal() []byte {
+	b, _ := json.MarshalIndent(m, "", "  ") // no value of m fails to encode
+	return b
+}
+
+// ParseManifest decodes the content of ManifestFile. The error never
+// holds b.
+func ParseManifest(b []byte) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Manifest{}, fmt.Errorf("batch prediction: %s does not decode", ManifestFile)
+	}
+	return m, nil
+}
 
 // Blocks plans the shards of r: byte ranges of the text inputs, or index
 // ranges [Start, End) of the IDX images. It reads only the inputs'

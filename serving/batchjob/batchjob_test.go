@@ -102,3 +102,40 @@ func TestBlocks(t *testing.T) {
 		})
 	}
 }
+
+// TestManifestFixtures decodes each fixture of ManifestFile (every field
+// set; a model_dir run with the optional fields left out) and encodes it
+// again to the same bytes: the file's JSON is a contract its readers
+// (operators' scripts, retried runs) rely on.
+func TestManifestFixtures(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		full bool // every field is set
+	}{
+		{"prediction.manifest.json", true},
+		{"prediction.manifest.model_dir.json", false},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := ParseManifest(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.JobID == "" || m.Bundle == "" || m.Format == "" || m.Shards == 0 || !slices.Equal(m.Files, ShardFiles(m.Shards)) {
+				t.Fatalf("manifest %+v: want a job, a bundle, a format and the files of its shards", m)
+			}
+			if full := m.Model != "" && m.Version != 0 && m.Errors != 0 && len(m.Reasons) != 0 && m.Failure != ""; full != c.full {
+				t.Fatalf("manifest %+v: every optional field set is %v, want %v", m, full, c.full)
+			}
+			if got := m.Marshal(); string(got) != string(b) {
+				t.Errorf("manifest encoded again\n got %s\nwant %s", got, b)
+			}
+		})
+	}
+	if _, err := ParseManifest([]byte(`{"shards":"SECRET"}`)); err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("a manifest that does not decode: error %v, want one that does not quote it", err)
+	}
+}
