@@ -87,8 +87,9 @@ const (
 //
 // A Sequential gathers nothing (d₀ = D, w = 0); h₁…h_L are the widths
 // of its computations' outputs per example (a dense or conv2d layer with
-// an activation counts twice, a dropout layer twice for its mask, flatten
-// and linear activations not at all); n̂ is the most of the layers' units
+// an activation counts twice, a dropout layer twice for its mask and a
+// max_pool2d layer twice for its maxima's offsets, flatten and linear
+// activations not at all); n̂ is the most of the layers' units
 // and filters and, after the first computation, of a dense layer's input
 // width and a conv2d layer's kh·kw·C; and the convolutions' im2col block
 // adds
@@ -283,7 +284,7 @@ func sequentialShape(meta CheckpointMeta, sh shape) (shape, error) {
 		sh.acts = add(sh.acts, out)
 		sh.widest = max(sh.widest, out)
 		switch o.kind {
-		case opDropout: // its mask
+		case opDropout, opMaxPool: // the mask, the maxima's offsets
 			sh.acts = add(sh.acts, out)
 		case opDense:
 			sh.widestCols = max(sh.widestCols, out)

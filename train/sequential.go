@@ -148,9 +148,10 @@ func colRows(o *op, rows int) int {
 // Sequential over up to n rows, computing in T.
 type seqWorkspace[T float] struct {
 	n     int
-	outs  [][]T // per op: n×outN output
-	masks [][]T // per dropout op: n×outN of 0 or 1/(1-rate); nil elsewhere
-	cols  []T   // im2col block of the convolutions
+	outs  [][]T     // per op: n×outN output
+	masks [][]T     // per dropout op: n×outN of 0 or 1/(1-rate); nil elsewhere
+	args  [][]int32 // per max pool op: n×outN offsets of the maxima in their example's input; nil elsewhere
+	cols  []T       // im2col block of the convolutions
 	// training only
 	d0, d1 []T // n×widest gradients with respect to an op's output or input
 	p      []float64
@@ -168,10 +169,14 @@ func newSeqWorkspace[T float](s *Sequential, ws *seqWorkspace[T], rows int, trai
 		o := &s.ops[i]
 		ws.outs = append(ws.outs, make([]T, rows*o.outN()))
 		var mask []T
-		if o.kind == opDropout && train {
+		var arg []int32
+		switch {
+		case o.kind == opDropout && train:
 			mask = make([]T, rows*o.outN())
+		case o.kind == opMaxPool && train:
+			arg = make([]int32, rows*o.outN())
 		}
-		ws.masks = append(ws.masks, mask)
+		ws.masks, ws.args = append(ws.masks, mask), append(ws.args, arg)
 		if o.kind == opConv {
 			cols = max(cols, colRows(o, rows)*o.kdim())
 		}
@@ -204,7 +209,11 @@ func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int,
 		case opConv:
 			convForward(o, ws.cols, p, in, out, rows)
 		case opMaxPool:
-			maxPoolForward(o, in, out, rows)
+			var arg []int32
+			if train {
+				arg = ws.args[i][:len(out)]
+			}
+			maxPoolForward(o, in, out, arg, rows)
 		case opAvgPool:
 			avgPoolForward(o, in, out, rows)
 		case opAct:
@@ -256,7 +265,7 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 			convBackward(o, ws.cols, p, g, in, dout, din, rows)
 		case opMaxPool:
 			if din != nil {
-				maxPoolBackward(o, in, out, dout, din, rows)
+				maxPoolBackward(o, ws.args[i], dout, din, rows)
 			}
 		case opAvgPool:
 			if din != nil {
@@ -423,19 +432,39 @@ func convCols(o *op, x int) (x0, kx0, kx1 int) {
 // poolIndex is the offset of input pixel (y, x) of example ex.
 func poolIndex(t tensor, ex, y, x int) int { return ((ex*t.h+y)*t.w + x) * t.c }
 
-// maxPoolForward writes each window's maximum, channel by channel.
-func maxPoolForward[T float](o *op, in, out []T, rows int) {
+// maxPoolForward writes each window's maximum, channel by channel, and,
+// if arg is not nil, where in the example's input it is (the first such
+// input of the window, row by row).
+func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int) {
 	c := o.in.c
 	for ex := range rows {
 		for y := range o.out.h {
 			for x := range o.out.w {
-				dst := out[poolIndex(o.out, ex, y, x):][:c]
-				copy(dst, in[poolIndex(o.in, ex, y*o.sh, x*o.sw):][:c])
+				at := poolIndex(o.out, ex, y, x)
+				dst := out[at:][:c]
+				first := poolIndex(o.in, 0, y*o.sh, x*o.sw)
+				copy(dst, in[ex*o.in.size()+first:][:c])
+				if arg == nil {
+					for ky := range o.kh {
+						for kx := range o.kw {
+							for j, v := range in[poolIndex(o.in, ex, y*o.sh+ky, x*o.sw+kx):][:c] {
+								dst[j] = max(dst[j], v)
+							}
+						}
+					}
+					continue
+				}
+				a := arg[at:][:c]
+				for j := range a {
+					a[j] = int32(first + j)
+				}
 				for ky := range o.kh {
 					for kx := range o.kw {
-						src := in[poolIndex(o.in, ex, y*o.sh+ky, x*o.sw+kx):][:c]
-						for j, v := range src {
-							dst[j] = max(dst[j], v)
+						off := poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx)
+						for j, v := range in[ex*o.in.size()+off:][:c] {
+							if v > dst[j] {
+								dst[j], a[j] = v, int32(off+j)
+							}
 						}
 					}
 				}
@@ -444,29 +473,15 @@ func maxPoolForward[T float](o *op, in, out []T, rows int) {
 	}
 }
 
-// maxPoolBackward routes each output's gradient to the first input of its
-// window (row by row) that holds the maximum.
-func maxPoolBackward[T float](o *op, in, out, dout, din []T, rows int) {
+// maxPoolBackward routes each output's gradient to the input maxPoolForward
+// found its maximum at.
+func maxPoolBackward[T float](o *op, arg []int32, dout, din []T, rows int) {
 	clear(din)
-	c := o.in.c
+	n, m := o.inN(), o.outN()
 	for ex := range rows {
-		for y := range o.out.h {
-			for x := range o.out.w {
-				at := poolIndex(o.out, ex, y, x)
-				for j := range c {
-					hi := out[at+j]
-				window:
-					for ky := range o.kh {
-						for kx := range o.kw {
-							i := poolIndex(o.in, ex, y*o.sh+ky, x*o.sw+kx) + j
-							if in[i] == hi {
-								din[i] += dout[at+j]
-								break window
-							}
-						}
-					}
-				}
-			}
+		d := din[ex*n : (ex+1)*n]
+		for j, i := range arg[ex*m : (ex+1)*m] {
+			d[i] += dout[ex*m+j]
 		}
 	}
 }
