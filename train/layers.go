@@ -216,11 +216,20 @@ func (l *LayerSpec) UnmarshalJSON(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return fmt.Errorf("(%s): %w", kind, err)
+		return &layerBodyError{kind, err}
 	}
 	*l = out
 	return nil
 }
+
+// layerBodyError is an error in the body of a layer of kind kind.
+type layerBodyError struct {
+	kind string
+	err  error
+}
+
+func (e *layerBodyError) Error() string { return e.kind + ": " + e.err.Error() }
+func (e *layerBodyError) Unwrap() error { return e.err }
 
 // Layers is the layer stack of a sequential model, input side first. It
 // decodes from JSON like a []LayerSpec, its errors naming the element at
@@ -240,6 +249,9 @@ func (ls *Layers) UnmarshalJSON(b []byte) error {
 	out := make(Layers, len(raw))
 	for i, r := range raw {
 		if err := json.Unmarshal(r, &out[i]); err != nil {
+			if be, ok := err.(*layerBodyError); ok {
+				return fmt.Errorf("layers[%d] (%s): %w", i, be.kind, be.err)
+			}
 			return fmt.Errorf("layers[%d]: %w", i, err)
 		}
 	}

@@ -74,13 +74,13 @@ func TestLayersJSON(t *testing.T) {
 		}
 	})
 	for _, tt := range []struct{ name, in, want string }{
-		{"unknown key", `[{"flatten": {}}, {"dense": {"units": 3, "activaton": "relu"}}]`, `layers[1]: (dense): json: unknown field "activaton"`},
+		{"unknown key", `[{"flatten": {}}, {"dense": {"units": 3, "activaton": "relu"}}]`, `layers[1] (dense): json: unknown field "activaton"`},
 		{"two kinds", `[{"dense": {"units": 3}, "conv2d": {"filters": 2, "kernel": 3}}]`, `layers[0]: 2 kinds (conv2d, dense) in one layer`},
 		{"no kind", `[{"flatten": {}}, {}]`, `layers[1]: no layer kind`},
 		{"unknown kind", `[{"conv3d": {}}]`, `layers[0]: unknown layer kind "conv3d"`},
 		{"not an object", `[3]`, `layers[0]: a layer is an object`},
-		{"bad kernel", `[{"conv2d": {"filters": 2, "kernel": [1, 2, 3]}}]`, `layers[0]: (conv2d): window [1, 2, 3]`},
-		{"activation object", `[{"activation": {"fn": "relu"}}]`, `layers[0]: (activation): json: cannot unmarshal`},
+		{"bad kernel", `[{"conv2d": {"filters": 2, "kernel": [1, 2, 3]}}]`, `layers[0] (conv2d): window [1, 2, 3]`},
+		{"activation object", `[{"activation": {"fn": "relu"}}]`, `layers[0] (activation): json: cannot unmarshal`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var got ModelSpec
@@ -580,7 +580,9 @@ func TestSequentialLearnsBrightSquares(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := Evaluate(m, test.X, test.Y, 64); got.Accuracy <= 0.95 {
+			got := Evaluate(m, test.X, test.Y, 64)
+			t.Logf("held-out accuracy %v, log loss %v", got.Accuracy, got.LogLoss)
+			if got.Accuracy <= 0.95 {
 				t.Fatalf("held-out accuracy %v (log loss %v), want > 0.95", got.Accuracy, got.LogLoss)
 			}
 		})
