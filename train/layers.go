@@ -359,8 +359,8 @@ const (
 )
 
 // op is one computation of a sequential model: a layer, or the activation
-// or a dense or conv2d layer. Flatten and linear activations compute
-// nothing and have no op.
+// of a dense or conv2d layer. Flatten, linear activations and dropout at
+// rate 0 compute nothing and have no op.
 type op struct {
 	kind    opKind
 	layer   int // index in ModelSpec.Layers
