@@ -3,6 +3,7 @@ package jobspec
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -168,5 +169,28 @@ func TestCNNPresets(t *testing.T) {
 	_, err = decodeValid(`{"job_id":"f_2","preset":"fashion_mnist_cnn","model":{"layers":[{"conv2d":{"filters":8,"kernel":29}},{"flatten":{}},{"dense":{"units":10}}]}}`)
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "model.layers[0] (conv2d): kernel 29x29") || !strings.Contains(err.Error(), "larger than input 28x28x1") {
 		t.Errorf("kernel 29 on 28×28: %v", err)
+	}
+}
+
+// TestJobSpecDocExamples decodes and validates every complete spec (a
+// JSON block starting with {"job_id") of docs/job-spec.md.
+func TestJobSpecDocExamples(t *testing.T) {
+	doc, err := os.ReadFile("../docs/job-spec.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, block := range strings.Split(string(doc), "```json\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if !strings.HasPrefix(block, `{"job_id"`) {
+			continue
+		}
+		n++
+		if _, err := decodeValid(block); err != nil {
+			t.Errorf("docs/job-spec.md example %d: %v\n%s", n, err, block)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no complete spec in docs/job-spec.md")
 	}
 }
