@@ -27,7 +27,8 @@ unit:
 race:
 	$(GO) test -count=1 -race -short $(RACE_PKGS)
 
-# A short run of the request-decoder fuzz target (seeds also run in unit).
+# Short runs of the request-decoder and layer-stack fuzz targets (seeds
+# also run in unit); 3,000 layer stacks take about 10 s.
 # The budget is a count, not a duration: with -fuzztime=10s, go1.26's fuzz
 # coordinator can report its own deadline as a failure ("context deadline
 # exceeded", no failing input) when the workers are starved of CPU
@@ -35,6 +36,7 @@ race:
 # 20,000 inputs take about 10 s on an idle 2-core machine.
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzPredictRequest -fuzztime=20000x ./serving/
+	$(GO) test -run='^$$' -fuzz=FuzzSequentialShapes -fuzztime=3000x ./train/
 
 build:
 	$(GO) build -o trainflow ./cmd/trainflow

@@ -28,13 +28,9 @@ import (
 
 // checkpointMeta is the model a job's checkpoints hold: its type, input
 // and class counts, transform, and the architecture of any but the linear
-// classifier.
+// classifier (hidden units or layers; jobspec.ModelSpec.CheckpointMeta).
 func checkpointMeta(in workflows.TrainInput) train.CheckpointMeta {
-	meta := train.CheckpointMeta{Model: in.Model.Type, Dim: in.Dim, Classes: in.Classes, TransformHash: in.TransformHash}
-	if !in.Model.Linear() {
-		meta.Spec = &train.ModelSpec{HiddenUnits: in.Model.HiddenUnits, Dropout: in.Model.Dropout, Float32: in.Model.TrainFloat32()}
-	}
-	return meta
+	return in.Model.CheckpointMeta(in.Dim, in.Classes, in.TransformHash)
 }
 
 // roleSetup is what every role of a distributed job derives from its input.

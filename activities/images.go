@@ -52,12 +52,12 @@ func (a *Activities) imageFiles(ctx context.Context, spec jobspec.JobSpec) (trai
 
 // DatasetHint says where to get an image preset's dataset.
 func DatasetHint(preset string) string {
-	if preset == jobspec.PresetMNIST {
-		return "the mnist preset reads MNIST's four IDX files (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz; " +
-			"from http://yann.lecun.com/exdb/mnist/ or a mirror of it, no Debian package has them): put them in " + jobspec.ImageDataDirs[preset] +
-			" or in a directory inside the worker's --data-roots and set data.dir to it"
+	if jobspec.ImageDataset(preset) == jobspec.PresetMNIST {
+		return "the " + preset + " preset reads MNIST's four IDX files (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz; " +
+			"from http://yann.lecun.com/exdb/mnist/ or a mirror of it, no Debian package has them): put them in " + jobspec.ImageDataDirs[jobspec.PresetMNIST] +
+			" or in a directory inside the worker's --data-roots and set data.dir to it (or list the files in data.train and data.eval)"
 	}
-	return "the fashion_mnist preset reads Fashion-MNIST's four IDX files: apt-get install dataset-fashion-mnist (installs them in " +
+	return "the " + preset + " preset reads Fashion-MNIST's four IDX files: apt-get install dataset-fashion-mnist (installs them in " +
 		jobspec.ImageDataDirs[jobspec.PresetFashionMNIST] + "), or set data.dir to a directory inside the worker's --data-roots holding them"
 }
 

@@ -68,8 +68,11 @@ func (a *Activities) checkMemory(need train.Memory, meta train.CheckpointMeta, b
 		return nil
 	}
 	hidden := ""
-	if meta.Spec != nil && len(meta.Spec.HiddenUnits) > 0 {
+	switch {
+	case meta.Spec != nil && len(meta.Spec.HiddenUnits) > 0:
 		hidden = fmt.Sprintf("model.hidden_units %v", meta.Spec.HiddenUnits)
+	case meta.Spec != nil && len(meta.Spec.Layers) > 0:
+		hidden = fmt.Sprintf("model.layers (%d layers)", len(meta.Spec.Layers))
 	}
 	dim := fmt.Sprintf("input dimension %d (data.schema)", meta.Dim)
 	var fault string
@@ -113,7 +116,16 @@ func FormatBytes(n int64) string {
 
 // checkTrainMemory is checkMemory for a process that trains the model of
 // in on rows rows (role "training", or a distributed job's role).
+//
+// A layer stack that does not fit the preprocessed data (its width or
+// classes were not known when the spec was validated) is an InvalidSpec
+// naming model.layers[i] or model.input_shape (jobspec's CheckLayers).
 func (a *Activities) checkTrainMemory(in workflows.TrainInput, rows int64, role string) error {
+	if in.Model.Sequential() {
+		if err := in.Model.CheckLayers(in.Dim, in.Classes); err != nil {
+			return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInvalidSpec, err)
+		}
+	}
 	meta := checkpointMeta(in)
 	need, err := train.MemoryNeed(meta, in.Model.Optimizer, in.Model.BatchSize, int(rows))
 	if err != nil {

@@ -81,9 +81,16 @@ func (c checker) check(path string, v any, t reflect.Type) error {
 	}
 	if reflect.PointerTo(t).Implements(jsonUnmarshaler) {
 		// The type decodes itself: let it say what is wrong.
+		// An error that starts with the field's own name and an index
+		// (train.Layers: "layers[2] (dense): …") reads from the field's
+		// path: model.layers[2] (dense): ….
 		b, _ := json.Marshal(v)
 		if err := json.Unmarshal(b, reflect.New(t).Interface()); err != nil {
-			return fieldError(path, err.Error())
+			msg := err.Error()
+			if base := path[strings.LastIndex(path, ".")+1:]; base != "" && strings.HasPrefix(msg, base+"[") {
+				return errors.New(path + strings.TrimPrefix(msg, base))
+			}
+			return fieldError(path, msg)
 		}
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/trainflow/trainflow/internal/ident"
@@ -20,21 +21,63 @@ const PresetCensus = "census"
 // …) or MNIST (classes "0"–"9") in their IDX files under data.dir
 // (default ImageDataDirs), an MLP 784-128-64-10 (dnn_classifier, Adam
 // 0.001, batch 128) trained for 5 epochs, model name the preset.
+// PresetFashionMNISTCNN and PresetMNISTCNN read the same data and train
+// TutorialCNN instead (sequential_classifier, input_shape [28, 28, 1],
+// Adam 0.001, batch 128, 5 epochs).
 const (
-	PresetFashionMNIST = "fashion_mnist"
-	PresetMNIST        = "mnist"
+	PresetFashionMNIST    = "fashion_mnist"
+	PresetMNIST           = "mnist"
+	PresetFashionMNISTCNN = "fashion_mnist_cnn"
+	PresetMNISTCNN        = "mnist_cnn"
 )
 
-// ImageDataDirs are the image presets' default data.dir: where Debian's
-// dataset-fashion-mnist package installs its files, and the same place
-// for MNIST (which has no package).
+// imageDatasets maps each image preset to the dataset it reads, named by
+// its MLP preset.
+var imageDatasets = map[string]string{
+	PresetFashionMNIST: PresetFashionMNIST, PresetFashionMNISTCNN: PresetFashionMNIST,
+	PresetMNIST: PresetMNIST, PresetMNISTCNN: PresetMNIST,
+}
+
+// ImageDataset returns the dataset an image preset reads,
+// PresetFashionMNIST or PresetMNIST, and "" for any other preset.
+func ImageDataset(preset string) string { return imageDatasets[preset] }
+
+// ImageDataDirs are the image datasets' default data.dir, by
+// ImageDataset: where Debian's dataset-fashion-mnist package installs its
+// files, and the same place for MNIST (which has no package: its presets
+// need data.dir or data.train and data.eval pointing at MNIST's IDX
+// files unless someone put them there).
 var ImageDataDirs = map[string]string{
 	PresetFashionMNIST: "/usr/share/datasets/fashion-mnist",
 	PresetMNIST:        "/usr/share/datasets/mnist",
 }
 
+// ImageInputShape is the input_shape of a sequential model on an image
+// preset's data: 28×28 pixels, one channel, stored NHWC (row-major, as the
+// IDX files hold them).
+var ImageInputShape = []int{28, 28, 1}
+
 // ImagePreset reports whether the spec's preset is an image preset.
-func (s JobSpec) ImagePreset() bool { return s.Preset == PresetFashionMNIST || s.Preset == PresetMNIST }
+func (s JobSpec) ImagePreset() bool { return ImageDataset(s.Preset) != "" }
+
+// TutorialCNN returns the convolutional network of the image CNN presets
+// (the seeds' tutorial net): conv2d 32 filters 3×3 ReLU, max pool 2,
+// conv2d 64 filters 3×3 ReLU, max pool 2, flatten, dense 128 ReLU, dropout
+// 0.25, dense 10 (the logits), "valid" padding: 28×28×1 → 26×26×32 →
+// 13×13×32 → 11×11×64 → 5×5×64 → 1600 → 128 → 10, 225,034 variables.
+func TutorialCNN() train.Layers {
+	relu := train.ActivationReLU
+	return train.Layers{
+		{Conv2D: &train.Conv2DLayer{Filters: 32, Kernel: train.Window{3, 3}, Activation: relu}},
+		{MaxPool2D: &train.Pool2DLayer{Size: train.Window{2, 2}}},
+		{Conv2D: &train.Conv2DLayer{Filters: 64, Kernel: train.Window{3, 3}, Activation: relu}},
+		{MaxPool2D: &train.Pool2DLayer{Size: train.Window{2, 2}}},
+		{Flatten: &train.FlattenLayer{}},
+		{Dense: &train.DenseLayer{Units: 128, Activation: relu}},
+		{Dropout: &train.DropoutLayer{Rate: 0.25}},
+		{Dense: &train.DenseLayer{Units: 10}},
+	}
+}
 
 // JobSpec is the input of TrainingJob: plain JSON with snake_case keys and
 // defaults for every field, so {"job_id":"census_1","preset":"census"} typed
@@ -45,7 +88,8 @@ type JobSpec struct {
 	// and '_', starting with a letter, at most 128 characters.
 	JobID string `json:"job_id"`
 	// Preset fills in data, schema and model for a known dataset:
-	// "census" (the default), "fashion_mnist" or "mnist".
+	// "census" (the default), "fashion_mnist", "mnist",
+	// "fashion_mnist_cnn" or "mnist_cnn".
 	Preset string `json:"preset,omitempty"`
 	// JobDir is where the job writes everything: a local path, or a
 	// storage URI (s3://, gs://, azblob://, file://) when the workers share
@@ -243,8 +287,11 @@ type DataSpec struct {
 
 // ModelSpec chooses the model and its optimizer.
 type ModelSpec struct {
-	// Type is "linear_classifier" (the default), "dnn_classifier" or
-	// "dnn_linear_combined_classifier" (wide & deep).
+	// Type is "linear_classifier" (the default), "dnn_classifier",
+	// "dnn_linear_combined_classifier" (wide & deep), "linear_regressor",
+	// "dnn_regressor", or "sequential" (a layer stack, Layers), which
+	// becomes "sequential_classifier" or "sequential_regressor" by
+	// data.schema.label_kind (either may be named as well).
 	Type         string  `json:"type,omitempty"`
 	LearningRate float64 `json:"learning_rate,omitempty"` // default 0.003 (Adam)
 	BatchSize    int     `json:"batch_size,omitempty"`    // default 64
@@ -265,12 +312,30 @@ type ModelSpec struct {
 	// Float64 computes DNN training in float64 instead of the default
 	// float32 (variables and predictions are float64 either way).
 	Float64 bool `json:"float64,omitempty"`
+	// Layers is the layer stack of a sequential model, input side first
+	// (train.LayerSpec: dense, conv2d, max_pool2d, avg_pool2d, flatten,
+	// dropout, layer_norm, activation), decoded strictly; its last layer
+	// outputs the logits: 1 for a binary classifier or a regressor, k for
+	// k classes. Required for the sequential types, refused for others.
+	// Default TutorialCNN with the CNN presets.
+	Layers train.Layers `json:"layers,omitempty"`
+	// InputShape is how a sequential model views the feature vector:
+	// [height, width, channels] of an image stored NHWC (a float_vector
+	// column as IDX files and Apply write it is [rows, cols, 1]), or
+	// [features] or nil for a flat vector. Default ImageInputShape with
+	// the image presets.
+	InputShape []int `json:"input_shape,omitempty"`
 }
+
+// ModelSequential is the model.type of a layer stack before defaults
+// resolve it by the label's kind.
+const ModelSequential = "sequential"
 
 // models lists the model types a job can train, and whether each is a
 // regressor.
 var models = map[string]bool{ModelLinearClassifier: false, train.DNNClassifierModel: false, train.DNNLinearCombinedClassifierModel: false,
-	train.LinearRegressorModel: true, train.DNNRegressorModel: true}
+	train.LinearRegressorModel: true, train.DNNRegressorModel: true,
+	train.SequentialClassifierModel: false, train.SequentialRegressorModel: true}
 
 // Regressor reports whether the model type predicts a value.
 func (m ModelSpec) Regressor() bool { return models[m.Type] }
@@ -280,9 +345,30 @@ func (m ModelSpec) Deep() bool {
 	return m.Type == train.DNNClassifierModel || m.Type == train.DNNRegressorModel || m.Type == train.DNNLinearCombinedClassifierModel
 }
 
+// Sequential reports whether the model type is a layer stack.
+func (m ModelSpec) Sequential() bool {
+	return m.Type == train.SequentialClassifierModel || m.Type == train.SequentialRegressorModel
+}
+
 // TrainFloat32 reports whether training computes in float32: for the DNN
-// types unless Float64 is set, or wherever Float32 is.
-func (m ModelSpec) TrainFloat32() bool { return m.Float32 || m.Deep() && !m.Float64 }
+// and sequential types unless Float64 is set, or wherever Float32 is.
+func (m ModelSpec) TrainFloat32() bool {
+	return m.Float32 || (m.Deep() || m.Sequential()) && !m.Float64
+}
+
+// CheckpointMeta is the model m describes on dim features and classes
+// classes (0 for a regressor), trained on the Transform of hash
+// transformHash, as train's checkpoints and bundles record it: the one
+// place a job's model fields become train's (activities build every
+// role's model from it, Validate checks layer stacks with it).
+func (m ModelSpec) CheckpointMeta(dim, classes int, transformHash string) train.CheckpointMeta {
+	meta := train.CheckpointMeta{Model: m.Type, Dim: dim, Classes: classes, TransformHash: transformHash}
+	if !m.Linear() {
+		meta.Spec = &train.ModelSpec{HiddenUnits: m.HiddenUnits, Dropout: m.Dropout, Float32: m.TrainFloat32(),
+			Layers: m.Layers, InputShape: m.InputShape}
+	}
+	return meta
+}
 
 // Linear reports whether the model has neither hidden layers nor a spec
 // beyond its input and class counts (the linear classifier's checkpoints
@@ -375,6 +461,12 @@ func (s JobSpec) WithDefaults() JobSpec {
 			s.Model.Type = train.LinearRegressorModel
 		}
 	}
+	if s.Model.Type == ModelSequential {
+		s.Model.Type = train.SequentialClassifierModel
+		if regression {
+			s.Model.Type = train.SequentialRegressorModel
+		}
+	}
 	if s.Model.LearningRate == 0 {
 		s.Model.LearningRate = 0.003
 	}
@@ -463,7 +555,8 @@ func (s *JobSpec) Validate() error {
 		return err
 	}
 	if s.Preset != "" && s.Preset != PresetCensus && !s.ImagePreset() {
-		return fmt.Errorf("%w: preset %q is unknown (known: %q, %q, %q)", ErrInvalid, s.Preset, PresetCensus, PresetFashionMNIST, PresetMNIST)
+		return fmt.Errorf("%w: preset %q is unknown (known: %q, %q, %q, %q, %q)", ErrInvalid, s.Preset,
+			PresetCensus, PresetFashionMNIST, PresetMNIST, PresetFashionMNISTCNN, PresetMNISTCNN)
 	}
 	if s.Data.Schema == nil {
 		return fmt.Errorf("%w: data.schema is required without a preset", ErrInvalid)
@@ -472,7 +565,7 @@ func (s *JobSpec) Validate() error {
 		return fmt.Errorf("%w: data.schema: %w", ErrInvalid, err)
 	}
 	if _, known := models[s.Model.Type]; known && (s.Data.Schema.LabelKind == preprocess.LabelRegression) != s.Model.Regressor() {
-		return fmt.Errorf("%w: model.type %q does not fit data.schema.label_kind %q: regression labels need linear_regressor or dnn_regressor, class labels a classifier",
+		return fmt.Errorf("%w: model.type %q does not fit data.schema.label_kind %q: regression labels need linear_regressor, dnn_regressor or sequential_regressor, class labels a classifier",
 			ErrInvalid, s.Model.Type, s.Data.Schema.LabelKind)
 	}
 	if s.Preset == "" && (len(s.Data.Train) == 0 || len(s.Data.Eval) == 0) {
@@ -564,8 +657,88 @@ func (s *JobSpec) Validate() error {
 			return fmt.Errorf("%w: %s = %v is out of range", ErrInvalid, c.field, c.value)
 		}
 	}
+	if err := s.validateLayers(); err != nil {
+		return err
+	}
 	if s.Tuning != nil {
 		return s.validateTuning()
+	}
+	return nil
+}
+
+// validateLayers checks model.layers and model.input_shape against the
+// model type and, when the input width is known before preprocessing
+// (data.schema's FixedDim, else a 3-D input_shape), infers the stack's
+// shapes as train does: a layer that does not fit its input, an unknown
+// layer, a stack past train.MaxLayerParams are refused here, before any
+// data is read.
+func (s *JobSpec) validateLayers() error {
+	m := s.Model
+	if !m.Sequential() {
+		if len(m.Layers) > 0 || m.InputShape != nil {
+			return fmt.Errorf("%w: model.layers and model.input_shape need model.type %q, got %q", ErrInvalid, ModelSequential, m.Type)
+		}
+		return nil
+	}
+	switch {
+	case len(m.HiddenUnits) > 0:
+		return fmt.Errorf("%w: model.hidden_units %v: model.type %q takes model.layers (dense layers) instead", ErrInvalid, m.HiddenUnits, m.Type)
+	case m.Dropout != 0:
+		return fmt.Errorf("%w: model.dropout %v: model.type %q takes a dropout layer in model.layers instead", ErrInvalid, m.Dropout, m.Type)
+	case len(m.Layers) == 0:
+		return fmt.Errorf("%w: model.layers is required with model.type %q", ErrInvalid, m.Type)
+	case len(m.Layers) > MaxLayers:
+		return fmt.Errorf("%w: model.layers has %d layers, more than %d", ErrInvalid, len(m.Layers), MaxLayers)
+	}
+	if sh := m.InputShape; sh != nil && (len(sh) != 1 && len(sh) != 3 || slices.ContainsFunc(sh, func(n int) bool { return n < 1 || n > train.MaxLayerWidth })) {
+		return fmt.Errorf("%w: model.input_shape %v: want [features] or [height, width, channels], each in [1, %d]", ErrInvalid, sh, train.MaxLayerWidth)
+	}
+	dim, known := s.Data.Schema.FixedDim()
+	if !known && len(m.InputShape) == 3 {
+		dim, known = m.InputShape[0]*m.InputShape[1]*m.InputShape[2], true // the schema's width is checked after preprocessing
+	}
+	if !known {
+		return nil // checked after preprocessing (activities' Train)
+	}
+	sc := s.Data.Schema
+	classes := 0
+	switch {
+	case sc.LabelKind == preprocess.LabelRegression:
+	case len(sc.LabelVocab) > 0:
+		classes = len(sc.LabelVocab)
+	case sc.LabelKind == preprocess.LabelBinary:
+		classes = 2
+	default: // multiclass, classes known after preprocessing: the last layer's
+		classes = 2
+		if d := m.Layers[len(m.Layers)-1].Dense; d != nil && d.Units > 2 {
+			classes = d.Units
+		}
+	}
+	return m.CheckLayers(dim, classes)
+}
+
+// MaxLayers bounds the length of model.layers.
+const MaxLayers = 1000
+
+// CheckLayers checks a sequential model's layers on dim features and
+// classes classes (0 for a regressor) as train builds the model
+// (train.MemoryNeed lays it out without allocating it). The error wraps
+// ErrInvalid and names the field: model.layers[i] with the layer's kind
+// and the shapes at fault, or model.input_shape.
+func (m ModelSpec) CheckLayers(dim, classes int) error {
+	meta := m.CheckpointMeta(dim, classes, "")
+	if _, err := train.MemoryNeed(meta, m.Optimizer, max(m.BatchSize, 1), 0); err != nil {
+		msg := strings.TrimPrefix(err.Error(), train.ErrShape.Error()+": ")
+		msg = strings.TrimPrefix(msg, meta.Model+": ")
+		switch {
+		case strings.HasPrefix(msg, "layers["):
+			msg = "model." + msg
+		case strings.HasPrefix(msg, "input shape"):
+			msg = "model.input_shape: " + msg
+		default:
+			msg = "model.layers: " + msg
+		}
+		return fmt.Errorf("%w: %s", ErrInvalid, msg)
 	}
 	return nil
 }
@@ -647,21 +820,36 @@ func (s JobSpec) StepsFor(trainRows int64) int64 {
 
 // imageDefaults fills what the image presets set beyond the general
 // defaults: schema, data.dir (unless data.train is set), the MLP of
-// bench/train and 5 epochs.
+// bench/train (TutorialCNN for the CNN presets, and the image's
+// input_shape for any sequential model) and 5 epochs.
 func (s JobSpec) imageDefaults() JobSpec {
+	dataset := ImageDataset(s.Preset)
+	cnn := dataset != s.Preset
 	if s.Data.Schema == nil {
 		classes := preprocess.FashionMNISTClasses
-		if s.Preset == PresetMNIST {
+		if dataset == PresetMNIST {
 			classes = preprocess.MNISTClasses
 		}
 		sc := preprocess.ImageSchema(classes)
 		s.Data.Schema = &sc
 	}
 	if s.Data.Dir == "" && len(s.Data.Train) == 0 {
-		s.Data.Dir = ImageDataDirs[s.Preset]
+		s.Data.Dir = ImageDataDirs[dataset]
 	}
 	if s.Model.Type == "" {
 		s.Model.Type = train.DNNClassifierModel
+		if cnn {
+			s.Model.Type = train.SequentialClassifierModel
+		}
+	}
+	if s.Model.Type == ModelSequential {
+		s.Model.Type = train.SequentialClassifierModel
+	}
+	if s.Model.Sequential() && s.Model.InputShape == nil {
+		s.Model.InputShape = slices.Clone(ImageInputShape)
+	}
+	if cnn && s.Model.Sequential() && s.Model.Layers == nil {
+		s.Model.Layers = TutorialCNN()
 	}
 	if s.Model.Deep() && len(s.Model.HiddenUnits) == 0 {
 		s.Model.HiddenUnits = []int{128, 64}

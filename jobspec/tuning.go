@@ -122,6 +122,10 @@ const (
 // layer's width; model.hidden_units itself takes CATEGORICAL values such
 // as "128,64". Transform options are tunable too (TransformOptions): a
 // trial whose transform differs from the others' preprocesses on its own.
+// A sequential model's model.layers and model.input_shape are not tunable
+// (a parameter naming them, or a path inside them such as
+// model.layers[0].dense.units, is refused as any unknown field is): tune
+// its optimizer fields here, and compare layer stacks as separate jobs.
 var TunableFields = map[string]tunable{
 	"model.learning_rate": {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.LearningRate = v; return nil }},
 	"model.l1":            {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.L1 = v; return nil }},

@@ -204,6 +204,43 @@ func Fit(s Schema, st *Stats) (*Transform, error) {
 	return t, t.prepare()
 }
 
+// FixedDim returns the length of the feature vector Fit makes of s
+// (Transform.Dim) when it does not depend on the training data, and false
+// when it does. Features come in column order, then the crosses: a number
+// column with zscore or min_max gives 1 value, a float_vector column its
+// length (row-major, as its input: an IDX image of rows×cols is rows×cols
+// values, one channel, NHWC), any index output 1, a hash column or a cross
+// in one-hot output its hash_buckets; a one_hot vocabulary or a
+// bucketize column in one-hot output depends on the data. s must be valid.
+func (s *Schema) FixedDim() (int, bool) {
+	dim := 0
+	for i := range s.Columns {
+		c := &s.Columns[i]
+		if c.Name == s.Label {
+			continue
+		}
+		switch t := c.treatment(); {
+		case t == Ignore:
+		case t == ZScore || t == MinMax || t == Index || c.Output == OutputIndex && (t == Bucketize || t == Hash):
+			dim++
+		case t == Scale:
+			dim += c.Length
+		case t == Hash:
+			dim += c.HashBuckets
+		default:
+			return 0, false
+		}
+	}
+	for _, x := range s.Crosses {
+		if x.Output == OutputIndex {
+			dim++
+		} else {
+			dim += x.HashBuckets
+		}
+	}
+	return dim, true
+}
+
 // vocabulary returns the values of counts seen at least minFreq times,
 // most frequent first (ties in byte order), at most limit of them.
 func vocabulary(counts map[string]int64, limit int, minFreq int64) []string {

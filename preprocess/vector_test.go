@@ -103,3 +103,56 @@ func TestVectorBadInput(t *testing.T) {
 		t.Errorf("length 0: got %v, want ErrSchema", err)
 	}
 }
+
+// TestFixedDim: where a schema's feature width does not depend on the
+// data, FixedDim gives the Dim that Fit gives; a vocabulary makes it
+// unknown. Apply writes a float_vector row-major in place, so an IDX
+// image of rows×cols is the NHWC layout of a [rows, cols, 1] input.
+func TestFixedDim(t *testing.T) {
+	s := Schema{
+		Columns: []Column{
+			{Name: "image", Type: TypeFloatVector, Length: 3, Scale: 255},
+			{Name: "x", Type: TypeNumber},
+			{Name: "h", Type: TypeString, Treatment: Hash, HashBuckets: 5},
+			{Name: "i", Type: TypeString, Treatment: Index},
+			{Name: "b", Type: TypeNumber, Treatment: Bucketize, Buckets: 3, Output: OutputIndex},
+			{Name: "skip", Type: TypeString, Treatment: Ignore},
+			{Name: "label", Type: TypeString},
+		},
+		Crosses:   []Cross{{Name: "hxi", Columns: []string{"h", "i"}, HashBuckets: 7}},
+		Label:     "label",
+		LabelKind: LabelMulticlass,
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := s.FixedDim()
+	if !ok || got != 3+1+5+1+1+7 {
+		t.Fatalf("FixedDim = %d, %v, want 18, true", got, ok)
+	}
+	st := NewStats(&s)
+	row := make([]Value, len(s.Columns))
+	for _, line := range []string{`0 51 255,1,a,p,3,z,A`, `255 0 102,2,b,q,4,z,B`} {
+		if err := s.ParseCSV(row, line); err != nil {
+			t.Fatal(err)
+		}
+		st.Add(&s, row)
+	}
+	tr, err := Fit(s, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Dim != got {
+		t.Fatalf("Fit's dim %d, FixedDim %d", tr.Dim, got)
+	}
+	for _, c := range []Column{
+		{Name: "s", Type: TypeString},
+		{Name: "b", Type: TypeNumber, Treatment: Bucketize, Buckets: 3},
+	} {
+		u := vectorSchema()
+		u.Columns = append(u.Columns, c)
+		if d, ok := u.FixedDim(); ok {
+			t.Errorf("with column %+v: FixedDim = %d, true, want unknown", c, d)
+		}
+	}
+}

@@ -14,6 +14,24 @@
 //	linear_regressor                Net without hidden layers, MSE
 //	dnn_classifier, dnn_regressor   Net: ReLU layers, optional dropout, embeddings
 //	dnn_linear_combined_classifier  Net: wide (linear) + deep part, logits summed
+//	sequential_classifier,          Sequential: a layer stack (ModelSpec.Layers) on
+//	sequential_regressor            flat rows or NHWC images (ModelSpec.InputShape)
+//
+// A sequential model's layers are JSON data, one kind per element:
+//
+//	[{"conv2d": {"filters": 32, "kernel": 3, "padding": "same", "activation": "relu"}},
+//	 {"max_pool2d": {"size": 2}}, {"flatten": {}},
+//	 {"dense": {"units": 128, "activation": "relu"}}, {"dropout": {"rate": 0.25}},
+//	 {"dense": {"units": 10}}]
+//
+// with dense, conv2d (kernel n or [h, w], stride, same or valid padding),
+// max_pool2d and avg_pool2d, flatten, dropout, layer_norm and activation
+// (relu, tanh, sigmoid, gelu, linear) layers; the last layer outputs the
+// logits, 1 for a binary classifier or a regressor, k for k classes.
+// Shapes are inferred layer by layer and checked before anything is
+// allocated: a layer that does not fit its input is an ErrShape naming
+// layers[i], its kind and both shapes. Convolutions run as im2col and the
+// same matrix products as a Net, in float32 with ModelSpec.Float32.
 //
 // Optimizers: SGD with momentum, Adagrad, Adam and FTRL, with L1/L2
 // regularisation; ClipByGlobalNorm clips gradients. Run trains any model

@@ -85,6 +85,17 @@ const (
 // when the deep columns are the input as is (d₀ = D, no embeddings) and
 // the linear classifier has no deep part.
 //
+// A Sequential gathers nothing (d₀ = D, w = 0); h₁…h_L are the widths
+// of its computations' outputs per example (a dense or conv2d layer with
+// an activation counts twice, a dropout layer twice for its mask and a
+// max_pool2d layer twice for its maxima's offsets, flatten and linear
+// activations not at all); n̂ is the most of the layers' units
+// and filters and, after the first computation, of a dense layer's input
+// width and a conv2d layer's kh·kw·C; and the convolutions' im2col block
+// adds
+//
+//	Activations += t·max over conv2d layers of min(B·Ho·Wo, max(1, ⌊2¹⁸/(kh·kw·C)⌋))·kh·kw·C
+//
 // The estimate bounds what Run allocates up to its first checkpoint,
 // garbage included (a resumed run's checkpoint file and tensors, dead
 // once restored, may not be collected before the next save), and so its
@@ -128,6 +139,7 @@ func MemoryNeed(meta CheckpointMeta, optimizer string, batch, rows int) (Memory,
 	if sh.gather {
 		m.Inputs = add(m.Inputs, mul(t, B, sh.deepIn))
 	}
+	m.Activations = add(m.Activations, mul(t, sh.cols(B)))
 	m.Inputs = add(m.Inputs, mul(t, B, sh.wide))
 	m.Model = add(m.Model, mul(24, D))
 	if t == 4 {
@@ -147,6 +159,7 @@ func MemoryNeed(meta CheckpointMeta, optimizer string, batch, rows int) (Memory,
 //	Data        = 8·N·(D+1)                    X, Y
 //	Inputs      = 8·B·(d₀+w)                   gathered deep and wide inputs
 //	Activations = 8·B·(h₁+…+h_L + 2ĥ + C + K)  a Predict's workspace, probabilities and logits
+//	            + 8·im2col block               a Sequential's convolutions
 //	Model       = 8·P + 24·D + packing + 1 MiB the loaded model
 //
 // (the linear classifier: Activations 8·B·(C+K), Model 8·P + packing + 1 MiB).
@@ -172,7 +185,7 @@ func EvalMemoryNeed(meta CheckpointMeta, batch, rows int) (Memory, error) {
 		m.Inputs = mul(8, B, sh.deepIn)
 	}
 	m.Inputs = add(m.Inputs, mul(8, B, sh.wide))
-	m.Activations = add(m.Activations, mul(8, B, add(sh.acts, mul(2, sh.widest))))
+	m.Activations = sum(m.Activations, mul(8, B, add(sh.acts, mul(2, sh.widest))), mul(8, sh.cols(B)))
 	m.Model = add(m.Model, mul(24, D))
 	return m, nil
 }
@@ -184,10 +197,11 @@ type shape struct {
 	params           int64
 	outputs, classes int64
 	deepIn, wide     int64
-	gather           bool  // the deep input is gathered from x
-	acts             int64 // h₁+…+h_L
-	widest           int64 // max(d₀, h₁…h_L)
-	widestCols       int64 // the most columns of a product's result
+	gather           bool       // the deep input is gathered from x
+	acts             int64      // h₁+…+h_L
+	widest           int64      // max(d₀, h₁…h_L)
+	widestCols       int64      // the most columns of a product's result
+	convs            [][2]int64 // a Sequential's convolutions: kh·kw·C, Ho·Wo
 }
 
 // shapeOf lays out the model meta describes as New would, without
@@ -213,6 +227,9 @@ func shapeOf(meta CheckpointMeta) (shape, error) {
 	s := meta.spec()
 	if s.Float32 {
 		sh.t = 4
+	}
+	if isSequential(meta.Model) {
+		return sequentialShape(meta, sh)
 	}
 	embCols := map[int]bool{}
 	for _, e := range s.Embeddings {
@@ -250,6 +267,49 @@ func shapeOf(meta CheckpointMeta) (shape, error) {
 	}
 	sh.params = add(sh.params, mul(sh.wide, sh.outputs))
 	return sh, nil
+}
+
+// sequentialShape fills in sh for the Sequential meta describes.
+func sequentialShape(meta CheckpointMeta, sh shape) (shape, error) {
+	p, err := compileLayers(meta)
+	if err != nil {
+		return shape{}, err
+	}
+	D := int64(meta.Dim)
+	sh.params, sh.deepIn = int64(p.params), D
+	sh.widest, sh.widestCols = D, sh.outputs
+	for i := range p.ops {
+		o := &p.ops[i]
+		out := int64(o.outN())
+		sh.acts = add(sh.acts, out)
+		sh.widest = max(sh.widest, out)
+		switch o.kind {
+		case opDropout, opMaxPool: // the mask, the maxima's offsets
+			sh.acts = add(sh.acts, out)
+		case opDense:
+			sh.widestCols = max(sh.widestCols, out)
+			if i > 0 {
+				sh.widestCols = max(sh.widestCols, int64(o.inN()))
+			}
+		case opConv:
+			sh.widestCols = max(sh.widestCols, int64(o.out.c))
+			if i > 0 {
+				sh.widestCols = max(sh.widestCols, int64(o.kdim()))
+			}
+			sh.convs = append(sh.convs, [2]int64{int64(o.kdim()), int64(o.out.h * o.out.w)})
+		}
+	}
+	return sh, nil
+}
+
+// cols is the values of a Sequential's im2col block for batches of b
+// rows (see colRows).
+func (sh shape) cols(b int64) int64 {
+	var n int64
+	for _, c := range sh.convs {
+		n = max(n, mul(min(mul(b, c[1]), max(1, int64(colsBudget)/c[0])), c[0]))
+	}
+	return n
 }
 
 // packing is the matrix products' packing space for sh (see MemoryNeed).

@@ -36,6 +36,15 @@ func TestMemoryNeedBoundsRun(t *testing.T) {
 		{"dnn float32", net(DNNClassifierModel, 200, 4, []int{256, 128}, true), AdamOptimizer, 256, 2000, 4},
 		{"dnn float64", net(DNNRegressorModel, 64, 0, []int{512}, false), AdagradOptimizer, 1024, 4096, 0},
 		{"wide and deep", net(DNNLinearCombinedClassifierModel, 50, 2, []int{64, 32}, false), FTRLOptimizer, 128, 3000, 2},
+		{"sequential cnn float32", CheckpointMeta{Model: SequentialClassifierModel, Dim: 16 * 16, Classes: 4, Spec: &ModelSpec{
+			InputShape: []int{16, 16, 1}, Float32: true, Layers: Layers{
+				convL(8, sq(3), Window{}, "same", ActivationReLU), maxPoolL(sq(2), Window{}),
+				convL(16, sq(3), Window{}, "same", ActivationReLU), maxPoolL(sq(2), Window{}), flattenL(),
+				dropoutL(0.2), denseL(32, ActivationReLU), normL(), denseL(4, "")}}}, AdamOptimizer, 64, 1000, 4},
+		{"sequential cnn float64", CheckpointMeta{Model: SequentialRegressorModel, Dim: 12 * 10 * 3, Spec: &ModelSpec{
+			InputShape: []int{12, 10, 3}, Layers: Layers{
+				convL(6, Window{3, 2}, sq(2), "valid", ActivationGELU), avgPoolL(sq(2), Window{}), flattenL(),
+				denseL(16, ActivationTanh), denseL(1, "")}}}, SGDOptimizer, 128, 1000, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			need, err := MemoryNeed(c.meta, c.opt, c.batch, c.n)

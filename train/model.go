@@ -14,6 +14,12 @@ const (
 	DNNClassifierModel               = "dnn_classifier"
 	DNNRegressorModel                = "dnn_regressor"
 	DNNLinearCombinedClassifierModel = "dnn_linear_combined_classifier"
+	// SequentialClassifierModel and SequentialRegressorModel are layer
+	// stacks (Sequential, ModelSpec.Layers): the classifier has ≥ 2
+	// classes and its last layer outputs 1 logit (2 classes) or one per
+	// class; the regressor has 0 classes and one output.
+	SequentialClassifierModel = "sequential_classifier"
+	SequentialRegressorModel  = "sequential_regressor"
 )
 
 // Model is a differentiable model whose variables live in one flat slice,
@@ -69,6 +75,15 @@ type ModelSpec struct {
 	// float32 (variables, optimizer state and Predict stay float64). Jobs
 	// set it for the DNN types unless their spec asks for float64.
 	Float32 bool `json:"float32,omitempty"`
+	// Layers is the layer stack of a sequential model, input side first
+	// (see LayerSpec and Sequential). Its last layer must output the
+	// model's Outputs values: nothing is appended. Empty for other models.
+	Layers Layers `json:"layers,omitempty"`
+	// InputShape is how a sequential model views a row of Dim features:
+	// [height, width, channels] for an image stored NHWC (row by row,
+	// the channels of a pixel adjacent; their product is Dim), or nil (or
+	// [Dim]) for a flat vector. Nil for other models.
+	InputShape []int `json:"input_shape,omitempty"`
 }
 
 // Embedding maps the category index held in feature Column (0 ≤ index <
@@ -83,15 +98,24 @@ type Embedding struct {
 // Equal reports whether two metas describe the same model and transform:
 // same fields and the same Spec, a nil Spec being the empty one. Float32
 // is how training computes, not what the model is, so a checkpoint
-// written with either precision resumes in the other.
+// written with either precision resumes in the other. Layers compare with
+// their defaults filled in (a conv2d's stride 1 and "valid" padding, a
+// pool's stride, layer_norm's epsilon; "linear" is no activation), and a
+// flat InputShape [Dim] is nil.
 func (m CheckpointMeta) Equal(o CheckpointMeta) bool {
 	if m.Model != o.Model || m.Dim != o.Dim || m.Classes != o.Classes || m.TransformHash != o.TransformHash {
 		return false
 	}
-	ms, os := m.spec(), o.spec()
-	ms.Float32, os.Float32 = false, false
-	a, _ := json.Marshal(ms) // nil and empty specs are the same
-	b, _ := json.Marshal(os)
+	canon := func(s ModelSpec) ModelSpec {
+		s.Float32 = false
+		s.Layers = s.Layers.canonical()
+		if len(s.InputShape) == 1 {
+			s.InputShape = nil
+		}
+		return s
+	}
+	a, _ := json.Marshal(canon(m.spec())) // nil and empty specs are the same
+	b, _ := json.Marshal(canon(o.spec()))
 	return string(a) == string(b)
 }
 
@@ -111,9 +135,10 @@ func isLinearClassifier(name string) bool {
 }
 
 // New returns a freshly initialised model of the type and architecture
-// meta describes. Weights are drawn from r (Glorot uniform for dense
-// kernels, N(0, 1/dim) for embeddings; biases and linear weights start at
-// zero); r may be nil for models that start at zero.
+// meta describes: a Linear, a Net or a Sequential. Weights are drawn from
+// r (Glorot uniform for dense and convolution kernels, N(0, 1/dim) for
+// embeddings; biases and linear weights start at zero); r may be nil for
+// models that start at zero.
 func New(meta CheckpointMeta, r *rand.Rand) (Model, error) {
 	if isLinearClassifier(meta.Model) {
 		if meta.Spec != nil && len(meta.Spec.HiddenUnits) > 0 {
@@ -123,6 +148,9 @@ func New(meta CheckpointMeta, r *rand.Rand) (Model, error) {
 	}
 	if r == nil {
 		r = rand.New(rand.NewPCG(0, 0))
+	}
+	if isSequential(meta.Model) {
+		return NewSequential(meta, r)
 	}
 	return NewNet(meta, r)
 }
@@ -160,11 +188,11 @@ func validateSpec(meta CheckpointMeta) error {
 		return fmt.Errorf("%w: %s: %s", ErrShape, meta.Model, fmt.Sprintf(format, a...))
 	}
 	switch meta.Model {
-	case LinearRegressorModel, DNNRegressorModel:
+	case LinearRegressorModel, DNNRegressorModel, SequentialRegressorModel:
 		if meta.Classes != 0 {
 			return bad("a regressor has 0 classes, got %d", meta.Classes)
 		}
-	case DNNClassifierModel, DNNLinearCombinedClassifierModel:
+	case DNNClassifierModel, DNNLinearCombinedClassifierModel, SequentialClassifierModel:
 		if meta.Classes < 2 {
 			return bad("needs ≥ 2 classes, got %d", meta.Classes)
 		}
@@ -173,6 +201,16 @@ func validateSpec(meta CheckpointMeta) error {
 	}
 	if meta.Dim < 1 {
 		return bad("needs ≥ 1 feature, got %d", meta.Dim)
+	}
+	if isSequential(meta.Model) {
+		if len(s.HiddenUnits) > 0 || s.Dropout != 0 || s.DeepColumns != nil || s.WideColumns != nil || len(s.Embeddings) > 0 {
+			return bad("a sequential model takes layers, not hidden units, dropout, columns or embeddings")
+		}
+		_, err := compileLayers(meta)
+		return err
+	}
+	if len(s.Layers) > 0 || s.InputShape != nil {
+		return bad("layers and input_shape need a sequential model")
 	}
 	deep := meta.Model == DNNClassifierModel || meta.Model == DNNRegressorModel || meta.Model == DNNLinearCombinedClassifierModel
 	if deep != (len(s.HiddenUnits) > 0) {

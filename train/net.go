@@ -57,6 +57,9 @@ func NewNet(meta CheckpointMeta, r *rand.Rand) (*Net, error) {
 	if err := validateSpec(meta); err != nil {
 		return nil, err
 	}
+	if isSequential(meta.Model) {
+		return nil, fmt.Errorf("%w: %s is not a Net (see NewSequential)", ErrShape, meta.Model)
+	}
 	s := meta.spec()
 	n := &Net{meta: meta, k: 1, dropout: s.Dropout, f32: s.Float32}
 	if meta.Classes > 2 {
@@ -377,10 +380,18 @@ func (n *Net) Predict(probs, logits, x []float64) error {
 
 // loss writes dL/dz of the model's loss into dz and returns the mean loss.
 func (n *Net) loss(dz, z, y, p []float64) float64 {
+	return modelLoss(n.meta.Classes, n.k, dz, z, y, p)
+}
+
+// modelLoss writes dL/dz of the loss of a model with classes classes and
+// k outputs into dz and returns the mean loss: squared error for a
+// regressor (0 classes), log loss for one logit, else softmax
+// cross-entropy (p is scratch of k values).
+func modelLoss(classes, k int, dz, z, y, p []float64) float64 {
 	switch {
-	case n.meta.Classes == 0:
+	case classes == 0:
 		return squaredError(dz, z, y)
-	case n.k == 1:
+	case k == 1:
 		return logisticLoss(dz, z, y)
 	}
 	return softmaxCrossEntropy(dz, z, y, p)

@@ -176,6 +176,44 @@ func TestFashionMNISTPresetFullRun(t *testing.T) {
 	}
 }
 
+// TestFashionMNISTCNNPresetFullRun is the layer stacks' bar: {"job_id":
+// "fcnn_1", "preset": "fashion_mnist_cnn"} (the tutorial CNN, 5 epochs at
+// batch 128) on the whole of Fashion-MNIST reaches ≥ 0.91 test accuracy
+// (the evaluator's, on the 10,000 test images), and batch prediction of
+// those images agrees with it.
+func TestFashionMNISTCNNPresetFullRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a CNN for 5 epochs on all 60,000 Fashion-MNIST images: minutes of CPU; TestSequentialCNNJobServes (activities) covers the path fast")
+	}
+	if _, err := os.Stat(fashionDir); err != nil {
+		t.Skipf("needs Fashion-MNIST (apt-get install dataset-fashion-mnist, which .ci/run does): %v", err)
+	}
+	st := testStack(t, t.TempDir())
+	t0 := time.Now()
+	run := startUIStyle(t, st.Client, "fcnn_1", `{"job_id":"fcnn_1","preset":"fashion_mnist_cnn"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	var res workflows.JobResult
+	if err := run.Get(ctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fashion_mnist_cnn 5 epochs: %s from submission, %d steps, %d/%d rows, eval accuracy %.4f", time.Since(t0).Round(time.Second), res.GlobalStep, res.TrainRows, res.EvalRows, res.Metrics.Accuracy)
+	if res.TrainRows != 60000 || res.EvalRows != 10000 || res.GlobalStep != 5*469 {
+		t.Fatalf("result %+v, want 60000/10000 rows and 5×469 steps", res)
+	}
+	if res.Metrics.Accuracy < 0.91 {
+		t.Fatalf("test accuracy %.4f after 5 epochs, want ≥ 0.91", res.Metrics.Accuracy)
+	}
+	test, err := idx.ReadSplit(fashionDir, "t10k", "dataset-fashion-mnist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := batchImageAccuracy(t, st, "fcnn_1_pred", res.Export, filepath.Join(fashionDir, "t10k-images-idx3-ubyte.gz"), test.Labels, preprocess.FashionMNISTClasses)
+	if acc != res.Metrics.Accuracy {
+		t.Errorf("batch prediction of the 10,000 test images: accuracy %.4f, the evaluator's %.4f", acc, res.Metrics.Accuracy)
+	}
+}
+
 // TestImagePresetWithoutData: no dataset where the preset looks fails the
 // job at once (not retried), naming the path and where to get the data; a
 // data.dir outside the worker's roots is refused.

@@ -1,0 +1,730 @@
+package train
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"gonum.org/v1/gonum/blas"
+)
+
+// Sequential is a stack of layers (ModelSpec.Layers) applied in order to
+// each example: the SequentialClassifier and SequentialRegressor of
+// CheckpointMeta.Model. An example is the flat row of InputDim features
+// viewed as ModelSpec.InputShape: an H×W×C image stored row by row, the
+// channels of a pixel adjacent (NHWC), or a flat vector when InputShape
+// is nil. The last layer outputs the logits (Outputs per example: 1 for a
+// binary classifier or a regressor, k for k > 2 classes); the loss is log
+// loss, softmax cross-entropy or mean squared error, as for Net.
+//
+// Params layout: the variables of each layer in order, layers without
+// variables (pools, flatten, dropout, activation) taking none:
+//
+//	dense       W (in×units, row-major), then b (units)
+//	conv2d      W (kh×kw×C×filters, row-major: HWIO), then b (filters)
+//	layer_norm  γ (C), then β (C)
+//
+// New draws dense and conv2d kernels from Glorot's uniform
+// U(±√(6/(fan_in+fan_out))) (a convolution's fans are kh·kw·C and
+// kh·kw·filters), biases and β start at 0 and γ at 1.
+//
+// A convolution is computed as im2col and a matrix product (kernel.Sgemm
+// or Dgemm, the products Net uses): the kh·kw·C input values under each
+// output position are copied into a row, at most ~2¹⁸ values of rows at a
+// time, and the rows times W give the output. With Spec.Float32, Gradient
+// computes in float32 (variables, optimizer state and Predict stay
+// float64).
+type Sequential struct {
+	meta   CheckpointMeta
+	k      int
+	in     tensor
+	ops    []op
+	params []float64
+	pcg    *rand.PCG
+	rng    *rand.Rand
+	f32    bool
+	ws     seqWorkspace[float64]
+	ws32   seqWorkspace[float32]
+	// pool holds Predict's *seqWorkspace[float64]s.
+	pool sync.Pool
+}
+
+// NewSequential returns the sequential model meta describes with
+// variables drawn from r (see Sequential), or an error wrapping ErrShape
+// naming the layer at fault.
+func NewSequential(meta CheckpointMeta, r *rand.Rand) (*Sequential, error) {
+	if err := validateSpec(meta); err != nil {
+		return nil, err
+	}
+	if !isSequential(meta.Model) {
+		return nil, fmt.Errorf("%w: %s is not a sequential model", ErrShape, meta.Model)
+	}
+	p, err := compileLayers(meta)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sequential{meta: meta, k: 1, in: p.in, ops: p.ops, f32: meta.spec().Float32}
+	if meta.Classes > 2 {
+		s.k = meta.Classes
+	}
+	s.params = make([]float64, p.params)
+	for i := range s.ops {
+		o := &s.ops[i]
+		w := s.params[o.off : o.off+o.size]
+		var fanIn, fanOut, n int
+		switch o.kind {
+		case opDense:
+			fanIn, fanOut, n = o.inN(), o.outN(), o.inN()*o.outN()
+		case opConv:
+			fanIn, fanOut, n = o.kdim(), o.kh*o.kw*o.out.c, o.kdim()*o.out.c
+		case opNorm:
+			for j := range o.in.c {
+				w[j] = 1
+			}
+			continue
+		default:
+			continue
+		}
+		lim := math.Sqrt(6 / float64(fanIn+fanOut))
+		for j := range w[:n] {
+			w[j] = (2*r.Float64() - 1) * lim
+		}
+	}
+	s.pcg = rand.NewPCG(r.Uint64(), r.Uint64())
+	s.rng = rand.New(s.pcg)
+	return s, nil
+}
+
+// InputDim is the number of features per row.
+func (s *Sequential) InputDim() int { return s.meta.Dim }
+
+// NumClasses is the number of classes, 0 for a regressor.
+func (s *Sequential) NumClasses() int { return s.meta.Classes }
+
+// Outputs is the number of logits (predictions for a regressor) per row.
+func (s *Sequential) Outputs() int { return s.k }
+
+// Params returns the model's variables in the layout documented on
+// Sequential.
+func (s *Sequential) Params() []float64 { return s.params }
+
+// Meta returns the meta the model was built from.
+func (s *Sequential) Meta() CheckpointMeta { return s.meta }
+
+// RNGState returns the state of the dropout random source as two values
+// holding its raw 64-bit words, for checkpoints.
+func (s *Sequential) RNGState() []float64 {
+	b, _ := s.pcg.MarshalBinary() // "pcg:" + hi + lo, big-endian
+	b = b[len(b)-16:]
+	return []float64{math.Float64frombits(binary.BigEndian.Uint64(b)), math.Float64frombits(binary.BigEndian.Uint64(b[8:]))}
+}
+
+// SetRNGState restores a state returned by RNGState.
+func (s *Sequential) SetRNGState(st []float64) error {
+	if len(st) != 2 {
+		return fmt.Errorf("%w: rng state has %d values, want 2", ErrCheckpoint, len(st))
+	}
+	b := []byte("pcg:")
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(st[0]))
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(st[1]))
+	return s.pcg.UnmarshalBinary(b)
+}
+
+// colsBudget bounds the values of a convolution's im2col block: a
+// product of more rows is done a block of rows at a time. Tests lower it
+// to force several blocks.
+var colsBudget = 1 << 18
+
+// colRows is the number of im2col rows of conv o's blocks for a batch of
+// rows examples: all rows·Ho·Wo output positions if they fit in
+// colsBudget, else as many as fit (at least one).
+func colRows(o *op, rows int) int {
+	return min(rows*o.out.h*o.out.w, max(1, colsBudget/o.kdim()))
+}
+
+// seqWorkspace is the scratch of one forward (and backward) pass of a
+// Sequential over up to n rows, computing in T.
+type seqWorkspace[T float] struct {
+	n     int
+	outs  [][]T     // per op: n×outN output
+	masks [][]T     // per dropout op: n×outN of 0 or 1/(1-rate); nil elsewhere
+	args  [][]int32 // per max pool op: n×outN offsets of the maxima in their example's input; nil elsewhere
+	cols  []T       // im2col block of the convolutions
+	// training only
+	d0, d1 []T // n×widest gradients with respect to an op's output or input
+	p      []float64
+	// float32 only: params, grad and input in T, logits and their
+	// gradient in float64 for the loss
+	w, g, x   []T
+	z64, dz64 []float64
+}
+
+// newSeqWorkspace sizes ws for rows rows; train adds what Gradient needs.
+func newSeqWorkspace[T float](s *Sequential, ws *seqWorkspace[T], rows int, train bool) {
+	*ws = seqWorkspace[T]{n: rows}
+	widest, cols := s.in.size(), 0
+	for i := range s.ops {
+		o := &s.ops[i]
+		ws.outs = append(ws.outs, make([]T, rows*o.outN()))
+		var mask []T
+		var arg []int32
+		switch {
+		case o.kind == opDropout && train:
+			mask = make([]T, rows*o.outN())
+		case o.kind == opMaxPool && train:
+			arg = make([]int32, rows*o.outN())
+		}
+		ws.masks, ws.args = append(ws.masks, mask), append(ws.args, arg)
+		if o.kind == opConv {
+			cols = max(cols, colRows(o, rows)*o.kdim())
+		}
+		widest = max(widest, o.outN())
+	}
+	ws.cols = make([]T, cols)
+	if !train {
+		return
+	}
+	ws.d0, ws.d1 = make([]T, rows*widest), make([]T, rows*widest)
+	ws.p = make([]float64, max(s.meta.Classes, 1))
+	if _, ok := any(ws.d0).([]float32); ok {
+		ws.w, ws.g = make([]T, len(s.params)), make([]T, len(s.params))
+		ws.x = make([]T, rows*s.meta.Dim)
+		ws.z64, ws.dz64 = make([]float64, rows*s.k), make([]float64, rows*s.k)
+	}
+}
+
+// seqForward computes the logits of the rows rows of x with variables p
+// into ws and returns them (rows×Outputs). With train set, dropout draws
+// its masks from s's random source.
+func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int, train bool) []T {
+	in := x[:rows*s.in.size()]
+	for i := range s.ops {
+		o := &s.ops[i]
+		out := ws.outs[i][:rows*o.outN()]
+		switch o.kind {
+		case opDense:
+			denseForward(o, p, in, out, rows)
+		case opConv:
+			convForward(o, ws.cols, p, in, out, rows)
+		case opMaxPool:
+			var arg []int32
+			if train {
+				arg = ws.args[i][:len(out)]
+			}
+			maxPoolForward(o, in, out, arg, rows)
+		case opAvgPool:
+			avgPoolForward(o, in, out, rows)
+		case opAct:
+			activate(o.act, out, in)
+		case opDropout:
+			if !train {
+				copy(out, in)
+				break
+			}
+			mask := ws.masks[i][:len(out)]
+			scale := T(1 / (1 - o.rate))
+			for j, v := range in {
+				if s.rng.Float64() < o.rate {
+					mask[j], out[j] = 0, 0
+				} else {
+					mask[j], out[j] = scale, v*scale
+				}
+			}
+		case opNorm:
+			normForward(o, p, in, out)
+		}
+		in = out
+	}
+	return in
+}
+
+// seqBackward writes into g the gradient of the loss whose gradient with
+// respect to the logits is dz (rows×Outputs, in ws.d0), after seqForward
+// computed ws's outputs from x with variables p.
+func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, rows int) {
+	dout, other := dz, ws.d1
+	for i := len(s.ops) - 1; i >= 0; i-- {
+		o := &s.ops[i]
+		var in []T
+		if i > 0 {
+			in = ws.outs[i-1][:rows*o.inN()]
+		} else {
+			in = x[:rows*o.inN()]
+		}
+		out := ws.outs[i][:rows*o.outN()]
+		var din []T // nil: the input's gradient is not needed
+		if i > 0 {
+			din = other[:rows*o.inN()]
+		}
+		switch o.kind {
+		case opDense:
+			denseBackward(o, p, g, in, dout, din, rows)
+		case opConv:
+			convBackward(o, ws.cols, p, g, in, dout, din, rows)
+		case opMaxPool:
+			if din != nil {
+				maxPoolBackward(o, ws.args[i], dout, din, rows)
+			}
+		case opAvgPool:
+			if din != nil {
+				avgPoolBackward(o, dout, din, rows)
+			}
+		case opAct:
+			if din != nil {
+				activateGrad(o.act, din, dout, in, out)
+			}
+		case opDropout:
+			if din != nil {
+				for j, m := range ws.masks[i][:len(din)] {
+					din[j] = dout[j] * m
+				}
+			}
+		case opNorm:
+			normBackward(o, p, g, in, dout, din)
+		}
+		if din == nil {
+			break
+		}
+		other, dout = dout[:cap(dout)], din
+	}
+}
+
+// denseForward computes out = in·W + b for rows rows.
+func denseForward[T float](o *op, p, in, out []T, rows int) {
+	n, m := o.inN(), o.outN()
+	w, b := p[o.off:o.off+n*m], p[o.off+n*m:o.off+o.size]
+	for i := range rows {
+		copy(out[i*m:(i+1)*m], b)
+	}
+	gemmT(blas.NoTrans, blas.NoTrans, rows, n, in, n, m, w, 1, rows, m, out)
+}
+
+// denseBackward writes ∂L/∂W = inᵀ·dout and ∂L/∂b = Σ_rows dout into g
+// and, if din is not nil, ∂L/∂in = dout·Wᵀ into din.
+func denseBackward[T float](o *op, p, g, in, dout, din []T, rows int) {
+	n, m := o.inN(), o.outN()
+	gemmT(blas.Trans, blas.NoTrans, rows, n, in, rows, m, dout, 0, n, m, g[o.off:o.off+n*m])
+	biasGrad(g[o.off+n*m:o.off+o.size], dout)
+	if din != nil {
+		gemmT(blas.NoTrans, blas.Trans, rows, m, dout, n, m, p[o.off:o.off+n*m], 0, rows, n, din)
+	}
+}
+
+// biasGrad writes into gb the column sums of dout (rows×len(gb)).
+func biasGrad[T float](gb, dout []T) {
+	clear(gb)
+	m := len(gb)
+	for i := 0; i < len(dout); i += m {
+		for j, v := range dout[i : i+m] {
+			gb[j] += v
+		}
+	}
+}
+
+// convForward computes conv o's output (rows·Ho·Wo × filters) from in,
+// im2col block by block in cols.
+func convForward[T float](o *op, cols, p, in, out []T, rows int) {
+	k, f := o.kdim(), o.out.c
+	w, b := p[o.off:o.off+k*f], p[o.off+k*f:o.off+o.size]
+	total, block := rows*o.out.h*o.out.w, colRows(o, rows)
+	for m0 := 0; m0 < total; m0 += block {
+		mr := min(block, total-m0)
+		c := cols[:mr*k]
+		im2col(o, c, in, m0, mr)
+		z := out[m0*f : (m0+mr)*f]
+		for i := range mr {
+			copy(z[i*f:(i+1)*f], b)
+		}
+		gemmT(blas.NoTrans, blas.NoTrans, mr, k, c, k, f, w, 1, mr, f, z)
+	}
+}
+
+// convBackward writes ∂L/∂W = Σ colsᵀ·dout and ∂L/∂b into g and, if din
+// is not nil, ∂L/∂in: the im2col gradient dout·Wᵀ scattered back (col2im).
+func convBackward[T float](o *op, cols, p, g, in, dout, din []T, rows int) {
+	k, f := o.kdim(), o.out.c
+	w, gw := p[o.off:o.off+k*f], g[o.off:o.off+k*f]
+	biasGrad(g[o.off+k*f:o.off+o.size], dout)
+	if din != nil {
+		clear(din)
+	}
+	total, block := rows*o.out.h*o.out.w, colRows(o, rows)
+	for m0 := 0; m0 < total; m0 += block {
+		mr := min(block, total-m0)
+		c, d := cols[:mr*k], dout[m0*f:(m0+mr)*f]
+		im2col(o, c, in, m0, mr)
+		beta := T(1)
+		if m0 == 0 {
+			beta = 0
+		}
+		gemmT(blas.Trans, blas.NoTrans, mr, k, c, mr, f, d, beta, k, f, gw)
+		if din != nil {
+			gemmT(blas.NoTrans, blas.Trans, mr, f, d, k, f, w, 0, mr, k, c)
+			col2im(o, din, c, m0, mr)
+		}
+	}
+}
+
+// im2col writes into cols (n×kdim) the input values under output
+// positions m0, …, m0+n-1 of conv o (position m = (example·Ho + y)·Wo +
+// x), in W's kh×kw×C order; padding reads 0. A kernel row's taps are
+// adjacent in NHWC, so each is one copy.
+func im2col[T float](o *op, cols, in []T, m0, n int) {
+	k, c := o.kdim(), o.in.c
+	for r := range n {
+		ex, y, x := convPos(o, m0+r)
+		dst := cols[r*k : (r+1)*k]
+		base := ex * o.in.size()
+		x0, kx0, kx1 := convCols(o, x)
+		for ky := range o.kh {
+			row := dst[ky*o.kw*c : (ky+1)*o.kw*c]
+			iy := y*o.sh - o.pt + ky
+			if iy < 0 || iy >= o.in.h || kx0 >= kx1 {
+				clear(row)
+				continue
+			}
+			clear(row[:kx0*c])
+			src := in[base+(iy*o.in.w+x0+kx0)*c:]
+			copy(row[kx0*c:kx1*c], src)
+			clear(row[kx1*c:])
+		}
+	}
+}
+
+// col2im adds the im2col gradient cols of positions m0, …, m0+n-1 into
+// din, the gradient of the input.
+func col2im[T float](o *op, din, cols []T, m0, n int) {
+	k, c := o.kdim(), o.in.c
+	for r := range n {
+		ex, y, x := convPos(o, m0+r)
+		src := cols[r*k : (r+1)*k]
+		base := ex * o.in.size()
+		x0, kx0, kx1 := convCols(o, x)
+		for ky := range o.kh {
+			iy := y*o.sh - o.pt + ky
+			if iy < 0 || iy >= o.in.h || kx0 >= kx1 {
+				continue
+			}
+			s := src[ky*o.kw*c+kx0*c : ky*o.kw*c+kx1*c]
+			d := din[base+(iy*o.in.w+x0+kx0)*c:][:len(s)]
+			for j, v := range s {
+				d[j] += v
+			}
+		}
+	}
+}
+
+// convPos splits output position m into example, row and column.
+func convPos(o *op, m int) (ex, y, x int) {
+	x, m = m%o.out.w, m/o.out.w
+	return m / o.out.h, m % o.out.h, x
+}
+
+// convCols returns the input column x0 of output column x's tap 0 and the
+// taps [kx0, kx1) that fall inside the image.
+func convCols(o *op, x int) (x0, kx0, kx1 int) {
+	x0 = x*o.sw - o.pl
+	return x0, max(0, -x0), min(o.kw, o.in.w-x0)
+}
+
+// poolIndex is the offset of input pixel (y, x) of example ex.
+func poolIndex(t tensor, ex, y, x int) int { return ((ex*t.h+y)*t.w + x) * t.c }
+
+// maxPoolForward writes each window's maximum, channel by channel, and,
+// if arg is not nil, where in the example's input it is (the first such
+// input of the window, row by row).
+func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int) {
+	c := o.in.c
+	for ex := range rows {
+		for y := range o.out.h {
+			for x := range o.out.w {
+				at := poolIndex(o.out, ex, y, x)
+				dst := out[at:][:c]
+				first := poolIndex(o.in, 0, y*o.sh, x*o.sw)
+				copy(dst, in[ex*o.in.size()+first:][:c])
+				if arg == nil {
+					for ky := range o.kh {
+						for kx := range o.kw {
+							for j, v := range in[poolIndex(o.in, ex, y*o.sh+ky, x*o.sw+kx):][:c] {
+								dst[j] = max(dst[j], v)
+							}
+						}
+					}
+					continue
+				}
+				a := arg[at:][:c]
+				for j := range a {
+					a[j] = int32(first + j)
+				}
+				for ky := range o.kh {
+					for kx := range o.kw {
+						off := poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx)
+						for j, v := range in[ex*o.in.size()+off:][:c] {
+							if v > dst[j] {
+								dst[j], a[j] = v, int32(off+j)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// maxPoolBackward routes each output's gradient to the input maxPoolForward
+// found its maximum at.
+func maxPoolBackward[T float](o *op, arg []int32, dout, din []T, rows int) {
+	clear(din)
+	n, m := o.inN(), o.outN()
+	for ex := range rows {
+		d := din[ex*n : (ex+1)*n]
+		for j, i := range arg[ex*m : (ex+1)*m] {
+			d[i] += dout[ex*m+j]
+		}
+	}
+}
+
+// avgPoolForward writes each window's mean, channel by channel.
+func avgPoolForward[T float](o *op, in, out []T, rows int) {
+	c, inv := o.in.c, 1/T(o.kh*o.kw)
+	for ex := range rows {
+		for y := range o.out.h {
+			for x := range o.out.w {
+				dst := out[poolIndex(o.out, ex, y, x):][:c]
+				clear(dst)
+				for ky := range o.kh {
+					for kx := range o.kw {
+						for j, v := range in[poolIndex(o.in, ex, y*o.sh+ky, x*o.sw+kx):][:c] {
+							dst[j] += v
+						}
+					}
+				}
+				for j := range dst {
+					dst[j] *= inv
+				}
+			}
+		}
+	}
+}
+
+// avgPoolBackward spreads each output's gradient evenly over its window.
+func avgPoolBackward[T float](o *op, dout, din []T, rows int) {
+	clear(din)
+	c, inv := o.in.c, 1/T(o.kh*o.kw)
+	for ex := range rows {
+		for y := range o.out.h {
+			for x := range o.out.w {
+				src := dout[poolIndex(o.out, ex, y, x):][:c]
+				for ky := range o.kh {
+					for kx := range o.kw {
+						d := din[poolIndex(o.in, ex, y*o.sh+ky, x*o.sw+kx):][:c]
+						for j, v := range src {
+							d[j] += v * inv
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// normForward is layer normalisation over each group of C adjacent values
+// (see LayerNormLayer).
+func normForward[T float](o *op, p, in, out []T) {
+	c := o.in.c
+	gamma, beta := p[o.off:o.off+c], p[o.off+c:o.off+2*c]
+	for i := 0; i < len(in); i += c {
+		x, y := in[i:i+c], out[i:i+c]
+		mu, inv := normStats(x, o.eps)
+		for j, v := range x {
+			y[j] = gamma[j]*T((float64(v)-mu)*inv) + beta[j]
+		}
+	}
+}
+
+// normStats returns the mean of x and 1/√(σ² + eps), in float64.
+func normStats[T float](x []T, eps float64) (mu, inv float64) {
+	for _, v := range x {
+		mu += float64(v)
+	}
+	mu /= float64(len(x))
+	v2 := 0.0
+	for _, v := range x {
+		d := float64(v) - mu
+		v2 += d * d
+	}
+	return mu, 1 / math.Sqrt(v2/float64(len(x))+eps)
+}
+
+// normBackward writes ∂L/∂γ = Σ dy·x̂ and ∂L/∂β = Σ dy into g and, if din
+// is not nil,
+//
+//	∂L/∂x = (g - mean(g) - x̂·mean(g·x̂)) / √(σ² + ε),  g = γ·dy, x̂ = (x-μ)/√(σ²+ε)
+//
+// over each group of C values.
+func normBackward[T float](o *op, p, g, in, dout, din []T) {
+	c := o.in.c
+	gamma := p[o.off : o.off+c]
+	gg, gb := g[o.off:o.off+c], g[o.off+c:o.off+2*c]
+	clear(gg)
+	clear(gb)
+	for i := 0; i < len(in); i += c {
+		x, dy := in[i:i+c], dout[i:i+c]
+		mu, inv := normStats(x, o.eps)
+		var sg, sgx float64
+		for j, v := range x {
+			xh := (float64(v) - mu) * inv
+			gg[j] += dy[j] * T(xh)
+			gb[j] += dy[j]
+			d := float64(gamma[j]) * float64(dy[j])
+			sg += d
+			sgx += d * xh
+		}
+		if din == nil {
+			continue
+		}
+		sg /= float64(c)
+		sgx /= float64(c)
+		dx := din[i : i+c]
+		for j, v := range x {
+			xh := (float64(v) - mu) * inv
+			dx[j] = T((float64(gamma[j])*float64(dy[j]) - sg - xh*sgx) * inv)
+		}
+	}
+}
+
+// activate writes a(src) into dst.
+func activate[T float](a Activation, dst, src []T) {
+	switch a {
+	case ActivationReLU:
+		for i, v := range src {
+			dst[i] = max(v, 0)
+		}
+	case ActivationTanh:
+		for i, v := range src {
+			dst[i] = T(math.Tanh(float64(v)))
+		}
+	case ActivationSigmoid:
+		for i, v := range src {
+			dst[i] = T(sigmoid(float64(v)))
+		}
+	case ActivationGELU:
+		for i, v := range src {
+			x := float64(v)
+			dst[i] = T(x * 0.5 * (1 + math.Erf(x/math.Sqrt2)))
+		}
+	default:
+		copy(dst, src)
+	}
+}
+
+// activateGrad writes din = dout·a'(x) given the activation's input x and
+// output y: relu' = [x > 0], tanh' = 1 - y², σ' = y(1 - y) and
+// gelu' = Φ(x) + x·φ(x).
+func activateGrad[T float](a Activation, din, dout, x, y []T) {
+	switch a {
+	case ActivationReLU:
+		for i, v := range x {
+			if v > 0 {
+				din[i] = dout[i]
+			} else {
+				din[i] = 0
+			}
+		}
+	case ActivationTanh:
+		for i, v := range y {
+			din[i] = dout[i] * (1 - v*v)
+		}
+	case ActivationSigmoid:
+		for i, v := range y {
+			din[i] = dout[i] * v * (1 - v)
+		}
+	case ActivationGELU:
+		const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
+		for i, v := range x {
+			t := float64(v)
+			d := 0.5*(1+math.Erf(t/math.Sqrt2)) + t*invSqrt2Pi*math.Exp(-t*t/2)
+			din[i] = dout[i] * T(d)
+		}
+	default:
+		copy(din, dout)
+	}
+}
+
+// Predict writes class probabilities (NumClasses per row, classifiers
+// only) and logits (Outputs per row; for a regressor, the predictions) of
+// the rows of x, computing in float64 with dropout off. Either destination
+// may be nil. Its scratch comes from a pool that keeps the largest batch's
+// workspace; it is safe for concurrent use while Params is not written.
+func (s *Sequential) Predict(probs, logits, x []float64) error {
+	dim := s.meta.Dim
+	if len(x)%dim != 0 {
+		return fmt.Errorf("%w: %d values is not a whole number of %d-feature rows", ErrShape, len(x), dim)
+	}
+	rows := len(x) / dim
+	if (logits != nil && len(logits) < rows*s.k) || (probs != nil && s.meta.Classes > 0 && len(probs) < rows*s.meta.Classes) {
+		return fmt.Errorf("%w: destinations too short for %d rows", ErrShape, rows)
+	}
+	ws, _ := s.pool.Get().(*seqWorkspace[float64])
+	if ws == nil {
+		ws = new(seqWorkspace[float64])
+	}
+	defer s.pool.Put(ws)
+	if ws.n < rows || ws.outs == nil {
+		newSeqWorkspace(s, ws, rows, false)
+	}
+	z := seqForward(s, ws, s.params, x, rows, false)
+	if logits != nil {
+		copy(logits, z)
+	}
+	if probs != nil && s.meta.Classes > 0 {
+		c := s.meta.Classes
+		for i := range rows {
+			probabilities(probs[i*c:(i+1)*c], z[i*s.k:(i+1)*s.k])
+		}
+	}
+	return nil
+}
+
+// Gradient writes into grad (len(Params)) the gradient of the mean loss
+// over the rows of x with targets y and returns that loss. During training
+// dropout draws from the model's random source. It allocates only when a
+// batch is larger than any before; not safe for concurrent use.
+func (s *Sequential) Gradient(grad, x, y []float64) float64 {
+	rows := len(y)
+	if s.f32 {
+		return s.gradient32(grad, x, y)
+	}
+	if s.ws.n < rows || s.ws.d0 == nil {
+		newSeqWorkspace(s, &s.ws, rows, true)
+	}
+	ws := &s.ws
+	z := seqForward(s, ws, s.params, x, rows, true)
+	dz := ws.d0[:rows*s.k]
+	loss := modelLoss(s.meta.Classes, s.k, dz, z, y, ws.p)
+	seqBackward(s, ws, s.params, grad, dz, x, rows)
+	return loss
+}
+
+// gradient32 is Gradient computing in float32.
+func (s *Sequential) gradient32(grad, x, y []float64) float64 {
+	rows := len(y)
+	if s.ws32.n < rows || s.ws32.d0 == nil {
+		newSeqWorkspace(s, &s.ws32, rows, true)
+	}
+	ws := &s.ws32
+	narrow(ws.w, s.params)
+	x32 := ws.x[:len(x)]
+	narrow(x32, x)
+	z := seqForward(s, ws, ws.w, x32, rows, true)
+	z64, dz64 := ws.z64[:rows*s.k], ws.dz64[:rows*s.k]
+	widen(z64, z)
+	loss := modelLoss(s.meta.Classes, s.k, dz64, z64, y, ws.p)
+	dz := ws.d0[:rows*s.k]
+	narrow(dz, dz64)
+	seqBackward(s, ws, ws.w, ws.g, dz, x32, rows)
+	widen(grad, ws.g)
+	return loss
+}
