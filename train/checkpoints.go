@@ -1,9 +1,13 @@
 package train
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
 	"slices"
@@ -152,6 +156,67 @@ func (c *Checkpoints) Latest(ctx context.Context) (*Checkpoint, error) {
 // fs.ErrNotExist.
 func (c *Checkpoints) Read(ctx context.Context, step int64) (*Checkpoint, error) {
 	return readCheckpoint(ctx, c.st, c.key(CheckpointName(step)))
+}
+
+// Streamer is implemented by Objects that read an object as a stream, so
+// that a part of it can be read without the rest (Checkpoints.Meta).
+type Streamer interface {
+	NewReader(ctx context.Context, key string) (io.ReadCloser, error)
+}
+
+// maxMetaBytes bounds the JSON meta of a checkpoint Meta reads: a model's
+// description, a few hundred bytes.
+const maxMetaBytes = 1 << 20
+
+// Meta reads the meta of the checkpoint of step from the head of its
+// object, without its tensors: a process that only needs to know what a
+// checkpoint holds (how much memory loading it takes) does not hold the
+// model. With Objects that are not a Streamer it reads the whole object.
+// The checksum is not verified (whoever loads the checkpoint does); a
+// head that is not a checkpoint of step is an error wrapping
+// ErrCheckpoint, and a missing checkpoint one matching fs.ErrNotExist.
+func (c *Checkpoints) Meta(ctx context.Context, step int64) (CheckpointMeta, error) {
+	key := c.key(CheckpointName(step))
+	var head io.Reader
+	if s, ok := c.st.(Streamer); ok {
+		r, err := s.NewReader(ctx, key)
+		if err != nil {
+			return CheckpointMeta{}, fmt.Errorf("read checkpoint: %w", err)
+		}
+		defer r.Close()
+		head = r
+	} else {
+		b, err := c.st.Read(ctx, key)
+		if err != nil {
+			return CheckpointMeta{}, fmt.Errorf("read checkpoint: %w", err)
+		}
+		head = bytes.NewReader(b)
+	}
+	le := binary.LittleEndian
+	var fixed [len(ckptMagic) + 4 + 8 + 4]byte
+	if _, err := io.ReadFull(head, fixed[:]); err != nil || string(fixed[:len(ckptMagic)]) != ckptMagic {
+		return CheckpointMeta{}, fmt.Errorf("%w: %s: not a trainflow checkpoint", ErrCheckpoint, key)
+	}
+	rest := fixed[len(ckptMagic):]
+	if v := le.Uint32(rest); v != CheckpointVersion {
+		return CheckpointMeta{}, fmt.Errorf("%w: %s: version %d, this build reads %d", ErrCheckpoint, key, v, CheckpointVersion)
+	}
+	if s := int64(le.Uint64(rest[4:])); s != step {
+		return CheckpointMeta{}, fmt.Errorf("%w: %s holds step %d", ErrCheckpoint, key, s)
+	}
+	n := le.Uint32(rest[12:])
+	if n > maxMetaBytes {
+		return CheckpointMeta{}, fmt.Errorf("%w: %s: meta of %d bytes", ErrCheckpoint, key, n)
+	}
+	mb := make([]byte, n)
+	if _, err := io.ReadFull(head, mb); err != nil {
+		return CheckpointMeta{}, fmt.Errorf("%w: %s: meta: %v", ErrCheckpoint, key, err)
+	}
+	var meta CheckpointMeta
+	if err := json.Unmarshal(mb, &meta); err != nil {
+		return CheckpointMeta{}, fmt.Errorf("%w: %s: meta: %v", ErrCheckpoint, key, err)
+	}
+	return meta, nil
 }
 
 // Pin copies the checkpoint of step into the directory dir of the same
