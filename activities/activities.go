@@ -110,8 +110,8 @@ type Activities struct {
 	// evaluation child process (RLIMIT_AS; see ChildLimits and child.go,
 	// the worker's --child-memory). 0 derives it from MaxTrainBytes.
 	ChildMemory int64
-	// InProcess runs Train and Evaluate in this process instead of a
-	// child process: no memory isolation. For measurements and tests.
+	// InProcess runs Train, Evaluate and Export in this process instead
+	// of a child process: no memory isolation. For measurements and tests.
 	InProcess bool
 	// Heavy bounds the heavy activities this process runs at once
 	// (--max-heavy); nil bounds nothing.
@@ -851,6 +851,20 @@ func (j *jobDir) exportedCheckpoint(ctx context.Context, step int64) (*train.Che
 	return ck, err
 }
 
+// exportedMeta is the meta of the checkpoint an export of step uses (see
+// exportedCheckpoint), read from its head.
+func (j *jobDir) exportedMeta(ctx context.Context, step int64) (train.CheckpointMeta, error) {
+	cks := j.Checkpoints()
+	meta, err := cks.In(jobdir.PinnedDir).Meta(ctx, step)
+	if errors.Is(err, fs.ErrNotExist) {
+		meta, err = cks.Meta(ctx, step)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return train.CheckpointMeta{}, nonRetryable(workflows.ErrTypeCheckpointGone, fmt.Errorf("export step %d: %w", step, err))
+	}
+	return meta, err
+}
+
 // queueCheckpoint pins the just committed checkpoint of step for the
 // evaluator (eval/queue).
 func (j *jobDir) queueCheckpoint(ctx context.Context, step int64) error {
@@ -942,40 +956,92 @@ func canonicalStep(s string) bool {
 
 // Export writes the bundle of the checkpoint at in.Step to
 // export/<exporter>/<step>/ (see package bundle): idempotent, so a retry
-// finds the bundle the first attempt wrote.
+// finds the bundle the first attempt wrote. A model larger than
+// exportInProcessBytes is exported by a child process, as Train and
+// Evaluate run theirs (this process reads only the checkpoint's head).
 func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (workflows.ExportResult, error) {
-	defer keepAlive(ctx).Stop()
+	hb := keepAlive(ctx)
+	defer hb.Stop()
 	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
 	if err != nil {
 		return workflows.ExportResult{}, err
 	}
 	defer jd.Close()
-	parent := jobdir.ExporterDir(in.Exporter)
 	key := jobdir.ExportKey(in.Exporter, in.Step)
 	done := workflows.ExportResult{Dir: jd.Location(key), Version: in.Step}
 	if ok, err := jd.st.Exists(ctx, path.Join(key, bundle.MetadataFile)); err != nil || ok {
 		return done, err
 	}
-	ck, err := jd.exportedCheckpoint(ctx, in.Step)
+	if a.inProcess(jd) {
+		return done, jd.export(ctx, in)
+	}
+	meta, err := jd.exportedMeta(ctx, in.Step)
 	if err != nil {
 		return workflows.ExportResult{}, err
 	}
-	t, raw, err := jd.readTransform(ctx)
+	if need, err := train.EvalMemoryNeed(meta, 0, 0); err != nil || need.Model <= exportInProcessBytes {
+		return done, jd.export(ctx, in) // a small model (or a meta Load refuses anyway): no child's start
+	}
+	return done, a.exportInChild(ctx, hb, jd, in)
+}
+
+// exportInProcessBytes is the largest model (its variables, as
+// train.EvalMemoryNeed counts them) Export writes in the worker's own
+// process; a larger one is exported by a child process under the memory
+// limit of Train's and Evaluate's, so the worker never holds the
+// checkpoint (the variables and optimizer slots, read and decoded: about
+// six times this) of a model only the child's limit vetted.
+const exportInProcessBytes = 64 << 20
+
+// export writes the bundle of in.Step: the checkpoint's model (read from
+// the evaluator's pin, else the checkpoints), the job's Transform and
+// in's metadata. The checkpoint must have been trained with that
+// Transform.
+func (j *jobDir) export(ctx context.Context, in workflows.ExportInput) error {
+	ck, err := j.exportedCheckpoint(ctx, in.Step)
 	if err != nil {
-		return workflows.ExportResult{}, err
+		return err
+	}
+	t, raw, err := j.readTransform(ctx)
+	if err != nil {
+		return err
 	}
 	if t.Hash != ck.Meta.TransformHash {
-		return workflows.ExportResult{}, nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("checkpoint %d was trained with transform %s, job dir has %s", in.Step, ck.Meta.TransformHash, t.Hash))
+		return nonRetryable(workflows.ErrTypeBadData, fmt.Errorf("checkpoint %d was trained with transform %s, job dir has %s", in.Step, ck.Meta.TransformHash, t.Hash))
 	}
 	files, err := bundle.TransformFiles(t, raw)
 	if err != nil {
-		return workflows.ExportResult{}, err
+		return err
 	}
 	meta := bundle.Meta{JobID: in.JobID, Exporter: in.Exporter, Metrics: in.Metrics, TransformHash: t.Hash}
-	if _, err := bundle.Write(ctx, jd.st.Sub(parent), in.Step, ck, files, meta); err != nil {
-		return workflows.ExportResult{}, err
+	_, err = bundle.Write(ctx, j.st.Sub(jobdir.ExporterDir(in.Exporter)), in.Step, ck, files, meta)
+	return err
+}
+
+// exportInChild runs jd.export for in in a child process (runTrainChild)
+// under the children's memory limit; a child killed by it counts towards
+// MaxChildKills as a training child does.
+func (a *Activities) exportInChild(ctx context.Context, hb *beater, jd *jobDir, in workflows.ExportInput) error {
+	prev := previousKills(ctx)
+	if prev > 0 {
+		hb.set(ctx, killNote{ChildKills: prev})
 	}
-	return done, nil
+	scratch, err := jd.TempDir("export-child-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	req := childRequest{Limits: a.childLimits(), Export: &exportChildJob{JobDir: jd.uri, Cache: a.cacheDir(ctx), In: in}}
+	final, err := a.runTrainChild(ctx, scratch, req, func(childMsg) (childReply, error) { return childReply{}, nil })
+	switch {
+	case errors.Is(err, errChildKilled):
+		return killed(ctx, hb, "export", prev, train.Progress{Step: in.Step}, err)
+	case err != nil:
+		return err
+	case final.Kind == "error":
+		return childError(final)
+	}
+	return nil
 }
 
 // Publish reads and verifies a bundle (a directory or a storage URI) and

@@ -115,6 +115,7 @@ type childRequest struct {
 	Limits   ChildLimits       `json:"limits"`
 	Train    *trainChildJob    `json:"train,omitempty"`
 	Evaluate *evaluateChildJob `json:"evaluate,omitempty"`
+	Export   *exportChildJob   `json:"export,omitempty"`
 }
 
 // errChildKilled is matched by the error of a child that was killed.

@@ -48,14 +48,21 @@ type evaluateChildJob struct {
 	Rows    int                      `json:"rows"`
 }
 
+// exportChildJob is an export for a child: the bundle of In.Step.
+type exportChildJob struct {
+	JobDir string                `json:"job_dir"`
+	Cache  string                `json:"cache"`
+	In     workflows.ExportInput `json:"in"`
+}
+
 // childStepEvery is how often a training child reports its step.
 const childStepEvery = 200 * time.Millisecond
 
 // ChildMain is the body of `trainflow train-child REQUEST.json`, the child
-// process Train and Evaluate run their work in: it sets the request's
-// memory limits on itself, runs it, talking to the parent on file
-// descriptors 3 (to) and 4 (from), and returns the exit code (0 once its
-// final message is sent). It exits at once if the parent goes away.
+// process Train, Evaluate and a large model's Export run their work in: it
+// sets the request's memory limits on itself, runs it, talking to the
+// parent on file descriptors 3 (to) and 4 (from), and returns the exit
+// code (0 once its final message is sent). It exits at once if the parent goes away.
 func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "usage: trainflow "+ChildCommand+" REQUEST.json (started by a worker)")
@@ -80,6 +87,8 @@ func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
 		final = childTrain(ctx, req.Train, c)
 	case req.Evaluate != nil:
 		final = childEvaluate(ctx, req.Evaluate)
+	case req.Export != nil:
+		final = childExport(ctx, req.Export)
 	default:
 		final = childMsg{Kind: "error", Error: "train-child: empty request"}
 	}
@@ -254,6 +263,20 @@ func childEvaluate(ctx context.Context, j *evaluateChildJob) childMsg {
 		return errorMsg(err)
 	}
 	return childMsg{Kind: "done", Metrics: &m}
+}
+
+// childExport writes the bundle of j.In.Step (jobDir.export).
+func childExport(ctx context.Context, j *exportChildJob) childMsg {
+	d, err := jobdir.Open(ctx, j.JobDir, j.Cache)
+	if err != nil {
+		return errorMsg(err)
+	}
+	jd := newJobDir(d)
+	defer jd.Close()
+	if err := jd.export(ctx, j.In); err != nil {
+		return errorMsg(err)
+	}
+	return childMsg{Kind: "done"}
 }
 
 // evaluateOn evaluates the model of ck on the first rows rows (all if 0)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	commonpb "go.temporal.io/api/common/v1"
@@ -160,6 +161,51 @@ func TestLargeJobPageBounds(t *testing.T) {
 	}
 	if !strings.Contains(rec.Body.String(), "--console-page-bytes") {
 		t.Errorf("the page does not say the budget cut the reading: %q", d.Truncated)
+	}
+}
+
+// TestSummaryEveryStepPageBound: one view of the page of a 400k-step job
+// with a summary every step (synthJobs' steps400k_summary1), under the
+// default page budget, allocates less than 50 MB and renders a page of at
+// most 512 KiB; the time it took is only logged.
+func TestSummaryEveryStepPageBound(t *testing.T) {
+	root := t.TempDir()
+	j := synthJobs[1]
+	if j.Steps != 400_000 || j.SummaryEvery != 1 {
+		t.Fatalf("synthJobs[1] is %+v, want 400k steps with a summary every step", j)
+	}
+	dir := filepath.Join(root, j.ID)
+	j.write(t, dir)
+	c, err := New(Options{Roots: []string{root}}) // the default budget (DefaultMaxPageBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	renderJobPage(t, c, e, j.ID, dir) // templates and first-use caches
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	t0 := time.Now()
+	rec, b := renderJobPage(t, c, e, j.ID, dir)
+	took := time.Since(t0)
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	if b.Data == nil {
+		t.Fatalf("no data: %s", b.DirError)
+	}
+	t.Logf("one view: %.1f MB allocated, %.1f MB read, page %d KiB, %d loss points of %d read, %v",
+		float64(alloc)/1e6, float64(b.Data.BytesRead)/1e6, rec.Body.Len()>>10, len(b.Data.Loss.points()), b.Data.Loss.n, took.Round(time.Millisecond))
+	if alloc >= 50e6 {
+		t.Errorf("one view allocated %.1f MB, want under 50 MB", float64(alloc)/1e6)
+	}
+	if b.Data.BytesRead > DefaultMaxPageBytes+maxSmallFile {
+		t.Errorf("read %d bytes, over the default budget of %d", b.Data.BytesRead, DefaultMaxPageBytes)
+	}
+	if rec.Code != http.StatusOK || rec.Body.Len() > 512<<10 {
+		t.Errorf("page: %d, %d KiB; want 200 and at most 512 KiB", rec.Code, rec.Body.Len()>>10)
+	}
+	if pts := b.Data.Loss.points(); len(pts) == 0 || pts[len(pts)-1].X != float64(j.Steps) {
+		t.Errorf("the loss curve does not reach step %d", j.Steps)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,9 +122,17 @@ func TestSlotsUnderAttack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := startServer(t, tc.opts)
+			os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // reset the peak (VmHWM) where the kernel allows it
+			rss := procStatusBytes(t, "VmRSS")
 			attack(t, r.addr(), 300, 600)
-			if got := legitimate(t, r, 20, tc.header...); got != 20 {
+			got := legitimate(t, r, 20, tc.header...)
+			grew := max(procStatusBytes(t, "VmHWM")-rss, 0)
+			t.Logf("%d of 20 legitimate requests succeeded; the test process's peak RSS grew %d MiB (server, attackers and clients together)", got, grew>>20)
+			if got != 20 {
 				t.Fatalf("%d of 20 legitimate requests succeeded under 300 idle + 600 slow connections, want 20", got)
+			}
+			if grew > 256<<20 {
+				t.Errorf("the peak RSS grew by %d MiB under the attack, want at most 256", grew>>20)
 			}
 		})
 	}
@@ -268,4 +277,25 @@ func TestMaxConnsPerClient(t *testing.T) {
 	if got := metric(t, r, `trainflow_serving_connections_shed_total{reason="client_limit"}`); got != "1" {
 		t.Fatalf("client_limit sheds: %s, want 1", got)
 	}
+}
+
+// procStatusBytes reads a kB field of /proc/self/status (VmRSS, VmHWM)
+// in bytes.
+func procStatusBytes(t *testing.T, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", field, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -343,5 +345,65 @@ func TestSaveEveryFollowsTheClock(t *testing.T) {
 	cfg.SaveEvery = 0
 	if _, err := Run(context.Background(), cfg, d, nil); !errors.Is(err, ErrShape) {
 		t.Fatalf("no save interval: %v, want ErrShape", err)
+	}
+}
+
+// streamDir is a Dir whose objects also stream (a Streamer), counting
+// the bytes its readers hand out.
+type streamDir struct {
+	Dir
+	read *int64
+}
+
+func (d streamDir) NewReader(_ context.Context, key string) (io.ReadCloser, error) {
+	f, err := os.Open(d.path(key))
+	if err != nil {
+		return nil, err
+	}
+	return countReader{f, d.read}, nil
+}
+
+type countReader struct {
+	*os.File
+	n *int64
+}
+
+func (r countReader) Read(p []byte) (int, error) {
+	n, err := r.File.Read(p)
+	*r.n += int64(n)
+	return n, err
+}
+
+// TestCheckpointsMeta: Meta returns a checkpoint's meta, reading only
+// its head from Objects that stream (a few KiB of a 8 MB checkpoint) and
+// the whole object from others; a missing checkpoint matches
+// fs.ErrNotExist, a file of another step or not a checkpoint ErrCheckpoint.
+func TestCheckpointsMeta(t *testing.T) {
+	dir := t.TempDir()
+	meta := CheckpointMeta{Model: "dnn_classifier", Dim: 3, Classes: 2, Spec: &ModelSpec{HiddenUnits: []int{8, 4}}}
+	ck := &Checkpoint{Step: 7, Meta: meta, Tensors: map[string][]float64{"w": make([]float64, 1<<20)}}
+	var read int64
+	for _, objs := range []Objects{Dir(dir), streamDir{Dir(dir), &read}} {
+		cks := NewCheckpoints(objs, "ckpts")
+		if err := cks.Save(context.Background(), ck, 0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := cks.Meta(context.Background(), 7)
+		if err != nil || !got.Equal(meta) {
+			t.Errorf("%T: meta %+v, %v; want %+v", objs, got, err, meta)
+		}
+		if _, err := cks.Meta(context.Background(), 8); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%T: missing checkpoint: %v, want fs.ErrNotExist", objs, err)
+		}
+	}
+	if read == 0 || read > 64<<10 {
+		t.Errorf("streamed %d bytes of an 8 MB checkpoint, want its head only", read)
+	}
+	os.WriteFile(filepath.Join(dir, "ckpts", CheckpointName(9)), []byte("{\"not\":\"a checkpoint\"}"), 0o644)
+	os.Rename(filepath.Join(dir, "ckpts", CheckpointName(7)), filepath.Join(dir, "ckpts", CheckpointName(10)))
+	for _, step := range []int64{9, 10} {
+		if _, err := NewCheckpoints(streamDir{Dir(dir), &read}, "ckpts").Meta(context.Background(), step); !errors.Is(err, ErrCheckpoint) {
+			t.Errorf("step %d: %v, want ErrCheckpoint", step, err)
+		}
 	}
 }
