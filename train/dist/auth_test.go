@@ -368,7 +368,7 @@ func TestWorkerStopsOnDivergence(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newCluster(t, 2, false, 0, 400)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			errs := make([]error, c.workers)
 			var wg sync.WaitGroup

@@ -320,7 +320,7 @@ func TestParameterServerRestartRollsBack(t *testing.T) {
 func TestChiefStalledThroughRestartFinishes(t *testing.T) {
 	data, held := trainAndHeldOut()
 	cl := newCluster(t, 2, false, 0, 600)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	stalled, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -527,7 +527,7 @@ func TestChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 	if _, err := chief(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("crashed chief: %v, want context.Canceled", err)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	r, err := chief(ctx)
 	if err != nil {
@@ -618,7 +618,7 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 				}
 				return base.Add(d)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var committed, saving []int64
 			errs := make([]error, 3)
@@ -740,7 +740,7 @@ func TestTimedChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 			KeepMax: 20, Checkpoints: ckpts}
 		return RunWorker(ctx, cfg, split(data, 0, 2), c, Hooks{})
 	}
-	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer wcancel()
 	var wg sync.WaitGroup
 	var otherErr error
