@@ -53,6 +53,12 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"continued_owned_first.json": false, "continued_owned_last.json": false,
 		"tuning_shared_first.json": false, "tuning_shared_last.json": false,
 		"batch_prediction.json": false,
+		// The default tuning path with a trial stopped early by the
+		// median stopping rule (poll timer, TrialEvaluations, the trial
+		// child cancelled), and a batch prediction job on the
+		// signed-progress path (batch-signed-progress, BatchReportKey,
+		// signed batch_progress signals).
+		"tuning_early_stop.json": false, "batch_prediction_signed.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true

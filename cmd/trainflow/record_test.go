@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -39,10 +42,14 @@ const historiesDir = "../../workflows/testdata/histories"
 //	TRAINFLOW_RECORD_HISTORIES=1 go test -run TestRecordHistories -v ./cmd/trainflow
 //
 // Histories already there are kept (they stand for jobs started by older
-// builds, which must still replay); delete one to record it anew. The
-// first four (succeeded, bad_data, cancelled, worker_killed) were recorded
-// before the evaluator existed; the others (recordCurrentFlows) record
-// today's flows.
+// builds, which must still replay) and their steps do not run: the same
+// command records only the files that are missing, so adding a step
+// guarded by todo and running it records just the new histories; delete
+// one to record it anew. The first four (succeeded, bad_data, cancelled,
+// worker_killed) were recorded before the evaluator existed; the others
+// (recordCurrentFlows, recordStrictFlows, recordEarlyStopAndSignedBatch)
+// record today's flows. A step whose history lacks the events of the path
+// it is meant to record (saveHistory's proofs) fails without writing it.
 func TestRecordHistories(t *testing.T) {
 	if os.Getenv("TRAINFLOW_RECORD_HISTORIES") == "" {
 		t.Skip("records histories only when TRAINFLOW_RECORD_HISTORIES=1 (see the doc comment)")
@@ -90,6 +97,7 @@ func TestRecordHistories(t *testing.T) {
 
 	recordCurrentFlows(t, st, home, startWorker, kill, &w)
 	recordStrictFlows(t, st, home)
+	recordEarlyStopAndSignedBatch(t, st, home)
 	if !todo("succeeded", "bad_data", "cancelled", "worker_killed") {
 		return
 	}
@@ -130,12 +138,18 @@ func TestRecordHistories(t *testing.T) {
 }
 
 // saveHistory writes the history of run runID ("" the latest) of job id
-// to historiesDir/name.json.
-func saveHistory(t *testing.T, st *stack, id, runID, name string) {
+// to historiesDir/name.json. Each of proofs must hold for some event of
+// it, or nothing is written and the test fails.
+func saveHistory(t *testing.T, st *stack, id, runID, name string, proofs ...proof) {
 	t.Helper()
 	h, err := jobs.FetchHistory(context.Background(), st.Client, id, runID)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range proofs {
+		if !slices.ContainsFunc(h.Events, p.ok) {
+			t.Fatalf("%s: the history (%d events) has no %s, so it does not record the path it is meant to", name, len(h.Events), p.what)
+		}
 	}
 	b, _ := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
 	if err := os.WriteFile(filepath.Join(historiesDir, name+".json"), b, 0o644); err != nil {
@@ -172,11 +186,7 @@ func todo(names ...string) bool {
 // id_first and id_last.
 func recordChain(t *testing.T, home, id, workflow, input string) {
 	ctx := context.Background()
-	st2, err := startStack(ctx, stackConfig{Home: filepath.Join(home, id), FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		SuggestContinueAsNewEvents: 40, Exe: os.Args[0], Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st2 := ownStack(t, filepath.Join(home, id), 40)
 	defer st2.Stop()
 	var payload map[string]any
 	if err := json.Unmarshal([]byte(input), &payload); err != nil {
@@ -198,6 +208,19 @@ func recordChain(t *testing.T, home, id, workflow, input string) {
 	}
 	saveHistory(t, st2, id, d.WorkflowExecutionInfo.FirstRunId, id+"_first")
 	saveHistory(t, st2, id, d.WorkflowExecutionInfo.Execution.RunId, id+"_last")
+}
+
+// ownStack starts a stack in home with its worker in this process (so
+// slowTraining reaches its training), suggesting continue-as-new after
+// suggestEvents events (0: the server's default).
+func ownStack(t *testing.T, home string, suggestEvents int) *stack {
+	t.Helper()
+	st, err := startStack(context.Background(), stackConfig{Home: home, FrontendAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		SuggestContinueAsNewEvents: suggestEvents, Exe: os.Args[0], Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 func recordCurrentFlows(t *testing.T, st *stack, home string, startWorker func() *exec.Cmd, kill func(*exec.Cmd), w **exec.Cmd) {
@@ -340,5 +363,131 @@ func recordStrictFlows(t *testing.T, st *stack, home string) {
 		if todo(c.id+"_first", c.id+"_last") {
 			recordChain(t, home, c.id, c.workflow, c.input)
 		}
+	}
+}
+
+// proof is what a recorded history must show: some event for which ok
+// holds, described by what.
+type proof struct {
+	what string
+	ok   func(*historypb.HistoryEvent) bool
+}
+
+// eventProof holds for an event of type typ.
+func eventProof(typ enumspb.EventType) proof {
+	return proof{typ.String(), func(e *historypb.HistoryEvent) bool { return e.EventType == typ }}
+}
+
+// activityProof holds for the scheduling of activity name.
+func activityProof(name string) proof {
+	return proof{"ActivityTaskScheduled " + name, func(e *historypb.HistoryEvent) bool {
+		return e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == name
+	}}
+}
+
+// versionProof holds for the version marker of change changeID.
+func versionProof(changeID string) proof {
+	return proof{"version marker " + changeID, func(e *historypb.HistoryEvent) bool {
+		a := e.GetMarkerRecordedEventAttributes()
+		if a.GetMarkerName() != "Version" {
+			return false
+		}
+		for _, p := range a.GetDetails()["change-id"].GetPayloads() {
+			if bytes.Contains(p.GetData(), []byte(`"`+changeID+`"`)) {
+				return true
+			}
+		}
+		return false
+	}}
+}
+
+// signalProof holds for a signal named name.
+func signalProof(name string) proof {
+	return proof{"signal " + name, func(e *historypb.HistoryEvent) bool {
+		return e.GetWorkflowExecutionSignaledEventAttributes().GetSignalName() == name
+	}}
+}
+
+// recordEarlyStopAndSignedBatch records, each unless already recorded,
+// the default tuning path (shared preprocessing) with a trial stopped
+// early by the median stopping rule (tuning_early_stop), and a batch
+// prediction job on the signed-progress path (batch_prediction_signed:
+// the batch-signed-progress marker, BatchReportKey, signed batch_progress
+// signals).
+//
+// tuning_early_stop is deterministic by construction: RANDOM_SEARCH with
+// seed 168 over model.learning_rate in [1e-6, 0.5] (log scale) suggests,
+// one trial at a time, 0.101, 0.035, 0.062 and then 7.1e-6; the first
+// three finish (MedianMinTrials = 3) and the fourth, whose log_loss
+// stays near its initial value, is behind their median at its first
+// evaluation. Training is slowed (25 ms a step) so the 1 s poll timer
+// finds it running.
+func recordEarlyStopAndSignedBatch(t *testing.T, st *stack, home string) {
+	ctx := context.Background()
+	if todo("tuning_early_stop") {
+		id := "tuning_early_stop"
+		st2 := ownStack(t, filepath.Join(home, id), 0)
+		defer st2.Stop()
+		slowTraining(t, func(job string) bool { return strings.HasPrefix(job, id+"_trial_") }, 25*time.Millisecond)
+		var spec map[string]any
+		if err := json.Unmarshal([]byte(`{"job_id":"tuning_early_stop","preset":"census",
+  "data": {"generated_rows": 2000},
+  "train": {"max_steps": 400, "save_checkpoints_steps": 40},
+  "eval_spec": {"throttle_secs": 0},
+  "tuning": {"max_trials": 4, "max_parallel_trials": 1, "enable_trial_early_stopping": true, "poll_secs": 1,
+    "algorithm": "RANDOM_SEARCH", "seed": 168, "hyperparameter_metric_tag": "log_loss",
+    "params": [{"parameter_name": "model.learning_rate", "type": "DOUBLE", "min_value": 0.000001, "max_value": 0.5, "scale_type": "UNIT_LOG_SCALE"}]}}`), &spec); err != nil {
+			t.Fatal(err)
+		}
+		run, err := st2.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue}, workflows.HyperparameterTuningJobName, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := waitJob(t, run); err != nil {
+			t.Fatal(err)
+		}
+		saveHistory(t, st2, id, run.GetRunID(), id,
+			eventProof(enumspb.EVENT_TYPE_TIMER_FIRED),
+			activityProof(workflows.TrialEvaluationsActivity),
+			eventProof(enumspb.EVENT_TYPE_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED),
+			eventProof(enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED))
+	}
+	if todo("batch_prediction_signed") {
+		model, err := jobs.Start(ctx, st.Client, jobspec.JobSpec{JobID: "batch_prediction_signed_model", Data: jobspec.DataSpec{GeneratedRows: 2000}, Train: jobspec.TrainSpec{MaxSteps: 300}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := waitJob(t, model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := "batch_prediction_signed"
+		dir := t.TempDir()
+		// Enough rows that the batch runs for seconds, so BatchPredict
+		// signals its signed progress.
+		var inputs []string
+		for i := range 4 {
+			in := filepath.Join(dir, fmt.Sprintf("rows%d.csv", i))
+			var buf bytes.Buffer
+			if err := datagen.Census(&buf, 50_000, uint64(7+i), false); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(in, buf.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			inputs = append(inputs, in)
+		}
+		run, err := st.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue}, workflows.BatchPredictionJobName,
+			map[string]any{"job_id": id, "model_dir": res.Export, "input_paths": inputs, "output_path": filepath.Join(dir, "out"), "data_format": "CSV"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Get(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		saveHistory(t, st, id, run.GetRunID(), id,
+			versionProof("batch-signed-progress"),
+			activityProof(workflows.BatchReportKeyActivity),
+			signalProof(workflows.BatchProgressSignal))
 	}
 }
