@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -128,9 +129,13 @@ func TestSequentialSpecInvalid(t *testing.T) {
 func TestCNNPresets(t *testing.T) {
 	for _, c := range []struct {
 		preset, dir, class0 string
+		layers              train.Layers
+		batch               int
+		steps               int64 // for 60,000 rows
+		variables           int
 	}{
-		{PresetFashionMNISTCNN, "/usr/share/datasets/fashion-mnist", "T-shirt/top"},
-		{PresetMNISTCNN, "/usr/share/datasets/mnist", "0"},
+		{PresetFashionMNISTCNN, "/usr/share/datasets/fashion-mnist", "T-shirt/top", FashionCNN(), 64, 5 * 938, 421642},
+		{PresetMNISTCNN, "/usr/share/datasets/mnist", "0", TutorialCNN(), 128, 5 * 469, 225034},
 	} {
 		t.Run(c.preset, func(t *testing.T) {
 			s, err := decodeValid(fmt.Sprintf(`{"job_id":"cnn_1","preset":%q}`, c.preset))
@@ -138,21 +143,21 @@ func TestCNNPresets(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := s.Model
-			if m.Type != train.SequentialClassifierModel || !slices.Equal(m.InputShape, ImageInputShape) || len(m.Layers) != len(TutorialCNN()) ||
-				m.BatchSize != 128 || m.LearningRate != 0.001 || m.Optimizer != train.AdamOptimizer || !m.TrainFloat32() ||
+			if m.Type != train.SequentialClassifierModel || !slices.Equal(m.InputShape, ImageInputShape) || !reflect.DeepEqual(m.Layers, c.layers) ||
+				m.BatchSize != c.batch || m.LearningRate != 0.001 || m.Optimizer != train.AdamOptimizer || !m.TrainFloat32() ||
 				s.Train.NumEpochs != 5 || s.Data.Dir != c.dir || s.ModelName != c.preset ||
 				s.Data.Schema.Format != preprocess.FormatIDX || s.Data.Schema.LabelVocab[0] != c.class0 {
 				t.Fatalf("defaults: model %+v, train %+v, data.dir %q, model_name %q", m, s.Train, s.Data.Dir, s.ModelName)
 			}
-			if s.StepsFor(60000) != 5*469 {
-				t.Errorf("steps for 60000 rows: %d, want %d", s.StepsFor(60000), 5*469)
+			if s.StepsFor(60000) != c.steps {
+				t.Errorf("steps for 60000 rows: %d, want %d", s.StepsFor(60000), c.steps)
 			}
 			net, err := train.New(m.CheckpointMeta(784, 10, ""), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := len(net.Params()); got != 225034 {
-				t.Errorf("TutorialCNN has %d variables, want 225034", got)
+			if got := len(net.Params()); got != c.variables {
+				t.Errorf("%s's CNN has %d variables, want %d", c.preset, got, c.variables)
 			}
 		})
 	}

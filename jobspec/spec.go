@@ -21,9 +21,10 @@ const PresetCensus = "census"
 // …) or MNIST (classes "0"–"9") in their IDX files under data.dir
 // (default ImageDataDirs), an MLP 784-128-64-10 (dnn_classifier, Adam
 // 0.001, batch 128) trained for 5 epochs, model name the preset.
-// PresetFashionMNISTCNN and PresetMNISTCNN read the same data and train
-// TutorialCNN instead (sequential_classifier, input_shape [28, 28, 1],
-// Adam 0.001, batch 128, 5 epochs).
+// PresetFashionMNISTCNN and PresetMNISTCNN read the same data and train a
+// CNN instead (sequential_classifier, input_shape [28, 28, 1], Adam 0.001,
+// 5 epochs): PresetMNISTCNN the seeds' TutorialCNN at batch 128,
+// PresetFashionMNISTCNN FashionCNN at batch 64.
 const (
 	PresetFashionMNIST    = "fashion_mnist"
 	PresetMNIST           = "mnist"
@@ -65,6 +66,23 @@ func (s JobSpec) ImagePreset() bool { return ImageDataset(s.Preset) != "" }
 // conv2d 64 filters 3×3 ReLU, max pool 2, flatten, dense 128 ReLU, dropout
 // 0.25, dense 10 (the logits), "valid" padding: 28×28×1 → 26×26×32 →
 // 13×13×32 → 11×11×64 → 5×5×64 → 1600 → 128 → 10, 225,034 variables.
+// FashionCNN returns the network of the fashion_mnist_cnn preset:
+// TutorialCNN with "same" padding, 28×28×1 → 28×28×32 → 14×14×32 →
+// 14×14×64 → 7×7×64 → 3136 → 128 → 10, 421,642 variables. Measured on
+// this machine class (2026-11-25, one run each, 5 epochs, Adam 0.001):
+// TutorialCNN at batch 128 0.8972 test accuracy, at batch 64 0.9009;
+// FashionCNN at batch 64 0.9095 (dropout 0.5 instead: 0.9093; dropout
+// 0.25 after each pool too: 0.9040).
+func FashionCNN() train.Layers {
+	l := TutorialCNN()
+	for _, c := range l {
+		if c.Conv2D != nil {
+			c.Conv2D.Padding = train.PaddingSame
+		}
+	}
+	return l
+}
+
 func TutorialCNN() train.Layers {
 	relu := train.ActivationReLU
 	return train.Layers{
@@ -850,6 +868,12 @@ func (s JobSpec) imageDefaults() JobSpec {
 	}
 	if cnn && s.Model.Sequential() && s.Model.Layers == nil {
 		s.Model.Layers = TutorialCNN()
+		if s.Preset == PresetFashionMNISTCNN {
+			s.Model.Layers = FashionCNN()
+		}
+	}
+	if s.Preset == PresetFashionMNISTCNN && s.Model.BatchSize == 0 {
+		s.Model.BatchSize = 64
 	}
 	if s.Model.Deep() && len(s.Model.HiddenUnits) == 0 {
 		s.Model.HiddenUnits = []int{128, 64}

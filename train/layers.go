@@ -44,6 +44,12 @@ type DenseLayer struct {
 	Activation Activation `json:"activation,omitempty"`
 }
 
+// Padding modes of a conv2d layer (Conv2DLayer.Padding).
+const (
+	PaddingValid = "valid"
+	PaddingSame  = "same"
+)
+
 // Conv2DLayer is a 2-D convolution (cross-correlation, as in TensorFlow
 // and PyTorch) of an H×W×C input (NHWC) with Filters kernels of
 // Kernel[0]×Kernel[1]×C, moved Stride[0] rows and Stride[1] columns at a
@@ -296,7 +302,7 @@ func (ls Layers) canonical() Layers {
 				c.Stride = Window{1, 1}
 			}
 			if c.Padding == "" {
-				c.Padding = "valid"
+				c.Padding = PaddingValid
 			}
 			c.Activation = lin(c.Activation)
 			l.Conv2D = &c
@@ -495,7 +501,7 @@ func compileLayers(meta CheckpointMeta) (*plan, error) {
 			if err := image(); err != nil {
 				return nil, err
 			}
-			if c.Padding != "valid" && c.Padding != "same" {
+			if c.Padding != PaddingValid && c.Padding != PaddingSame {
 				return nil, lbad("padding %q: want same or valid", c.Padding)
 			}
 			if c.Filters < 1 || c.Filters > MaxLayerWidth {
@@ -504,7 +510,7 @@ func compileLayers(meta CheckpointMeta) (*plan, error) {
 			if err := act(c.Activation); err != nil {
 				return nil, err
 			}
-			oh, ow, pt, pl, err := window("kernel", c.Kernel, c.Stride, c.Padding == "same")
+			oh, ow, pt, pl, err := window("kernel", c.Kernel, c.Stride, c.Padding == PaddingSame)
 			if err != nil {
 				return nil, err
 			}
