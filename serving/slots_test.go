@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/trainflow/trainflow/internal/testenv/peakrss"
 	"github.com/trainflow/trainflow/serving"
 )
 
@@ -122,11 +122,10 @@ func TestSlotsUnderAttack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := startServer(t, tc.opts)
-			os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // reset the peak (VmHWM) where the kernel allows it
-			rss := procStatusBytes(t, "VmRSS")
+			mark := peakrss.Start(t)
 			attack(t, r.addr(), 300, 600)
 			got := legitimate(t, r, 20, tc.header...)
-			grew := max(procStatusBytes(t, "VmHWM")-rss, 0)
+			_, grew := mark.Growth(t)
 			t.Logf("%d of 20 legitimate requests succeeded; the test process's peak RSS grew %d MiB (server, attackers and clients together)", got, grew>>20)
 			if got != 20 {
 				t.Fatalf("%d of 20 legitimate requests succeeded under 300 idle + 600 slow connections, want 20", got)
@@ -277,25 +276,4 @@ func TestMaxConnsPerClient(t *testing.T) {
 	if got := metric(t, r, `trainflow_serving_connections_shed_total{reason="client_limit"}`); got != "1" {
 		t.Fatalf("client_limit sheds: %s, want 1", got)
 	}
-}
-
-// procStatusBytes reads a kB field of /proc/self/status (VmRSS, VmHWM)
-// in bytes.
-func procStatusBytes(t *testing.T, field string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", field, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", field)
-	return 0
 }

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,55 +19,13 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/internal/testenv/peakrss"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
-
-// procStatus reads a kB field of /proc/self/status (VmRSS, VmHWM) in
-// bytes.
-func procStatus(t *testing.T, field string) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", field, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", field)
-	return 0
-}
-
-// rssMark is where a measure of this process's peak resident set
-// starts: the peak (VmHWM) is reset to the current resident set where
-// the kernel allows it (clear_refs 5), so an earlier peak (another
-// attack, the stack's start) does not hide this one's.
-type rssMark struct{ rss int64 }
-
-func markRSS(t *testing.T) rssMark {
-	t.Helper()
-	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // best effort: without it VmHWM keeps an earlier peak, which can only hide growth from Logf, never fail the bound falsely
-	return rssMark{rss: procStatus(t, "VmRSS")}
-}
-
-// growth is how far this process's peak resident set rose above the
-// resident set at the mark.
-func (m rssMark) growth(t *testing.T) (peak, grew int64) {
-	t.Helper()
-	peak = procStatus(t, "VmHWM")
-	return peak, max(peak-m.rss, 0)
-}
 
 // largestChildRSS is the peak resident set of the largest child process
 // this process has waited for (preprocessing and training children).
@@ -178,10 +133,10 @@ func TestOOMSpecsThroughRawClient(t *testing.T) {
 			[]string{"model.hidden_units [8192 8192]", "--max-train-memory"}, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			mark := markRSS(t)
+			mark := peakrss.Start(t)
 			t0 := time.Now()
 			res, err := waitJob(t, startUIStyle(t, st.Client, c.id, c.spec))
-			peak, grew := mark.growth(t)
+			peak, grew := mark.Growth(t)
 			t.Logf("%s in %v: this process's peak RSS %d MiB, grew %d MiB; largest child's peak RSS so far %d MiB; %v",
 				c.id, time.Since(t0).Round(time.Millisecond), peak>>20, grew>>20, largestChildRSS(t)>>20, err)
 			bound := int64(512 << 20)
@@ -279,7 +234,7 @@ func TestForgedReportsAgainstLiveDistributedJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	runID := d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-	mark := markRSS(t)
+	mark := peakrss.Start(t)
 
 	t.Run("register_parameter_server", func(t *testing.T) {
 		sig := make([]byte, 64)
@@ -322,7 +277,7 @@ func TestForgedReportsAgainstLiveDistributedJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	now, _ := c.committed(id, 1)
-	peak, grew := mark.growth(t)
+	peak, grew := mark.Growth(t)
 	t.Logf("forged at committed steps %d to %d of %d; this process's peak RSS %d MiB, grew %d MiB while forging (the job's roles train in it); cluster %+v",
 		first, now, maxSteps, peak>>20, grew>>20, cs)
 	if grew > 512<<20 {
