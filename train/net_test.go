@@ -99,18 +99,7 @@ func TestNetGradientFiniteDifferences(t *testing.T) {
 
 			// The float32 pass agrees with the float64 one to float32
 			// precision, dropout mask included.
-			meta32 := tt.meta
-			spec := meta32.spec()
-			spec.Float32 = true
-			meta32.Spec = &spec
-			m32, err := New(meta32, rand.New(rand.NewPCG(7, 7)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			copy(m32.Params(), m.Params())
-			if r, ok := m.(rngModel); ok {
-				m32.(rngModel).SetRNGState(r.RNGState())
-			}
+			m32 := float32Twin(t, tt.meta, m)
 			g64, g32 := make([]float64, len(m.Params())), make([]float64, len(m.Params()))
 			l64, l32 := m.Gradient(g64, x, y), m32.Gradient(g32, x, y)
 			if math.Abs(l64-l32) > 1e-5*(1+math.Abs(l64)) {
@@ -123,6 +112,25 @@ func TestNetGradientFiniteDifferences(t *testing.T) {
 			}
 		})
 	}
+}
+
+// float32Twin returns a model of meta that computes in float32, with m's
+// parameters and dropout random state, so that its Gradient on the same
+// batch can be compared with m's.
+func float32Twin(t *testing.T, meta CheckpointMeta, m Model) Model {
+	t.Helper()
+	spec := meta.spec()
+	spec.Float32 = true
+	meta.Spec = &spec
+	m32, err := New(meta, rand.New(rand.NewPCG(7, 7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(m32.Params(), m.Params())
+	if r, ok := m.(rngModel); ok {
+		m32.(rngModel).SetRNGState(r.RNGState())
+	}
+	return m32
 }
 
 func TestLossGradients(t *testing.T) {

@@ -225,16 +225,7 @@ func TestSequentialGradientFiniteDifferences(t *testing.T) {
 				x, y := batchFor(m, r, 4)
 				checkGradient(t, m, x, y)
 
-				meta32 := tt.meta
-				spec := meta32.spec()
-				spec.Float32 = true
-				meta32.Spec = &spec
-				m32, err := New(meta32, rand.New(rand.NewPCG(7, 7)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				copy(m32.Params(), m.Params())
-				m32.(rngModel).SetRNGState(m.(rngModel).RNGState())
+				m32 := float32Twin(t, tt.meta, m)
 				g64, g32 := make([]float64, len(m.Params())), make([]float64, len(m.Params()))
 				st := m.(rngModel).RNGState()
 				l64 := m.Gradient(g64, x, y)
