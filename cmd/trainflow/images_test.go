@@ -157,8 +157,8 @@ func TestFashionMNISTPresetFullRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("fashion_mnist 5 epochs: %s from submission, %d steps, %d/%d rows, eval accuracy %.4f", time.Since(t0).Round(time.Second), res.GlobalStep, res.TrainRows, res.EvalRows, res.Metrics.Accuracy)
-	if res.TrainRows != 60000 || res.EvalRows != 10000 || res.GlobalStep != 5*938 {
-		t.Fatalf("result %+v, want 60000/10000 rows and 5×938 steps", res)
+	if res.TrainRows != 60000 || res.EvalRows != 10000 || res.GlobalStep != 5*469 {
+		t.Fatalf("result %+v, want 60000/10000 rows and 5×469 steps", res)
 	}
 	if res.Metrics.Accuracy < 0.865 {
 		t.Fatalf("test accuracy %.4f after 5 epochs, want ≥ 0.865", res.Metrics.Accuracy)
