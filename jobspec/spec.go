@@ -61,11 +61,6 @@ var ImageInputShape = []int{28, 28, 1}
 // ImagePreset reports whether the spec's preset is an image preset.
 func (s JobSpec) ImagePreset() bool { return ImageDataset(s.Preset) != "" }
 
-// TutorialCNN returns the convolutional network of the image CNN presets
-// (the seeds' tutorial net): conv2d 32 filters 3×3 ReLU, max pool 2,
-// conv2d 64 filters 3×3 ReLU, max pool 2, flatten, dense 128 ReLU, dropout
-// 0.25, dense 10 (the logits), "valid" padding: 28×28×1 → 26×26×32 →
-// 13×13×32 → 11×11×64 → 5×5×64 → 1600 → 128 → 10, 225,034 variables.
 // FashionCNN returns the network of the fashion_mnist_cnn preset:
 // TutorialCNN with "same" padding, 28×28×1 → 28×28×32 → 14×14×32 →
 // 14×14×64 → 7×7×64 → 3136 → 128 → 10, 421,642 variables. Measured on
@@ -83,6 +78,11 @@ func FashionCNN() train.Layers {
 	return l
 }
 
+// TutorialCNN returns the convolutional network of the mnist_cnn preset
+// (the seeds' tutorial net): conv2d 32 filters 3×3 ReLU, max pool 2,
+// conv2d 64 filters 3×3 ReLU, max pool 2, flatten, dense 128 ReLU, dropout
+// 0.25, dense 10 (the logits), "valid" padding: 28×28×1 → 26×26×32 →
+// 13×13×32 → 11×11×64 → 5×5×64 → 1600 → 128 → 10, 225,034 variables.
 func TutorialCNN() train.Layers {
 	relu := train.ActivationReLU
 	return train.Layers{
