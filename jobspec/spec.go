@@ -332,7 +332,7 @@ type ModelSpec struct {
 	Float64 bool `json:"float64,omitempty"`
 	// Layers is the layer stack of a sequential model, input side first
 	// (train.LayerSpec: dense, conv2d, max_pool2d, avg_pool2d, flatten,
-	// dropout, layer_norm, activation), decoded strictly; its last layer
+	// dropout, layer_norm, activation, embedding), decoded strictly; its last layer
 	// outputs the logits: 1 for a binary classifier or a regressor, k for
 	// k classes. Required for the sequential types, refused for others.
 	// Default TutorialCNN with the CNN presets.

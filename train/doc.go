@@ -25,8 +25,9 @@
 //	 {"dense": {"units": 10}}]
 //
 // with dense, conv2d (kernel n or [h, w], stride, same or valid padding),
-// max_pool2d and avg_pool2d, flatten, dropout, layer_norm and activation
-// (relu, tanh, sigmoid, gelu, linear) layers; the last layer outputs the
+// max_pool2d and avg_pool2d, flatten, dropout, layer_norm, activation
+// (relu, tanh, sigmoid, gelu, linear) and embedding (integer ids to
+// learned vectors, over the features only) layers; the last layer outputs the
 // logits, 1 for a binary classifier or a regressor, k for k classes.
 // Shapes are inferred layer by layer and checked before anything is
 // allocated: a layer that does not fit its input is an ErrShape naming

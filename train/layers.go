@@ -22,6 +22,7 @@ import (
 //	{"dropout":    {"rate": 0.25}}
 //	{"layer_norm": {"epsilon": 1e-5}}            epsilon defaults to 1e-3
 //	{"activation": "gelu"}
+//	{"embedding":  {"input_dim": 1000, "output_dim": 16}}
 //
 // Decoding is strict: an element with no kind, two kinds or an unknown
 // kind, or a body with an unknown key, is an error that names the element
@@ -35,6 +36,7 @@ type LayerSpec struct {
 	Dropout    *DropoutLayer   `json:"dropout,omitempty"`
 	LayerNorm  *LayerNormLayer `json:"layer_norm,omitempty"`
 	Activation *Activation     `json:"activation,omitempty"`
+	Embedding  *EmbeddingLayer `json:"embedding,omitempty"`
 }
 
 // DenseLayer maps a flat input x (in values) to act(x·W + b), Units
@@ -103,6 +105,29 @@ type LayerNormLayer struct {
 	Epsilon float64 `json:"epsilon,omitempty"`
 }
 
+// EmbeddingLayer maps each input value, an integer id, to a learned
+// vector of OutputDim values: row id of an InputDim×OutputDim table (the
+// names are Keras's). Its input must be the model's features
+// themselves: only layers that compute nothing (flatten, dropout at rate
+// 0, a linear activation) may come before it, so a stack has at most one
+// embedding, and it reads the feature vector (an index output of the
+// Transform, or a float_vector column of ids). A flat input of L ids
+// becomes a 1×L×OutputDim image (a sequence: conv2d with kernel [1, k],
+// pools with size [1, k], flatten); an H×W×C input becomes
+// H×W×(C·OutputDim), each value's vector in place of it (NHWC, as
+// Keras's H×W×C×OutputDim flattened).
+//
+// An id that is not an integer in [0, InputDim) (negative, too large,
+// fractional, NaN) reads and trains the last row, InputDim-1, the
+// out-of-vocabulary row, as the DNN's Embedding does: training and
+// prediction never fail or index out of bounds on one. Size InputDim to
+// cover every id plus one for that row (an index column's vocabulary
+// plus its OOV buckets).
+type EmbeddingLayer struct {
+	InputDim  int `json:"input_dim"`
+	OutputDim int `json:"output_dim"`
+}
+
 // Activation names an elementwise function. The empty Activation is
 // ActivationLinear. There is no softmax: a classifier's loss applies it to
 // the logits the last layer outputs.
@@ -148,13 +173,13 @@ func (w *Window) UnmarshalJSON(b []byte) error {
 func (w Window) String() string { return fmt.Sprintf("%dx%d", w[0], w[1]) }
 
 // layerKinds are the JSON keys of LayerSpec, in field order.
-var layerKinds = []string{"dense", "conv2d", "max_pool2d", "avg_pool2d", "flatten", "dropout", "layer_norm", "activation"}
+var layerKinds = []string{"dense", "conv2d", "max_pool2d", "avg_pool2d", "flatten", "dropout", "layer_norm", "activation", "embedding"}
 
 // kinds returns the kinds set in l.
 func (l LayerSpec) kinds() []string {
 	var k []string
 	for i, set := range []bool{l.Dense != nil, l.Conv2D != nil, l.MaxPool2D != nil, l.AvgPool2D != nil,
-		l.Flatten != nil, l.Dropout != nil, l.LayerNorm != nil, l.Activation != nil} {
+		l.Flatten != nil, l.Dropout != nil, l.LayerNorm != nil, l.Activation != nil, l.Embedding != nil} {
 		if set {
 			k = append(k, layerKinds[i])
 		}
@@ -216,6 +241,9 @@ func (l *LayerSpec) UnmarshalJSON(b []byte) error {
 	case "activation":
 		out.Activation = new(Activation)
 		dst = out.Activation
+	case "embedding":
+		out.Embedding = new(EmbeddingLayer)
+		dst = out.Embedding
 	default:
 		return fmt.Errorf("unknown layer kind %q (want one of %s)", kind, strings.Join(layerKinds, ", "))
 	}
@@ -274,6 +302,9 @@ const (
 	// either is refused before anything is allocated.
 	MaxLayerParams = 1 << 28
 	MaxLayerWidth  = 1 << 28
+	// MaxEmbeddingIDs bounds an embedding's input_dim: every id below it
+	// is exact in float32, in which training reads the features.
+	MaxEmbeddingIDs = 1 << 24
 )
 
 // canonical returns ls with every default filled in and the linear
@@ -362,6 +393,7 @@ const (
 	opAct
 	opDropout
 	opNorm
+	opEmbed
 )
 
 // op is one computation of a sequential model: a layer, or the activation
@@ -378,6 +410,7 @@ type op struct {
 	act                    Activation
 	rate                   float64 // dropout
 	eps                    float64 // layer norm
+	ids                    int     // embedding: input_dim
 }
 
 // inN and outN are the values per example of the op's input and output.
@@ -564,6 +597,13 @@ func compileLayers(meta CheckpointMeta) (*plan, error) {
 			if *l.Activation != "" {
 				ops = append(ops, op{kind: opAct, act: *l.Activation})
 			}
+		case l.Embedding != nil:
+			o, err := embeddingOp(l.Embedding, in, p.ops, s.Layers, lbad)
+			if err != nil {
+				return nil, err
+			}
+			out = o.out
+			ops = append(ops, o)
 		}
 		if w := mul(int64(out.h), int64(out.w), int64(out.c)); w > MaxLayerWidth {
 			return nil, lbad("output %dx%dx%d has more than %d values", out.h, out.w, out.c, MaxLayerWidth)

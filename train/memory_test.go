@@ -45,6 +45,9 @@ func TestMemoryNeedBoundsRun(t *testing.T) {
 			InputShape: []int{12, 10, 3}, Layers: Layers{
 				convL(6, Window{3, 2}, sq(2), "valid", ActivationGELU), avgPoolL(sq(2), Window{}), flattenL(),
 				denseL(16, ActivationTanh), denseL(1, "")}}}, SGDOptimizer, 128, 1000, 0},
+		{"sequential embedding float32", CheckpointMeta{Model: SequentialClassifierModel, Dim: 20, Classes: 3, Spec: &ModelSpec{
+			Float32: true, Layers: Layers{embedL(500, 16), convL(8, Window{1, 3}, Window{}, "same", ActivationReLU),
+				maxPoolL(Window{1, 20}, Window{}), flattenL(), denseL(3, "")}}}, AdamOptimizer, 64, 1000, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			need, err := MemoryNeed(c.meta, c.opt, c.batch, c.n)

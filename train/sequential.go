@@ -25,6 +25,7 @@ import (
 //	dense       W (in×units, row-major), then b (units)
 //	conv2d      W (kh×kw×C×filters, row-major: HWIO), then b (filters)
 //	layer_norm  γ (C), then β (C)
+//	embedding   the table (input_dim×output_dim, row-major; U(±0.05) at first)
 //
 // New draws dense and conv2d kernels from Glorot's uniform
 // U(±√(6/(fan_in+fan_out))) (a convolution's fans are kh·kw·C and
@@ -83,6 +84,9 @@ func NewSequential(meta CheckpointMeta, r *rand.Rand) (*Sequential, error) {
 			for j := range o.in.c {
 				w[j] = 1
 			}
+			continue
+		case opEmbed:
+			embeddingInitParams(w, r.Float64)
 			continue
 		default:
 			continue
@@ -234,6 +238,8 @@ func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int,
 			}
 		case opNorm:
 			normForward(o, p, in, out)
+		case opEmbed:
+			embedForward(o, p, in, out)
 		}
 		in = out
 	}
@@ -283,6 +289,8 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 			}
 		case opNorm:
 			normBackward(o, p, g, in, dout, din)
+		case opEmbed:
+			embedBackward(o, g, in, dout)
 		}
 		if din == nil {
 			break

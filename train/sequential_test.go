@@ -581,7 +581,8 @@ func TestSequentialLearnsBrightSquares(t *testing.T) {
 }
 
 // FuzzSequentialShapes builds small random layer stacks on small random
-// images: either validation refuses the spec with ErrShape (New and
+// images (embeddings included, reading ids and out-of-range values):
+// either validation refuses the spec with ErrShape (New and
 // MemoryNeed alike), or the model builds, its layers survive a JSON round
 // trip, and Gradient and Predict run in float64 and float32 with finite
 // results.
@@ -590,6 +591,8 @@ func FuzzSequentialShapes(f *testing.F) {
 	f.Add(uint8(5), uint8(7), uint8(3), uint8(0), []byte{0, 2, 0x52, 3, 1, 0, 6, 0, 0, 5, 1, 0}, true)
 	f.Add(uint8(3), uint8(3), uint8(2), uint8(2), []byte{0, 7, 4}, false)
 	f.Add(uint8(1), uint8(1), uint8(4), uint8(4), []byte{4, 0, 0, 1, 5, 3, 7, 4, 0}, true)
+	f.Add(uint8(2), uint8(5), uint8(1), uint8(3), []byte{9, 5, 3, 0, 2, 0x10}, true)
+	f.Add(uint8(0), uint8(0), uint8(5), uint8(0), []byte{3, 0, 0, 9, 6, 2, 2, 6, 0}, true)
 	f.Fuzz(func(t *testing.T, h, w, c, classes uint8, prog []byte, head bool) {
 		H, W, C := 1+int(h%9), 1+int(w%9), 1+int(c%4)
 		K := int(classes % 5)
@@ -602,7 +605,7 @@ func FuzzSequentialShapes(f *testing.F) {
 			acts := []Activation{"", ActivationReLU, ActivationTanh, ActivationSigmoid, ActivationGELU, ActivationLinear, "swish"}
 			win := Window{int(a%5) - 1 + 1, int(a/5%5) + 1}
 			stride := Window{int(b % 4), int(b / 4 % 4)}
-			switch prog[i] % 9 {
+			switch prog[i] % 10 {
 			case 0:
 				pad := []string{"same", "valid", "", "full"}[b/16%4]
 				layers = append(layers, convL(1+int(b%4), win, stride, pad, acts[int(a/25)%len(acts)]))
@@ -622,6 +625,8 @@ func FuzzSequentialShapes(f *testing.F) {
 				layers = append(layers, actL(acts[int(a)%len(acts)]))
 			case 8:
 				layers = append(layers, LayerSpec{})
+			case 9:
+				layers = append(layers, embedL(int(a%7), int(b%4)))
 			}
 		}
 		if head {
@@ -652,6 +657,11 @@ func FuzzSequentialShapes(f *testing.F) {
 		}
 		r := rand.New(rand.NewPCG(3, 4))
 		x, y := batchFor(m, r, 3)
+		if o := m.(*Sequential).ops[0]; o.kind == opEmbed {
+			for i := range x { // ids, some out of range (the OOV row)
+				x[i] = math.Round(x[i] * float64(o.ids))
+			}
+		}
 		for _, f32 := range []bool{false, true} {
 			if f32 {
 				s := meta.spec()
