@@ -8,16 +8,21 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving"
+	"github.com/trainflow/trainflow/serving/batchjob"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -65,7 +70,9 @@ func barImages(t *testing.T, dir, split string, n int, seed uint64) (files []str
 // the bundle keeps the layers and input shape and that the prediction
 // server, given the raw pixels of the evaluation images, answers the
 // evaluator's accuracy: preprocessing writes an image NHWC as the model
-// reads it, at training and at serving alike.
+// reads it, at training and at serving alike. A batch prediction
+// (BatchPredict) of the same bundle over the evaluation images' IDX file,
+// in shards of 40 images, answers each image exactly as the server did.
 func TestSequentialCNNJobServes(t *testing.T) {
 	dir := t.TempDir()
 	trainFiles, _, _ := barImages(t, dir, "train", 640, 1)
@@ -152,6 +159,77 @@ func TestSequentialCNNJobServes(t *testing.T) {
 	if acc := float64(right) / float64(len(evalLabels)); acc != ev.Accuracy {
 		t.Errorf("served accuracy %.4f on the evaluation images, the evaluator's %.4f", acc, ev.Accuracy)
 	}
+
+	batch := batchPredictions(t, e, acts, jobspec.PredictionSpec{JobID: "cnn_batch", Model: "cnn", InputPaths: evalFiles[:1],
+		OutputPath: filepath.Join(t.TempDir(), "predictions"), DataFormat: jobspec.FormatIDX, ShardImages: 40})
+	if len(batch) != len(resp.Predictions) {
+		t.Fatalf("batch prediction answered %d images, want %d", len(batch), len(resp.Predictions))
+	}
+	for i, want := range resp.Predictions {
+		got, ok := batch[int64(i)]
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Fatalf("image %d: batch prediction %+v (present %v), the server's %+v", i, got, ok, want)
+		}
+	}
+}
+
+// batchPredictions runs BatchPredict on ps and returns each prediction
+// of its results shards by the row's key (an IDX input's image index, a
+// text input's line), failing the test on an error row or a duplicate.
+func batchPredictions(t *testing.T, e *testsuite.TestActivityEnvironment, acts *Activities, ps jobspec.PredictionSpec) map[int64]serving.Prediction {
+	t.Helper()
+	ps = ps.WithDefaults()
+	v, err := e.ExecuteActivity(acts.BatchPredict, workflows.BatchPredictInput{Spec: ps, FirstRunID: ps.JobID + "-run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res workflows.BatchPredictionResult
+	v.Get(&res)
+	if res.Errors != 0 || res.Shards < 1 {
+		t.Fatalf("batch prediction %+v, want no errors", res)
+	}
+	mb, err := os.ReadFile(filepath.Join(ps.OutputPath, batchjob.ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := batchjob.ParseManifest(mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]serving.Prediction{}
+	for _, name := range m.Files {
+		if !strings.Contains(name, "results") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(ps.OutputPath, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for l := range strings.Lines(string(b)) {
+			var r struct {
+				Index, Line *int64
+				Prediction  serving.Prediction
+			}
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("%s: %q: %v", name, l, err)
+			}
+			key := r.Line
+			if r.Index != nil {
+				key = r.Index
+			}
+			if key == nil {
+				t.Fatalf("%s: %q has no index or line", name, l)
+			}
+			if _, dup := out[*key]; dup {
+				t.Fatalf("%s: row %d predicted twice", name, *key)
+			}
+			out[*key] = r.Prediction
+		}
+	}
+	if int64(len(out)) != res.Predictions {
+		t.Fatalf("%d results, the job counted %d", len(out), res.Predictions)
+	}
+	return out
 }
 
 // TestTrainRefusesLayersThatDoNotFitTheData: a layer stack whose input
