@@ -15,21 +15,48 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
+	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/train"
 )
 
-// consoleImageModel trains a small fashion_mnist model on st and checks
+// imageModel is a model of an image preset that consoleImageModel
+// trains and tries: job (and model) id, preset, steps, the classes its
+// predictions name, and the model type its bundle must hold.
+type imageModel struct {
+	id, preset string
+	steps      int
+	classes    []string
+	model      string
+}
+
+// consoleImageModels are the image presets the console's canvas is
+// checked with: the MLP and both layer stacks (input_shape [28, 28, 1];
+// mnist_cnn reads the Fashion-MNIST subset, its classes the labels "0" …
+// "9").
+var consoleImageModels = []imageModel{
+	{"console_fmnist", jobspec.PresetFashionMNIST, 60, preprocess.FashionMNISTClasses, train.DNNClassifierModel},
+	{"console_fmnist_cnn", jobspec.PresetFashionMNISTCNN, 15, preprocess.FashionMNISTClasses, train.SequentialClassifierModel},
+	{"console_mnist_cnn", jobspec.PresetMNISTCNN, 15, preprocess.MNISTClasses, train.SequentialClassifierModel},
+}
+
+// consoleImageModel trains a small model of preset im on st and checks
 // its console page: the try-it form has a 28×28 canvas, a textarea and
 // the same-origin script (the page's CSP allows scripts from 'self' only,
 // no inline script); the form answers for a test image's 784 numbers;
 // and in headless Chromium, drawing on the canvas fills the textarea and
-// Predict shows a Fashion-MNIST class.
-func consoleImageModel(t *testing.T, st *stack, base string) {
+// Predict shows one of the model's classes.
+func consoleImageModel(t *testing.T, st *stack, base string, im imageModel) {
 	dir, test := fashionSubset(t, 2000, 200)
-	id := "console_fmnist"
-	spec := fmt.Sprintf(`{"job_id":%q,"preset":"fashion_mnist","model_name":%q,"data":{"dir":%q},"train":{"max_steps":60}}`, id, id, dir)
-	if _, err := waitJob(t, startUIStyle(t, st.Client, id, spec)); err != nil {
+	id := im.id
+	spec := fmt.Sprintf(`{"job_id":%q,"preset":%q,"model_name":%q,"data":{"dir":%q},"train":{"max_steps":%d}}`, id, im.preset, id, dir, im.steps)
+	res, err := waitJob(t, startUIStyle(t, st.Client, id, spec))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if b, err := bundle.ReadDir(res.Export); err != nil || b.Meta.Model.Model != im.model {
+		t.Fatalf("the exported bundle %s (%v) is not a %s", res.Export, err, im.model)
 	}
 	resp, err := http.Get(base + "/console/models/" + id)
 	if err != nil {
@@ -153,11 +180,11 @@ func consoleImageModel(t *testing.T, st *stack, base string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(preprocess.FashionMNISTClasses, prediction) {
-			t.Errorf("prediction for the drawing: %q, want a Fashion-MNIST class", prediction)
+		if !slices.Contains(im.classes, prediction) {
+			t.Errorf("prediction for the drawing: %q, want one of %q", prediction, im.classes)
 		}
-		t.Logf("the drawn trouser is predicted %q", prediction)
-		if shots != "" {
+		t.Logf("%s: the drawn trouser is predicted %q", im.preset, prediction)
+		if shots != "" && im.preset == jobspec.PresetFashionMNIST {
 			os.WriteFile(filepath.Join(shots, "console-image.png"), png, 0o644)
 		}
 	})

@@ -378,7 +378,9 @@ func TestConsole(t *testing.T) {
 
 	t.Run("chromium", func(t *testing.T) { browseConsole(t, base, "console_dist") })
 
-	t.Run("image model", func(t *testing.T) { consoleImageModel(t, st, base) })
+	for _, im := range consoleImageModels {
+		t.Run("image model/"+im.preset, func(t *testing.T) { consoleImageModel(t, st, base, im) })
+	}
 
 	t.Run("tuning job", func(t *testing.T) {
 		// A tuning job's page charts the objective per trial and the best
