@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -122,10 +123,10 @@ const (
 // layer's width; model.hidden_units itself takes CATEGORICAL values such
 // as "128,64". Transform options are tunable too (TransformOptions): a
 // trial whose transform differs from the others' preprocesses on its own.
-// A sequential model's model.layers and model.input_shape are not tunable
-// (a parameter naming them, or a path inside them such as
-// model.layers[0].dense.units, is refused as any unknown field is): tune
-// its optimizer fields here, and compare layer stacks as separate jobs.
+// A sequential model's layers are tunable one field at a time
+// (LayerFields: model.layers[i].<kind>.<field>, e.g.
+// model.layers[3].dense.units); model.layers as a whole and
+// model.input_shape are not.
 var TunableFields = map[string]tunable{
 	"model.learning_rate": {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.LearningRate = v; return nil }},
 	"model.l1":            {fieldFloat, func(s *JobSpec, v float64, _ string) error { s.Model.L1 = v; return nil }},
@@ -138,6 +139,69 @@ var TunableFields = map[string]tunable{
 	"model.type":          {fieldString, func(s *JobSpec, _ float64, v string) error { s.Model.Type = v; return nil }},
 	"model.optimizer":     {fieldString, func(s *JobSpec, _ float64, v string) error { s.Model.Optimizer = v; return nil }},
 	"train.max_steps":     {fieldInt, func(s *JobSpec, v float64, _ string) error { s.Train.MaxSteps = int64(v); return nil }},
+}
+
+// Layer fields: model.layers[i].<kind>.<field> names field of layer i
+// of a sequential model, which must be of that kind.
+const layersPrefix = "model.layers["
+
+// LayerFields are the tunable fields of a layer stack's layers, by
+// "<kind>.<field>" (the layer's JSON key and its body's): what the field
+// holds, and how a trial's value is set on a copy of the layer. A kernel
+// or pool size is tuned as n (an n×n window).
+var LayerFields = map[string]layerField{
+	"dense.units":          {fieldInt, func(l *train.LayerSpec, v float64) { l.Dense.Units = int(v) }},
+	"conv2d.filters":       {fieldInt, func(l *train.LayerSpec, v float64) { l.Conv2D.Filters = int(v) }},
+	"conv2d.kernel":        {fieldInt, func(l *train.LayerSpec, v float64) { l.Conv2D.Kernel = train.Window{int(v), int(v)} }},
+	"max_pool2d.size":      {fieldInt, func(l *train.LayerSpec, v float64) { l.MaxPool2D.Size = train.Window{int(v), int(v)} }},
+	"avg_pool2d.size":      {fieldInt, func(l *train.LayerSpec, v float64) { l.AvgPool2D.Size = train.Window{int(v), int(v)} }},
+	"dropout.rate":         {fieldFloat, func(l *train.LayerSpec, v float64) { l.Dropout.Rate = v }},
+	"layer_norm.epsilon":   {fieldFloat, func(l *train.LayerSpec, v float64) { l.LayerNorm.Epsilon = v }},
+	"embedding.output_dim": {fieldInt, func(l *train.LayerSpec, v float64) { l.Embedding.OutputDim = int(v) }},
+}
+
+// layerField is one entry of LayerFields.
+type layerField struct {
+	kind fieldKind
+	set  func(l *train.LayerSpec, num float64)
+}
+
+// layerParam splits a parameter name model.layers[i].<kind>.<field> into
+// the layer's index, "<kind>.<field>" and its LayerFields entry.
+func layerParam(name string) (i int, key string, f layerField, ok bool) {
+	rest, ok := strings.CutPrefix(name, layersPrefix)
+	if !ok {
+		return 0, "", f, false
+	}
+	n, key, ok := strings.Cut(rest, "].")
+	if !ok {
+		return 0, "", f, false
+	}
+	i, err := strconv.Atoi(n)
+	if err != nil || i < 0 || i >= MaxLayers || strconv.Itoa(i) != n {
+		return 0, "", f, false
+	}
+	f, ok = LayerFields[key]
+	return i, key, f, ok
+}
+
+// setLayer sets the layer field path names in s's layers (copied first,
+// the layer's body too) to num. The layer must exist and be of the
+// field's kind.
+func setLayer(s *JobSpec, path string, num float64) error {
+	i, key, f, _ := layerParam(path)
+	kind, _, _ := strings.Cut(key, ".")
+	if i >= len(s.Model.Layers) {
+		return fmt.Errorf("%s: model.layers has %d layers", path, len(s.Model.Layers))
+	}
+	if got := s.Model.Layers[i].Kind(); got != kind {
+		return fmt.Errorf("%s: model.layers[%d] is a %s layer, not %s", path, i, cmp.Or(got, "kindless"), kind)
+	}
+	layers := slices.Clone(s.Model.Layers)
+	layers[i] = layers[i].Clone()
+	f.set(&layers[i], num)
+	s.Model.Layers = layers
+	return nil
 }
 
 // tunable is one entry of TunableFields: what the field holds, and how a
@@ -231,7 +295,8 @@ func IsTransformParam(name string) bool {
 }
 
 // IsTunable reports whether a tuning parameter may name the JobSpec field
-// at path: an entry of TunableFields, model.hidden_units[i] (i < 8) or a
+// at path: an entry of TunableFields, model.hidden_units[i] (i < 8), a
+// layer field (model.layers[i].<kind>.<field>, LayerFields) or a
 // transform option (IsTransformParam).
 func IsTunable(path string) bool {
 	_, _, ok := tunableField(path)
@@ -239,9 +304,13 @@ func IsTunable(path string) bool {
 }
 
 // tunableField resolves a parameter name: a TunableFields path,
-// model.hidden_units[i] or a transform option.
+// model.hidden_units[i] (returning i), a layer field or a transform
+// option.
 func tunableField(name string) (fieldKind, int, bool) {
 	if f, ok := TunableFields[name]; ok {
+		return f.kind, -1, true
+	}
+	if _, _, f, ok := layerParam(name); ok {
 		return f.kind, -1, true
 	}
 	if k, _, _, _, ok := transformField(name); ok {
@@ -409,11 +478,18 @@ func (s *JobSpec) validateTuning() error {
 		field := fmt.Sprintf("params[%d] (%s)", i, p.ParameterName)
 		kind, _, ok := tunableField(p.ParameterName)
 		if !ok {
-			return bad("params[%d].parameter_name %q is not a tunable field (want one of %s, model.hidden_units[i], %s<column>.<%s>, %s<cross>.<%s> or %s)",
-				i, p.ParameterName, strings.Join(sortedTunable(), ", "), columnsPrefix, strings.Join(sortedKeys(ColumnOptions), "|"), crossesPrefix, strings.Join(sortedKeys(CrossOptions), "|"), crossesField)
+			return bad("params[%d].parameter_name %q is not a tunable field (want one of %s, model.hidden_units[i], %si].<%s>, %s<column>.<%s>, %s<cross>.<%s> or %s)",
+				i, p.ParameterName, strings.Join(sortedTunable(), ", "), layersPrefix, strings.Join(sortedKeys(LayerFields), "|"), columnsPrefix, strings.Join(sortedKeys(ColumnOptions), "|"), crossesPrefix, strings.Join(sortedKeys(CrossOptions), "|"), crossesField)
 		}
 		if err := s.checkTransformParam(p.ParameterName); err != nil {
 			return bad("params[%d].parameter_name %q: %v", i, p.ParameterName, err)
+		}
+		if _, _, _, ok := layerParam(p.ParameterName); ok {
+			// The layer must exist and be of the field's kind: any value does.
+			probe := *s
+			if err := setLayer(&probe, p.ParameterName, 1); err != nil {
+				return bad("params[%d].parameter_name %v", i, err)
+			}
 		}
 		if seen[p.ParameterName] {
 			return bad("%s: parameter named twice", field)
@@ -698,6 +774,9 @@ func setField(s *JobSpec, path string, num float64, str string) error {
 	if IsTransformParam(path) {
 		return setTransform(s, path, num, str)
 	}
+	if _, _, _, ok := layerParam(path); ok {
+		return setLayer(s, path, num)
+	}
 	if layer >= 0 {
 		if layer >= len(s.Model.HiddenUnits) {
 			return fmt.Errorf("%s: model.hidden_units has %d layers", path, len(s.Model.HiddenUnits))
@@ -750,6 +829,10 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 	if slices.ContainsFunc(t.Params, func(p TuningParam) bool { return IsTransformParam(p.ParameterName) }) {
 		trial.Data.Schema = d.Data.Schema // the preset's, if s names none; setField clones it
 	}
+	layered := slices.ContainsFunc(t.Params, func(p TuningParam) bool { _, _, _, ok := layerParam(p.ParameterName); return ok })
+	if layered {
+		trial.Model.Layers = d.Model.Layers // the preset's, if s names none; setField copies them
+	}
 	if len(x) != len(t.Params) {
 		return trial, fmt.Errorf("trial %d: %d values for %d parameters", n, len(x), len(t.Params))
 	}
@@ -764,6 +847,14 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 		}
 		if err := setField(&trial, p.ParameterName, num, str); err != nil {
 			return trial, err
+		}
+	}
+	if layered {
+		// Each layer field was checked alone at its bounds; this
+		// trial's values together must still make a stack that fits.
+		v := trial.WithDefaults()
+		if err := v.validateLayers(); err != nil {
+			return trial, fmt.Errorf("trial %d: %w", n, err)
 		}
 	}
 	return trial, nil

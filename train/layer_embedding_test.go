@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -234,5 +235,30 @@ func TestEmbeddingLearns(t *testing.T) {
 				t.Fatalf("test accuracy %v, want ≥ 0.95", acc)
 			}
 		})
+	}
+}
+
+// TestLayerSpecClone: Clone copies the body of every kind that has
+// fields (each pointer field of LayerSpec, found by reflection so that a
+// new kind is covered or fails here).
+func TestLayerSpecClone(t *testing.T) {
+	var l LayerSpec
+	v := reflect.ValueOf(&l).Elem()
+	for i := range v.NumField() {
+		v.Field(i).Set(reflect.New(v.Field(i).Type().Elem()))
+	}
+	c := l.Clone()
+	cv := reflect.ValueOf(c)
+	for i := range v.NumField() {
+		if v.Field(i).Type().Elem().Size() == 0 {
+			continue // flatten: no fields, and Go may give every zero-size value one address
+		}
+		if a, b := v.Field(i).Pointer(), cv.Field(i).Pointer(); b == 0 || a == b {
+			t.Errorf("LayerSpec.%s: the clone's body %#x, the original's %#x: want a copy", v.Type().Field(i).Name, b, a)
+		}
+	}
+	var empty LayerSpec
+	if e := empty.Clone(); !reflect.DeepEqual(e, empty) {
+		t.Errorf("Clone of the empty layer: %+v", e)
 	}
 }

@@ -256,6 +256,23 @@ func (l *LayerSpec) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Clone returns a copy of l whose body (the pointer of its kind) is a
+// copy too, so that setting a field of one leaves the other as it was.
+func (l LayerSpec) Clone() LayerSpec {
+	return LayerSpec{Dense: cloned(l.Dense), Conv2D: cloned(l.Conv2D), MaxPool2D: cloned(l.MaxPool2D), AvgPool2D: cloned(l.AvgPool2D),
+		Flatten: cloned(l.Flatten), Dropout: cloned(l.Dropout), LayerNorm: cloned(l.LayerNorm), Activation: cloned(l.Activation),
+		Embedding: cloned(l.Embedding)}
+}
+
+// cloned returns a pointer to a copy of *p, nil if p is.
+func cloned[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}
+
 // layerBodyError is an error in the body of a layer of kind kind.
 type layerBodyError struct {
 	kind string

@@ -44,7 +44,9 @@ type fakeTrials struct {
 	// Preprocess inputs the tuning job ran.
 	shared       map[string]*jobspec.SharedData
 	preprocessed []PreprocessInput
-	prepFails    bool
+	// layers are the trials' model.layers by job ID.
+	layers    map[string]train.Layers
+	prepFails bool
 }
 
 func (f *fakeTrials) job(ctx workflow.Context, spec jobspec.JobSpec) (JobResult, error) {
@@ -53,6 +55,10 @@ func (f *fakeTrials) job(ctx workflow.Context, spec jobspec.JobSpec) (JobResult,
 		f.shared = map[string]*jobspec.SharedData{}
 	}
 	f.shared[spec.JobID] = spec.SharedData
+	if f.layers == nil {
+		f.layers = map[string]train.Layers{}
+	}
+	f.layers[spec.JobID] = spec.Model.Layers
 	f.running++
 	f.hi = max(f.hi, f.running)
 	f.started = append(f.started, spec.JobID)
