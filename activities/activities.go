@@ -606,7 +606,7 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 	cfg := trainConfig(in, jd)
 	job := activity.GetInfo(ctx).WorkflowExecution.ID
 	defer a.Metrics.started("train", activity.GetInfo(ctx).Attempt)()
-	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, in.Model.LearningRate)
+	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, learningRates(in))
 	sums.onLoss = func(l float64) { a.Metrics.trainLoss(job, l) }
 	stepped := a.Metrics.stepper(job, "train")
 	cfg.Stepped = func(step int64, loss float64) {

@@ -164,7 +164,7 @@ func errorMsg(err error) childMsg {
 // trainConfig is the train.Config of in, committing to jd's checkpoints.
 func trainConfig(in workflows.TrainInput, jd *jobDir) train.Config {
 	return train.Config{
-		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate,
+		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate, Schedule: in.Model.OptimizerConfig().Schedule,
 		L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
 		Seed: in.Train.Seed, SaveSteps: in.Train.SaveCheckpointsSteps, KeepMax: in.Train.KeepCheckpointMax,
 		SaveEvery:   time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
@@ -189,7 +189,7 @@ func childTrain(ctx context.Context, j *trainChildJob, c *childConn) childMsg {
 	}
 	in := j.In
 	cfg := trainConfig(in, jd)
-	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, in.Model.LearningRate)
+	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, learningRates(in))
 	var mu sync.Mutex
 	var step, sent int64
 	loss, summaryLoss := math.NaN(), math.NaN()

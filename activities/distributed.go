@@ -43,7 +43,7 @@ type roleSetup struct {
 
 func setup(in workflows.RoleInput, jd *jobDir) roleSetup {
 	s := roleSetup{meta: checkpointMeta(in.TrainInput), ckpts: jd.Checkpoints(),
-		opt: train.OptimizerConfig{Name: in.Model.Optimizer, LearningRate: in.Model.LearningRate, Momentum: in.Model.Momentum, L1: in.Model.L1, L2: in.Model.L2}}
+		opt: in.Model.OptimizerConfig()}
 	if in.Cluster.Update == jobspec.UpdateSync {
 		s.replicas = in.Cluster.Replicas()
 	}
@@ -410,7 +410,7 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 		meter(st)
 	}
 	if in.Task == 0 {
-		sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize*max(s.replicas, 1), in.Model.LearningRate)
+		sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize*max(s.replicas, 1), learningRates(in.TrainInput))
 		sums.onLoss = func(l float64) { a.Metrics.trainLoss(job, l) }
 		hooks.Stepped = func(st dist.StepStats) {
 			sums.stepped(st.GlobalStep, st.Loss)

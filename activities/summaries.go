@@ -13,6 +13,7 @@ import (
 	"github.com/trainflow/trainflow/internal/tfevents"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/workflows"
 )
 
 // TensorBoard event files: <job_dir>/logs/train/ (the chief's training
@@ -77,7 +78,8 @@ func (j *jobDir) evalSummaries(ctx context.Context, name string, step int64, m t
 type trainSummaries struct {
 	every           int64
 	examplesPerStep float64
-	learningRate    float64
+	// rate is the learning rate at a global step.
+	rate func(step int64) float64
 	// onLoss, if set, gets each summary's mean loss.
 	onLoss func(float64)
 	// now is the clock (time.Now; tests set their own).
@@ -103,11 +105,18 @@ type pendingSummary struct {
 
 var trainTags = []string{"loss", "examples_per_sec", "global_step/sec", "learning_rate"}
 
-func newTrainSummaries(every int64, examplesPerStep int, learningRate float64) *trainSummaries {
+// learningRates is the learning rate of in's job at each global step (its
+// schedule's, train.LRSchedule).
+func learningRates(in workflows.TrainInput) func(step int64) float64 {
+	oc, maxSteps := in.Model.OptimizerConfig(), in.Train.MaxSteps
+	return func(step int64) float64 { return oc.RateAt(step, maxSteps) }
+}
+
+func newTrainSummaries(every int64, examplesPerStep int, rate func(step int64) float64) *trainSummaries {
 	if every <= 0 {
 		every = 100
 	}
-	return &trainSummaries{every: every, examplesPerStep: float64(examplesPerStep), learningRate: learningRate, now: time.Now}
+	return &trainSummaries{every: every, examplesPerStep: float64(examplesPerStep), rate: rate, now: time.Now}
 }
 
 // stepped records the loss of the batch that took the job to step.
@@ -146,7 +155,7 @@ func (s *trainSummaries) stepped(step int64, loss float64) {
 // stepsPerSec is filled in later, or the rates are left out.
 func (s *trainSummaries) add(step int64, now time.Time, stepsPerSec float64) {
 	loss := s.lossSum / float64(s.lossN)
-	s.pending = append(s.pending, pendingSummary{step, now, []float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.learningRate}})
+	s.pending = append(s.pending, pendingSummary{step, now, []float64{loss, stepsPerSec * s.examplesPerStep, stepsPerSec, s.rate(step)}})
 	if s.onLoss != nil {
 		s.onLoss(loss)
 	}

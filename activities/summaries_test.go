@@ -19,7 +19,9 @@ import (
 
 	"github.com/trainflow/trainflow/internal/tfevents"
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/workflows"
 )
 
 // TestTrainSummariesRates: the chief measures rates only over intervals
@@ -45,7 +47,7 @@ func TestTrainSummariesRates(t *testing.T) {
 		{"a single process from step 1", span(1, 200, 1), []pendingSummary{{step: 100, values: rates(100)}, {step: 200, values: rates(100)}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := newTrainSummaries(every, batch, 0.1)
+			s := newTrainSummaries(every, batch, func(int64) float64 { return 0.1 })
 			var at time.Time
 			s.now = func() time.Time { return at }
 			for i, step := range c.steps {
@@ -72,7 +74,7 @@ func TestTrainSummariesRates(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer jd.Close()
-		s := newTrainSummaries(every, batch, 0.1)
+		s := newTrainSummaries(every, batch, func(int64) float64 { return 0.1 })
 		s.stepped(600, 0.5)
 		if err := s.flush(ctx, jd, 600); err != nil {
 			t.Fatal(err)
@@ -177,7 +179,7 @@ func TestEventFilesFollowTensorBoardsWatcher(t *testing.T) {
 	// The chief: a summary every 10 steps, flushed at each checkpoint
 	// (every 50), and what is left at the end.
 	wg.Go(func() {
-		s := newTrainSummaries(10, 32, 0.1)
+		s := newTrainSummaries(10, 32, func(int64) float64 { return 0.1 })
 		for step := int64(1); step <= 1000; step++ {
 			s.stepped(step, 1/float64(step))
 			if step%50 == 0 {
@@ -299,5 +301,25 @@ func TestMetricScalarsByKind(t *testing.T) {
 				t.Errorf("%s = %v, want %v", tag, values[i], v)
 			}
 		}
+	}
+}
+
+// TestSummaryLearningRateFollowsTheSchedule: the learning_rate curve is
+// the schedule's at each global step, not the base rate.
+func TestSummaryLearningRateFollowsTheSchedule(t *testing.T) {
+	in := workflows.TrainInput{Model: jobspec.ModelSpec{LearningRate: 0.01, LearningRateSchedule: &train.LRSchedule{Type: train.CosineSchedule}},
+		Train: jobspec.TrainSpec{MaxSteps: 100}}
+	rate := learningRates(in)
+	for _, c := range []struct {
+		step int64
+		want float64
+	}{{0, 0.01}, {50, 0.005}, {100, 0}} {
+		if got := rate(c.step); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("learning_rate at step %d = %v, want %v", c.step, got, c.want)
+		}
+	}
+	in.Model.LearningRateSchedule = nil
+	if got := learningRates(in)(100); got != 0.01 {
+		t.Fatalf("constant learning_rate at step 100 = %v, want 0.01", got)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/trainflow/trainflow/train"
 )
 
 func TestSpecDefaultsAndValidation(t *testing.T) {
@@ -30,6 +32,10 @@ func TestSpecDefaultsAndValidation(t *testing.T) {
 		{func(s *JobSpec) { s.Model.Optimizer = "lbfgs" }, "model.optimizer"},
 		{func(s *JobSpec) { s.Model.Type, s.Model.Dropout = "dnn_classifier", 1 }, "model.dropout"},
 		{func(s *JobSpec) { s.Model.Type, s.Model.HiddenUnits = "dnn_classifier", []int{64, 0} }, "model.hidden_units"},
+		{func(s *JobSpec) { s.Model.LearningRateSchedule = &train.LRSchedule{Type: "step"} }, "model.learning_rate_schedule: learning-rate schedule type"},
+		{func(s *JobSpec) {
+			s.Model.LearningRateSchedule = &train.LRSchedule{Type: train.ExponentialSchedule, DecaySteps: 100, DecayRate: 1.5}
+		}, "model.learning_rate_schedule: learning-rate schedule decay_rate 1.5"},
 	}
 	for _, b := range bad {
 		s := JobSpec{JobID: "census_1"}.WithDefaults()

@@ -30,6 +30,8 @@ type Config struct {
 	// ClipNorm, if positive, clips each step's gradient to this global
 	// Euclidean norm.
 	ClipNorm float64
+	// Schedule varies LearningRate with the step (zero: constant).
+	Schedule LRSchedule
 	// Seed fixes the order of examples: epoch e visits the rows in the
 	// permutation drawn from PCG(Seed, e), so the batch of any step is a
 	// function of (Seed, step) and a resumed run sees the same batches.
@@ -94,8 +96,9 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 	if err != nil {
 		return Result{}, err
 	}
-	opt, err := NewOptimizer(OptimizerConfig{Name: cfg.Optimizer, LearningRate: cfg.LearningRate,
-		Momentum: cfg.Momentum, L1: cfg.L1, L2: cfg.L2}, len(m.Params()))
+	oc := OptimizerConfig{Name: cfg.Optimizer, LearningRate: cfg.LearningRate,
+		Momentum: cfg.Momentum, L1: cfg.L1, L2: cfg.L2, Schedule: cfg.Schedule}
+	opt, err := NewOptimizer(oc, len(m.Params()))
 	if err != nil {
 		return Result{}, err
 	}
@@ -141,6 +144,9 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 		for i, r := range rows {
 			copy(xb[i*data.Dim:(i+1)*data.Dim], data.X[r*data.Dim:(r+1)*data.Dim])
 			yb[i] = data.Y[r]
+		}
+		if !oc.Schedule.Constant() {
+			opt.SetLearningRate(oc.RateAt(step, cfg.MaxSteps))
 		}
 		loss := Step(m, opt, grad, xb[:len(rows)*data.Dim], yb[:len(rows)], cfg.ClipNorm)
 		if loss-loss != 0 {

@@ -16,6 +16,8 @@ type Optimizer interface {
 	// Restore copies state saved by Save back, refusing missing or
 	// mis-sized tensors with ErrCheckpoint.
 	Restore(src map[string][]float64) error
+	// SetLearningRate sets the rate of the next updates (LRSchedule).
+	SetLearningRate(lr float64)
 }
 
 // Optimizer names accepted by NewOptimizer.
@@ -36,6 +38,15 @@ type OptimizerConfig struct {
 	// L1 and L2 are regularisation strengths: the gradient gains
 	// L1·sign(θ) + L2·θ (FTRL applies them in its closed-form update).
 	L1, L2 float64
+	// Schedule makes the rate a function of the global step; whoever
+	// calls Update sets it with RateAt first.
+	Schedule LRSchedule
+}
+
+// RateAt returns the learning rate of the update from step to step+1 of
+// a run of maxSteps steps.
+func (c OptimizerConfig) RateAt(step, maxSteps int64) float64 {
+	return c.Schedule.Rate(c.LearningRate, step, maxSteps)
 }
 
 // NewOptimizer returns the optimizer c names for n parameters, with the
@@ -43,6 +54,9 @@ type OptimizerConfig struct {
 func NewOptimizer(c OptimizerConfig, n int) (Optimizer, error) {
 	if c.LearningRate <= 0 || c.L1 < 0 || c.L2 < 0 || c.Momentum < 0 || c.Momentum >= 1 {
 		return nil, fmt.Errorf("%w: optimizer %+v", ErrShape, c)
+	}
+	if err := c.Schedule.Check(); err != nil {
+		return nil, err
 	}
 	switch c.Name {
 	case SGDOptimizer:
@@ -118,6 +132,9 @@ func (o *SGD) Update(params, grad []float64) {
 	}
 }
 
+// SetLearningRate sets the rate of the next updates.
+func (o *SGD) SetLearningRate(lr float64) { o.LR = lr }
+
 // Save adds "sgd/v".
 func (o *SGD) Save(dst map[string][]float64) { dst["sgd/v"] = o.V }
 
@@ -157,6 +174,9 @@ func (o *Adagrad) Update(params, grad []float64) {
 		params[i] -= o.LR * g / (math.Sqrt(o.A[i]) + o.Epsilon)
 	}
 }
+
+// SetLearningRate sets the rate of the next updates.
+func (o *Adagrad) SetLearningRate(lr float64) { o.LR = lr }
 
 // Save adds "adagrad/a".
 func (o *Adagrad) Save(dst map[string][]float64) { dst["adagrad/a"] = o.A }
@@ -223,6 +243,9 @@ func adamStepGo(params, grad, m, v []float64, b1, b2, lr, s, eps float64) {
 	}
 }
 
+// SetLearningRate sets the rate of the next updates.
+func (a *Adam) SetLearningRate(lr float64) { a.LR = lr }
+
 // Save adds "adam/m", "adam/v" and "adam/t" (the step count, one value).
 func (a *Adam) Save(dst map[string][]float64) {
 	dst["adam/m"], dst["adam/v"], dst["adam/t"] = a.M, a.V, []float64{float64(a.T)}
@@ -281,6 +304,9 @@ func (f *FTRL) Update(params, grad []float64) {
 		params[i] = -(z - math.Copysign(f.L1, z)) / ((f.Beta+math.Sqrt(n))/f.LR + 2*f.L2)
 	}
 }
+
+// SetLearningRate sets the rate of the next updates.
+func (f *FTRL) SetLearningRate(lr float64) { f.LR = lr }
 
 // Save adds "ftrl/z" and "ftrl/n".
 func (f *FTRL) Save(dst map[string][]float64) { dst["ftrl/z"], dst["ftrl/n"] = f.Z, f.N }

@@ -142,6 +142,14 @@ func NewShard(cfg ShardConfig) (*Shard, error) {
 	return s, nil
 }
 
+// setRate sets the optimizer's learning rate for the update from the
+// current global step (the schedule's, when it has one). Call with mu held.
+func (s *Shard) setRate() {
+	if !s.cfg.Optimizer.Schedule.Constant() {
+		s.opt.SetLearningRate(s.cfg.Optimizer.RateAt(s.step, s.cfg.MaxSteps))
+	}
+}
+
 // Len is the number of variables the shard holds.
 func (s *Shard) Len() int { return s.hi - s.lo }
 
@@ -338,6 +346,7 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 	}
 	if !s.cfg.Sync {
 		defer s.mu.Unlock()
+		s.setRate()
 		s.opt.Update(s.params, grad)
 		s.setCursor(worker, cursor)
 		s.stepped()
@@ -359,6 +368,7 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 			for i := range s.acc {
 				s.acc[i] *= inv
 			}
+			s.setRate()
 			s.opt.Update(s.params, s.acc)
 			clear(s.acc)
 			for w, c := range s.accFrom {

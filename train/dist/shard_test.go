@@ -314,3 +314,42 @@ func TestWireRoundTripAcrossSegments(t *testing.T) {
 		t.Fatalf("truncated frame: %v, want errWire", err)
 	}
 }
+
+// TestShardFollowsTheSchedule: the shard's learning rate is its schedule's
+// at the global step, in async and sync mode and after a restore, which
+// carries the step and not a count of updates.
+func TestShardFollowsTheSchedule(t *testing.T) {
+	ctx := context.Background()
+	halve := train.LRSchedule{Type: train.ExponentialSchedule, DecaySteps: 1, DecayRate: 0.5}
+	for _, sync := range []bool{false, true} {
+		cfg := ShardConfig{Tasks: 1, Workers: 1, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1, Schedule: halve},
+			MaxSteps: 10, SaveSteps: 1000, Sync: sync, Replicas: 1}
+		s, err := NewShard(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := []float64{1, 0, 0, 0}
+		for step := range int64(3) {
+			if r, err := s.Push(ctx, 0, step, g, []float64{0, float64(step)}); err != nil || !r.Applied {
+				t.Fatalf("sync %v push %d: %+v, %v", sync, step, r, err)
+			}
+		}
+		if got := params(s)[0]; got != -1.75 {
+			t.Fatalf("sync %v: param after 3 steps at rates 1, ½, ¼ = %v, want -1.75", sync, got)
+		}
+		ck, err := Assemble(cfg.Meta, []ShardState{s.Snapshot()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := NewShard(cfg)
+		if err := r.Restore(ck, 1); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := r.Push(ctx, 0, 3, g, []float64{0, 3}); err != nil || !res.Applied {
+			t.Fatalf("sync %v push after restore: %+v, %v", sync, res, err)
+		}
+		if got := params(r)[0]; got != -1.875 {
+			t.Fatalf("sync %v: restored shard's 4th step = %v, want -1.875 (rate ⅛ at step 3)", sync, got)
+		}
+	}
+}
