@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/internal/temporalconn"
 	"github.com/trainflow/trainflow/serving"
+	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/worker"
 )
 
@@ -31,7 +32,7 @@ func quietLogger() sdklog.Logger {
 	return sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
-func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
+func runWorker(ctx context.Context, types *train.Registry, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var tc temporalconn.Flags
@@ -60,7 +61,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	w, err := worker.Start(ctx, worker.Config{
 		Temporal: opts, Home: *home, Jobs: *jobs, Models: *models,
 		PSListen: *psListen, PSAdvertise: *psAdvertise, MaxRoles: *maxRoles, MetricsAddr: *metricsAddr,
-		Limits: trust.limits(), Logger: log,
+		Limits: trust.limits(), Logger: log, ModelTypes: types,
 	})
 	if err != nil {
 		return err
@@ -70,7 +71,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
-func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+func runServe(ctx context.Context, types *train.Registry, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	models := fs.String("models", filepath.Join(defaultHome(), "models"), "model repository: a directory, or a storage URI such as s3://bucket/models?region=eu-west-1 mirrored into --cache")
@@ -151,7 +152,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Error("sync models", "store", *models, "error", err)
 		}
 	}
-	reg := serving.NewRegistry(repo, log)
+	reg := serving.NewRegistry(repo, types, log)
 	if err := reg.Reload(); err != nil {
 		return err
 	}

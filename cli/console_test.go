@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -325,7 +325,7 @@ func TestConsole(t *testing.T) {
 		var logs bytes.Buffer
 		served := make(chan error, 1)
 		go func() {
-			served <- runServe(ctx, []string{"--models", filepath.Join(home, "models"), "--http", addr, "--log-level", "warn", "--auth-token-file", tokenFile,
+			served <- runServe(ctx, nil, []string{"--models", filepath.Join(home, "models"), "--http", addr, "--log-level", "warn", "--auth-token-file", tokenFile,
 				"--temporal", st.Temporal.FrontendAddr(), "--namespace", st.Temporal.Namespace(), "--temporal-ui", "http://ui.example",
 				"--console-roots", filepath.Join(home, "jobs"), "--console-page-bytes", "4MiB"}, &logs)
 		}()
@@ -582,7 +582,7 @@ func TestServeConsoleFlags(t *testing.T) {
 	} {
 		var stderr bytes.Buffer
 		args := append([]string{"--models", models, "--http", "127.0.0.1:0", "--log-level", "error"}, c.args...)
-		err := runServe(context.Background(), args, &stderr)
+		err := runServe(context.Background(), nil, args, &stderr)
 		if err == nil || !strings.Contains(err.Error()+stderr.String(), c.want) {
 			t.Errorf("serve %v: %v %s, want an error naming %q", c.args, err, stderr.String(), c.want)
 		}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -16,13 +16,14 @@ import (
 	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
 
 // demoInstance is one census row as a client would send it.
 const demoInstance = `{"age": 39, "workclass": "State-gov", "education": "Bachelors", "education_num": 13, "marital_status": "Married-civ-spouse", "occupation": "Exec-managerial", "relationship": "Husband", "race": "White", "gender": "Male", "capital_gain": 2174, "capital_loss": 0, "hours_per_week": 45, "native_country": "United-States"}`
 
-func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runDev(ctx context.Context, types *train.Registry, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	home := fs.String("home", defaultHome(), "home directory: Temporal's SQLite file, job dirs, model repository")
@@ -53,7 +54,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		trust.dataRoots = append(trust.dataRoots, *data)
 	}
-	st, err := startStack(ctx, stackConfig{Home: *home, TemporalDB: *temporalDB, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust, ConsolePageBytes: int64(pageBytes)})
+	st, err := startStack(ctx, stackConfig{Home: *home, TemporalDB: *temporalDB, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust, ConsolePageBytes: int64(pageBytes), ModelTypes: types})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -14,11 +14,11 @@ import (
 // docFiles are the user documentation: the README and every page of docs/.
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob("../../docs/*.md")
+	files, err := filepath.Glob("../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append([]string{"../../README.md"}, files...)
+	files = append([]string{"../README.md"}, files...)
 	if len(files) < 5 {
 		t.Fatalf("found only %v: the docs moved?", files)
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -108,7 +108,7 @@ func TestBestExportAcrossRestart(t *testing.T) {
 	slices.Sort(steps)
 	prev := -1.0
 	for _, s := range steps {
-		b, err := bundle.ReadDir(filepath.Join(jobDir, "export", "best", strconv.FormatInt(s, 10)))
+		b, err := bundle.ReadDir(filepath.Join(jobDir, "export", "best", strconv.FormatInt(s, 10)), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

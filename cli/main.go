@@ -1,4 +1,17 @@
-// Command trainflow trains and serves models on Temporal. Subcommands:
+// Package cli is trainflow's command line: the commands of the trainflow
+// binary (cmd/trainflow) as a library, so that a binary built on
+// trainflow — one that registers its own model types — runs the same
+// commands with Main:
+//
+//	func main() {
+//		types := train.Builtins()
+//		if err := types.Register("poly_classifier", poly.New); err != nil {
+//			log.Fatal(err)
+//		}
+//		os.Exit(cli.Main(os.Args[1:], cli.Options{ModelTypes: types}))
+//	}
+//
+// Subcommands:
 //
 //	trainflow dev [--demo]       embedded Temporal + UI, a worker and the prediction server in one process
 //	trainflow worker             a worker for an existing Temporal cluster
@@ -15,7 +28,12 @@
 // Run a subcommand with -h for its flags. Started with Beam worker flags
 // (--worker …), the binary acts as a Beam worker, so it can be given to
 // portable runners as --worker_binary.
-package main
+//
+// The worker of `dev` and `worker`, its training and evaluation children
+// (train-child) and the prediction server of `dev` and `serve` build
+// models with Options.ModelTypes; batch prediction (batch-predict) reads
+// bundles of the built-in types only.
+package cli
 
 import (
 	"context"
@@ -37,11 +55,23 @@ import (
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/preprocess/beampipe"
 	"github.com/trainflow/trainflow/serving/batchjob/batchbeam"
+	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/worker"
 )
 
-func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+// Options are what a binary built on trainflow adds to its commands.
+type Options struct {
+	// ModelTypes are the model types the binary's workers train and its
+	// prediction server serves: train.Builtins() with the binary's own
+	// types registered (nil: the built-in types only).
+	ModelTypes *train.Registry
+}
+
+// Main runs the command line args (os.Args[1:]) with opts and returns the
+// process's exit code: 0 success, 1 failure, 2 bad command line, 3
+// unknown job or model.
+func Main(args []string, opts Options) int {
+	return runWith(args, os.Stdout, os.Stderr, opts)
 }
 
 const usage = `usage: trainflow COMMAND [flags]
@@ -71,7 +101,12 @@ const (
 	exitNotFound = 3
 )
 
+// run is trainflow's own command line: the built-in model types.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runWith(args, stdout, stderr, Options{})
+}
+
+func runWith(args []string, stdout, stderr io.Writer, opts Options) int {
 	if len(args) > 0 && strings.HasPrefix(args[0], "-") {
 		// Started by a Beam runner as a worker binary (--worker=true …):
 		// beam.Init runs the SDK harness and exits.
@@ -90,11 +125,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch cmd {
 	case "dev":
-		err = runDev(ctx, rest, stdout, stderr)
+		err = runDev(ctx, opts.ModelTypes, rest, stdout, stderr)
 	case "worker":
-		err = runWorker(ctx, rest, stderr)
+		err = runWorker(ctx, opts.ModelTypes, rest, stderr)
 	case "serve":
-		err = runServe(ctx, rest, stderr)
+		err = runServe(ctx, opts.ModelTypes, rest, stderr)
 	case "submit":
 		err = runSubmit(ctx, rest, stdout, stderr)
 	case "jobs":
@@ -112,7 +147,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "batch-predict":
 		return batchbeam.ChildMain(ctx, rest, stderr)
 	case activities.ChildCommand: // training and evaluation, started by a worker
-		return activities.ChildMain(ctx, rest, stderr)
+		return activities.ChildMain(ctx, opts.ModelTypes, rest, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

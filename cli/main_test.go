@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const censusDir = "../../../shared/datasets/census"
+const censusDir = "../../shared/datasets/census"
 
 // testTrust lets the tests' jobs read and write the temporary directories
 // and the census data: what an operator lists with --data-roots. The

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ func checkServeFromBucket(t *testing.T, dir string) {
 	defer st.Close()
 	store := bundle.NewStore(st)
 	publish := func(jobID, dir string, promote bool) (int64, bool, error) {
-		b, err := bundle.ReadDir(dir)
+		b, err := bundle.ReadDir(dir, nil)
 		if err != nil {
 			return 0, false, err
 		}
@@ -53,7 +53,7 @@ func checkServeFromBucket(t *testing.T, dir string) {
 	var logs bytes.Buffer
 	served := make(chan error, 1)
 	go func() {
-		served <- runServe(ctx, []string{"--models", uri, "--cache", cache, "--http", addr, "--poll", "50ms", "--log-level", "warn"}, &logs)
+		served <- runServe(ctx, nil, []string{"--models", uri, "--cache", cache, "--http", addr, "--poll", "50ms", "--log-level", "warn"}, &logs)
 	}()
 	defer func() {
 		cancel()

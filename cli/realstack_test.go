@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -70,7 +70,7 @@ func TestComposeTopologyWithoutDocker(t *testing.T) {
 	served := make(chan error, 1)
 	var logs bytes.Buffer
 	go func() {
-		served <- runServe(ctx, []string{"--models", models, "--cache", filepath.Join(t.TempDir(), "cache"), "--http", addr,
+		served <- runServe(ctx, nil, []string{"--models", models, "--cache", filepath.Join(t.TempDir(), "cache"), "--http", addr,
 			"--poll", "100ms", "--log-level", "warn", "--console=false"}, &logs)
 	}()
 	defer func() {

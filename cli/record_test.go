@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -32,7 +32,7 @@ import (
 
 // historiesDir holds histories of real runs that workflows' replay test
 // replays against the current workflow code.
-const historiesDir = "../../workflows/testdata/histories"
+const historiesDir = "../workflows/testdata/histories"
 
 // TestRecordHistories records workflows/testdata/histories from real runs
 // on the embedded server with real worker processes. Run it on purpose

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -53,7 +53,7 @@ func TestServeSecurityFlags(t *testing.T) {
 	served := make(chan error, 1)
 	var logs bytes.Buffer
 	go func() {
-		served <- runServe(ctx, []string{"--models", models, "--http", addr, "--auth-token-file", good, "--max-conns", "8", "--log-level", "warn"}, &logs)
+		served <- runServe(ctx, nil, []string{"--models", models, "--http", addr, "--auth-token-file", good, "--max-conns", "8", "--log-level", "warn"}, &logs)
 	}()
 	defer func() {
 		cancel()

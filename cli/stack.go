@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/internal/devserver"
 	"github.com/trainflow/trainflow/serving"
+	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/worker"
 )
 
@@ -47,6 +48,9 @@ type stackConfig struct {
 	// console.DefaultMaxPageBytes). The console reads job directories
 	// inside the worker's roots: Home/jobs and Trust's data roots.
 	ConsolePageBytes int64
+	// ModelTypes are the model types the worker trains and the server
+	// serves (nil: the built-in ones).
+	ModelTypes *train.Registry
 	// SuggestContinueAsNewEvents lowers the history length at which jobs
 	// continue as new (tests).
 	SuggestContinueAsNewEvents int
@@ -110,7 +114,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		return nil, err
 	}
 	s.repo = repo
-	s.Registry = serving.NewRegistry(repo, log)
+	s.Registry = serving.NewRegistry(repo, cfg.ModelTypes, log)
 	if err := s.Registry.Reload(); err != nil {
 		return nil, err
 	}
@@ -121,7 +125,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		}
 		s.worker, err = worker.Start(ctx, worker.Config{
 			Temporal: client.Options{HostPort: s.Temporal.FrontendAddr(), Namespace: s.Temporal.Namespace()}, Client: s.Client,
-			Home: home, Repository: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, MetricsAddr: cfg.MetricsAddr, Limits: limits, Logger: log,
+			Home: home, Repository: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, MetricsAddr: cfg.MetricsAddr, Limits: limits, Logger: log, ModelTypes: cfg.ModelTypes,
 			OnPublish: func(string) {
 				if err := s.Registry.Reload(); err != nil {
 					log.Error("reload models", "error", err)

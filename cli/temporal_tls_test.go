@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -74,7 +74,7 @@ func TestWorkerAndCLIOverMutualTLS(t *testing.T) {
 	wctx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan error, 1)
 	go func() {
-		workerDone <- runWorker(wctx, []string{"--temporal", addr, "--namespace", st.Temporal.Namespace(),
+		workerDone <- runWorker(wctx, nil, []string{"--temporal", addr, "--namespace", st.Temporal.Namespace(),
 			"--home", filepath.Join(home, "worker"), "--log-level", "warn",
 			"--tls-ca-path", certs.CAPath, "--tls-cert-path", certs.ClientCert, "--tls-key-path", certs.ClientKey}, io.Discard)
 	}()
