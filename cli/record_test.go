@@ -39,7 +39,7 @@ const historiesDir = "../workflows/testdata/histories"
 // after a deliberate workflow change (guarded by workflow.GetVersion for
 // jobs already running):
 //
-//	TRAINFLOW_RECORD_HISTORIES=1 go test -run TestRecordHistories -v ./cmd/trainflow
+//	TRAINFLOW_RECORD_HISTORIES=1 go test -run TestRecordHistories -v ./cli
 //
 // Histories already there are kept (they stand for jobs started by older
 // builds, which must still replay) and their steps do not run: the same
