@@ -108,8 +108,9 @@ func TestCustomModelExample(t *testing.T) {
 	if err := run.Get(ctx, &res); err != nil {
 		t.Fatalf("polynomial job on the custom binary: %v", err)
 	}
-	if res.Model != "poly" || res.Version != 1 || res.Metrics.Accuracy < 0.6 {
-		t.Fatalf("job result: model %q version %d, eval %s; want poly version 1, accuracy ≥ 0.6", res.Model, res.Version, res.Metrics.Summary())
+	t.Logf("polynomial job: %d steps, eval %s", res.GlobalStep, res.Metrics.Summary())
+	if res.Model != "poly" || res.Version != 1 || res.Metrics.Accuracy < 0.7 || res.Metrics.AUC < 0.7 {
+		t.Fatalf("job result: model %q version %d, eval %s; want poly version 1, accuracy ≥ 0.7 and auc ≥ 0.7 (a constant guess has auc 0.5)", res.Model, res.Version, res.Metrics.Summary())
 	}
 	body := `{"instances": [` + demoInstance + `]}`
 	code, answer := postJSON(t, "http://"+httpAddr+"/v1/models/poly:predict", body)
