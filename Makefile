@@ -26,6 +26,7 @@ vet:
 
 unit:
 	$(GO) test -count=1 -timeout 30m ./...
+	cd examples/custom_model && $(GO) test -count=1 ./...
 
 race:
 	$(GO) test -count=1 -race -short $(RACE_PKGS)
