@@ -16,13 +16,17 @@ test: vet unit race fuzz
 # SDK version. Mark a checked false positive `//workflowcheck:ignore <why>`.
 WORKFLOWCHECK = go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 
+# examples/custom_model is a module of its own, which ./... skips (its
+# test, TestCustomModelExample in cli, builds and runs it).
 vet:
 	$(GO) vet ./...
+	cd examples/custom_model && $(GO) vet ./...
 	$(GO) run $(WORKFLOWCHECK) ./workflows/...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 unit:
 	$(GO) test -count=1 -timeout 30m ./...
+	cd examples/custom_model && $(GO) test -count=1 ./...
 
 race:
 	$(GO) test -count=1 -race -short $(RACE_PKGS)

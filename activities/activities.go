@@ -48,6 +48,11 @@ type Activities struct {
 	// Models is the model repository Publish writes to: a local directory
 	// or object storage (bundle.OpenRepository).
 	Models bundle.Repository
+	// ModelTypes are the model types jobs may train: the built-in ones and
+	// those registered in this binary (nil: the built-in ones only).
+	// PrepareJob refuses a spec naming any other type; the training and
+	// evaluation children must be given the same (ChildMain).
+	ModelTypes *train.Registry
 	// Exe and ExeArgs start the preprocessing child process: the command
 	// run is Exe ExeArgs... preprocess REQUEST.json [beam args]. Default:
 	// this executable.
@@ -135,6 +140,11 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	spec := in.Spec
 	if err := spec.ValidateTrust(); err != nil {
 		return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
+	}
+	// A spec cannot know this worker's registry: a type it does not know
+	// is refused here, before anything is claimed or read.
+	if err := a.ModelTypes.Check(spec.Model.Type); err != nil {
+		return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: model.type: %w", jobspec.ErrInvalid, err))
 	}
 	if err := a.checkBeamArgs(spec.Data.BeamFlags()); err != nil {
 		return workflows.PrepareResult{}, err
@@ -603,7 +613,7 @@ func (a *Activities) train(ctx context.Context, in workflows.TrainInput, jd *job
 		return workflows.TrainResult{}, err
 	}
 	w.mark()
-	cfg := trainConfig(in, jd)
+	cfg := trainConfig(in, jd, a.ModelTypes)
 	job := activity.GetInfo(ctx).WorkflowExecution.ID
 	defer a.Metrics.started("train", activity.GetInfo(ctx).Attempt)()
 	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, learningRates(in))
@@ -733,7 +743,7 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		return workflows.EvaluateResult{}, err
 	}
 	// All the evaluation data is loaded, then cut to in.Batches batches.
-	need, err := train.EvalMemoryNeed(meta, evalBatch, int(m.EvalRows))
+	need, err := a.ModelTypes.EvalMemoryNeed(meta, evalBatch, int(m.EvalRows))
 	if err != nil {
 		return workflows.EvaluateResult{}, fmt.Errorf("evaluate checkpoint %d: %w", in.Step, err)
 	}
@@ -756,7 +766,7 @@ func (a *Activities) Evaluate(ctx context.Context, in workflows.EvaluateInput) (
 		if err != nil {
 			return workflows.EvaluateResult{}, fmt.Errorf("evaluate checkpoint %d: %w", in.Step, err)
 		}
-		if mt, err = evaluateOn(ck, dataDir, m.Dim, m.Eval, rows); err != nil {
+		if mt, err = evaluateOn(a.ModelTypes, ck, dataDir, m.Dim, m.Eval, rows); err != nil {
 			return workflows.EvaluateResult{}, err
 		}
 	} else { // the child reads the pinned checkpoint itself
@@ -979,7 +989,7 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 	if err != nil {
 		return workflows.ExportResult{}, err
 	}
-	if need, err := train.EvalMemoryNeed(meta, 0, 0); err != nil || need.Model <= exportInProcessBytes {
+	if need, err := a.ModelTypes.EvalMemoryNeed(meta, 0, 0); err != nil || need.Model <= exportInProcessBytes {
 		return done, jd.export(ctx, in) // a small model (or a meta Load refuses anyway): no child's start
 	}
 	return done, a.exportInChild(ctx, hb, jd, in)
@@ -1061,7 +1071,7 @@ func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (wo
 		return workflows.PublishResult{}, err
 	}
 	jd.Close()
-	b, err := bundle.Read(ctx, in.Bundle)
+	b, err := bundle.Read(ctx, in.Bundle, a.ModelTypes)
 	if err != nil {
 		return workflows.PublishResult{}, fmt.Errorf("publish: %w", err)
 	}

@@ -30,7 +30,8 @@ import (
 
 // TestMain lets the test binary be the preprocess child process, the
 // batch prediction child and the training and evaluation child
-// (ChildCommand).
+// (ChildCommand), the latter with testModelTypes as a worker built with
+// them gives its children.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "preprocess" {
 		os.Exit(beampipe.ChildMain(context.Background(), os.Args[2:], os.Stderr))
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 		os.Exit(batchbeam.ChildMain(context.Background(), os.Args[2:], os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == ChildCommand {
-		os.Exit(ChildMain(context.Background(), os.Args[2:], os.Stderr))
+		os.Exit(ChildMain(context.Background(), testModelTypes(), os.Args[2:], os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -371,7 +372,7 @@ func TestWideAndDeepJobServes(t *testing.T) {
 	if ev.Accuracy <= 0.5 {
 		t.Fatalf("wide & deep accuracy %v, want better than chance", ev.Accuracy)
 	}
-	b, err := bundle.ReadDir(ex.Dir)
+	b, err := bundle.ReadDir(ex.Dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

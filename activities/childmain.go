@@ -63,7 +63,9 @@ const childStepEvery = 200 * time.Millisecond
 // sets the request's memory limits on itself, runs it, talking to the
 // parent on file descriptors 3 (to) and 4 (from), and returns the exit
 // code (0 once its final message is sent). It exits at once if the parent goes away.
-func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
+// models builds the job's model: the worker's Activities.ModelTypes (the
+// same binary, so the same registry).
+func ChildMain(ctx context.Context, models *train.Registry, args []string, stderr io.Writer) int {
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "usage: trainflow "+ChildCommand+" REQUEST.json (started by a worker)")
 		return 2
@@ -84,9 +86,9 @@ func ChildMain(ctx context.Context, args []string, stderr io.Writer) int {
 	var final childMsg
 	switch {
 	case req.Train != nil:
-		final = childTrain(ctx, req.Train, c)
+		final = childTrain(ctx, models, req.Train, c)
 	case req.Evaluate != nil:
-		final = childEvaluate(ctx, req.Evaluate)
+		final = childEvaluate(ctx, models, req.Evaluate)
 	case req.Export != nil:
 		final = childExport(ctx, req.Export)
 	default:
@@ -161,8 +163,9 @@ func errorMsg(err error) childMsg {
 	return m
 }
 
-// trainConfig is the train.Config of in, committing to jd's checkpoints.
-func trainConfig(in workflows.TrainInput, jd *jobDir) train.Config {
+// trainConfig is the train.Config of in, committing to jd's checkpoints,
+// its model built by models.
+func trainConfig(in workflows.TrainInput, jd *jobDir, models *train.Registry) train.Config {
 	return train.Config{
 		BatchSize: in.Model.BatchSize, MaxSteps: in.Train.MaxSteps, LearningRate: in.Model.LearningRate, Schedule: in.Model.OptimizerConfig().Schedule,
 		L1: in.Model.L1, L2: in.Model.L2, Optimizer: in.Model.Optimizer, Momentum: in.Model.Momentum, ClipNorm: in.Model.ClipNorm,
@@ -170,13 +173,14 @@ func trainConfig(in workflows.TrainInput, jd *jobDir) train.Config {
 		SaveEvery:   time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
 		Checkpoints: jd.Checkpoints(),
 		Meta:        checkpointMeta(in),
+		Models:      models,
 	}
 }
 
 // childTrain trains as Activities.train does, reporting steps every
 // childStepEvery and each commit to the parent, and writing the training
 // summaries itself.
-func childTrain(ctx context.Context, j *trainChildJob, c *childConn) childMsg {
+func childTrain(ctx context.Context, models *train.Registry, j *trainChildJob, c *childConn) childMsg {
 	d, err := jobdir.Open(ctx, j.JobDir, j.Cache)
 	if err != nil {
 		return errorMsg(err)
@@ -188,7 +192,7 @@ func childTrain(ctx context.Context, j *trainChildJob, c *childConn) childMsg {
 		return errorMsg(err)
 	}
 	in := j.In
-	cfg := trainConfig(in, jd)
+	cfg := trainConfig(in, jd, models)
 	sums := newTrainSummaries(in.Train.SaveSummarySteps, in.Model.BatchSize, learningRates(in))
 	var mu sync.Mutex
 	var step, sent int64
@@ -244,7 +248,7 @@ func childTrain(ctx context.Context, j *trainChildJob, c *childConn) childMsg {
 }
 
 // childEvaluate evaluates the pinned checkpoint of j.Step.
-func childEvaluate(ctx context.Context, j *evaluateChildJob) childMsg {
+func childEvaluate(ctx context.Context, models *train.Registry, j *evaluateChildJob) childMsg {
 	d, err := jobdir.Open(ctx, j.JobDir, j.Cache)
 	if err != nil {
 		return errorMsg(err)
@@ -255,7 +259,7 @@ func childEvaluate(ctx context.Context, j *evaluateChildJob) childMsg {
 	if err != nil {
 		return errorMsg(fmt.Errorf("evaluate checkpoint %d: %w", j.Step, err))
 	}
-	m, err := evaluateOn(ck, j.DataDir, j.Dim, j.Shards, j.Rows)
+	m, err := evaluateOn(models, ck, j.DataDir, j.Dim, j.Shards, j.Rows)
 	if err != nil {
 		return errorMsg(err)
 	}
@@ -279,10 +283,10 @@ func childExport(ctx context.Context, j *exportChildJob) childMsg {
 	return childMsg{Kind: "done"}
 }
 
-// evaluateOn evaluates the model of ck on the first rows rows (all if 0)
-// of shards in dataDir.
-func evaluateOn(ck *train.Checkpoint, dataDir string, dim int, shards []preprocess.ShardResult, rows int) (train.Metrics, error) {
-	model, err := train.Load(ck)
+// evaluateOn evaluates the model of ck, built by models, on the first
+// rows rows (all if 0) of shards in dataDir.
+func evaluateOn(models *train.Registry, ck *train.Checkpoint, dataDir string, dim int, shards []preprocess.ShardResult, rows int) (train.Metrics, error) {
+	model, err := models.Load(ck)
 	if err != nil {
 		return train.Metrics{}, err
 	}

@@ -77,7 +77,7 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 		return workflows.WorkerResult{}, err
 	}
 	s := setup(in, jd)
-	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Workers: in.Cluster.Workers(), Meta: s.meta, Seed: in.Train.Seed,
+	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Workers: in.Cluster.Workers(), Meta: s.meta, Seed: in.Train.Seed, Models: a.ModelTypes,
 		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), Sync: s.replicas > 0, Replicas: s.replicas})
 	if err != nil {
 		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
@@ -365,7 +365,7 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 		}
 		return c, jd.psSecrets(ctx, &c)
 	}
-	model, err := train.Initial(s.meta, in.Train.Seed)
+	model, err := a.ModelTypes.Initial(s.meta, in.Train.Seed)
 	if err != nil {
 		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
 	}
@@ -426,7 +426,7 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 			return a.reportCheckpoint(context.WithoutCancel(ctx), jd, p, evalQueue(in.TrainInput))
 		}
 	}
-	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
+	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Models: a.ModelTypes, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), SaveEvery: time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
 		KeepMax: in.Train.KeepCheckpointMax, Checkpoints: s.ckpts,
 		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}

@@ -127,7 +127,7 @@ func (a *Activities) checkTrainMemory(in workflows.TrainInput, rows int64, role 
 		}
 	}
 	meta := checkpointMeta(in)
-	need, err := train.MemoryNeed(meta, in.Model.Optimizer, in.Model.BatchSize, int(rows))
+	need, err := a.ModelTypes.MemoryNeed(meta, in.Model.Optimizer, in.Model.BatchSize, int(rows))
 	if err != nil {
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInvalidSpec, nil)
 	}

@@ -105,7 +105,7 @@ func TestSequentialCNNJobServes(t *testing.T) {
 	if ev.Accuracy < 0.9 {
 		t.Fatalf("CNN accuracy %v on bars, want ≥ 0.9", ev.Accuracy)
 	}
-	b, err := bundle.ReadDir(ex.Dir)
+	b, err := bundle.ReadDir(ex.Dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestSequentialCNNJobServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := serving.NewRegistry(acts.Models, log)
+	reg := serving.NewRegistry(acts.Models, nil, log)
 	if err := reg.Reload(); err != nil {
 		t.Fatal(err)
 	}

@@ -210,34 +210,38 @@ func Delete(ctx context.Context, st *storage.Store) error {
 }
 
 // Read reads and verifies the bundle at loc: a local directory, or a
-// storage URI (see internal/storage).
-func Read(ctx context.Context, loc string) (*Bundle, error) {
+// storage URI (see internal/storage). models builds its model (nil: the
+// built-in types only); a bundle of a type models does not know is an
+// error wrapping ErrBundle and train.ErrUnknownModel that names the type.
+func Read(ctx context.Context, loc string, models *train.Registry) (*Bundle, error) {
 	if !strings.Contains(loc, "://") {
-		return ReadDir(loc)
+		return ReadDir(loc, models)
 	}
 	st, err := storage.Open(ctx, loc)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	return ReadStore(ctx, st, st.URI())
+	return ReadStore(ctx, st, st.URI(), models)
 }
 
-// ReadDir reads and verifies the bundle in the local directory dir.
-func ReadDir(dir string) (*Bundle, error) {
-	return read(dir, func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, name)) })
+// ReadDir reads and verifies the bundle in the local directory dir, its
+// model built by models (see Read).
+func ReadDir(dir string, models *train.Registry) (*Bundle, error) {
+	return read(dir, models, func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, name)) })
 }
 
 // ReadStore reads and verifies the bundle in st (a store opened at the
-// bundle, or a Sub of one); loc names it in errors and in Bundle.Dir.
-func ReadStore(ctx context.Context, st *storage.Store, loc string) (*Bundle, error) {
-	return read(loc, func(name string) ([]byte, error) { return st.Read(ctx, name) })
+// bundle, or a Sub of one), its model built by models (see Read); loc
+// names it in errors and in Bundle.Dir.
+func ReadStore(ctx context.Context, st *storage.Store, loc string, models *train.Registry) (*Bundle, error) {
+	return read(loc, models, func(name string) ([]byte, error) { return st.Read(ctx, name) })
 }
 
 // read loads a bundle through file, which returns the content of one of
 // its files, and verifies every file against the hashes in its metadata
 // and the model against the metadata's description.
-func read(loc string, file func(name string) ([]byte, error)) (*Bundle, error) {
+func read(loc string, models *train.Registry, file func(name string) ([]byte, error)) (*Bundle, error) {
 	mb, err := file(MetadataFile)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBundle, loc, err)
@@ -269,7 +273,7 @@ func read(loc string, file func(name string) ([]byte, error)) (*Bundle, error) {
 	if !ck.Meta.Equal(b.Meta.Model) {
 		return nil, fmt.Errorf("%w: %s: model %+v does not match metadata %+v", ErrBundle, loc, ck.Meta, b.Meta.Model)
 	}
-	if b.Model, err = train.Load(ck); err != nil {
+	if b.Model, err = models.Load(ck); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBundle, loc, err)
 	}
 	return b, nil

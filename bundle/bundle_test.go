@@ -55,7 +55,7 @@ func stores(t *testing.T) map[string]*storage.Store {
 // model's checkpoint, its files and its metadata.
 func fixtureInputs(t *testing.T) (*train.Checkpoint, map[string][]byte, bundle.Meta) {
 	t.Helper()
-	b, err := bundle.ReadDir(filepath.Join(fixture, "bundle"))
+	b, err := bundle.ReadDir(filepath.Join(fixture, "bundle"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestFormatV1(t *testing.T) {
 					t.Errorf("%s differs from the fixture written by the old code:\ngot  %.200s\nwant %.200s", n, got, w)
 				}
 			}
-			b, err := bundle.ReadStore(ctx, sub.Sub("300"), "x")
+			b, err := bundle.ReadStore(ctx, sub.Sub("300"), "x", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestWriteIdempotentAndTamper(t *testing.T) {
 			if len(keys) != 3 {
 				t.Fatalf("objects after two writes of one step: got %q, want 3", keys)
 			}
-			b, err := bundle.ReadStore(ctx, st.Sub("7"), "b")
+			b, err := bundle.ReadStore(ctx, st.Sub("7"), "b", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +158,7 @@ func TestWriteIdempotentAndTamper(t *testing.T) {
 			if err := st.Write(ctx, "7/"+bundle.TransformFile, []byte(`{"x":2}`)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := bundle.ReadStore(ctx, st.Sub("7"), "b"); !errors.Is(err, bundle.ErrBundle) || !strings.Contains(err.Error(), "transform.json does not match its hash") {
+			if _, err := bundle.ReadStore(ctx, st.Sub("7"), "b", nil); !errors.Is(err, bundle.ErrBundle) || !strings.Contains(err.Error(), "transform.json does not match its hash") {
 				t.Fatalf("tampered bundle: got %v, want ErrBundle naming transform.json", err)
 			}
 			if err := bundle.Delete(ctx, st.Sub("7")); err != nil {
@@ -220,7 +220,7 @@ func TestNetBundleRoundTrip(t *testing.T) {
 	if _, err := bundle.Write(context.Background(), st, 1, train.Snapshot(1, meta, m, nil), nil, bundle.Meta{JobID: "j"}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := bundle.ReadDir(filepath.Join(dir, "1"))
+	b, err := bundle.ReadDir(filepath.Join(dir, "1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestTransformChecks(t *testing.T) {
 			if _, err := bundle.Write(ctx, st, ck.Step, ck, files, meta); err != nil {
 				t.Fatal(err)
 			}
-			b, err := bundle.ReadStore(ctx, st.Sub("300"), "b")
+			b, err := bundle.ReadStore(ctx, st.Sub("300"), "b", nil)
 			if err != nil {
 				t.Fatalf("read: %v (the files match their hashes)", err)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/train"
 )
 
 // Repository is a model repository (see the package documentation for its
@@ -36,8 +37,9 @@ type Repository interface {
 	// metadata.json ("" if there is none). A version removed and published
 	// again under the same number gets a new ID.
 	VersionID(ctx context.Context, model string, version int64) (string, error)
-	// Read reads and verifies the bundle of a version.
-	Read(ctx context.Context, model string, version int64) (*Bundle, error)
+	// Read reads and verifies the bundle of a version, its model built by
+	// models (nil: the built-in types only; see the function Read).
+	Read(ctx context.Context, model string, version int64, models *train.Registry) (*Bundle, error)
 	// Publish adds b as the next version of model and returns that
 	// version and whether it is the default: the first version of a model
 	// is, a later one only with promote. It is idempotent: a bundle
@@ -348,16 +350,17 @@ func (r *Store) VersionID(ctx context.Context, model string, version int64) (str
 	return Digest(b), nil
 }
 
-// Read reads and verifies the bundle of a version.
-func (r *Store) Read(ctx context.Context, model string, version int64) (*Bundle, error) {
+// Read reads and verifies the bundle of a version, its model built by
+// models.
+func (r *Store) Read(ctx context.Context, model string, version int64, models *train.Registry) (*Bundle, error) {
 	if !ValidName(model) {
 		return nil, fmt.Errorf("%w: model name %q", ErrNotFound, model)
 	}
 	if dir, ok := r.Dir(model, version); ok {
-		return ReadDir(dir)
+		return ReadDir(dir, models)
 	}
 	sub := r.st.Sub(versionKey(model, version))
-	return ReadStore(ctx, sub, sub.URI())
+	return ReadStore(ctx, sub, sub.URI(), models)
 }
 
 // source is source.json, written into every published version so that

@@ -22,7 +22,7 @@ var fixtureBundles = [2]string{filepath.Join(fixture, "bundle"), filepath.Join(f
 // read reads a bundle directory.
 func read(t *testing.T, dir string) *bundle.Bundle {
 	t.Helper()
-	b, err := bundle.ReadDir(dir)
+	b, err := bundle.ReadDir(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestRepositoryV1(t *testing.T) {
 				t.Errorf("config: got %+v %v, want labels %v", cfg, err, tc.labels)
 			}
 			for v, step := range map[int64]int64{1: 300, 2: 600} {
-				b, err := r.Read(ctx, model, v)
+				b, err := r.Read(ctx, model, v, nil)
 				if err != nil {
 					t.Fatalf("version %d: %v", v, err)
 				}
@@ -144,7 +144,7 @@ func TestPublishIdempotent(t *testing.T) {
 				t.Errorf("versions: got %v %v, want [1 2] <nil>", vs, err)
 			}
 			for v, step := range map[int64]int64{1: 300, 2: 600} {
-				if b, err := r.Read(ctx, model, v); err != nil || b.Meta.Step != step {
+				if b, err := r.Read(ctx, model, v, nil); err != nil || b.Meta.Step != step {
 					t.Errorf("version %d: got %v, want step %d", v, err, step)
 				}
 			}
@@ -209,7 +209,7 @@ func TestPublishAfterJunk(t *testing.T) {
 				if err != nil || v != 2 || def {
 					t.Errorf("publish: got %d %v %v, want 2 false <nil>", v, def, err)
 				}
-				if _, err := r.Read(ctx, model, 2); err != nil {
+				if _, err := r.Read(ctx, model, 2, nil); err != nil {
 					t.Errorf("version 2: %v", err)
 				}
 			})
@@ -264,7 +264,7 @@ func TestPartialVersion(t *testing.T) {
 	if _, err := bundle.Sync(ctx, r, local); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := local.Read(ctx, model, 2); err != nil || b.Meta.Step != 600 {
+	if b, err := local.Read(ctx, model, 2, nil); err != nil || b.Meta.Step != 600 {
 		t.Errorf("version 2 after sync: %v", err)
 	}
 }

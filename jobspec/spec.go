@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -309,9 +310,18 @@ type ModelSpec struct {
 	// "dnn_linear_combined_classifier" (wide & deep), "linear_regressor",
 	// "dnn_regressor", or "sequential" (a layer stack, Layers), which
 	// becomes "sequential_classifier" or "sequential_regressor" by
-	// data.schema.label_kind (either may be named as well).
-	Type         string  `json:"type,omitempty"`
-	LearningRate float64 `json:"learning_rate,omitempty"` // default 0.003 (Adam)
+	// data.schema.label_kind (either may be named as well); or the name of
+	// a model type registered in the worker's binary (train.Registry), set
+	// up by Config. A spec cannot know the worker's registry: an
+	// unregistered type is refused by the worker (PrepareJob) before any
+	// data is read.
+	Type string `json:"type,omitempty"`
+	// Config is a registered model type's settings: a JSON object of at
+	// most train.MaxConfigBytes, handed to its Builder and stored in its
+	// checkpoints and bundles. Refused with the built-in types, which take
+	// the fields below instead.
+	Config       json.RawMessage `json:"config,omitempty"`
+	LearningRate float64         `json:"learning_rate,omitempty"` // default 0.003 (Adam)
 	// LearningRateSchedule varies the rate with the global step
 	// (train.LRSchedule: "cosine" decays to alpha·learning_rate over
 	// decay_steps, by default the job's max steps; "exponential" multiplies
@@ -378,6 +388,10 @@ func (m ModelSpec) Deep() bool {
 	return m.Type == train.DNNClassifierModel || m.Type == train.DNNRegressorModel || m.Type == train.DNNLinearCombinedClassifierModel
 }
 
+// Registered reports whether the model type is not a built-in one: a type
+// the worker's binary must have registered (see Type).
+func (m ModelSpec) Registered() bool { return !knownModel(m.Type) && m.Type != ModelSequential }
+
 // Sequential reports whether the model type is a layer stack.
 func (m ModelSpec) Sequential() bool {
 	return m.Type == train.SequentialClassifierModel || m.Type == train.SequentialRegressorModel
@@ -396,6 +410,10 @@ func (m ModelSpec) TrainFloat32() bool {
 // role's model from it, Validate checks layer stacks with it).
 func (m ModelSpec) CheckpointMeta(dim, classes int, transformHash string) train.CheckpointMeta {
 	meta := train.CheckpointMeta{Model: m.Type, Dim: dim, Classes: classes, TransformHash: transformHash}
+	if m.Registered() {
+		meta.Config = m.Config
+		return meta
+	}
 	if !m.Linear() {
 		meta.Spec = &train.ModelSpec{HiddenUnits: m.HiddenUnits, Dropout: m.Dropout, Float32: m.TrainFloat32(),
 			Layers: m.Layers, InputShape: m.InputShape}
@@ -662,7 +680,7 @@ func (s *JobSpec) Validate() error {
 		field string
 		value any
 	}{
-		{knownModel(s.Model.Type), "model.type", s.Model.Type},
+
 		{optimizers[s.Model.Optimizer], "model.optimizer", s.Model.Optimizer},
 		{s.Model.L1 >= 0, "model.l1", s.Model.L1},
 		{s.Model.Momentum >= 0 && s.Model.Momentum < 1, "model.momentum", s.Model.Momentum},
@@ -695,11 +713,47 @@ func (s *JobSpec) Validate() error {
 			return fmt.Errorf("%w: model.learning_rate_schedule: %s", ErrInvalid, strings.TrimPrefix(err.Error(), train.ErrShape.Error()+": "))
 		}
 	}
+	if err := s.validateModelType(); err != nil {
+		return err
+	}
 	if err := s.validateLayers(); err != nil {
 		return err
 	}
 	if s.Tuning != nil {
 		return s.validateTuning()
+	}
+	return nil
+}
+
+// validateModelType checks model.type and model.config: a built-in type
+// takes no config; any other is a registered type's name (the rule of
+// names: letters, digits and '_', starting with a letter), which takes its
+// settings from model.config alone (a JSON object of at most
+// train.MaxConfigBytes). Whether the worker registered it is the worker's
+// to check.
+func (s *JobSpec) validateModelType() error {
+	m := s.Model
+	if !m.Registered() {
+		if len(m.Config) > 0 {
+			return fmt.Errorf("%w: model.config is for registered model types; model.type %q takes the model's own fields", ErrInvalid, m.Type)
+		}
+		return nil
+	}
+	if err := ident.Check(m.Type); err != nil {
+		return fmt.Errorf("%w: model.type: %v: a built-in type (%s) or a registered one (letters, digits and '_', starting with a letter)",
+			ErrInvalid, err, strings.Join(train.BuiltinModels(), ", "))
+	}
+	set := []struct {
+		field string
+		set   bool
+	}{{"hidden_units", len(m.HiddenUnits) > 0}, {"dropout", m.Dropout != 0}, {"float32", m.Float32}, {"float64", m.Float64}}
+	for _, f := range set {
+		if f.set {
+			return fmt.Errorf("%w: model.%s: model.type %q is a registered model type: its settings go in model.config", ErrInvalid, f.field, m.Type)
+		}
+	}
+	if err := train.CheckConfig(m.Config); err != nil {
+		return fmt.Errorf("%w: model.config: %s", ErrInvalid, strings.TrimPrefix(err.Error(), train.ErrShape.Error()+": config "))
 	}
 	return nil
 }

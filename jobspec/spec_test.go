@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -28,7 +29,7 @@ func TestSpecDefaultsAndValidation(t *testing.T) {
 		{func(s *JobSpec) { s.Eval.Name = "a/b" }, "eval_spec.name"},
 		{func(s *JobSpec) { s.Eval.Name = "_hidden" }, "eval_spec.name"},
 		{func(s *JobSpec) { s.Data.Train = []string{"x.csv"} }, "data.train and data.eval"},
-		{func(s *JobSpec) { s.Model.Type = "dnn" }, "model.type"},
+		{func(s *JobSpec) { s.Model.Type = "dnn-1" }, "model.type"}, // "dnn" would be a registered type's name: the worker refuses it
 		{func(s *JobSpec) { s.Model.Optimizer = "lbfgs" }, "model.optimizer"},
 		{func(s *JobSpec) { s.Model.Type, s.Model.Dropout = "dnn_classifier", 1 }, "model.dropout"},
 		{func(s *JobSpec) { s.Model.Type, s.Model.HiddenUnits = "dnn_classifier", []int{64, 0} }, "model.hidden_units"},
@@ -44,5 +45,55 @@ func TestSpecDefaultsAndValidation(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), b.field) {
 			t.Errorf("Validate() = %v, want an error naming %s", err, b.field)
 		}
+	}
+}
+
+// TestRegisteredModelTypeSpec: a model.type that is not built in names a
+// type the worker's binary registered (the worker checks that); it takes
+// its settings from model.config alone, a bounded JSON object, which the
+// built-in types refuse; its checkpoint meta carries type and config.
+func TestRegisteredModelTypeSpec(t *testing.T) {
+	s := JobSpec{JobID: "custom_1", Model: ModelSpec{Type: "poly_classifier", Config: json.RawMessage(`{"degree": 2}`)}}.WithDefaults()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Model.Registered() || len(s.Model.HiddenUnits) > 0 || s.Model.TrainFloat32() {
+		t.Fatalf("registered model defaults %+v", s.Model)
+	}
+	meta := s.Model.CheckpointMeta(7, 2, "h")
+	if meta.Model != "poly_classifier" || string(meta.Config) != `{"degree": 2}` || meta.Spec != nil {
+		t.Fatalf("checkpoint meta %+v", meta)
+	}
+	bad := []struct {
+		mut  func(*ModelSpec)
+		want string
+	}{
+		{func(m *ModelSpec) { m.Type = "poly-classifier" }, "model.type"},
+		{func(m *ModelSpec) { m.Type = "dnn_classifier" }, "model.config is for registered model types"},
+		{func(m *ModelSpec) { m.HiddenUnits = []int{8} }, "model.hidden_units"},
+		{func(m *ModelSpec) { m.Dropout = 0.5 }, "model.dropout"},
+		{func(m *ModelSpec) { m.Float64 = true }, "model.float64"},
+		{func(m *ModelSpec) { m.Layers = train.Layers{{Flatten: &train.FlattenLayer{}}} }, "model.layers"},
+		{func(m *ModelSpec) { m.Config = json.RawMessage(`[2]`) }, "model.config: must be a JSON object"},
+		{func(m *ModelSpec) {
+			m.Config = json.RawMessage(`{"x": "` + strings.Repeat("a", train.MaxConfigBytes) + `"}`)
+		}, "model.config: has 65545 bytes, at most 65536"},
+	}
+	for _, b := range bad {
+		s := JobSpec{JobID: "custom_1", Model: ModelSpec{Type: "poly_classifier", Config: json.RawMessage(`{"degree": 2}`)}}
+		b.mut(&s.Model)
+		s = s.WithDefaults()
+		err := s.Validate()
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("Validate() = %v, want an error containing %q", err, b.want)
+		}
+	}
+	// A spec typed in the Temporal UI: model.config is any JSON object.
+	d, err := DecodeSpec([]byte(`{"job_id": "custom_2", "model": {"type": "poly_classifier", "config": {"degree": 3, "nested": {"a": [1, 2]}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d = d.WithDefaults(); d.Validate() != nil || !strings.Contains(string(d.Model.Config), `"nested"`) {
+		t.Fatalf("decoded %s: %v", d.Model.Config, d.Validate())
 	}
 }

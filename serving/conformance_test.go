@@ -241,7 +241,7 @@ func newConformance(t *testing.T) *conformance {
 	if err := os.WriteFile(filepath.Join(repo.Root, model, "config.json"), []byte(`{"labels": {"stable": 1, "canary": 2}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	reg := serving.NewRegistry(repo.Store, slogDiscard())
+	reg := serving.NewRegistry(repo.Store, nil, slogDiscard())
 	if err := reg.Reload(); err != nil {
 		t.Fatal(err)
 	}

@@ -228,7 +228,7 @@ func (r *testRepo) dir(model string, v int64) string {
 // publish reads the bundle in dir and publishes it as model's next
 // version.
 func (r *testRepo) publish(model, jobID, dir string) (int64, bool, error) {
-	b, err := bundle.ReadDir(dir)
+	b, err := bundle.ReadDir(dir, nil)
 	if err != nil {
 		return 0, false, err
 	}
@@ -332,7 +332,7 @@ func newEnvDirs(t testing.TB, opts serving.Options, bundles ...string) *env {
 			t.Fatalf("publish %s: got version %d, want %d", dir, v, i+1)
 		}
 	}
-	e.reg = serving.NewRegistry(e.repo.Store, slog.New(slog.NewTextHandler(e.logs, nil)))
+	e.reg = serving.NewRegistry(e.repo.Store, nil, slog.New(slog.NewTextHandler(e.logs, nil)))
 	if err := e.reg.Reload(); err != nil {
 		t.Fatalf("reload: %v", err)
 	}

@@ -18,7 +18,7 @@ import (
 func BenchmarkPredictDNN(b *testing.B) {
 	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Classes: 2, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
 	bundle, _, _ := exportModel(b, preprocess.CensusSchema(), meta, 20)
-	sv, err := serving.Load(model, 1, bundle)
+	sv, err := serving.Load(model, 1, bundle, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer repo.Close()
-	s := New(NewRegistry(repo, log), log, Options{})
+	s := New(NewRegistry(repo, nil, log), log, Options{})
 	s.echo.GET("/panic", func(echo.Context) error { panic("secret detail") })
 
 	w := httptest.NewRecorder()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/train"
 )
 
 // ErrNotFound is wrapped by errors about a model or version that is not
@@ -46,9 +47,10 @@ type Servable struct {
 }
 
 // Load reads and verifies the bundle in the local directory dir as
-// version of model; see NewServable.
-func Load(model string, version int64, dir string) (*Servable, error) {
-	b, err := bundle.ReadDir(dir)
+// version of model, its model built by models (nil: the built-in types
+// only); see NewServable.
+func Load(model string, version int64, dir string, models *train.Registry) (*Servable, error) {
+	b, err := bundle.ReadDir(dir, models)
 	if err != nil {
 		return nil, err
 	}
@@ -93,8 +95,9 @@ func NewServable(model string, version int64, b *bundle.Bundle) (*Servable, erro
 // Registry holds the loaded versions of every model in a Repository and
 // swaps new ones in atomically. Safe for concurrent use.
 type Registry struct {
-	repo bundle.Repository
-	log  *slog.Logger
+	repo  bundle.Repository
+	types *train.Registry // builds the bundles' models
+	log   *slog.Logger
 
 	reloadMu sync.Mutex // serialises Reload; guards refused
 	mu       sync.RWMutex
@@ -113,9 +116,13 @@ type modelVersions struct {
 	labels   map[string]int64
 }
 
-// NewRegistry returns an empty registry over repo; call Reload to load.
-func NewRegistry(repo bundle.Repository, log *slog.Logger) *Registry {
-	return &Registry{repo: repo, log: log.With("component", "registry"), models: map[string]*modelVersions{}, refused: map[string]string{}}
+// NewRegistry returns an empty registry over repo whose bundles' models
+// models builds (nil: the built-in types only); call Reload to load. A
+// version of a type models does not know is refused like any bundle that
+// does not load: logged with its type named, the other versions and
+// models serving on.
+func NewRegistry(repo bundle.Repository, models *train.Registry, log *slog.Logger) *Registry {
+	return &Registry{repo: repo, types: models, log: log.With("component", "registry"), models: map[string]*modelVersions{}, refused: map[string]string{}}
 }
 
 // Reload loads every new version in the repository, drops versions that
@@ -164,7 +171,7 @@ func (r *Registry) reload(ctx context.Context) error {
 				continue
 			}
 			delete(r.refused, key)
-			b, err := r.repo.Read(ctx, name, v)
+			b, err := r.repo.Read(ctx, name, v, r.types)
 			var s *Servable
 			if err == nil {
 				s, err = NewServable(name, v, b)

@@ -263,7 +263,7 @@ func TestRefuseBadBundle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, serving.Options{}, 0, 1)
 			tc.make(t, e.repo)
-			_, err := serving.Load(model, 3, e.repo.dir(model, 3))
+			_, err := serving.Load(model, 3, e.repo.dir(model, 3), nil)
 			if !errors.Is(err, bundle.ErrBundle) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("Load: got %v, want %v containing %q", err, bundle.ErrBundle, tc.wantErr)
 			}
@@ -329,7 +329,7 @@ func TestRegistryEmpty(t *testing.T) {
 			root := t.TempDir()
 			repo := newRepo(t, root)
 			tc.setup(t, root)
-			reg := serving.NewRegistry(repo.Store, slogDiscard())
+			reg := serving.NewRegistry(repo.Store, nil, slogDiscard())
 			if err := reg.Reload(); err != nil {
 				t.Fatalf("reload: got %v, want <nil>", err)
 			}

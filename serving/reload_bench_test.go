@@ -26,7 +26,7 @@ func BenchmarkReload(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	reg := serving.NewRegistry(repo.Store, slogDiscard())
+	reg := serving.NewRegistry(repo.Store, nil, slogDiscard())
 	if err := reg.Reload(); err != nil {
 		b.Fatal(err)
 	}

@@ -508,7 +508,7 @@ func TestServeModelTypes(t *testing.T) {
 			// (the version is then not found); loading it and failing
 			// every request is not.
 			want := http.StatusOK
-			if _, err := serving.Load(model, 1, bundle); err != nil {
+			if _, err := serving.Load(model, 1, bundle, nil); err != nil {
 				t.Logf("Load refuses %s: %v", tc.name, err)
 				want = http.StatusNotFound
 			}

@@ -82,7 +82,7 @@ func serveFromObjectStore(t *testing.T, uri string) {
 	defer cancel()
 	o, st := openObjectRepo(t, uri)
 	publish := func(dir string, promote bool) error {
-		b, err := bundle.ReadDir(dir)
+		b, err := bundle.ReadDir(dir, nil)
 		if err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func serveFromObjectStore(t *testing.T, uri string) {
 	if _, err := bundle.Sync(ctx, o, cache.Store); err != nil {
 		t.Fatal(err)
 	}
-	reg := serving.NewRegistry(cache.Store, slog.New(slog.DiscardHandler))
+	reg := serving.NewRegistry(cache.Store, nil, slog.New(slog.DiscardHandler))
 	if err := reg.Reload(); err != nil {
 		t.Fatal(err)
 	}

@@ -52,9 +52,13 @@ type CheckpointMeta struct {
 	Dim           int    `json:"dim"`
 	Classes       int    `json:"classes"`
 	TransformHash string `json:"transform_hash,omitempty"`
-	// Spec is the architecture of models other than the linear
-	// classifier; nil means none.
+	// Spec is the architecture of the built-in models other than the
+	// linear classifier; nil means none.
 	Spec *ModelSpec `json:"spec,omitempty"`
+	// Config is a registered model type's settings (the job spec's
+	// model.config, a JSON object of at most MaxConfigBytes), given to its
+	// Builder; empty for the built-in types.
+	Config json.RawMessage `json:"config,omitempty"`
 }
 
 // Checkpoint is a model's variables, optimizer slots and position.

@@ -51,6 +51,8 @@ type Config struct {
 	Checkpoints   *Checkpoints
 	CheckpointDir string
 	Meta          CheckpointMeta
+	// Models builds the model Meta names; nil means Builtins().
+	Models *Registry
 	// Stepped, if set, is called after every step with the step and the
 	// batch's loss (summaries).
 	Stepped func(step int64, loss float64)
@@ -92,7 +94,7 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 		return Result{}, fmt.Errorf("%w: %d rows of dim %d, batch %d, max steps %d, model dim %d, save every %d steps or %v",
 			ErrShape, n, data.Dim, cfg.BatchSize, cfg.MaxSteps, cfg.Meta.Dim, cfg.SaveSteps, cfg.SaveEvery)
 	}
-	m, err := Initial(cfg.Meta, cfg.Seed)
+	m, err := cfg.Models.Initial(cfg.Meta, cfg.Seed)
 	if err != nil {
 		return Result{}, err
 	}
@@ -194,11 +196,12 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 // the per-epoch permutation streams 0, 1, 2, ….
 const initStream = 1 << 62
 
-// Initial returns the model meta describes with the initial weights Run
-// starts from for seed: every process that calls it with the same
+// Initial returns the model of a built-in type meta describes with the
+// initial weights Run starts from for seed (a Registry's Initial builds
+// registered types too): every process that calls it with the same
 // arguments gets the same weights (parameter servers rely on it).
 func Initial(meta CheckpointMeta, seed uint64) (Model, error) {
-	return New(meta, rand.New(rand.NewPCG(seed, initStream)))
+	return Builtins().Initial(meta, seed)
 }
 
 // Step is one training step: the gradient of m's mean loss on the batch

@@ -111,14 +111,9 @@ func MemoryNeed(meta CheckpointMeta, optimizer string, batch, rows int) (Memory,
 	if batch < 0 || rows < 0 {
 		return Memory{}, fmt.Errorf("%w: batch %d, rows %d", ErrShape, batch, rows)
 	}
-	var slots int64
-	switch optimizer {
-	case AdamOptimizer, "", FTRLOptimizer:
-		slots = 2
-	case SGDOptimizer, AdagradOptimizer:
-		slots = 1
-	default:
-		return Memory{}, fmt.Errorf("%w: unknown optimizer %q", ErrShape, optimizer)
+	slots, err := optimizerSlots(optimizer)
+	if err != nil {
+		return Memory{}, err
 	}
 	sh, err := shapeOf(meta)
 	if err != nil {
@@ -148,6 +143,17 @@ func MemoryNeed(meta CheckpointMeta, optimizer string, batch, rows int) (Memory,
 		m.Model = add(m.Model, mul(8, P))
 	}
 	return m, nil
+}
+
+// optimizerSlots is how many slots of the variables' size optimizer keeps.
+func optimizerSlots(optimizer string) (int64, error) {
+	switch optimizer {
+	case AdamOptimizer, "", FTRLOptimizer:
+		return 2, nil
+	case SGDOptimizer, AdagradOptimizer:
+		return 1, nil
+	}
+	return 0, fmt.Errorf("%w: unknown optimizer %q", ErrShape, optimizer)
 }
 
 // EvalMemoryNeed returns an upper-bound estimate of the heap that

@@ -96,14 +96,15 @@ type Embedding struct {
 }
 
 // Equal reports whether two metas describe the same model and transform:
-// same fields and the same Spec, a nil Spec being the empty one. Float32
+// same fields, the same Spec (a nil Spec being the empty one) and the same
+// Config JSON (white space aside). Float32
 // is how training computes, not what the model is, so a checkpoint
 // written with either precision resumes in the other. Layers compare with
 // their defaults filled in (a conv2d's stride 1 and "valid" padding, a
 // pool's stride, layer_norm's epsilon; "linear" is no activation), and a
 // flat InputShape [Dim] is nil.
 func (m CheckpointMeta) Equal(o CheckpointMeta) bool {
-	if m.Model != o.Model || m.Dim != o.Dim || m.Classes != o.Classes || m.TransformHash != o.TransformHash {
+	if m.Model != o.Model || m.Dim != o.Dim || m.Classes != o.Classes || m.TransformHash != o.TransformHash || !sameConfig(m.Config, o.Config) {
 		return false
 	}
 	canon := func(s ModelSpec) ModelSpec {
@@ -134,12 +135,16 @@ func isLinearClassifier(name string) bool {
 	return name == "" || name == "linear" || name == LinearClassifierModel
 }
 
-// New returns a freshly initialised model of the type and architecture
-// meta describes: a Linear, a Net or a Sequential. Weights are drawn from
+// New returns a freshly initialised model of the built-in type and
+// architecture meta describes: a Linear, a Net or a Sequential (a
+// Registry's New builds registered types too). Weights are drawn from
 // r (Glorot uniform for dense and convolution kernels, N(0, 1/dim) for
 // embeddings; biases and linear weights start at zero); r may be nil for
 // models that start at zero.
 func New(meta CheckpointMeta, r *rand.Rand) (Model, error) {
+	if !IsBuiltin(meta.Model) {
+		return nil, Builtins().Check(meta.Model)
+	}
 	if isLinearClassifier(meta.Model) {
 		if meta.Spec != nil && len(meta.Spec.HiddenUnits) > 0 {
 			return nil, fmt.Errorf("%w: %s has no hidden units", ErrShape, meta.Model)
@@ -155,19 +160,9 @@ func New(meta CheckpointMeta, r *rand.Rand) (Model, error) {
 	return NewNet(meta, r)
 }
 
-// Load rebuilds the model saved in a checkpoint, whatever its type.
-func Load(ck *Checkpoint) (Model, error) {
-	m, err := New(ck.Meta, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
-	}
-	p := ck.Tensors["params"]
-	if len(p) != len(m.Params()) {
-		return nil, fmt.Errorf("%w: params have %d values, want %d", ErrCheckpoint, len(p), len(m.Params()))
-	}
-	copy(m.Params(), p)
-	return m, nil
-}
+// Load rebuilds the model saved in a checkpoint of a built-in type
+// (Builtins().Load; a Registry's Load rebuilds registered types too).
+func Load(ck *Checkpoint) (Model, error) { return Builtins().Load(ck) }
 
 // LoadLinear rebuilds the linear classifier saved in a checkpoint.
 func LoadLinear(ck *Checkpoint) (*Linear, error) {
@@ -197,7 +192,7 @@ func validateSpec(meta CheckpointMeta) error {
 			return bad("needs ≥ 2 classes, got %d", meta.Classes)
 		}
 	default:
-		return fmt.Errorf("%w: unknown model type %q", ErrShape, meta.Model)
+		return fmt.Errorf("%w: %w", ErrShape, Builtins().Check(meta.Model))
 	}
 	if meta.Dim < 1 {
 		return bad("needs ≥ 1 feature, got %d", meta.Dim)

@@ -17,6 +17,7 @@ import (
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/train"
 )
 
 // Config is what a trainflow worker is built from: the flags of
@@ -64,6 +65,12 @@ type Config struct {
 	MetricsAddr string
 	// Limits are the operator's limits on what job specs may do.
 	Limits Limits
+	// ModelTypes are the model types jobs may name: the built-in ones and
+	// those registered in this binary (nil: the built-in ones only). A job
+	// naming another is refused before its data is read. Every worker
+	// polling the same task queue must be built with the same types, and
+	// the binary's train-child (activities.ChildMain) given them too.
+	ModelTypes *train.Registry
 
 	// Logger logs the worker's configuration and its errors.
 	Logger *slog.Logger
@@ -123,7 +130,8 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 		log.Info("parameter server interface chosen", "ps_listen", psListen, "temporal", cfg.Temporal.HostPort, "reason", reason)
 	}
 	acts := &activities.Activities{Home: home, Jobs: cfg.Jobs,
-		Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, OnPublish: cfg.OnPublish, PSListenHost: psListen, PSAdvertiseHost: cfg.PSAdvertise}
+		Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, OnPublish: cfg.OnPublish, PSListenHost: psListen, PSAdvertiseHost: cfg.PSAdvertise,
+		ModelTypes: cfg.ModelTypes}
 	w.Activities = acts
 	if err := cfg.Limits.apply(acts); err != nil {
 		return nil, err
@@ -164,7 +172,7 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	tls := cfg.Temporal.ConnectionOptions.TLS != nil || cfg.Temporal.Credentials != nil
 	log.Info("worker started", "temporal", cfg.Temporal.HostPort, "namespace", cfg.Temporal.Namespace, "tls", tls, "home", home, "jobs", cfg.Jobs,
 		"data_roots", acts.DataRoots, "read_roots", acts.ReadRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments,
-		"models", models, "max_heavy", acts.Heavy.Cap(), "host", host, "pid", os.Getpid())
+		"models", models, "registered_model_types", cfg.ModelTypes.Registered(), "max_heavy", acts.Heavy.Cap(), "host", host, "pid", os.Getpid())
 	return w, nil
 }
 

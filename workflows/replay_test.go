@@ -22,7 +22,7 @@ import (
 // here with a non-determinism error. Deliberate changes go behind
 // workflow.GetVersion; then re-record with
 //
-//	TRAINFLOW_RECORD_HISTORIES=1 go test -run TestRecordHistories ./cmd/trainflow
+//	TRAINFLOW_RECORD_HISTORIES=1 go test -run TestRecordHistories ./cli
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))
 	if err != nil {
@@ -39,7 +39,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// continued as new.
 		"evaluator_exporters.json": false, "reset_run.json": false, "duplicate.json": false, "distributed_killed.json": false,
 		"cancelled_training.json": false, "bad_data_evaluator.json": false, "continued_first.json": false, "continued_last.json": false,
-		// A tuning job recorded by cmd/trainflow TestTuningJobEndToEnd.
+		// A tuning job recorded by cli TestTuningJobEndToEnd.
 		"tuning_succeeded.json": false,
 		// The first and last runs of a job that continued as new after
 		// carryChange: the carry is TrainingJob's second argument.

@@ -220,7 +220,7 @@ func run(models string, d time.Duration, conc, rounds int, reloadFor time.Durati
 		return err
 	}
 	defer repo.Close()
-	reg := serving.NewRegistry(repo, slog.New(slog.DiscardHandler))
+	reg := serving.NewRegistry(repo, nil, slog.New(slog.DiscardHandler))
 	if err := reg.Reload(); err != nil {
 		return err
 	}

@@ -40,6 +40,8 @@ type ShardConfig struct {
 	// every shard starts from its slice of the same model.
 	Meta train.CheckpointMeta
 	Seed uint64
+	// Models builds the model Meta names; nil means train.Builtins().
+	Models *train.Registry
 	// Optimizer applies gradients to the shard's slice.
 	Optimizer train.OptimizerConfig
 	// MaxSteps stops training: gradients arriving at this global step are
@@ -122,7 +124,7 @@ func NewShard(cfg ShardConfig) (*Shard, error) {
 	if cfg.Tasks < 1 || cfg.Task < 0 || cfg.Task >= cfg.Tasks || cfg.Workers < 1 || cfg.MaxSteps < 1 || cfg.SaveSteps < 1 || (cfg.Sync && cfg.Replicas < 1) {
 		return nil, fmt.Errorf("%w: shard %d of %d, %d workers, max steps %d, save steps %d, replicas %d", train.ErrShape, cfg.Task, cfg.Tasks, cfg.Workers, cfg.MaxSteps, cfg.SaveSteps, cfg.Replicas)
 	}
-	m, err := train.Initial(cfg.Meta, cfg.Seed)
+	m, err := cfg.Models.Initial(cfg.Meta, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +177,7 @@ const cursorPrefix = "cursor/"
 // checkpoint must be of the same model.
 func (s *Shard) Restore(ck *train.Checkpoint, gen int64) error {
 	if ck == nil {
-		m, err := train.Initial(s.cfg.Meta, s.cfg.Seed)
+		m, err := s.cfg.Models.Initial(s.cfg.Meta, s.cfg.Seed)
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,8 @@ type WorkerConfig struct {
 	// checkpoints and ends training.
 	Task int
 	Meta train.CheckpointMeta
+	// Models builds the model Meta names; nil means train.Builtins().
+	Models *train.Registry
 	// Seed is the worker's own seed: it orders the worker's data (epoch e
 	// visits the rows in the permutation drawn from PCG(Seed, e)) and seeds
 	// its dropout.
@@ -164,7 +166,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	if n == 0 || cfg.BatchSize < 1 || cfg.SaveSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim {
 		return WorkerResult{}, fmt.Errorf("%w: worker %d: %d rows of dim %d, batch %d, save steps %d, model dim %d", train.ErrShape, cfg.Task, n, data.Dim, cfg.BatchSize, cfg.SaveSteps, cfg.Meta.Dim)
 	}
-	m, err := train.New(cfg.Meta, rand.New(rand.NewPCG(cfg.Seed, 1<<62)))
+	m, err := cfg.Models.New(cfg.Meta, rand.New(rand.NewPCG(cfg.Seed, 1<<62)))
 	if err != nil {
 		return WorkerResult{}, err
 	}

@@ -106,7 +106,7 @@ func check(r *batchjob.Request) error {
 	case r.OutDir == "" || r.WorkDir == "" || r.Bundle == "":
 		return fmt.Errorf("%w: bundle, out_dir and work_dir are required", batchjob.ErrRequest)
 	}
-	sv, err := serving.Load("batch", 0, r.Bundle)
+	sv, err := serving.Load("batch", 0, r.Bundle, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", batchjob.ErrRequest, err)
 	}
@@ -162,7 +162,7 @@ type predictFn struct {
 }
 
 func (f *predictFn) Setup() error {
-	sv, err := serving.Load("batch", 0, f.Req.Bundle)
+	sv, err := serving.Load("batch", 0, f.Req.Bundle, nil)
 	if err != nil {
 		return fmt.Errorf("load bundle: %w", err)
 	}

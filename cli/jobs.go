@@ -1,0 +1,231 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainflow/trainflow/internal/temporalconn"
+	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
+)
+
+// conn holds the flags every command that talks to Temporal takes.
+type conn struct {
+	temporalconn.Flags
+	output string
+}
+
+func (c *conn) register(fs *flag.FlagSet) {
+	c.Flags.Register(fs, "temporal")
+	fs.StringVar(&c.output, "output", "text", "output format: text or json")
+}
+
+func (c *conn) check() error {
+	if c.output != "text" && c.output != "json" {
+		return usageError{fmt.Errorf("--output %q: want text or json", c.output)}
+	}
+	return nil
+}
+
+func (c *conn) dial() (client.Client, error) {
+	return c.Dial(quietLogger())
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+const jobsUsage = `usage: trainflow jobs COMMAND [flags]
+
+commands:
+  submit training JOB_ID   submit a training job (--config config.yaml: Cloud ML Engine trainingInput or a JobSpec)
+  submit prediction JOB_ID submit a batch prediction job (--model-dir DIR | --model NAME [--version V] --input-paths GLOB... --output-path DIR --data-format CSV|JSONL|IDX)
+  list                     list jobs (--filter state=RUNNING,model=census)
+  describe JOB_ID          state, phase, steps, metrics, export, errors, pending retries
+  stream-logs JOB_ID       follow the job's events until it ends
+  cancel JOB_ID            cancel a job
+  reset JOB_ID --to STEP   re-run a job from preprocess, train, evaluate, export or publish
+`
+
+func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, jobsUsage)
+		return usageError{errors.New("missing command")}
+	}
+	switch args[0] {
+	case "submit":
+		if len(args) >= 2 && args[1] == "prediction" {
+			return runSubmitPrediction(ctx, args[2:], stdout, stderr)
+		}
+		if len(args) < 2 || args[1] != "training" {
+			return usageError{errors.New("want: jobs submit training|prediction JOB_ID")}
+		}
+		return runSubmit(ctx, args[2:], stdout, stderr)
+	case "list":
+		return runJobsList(ctx, args[1:], stdout, stderr)
+	case "describe":
+		return runJobsDescribe(ctx, args[1:], stdout, stderr)
+	case "stream-logs":
+		return runStreamLogs(ctx, args[1:], stdout, stderr)
+	case "cancel":
+		return runCancel(ctx, args[1:], stdout, stderr)
+	case "reset":
+		return runReset(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, jobsUsage)
+		return nil
+	}
+	fmt.Fprint(stderr, jobsUsage)
+	return usageError{fmt.Errorf("unknown jobs command %q", args[0])}
+}
+
+// jobCommand is a command about one job: its ID and a Temporal client.
+type jobCommand struct {
+	id     string
+	conn   conn
+	client client.Client
+}
+
+// openJobCommand parses a command line that names one JOB_ID and connects
+// to Temporal; close the client. extra, if set, adds command-specific flags
+// and returns their validation, run before connecting.
+func openJobCommand(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet) func() error) (*jobCommand, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	j := &jobCommand{}
+	j.conn.register(fs)
+	validate := func() error { return nil }
+	if extra != nil {
+		validate = extra(fs)
+	}
+	id, err := oneJobID(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.conn.check(); err != nil {
+		return nil, err
+	}
+	if err := validate(); err != nil {
+		return nil, err
+	}
+	j.id = id
+	if j.client, err = j.conn.dial(); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// oneJobID parses flags and the single JOB_ID argument.
+func oneJobID(fs *flag.FlagSet, args []string) (string, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return "", err
+	}
+	if fs.NArg() != 1 {
+		return "", usageError{errors.New("want exactly one JOB_ID")}
+	}
+	id := fs.Arg(0)
+	if err := jobspec.ValidateJobID(id); err != nil {
+		return "", usageError{err}
+	}
+	return id, nil
+}
+
+func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("jobs list", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c conn
+	c.register(fs)
+	filter := fs.String("filter", "", "state=RUNNING|SUCCEEDED|FAILED|CANCELLED|TRAINING|…, model=NAME (comma-separated, all must hold)")
+	limit := fs.Int("limit", 100, "at most this many jobs, newest first")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	q, err := jobs.ParseFilter(*filter)
+	if err != nil {
+		return usageError{err}
+	}
+	cl, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	rows, err := jobs.List(ctx, cl, c.Namespace, q, *limit)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		return writeJSON(stdout, rows)
+	}
+	return jobs.WriteRows(stdout, rows)
+}
+
+func runJobsDescribe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	j, err := openJobCommand("jobs describe", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer j.client.Close()
+	d, err := jobs.Describe(ctx, j.client, j.conn.Namespace, j.id)
+	if err != nil {
+		return err
+	}
+	if j.conn.output == "json" {
+		return writeJSON(stdout, d)
+	}
+	d.WriteText(stdout)
+	return nil
+}
+
+func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	j, err := openJobCommand("jobs cancel", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer j.client.Close()
+	if err := jobs.Cancel(ctx, j.client, j.id); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cancel requested for job %s\n", j.id)
+	return nil
+}
+
+func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	j, err := openJobCommand("jobs stream-logs", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer j.client.Close()
+	return jobs.StreamEvents(ctx, j.client, j.id, func(e jobs.Event) error {
+		if j.conn.output == "json" {
+			return writeJSONLine(stdout, e)
+		}
+		fmt.Fprintf(stdout, "%s  %-22s %s\n", e.Time.Format("15:04:05.000"), e.Event, e.Detail)
+		return nil
+	})
+}
+
+func writeJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
+)
+
+func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("jobs submit training", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: trainflow jobs submit training [flags] JOB_ID")
+		fs.PrintDefaults()
+	}
+	var c conn
+	c.register(fs)
+	config := fs.String("config", "", "job file: a Cloud ML Engine config.yaml (trainingInput) or a JobSpec in JSON or YAML")
+	fs.StringVar(config, "spec", "", "same as --config")
+	data := fs.String("data", "", "census preset: directory with adult.data and adult.test (default: generated rows)")
+	wait := fs.Bool("wait", false, "follow the job with a progress display and print its result")
+	id, err := oneJobID(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	spec := jobspec.JobSpec{Preset: jobspec.PresetCensus}
+	if *config != "" {
+		b, err := os.ReadFile(*config)
+		if err != nil {
+			return err
+		}
+		var warnings []string
+		if spec, warnings, err = jobs.LoadSpec(b); err != nil {
+			return usageError{fmt.Errorf("%s: %w", *config, err)}
+		}
+		for _, w := range warnings {
+			fmt.Fprintf(stderr, "warning: %s: %s\n", *config, w)
+		}
+	}
+	if spec.JobID != "" && spec.JobID != id {
+		return usageError{fmt.Errorf("job_id %q in %s differs from JOB_ID %q", spec.JobID, *config, id)}
+	}
+	spec.JobID = id
+	if *data != "" {
+		if spec.Data.Dir, err = absLocation(*data); err != nil {
+			return usageError{fmt.Errorf("--data: %w", err)}
+		}
+	}
+	d := spec.WithDefaults()
+	if err := d.Validate(); err != nil {
+		return usageError{err}
+	}
+	cl, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	run, err := jobs.Start(ctx, cl, spec)
+	if err != nil {
+		return err
+	}
+	if !*wait {
+		return c.printSubmitted(stdout, run)
+	}
+	if c.output == "text" {
+		fmt.Fprintf(stdout, "submitted job %s (run %s)\n", run.GetID(), run.GetRunID())
+	}
+	res, err := jobs.Follow(ctx, cl, run, d, stdout, c.output == "text")
+	if err != nil {
+		return fmt.Errorf("job %s failed: %w", run.GetID(), err)
+	}
+	if c.output == "json" {
+		return writeJSON(stdout, res)
+	}
+	if t := res.Tuning; t != nil && t.BestObjective != nil {
+		fmt.Fprintf(stdout, "tuning job %s succeeded: best trial %d of %d, %s %.4f; model %s version %d\n",
+			res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, res.Model, res.Version)
+		return nil
+	}
+	fmt.Fprintf(stdout, "job %s succeeded: %d steps, %s; model %s version %d\n",
+		res.JobID, res.GlobalStep, res.Metrics.Summary(), res.Model, res.Version)
+	return nil
+}

@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/worker"
+)
+
+// listFlag is a comma-separated list flag; repeating it adds to the list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			*l = append(*l, e)
+		}
+	}
+	return nil
+}
+
+// trustFlags are the operator's limits on what job specs may do, shared by
+// worker and dev (see worker.Limits and activities/trust.go).
+type trustFlags struct {
+	dataRoots, runners, envs listFlag
+	beamArgs                 []string
+	// readRoots, when set (readRootsSet), replaces worker.DefaultReadRoots.
+	readRoots    listFlag
+	readRootsSet bool
+	// maxTrainMemory is --max-train-memory in bytes; 0: the default.
+	maxTrainMemory sizeFlag
+	// The resource bounds (worker.Limits): 0 takes the default.
+	childMemory, maxShardBytes sizeFlag
+	maxHeavy                   int
+	maxSteps, maxJobFiles      int64
+	// modelOwners is --model-owners.
+	modelOwners bundle.Rules
+}
+
+func (t *trustFlags) register(fs *flag.FlagSet) {
+	fs.Var(&t.dataRoots, "data-roots", "directories and storage URIs (comma-separated) besides the job root (--jobs, else HOME/jobs) where jobs may read data and put job dirs, e.g. /srv/datasets,s3://bucket/data?region=eu-west-1; a URI root's query applies to every location under it")
+	fs.Func("read-roots", "directories and storage URIs (comma-separated, repeatable) where jobs may read data (data.dir, data.train, data.eval) but never put a job dir; '' allows none (default "+strings.Join(worker.DefaultReadRoots, ",")+": public datasets, e.g. the fashion_mnist preset's)", func(s string) error {
+		t.readRootsSet = true
+		return t.readRoots.Set(s)
+	})
+	fs.Var(&t.runners, "beam-runners", "Beam runners besides the in-process default that data.runner may name (comma-separated): universal, portable, flink, spark, dataflow (default none)")
+	fs.Var(&t.envs, "beam-environments", "Beam environment types that run a command or container a job names, allowed in data.environment_type (comma-separated): DOCKER, PROCESS, EXTERNAL (default none; LOOPBACK is always allowed)")
+	fs.Func("beam-arg", "a Beam pipeline option added after every job's own, e.g. --beam-arg=--worker_binary=/opt/trainflow-arm64 (repeatable)", func(s string) error {
+		if !strings.HasPrefix(s, "-") {
+			return errors.New("want a Beam option such as --worker_binary=PATH")
+		}
+		t.beamArgs = append(t.beamArgs, s)
+		return nil
+	})
+	fs.Func("model-owners", "who besides a model's owner (the job that first published it) may publish versions into it or promote one: MODEL=RULE, comma-separated, repeatable; MODEL a model name or * (any other model), RULE versions (the default: any job adds versions that are not the default, the owner alone promotes), owner (the owner alone publishes), open, or job ID patterns separated by | (e.g. census=census_*|nightly_*: those jobs publish and promote too, no other job publishes); see docs/ownership.md", func(s string) error {
+		rs, err := bundle.ParseRules(s)
+		if err != nil {
+			return err
+		}
+		if t.modelOwners == nil {
+			t.modelOwners = bundle.Rules{}
+		}
+		for m, r := range rs {
+			if _, dup := t.modelOwners[m]; dup {
+				return fmt.Errorf("model %s has a rule already", m)
+			}
+			t.modelOwners[m] = r
+		}
+		return nil
+	})
+	fs.Var(&t.childMemory, "child-memory", "the address space (RLIMIT_AS) of each training and evaluation child process; a child that runs out of it fails its attempt, and two such attempts in a row fail the job, not retried (default: --max-train-memory + 25% + 1GiB)")
+	fs.IntVar(&t.maxHeavy, "max-heavy", 0, "run at most this many heavy activities (preprocess, train, evaluate, batch predict) at once; the others wait, heartbeating (default: the number of CPUs)")
+	fs.Int64Var(&t.maxSteps, "max-steps", 0, fmt.Sprintf("the largest train.max_steps a job may ask for (default %d)", activities.DefaultMaxSteps))
+	fs.Int64Var(&t.maxJobFiles, "max-job-files", 0, fmt.Sprintf("the most files a job's training may write: %d per checkpoint committed every train.save_checkpoints_steps, and one per %d summary points (default %d)",
+		activities.FilesPerCheckpoint, activities.SummaryPointsPerFile, activities.DefaultMaxJobFiles))
+	fs.Var(&t.maxShardBytes, "max-shard-bytes", fmt.Sprintf("the most bytes of preprocessed shards a job may write (rows × (input dimension + 1) × 8), e.g. 20GB (default %s)", activities.FormatBytes(activities.DefaultMaxShardBytes)))
+	fs.Var(&t.maxTrainMemory, "max-train-memory", "the most memory one training, evaluation or parameter server process may need, by the estimate of train.MemoryNeed (data, batch, activations, variables and optimizer slots), e.g. 12GiB or 500MB; a job needing more fails at once, not retried, naming the spec fields at fault (default: half of the machine's memory, else 8GiB)")
+}
+
+// sizeFlag is a byte size flag: a number with an optional unit, B, kB,
+// MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024);
+// K, M, G, T alone are the binary ones.
+type sizeFlag int64
+
+func (f *sizeFlag) String() string {
+	if *f == 0 {
+		return ""
+	}
+	return strconv.FormatInt(int64(*f), 10)
+}
+
+func (f *sizeFlag) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*f = sizeFlag(n)
+	return nil
+}
+
+// parseSize parses a sizeFlag.
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i < 0 {
+		i = len(s)
+	}
+	num, unit := s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
+	mult := map[string]float64{"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+		"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}[unit]
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || mult == 0 || v <= 0 || v*mult >= math.MaxInt64 {
+		return 0, fmt.Errorf("size %q: want a positive number of bytes with an optional unit, e.g. 12GiB or 500MB", s)
+	}
+	return int64(v * mult), nil
+}
+
+// limits are the flags as the worker's Limits.
+func (t *trustFlags) limits() worker.Limits {
+	l := worker.Limits{DataRoots: t.dataRoots, BeamRunners: t.runners, BeamEnvironments: t.envs, BeamArgs: t.beamArgs,
+		MaxTrainBytes: int64(t.maxTrainMemory), ChildMemory: int64(t.childMemory), MaxHeavy: t.maxHeavy,
+		Ceilings:    activities.Ceilings{MaxSteps: t.maxSteps, MaxJobFiles: t.maxJobFiles, MaxShardBytes: int64(t.maxShardBytes)},
+		ModelOwners: t.modelOwners}
+	if t.readRootsSet {
+		// --read-roots '' allows none: an empty list, not nil (the default).
+		l.ReadRoots = append([]string{}, t.readRoots...)
+	}
+	return l
+}
