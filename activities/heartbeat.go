@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -47,7 +48,7 @@ func keepAlive(ctx context.Context) *beater {
 				b.mu.Lock()
 				d := b.details
 				b.mu.Unlock()
-				activity.RecordHeartbeat(ctx, d)
+				heartbeat(ctx, d)
 			}
 		}
 	}()
@@ -63,6 +64,21 @@ func (b *beater) set(ctx context.Context, details any) {
 	}
 	b.details = details
 	b.mu.Unlock()
+	heartbeat(ctx, details)
+}
+
+// heartbeat records a heartbeat with details. The SDK panics when it
+// cannot encode details (a NaN in a float field has no JSON), which would
+// take the whole worker process down with every activity on it: such a
+// heartbeat goes out without details instead, and the error is logged
+// (liveness matters more than the resume hint the details carry).
+func heartbeat(ctx context.Context, details any) {
+	defer func() {
+		if r := recover(); r != nil {
+			activity.GetLogger(ctx).Error("heartbeat details cannot be encoded; heartbeating without them", "error", fmt.Sprint(r))
+			activity.RecordHeartbeat(ctx)
+		}
+	}()
 	activity.RecordHeartbeat(ctx, details)
 }
 

@@ -2,6 +2,7 @@ package dist
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -74,8 +75,49 @@ type Position struct {
 	Epoch      int64 `json:"epoch"`
 	// Cursor is the next row of the epoch's permutation.
 	Cursor int64 `json:"cursor"`
-	// RNG is the state of the worker's dropout source, if it has one.
-	RNG []float64 `json:"rng,omitempty"`
+	// RNG is the state of the worker's dropout source, if it has one:
+	// raw 64-bit words in float64s (train.Net.RNGState), in JSON as
+	// "rng_bits" (positionJSON).
+	RNG []float64 `json:"-"`
+}
+
+// positionJSON is Position on the wire of heartbeat details: the dropout
+// source's state as its raw 64-bit words. RNG holds bit patterns in
+// float64s, and one that reads as a NaN or an infinity has no JSON number
+// (it made the SDK panic in a heartbeat, taking the worker process down).
+// RNG is read back for details written before RNGBits.
+type positionJSON struct {
+	GlobalStep int64     `json:"global_step"`
+	Epoch      int64     `json:"epoch"`
+	Cursor     int64     `json:"cursor"`
+	RNGBits    []uint64  `json:"rng_bits,omitempty"`
+	RNG        []float64 `json:"rng,omitempty"`
+}
+
+// MarshalJSON writes p with RNG as raw words (positionJSON).
+func (p Position) MarshalJSON() ([]byte, error) {
+	v := positionJSON{GlobalStep: p.GlobalStep, Epoch: p.Epoch, Cursor: p.Cursor}
+	for _, f := range p.RNG {
+		v.RNGBits = append(v.RNGBits, math.Float64bits(f))
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote, or the older form with RNG
+// as JSON numbers.
+func (p *Position) UnmarshalJSON(b []byte) error {
+	var v positionJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*p = Position{GlobalStep: v.GlobalStep, Epoch: v.Epoch, Cursor: v.Cursor, RNG: v.RNG}
+	if v.RNGBits != nil {
+		p.RNG = make([]float64, len(v.RNGBits))
+		for i, w := range v.RNGBits {
+			p.RNG[i] = math.Float64frombits(w)
+		}
+	}
+	return nil
 }
 
 // encode packs the data position for the parameter servers.
