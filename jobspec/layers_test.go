@@ -124,8 +124,9 @@ func TestSequentialSpecInvalid(t *testing.T) {
 }
 
 // TestCNNPresets: fashion_mnist_cnn and mnist_cnn read their MLP
-// presets' data and train TutorialCNN on [28, 28, 1] with Adam 0.001,
-// batch 128, for 5 epochs, in float32.
+// presets' data and train on [28, 28, 1] for 5 epochs in float32 with
+// Adam: mnist_cnn TutorialCNN at batch 128 and a constant 0.001,
+// fashion_mnist_cnn FashionCNN at batch 64 and 0.002 on a cosine schedule.
 func TestCNNPresets(t *testing.T) {
 	for _, c := range []struct {
 		preset, dir, class0 string
@@ -133,9 +134,11 @@ func TestCNNPresets(t *testing.T) {
 		batch               int
 		steps               int64 // for 60,000 rows
 		variables           int
+		lr                  float64
+		schedule            *train.LRSchedule
 	}{
-		{PresetFashionMNISTCNN, "/usr/share/datasets/fashion-mnist", "T-shirt/top", FashionCNN(), 64, 5 * 938, 421642},
-		{PresetMNISTCNN, "/usr/share/datasets/mnist", "0", TutorialCNN(), 128, 5 * 469, 225034},
+		{PresetFashionMNISTCNN, "/usr/share/datasets/fashion-mnist", "T-shirt/top", FashionCNN(), 64, 5 * 938, 824458, 0.002, &train.LRSchedule{Type: train.CosineSchedule}},
+		{PresetMNISTCNN, "/usr/share/datasets/mnist", "0", TutorialCNN(), 128, 5 * 469, 225034, 0.001, nil},
 	} {
 		t.Run(c.preset, func(t *testing.T) {
 			s, err := decodeValid(fmt.Sprintf(`{"job_id":"cnn_1","preset":%q}`, c.preset))
@@ -144,7 +147,7 @@ func TestCNNPresets(t *testing.T) {
 			}
 			m := s.Model
 			if m.Type != train.SequentialClassifierModel || !slices.Equal(m.InputShape, ImageInputShape) || !reflect.DeepEqual(m.Layers, c.layers) ||
-				m.BatchSize != c.batch || m.LearningRate != 0.001 || m.Optimizer != train.AdamOptimizer || !m.TrainFloat32() ||
+				m.BatchSize != c.batch || m.LearningRate != c.lr || !reflect.DeepEqual(m.LearningRateSchedule, c.schedule) || m.Optimizer != train.AdamOptimizer || !m.TrainFloat32() ||
 				s.Train.NumEpochs != 5 || s.Data.Dir != c.dir || s.ModelName != c.preset ||
 				s.Data.Schema.Format != preprocess.FormatIDX || s.Data.Schema.LabelVocab[0] != c.class0 {
 				t.Fatalf("defaults: model %+v, train %+v, data.dir %q, model_name %q", m, s.Train, s.Data.Dir, s.ModelName)

@@ -23,9 +23,10 @@ const PresetCensus = "census"
 // (default ImageDataDirs), an MLP 784-128-64-10 (dnn_classifier, Adam
 // 0.001, batch 128) trained for 5 epochs, model name the preset.
 // PresetFashionMNISTCNN and PresetMNISTCNN read the same data and train a
-// CNN instead (sequential_classifier, input_shape [28, 28, 1], Adam 0.001,
-// 5 epochs): PresetMNISTCNN the seeds' TutorialCNN at batch 128,
-// PresetFashionMNISTCNN FashionCNN at batch 64.
+// CNN instead (sequential_classifier, input_shape [28, 28, 1], 5 epochs):
+// PresetMNISTCNN the seeds' TutorialCNN at batch 128 with Adam 0.001,
+// PresetFashionMNISTCNN FashionCNN at batch 64 with Adam 0.002 on a cosine
+// schedule.
 const (
 	PresetFashionMNIST    = "fashion_mnist"
 	PresetMNIST           = "mnist"
@@ -63,12 +64,16 @@ var ImageInputShape = []int{28, 28, 1}
 func (s JobSpec) ImagePreset() bool { return ImageDataset(s.Preset) != "" }
 
 // FashionCNN returns the network of the fashion_mnist_cnn preset:
-// TutorialCNN with "same" padding, 28×28×1 → 28×28×32 → 14×14×32 →
-// 14×14×64 → 7×7×64 → 3136 → 128 → 10, 421,642 variables. Measured on
-// this machine class (2026-11-25, one run each, 5 epochs, Adam 0.001):
-// TutorialCNN at batch 128 0.8972 test accuracy, at batch 64 0.9009;
-// FashionCNN at batch 64 0.9095 (dropout 0.5 instead: 0.9093; dropout
-// 0.25 after each pool too: 0.9040).
+// TutorialCNN with "same" padding and a dense layer of 256, 28×28×1 →
+// 28×28×32 → 14×14×32 → 14×14×64 → 7×7×64 → 3136 → 256 → 10, 824,458
+// variables; the preset trains it at batch 64 with Adam 0.002 on a cosine
+// schedule (FashionCNNLearningRate, FashionCNNSchedule). Measured on this
+// machine class (2 cores, one run each, 5 epochs, test accuracy): with
+// a constant Adam 0.001, TutorialCNN at batch 128 0.8972, at batch 64
+// 0.9009; same padding at batch 64 0.9095 (dropout 0.5 instead: 0.9093;
+// dropout 0.25 after each pool too: 0.9040); same padding with a cosine
+// schedule 0.9094 (exponential to a tenth: 0.9044); dense 256 with Adam
+// 0.002 on the cosine schedule (this preset) 0.9222.
 func FashionCNN() train.Layers {
 	l := TutorialCNN()
 	for _, c := range l {
@@ -76,7 +81,17 @@ func FashionCNN() train.Layers {
 			c.Conv2D.Padding = train.PaddingSame
 		}
 	}
+	l[5].Dense.Units = 256
 	return l
+}
+
+// FashionCNNLearningRate and FashionCNNSchedule are the fashion_mnist_cnn
+// preset's optimizer settings (Adam) when the spec sets none.
+const FashionCNNLearningRate = 0.002
+
+// FashionCNNSchedule: see FashionCNNLearningRate.
+func FashionCNNSchedule() *train.LRSchedule {
+	return &train.LRSchedule{Type: train.CosineSchedule}
 }
 
 // TutorialCNN returns the convolutional network of the mnist_cnn preset
@@ -946,8 +961,16 @@ func (s JobSpec) imageDefaults() JobSpec {
 			s.Model.Layers = FashionCNN()
 		}
 	}
-	if s.Preset == PresetFashionMNISTCNN && s.Model.BatchSize == 0 {
-		s.Model.BatchSize = 64
+	if s.Preset == PresetFashionMNISTCNN {
+		if s.Model.BatchSize == 0 {
+			s.Model.BatchSize = 64
+		}
+		if s.Model.LearningRate == 0 {
+			s.Model.LearningRate = FashionCNNLearningRate
+		}
+		if s.Model.LearningRateSchedule == nil {
+			s.Model.LearningRateSchedule = FashionCNNSchedule()
+		}
 	}
 	if s.Model.Deep() && len(s.Model.HiddenUnits) == 0 {
 		s.Model.HiddenUnits = []int{128, 64}
