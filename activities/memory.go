@@ -139,8 +139,8 @@ func (a *Activities) checkTrainMemory(in workflows.TrainInput, rows int64, role 
 // every 500 steps, summaries every 100: 600,000 files at most) pass, and
 // refuses the 1-step checkpoints and summaries that wrote 360 files/s.
 // DefaultMaxShardBytes (1 GiB) lets Fashion-MNIST (70,000 rows × 785
-// float64s, 440 MB) and census pass, and refuses a hash column of 2^20
-// buckets on 200 rows (1.7 GB).
+// float64s, 440 MB counted; 55 MB of compact shards on disk) and census
+// pass, and refuses a hash column of 2^20 buckets on 200 rows (1.7 GB).
 const (
 	DefaultMaxSteps      = 100_000_000
 	DefaultMaxJobFiles   = 1_000_000

@@ -36,7 +36,7 @@
 //	preprocess/child.log             PreprocessLogFile           the child's output
 //	preprocess/shared.json           SharedDataFile              SharedData (jobdir)
 //	transform/transform.json         preprocess.TransformPath    preprocess.Transform
-//	data/{train,eval}-NNNNN-of-NNNNN preprocess.DataDir          shards (preprocess)
+//	data/{train,eval}-NNNNN-of-NNNNN preprocess.DataDir          shards (preprocess; format versions 1 and 2)
 //	bad_records/<shard>.jsonl        preprocess.BadRecordsDir    rejected rows (preprocess.BadRecord)
 //	data/manifest.json               preprocess.ManifestPath     preprocess.Manifest, written last
 //	checkpoints/ckpt-<step>          CheckpointsDir              train.Checkpoints (files and

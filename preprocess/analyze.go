@@ -154,7 +154,7 @@ func TransformBlock(t *Transform, b Block, jobDir string, seed uint64, maxBytes 
 	if err := checkShardBytes(t, int64(src.len()), maxBytes, fmt.Sprintf("%s block %d of %s", b.Split, b.Index, b.Path)); err != nil {
 		return res, err
 	}
-	w, err := createShard(filepath.Join(jobDir, DataDir, res.Name), t.Dim)
+	w, err := createShard(filepath.Join(jobDir, DataDir, res.Name), t.Dim, t.shardLayout())
 	if err != nil {
 		return res, err
 	}

@@ -10,9 +10,12 @@ import (
 // Rejections); the activity reports it as an invalid spec.
 var ErrShardBytes = errors.New("preprocess: shards over the worker's ceiling")
 
-// ShardBytes is the size of a shard of rows examples of dim features:
-// its header and (1+dim) float64 values a row; math.MaxInt64 if that
-// overflows.
+// ShardBytes is the size of a shard of rows examples of dim features
+// counted as float64 rows: a header and (1+dim) float64 values a row
+// (math.MaxInt64 if that overflows). That is the size of a version 1
+// shard and of the rows in training's memory; a version 2 shard takes
+// less (see the shard layouts), up to one byte a row more only for rows
+// no codec holds exactly.
 func ShardBytes(rows int64, dim int) int64 {
 	per := 8 * (int64(dim) + 1)
 	if rows <= 0 || dim < 0 {
