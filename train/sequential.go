@@ -45,8 +45,12 @@ type Sequential struct {
 	pcg    *rand.PCG
 	rng    *rand.Rand
 	f32    bool
-	ws     seqWorkspace[float64]
-	ws32   seqWorkspace[float32]
+	// reluPool[i] marks a ReLU op i whose output only the max pool op
+	// i+1 reads: the pool applies the ReLU itself (max(max window, 0)),
+	// so op i computes nothing (see maxPoolForward).
+	reluPool []bool
+	ws       seqWorkspace[float64]
+	ws32     seqWorkspace[float32]
 	// pool holds Predict's *seqWorkspace[float64]s.
 	pool sync.Pool
 }
@@ -66,6 +70,10 @@ func NewSequential(meta CheckpointMeta, r *rand.Rand) (*Sequential, error) {
 		return nil, err
 	}
 	s := &Sequential{meta: meta, k: 1, in: p.in, ops: p.ops, f32: meta.spec().Float32}
+	s.reluPool = make([]bool, len(s.ops))
+	for i := range len(s.ops) - 1 {
+		s.reluPool[i] = s.ops[i].kind == opAct && s.ops[i].act == ActivationReLU && s.ops[i+1].kind == opMaxPool
+	}
 	if meta.Classes > 2 {
 		s.k = meta.Classes
 	}
@@ -202,6 +210,9 @@ func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int,
 	in := x[:rows*s.in.size()]
 	for i := range s.ops {
 		o := &s.ops[i]
+		if s.reluPool[i] {
+			continue // the pool reads the ReLU's input
+		}
 		out := ws.outs[i][:rows*o.outN()]
 		switch o.kind {
 		case opDense:
@@ -213,7 +224,7 @@ func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int,
 			if train {
 				arg = ws.args[i][:len(out)]
 			}
-			maxPoolForward(o, in, out, arg, rows)
+			maxPoolForward(o, in, out, arg, rows, i > 0 && s.reluPool[i-1])
 		case opAvgPool:
 			avgPoolForward(o, in, out, rows)
 		case opAct:
@@ -247,6 +258,9 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 	dout, other := dz, ws.d1
 	for i := len(s.ops) - 1; i >= 0; i-- {
 		o := &s.ops[i]
+		if s.reluPool[i] {
+			continue // the pool's gradient is already the ReLU input's
+		}
 		var in []T
 		if i > 0 {
 			in = ws.outs[i-1][:rows*o.inN()]
@@ -265,7 +279,11 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 			convBackward(o, ws.cols, p, g, in, dout, din, rows)
 		case opMaxPool:
 			if din != nil {
-				maxPoolBackward(o, ws.args[i], dout, din, rows)
+				var relu []T // with a fused ReLU: route only where the output is positive
+				if i > 0 && s.reluPool[i-1] {
+					relu = out
+				}
+				maxPoolBackward(o, ws.args[i], dout, din, relu, rows)
 			}
 		case opAvgPool:
 			if din != nil {
@@ -434,38 +452,53 @@ func poolIndex(t tensor, ex, y, x int) int { return ((ex*t.h+y)*t.w + x) * t.c }
 
 // maxPoolForward writes each window's maximum, channel by channel, and,
 // if arg is not nil, where in the example's input it is (the first such
-// input of the window, row by row).
-func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int) {
-	c := o.in.c
+// input of the window, row by row). With relu it writes max(maximum, 0):
+// the pool of the ReLU of in, which is the ReLU of the pool of in.
+func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int, relu bool) {
+	c, n := o.in.c, o.inN()
 	for ex := range rows {
+		src := in[ex*n : (ex+1)*n]
 		for y := range o.out.h {
 			for x := range o.out.w {
 				at := poolIndex(o.out, ex, y, x)
-				dst := out[at:][:c]
+				dst := out[at:][:c:c]
 				first := poolIndex(o.in, 0, y*o.sh, x*o.sw)
-				copy(dst, in[ex*o.in.size()+first:][:c])
+				copy(dst, src[first:][:c])
 				if arg == nil {
 					for ky := range o.kh {
 						for kx := range o.kw {
-							for j, v := range in[poolIndex(o.in, ex, y*o.sh+ky, x*o.sw+kx):][:c] {
+							for j, v := range src[poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx):][:c] {
 								dst[j] = max(dst[j], v)
 							}
 						}
 					}
-					continue
-				}
-				a := arg[at:][:c]
-				for j := range a {
-					a[j] = int32(first + j)
-				}
-				for ky := range o.kh {
-					for kx := range o.kw {
-						off := poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx)
-						for j, v := range in[ex*o.in.size()+off:][:c] {
-							if v > dst[j] {
-								dst[j], a[j] = v, int32(off+j)
+				} else {
+					a := arg[at:][:c:c]
+					for j := range a {
+						a[j] = int32(first + j)
+					}
+					for ky := range o.kh {
+						for kx := range o.kw {
+							off := poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx)
+							if off == first {
+								continue
+							}
+							for j, v := range src[off:][:c:c] {
+								// Branch-free select: which input holds
+								// the maximum is a coin toss.
+								var gt int32
+								if v > dst[j] {
+									gt = 1
+								}
+								a[j] += (int32(off+j) - a[j]) & -gt
+								dst[j] = max(dst[j], v)
 							}
 						}
+					}
+				}
+				if relu {
+					for j, v := range dst {
+						dst[j] = max(v, 0)
 					}
 				}
 			}
@@ -474,14 +507,26 @@ func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int) {
 }
 
 // maxPoolBackward routes each output's gradient to the input maxPoolForward
-// found its maximum at.
-func maxPoolBackward[T float](o *op, arg []int32, dout, din []T, rows int) {
+// found its maximum at. With relu, the pool's output, it routes only the
+// gradients of positive outputs: din is the gradient of the fused ReLU's
+// input.
+func maxPoolBackward[T float](o *op, arg []int32, dout, din, relu []T, rows int) {
 	clear(din)
 	n, m := o.inN(), o.outN()
 	for ex := range rows {
 		d := din[ex*n : (ex+1)*n]
+		g := dout[ex*m : (ex+1)*m]
+		if relu == nil {
+			for j, i := range arg[ex*m : (ex+1)*m] {
+				d[i] += g[j]
+			}
+			continue
+		}
+		y := relu[ex*m : (ex+1)*m]
 		for j, i := range arg[ex*m : (ex+1)*m] {
-			d[i] += dout[ex*m+j]
+			if y[j] > 0 {
+				d[i] += g[j]
+			}
 		}
 	}
 }

@@ -189,6 +189,8 @@ var seqGradientCases = []struct {
 	{"conv same stride [1,3]", seqMeta(5, 7, 3, 30, convL(2, sq(3), Window{1, 3}, "same", ActivationGELU))},
 	{"max pool", seqMeta(5, 7, 3, 0, convL(2, sq(1), Window{}, "", ""), maxPoolL(sq(2), Window{}), flattenL(), denseL(1, ""))},
 	{"max pool 2x3 stride 1", seqMeta(5, 7, 3, 0, convL(2, sq(1), Window{}, "", ""), maxPoolL(Window{2, 3}, sq(1)), flattenL(), denseL(1, ""))},
+	{"conv relu max pool 2x3 stride 1", seqMeta(5, 7, 3, 0, convL(2, sq(2), Window{}, "", ActivationReLU), maxPoolL(Window{2, 3}, sq(1)), flattenL(), denseL(1, ""))},
+	{"relu max pool", seqMeta(4, 6, 2, 3, actL(ActivationReLU), maxPoolL(sq(2), Window{}), flattenL(), denseL(3, ""))},
 	{"avg pool", seqMeta(5, 7, 3, 0, convL(2, sq(2), Window{}, "", ""), avgPoolL(sq(2), Window{}), flattenL(), denseL(1, ""))},
 	{"avg pool overlapping", seqMeta(5, 7, 3, 0, convL(2, sq(1), Window{}, "", ""), avgPoolL(Window{3, 2}, Window{1, 2}), flattenL(), denseL(1, ""))},
 	{"dropout", seqMeta(1, 1, 5, 3, flattenL(), denseL(6, ""), dropoutL(0.4), denseL(3, ""))},
