@@ -49,8 +49,8 @@ type Sequential struct {
 	// i+1 reads: the pool applies the ReLU itself (max(max window, 0)),
 	// so op i computes nothing (see maxPoolForward).
 	reluPool []bool
-	ws       seqWorkspace[float64]
-	ws32     seqWorkspace[float32]
+	grad     seqGrad[float64]
+	grad32   seqGrad[float32]
 	// pool holds Predict's *seqWorkspace[float64]s.
 	pool sync.Pool
 }
@@ -160,13 +160,15 @@ type seqWorkspace[T float] struct {
 	masks [][]T     // per dropout op: n×outN of 0 or 1/(1-rate); nil elsewhere
 	args  [][]int32 // per max pool op: n×outN offsets of the maxima in their example's input; nil elsewhere
 	cols  []T       // im2col block of the convolutions
+	// serial makes the matrix products run on the calling goroutine: the
+	// batch is already split across the cores.
+	serial bool
 	// training only
 	d0, d1 []T // n×widest gradients with respect to an op's output or input
-	p      []float64
-	// float32 only: params, grad and input in T, logits and their
-	// gradient in float64 for the loss
-	w, g, x   []T
-	z64, dz64 []float64
+	g      []T // the gradient of this part's rows
+	// float32 only: the input in T
+	x  []T
+	in []T // the input of the pass, x or the caller's rows
 }
 
 // newSeqWorkspace sizes ws for rows rows; train adds what Gradient needs.
@@ -175,7 +177,11 @@ func newSeqWorkspace[T float](s *Sequential, ws *seqWorkspace[T], rows int, trai
 	widest, cols := s.in.size(), 0
 	for i := range s.ops {
 		o := &s.ops[i]
-		ws.outs = append(ws.outs, make([]T, rows*o.outN()))
+		var out []T
+		if !s.reluPool[i] {
+			out = make([]T, rows*o.outN())
+		}
+		ws.outs = append(ws.outs, out)
 		var mask []T
 		var arg []int32
 		switch {
@@ -195,17 +201,15 @@ func newSeqWorkspace[T float](s *Sequential, ws *seqWorkspace[T], rows int, trai
 		return
 	}
 	ws.d0, ws.d1 = make([]T, rows*widest), make([]T, rows*widest)
-	ws.p = make([]float64, max(s.meta.Classes, 1))
+	ws.g = make([]T, len(s.params))
 	if _, ok := any(ws.d0).([]float32); ok {
-		ws.w, ws.g = make([]T, len(s.params)), make([]T, len(s.params))
 		ws.x = make([]T, rows*s.meta.Dim)
-		ws.z64, ws.dz64 = make([]float64, rows*s.k), make([]float64, rows*s.k)
 	}
 }
 
 // seqForward computes the logits of the rows rows of x with variables p
-// into ws and returns them (rows×Outputs). With train set, dropout draws
-// its masks from s's random source.
+// into ws and returns them (rows×Outputs). With train set, dropout applies
+// the masks in ws (see drawMasks).
 func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int, train bool) []T {
 	in := x[:rows*s.in.size()]
 	for i := range s.ops {
@@ -216,9 +220,9 @@ func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int,
 		out := ws.outs[i][:rows*o.outN()]
 		switch o.kind {
 		case opDense:
-			denseForward(o, p, in, out, rows)
+			denseForward(o, ws.serial, p, in, out, rows)
 		case opConv:
-			convForward(o, ws.cols, p, in, out, rows)
+			convForward(o, ws.serial, ws.cols, p, in, out, rows)
 		case opMaxPool:
 			var arg []int32
 			if train {
@@ -234,13 +238,11 @@ func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int,
 				copy(out, in)
 				break
 			}
-			mask := ws.masks[i][:len(out)]
-			scale := T(1 / (1 - o.rate))
-			for j, v := range in {
-				if s.rng.Float64() < o.rate {
-					mask[j], out[j] = 0, 0
+			for j, m := range ws.masks[i][:len(out)] {
+				if m == 0 {
+					out[j] = 0
 				} else {
-					mask[j], out[j] = scale, v*scale
+					out[j] = in[j] * m
 				}
 			}
 		case opNorm:
@@ -261,9 +263,11 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 		if s.reluPool[i] {
 			continue // the pool's gradient is already the ReLU input's
 		}
-		var in []T
+		var in []T // nil: a fused ReLU's output, which no one reads
 		if i > 0 {
-			in = ws.outs[i-1][:rows*o.inN()]
+			if !s.reluPool[i-1] {
+				in = ws.outs[i-1][:rows*o.inN()]
+			}
 		} else {
 			in = x[:rows*o.inN()]
 		}
@@ -274,9 +278,9 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 		}
 		switch o.kind {
 		case opDense:
-			denseBackward(o, p, g, in, dout, din, rows)
+			denseBackward(o, ws.serial, p, g, in, dout, din, rows)
 		case opConv:
-			convBackward(o, ws.cols, p, g, in, dout, din, rows)
+			convBackward(o, ws.serial, ws.cols, p, g, in, dout, din, rows)
 		case opMaxPool:
 			if din != nil {
 				var relu []T // with a fused ReLU: route only where the output is positive
@@ -310,23 +314,23 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 }
 
 // denseForward computes out = in·W + b for rows rows.
-func denseForward[T float](o *op, p, in, out []T, rows int) {
+func denseForward[T float](o *op, serial bool, p, in, out []T, rows int) {
 	n, m := o.inN(), o.outN()
 	w, b := p[o.off:o.off+n*m], p[o.off+n*m:o.off+o.size]
 	for i := range rows {
 		copy(out[i*m:(i+1)*m], b)
 	}
-	gemmT(blas.NoTrans, blas.NoTrans, rows, n, in, n, m, w, 1, rows, m, out)
+	gemmTOn(serial, blas.NoTrans, blas.NoTrans, rows, n, in, n, m, w, 1, rows, m, out)
 }
 
 // denseBackward writes ∂L/∂W = inᵀ·dout and ∂L/∂b = Σ_rows dout into g
 // and, if din is not nil, ∂L/∂in = dout·Wᵀ into din.
-func denseBackward[T float](o *op, p, g, in, dout, din []T, rows int) {
+func denseBackward[T float](o *op, serial bool, p, g, in, dout, din []T, rows int) {
 	n, m := o.inN(), o.outN()
-	gemmT(blas.Trans, blas.NoTrans, rows, n, in, rows, m, dout, 0, n, m, g[o.off:o.off+n*m])
+	gemmTOn(serial, blas.Trans, blas.NoTrans, rows, n, in, rows, m, dout, 0, n, m, g[o.off:o.off+n*m])
 	biasGrad(g[o.off+n*m:o.off+o.size], dout)
 	if din != nil {
-		gemmT(blas.NoTrans, blas.Trans, rows, m, dout, n, m, p[o.off:o.off+n*m], 0, rows, n, din)
+		gemmTOn(serial, blas.NoTrans, blas.Trans, rows, m, dout, n, m, p[o.off:o.off+n*m], 0, rows, n, din)
 	}
 }
 
@@ -343,7 +347,7 @@ func biasGrad[T float](gb, dout []T) {
 
 // convForward computes conv o's output (rows·Ho·Wo × filters) from in,
 // im2col block by block in cols.
-func convForward[T float](o *op, cols, p, in, out []T, rows int) {
+func convForward[T float](o *op, serial bool, cols, p, in, out []T, rows int) {
 	k, f := o.kdim(), o.out.c
 	w, b := p[o.off:o.off+k*f], p[o.off+k*f:o.off+o.size]
 	total, block := rows*o.out.h*o.out.w, colRows(o, rows)
@@ -355,13 +359,13 @@ func convForward[T float](o *op, cols, p, in, out []T, rows int) {
 		for i := range mr {
 			copy(z[i*f:(i+1)*f], b)
 		}
-		gemmT(blas.NoTrans, blas.NoTrans, mr, k, c, k, f, w, 1, mr, f, z)
+		gemmTOn(serial, blas.NoTrans, blas.NoTrans, mr, k, c, k, f, w, 1, mr, f, z)
 	}
 }
 
 // convBackward writes ∂L/∂W = Σ colsᵀ·dout and ∂L/∂b into g and, if din
 // is not nil, ∂L/∂in: the im2col gradient dout·Wᵀ scattered back (col2im).
-func convBackward[T float](o *op, cols, p, g, in, dout, din []T, rows int) {
+func convBackward[T float](o *op, serial bool, cols, p, g, in, dout, din []T, rows int) {
 	k, f := o.kdim(), o.out.c
 	w, gw := p[o.off:o.off+k*f], g[o.off:o.off+k*f]
 	biasGrad(g[o.off+k*f:o.off+o.size], dout)
@@ -377,9 +381,9 @@ func convBackward[T float](o *op, cols, p, g, in, dout, din []T, rows int) {
 		if m0 == 0 {
 			beta = 0
 		}
-		gemmT(blas.Trans, blas.NoTrans, mr, k, c, mr, f, d, beta, k, f, gw)
+		gemmTOn(serial, blas.Trans, blas.NoTrans, mr, k, c, mr, f, d, beta, k, f, gw)
 		if din != nil {
-			gemmT(blas.NoTrans, blas.Trans, mr, f, d, k, f, w, 0, mr, k, c)
+			gemmTOn(serial, blas.NoTrans, blas.Trans, mr, f, d, k, f, w, 0, mr, k, c)
 			col2im(o, din, c, m0, mr)
 		}
 	}
@@ -733,43 +737,154 @@ func (s *Sequential) Predict(probs, logits, x []float64) error {
 	return nil
 }
 
+// seqParts is the number of parts Gradient splits a batch of at least
+// seqParts·seqPartRows rows into, whatever GOMAXPROCS is: results depend
+// on the batch only, and up to seqParts cores share a step (the machine
+// class of issue #30 has two).
+const seqParts = 2
+
+// seqPartRows is the fewest rows of a part. Tests raise it to get the
+// unsplit pass.
+var seqPartRows = 8
+
+// seqGrad is Gradient's state, computing in T: a workspace per part of
+// the batch and the batch-wide logits and their gradient.
+type seqGrad[T float] struct {
+	s     *Sequential
+	parts [seqParts]seqWorkspace[T]
+	w     []T // the variables in T (float32), shared by the parts
+	// one call's batch: part i is rows lo[i]…lo[i+1]-1
+	n         int
+	lo        [seqParts + 1]int
+	x         []float64
+	z64, dz64 []float64 // rows×Outputs
+	p         []float64 // the loss's scratch
+	backward  bool
+	wg        sync.WaitGroup
+}
+
+// part runs part i of the batch: the forward pass, or the backward pass
+// into parts[i].g once g.dz64 holds the gradient of the logits.
+func (g *seqGrad[T]) part(i int) {
+	s, ws := g.s, &g.parts[i]
+	lo, hi := g.lo[i], g.lo[i+1]
+	rows, k := hi-lo, s.k
+	if !g.backward {
+		ws.in = fromFloat64(ws.x, g.x[lo*s.meta.Dim:hi*s.meta.Dim])
+		z := seqForward(s, ws, g.w, ws.in, rows, true)
+		toFloat64(g.z64[lo*k:hi*k], z)
+		return
+	}
+	dz := ws.d0[:rows*k] // seqBackward swaps it with ws.d1
+	switch d := any(dz).(type) {
+	case []float64:
+		copy(d, g.dz64[lo*k:hi*k])
+	case []float32:
+		narrow(d, g.dz64[lo*k:hi*k])
+	}
+	seqBackward(s, ws, g.w, ws.g, dz, ws.in, rows)
+}
+
+// fromFloat64 returns src as []T: src itself for float64, else narrowed
+// into buf.
+func fromFloat64[T float](buf []T, src []float64) []T {
+	if v, ok := any(src).([]T); ok {
+		return v
+	}
+	narrow(any(buf).([]float32), src)
+	return buf[:len(src)]
+}
+
+// toFloat64 writes src into dst.
+func toFloat64[T float](dst []float64, src []T) {
+	switch v := any(src).(type) {
+	case []float64:
+		copy(dst, v)
+	case []float32:
+		widen(dst, v)
+	}
+}
+
 // Gradient writes into grad (len(Params)) the gradient of the mean loss
 // over the rows of x with targets y and returns that loss. During training
 // dropout draws from the model's random source. It allocates only when a
 // batch is larger than any before; not safe for concurrent use.
+//
+// A batch of at least seqParts·seqPartRows rows is split into seqParts
+// parts of consecutive rows, each with its own workspace, run on up to
+// that many cores (GOMAXPROCS); the matrix products inside a part do not
+// split further. Dropout's masks are drawn for the whole batch first, in
+// the order one pass would draw them, and the loss is computed over the
+// whole batch, so the logits, the loss and the random source's state are
+// those of the unsplit pass. Only the gradients of the variables differ
+// from it, by rounding: they are the sum of the parts' sums over their
+// rows. Neither depends on GOMAXPROCS.
 func (s *Sequential) Gradient(grad, x, y []float64) float64 {
-	rows := len(y)
 	if s.f32 {
-		return s.gradient32(grad, x, y)
+		return seqGradient(s, &s.grad32, grad, x, y)
 	}
-	if s.ws.n < rows || s.ws.d0 == nil {
-		newSeqWorkspace(s, &s.ws, rows, true)
+	return seqGradient(s, &s.grad, grad, x, y)
+}
+
+// seqGradient is Gradient computing in T with state g.
+func seqGradient[T float](s *Sequential, g *seqGrad[T], grad, x, y []float64) float64 {
+	rows := len(y)
+	n := 1
+	if rows >= seqParts*seqPartRows {
+		n = seqParts
 	}
-	ws := &s.ws
-	z := seqForward(s, ws, s.params, x, rows, true)
-	dz := ws.d0[:rows*s.k]
-	loss := modelLoss(s.meta.Classes, s.k, dz, z, y, ws.p)
-	seqBackward(s, ws, s.params, grad, dz, x, rows)
+	g.n, g.lo[0] = n, 0
+	for i := range n {
+		g.lo[i+1] = rows * (i + 1) / n
+		ws := &g.parts[i]
+		if r := g.lo[i+1] - g.lo[i]; ws.n < r || ws.d0 == nil {
+			newSeqWorkspace(s, ws, r, true)
+		}
+		ws.serial = n > 1
+	}
+	if g.s == nil || len(g.z64) < rows*s.k {
+		g.s = s
+		g.z64, g.dz64 = make([]float64, rows*s.k), make([]float64, rows*s.k)
+		g.p = make([]float64, max(s.meta.Classes, 1))
+	}
+	if _, ok := any(g.w).([]float32); ok && len(g.w) != len(s.params) {
+		g.w = make([]T, len(s.params))
+	}
+	g.w = fromFloat64(g.w, s.params)
+	drawMasks(s, g)
+	g.x, g.backward = x, false
+	runParts(g, n, &g.wg)
+	z64, dz64 := g.z64[:rows*s.k], g.dz64[:rows*s.k]
+	loss := modelLoss(s.meta.Classes, s.k, dz64, z64, y, g.p)
+	g.backward = true
+	runParts(g, n, &g.wg)
+	toFloat64(grad, g.parts[0].g)
+	for i := 1; i < n; i++ {
+		for j, v := range g.parts[i].g {
+			grad[j] += float64(v)
+		}
+	}
+	g.x = nil
 	return loss
 }
 
-// gradient32 is Gradient computing in float32.
-func (s *Sequential) gradient32(grad, x, y []float64) float64 {
-	rows := len(y)
-	if s.ws32.n < rows || s.ws32.d0 == nil {
-		newSeqWorkspace(s, &s.ws32, rows, true)
+// drawMasks draws the dropout masks of g's parts from s's random source:
+// each dropout op's, in op order, over the whole batch row by row.
+func drawMasks[T float](s *Sequential, g *seqGrad[T]) {
+	for i := range s.ops {
+		o := &s.ops[i]
+		if o.kind != opDropout {
+			continue
+		}
+		scale := T(1 / (1 - o.rate))
+		for p := range g.n {
+			for j := range g.parts[p].masks[i][:(g.lo[p+1]-g.lo[p])*o.outN()] {
+				if s.rng.Float64() < o.rate {
+					g.parts[p].masks[i][j] = 0
+				} else {
+					g.parts[p].masks[i][j] = scale
+				}
+			}
+		}
 	}
-	ws := &s.ws32
-	narrow(ws.w, s.params)
-	x32 := ws.x[:len(x)]
-	narrow(x32, x)
-	z := seqForward(s, ws, ws.w, x32, rows, true)
-	z64, dz64 := ws.z64[:rows*s.k], ws.dz64[:rows*s.k]
-	widen(z64, z)
-	loss := modelLoss(s.meta.Classes, s.k, dz64, z64, y, ws.p)
-	dz := ws.d0[:rows*s.k]
-	narrow(dz, dz64)
-	seqBackward(s, ws, ws.w, ws.g, dz, x32, rows)
-	widen(grad, ws.g)
-	return loss
 }
