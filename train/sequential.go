@@ -334,11 +334,19 @@ func denseBackward[T float](o *op, serial bool, p, g, in, dout, din []T, rows in
 	}
 }
 
-// biasGrad writes into gb the column sums of dout (rows×len(gb)).
+// biasGrad writes into gb the column sums of dout (rows×len(gb)), four
+// rows at a time so that gb is loaded and stored once per four.
 func biasGrad[T float](gb, dout []T) {
 	clear(gb)
 	m := len(gb)
-	for i := 0; i < len(dout); i += m {
+	i := 0
+	for ; i+4*m <= len(dout); i += 4 * m {
+		r0, r1, r2, r3 := dout[i:i+m], dout[i+m:i+2*m], dout[i+2*m:i+3*m], dout[i+3*m:i+4*m]
+		for j := range gb {
+			gb[j] += (r0[j] + r1[j]) + (r2[j] + r3[j])
+		}
+	}
+	for ; i < len(dout); i += m {
 		for j, v := range dout[i : i+m] {
 			gb[j] += v
 		}
@@ -395,8 +403,8 @@ func convBackward[T float](o *op, serial bool, cols, p, g, in, dout, din []T, ro
 // adjacent in NHWC, so each is one copy.
 func im2col[T float](o *op, cols, in []T, m0, n int) {
 	k, c := o.kdim(), o.in.c
+	ex, y, x := convPos(o, m0)
 	for r := range n {
-		ex, y, x := convPos(o, m0+r)
 		dst := cols[r*k : (r+1)*k]
 		base := ex * o.in.size()
 		x0, kx0, kx1 := convCols(o, x)
@@ -408,10 +416,17 @@ func im2col[T float](o *op, cols, in []T, m0, n int) {
 				continue
 			}
 			clear(row[:kx0*c])
-			src := in[base+(iy*o.in.w+x0+kx0)*c:]
-			copy(row[kx0*c:kx1*c], src)
+			src := in[base+(iy*o.in.w+x0+kx0)*c:][:(kx1-kx0)*c]
+			if d := row[kx0*c : kx1*c]; len(d) <= 16 { // a call to memmove costs more
+				for j, v := range src {
+					d[j] = v
+				}
+			} else {
+				copy(d, src)
+			}
 			clear(row[kx1*c:])
 		}
+		ex, y, x = convNext(o, ex, y, x)
 	}
 }
 
@@ -419,8 +434,8 @@ func im2col[T float](o *op, cols, in []T, m0, n int) {
 // din, the gradient of the input.
 func col2im[T float](o *op, din, cols []T, m0, n int) {
 	k, c := o.kdim(), o.in.c
+	ex, y, x := convPos(o, m0)
 	for r := range n {
-		ex, y, x := convPos(o, m0+r)
 		src := cols[r*k : (r+1)*k]
 		base := ex * o.in.size()
 		x0, kx0, kx1 := convCols(o, x)
@@ -435,6 +450,7 @@ func col2im[T float](o *op, din, cols []T, m0, n int) {
 				d[j] += v
 			}
 		}
+		ex, y, x = convNext(o, ex, y, x)
 	}
 }
 
@@ -442,6 +458,17 @@ func col2im[T float](o *op, din, cols []T, m0, n int) {
 func convPos(o *op, m int) (ex, y, x int) {
 	x, m = m%o.out.w, m/o.out.w
 	return m / o.out.h, m % o.out.h, x
+}
+
+// convNext returns the output position after (ex, y, x).
+func convNext(o *op, ex, y, x int) (int, int, int) {
+	if x++; x < o.out.w {
+		return ex, y, x
+	}
+	if y++; y < o.out.h {
+		return ex, y, 0
+	}
+	return ex + 1, 0, 0
 }
 
 // convCols returns the input column x0 of output column x's tap 0 and the
@@ -477,28 +504,7 @@ func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int, relu boo
 						}
 					}
 				} else {
-					a := arg[at:][:c:c]
-					for j := range a {
-						a[j] = int32(first + j)
-					}
-					for ky := range o.kh {
-						for kx := range o.kw {
-							off := poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx)
-							if off == first {
-								continue
-							}
-							for j, v := range src[off:][:c:c] {
-								// Branch-free select: which input holds
-								// the maximum is a coin toss.
-								var gt int32
-								if v > dst[j] {
-									gt = 1
-								}
-								a[j] += (int32(off+j) - a[j]) & -gt
-								dst[j] = max(dst[j], v)
-							}
-						}
-					}
+					maxPoolArg(o, src, dst, arg[at:][:c:c], y, x)
 				}
 				if relu {
 					for j, v := range dst {
@@ -507,6 +513,53 @@ func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int, relu boo
 				}
 			}
 		}
+	}
+}
+
+// maxPoolArg writes into dst the maximum of each channel over output
+// pixel (y, x)'s window of src, one example's input, and into a its
+// offset in src: the first such input, row by row.
+func maxPoolArg[T float](o *op, src, dst []T, a []int32, y, x int) {
+	var buf [16]int
+	if o.kh*o.kw > len(buf) { // a window past 4×4: tap by tap
+		first := poolIndex(o.in, 0, y*o.sh, x*o.sw)
+		copy(dst, src[first:])
+		for j := range a {
+			a[j] = int32(first + j)
+		}
+		for ky := range o.kh {
+			for kx := range o.kw {
+				off := poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx)
+				for j, v := range src[off:][:len(dst)] {
+					if v > dst[j] {
+						dst[j], a[j] = v, int32(off+j)
+					}
+				}
+			}
+		}
+		return
+	}
+	taps := buf[:0]
+	for ky := range o.kh {
+		for kx := range o.kw {
+			taps = append(taps, poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx))
+		}
+	}
+	t0, rest := taps[0], taps[1:]
+	for j := range dst {
+		best, at := src[t0+j], int32(t0+j)
+		for _, t := range rest {
+			v := src[t+j]
+			// Branch-free select: which input holds the maximum is a
+			// coin toss.
+			var gt int32
+			if v > best {
+				gt = 1
+			}
+			at += (int32(t+j) - at) & -gt
+			best = max(best, v)
+		}
+		dst[j], a[j] = best, at
 	}
 }
 

@@ -192,6 +192,7 @@ var seqGradientCases = []struct {
 	{"max pool", seqMeta(5, 7, 3, 0, convL(2, sq(1), Window{}, "", ""), maxPoolL(sq(2), Window{}), flattenL(), denseL(1, ""))},
 	{"max pool 2x3 stride 1", seqMeta(5, 7, 3, 0, convL(2, sq(1), Window{}, "", ""), maxPoolL(Window{2, 3}, sq(1)), flattenL(), denseL(1, ""))},
 	{"conv relu max pool 2x3 stride 1", seqMeta(5, 7, 3, 0, convL(2, sq(2), Window{}, "", ActivationReLU), maxPoolL(Window{2, 3}, sq(1)), flattenL(), denseL(1, ""))},
+	{"max pool 5x4 stride 1", seqMeta(6, 7, 2, 0, convL(2, sq(1), Window{}, "", ActivationReLU), maxPoolL(Window{5, 4}, sq(1)), flattenL(), denseL(1, ""))},
 	{"relu max pool", seqMeta(4, 6, 2, 3, actL(ActivationReLU), maxPoolL(sq(2), Window{}), flattenL(), denseL(3, ""))},
 	{"avg pool", seqMeta(5, 7, 3, 0, convL(2, sq(2), Window{}, "", ""), avgPoolL(sq(2), Window{}), flattenL(), denseL(1, ""))},
 	{"avg pool overlapping", seqMeta(5, 7, 3, 0, convL(2, sq(1), Window{}, "", ""), avgPoolL(Window{3, 2}, Window{1, 2}), flattenL(), denseL(1, ""))},
