@@ -51,8 +51,9 @@ type Sequential struct {
 	reluPool []bool
 	grad     seqGrad[float64]
 	grad32   seqGrad[float32]
-	// pool holds Predict's *seqWorkspace[float64]s.
-	pool sync.Pool
+	// pool holds Predict's *seqWorkspace[float64]s, predicts its
+	// *seqPredicts.
+	pool, predicts sync.Pool
 }
 
 // NewSequential returns the sequential model meta describes with
@@ -760,6 +761,8 @@ func activateGrad[T float](a Activation, din, dout, x, y []T) {
 // the rows of x, computing in float64 with dropout off. Either destination
 // may be nil. Its scratch comes from a pool that keeps the largest batch's
 // workspace; it is safe for concurrent use while Params is not written.
+// Like Gradient it splits ≥ seqParts·seqPartRows rows into seqParts parts
+// on up to as many cores; the results are those of one pass, bit for bit.
 func (s *Sequential) Predict(probs, logits, x []float64) error {
 	dim := s.meta.Dim
 	if len(x)%dim != 0 {
@@ -769,6 +772,41 @@ func (s *Sequential) Predict(probs, logits, x []float64) error {
 	if (logits != nil && len(logits) < rows*s.k) || (probs != nil && s.meta.Classes > 0 && len(probs) < rows*s.meta.Classes) {
 		return fmt.Errorf("%w: destinations too short for %d rows", ErrShape, rows)
 	}
+	p, _ := s.predicts.Get().(*seqPredict)
+	if p == nil {
+		p = &seqPredict{s: s}
+	}
+	defer s.predicts.Put(p)
+	p.n, p.lo[0] = 1, 0
+	if rows >= seqParts*seqPartRows {
+		p.n = seqParts
+	}
+	for i := range p.n {
+		p.lo[i+1] = rows * (i + 1) / p.n
+	}
+	p.probs, p.logits, p.x = probs, logits, x
+	runParts(p, p.n, &p.wg)
+	p.probs, p.logits, p.x = nil, nil, nil
+	return nil
+}
+
+// seqPredict is one Predict call, split into n parts of consecutive rows
+// (as Gradient splits a batch) that run on up to n cores, each with a
+// workspace from the model's pool. A row's logits do not depend on the
+// split.
+type seqPredict struct {
+	s                *Sequential
+	n                int
+	lo               [seqParts + 1]int
+	probs, logits, x []float64
+	wg               sync.WaitGroup
+}
+
+// part predicts rows lo[i]…lo[i+1]-1.
+func (p *seqPredict) part(i int) {
+	s := p.s
+	lo, hi := p.lo[i], p.lo[i+1]
+	rows, dim, k := hi-lo, s.meta.Dim, s.k
 	ws, _ := s.pool.Get().(*seqWorkspace[float64])
 	if ws == nil {
 		ws = new(seqWorkspace[float64])
@@ -777,17 +815,16 @@ func (s *Sequential) Predict(probs, logits, x []float64) error {
 	if ws.n < rows || ws.outs == nil {
 		newSeqWorkspace(s, ws, rows, false)
 	}
-	z := seqForward(s, ws, s.params, x, rows, false)
-	if logits != nil {
-		copy(logits, z)
+	ws.serial = p.n > 1
+	z := seqForward(s, ws, s.params, p.x[lo*dim:hi*dim], rows, false)
+	if p.logits != nil {
+		copy(p.logits[lo*k:hi*k], z)
 	}
-	if probs != nil && s.meta.Classes > 0 {
-		c := s.meta.Classes
-		for i := range rows {
-			probabilities(probs[i*c:(i+1)*c], z[i*s.k:(i+1)*s.k])
+	if c := s.meta.Classes; p.probs != nil && c > 0 {
+		for r := range rows {
+			probabilities(p.probs[(lo+r)*c:(lo+r+1)*c], z[r*k:(r+1)*k])
 		}
 	}
-	return nil
 }
 
 // seqParts is the number of parts Gradient splits a batch of at least

@@ -331,6 +331,42 @@ func TestSequentialSplitGradient(t *testing.T) {
 	}
 }
 
+// TestSequentialSplitPredict checks that Predict split into parts gives
+// the logits and probabilities of the unsplit pass, bit for bit.
+func TestSequentialSplitPredict(t *testing.T) {
+	defer func(r int) { seqPartRows = r }(seqPartRows)
+	for _, name := range []string{"cnn stack", "dense tanh regressor"} {
+		t.Run(name, func(t *testing.T) {
+			var meta CheckpointMeta
+			for _, c := range seqGradientCases {
+				if c.name == name {
+					meta = c.meta
+				}
+			}
+			r := rand.New(rand.NewPCG(9, 9))
+			m, err := New(meta, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perturb(m, r)
+			x, _ := batchFor(m, r, 19)
+			predict := func(partRows int) (probs, logits []float64) {
+				seqPartRows = partRows
+				probs, logits = make([]float64, 19*m.NumClasses()), make([]float64, 19*m.Outputs())
+				if err := m.Predict(probs, logits, x); err != nil {
+					t.Fatal(err)
+				}
+				return probs, logits
+			}
+			wantP, wantZ := predict(1 << 30)
+			gotP, gotZ := predict(4)
+			if !slices.Equal(gotZ, wantZ) || !slices.Equal(gotP, wantP) {
+				t.Errorf("split: logits %v, probs %v; unsplit %v, %v", gotZ, gotP, wantZ, wantP)
+			}
+		})
+	}
+}
+
 // naiveConv is the direct definition of Conv2DLayer (7 loops) on rows
 // NHWC examples, padding pt and pl at the top and left.
 func naiveConv(x []float64, rows, h, w, c int, wts, b []float64, f, kh, kw, sh, sw, pt, pl, oh, ow int) []float64 {
