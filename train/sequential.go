@@ -784,8 +784,8 @@ func (s *Sequential) Predict(probs, logits, x []float64) error {
 	for i := range p.n {
 		p.lo[i+1] = rows * (i + 1) / p.n
 	}
-	p.probs, p.logits, p.x = probs, logits, x
-	runParts(p, p.n, &p.wg)
+	p.probs, p.logits, p.x, p.run.p = probs, logits, x, p
+	runParts(&p.run, p.n)
 	p.probs, p.logits, p.x = nil, nil, nil
 	return nil
 }
@@ -799,7 +799,7 @@ type seqPredict struct {
 	n                int
 	lo               [seqParts + 1]int
 	probs, logits, x []float64
-	wg               sync.WaitGroup
+	run              parts
 }
 
 // part predicts rows lo[i]…lo[i+1]-1.
@@ -850,7 +850,7 @@ type seqGrad[T float] struct {
 	z64, dz64 []float64 // rows×Outputs
 	p         []float64 // the loss's scratch
 	backward  bool
-	wg        sync.WaitGroup
+	run       parts
 }
 
 // part runs part i of the batch: the forward pass, or the backward pass
@@ -942,12 +942,12 @@ func seqGradient[T float](s *Sequential, g *seqGrad[T], grad, x, y []float64) fl
 	}
 	g.w = fromFloat64(g.w, s.params)
 	drawMasks(s, g)
-	g.x, g.backward = x, false
-	runParts(g, n, &g.wg)
+	g.x, g.backward, g.run.p = x, false, g
+	runParts(&g.run, n)
 	z64, dz64 := g.z64[:rows*s.k], g.dz64[:rows*s.k]
 	loss := modelLoss(s.meta.Classes, s.k, dz64, z64, y, g.p)
 	g.backward = true
-	runParts(g, n, &g.wg)
+	runParts(&g.run, n)
 	toFloat64(grad, g.parts[0].g)
 	for i := 1; i < n; i++ {
 		for j, v := range g.parts[i].g {
