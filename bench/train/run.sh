@@ -96,19 +96,34 @@ tex() { awk -v pat="$2" '$0 ~ pat { for (i = 1; i <= NF; i++) if ($i ~ /^example
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 
 if [ "$cnn" = 1 ]; then
+	# per-round values of a run, in round order, and the median of the
+	# per-round ratios of two runs (load shifts between rounds more than
+	# within one)
+	gorounds() { awk -v pat="$2" '$1 ~ pat { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") print $i }' "$out/$1.txt"; }
+	trounds() { awk -v pat="$2" '$0 ~ pat { for (i = 1; i <= NF; i++) if ($i ~ /^examples\/s=/) { sub("examples/s=", "", $i); print $i } }' "$out/$1.txt"; }
+	rratio() { paste <(echo "$1") <(echo "$2") | awk 'NF == 2 && $2 > 0 { printf "%.4f\n", $1 / $2 }' | sort -n |
+		awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) printf "%.2f", v[(NR+1)/2]; else printf "%.2f", (v[NR/2] + v[NR/2+1]) / 2 }'; }
 	echo
-	echo "CNN training examples/s (float32, Adam 1e-3, Fashion-MNIST), median of $rounds rounds (raw outputs in $out)"
+	echo "CNN training examples/s (float32, Adam 1e-3, Fashion-MNIST), medians of $rounds rounds and of the rounds' ratios (raw outputs in $out)"
 	printf '%-40s %12s %12s %10s\n' run trainflow torch ratio
 	for m in "fashion 64" "tutorial 128"; do
 		set -- $m
 		for p in 1 2; do
 			[ "$p" -le "$cpus" ] || continue
 			g=$(goex "cnn$p" "TrainCNN/$1/batch=$2"); t=$(tex "torchcnn$p" "torch cnn $1 batch=$2 ")
-			printf '%-40s %12s %12s %10s\n' "$1 cnn batch $2, $p thread(s)" "$g" "$t" "$(ratio "$g" "$t")"
+			r=$(rratio "$(gorounds "cnn$p" "TrainCNN/$1/batch=$2")" "$(trounds "torchcnn$p" "torch cnn $1 batch=$2 ")")
+			printf '%-40s %12s %12s %10s\n' "$1 cnn batch $2, $p thread(s)" "$g" "$t" "$r"
 		done
+		if [ "$cpus" -ge 2 ]; then
+			echo "  $1: trainflow GOMAXPROCS=2 / GOMAXPROCS=1 = $(rratio "$(gorounds cnn2 "TrainCNN/$1/")" "$(gorounds cnn1 "TrainCNN/$1/")")," \
+				"torch 2 threads / 1 = $(rratio "$(trounds torchcnn2 "torch cnn $1 ")" "$(trounds torchcnn1 "torch cnn $1 ")")"
+		fi
 	done
-	g1=$(goex cnn1 'TrainCNN/fashion/'); g2=$(goex cnn2 'TrainCNN/fashion/')
-	echo "fashion cnn: trainflow GOMAXPROCS=2 / GOMAXPROCS=1 = $(ratio "$g2" "$g1")"
+	echo
+	echo "where a fashion CNN step's time goes (GOMAXPROCS=1, pprof -top):"
+	(cd train && GOMAXPROCS=1 "$out/kernel.test" -test.run '^$' -test.bench 'TrainCNN/fashion' -test.benchtime "$((2 * secs))s" \
+		-test.cpuprofile "$out/cnn.pprof" >/dev/null)
+	go tool pprof -top -nodecount=16 -focus 'benchmarkSteps' "$out/kernel.test" "$out/cnn.pprof" 2>/dev/null | sed -n '/flat%/,$p'
 fi
 [ "$mlp" = 1 ] || exit 0
 
