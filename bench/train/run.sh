@@ -48,6 +48,12 @@ else
 fi
 torch=0
 if "$python" -c 'import torch' 2>/dev/null; then torch=1; else echo "python3-torch not installed: skipping PyTorch" >&2; fi
+# Debian's torch takes its BLAS from the libblas.so.3 alternative: the
+# reference BLAS unless an optimised one (libopenblas0) is installed,
+# which made torch's MLP ~6× slower here.
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
+echo "torch's BLAS: ${blas:-unknown}" >&2
+case "$blas" in */blas/libblas.so*) echo "warning: the reference BLAS; apt-get install libopenblas0 for a fair torch" >&2 ;; esac
 
 bench1='TrainMLP/batch=128$|TrainMLP/float32/batch=128$|TrainCensusLinear/batch=64$'
 : >"$out/torch.txt"
