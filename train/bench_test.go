@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -68,6 +69,30 @@ func BenchmarkTrainCensusLinear(b *testing.B) {
 			benchmarkSteps(b, meta, data, batch, 3e-3)
 			b.ReportMetric(float64(data.Dim), "features")
 		})
+	}
+}
+
+// BenchmarkTrainCNN is the two CNN presets (float32, Adam 1e-3) on the
+// Fashion-MNIST images when installed, else on random pixels:
+// fashion/… is fashion_mnist_cnn (jobspec.FashionCNN, "same" padding,
+// batch 64) and tutorial/… is mnist_cnn (jobspec.TutorialCNN, "valid"
+// padding, batch 128). bench/train/run.sh compares them with PyTorch.
+func BenchmarkTrainCNN(b *testing.B) {
+	data := randomData(10000, 784, 10)
+	if d := fashionIfInstalled(b); d != nil {
+		data = *d
+	}
+	for _, tc := range []struct {
+		name   string
+		layers train.Layers
+		batch  int
+	}{
+		{"fashion", jobspec.FashionCNN(), 64},
+		{"tutorial", jobspec.TutorialCNN(), 128},
+	} {
+		meta := train.CheckpointMeta{Model: train.SequentialClassifierModel, Dim: 784, Classes: 10,
+			Spec: &train.ModelSpec{InputShape: []int{28, 28, 1}, Float32: true, Layers: tc.layers}}
+		b.Run(fmt.Sprintf("%s/batch=%d", tc.name, tc.batch), func(b *testing.B) { benchmarkSteps(b, meta, data, tc.batch, 1e-3) })
 	}
 }
 

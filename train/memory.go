@@ -96,6 +96,12 @@ const (
 //
 //	Activations += t·max over conv2d layers of min(B·Ho·Wo, max(1, ⌊2¹⁸/(kh·kw·C)⌋))·kh·kw·C
 //
+// and its batch split into q = 2 parts (Sequential.Gradient) adds each
+// part's gradient and another q-1 im2col blocks:
+//
+//	Model       += t·q·P
+//	Activations += t·(q-1)·im2col block
+//
 // The estimate bounds what Run allocates up to its first checkpoint,
 // garbage included (a resumed run's checkpoint file and tensors, dead
 // once restored, may not be collected before the next save), and so its
@@ -135,6 +141,10 @@ func MemoryNeed(meta CheckpointMeta, optimizer string, batch, rows int) (Memory,
 		m.Inputs = add(m.Inputs, mul(t, B, sh.deepIn))
 	}
 	m.Activations = add(m.Activations, mul(t, sh.cols(B)))
+	if sh.parts > 0 { // each part's im2col block and gradient
+		m.Activations = add(m.Activations, mul(t, sh.parts-1, sh.cols(B)))
+		m.Model = add(m.Model, mul(t, sh.parts, P))
+	}
 	m.Inputs = add(m.Inputs, mul(t, B, sh.wide))
 	m.Model = add(m.Model, mul(24, D))
 	if t == 4 {
@@ -165,7 +175,7 @@ func optimizerSlots(optimizer string) (int64, error) {
 //	Data        = 8·N·(D+1)                    X, Y
 //	Inputs      = 8·B·(d₀+w)                   gathered deep and wide inputs
 //	Activations = 8·B·(h₁+…+h_L + 2ĥ + C + K)  a Predict's workspace, probabilities and logits
-//	            + 8·im2col block               a Sequential's convolutions
+//	            + 8·q·im2col block             a Sequential's convolutions, q = 2 parts
 //	Model       = 8·P + 24·D + packing + 1 MiB the loaded model
 //
 // (the linear classifier: Activations 8·B·(C+K), Model 8·P + packing + 1 MiB).
@@ -191,7 +201,7 @@ func EvalMemoryNeed(meta CheckpointMeta, batch, rows int) (Memory, error) {
 		m.Inputs = mul(8, B, sh.deepIn)
 	}
 	m.Inputs = add(m.Inputs, mul(8, B, sh.wide))
-	m.Activations = sum(m.Activations, mul(8, B, add(sh.acts, mul(2, sh.widest))), mul(8, sh.cols(B)))
+	m.Activations = sum(m.Activations, mul(8, B, add(sh.acts, mul(2, sh.widest))), mul(8, max(sh.parts, 1), sh.cols(B)))
 	m.Model = add(m.Model, mul(24, D))
 	return m, nil
 }
@@ -204,6 +214,7 @@ type shape struct {
 	outputs, classes int64
 	deepIn, wide     int64
 	gather           bool       // the deep input is gathered from x
+	parts            int64      // a Sequential's batch parts (seqParts), else 0
 	acts             int64      // h₁+…+h_L
 	widest           int64      // max(d₀, h₁…h_L)
 	widestCols       int64      // the most columns of a product's result
@@ -282,7 +293,7 @@ func sequentialShape(meta CheckpointMeta, sh shape) (shape, error) {
 		return shape{}, err
 	}
 	D := int64(meta.Dim)
-	sh.params, sh.deepIn = int64(p.params), D
+	sh.params, sh.deepIn, sh.parts = int64(p.params), D, seqParts
 	sh.widest, sh.widestCols = D, sh.outputs
 	for i := range p.ops {
 		o := &p.ops[i]

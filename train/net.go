@@ -217,13 +217,27 @@ func newWorkspace[T float](n *Net, ws *workspace[T], rows int) {
 // gemmT computes C = op(A)·op(B) + beta·C for row-major rows×cols
 // operands (before op), through gemm or gemm32.
 func gemmT[T float](tA, tB blas.Transpose, ar, ac int, a []T, br, bc int, b []T, beta T, cr, cc int, c []T) {
+	gemmTOn(false, tA, tB, ar, ac, a, br, bc, b, beta, cr, cc, c)
+}
+
+// gemmTOn is gemmT, computed on the calling goroutine only if serial is
+// set (see gemmSerial).
+func gemmTOn[T float](serial bool, tA, tB blas.Transpose, ar, ac int, a []T, br, bc int, b []T, beta T, cr, cc int, c []T) {
 	switch a := any(a).(type) {
 	case []float64:
-		gemm(tA, tB, 1, blas64.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]},
+		f := gemm
+		if serial {
+			f = gemmSerial
+		}
+		f(tA, tB, 1, blas64.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]},
 			blas64.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float64)[:br*bc]}, float64(beta),
 			blas64.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float64)[:cr*cc]})
 	case []float32:
-		gemm32(tA, tB, 1, blas32.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]},
+		f := gemm32
+		if serial {
+			f = gemm32Serial
+		}
+		f(tA, tB, 1, blas32.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]},
 			blas32.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float32)[:br*bc]}, float32(beta),
 			blas32.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float32)[:cr*cc]})
 	}

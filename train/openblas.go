@@ -156,3 +156,13 @@ func gemm32(tA, tB blas.Transpose, alpha float32, a, b blas32.General, beta floa
 func gemm(tA, tB blas.Transpose, alpha float64, a, b blas64.General, beta float64, c blas64.General) {
 	blas64.Gemm(tA, tB, alpha, a, b, beta, c)
 }
+
+// gemmSerial and gemm32Serial are gemm and gemm32: OpenBLAS's own threads
+// are the operator's business (OPENBLAS_NUM_THREADS).
+func gemmSerial(tA, tB blas.Transpose, alpha float64, a, b blas64.General, beta float64, c blas64.General) {
+	gemm(tA, tB, alpha, a, b, beta, c)
+}
+
+func gemm32Serial(tA, tB blas.Transpose, alpha float32, a, b blas32.General, beta float32, c blas32.General) {
+	gemm32(tA, tB, alpha, a, b, beta, c)
+}

@@ -47,3 +47,22 @@ func gemm32(tA, tB blas.Transpose, alpha float32, a, b blas32.General, beta floa
 	}
 	kernel.Sgemm(tA, tB, m, c.Cols, k, alpha, a.Data, a.Stride, b.Data, b.Stride, beta, c.Data, c.Stride)
 }
+
+// gemmSerial and gemm32Serial are gemm and gemm32 on the calling goroutine
+// only (kernel.DgemmSerial, kernel.SgemmSerial), for work already split
+// across the cores.
+func gemmSerial(tA, tB blas.Transpose, alpha float64, a, b blas64.General, beta float64, c blas64.General) {
+	m, k := a.Rows, a.Cols
+	if tA != blas.NoTrans {
+		m, k = k, m
+	}
+	kernel.DgemmSerial(tA, tB, m, c.Cols, k, alpha, a.Data, a.Stride, b.Data, b.Stride, beta, c.Data, c.Stride)
+}
+
+func gemm32Serial(tA, tB blas.Transpose, alpha float32, a, b blas32.General, beta float32, c blas32.General) {
+	m, k := a.Rows, a.Cols
+	if tA != blas.NoTrans {
+		m, k = k, m
+	}
+	kernel.SgemmSerial(tA, tB, m, c.Cols, k, alpha, a.Data, a.Stride, b.Data, b.Stride, beta, c.Data, c.Stride)
+}

@@ -46,10 +46,15 @@ type Sequential struct {
 	pcg    *rand.PCG
 	rng    *rand.Rand
 	f32    bool
-	ws     seqWorkspace[float64]
-	ws32   seqWorkspace[float32]
-	// pool holds Predict's *seqWorkspace[float64]s.
-	pool sync.Pool
+	// reluPool[i] marks a ReLU op i whose output only the max pool op
+	// i+1 reads: the pool applies the ReLU itself (max(max window, 0)),
+	// so op i computes nothing (see maxPoolForward).
+	reluPool []bool
+	grad     seqGrad[float64]
+	grad32   seqGrad[float32]
+	// pool holds Predict's *seqWorkspace[float64]s, predicts its
+	// *seqPredicts.
+	pool, predicts sync.Pool
 }
 
 // NewSequential returns the sequential model meta describes with
@@ -67,6 +72,10 @@ func NewSequential(meta CheckpointMeta, r *rand.Rand) (*Sequential, error) {
 		return nil, err
 	}
 	s := &Sequential{meta: meta, k: 1, in: p.in, ops: p.ops, f32: meta.spec().Float32}
+	s.reluPool = make([]bool, len(s.ops))
+	for i := range len(s.ops) - 1 {
+		s.reluPool[i] = s.ops[i].kind == opAct && s.ops[i].act == ActivationReLU && s.ops[i+1].kind == opMaxPool
+	}
 	if meta.Classes > 2 {
 		s.k = meta.Classes
 	}
@@ -156,13 +165,15 @@ type seqWorkspace[T float] struct {
 	masks [][]T     // per dropout op: n×outN of 0 or 1/(1-rate); nil elsewhere
 	args  [][]int32 // per max pool op: n×outN offsets of the maxima in their example's input; nil elsewhere
 	cols  []T       // im2col block of the convolutions
+	// serial makes the matrix products run on the calling goroutine: the
+	// batch is already split across the cores.
+	serial bool
 	// training only
 	d0, d1 []T // n×widest gradients with respect to an op's output or input
-	p      []float64
-	// float32 only: params, grad and input in T, logits and their
-	// gradient in float64 for the loss
-	w, g, x   []T
-	z64, dz64 []float64
+	g      []T // the gradient of this part's rows
+	// float32 only: the input in T
+	x  []T
+	in []T // the input of the pass, x or the caller's rows
 }
 
 // newSeqWorkspace sizes ws for rows rows; train adds what Gradient needs.
@@ -171,7 +182,11 @@ func newSeqWorkspace[T float](s *Sequential, ws *seqWorkspace[T], rows int, trai
 	widest, cols := s.in.size(), 0
 	for i := range s.ops {
 		o := &s.ops[i]
-		ws.outs = append(ws.outs, make([]T, rows*o.outN()))
+		var out []T
+		if !s.reluPool[i] {
+			out = make([]T, rows*o.outN())
+		}
+		ws.outs = append(ws.outs, out)
 		var mask []T
 		var arg []int32
 		switch {
@@ -191,33 +206,34 @@ func newSeqWorkspace[T float](s *Sequential, ws *seqWorkspace[T], rows int, trai
 		return
 	}
 	ws.d0, ws.d1 = make([]T, rows*widest), make([]T, rows*widest)
-	ws.p = make([]float64, max(s.meta.Classes, 1))
+	ws.g = make([]T, len(s.params))
 	if _, ok := any(ws.d0).([]float32); ok {
-		ws.w, ws.g = make([]T, len(s.params)), make([]T, len(s.params))
 		ws.x = make([]T, rows*s.meta.Dim)
-		ws.z64, ws.dz64 = make([]float64, rows*s.k), make([]float64, rows*s.k)
 	}
 }
 
 // seqForward computes the logits of the rows rows of x with variables p
-// into ws and returns them (rows×Outputs). With train set, dropout draws
-// its masks from s's random source.
+// into ws and returns them (rows×Outputs). With train set, dropout applies
+// the masks in ws (see drawMasks).
 func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int, train bool) []T {
 	in := x[:rows*s.in.size()]
 	for i := range s.ops {
 		o := &s.ops[i]
+		if s.reluPool[i] {
+			continue // the pool reads the ReLU's input
+		}
 		out := ws.outs[i][:rows*o.outN()]
 		switch o.kind {
 		case opDense:
-			denseForward(o, p, in, out, rows)
+			denseForward(o, ws.serial, p, in, out, rows)
 		case opConv:
-			convForward(o, ws.cols, p, in, out, rows)
+			convForward(o, ws.serial, ws.cols, p, in, out, rows)
 		case opMaxPool:
 			var arg []int32
 			if train {
 				arg = ws.args[i][:len(out)]
 			}
-			maxPoolForward(o, in, out, arg, rows)
+			maxPoolForward(o, in, out, arg, rows, i > 0 && s.reluPool[i-1])
 		case opAvgPool:
 			avgPoolForward(o, in, out, rows)
 		case opAct:
@@ -227,13 +243,11 @@ func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int,
 				copy(out, in)
 				break
 			}
-			mask := ws.masks[i][:len(out)]
-			scale := T(1 / (1 - o.rate))
-			for j, v := range in {
-				if s.rng.Float64() < o.rate {
-					mask[j], out[j] = 0, 0
+			for j, m := range ws.masks[i][:len(out)] {
+				if m == 0 {
+					out[j] = 0
 				} else {
-					mask[j], out[j] = scale, v*scale
+					out[j] = in[j] * m
 				}
 			}
 		case opNorm:
@@ -253,9 +267,14 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 	dout, other := dz, ws.d1
 	for i := len(s.ops) - 1; i >= 0; i-- {
 		o := &s.ops[i]
-		var in []T
+		if s.reluPool[i] {
+			continue // the pool's gradient is already the ReLU input's
+		}
+		var in []T // nil: a fused ReLU's output, which no one reads
 		if i > 0 {
-			in = ws.outs[i-1][:rows*o.inN()]
+			if !s.reluPool[i-1] {
+				in = ws.outs[i-1][:rows*o.inN()]
+			}
 		} else {
 			in = x[:rows*o.inN()]
 		}
@@ -266,12 +285,16 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 		}
 		switch o.kind {
 		case opDense:
-			denseBackward(o, p, g, in, dout, din, rows)
+			denseBackward(o, ws.serial, p, g, in, dout, din, rows)
 		case opConv:
-			convBackward(o, ws.cols, p, g, in, dout, din, rows)
+			convBackward(o, ws.serial, ws.cols, p, g, in, dout, din, rows)
 		case opMaxPool:
 			if din != nil {
-				maxPoolBackward(o, ws.args[i], dout, din, rows)
+				var relu []T // with a fused ReLU: route only where the output is positive
+				if i > 0 && s.reluPool[i-1] {
+					relu = out
+				}
+				maxPoolBackward(o, ws.args[i], dout, din, relu, rows)
 			}
 		case opAvgPool:
 			if din != nil {
@@ -300,31 +323,39 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 }
 
 // denseForward computes out = in·W + b for rows rows.
-func denseForward[T float](o *op, p, in, out []T, rows int) {
+func denseForward[T float](o *op, serial bool, p, in, out []T, rows int) {
 	n, m := o.inN(), o.outN()
 	w, b := p[o.off:o.off+n*m], p[o.off+n*m:o.off+o.size]
 	for i := range rows {
 		copy(out[i*m:(i+1)*m], b)
 	}
-	gemmT(blas.NoTrans, blas.NoTrans, rows, n, in, n, m, w, 1, rows, m, out)
+	gemmTOn(serial, blas.NoTrans, blas.NoTrans, rows, n, in, n, m, w, 1, rows, m, out)
 }
 
 // denseBackward writes ∂L/∂W = inᵀ·dout and ∂L/∂b = Σ_rows dout into g
 // and, if din is not nil, ∂L/∂in = dout·Wᵀ into din.
-func denseBackward[T float](o *op, p, g, in, dout, din []T, rows int) {
+func denseBackward[T float](o *op, serial bool, p, g, in, dout, din []T, rows int) {
 	n, m := o.inN(), o.outN()
-	gemmT(blas.Trans, blas.NoTrans, rows, n, in, rows, m, dout, 0, n, m, g[o.off:o.off+n*m])
+	gemmTOn(serial, blas.Trans, blas.NoTrans, rows, n, in, rows, m, dout, 0, n, m, g[o.off:o.off+n*m])
 	biasGrad(g[o.off+n*m:o.off+o.size], dout)
 	if din != nil {
-		gemmT(blas.NoTrans, blas.Trans, rows, m, dout, n, m, p[o.off:o.off+n*m], 0, rows, n, din)
+		gemmTOn(serial, blas.NoTrans, blas.Trans, rows, m, dout, n, m, p[o.off:o.off+n*m], 0, rows, n, din)
 	}
 }
 
-// biasGrad writes into gb the column sums of dout (rows×len(gb)).
+// biasGrad writes into gb the column sums of dout (rows×len(gb)), four
+// rows at a time so that gb is loaded and stored once per four.
 func biasGrad[T float](gb, dout []T) {
 	clear(gb)
 	m := len(gb)
-	for i := 0; i < len(dout); i += m {
+	i := 0
+	for ; i+4*m <= len(dout); i += 4 * m {
+		r0, r1, r2, r3 := dout[i:i+m], dout[i+m:i+2*m], dout[i+2*m:i+3*m], dout[i+3*m:i+4*m]
+		for j := range gb {
+			gb[j] += (r0[j] + r1[j]) + (r2[j] + r3[j])
+		}
+	}
+	for ; i < len(dout); i += m {
 		for j, v := range dout[i : i+m] {
 			gb[j] += v
 		}
@@ -333,7 +364,7 @@ func biasGrad[T float](gb, dout []T) {
 
 // convForward computes conv o's output (rows·Ho·Wo × filters) from in,
 // im2col block by block in cols.
-func convForward[T float](o *op, cols, p, in, out []T, rows int) {
+func convForward[T float](o *op, serial bool, cols, p, in, out []T, rows int) {
 	k, f := o.kdim(), o.out.c
 	w, b := p[o.off:o.off+k*f], p[o.off+k*f:o.off+o.size]
 	total, block := rows*o.out.h*o.out.w, colRows(o, rows)
@@ -345,13 +376,13 @@ func convForward[T float](o *op, cols, p, in, out []T, rows int) {
 		for i := range mr {
 			copy(z[i*f:(i+1)*f], b)
 		}
-		gemmT(blas.NoTrans, blas.NoTrans, mr, k, c, k, f, w, 1, mr, f, z)
+		gemmTOn(serial, blas.NoTrans, blas.NoTrans, mr, k, c, k, f, w, 1, mr, f, z)
 	}
 }
 
 // convBackward writes ∂L/∂W = Σ colsᵀ·dout and ∂L/∂b into g and, if din
 // is not nil, ∂L/∂in: the im2col gradient dout·Wᵀ scattered back (col2im).
-func convBackward[T float](o *op, cols, p, g, in, dout, din []T, rows int) {
+func convBackward[T float](o *op, serial bool, cols, p, g, in, dout, din []T, rows int) {
 	k, f := o.kdim(), o.out.c
 	w, gw := p[o.off:o.off+k*f], g[o.off:o.off+k*f]
 	biasGrad(g[o.off+k*f:o.off+o.size], dout)
@@ -367,9 +398,9 @@ func convBackward[T float](o *op, cols, p, g, in, dout, din []T, rows int) {
 		if m0 == 0 {
 			beta = 0
 		}
-		gemmT(blas.Trans, blas.NoTrans, mr, k, c, mr, f, d, beta, k, f, gw)
+		gemmTOn(serial, blas.Trans, blas.NoTrans, mr, k, c, mr, f, d, beta, k, f, gw)
 		if din != nil {
-			gemmT(blas.NoTrans, blas.Trans, mr, f, d, k, f, w, 0, mr, k, c)
+			gemmTOn(serial, blas.NoTrans, blas.Trans, mr, f, d, k, f, w, 0, mr, k, c)
 			col2im(o, din, c, m0, mr)
 		}
 	}
@@ -381,8 +412,8 @@ func convBackward[T float](o *op, cols, p, g, in, dout, din []T, rows int) {
 // adjacent in NHWC, so each is one copy.
 func im2col[T float](o *op, cols, in []T, m0, n int) {
 	k, c := o.kdim(), o.in.c
+	ex, y, x := convPos(o, m0)
 	for r := range n {
-		ex, y, x := convPos(o, m0+r)
 		dst := cols[r*k : (r+1)*k]
 		base := ex * o.in.size()
 		x0, kx0, kx1 := convCols(o, x)
@@ -394,10 +425,17 @@ func im2col[T float](o *op, cols, in []T, m0, n int) {
 				continue
 			}
 			clear(row[:kx0*c])
-			src := in[base+(iy*o.in.w+x0+kx0)*c:]
-			copy(row[kx0*c:kx1*c], src)
+			src := in[base+(iy*o.in.w+x0+kx0)*c:][:(kx1-kx0)*c]
+			if d := row[kx0*c : kx1*c]; len(d) <= 16 { // a call to memmove costs more
+				for j, v := range src {
+					d[j] = v
+				}
+			} else {
+				copy(d, src)
+			}
 			clear(row[kx1*c:])
 		}
+		ex, y, x = convNext(o, ex, y, x)
 	}
 }
 
@@ -405,8 +443,8 @@ func im2col[T float](o *op, cols, in []T, m0, n int) {
 // din, the gradient of the input.
 func col2im[T float](o *op, din, cols []T, m0, n int) {
 	k, c := o.kdim(), o.in.c
+	ex, y, x := convPos(o, m0)
 	for r := range n {
-		ex, y, x := convPos(o, m0+r)
 		src := cols[r*k : (r+1)*k]
 		base := ex * o.in.size()
 		x0, kx0, kx1 := convCols(o, x)
@@ -421,6 +459,7 @@ func col2im[T float](o *op, din, cols []T, m0, n int) {
 				d[j] += v
 			}
 		}
+		ex, y, x = convNext(o, ex, y, x)
 	}
 }
 
@@ -428,6 +467,17 @@ func col2im[T float](o *op, din, cols []T, m0, n int) {
 func convPos(o *op, m int) (ex, y, x int) {
 	x, m = m%o.out.w, m/o.out.w
 	return m / o.out.h, m % o.out.h, x
+}
+
+// convNext returns the output position after (ex, y, x).
+func convNext(o *op, ex, y, x int) (int, int, int) {
+	if x++; x < o.out.w {
+		return ex, y, x
+	}
+	if y++; y < o.out.h {
+		return ex, y, 0
+	}
+	return ex + 1, 0, 0
 }
 
 // convCols returns the input column x0 of output column x's tap 0 and the
@@ -442,38 +492,32 @@ func poolIndex(t tensor, ex, y, x int) int { return ((ex*t.h+y)*t.w + x) * t.c }
 
 // maxPoolForward writes each window's maximum, channel by channel, and,
 // if arg is not nil, where in the example's input it is (the first such
-// input of the window, row by row).
-func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int) {
-	c := o.in.c
+// input of the window, row by row). With relu it writes max(maximum, 0):
+// the pool of the ReLU of in, which is the ReLU of the pool of in.
+func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int, relu bool) {
+	c, n := o.in.c, o.inN()
 	for ex := range rows {
+		src := in[ex*n : (ex+1)*n]
 		for y := range o.out.h {
 			for x := range o.out.w {
 				at := poolIndex(o.out, ex, y, x)
-				dst := out[at:][:c]
+				dst := out[at:][:c:c]
 				first := poolIndex(o.in, 0, y*o.sh, x*o.sw)
-				copy(dst, in[ex*o.in.size()+first:][:c])
+				copy(dst, src[first:][:c])
 				if arg == nil {
 					for ky := range o.kh {
 						for kx := range o.kw {
-							for j, v := range in[poolIndex(o.in, ex, y*o.sh+ky, x*o.sw+kx):][:c] {
+							for j, v := range src[poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx):][:c] {
 								dst[j] = max(dst[j], v)
 							}
 						}
 					}
-					continue
+				} else {
+					maxPoolArg(o, src, dst, arg[at:][:c:c], y, x)
 				}
-				a := arg[at:][:c]
-				for j := range a {
-					a[j] = int32(first + j)
-				}
-				for ky := range o.kh {
-					for kx := range o.kw {
-						off := poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx)
-						for j, v := range in[ex*o.in.size()+off:][:c] {
-							if v > dst[j] {
-								dst[j], a[j] = v, int32(off+j)
-							}
-						}
+				if relu {
+					for j, v := range dst {
+						dst[j] = max(v, 0)
 					}
 				}
 			}
@@ -481,15 +525,74 @@ func maxPoolForward[T float](o *op, in, out []T, arg []int32, rows int) {
 	}
 }
 
+// maxPoolArg writes into dst the maximum of each channel over output
+// pixel (y, x)'s window of src, one example's input, and into a its
+// offset in src: the first such input, row by row.
+func maxPoolArg[T float](o *op, src, dst []T, a []int32, y, x int) {
+	var buf [16]int
+	if o.kh*o.kw > len(buf) { // a window past 4×4: tap by tap
+		first := poolIndex(o.in, 0, y*o.sh, x*o.sw)
+		copy(dst, src[first:])
+		for j := range a {
+			a[j] = int32(first + j)
+		}
+		for ky := range o.kh {
+			for kx := range o.kw {
+				off := poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx)
+				for j, v := range src[off:][:len(dst)] {
+					if v > dst[j] {
+						dst[j], a[j] = v, int32(off+j)
+					}
+				}
+			}
+		}
+		return
+	}
+	taps := buf[:0]
+	for ky := range o.kh {
+		for kx := range o.kw {
+			taps = append(taps, poolIndex(o.in, 0, y*o.sh+ky, x*o.sw+kx))
+		}
+	}
+	t0, rest := taps[0], taps[1:]
+	for j := range dst {
+		best, at := src[t0+j], int32(t0+j)
+		for _, t := range rest {
+			v := src[t+j]
+			// Branch-free select: which input holds the maximum is a
+			// coin toss.
+			var gt int32
+			if v > best {
+				gt = 1
+			}
+			at += (int32(t+j) - at) & -gt
+			best = max(best, v)
+		}
+		dst[j], a[j] = best, at
+	}
+}
+
 // maxPoolBackward routes each output's gradient to the input maxPoolForward
-// found its maximum at.
-func maxPoolBackward[T float](o *op, arg []int32, dout, din []T, rows int) {
+// found its maximum at. With relu, the pool's output, it routes only the
+// gradients of positive outputs: din is the gradient of the fused ReLU's
+// input.
+func maxPoolBackward[T float](o *op, arg []int32, dout, din, relu []T, rows int) {
 	clear(din)
 	n, m := o.inN(), o.outN()
 	for ex := range rows {
 		d := din[ex*n : (ex+1)*n]
+		g := dout[ex*m : (ex+1)*m]
+		if relu == nil {
+			for j, i := range arg[ex*m : (ex+1)*m] {
+				d[i] += g[j]
+			}
+			continue
+		}
+		y := relu[ex*m : (ex+1)*m]
 		for j, i := range arg[ex*m : (ex+1)*m] {
-			d[i] += dout[ex*m+j]
+			if y[j] > 0 {
+				d[i] += g[j]
+			}
 		}
 	}
 }
@@ -666,6 +769,8 @@ func activateGrad[T float](a Activation, din, dout, x, y []T) {
 // the rows of x, computing in float64 with dropout off. Either destination
 // may be nil. Its scratch comes from a pool that keeps the largest batch's
 // workspace; it is safe for concurrent use while Params is not written.
+// Like Gradient it splits ≥ seqParts·seqPartRows rows into seqParts parts
+// on up to as many cores; the results are those of one pass, bit for bit.
 func (s *Sequential) Predict(probs, logits, x []float64) error {
 	dim := s.meta.Dim
 	if len(x)%dim != 0 {
@@ -675,6 +780,41 @@ func (s *Sequential) Predict(probs, logits, x []float64) error {
 	if (logits != nil && len(logits) < rows*s.k) || (probs != nil && s.meta.Classes > 0 && len(probs) < rows*s.meta.Classes) {
 		return fmt.Errorf("%w: destinations too short for %d rows", ErrShape, rows)
 	}
+	p, _ := s.predicts.Get().(*seqPredict)
+	if p == nil {
+		p = &seqPredict{s: s}
+	}
+	defer s.predicts.Put(p)
+	p.n, p.lo[0] = 1, 0
+	if rows >= seqParts*seqPartRows {
+		p.n = seqParts
+	}
+	for i := range p.n {
+		p.lo[i+1] = rows * (i + 1) / p.n
+	}
+	p.probs, p.logits, p.x, p.run.p = probs, logits, x, p
+	runParts(&p.run, p.n)
+	p.probs, p.logits, p.x = nil, nil, nil
+	return nil
+}
+
+// seqPredict is one Predict call, split into n parts of consecutive rows
+// (as Gradient splits a batch) that run on up to n cores, each with a
+// workspace from the model's pool. A row's logits do not depend on the
+// split.
+type seqPredict struct {
+	s                *Sequential
+	n                int
+	lo               [seqParts + 1]int
+	probs, logits, x []float64
+	run              parts
+}
+
+// part predicts rows lo[i]…lo[i+1]-1.
+func (p *seqPredict) part(i int) {
+	s := p.s
+	lo, hi := p.lo[i], p.lo[i+1]
+	rows, dim, k := hi-lo, s.meta.Dim, s.k
 	ws, _ := s.pool.Get().(*seqWorkspace[float64])
 	if ws == nil {
 		ws = new(seqWorkspace[float64])
@@ -683,56 +823,166 @@ func (s *Sequential) Predict(probs, logits, x []float64) error {
 	if ws.n < rows || ws.outs == nil {
 		newSeqWorkspace(s, ws, rows, false)
 	}
-	z := seqForward(s, ws, s.params, x, rows, false)
-	if logits != nil {
-		copy(logits, z)
+	ws.serial = p.n > 1
+	z := seqForward(s, ws, s.params, p.x[lo*dim:hi*dim], rows, false)
+	if p.logits != nil {
+		copy(p.logits[lo*k:hi*k], z)
 	}
-	if probs != nil && s.meta.Classes > 0 {
-		c := s.meta.Classes
-		for i := range rows {
-			probabilities(probs[i*c:(i+1)*c], z[i*s.k:(i+1)*s.k])
+	if c := s.meta.Classes; p.probs != nil && c > 0 {
+		for r := range rows {
+			probabilities(p.probs[(lo+r)*c:(lo+r+1)*c], z[r*k:(r+1)*k])
 		}
 	}
-	return nil
+}
+
+// seqParts is the number of parts Gradient splits a batch of at least
+// seqParts·seqPartRows rows into, whatever GOMAXPROCS is: results depend
+// on the batch only, and up to seqParts cores share a step (the machine
+// class of issue #30 has two).
+const seqParts = 2
+
+// seqPartRows is the fewest rows of a part. Tests raise it to get the
+// unsplit pass.
+var seqPartRows = 8
+
+// seqGrad is Gradient's state, computing in T: a workspace per part of
+// the batch and the batch-wide logits and their gradient.
+type seqGrad[T float] struct {
+	s     *Sequential
+	parts [seqParts]seqWorkspace[T]
+	w     []T // the variables in T (float32), shared by the parts
+	// one call's batch: part i is rows lo[i]…lo[i+1]-1
+	n         int
+	lo        [seqParts + 1]int
+	x         []float64
+	z64, dz64 []float64 // rows×Outputs
+	p         []float64 // the loss's scratch
+	backward  bool
+	run       parts
+}
+
+// part runs part i of the batch: the forward pass, or the backward pass
+// into parts[i].g once g.dz64 holds the gradient of the logits.
+func (g *seqGrad[T]) part(i int) {
+	s, ws := g.s, &g.parts[i]
+	lo, hi := g.lo[i], g.lo[i+1]
+	rows, k := hi-lo, s.k
+	if !g.backward {
+		ws.in = fromFloat64(ws.x, g.x[lo*s.meta.Dim:hi*s.meta.Dim])
+		z := seqForward(s, ws, g.w, ws.in, rows, true)
+		toFloat64(g.z64[lo*k:hi*k], z)
+		return
+	}
+	dz := ws.d0[:rows*k] // seqBackward swaps it with ws.d1
+	switch d := any(dz).(type) {
+	case []float64:
+		copy(d, g.dz64[lo*k:hi*k])
+	case []float32:
+		narrow(d, g.dz64[lo*k:hi*k])
+	}
+	seqBackward(s, ws, g.w, ws.g, dz, ws.in, rows)
+}
+
+// fromFloat64 returns src as []T: src itself for float64, else narrowed
+// into buf.
+func fromFloat64[T float](buf []T, src []float64) []T {
+	if v, ok := any(src).([]T); ok {
+		return v
+	}
+	narrow(any(buf).([]float32), src)
+	return buf[:len(src)]
+}
+
+// toFloat64 writes src into dst.
+func toFloat64[T float](dst []float64, src []T) {
+	switch v := any(src).(type) {
+	case []float64:
+		copy(dst, v)
+	case []float32:
+		widen(dst, v)
+	}
 }
 
 // Gradient writes into grad (len(Params)) the gradient of the mean loss
 // over the rows of x with targets y and returns that loss. During training
 // dropout draws from the model's random source. It allocates only when a
 // batch is larger than any before; not safe for concurrent use.
+//
+// A batch of at least seqParts·seqPartRows rows is split into seqParts
+// parts of consecutive rows, each with its own workspace, run on up to
+// that many cores (GOMAXPROCS); the matrix products inside a part do not
+// split further. Dropout's masks are drawn for the whole batch first, in
+// the order one pass would draw them, and the loss is computed over the
+// whole batch, so the logits, the loss and the random source's state are
+// those of the unsplit pass. Only the gradients of the variables differ
+// from it, by rounding: they are the sum of the parts' sums over their
+// rows. Neither depends on GOMAXPROCS.
 func (s *Sequential) Gradient(grad, x, y []float64) float64 {
-	rows := len(y)
 	if s.f32 {
-		return s.gradient32(grad, x, y)
+		return seqGradient(s, &s.grad32, grad, x, y)
 	}
-	if s.ws.n < rows || s.ws.d0 == nil {
-		newSeqWorkspace(s, &s.ws, rows, true)
+	return seqGradient(s, &s.grad, grad, x, y)
+}
+
+// seqGradient is Gradient computing in T with state g.
+func seqGradient[T float](s *Sequential, g *seqGrad[T], grad, x, y []float64) float64 {
+	rows := len(y)
+	n := 1
+	if rows >= seqParts*seqPartRows {
+		n = seqParts
 	}
-	ws := &s.ws
-	z := seqForward(s, ws, s.params, x, rows, true)
-	dz := ws.d0[:rows*s.k]
-	loss := modelLoss(s.meta.Classes, s.k, dz, z, y, ws.p)
-	seqBackward(s, ws, s.params, grad, dz, x, rows)
+	g.n, g.lo[0] = n, 0
+	for i := range n {
+		g.lo[i+1] = rows * (i + 1) / n
+		ws := &g.parts[i]
+		if r := g.lo[i+1] - g.lo[i]; ws.n < r || ws.d0 == nil {
+			newSeqWorkspace(s, ws, r, true)
+		}
+		ws.serial = n > 1
+	}
+	if g.s == nil || len(g.z64) < rows*s.k {
+		g.s = s
+		g.z64, g.dz64 = make([]float64, rows*s.k), make([]float64, rows*s.k)
+		g.p = make([]float64, max(s.meta.Classes, 1))
+	}
+	if _, ok := any(g.w).([]float32); ok && len(g.w) != len(s.params) {
+		g.w = make([]T, len(s.params))
+	}
+	g.w = fromFloat64(g.w, s.params)
+	drawMasks(s, g)
+	g.x, g.backward, g.run.p = x, false, g
+	runParts(&g.run, n)
+	z64, dz64 := g.z64[:rows*s.k], g.dz64[:rows*s.k]
+	loss := modelLoss(s.meta.Classes, s.k, dz64, z64, y, g.p)
+	g.backward = true
+	runParts(&g.run, n)
+	toFloat64(grad, g.parts[0].g)
+	for i := 1; i < n; i++ {
+		for j, v := range g.parts[i].g {
+			grad[j] += float64(v)
+		}
+	}
+	g.x = nil
 	return loss
 }
 
-// gradient32 is Gradient computing in float32.
-func (s *Sequential) gradient32(grad, x, y []float64) float64 {
-	rows := len(y)
-	if s.ws32.n < rows || s.ws32.d0 == nil {
-		newSeqWorkspace(s, &s.ws32, rows, true)
+// drawMasks draws the dropout masks of g's parts from s's random source:
+// each dropout op's, in op order, over the whole batch row by row.
+func drawMasks[T float](s *Sequential, g *seqGrad[T]) {
+	for i := range s.ops {
+		o := &s.ops[i]
+		if o.kind != opDropout {
+			continue
+		}
+		scale := T(1 / (1 - o.rate))
+		for p := range g.n {
+			for j := range g.parts[p].masks[i][:(g.lo[p+1]-g.lo[p])*o.outN()] {
+				if s.rng.Float64() < o.rate {
+					g.parts[p].masks[i][j] = 0
+				} else {
+					g.parts[p].masks[i][j] = scale
+				}
+			}
+		}
 	}
-	ws := &s.ws32
-	narrow(ws.w, s.params)
-	x32 := ws.x[:len(x)]
-	narrow(x32, x)
-	z := seqForward(s, ws, ws.w, x32, rows, true)
-	z64, dz64 := ws.z64[:rows*s.k], ws.dz64[:rows*s.k]
-	widen(z64, z)
-	loss := modelLoss(s.meta.Classes, s.k, dz64, z64, y, ws.p)
-	dz := ws.d0[:rows*s.k]
-	narrow(dz, dz64)
-	seqBackward(s, ws, ws.w, ws.g, dz, x32, rows)
-	widen(grad, ws.g)
-	return loss
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -189,6 +191,9 @@ var seqGradientCases = []struct {
 	{"conv same stride [1,3]", seqMeta(5, 7, 3, 30, convL(2, sq(3), Window{1, 3}, "same", ActivationGELU))},
 	{"max pool", seqMeta(5, 7, 3, 0, convL(2, sq(1), Window{}, "", ""), maxPoolL(sq(2), Window{}), flattenL(), denseL(1, ""))},
 	{"max pool 2x3 stride 1", seqMeta(5, 7, 3, 0, convL(2, sq(1), Window{}, "", ""), maxPoolL(Window{2, 3}, sq(1)), flattenL(), denseL(1, ""))},
+	{"conv relu max pool 2x3 stride 1", seqMeta(5, 7, 3, 0, convL(2, sq(2), Window{}, "", ActivationReLU), maxPoolL(Window{2, 3}, sq(1)), flattenL(), denseL(1, ""))},
+	{"max pool 5x4 stride 1", seqMeta(6, 7, 2, 0, convL(2, sq(1), Window{}, "", ActivationReLU), maxPoolL(Window{5, 4}, sq(1)), flattenL(), denseL(1, ""))},
+	{"relu max pool", seqMeta(4, 6, 2, 3, actL(ActivationReLU), maxPoolL(sq(2), Window{}), flattenL(), denseL(3, ""))},
 	{"avg pool", seqMeta(5, 7, 3, 0, convL(2, sq(2), Window{}, "", ""), avgPoolL(sq(2), Window{}), flattenL(), denseL(1, ""))},
 	{"avg pool overlapping", seqMeta(5, 7, 3, 0, convL(2, sq(1), Window{}, "", ""), avgPoolL(Window{3, 2}, Window{1, 2}), flattenL(), denseL(1, ""))},
 	{"dropout", seqMeta(1, 1, 5, 3, flattenL(), denseL(6, ""), dropoutL(0.4), denseL(3, ""))},
@@ -250,6 +255,115 @@ func TestSequentialGradientFiniteDifferences(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSequentialSplitGradient checks Gradient's batch split (seqParts
+// parts of ≥ seqPartRows rows) against the unsplit pass on the same
+// variables and dropout state: the loss and the random source's state
+// are bit-identical, and every gradient agrees within 1e-12 (float64) or
+// 1e-5 (float32) of its tensor's largest, the rounding of summing the
+// parts' row sums apart. The split gradient is also bit-identical under
+// GOMAXPROCS 1 and 2.
+func TestSequentialSplitGradient(t *testing.T) {
+	defer func(r int) { seqPartRows = r }(seqPartRows)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, name := range []string{"cnn stack", "dropout", "conv same stride 2 kernel 2x3", "layer norm image", "dense tanh regressor"} {
+		var meta CheckpointMeta
+		for _, c := range seqGradientCases {
+			if c.name == name {
+				meta = c.meta
+			}
+		}
+		for _, f32 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/float32=%v", name, f32), func(t *testing.T) {
+				spec := meta.spec()
+				spec.Float32 = f32
+				meta := meta
+				meta.Spec = &spec
+				r := rand.New(rand.NewPCG(8, 8))
+				m, err := New(meta, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				perturb(m, r)
+				x, y := batchFor(m, r, 19) // parts of 9 and 10 rows
+				st := m.(rngModel).RNGState()
+				run := func(partRows, procs int) (g []float64, loss float64, after []float64) {
+					seqPartRows = partRows
+					runtime.GOMAXPROCS(procs)
+					if err := m.(rngModel).SetRNGState(st); err != nil {
+						t.Fatal(err)
+					}
+					g = make([]float64, len(m.Params()))
+					loss = m.Gradient(g, x, y)
+					return g, loss, m.(rngModel).RNGState()
+				}
+				want, wantLoss, wantRNG := run(1<<30, 2)
+				got, loss, rng := run(4, 2)
+				if m.(*Sequential).grad.parts[1].n == 0 && m.(*Sequential).grad32.parts[1].n == 0 {
+					t.Fatal("the batch was not split")
+				}
+				if loss != wantLoss || !slices.Equal(rng, wantRNG) {
+					t.Errorf("split: loss %v, rng %v; unsplit %v, %v", loss, rng, wantLoss, wantRNG)
+				}
+				tol := 1e-12
+				if f32 {
+					tol = 1e-5
+				}
+				for _, o := range m.(*Sequential).ops {
+					scale := 0.0
+					for _, v := range want[o.off : o.off+o.size] {
+						scale = max(scale, math.Abs(v))
+					}
+					for i := o.off; i < o.off+o.size; i++ {
+						if math.Abs(got[i]-want[i]) > tol*scale {
+							t.Fatalf("param %d (layers[%d]): split gradient %v, unsplit %v (largest %v)", i, o.layer, got[i], want[i], scale)
+						}
+					}
+				}
+				one, _, _ := run(4, 1)
+				if !slices.Equal(one, got) {
+					t.Error("the split gradient under GOMAXPROCS=1 differs from GOMAXPROCS=2")
+				}
+			})
+		}
+	}
+}
+
+// TestSequentialSplitPredict checks that Predict split into parts gives
+// the logits and probabilities of the unsplit pass, bit for bit.
+func TestSequentialSplitPredict(t *testing.T) {
+	defer func(r int) { seqPartRows = r }(seqPartRows)
+	for _, name := range []string{"cnn stack", "dense tanh regressor"} {
+		t.Run(name, func(t *testing.T) {
+			var meta CheckpointMeta
+			for _, c := range seqGradientCases {
+				if c.name == name {
+					meta = c.meta
+				}
+			}
+			r := rand.New(rand.NewPCG(9, 9))
+			m, err := New(meta, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perturb(m, r)
+			x, _ := batchFor(m, r, 19)
+			predict := func(partRows int) (probs, logits []float64) {
+				seqPartRows = partRows
+				probs, logits = make([]float64, 19*m.NumClasses()), make([]float64, 19*m.Outputs())
+				if err := m.Predict(probs, logits, x); err != nil {
+					t.Fatal(err)
+				}
+				return probs, logits
+			}
+			wantP, wantZ := predict(1 << 30)
+			gotP, gotZ := predict(4)
+			if !slices.Equal(gotZ, wantZ) || !slices.Equal(gotP, wantP) {
+				t.Errorf("split: logits %v, probs %v; unsplit %v, %v", gotZ, gotP, wantZ, wantP)
+			}
+		})
 	}
 }
 

@@ -10,6 +10,12 @@
 #   2 threads: default build GOMAXPROCS=2 (the kernels split large GEMMs
 #              across a worker pool) vs torch.set_num_threads(2)
 #
+# and (issue #28) the two CNN presets, float32, Adam 1e-3, on the
+# Fashion-MNIST images: fashion_mnist_cnn (jobspec.FashionCNN, batch 64)
+# and mnist_cnn (jobspec.TutorialCNN, batch 128), trainflow GOMAXPROCS=1
+# and 2 against torch at 1 and 2 threads (BenchmarkTrainCNN and
+# torch_bench.py --models cnn). MODELS=mlp or MODELS=cnn runs one part.
+#
 # Rounds interleave all runs so that load from other processes hits all
 # alike. It then prints medians, ratios to torch, the MLP's GEMM GFLOP/s
 # next to the machine's AVX2 peak, and a CPU profile of the default build's
@@ -25,10 +31,16 @@ mkdir -p "$out"
 cpus=$(getconf _NPROCESSORS_ONLN) # not nproc, which obeys OMP_NUM_THREADS
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 python=/usr/bin/python3 # Debian's, where python3-torch lives
+models=${MODELS:-mlp,cnn}
+mlp=0 cnn=0
+case ",$models," in *,mlp,*) mlp=1 ;; esac
+case ",$models," in *,cnn,*) cnn=1 ;; esac
 
 go test -c -o "$out/kernel.test" ./train/
 backends=(kernel)
-if [ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ]; then
+if [ "$mlp" = 0 ]; then
+	: # the CNN part runs the default build only
+elif [ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ]; then
 	go test -tags openblas -c -o "$out/openblas.test" ./train/
 	backends+=(openblas)
 else
@@ -36,14 +48,35 @@ else
 fi
 torch=0
 if "$python" -c 'import torch' 2>/dev/null; then torch=1; else echo "python3-torch not installed: skipping PyTorch" >&2; fi
+# Debian's torch takes its BLAS from the libblas.so.3 alternative: the
+# reference BLAS unless an optimised one (libopenblas0) is installed,
+# which made torch's MLP ~6× slower here.
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
+echo "torch's BLAS: ${blas:-unknown}" >&2
+case "$blas" in */blas/libblas.so*) echo "warning: the reference BLAS; apt-get install libopenblas0 for a fair torch" >&2 ;; esac
 
 bench1='TrainMLP/batch=128$|TrainMLP/float32/batch=128$|TrainCensusLinear/batch=64$'
 : >"$out/torch.txt"
 : >"$out/torch2.txt"
 : >"$out/kernel2.txt"
 for b in "${backends[@]}"; do : >"$out/$b.txt"; done
+for f in cnn1 cnn2 torchcnn1 torchcnn2; do : >"$out/$f.txt"; done
 features=115
 for r in $(seq "$rounds"); do
+	if [ "$cnn" = 1 ]; then
+		for p in 1 2; do
+			[ "$p" -le "$cpus" ] || continue
+			(cd train && GOMAXPROCS=$p "$out/kernel.test" -test.run '^$' -test.bench 'TrainCNN/' \
+				-test.benchmem -test.benchtime "${secs}s" -test.count 1) >>"$out/cnn$p.txt"
+			if [ "$torch" = 1 ]; then
+				"$python" bench/train/torch_bench.py --models cnn --threads "$p" --seconds "$secs" --count 1 >>"$out/torchcnn$p.txt"
+			fi
+		done
+	fi
+	if [ "$mlp" = 0 ]; then
+		echo "round $r of $rounds done" >&2
+		continue
+	fi
 	for b in "${backends[@]}"; do
 		(cd train && GOMAXPROCS=1 "$out/$b.test" -test.run '^$' -test.bench "$bench1" \
 			-test.benchmem -test.benchtime "${secs}s" -test.count 1) >>"$out/$b.txt"
@@ -67,6 +100,38 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (
 goex() { [ -s "$out/$1.txt" ] || { echo -; return; }; awk -v pat="$2" '$1 ~ pat { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") print $i }' "$out/$1.txt" | median; }
 tex() { awk -v pat="$2" '$0 ~ pat { for (i = 1; i <= NF; i++) if ($i ~ /^examples\/s=/) { sub("examples/s=", "", $i); print $i } }' "$out/$1.txt" | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+
+if [ "$cnn" = 1 ]; then
+	# per-round values of a run, in round order, and the median of the
+	# per-round ratios of two runs (load shifts between rounds more than
+	# within one)
+	gorounds() { awk -v pat="$2" '$1 ~ pat { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") print $i }' "$out/$1.txt"; }
+	trounds() { awk -v pat="$2" '$0 ~ pat { for (i = 1; i <= NF; i++) if ($i ~ /^examples\/s=/) { sub("examples/s=", "", $i); print $i } }' "$out/$1.txt"; }
+	rratio() { paste <(echo "$1") <(echo "$2") | awk 'NF == 2 && $2 > 0 { printf "%.4f\n", $1 / $2 }' | sort -n |
+		awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) printf "%.2f", v[(NR+1)/2]; else printf "%.2f", (v[NR/2] + v[NR/2+1]) / 2 }'; }
+	echo
+	echo "CNN training examples/s (float32, Adam 1e-3, Fashion-MNIST), medians of $rounds rounds and of the rounds' ratios (raw outputs in $out)"
+	printf '%-40s %12s %12s %10s\n' run trainflow torch ratio
+	for m in "fashion 64" "tutorial 128"; do
+		set -- $m
+		for p in 1 2; do
+			[ "$p" -le "$cpus" ] || continue
+			g=$(goex "cnn$p" "TrainCNN/$1/batch=$2"); t=$(tex "torchcnn$p" "torch cnn $1 batch=$2 ")
+			r=$(rratio "$(gorounds "cnn$p" "TrainCNN/$1/batch=$2")" "$(trounds "torchcnn$p" "torch cnn $1 batch=$2 ")")
+			printf '%-40s %12s %12s %10s\n' "$1 cnn batch $2, $p thread(s)" "$g" "$t" "$r"
+		done
+		if [ "$cpus" -ge 2 ]; then
+			echo "  $1: trainflow GOMAXPROCS=2 / GOMAXPROCS=1 = $(rratio "$(gorounds cnn2 "TrainCNN/$1/")" "$(gorounds cnn1 "TrainCNN/$1/")")," \
+				"torch 2 threads / 1 = $(rratio "$(trounds torchcnn2 "torch cnn $1 ")" "$(trounds torchcnn1 "torch cnn $1 ")")"
+		fi
+	done
+	echo
+	echo "where a fashion CNN step's time goes (GOMAXPROCS=1, pprof -top):"
+	(cd train && GOMAXPROCS=1 "$out/kernel.test" -test.run '^$' -test.bench 'TrainCNN/fashion' -test.benchtime "$((2 * secs))s" \
+		-test.cpuprofile "$out/cnn.pprof" >/dev/null)
+	go tool pprof -top -nodecount=16 -focus 'benchmarkSteps' "$out/kernel.test" "$out/cnn.pprof" 2>/dev/null | sed -n '/flat%/,$p'
+fi
+[ "$mlp" = 1 ] || exit 0
 
 mlp1=$(goex kernel 'TrainMLP/batch=128'); mlp32=$(goex kernel 'TrainMLP/float32/batch=128')
 mlp2=$(goex kernel2 'TrainMLP/float32/batch=128'); ob=$(goex openblas 'TrainMLP/float32/batch=128')

@@ -36,6 +36,18 @@ func Dgemm(tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64, lda i
 	gemm(&impl.d, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// SgemmSerial is Sgemm computed on the calling goroutine only, for callers
+// that split their own work across the cores. Its results are those of
+// Sgemm: a split of C never changes how an element is summed.
+func SgemmSerial(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	gemmParts(&impl.s, 1, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// DgemmSerial is SgemmSerial for float64.
+func DgemmSerial(tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	gemmParts(&impl.d, 1, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
 // gemm checks the arguments, then runs the product serially or split
 // across the worker pool.
 func gemm[T Float](kn *gemmKernel[T], tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"testing"
 
 	"gonum.org/v1/gonum/blas"
@@ -297,4 +299,51 @@ func FuzzGemm(f *testing.F) {
 			check(t, ks, 1+int(flags>>6), c, r)
 		}
 	})
+}
+
+// TestGemmSerialMatchesSplit checks that SgemmSerial and DgemmSerial give
+// Sgemm's and Dgemm's results bit for bit on products large enough to be
+// split across the pool (with beta 0 and 1, each transpose): a split of C
+// must not change how an element is summed, which the batch split of
+// train.Sequential relies on for results independent of GOMAXPROCS.
+func TestGemmSerialMatchesSplit(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	r := rand.New(rand.NewPCG(5, 5))
+	m, n, k := 301, 203, 67 // 4.1M multiply-adds: above parallelMin, ragged tiles
+	if parallelism(m, n, k) < 2 && runtime.NumCPU() >= 2 {
+		t.Fatalf("parallelism(%d, %d, %d) = 1: the product would not split", m, n, k)
+	}
+	fill := func(n int) ([]float32, []float64) {
+		s, d := make([]float32, n), make([]float64, n)
+		for i := range s {
+			d[i] = r.NormFloat64()
+			s[i] = float32(d[i])
+		}
+		return s, d
+	}
+	a32, a64 := fill(m * k)
+	b32, b64 := fill(k * n)
+	c32, c64 := fill(m * n)
+	for _, tA := range []blas.Transpose{blas.NoTrans, blas.Trans} {
+		for _, tB := range []blas.Transpose{blas.NoTrans, blas.Trans} {
+			for _, beta := range []float64{0, 1} {
+				lda, ldb := k, n
+				if tA == blas.Trans {
+					lda = m
+				}
+				if tB == blas.Trans {
+					ldb = k
+				}
+				s1, s2 := slices.Clone(c32), slices.Clone(c32)
+				Sgemm(tA, tB, m, n, k, 1, a32, lda, b32, ldb, float32(beta), s1, n)
+				SgemmSerial(tA, tB, m, n, k, 1, a32, lda, b32, ldb, float32(beta), s2, n)
+				d1, d2 := slices.Clone(c64), slices.Clone(c64)
+				Dgemm(tA, tB, m, n, k, 1, a64, lda, b64, ldb, beta, d1, n)
+				DgemmSerial(tA, tB, m, n, k, 1, a64, lda, b64, ldb, beta, d2, n)
+				if !slices.Equal(s1, s2) || !slices.Equal(d1, d2) {
+					t.Errorf("tA %v tB %v beta %v: serial and split products differ", tA, tB, beta)
+				}
+			}
+		}
+	}
 }
