@@ -25,7 +25,8 @@ func fashionTrain(b *testing.B) train.Data {
 }
 
 // BenchmarkFashionMLP measures training examples/s of the Fashion-MNIST
-// DNN (784-128-64-10, Adam, batch 128): "local" is one goroutine calling
+// DNN (784-128-64-10, Adam, batch 128, passes in float32 as jobs compute
+// them, fashionMeta): "local" is one goroutine calling
 // train.Step on its own model, the baseline; the others run parameter
 // servers and workers in this process over loopback gRPC, async or sync,
 // with 1 or 2 workers. Besides examples/s it reports the share of the
@@ -34,7 +35,7 @@ func fashionTrain(b *testing.B) train.Data {
 //	go test -run '^$' -bench FashionMLP -count 5 ./train/dist | tee new.txt
 func BenchmarkFashionMLP(b *testing.B) {
 	data := fashionTrain(b)
-	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
+	meta := fashionMeta()
 	const batch = 128
 	b.Run("local", func(b *testing.B) {
 		m, _ := train.Initial(meta, 1)
@@ -145,7 +146,7 @@ func (c *cluster) startB(i int) error {
 // BenchmarkPullPush measures one Pull and one Push of the Fashion-MNIST
 // DNN's 109,386 variables from one parameter server over loopback gRPC.
 func BenchmarkPullPush(b *testing.B) {
-	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
+	meta := fashionMeta()
 	sh, err := NewShard(ShardConfig{Tasks: 1, Workers: 1, Meta: meta, Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1e-9}, MaxSteps: 1 << 62, SaveSteps: 1 << 62})
 	if err != nil {
 		b.Fatal(err)
@@ -189,7 +190,7 @@ func TestTimeToAccuracy(t *testing.T) {
 	}
 	data := fashionSplit(t, "train")
 	test := fashionSplit(t, "t10k")
-	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
+	meta := fashionMeta()
 	const batch, bar, every = 128, 0.865, 469 // every ≈ one epoch of batches
 	{
 		dir := t.TempDir()
@@ -279,6 +280,13 @@ func (w *barWatch) check(dir string, step int64) {
 
 func (w *barWatch) report(t *testing.T, name string) {
 	t.Logf("%-22s reached %.4f at global step %d after %.1f s of training", name, w.acc, w.atStep, w.reached.Seconds())
+}
+
+// fashionMeta is the Fashion-MNIST DNN (784-128-64-10) as a job trains
+// it: passes computed in float32 (jobspec.ModelSpec.TrainFloat32), locally
+// and on workers alike.
+func fashionMeta() train.CheckpointMeta {
+	return train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}, Float32: true}}
 }
 
 // fashionSplit reads a Fashion-MNIST split for tests.
