@@ -718,21 +718,35 @@ func (s *Sequential) Gradient(grad, x, y []float64) float64 {
 
 // gradient32 is Gradient computing in float32.
 func (s *Sequential) gradient32(grad, x, y []float64) float64 {
+	if s.ws32.n < len(y) || s.ws32.d0 == nil {
+		newSeqWorkspace(s, &s.ws32, len(y), true)
+	}
+	narrow(s.ws32.w, s.params)
+	loss := s.Gradient32(s.ws32.g, s.ws32.w, x, y)
+	widen(grad, s.ws32.g)
+	return loss
+}
+
+// Float32 reports whether Gradient computes in float32 (Spec.Float32).
+func (s *Sequential) Float32() bool { return s.f32 }
+
+// Gradient32 is Gradient computing in float32 on the variables w
+// (len(Params); Params is not read) into the float32 gradient grad: a
+// Float32 model's Gradient is widen(Gradient32(narrow(Params))).
+func (s *Sequential) Gradient32(grad, w []float32, x, y []float64) float64 {
 	rows := len(y)
 	if s.ws32.n < rows || s.ws32.d0 == nil {
 		newSeqWorkspace(s, &s.ws32, rows, true)
 	}
 	ws := &s.ws32
-	narrow(ws.w, s.params)
 	x32 := ws.x[:len(x)]
 	narrow(x32, x)
-	z := seqForward(s, ws, ws.w, x32, rows, true)
+	z := seqForward(s, ws, w, x32, rows, true)
 	z64, dz64 := ws.z64[:rows*s.k], ws.dz64[:rows*s.k]
 	widen(z64, z)
 	loss := modelLoss(s.meta.Classes, s.k, dz64, z64, y, ws.p)
 	dz := ws.d0[:rows*s.k]
 	narrow(dz, dz64)
-	seqBackward(s, ws, ws.w, ws.g, dz, x32, rows)
-	widen(grad, ws.g)
+	seqBackward(s, ws, w, grad, dz, x32, rows)
 	return loss
 }
