@@ -174,7 +174,10 @@ func (s *Server) pull(ctx context.Context, req *pullRequest) (*pullResponse, err
 	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
 	}
-	return &pullResponse{from: s.shard}, nil
+	if req.Width != 4 && req.Width != 8 {
+		return nil, status.Errorf(codes.InvalidArgument, "pull of width %d, want 4 or 8", req.Width)
+	}
+	return &pullResponse{from: s.shard, width: int(req.Width)}, nil
 }
 
 func (s *Server) push(ctx context.Context, req *pushRequest) (*pushResponse, error) {

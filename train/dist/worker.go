@@ -53,6 +53,10 @@ type WorkerConfig struct {
 	// Backups is set in sync mode with backup workers (fewer replicas per
 	// step than workers): gradients go through Client.PushAdmitted.
 	Backups bool
+	// wire64, in tests, keeps a float32 model's variables and gradients
+	// float64 in the worker and on the wire (the reference of the float32
+	// wire).
+	wire64 bool
 }
 
 // Checkpoints is where the chief commits checkpoints, and where workers
@@ -212,8 +216,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	if err != nil {
 		return WorkerResult{}, err
 	}
-	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, params: m.Params(), grad: make([]float64, len(m.Params())),
+	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m,
 		xb: make([]float64, cfg.BatchSize*data.Dim), yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
+	if m32, ok := m.(train.Float32Model); ok && m32.Float32() && !cfg.wire64 {
+		// The model computes in float32: its variables and gradient stay
+		// float32 from the wire to the kernels and back.
+		w.m32, w.params32, w.grad32 = m32, make([]float32, len(m.Params())), make([]float32, len(m.Params()))
+	} else {
+		w.params, w.grad = m.Params(), make([]float64, len(m.Params()))
+	}
 	if w.ckpts == nil {
 		w.ckpts = train.NewCheckpoints(train.Dir(cfg.CheckpointDir), "")
 	}
@@ -340,10 +351,14 @@ type worker struct {
 	m      train.Model
 	params []float64
 	grad   []float64
-	xb, yb []float64
-	pos    Position
-	perm   []int
-	permOf int64 // epoch perm was drawn for; -1 none
+	// A model computing in float32 (m32 non-nil) is trained on params32
+	// into grad32 instead of params and grad.
+	m32              train.Float32Model
+	params32, grad32 []float32
+	xb, yb           []float64
+	pos              Position
+	perm             []int
+	permOf           int64 // epoch perm was drawn for; -1 none
 	// mu guards what the chief's commit loop shares with training.
 	mu  sync.Mutex
 	res WorkerResult
@@ -469,7 +484,14 @@ func (w *worker) batch() (x, y []float64) {
 // step runs one pull → gradient → push; errDone when training is over.
 func (w *worker) step(ctx context.Context) error {
 	t0 := time.Now()
-	step, done, err := w.c.Pull(ctx, w.params)
+	var step int64
+	var done bool
+	var err error
+	if w.m32 != nil {
+		step, done, err = w.c.Pull32(ctx, w.params32)
+	} else {
+		step, done, err = w.c.Pull(ctx, w.params)
+	}
 	if err != nil {
 		return err
 	}
@@ -481,12 +503,9 @@ func (w *worker) step(ctx context.Context) error {
 		return errDone
 	}
 	x, y := w.batch()
-	loss := w.m.Gradient(w.grad, x, y)
-	if i := train.NonFinite(w.grad); loss-loss != 0 || i >= 0 {
-		return fmt.Errorf("%w: worker %d: loss %v on the variables of global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, loss, step)
-	}
-	if w.cfg.ClipNorm > 0 {
-		train.ClipByGlobalNorm(w.grad, w.cfg.ClipNorm)
+	loss, clip, err := w.gradient(x, y, step)
+	if err != nil {
+		return err
 	}
 	w.mu.Lock()
 	if r, ok := w.m.(rngModel); ok {
@@ -497,11 +516,17 @@ func (w *worker) step(ctx context.Context) error {
 		w.hooks.Computed()
 	}
 	t2 := time.Now()
-	push := w.c.Push
-	if w.cfg.Backups {
-		push = w.c.PushAdmitted
+	var r PushResult
+	switch cur := w.pos.encode(); {
+	case w.m32 != nil && w.cfg.Backups:
+		r, err = w.c.PushAdmitted32(ctx, w.cfg.Task, w.grad32, clip, cur)
+	case w.m32 != nil:
+		r, err = w.c.Push32(ctx, w.cfg.Task, w.grad32, clip, cur)
+	case w.cfg.Backups:
+		r, err = w.c.PushAdmitted(ctx, w.cfg.Task, w.grad, cur)
+	default:
+		r, err = w.c.Push(ctx, w.cfg.Task, w.grad, cur)
 	}
-	r, err := push(ctx, w.cfg.Task, w.grad, w.pos.encode())
 	if err != nil {
 		return err
 	}
@@ -528,6 +553,58 @@ func (w *worker) step(ctx context.Context) error {
 		return errDone
 	}
 	return nil
+}
+
+// gradient computes the gradient of batch (x, y) on the variables of
+// global step into grad or grad32 and returns the batch's loss. Clipping
+// to cfg.ClipNorm scales grad in place; grad32 is left as computed and
+// clip is the factor the parameter servers scale it by once widened (0:
+// none), which is exactly train.ClipByGlobalNorm of the widened gradient.
+func (w *worker) gradient(x, y []float64, step int64) (loss, clip float64, err error) {
+	bad := func() error {
+		return fmt.Errorf("%w: worker %d: loss %v on the variables of global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, loss, step)
+	}
+	if w.m32 == nil {
+		loss = w.m.Gradient(w.grad, x, y)
+		if i := train.NonFinite(w.grad); loss-loss != 0 || i >= 0 {
+			return loss, 0, bad()
+		}
+		if w.cfg.ClipNorm > 0 {
+			train.ClipByGlobalNorm(w.grad, w.cfg.ClipNorm)
+		}
+		return loss, 0, nil
+	}
+	loss = w.m32.Gradient32(w.grad32, w.params32, x, y)
+	if loss-loss != 0 || !finite32(w.grad32) {
+		return loss, 0, bad()
+	}
+	if w.cfg.ClipNorm > 0 {
+		ss := 0.0 // as train.ClipByGlobalNorm sums the widened values
+		for _, g := range w.grad32 {
+			ss += float64(g) * float64(g)
+		}
+		if norm := math.Sqrt(ss); norm > w.cfg.ClipNorm {
+			clip = w.cfg.ClipNorm / norm
+		}
+	}
+	return loss, clip, nil
+}
+
+// finite32 reports whether every value of v is finite.
+func finite32(v []float32) bool {
+	// x·0 is ±0 for finite x and NaN otherwise (train.NonFinite).
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		s0 += v[i] * 0
+		s1 += v[i+1] * 0
+		s2 += v[i+2] * 0
+		s3 += v[i+3] * 0
+	}
+	for ; i < len(v); i++ {
+		s0 += v[i] * 0
+	}
+	return s0+s1+s2+s3 == 0
 }
 
 // commitLoop commits the shards' cuts, one per checkpoint interval, until
