@@ -98,7 +98,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	start := time.Now()
 	for i := range workers {
 		cfg := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: steps, SaveSteps: steps, KeepMax: 1,
-			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1)}
+			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !syncMode}
 		wg.Go(func() {
 			res[i], errs[i] = RunWorker(context.Background(), cfg, split(data, i, workers), clients[i], Hooks{})
 		})
@@ -223,7 +223,7 @@ func TestTimeToAccuracy(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range c.workers {
 			wc := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: 20 * every, SaveSteps: every, KeepMax: 1,
-				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1)}
+				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !c.sync}
 			h := Hooks{}
 			if i == 0 {
 				h = hooks

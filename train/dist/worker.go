@@ -53,6 +53,14 @@ type WorkerConfig struct {
 	// Backups is set in sync mode with backup workers (fewer replicas per
 	// step than workers): gradients go through Client.PushAdmitted.
 	Backups bool
+	// Overlap (async mode only: a sync step needs the gradients of its
+	// own variables) pushes each gradient and pulls the variables after
+	// it while the next batch's gradient is computed, on the variables
+	// pulled before: each gradient is applied one update later than it
+	// would be otherwise (one more step of staleness than async has
+	// anyway), and a worker's computing no longer waits for the network
+	// or the parameter servers' updates.
+	Overlap bool
 	// wire64, in tests, keeps a float32 model's variables and gradients
 	// float64 in the worker and on the wire (the reference of the float32
 	// wire).
@@ -316,7 +324,12 @@ func (w *worker) train(ctx context.Context) error {
 		}
 	}
 	for {
-		err := w.step(ctx)
+		var err error
+		if w.cfg.Overlap {
+			err = w.pipeline(ctx)
+		} else {
+			err = w.step(ctx)
+		}
 		switch {
 		case errors.Is(err, errDone):
 			return nil
@@ -355,10 +368,14 @@ type worker struct {
 	// into grad32 instead of params and grad.
 	m32              train.Float32Model
 	params32, grad32 []float32
-	xb, yb           []float64
-	pos              Position
-	perm             []int
-	permOf           int64 // epoch perm was drawn for; -1 none
+	// With Overlap: the variables being pulled and the gradient being
+	// pushed while the next gradient is computed.
+	in, send     []float64
+	in32, send32 []float32
+	xb, yb       []float64
+	pos          Position
+	perm         []int
+	permOf       int64 // epoch perm was drawn for; -1 none
 	// mu guards what the chief's commit loop shares with training.
 	mu  sync.Mutex
 	res WorkerResult
@@ -484,23 +501,13 @@ func (w *worker) batch() (x, y []float64) {
 // step runs one pull → gradient → push; errDone when training is over.
 func (w *worker) step(ctx context.Context) error {
 	t0 := time.Now()
-	var step int64
-	var done bool
-	var err error
-	if w.m32 != nil {
-		step, done, err = w.c.Pull32(ctx, w.params32)
-	} else {
-		step, done, err = w.c.Pull(ctx, w.params)
-	}
+	step, done, err := w.pull(ctx, w.params, w.params32)
 	if err != nil {
 		return err
 	}
 	t1 := time.Now()
 	if done {
-		w.mu.Lock()
-		w.pos.GlobalStep, w.res.Step = step, step
-		w.mu.Unlock()
-		return errDone
+		return w.over(step)
 	}
 	x, y := w.batch()
 	loss, clip, err := w.gradient(x, y, step)
@@ -516,17 +523,7 @@ func (w *worker) step(ctx context.Context) error {
 		w.hooks.Computed()
 	}
 	t2 := time.Now()
-	var r PushResult
-	switch cur := w.pos.encode(); {
-	case w.m32 != nil && w.cfg.Backups:
-		r, err = w.c.PushAdmitted32(ctx, w.cfg.Task, w.grad32, clip, cur)
-	case w.m32 != nil:
-		r, err = w.c.Push32(ctx, w.cfg.Task, w.grad32, clip, cur)
-	case w.cfg.Backups:
-		r, err = w.c.PushAdmitted(ctx, w.cfg.Task, w.grad, cur)
-	default:
-		r, err = w.c.Push(ctx, w.cfg.Task, w.grad, cur)
-	}
+	r, err := w.push(ctx, w.grad, w.grad32, clip, w.pos.encode())
 	if err != nil {
 		return err
 	}
@@ -553,6 +550,171 @@ func (w *worker) step(ctx context.Context) error {
 		return errDone
 	}
 	return nil
+}
+
+// pull pulls the variables into params32 or params.
+func (w *worker) pull(ctx context.Context, params []float64, params32 []float32) (step int64, done bool, err error) {
+	if w.m32 != nil {
+		return w.c.Pull32(ctx, params32)
+	}
+	return w.c.Pull(ctx, params)
+}
+
+// push pushes grad32 (scaled by clip) or grad with cursor.
+func (w *worker) push(ctx context.Context, grad []float64, grad32 []float32, clip float64, cursor []float64) (PushResult, error) {
+	switch {
+	case w.m32 != nil && w.cfg.Backups:
+		return w.c.PushAdmitted32(ctx, w.cfg.Task, grad32, clip, cursor)
+	case w.m32 != nil:
+		return w.c.Push32(ctx, w.cfg.Task, grad32, clip, cursor)
+	case w.cfg.Backups:
+		return w.c.PushAdmitted(ctx, w.cfg.Task, grad, cursor)
+	}
+	return w.c.Push(ctx, w.cfg.Task, grad, cursor)
+}
+
+// flight is one step's communication in a pipeline: the push of a
+// gradient, then the pull of the variables after it.
+type flight struct {
+	// What was pushed: the worker's position after the batch, its loss
+	// and size, and the time its gradient took.
+	pos      Position
+	loss     float64
+	examples int
+	compute  time.Duration
+	r        PushResult
+	pushErr  error
+	// The pull's answer.
+	step       int64
+	done       bool
+	pullErr    error
+	push, pull time.Duration
+}
+
+// fly pushes the gradient in send or send32 and, unless that ends
+// training, pulls the variables into in or in32; it delivers f, filled
+// in, on landed.
+func (w *worker) fly(ctx context.Context, f flight, clip float64, cursor []float64, landed chan<- flight) {
+	t0 := time.Now()
+	f.r, f.pushErr = w.push(ctx, w.send, w.send32, clip, cursor)
+	t1 := time.Now()
+	f.push = t1.Sub(t0)
+	if f.pushErr == nil && !f.r.Done {
+		f.step, f.done, f.pullErr = w.pull(ctx, w.in, w.in32)
+		f.pull = time.Since(t1)
+	}
+	landed <- f
+}
+
+// pipeline trains with Overlap until an error, or errDone when training
+// is over: it pulls the variables, then computes each batch's gradient
+// while the previous gradient's push and the pull after it are in
+// flight, and takes up the variables that pull brought for the next
+// batch. So the gradient of batch t is computed on the variables after
+// the gradient of batch t-2 (and what other workers pushed meanwhile).
+// A gradient computed when the flight before it fails or ends training
+// is dropped, as step drops one whose push fails: the position shard 0
+// recorded with the last counted push is where the worker resumes.
+func (w *worker) pipeline(ctx context.Context) error {
+	if w.m32 != nil && w.in32 == nil {
+		w.in32, w.send32 = make([]float32, len(w.params32)), make([]float32, len(w.grad32))
+	} else if w.m32 == nil && w.in == nil {
+		w.in, w.send = make([]float64, len(w.params)), make([]float64, len(w.grad))
+	}
+	t0 := time.Now()
+	tag, done, err := w.pull(ctx, w.params, w.params32)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.res.Pull += time.Since(t0)
+	w.mu.Unlock()
+	if done {
+		return w.over(tag)
+	}
+	landed := make(chan flight, 1)
+	inFlight := false
+	for {
+		x, y := w.batch()
+		t1 := time.Now()
+		loss, clip, gerr := w.gradient(x, y, tag)
+		computed := time.Since(t1)
+		if inFlight {
+			inFlight = false
+			f := <-landed
+			if err := w.land(f); err != nil {
+				return err
+			}
+			tag = f.step
+		}
+		if gerr != nil {
+			return gerr
+		}
+		w.mu.Lock()
+		if r, ok := w.m.(rngModel); ok {
+			w.pos.RNG = r.RNGState()
+		}
+		pos := w.pos
+		pos.RNG = slices.Clone(pos.RNG)
+		w.mu.Unlock()
+		if w.hooks.Computed != nil {
+			w.hooks.Computed()
+		}
+		w.grad, w.send = w.send, w.grad
+		w.grad32, w.send32 = w.send32, w.grad32
+		inFlight = true
+		go w.fly(ctx, flight{pos: pos, loss: loss, examples: len(y), compute: computed}, clip, pos.encode(), landed)
+	}
+}
+
+// land records a flight's push and takes up the variables it pulled; it
+// returns errDone when training is over.
+func (w *worker) land(f flight) error {
+	if f.pushErr != nil {
+		return f.pushErr
+	}
+	w.mu.Lock()
+	w.res.Compute += f.compute
+	w.res.Push += f.push
+	w.res.Pull += f.pull
+	w.pos.GlobalStep, w.res.Step = f.r.Step, f.r.Step
+	w.res.Steps++
+	if f.r.Applied {
+		w.res.Applied++
+	}
+	w.lossSum += f.loss
+	w.lossN++
+	w.mu.Unlock()
+	f.pos.GlobalStep = f.r.Step
+	if w.hooks.Moved != nil {
+		w.hooks.Moved(f.pos)
+	}
+	if w.hooks.Stepped != nil {
+		w.hooks.Stepped(StepStats{GlobalStep: f.r.Step, Loss: f.loss, Examples: f.examples, Pull: f.pull, Compute: f.compute, Push: f.push})
+	}
+	switch {
+	case f.r.Done:
+		return errDone
+	case f.pullErr != nil:
+		return f.pullErr
+	case f.done:
+		return w.over(f.step)
+	}
+	if w.m32 != nil {
+		w.params32, w.in32 = w.in32, w.params32
+	} else {
+		copy(w.params, w.in) // the model's own variables
+	}
+	return nil
+}
+
+// over records the global step at which the parameter servers said
+// training is done and returns errDone.
+func (w *worker) over(step int64) error {
+	w.mu.Lock()
+	w.pos.GlobalStep, w.res.Step = step, step
+	w.mu.Unlock()
+	return errDone
 }
 
 // gradient computes the gradient of batch (x, y) on the variables of
