@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 
@@ -122,7 +123,7 @@ func (c *Client) Refresh(ctx context.Context) error {
 					grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes),
 					grpc.WithWriteBufferSize(1<<20), grpc.WithReadBufferSize(1<<20),
 					grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-					grpc.WithStatsHandler(&c.wire),
+					grpc.WithStatsHandler(&c.wire), experimental.WithBufferPool(buffers),
 				)
 				if err != nil {
 					return fmt.Errorf("connect to parameter server %d at %s: %w", i, a, err)

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -95,7 +96,7 @@ func NewServer(shard *Shard, load Loader, cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{shard: shard, load: load, resolve: cfg.Resolve, creds: creds}
 	s.g = grpc.NewServer(
-		grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}),
+		grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}), experimental.BufferPool(buffers),
 		grpc.InTapHandle(s.tapAuth), grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth),
 		grpc.MaxRecvMsgSize(maxRequestBytes(shard.Len())), grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.InitialWindowSize(windowBytes), grpc.InitialConnWindowSize(windowBytes),
