@@ -62,10 +62,11 @@ type Float32Model interface {
 	// (ModelSpec.Float32).
 	Float32() bool
 	// Gradient32 is Gradient computing in float32 on the variables w
-	// (len(Params); Params is not read) into the float32 gradient grad.
-	// For a model whose Float32 is true, Gradient(grad64, x, y) equals
-	// Gradient32 on narrowed Params, its gradient widened, bit for bit.
-	Gradient32(grad, w []float32, x, y []float64) float64
+	// (len(Params); Params is not read) and the rows x, both narrowed to
+	// float32 by the caller, into the float32 gradient grad. For a model
+	// whose Float32 is true, Gradient(grad64, x, y) equals Gradient32 on
+	// narrowed Params and x, its gradient widened, bit for bit.
+	Gradient32(grad, w, x []float32, y []float64) float64
 }
 
 // ModelSpec is the architecture of a model beyond its input and class

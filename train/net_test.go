@@ -459,7 +459,7 @@ func TestBeforeSaveComesBeforeTheCheckpoint(t *testing.T) {
 }
 
 // TestGradient32IsGradient: a float32 model's Gradient is Gradient32 on
-// its narrowed variables, the gradient widened, bit for bit (dropout
+// its narrowed variables and rows, the gradient widened, bit for bit (dropout
 // included), for a Net and a Sequential; a data-parallel worker relies on
 // it to keep its variables and gradient in float32.
 func TestGradient32IsGradient(t *testing.T) {
@@ -493,7 +493,11 @@ func TestGradient32IsGradient(t *testing.T) {
 			for i, v := range b.Params() {
 				w32[i] = float32(v)
 			}
-			lb := b32.Gradient32(g32, w32, x, y)
+			x32 := make([]float32, len(x))
+			for i, v := range x {
+				x32[i] = float32(v)
+			}
+			lb := b32.Gradient32(g32, w32, x32, y)
 			if la != lb {
 				t.Fatalf("%s: loss %v, Gradient32 %v", meta.Model, la, lb)
 			}

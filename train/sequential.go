@@ -722,7 +722,9 @@ func (s *Sequential) gradient32(grad, x, y []float64) float64 {
 		newSeqWorkspace(s, &s.ws32, len(y), true)
 	}
 	narrow(s.ws32.w, s.params)
-	loss := s.Gradient32(s.ws32.g, s.ws32.w, x, y)
+	x32 := s.ws32.x[:len(x)]
+	narrow(x32, x)
+	loss := s.Gradient32(s.ws32.g, s.ws32.w, x32, y)
 	widen(grad, s.ws32.g)
 	return loss
 }
@@ -731,22 +733,21 @@ func (s *Sequential) gradient32(grad, x, y []float64) float64 {
 func (s *Sequential) Float32() bool { return s.f32 }
 
 // Gradient32 is Gradient computing in float32 on the variables w
-// (len(Params); Params is not read) into the float32 gradient grad: a
+// (len(Params); Params is not read) and the rows x narrowed to float32,
+// into the float32 gradient grad: a
 // Float32 model's Gradient is widen(Gradient32(narrow(Params))).
-func (s *Sequential) Gradient32(grad, w []float32, x, y []float64) float64 {
+func (s *Sequential) Gradient32(grad, w, x []float32, y []float64) float64 {
 	rows := len(y)
 	if s.ws32.n < rows || s.ws32.d0 == nil {
 		newSeqWorkspace(s, &s.ws32, rows, true)
 	}
 	ws := &s.ws32
-	x32 := ws.x[:len(x)]
-	narrow(x32, x)
-	z := seqForward(s, ws, w, x32, rows, true)
+	z := seqForward(s, ws, w, x, rows, true)
 	z64, dz64 := ws.z64[:rows*s.k], ws.dz64[:rows*s.k]
 	widen(z64, z)
 	loss := modelLoss(s.meta.Classes, s.k, dz64, z64, y, ws.p)
 	dz := ws.d0[:rows*s.k]
 	narrow(dz, dz64)
-	seqBackward(s, ws, w, grad, dz, x32, rows)
+	seqBackward(s, ws, w, grad, dz, x, rows)
 	return loss
 }

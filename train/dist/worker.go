@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/train/internal/kernel"
 )
 
 // WorkerConfig configures one worker of a data-parallel job.
@@ -224,14 +225,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	if err != nil {
 		return WorkerResult{}, err
 	}
-	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m,
-		xb: make([]float64, cfg.BatchSize*data.Dim), yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
+	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
 	if m32, ok := m.(train.Float32Model); ok && m32.Float32() && !cfg.wire64 {
-		// The model computes in float32: its variables and gradient stay
-		// float32 from the wire to the kernels and back.
+		// The model computes in float32: its variables, gradient and
+		// batches stay float32 from the wire to the kernels and back.
 		w.m32, w.params32, w.grad32 = m32, make([]float32, len(m.Params())), make([]float32, len(m.Params()))
+		w.xb32 = make([]float32, cfg.BatchSize*data.Dim)
 	} else {
 		w.params, w.grad = m.Params(), make([]float64, len(m.Params()))
+		w.xb = make([]float64, cfg.BatchSize*data.Dim)
 	}
 	if w.ckpts == nil {
 		w.ckpts = train.NewCheckpoints(train.Dir(cfg.CheckpointDir), "")
@@ -373,6 +375,7 @@ type worker struct {
 	in, send     []float64
 	in32, send32 []float32
 	xb, yb       []float64
+	xb32         []float32
 	pos          Position
 	perm         []int
 	permOf       int64 // epoch perm was drawn for; -1 none
@@ -479,8 +482,9 @@ func (w *worker) recover(ctx context.Context, cause error) error {
 	}
 }
 
-// batch fills xb, yb with the next batch and advances the position.
-func (w *worker) batch() (x, y []float64) {
+// batch fills xb (or, for a float32 model, xb32, narrowing as it
+// gathers) and yb with the next batch and advances the position.
+func (w *worker) batch() (x []float64, x32 []float32, y []float64) {
 	n, dim, b := len(w.data.Y), w.data.Dim, w.cfg.BatchSize
 	if w.pos.Cursor >= int64(n) {
 		w.pos.Epoch, w.pos.Cursor = w.pos.Epoch+1, 0
@@ -491,11 +495,18 @@ func (w *worker) batch() (x, y []float64) {
 	}
 	rows := w.perm[w.pos.Cursor:min(int(w.pos.Cursor)+b, n)]
 	for i, r := range rows {
-		copy(w.xb[i*dim:(i+1)*dim], w.data.X[r*dim:(r+1)*dim])
+		if w.m32 != nil {
+			kernel.Narrow(w.xb32[i*dim:(i+1)*dim], w.data.X[r*dim:(r+1)*dim])
+		} else {
+			copy(w.xb[i*dim:(i+1)*dim], w.data.X[r*dim:(r+1)*dim])
+		}
 		w.yb[i] = w.data.Y[r]
 	}
 	w.pos.Cursor += int64(len(rows))
-	return w.xb[:len(rows)*dim], w.yb[:len(rows)]
+	if w.m32 != nil {
+		return nil, w.xb32[:len(rows)*dim], w.yb[:len(rows)]
+	}
+	return w.xb[:len(rows)*dim], nil, w.yb[:len(rows)]
 }
 
 // step runs one pull → gradient → push; errDone when training is over.
@@ -509,8 +520,8 @@ func (w *worker) step(ctx context.Context) error {
 	if done {
 		return w.over(step)
 	}
-	x, y := w.batch()
-	loss, clip, err := w.gradient(x, y, step)
+	x, x32, y := w.batch()
+	loss, clip, err := w.gradient(x, x32, y, step)
 	if err != nil {
 		return err
 	}
@@ -635,9 +646,9 @@ func (w *worker) pipeline(ctx context.Context) error {
 	landed := make(chan flight, 1)
 	inFlight := false
 	for {
-		x, y := w.batch()
+		x, x32, y := w.batch()
 		t1 := time.Now()
-		loss, clip, gerr := w.gradient(x, y, tag)
+		loss, clip, gerr := w.gradient(x, x32, y, tag)
 		computed := time.Since(t1)
 		if inFlight {
 			inFlight = false
@@ -722,7 +733,7 @@ func (w *worker) over(step int64) error {
 // to cfg.ClipNorm scales grad in place; grad32 is left as computed and
 // clip is the factor the parameter servers scale it by once widened (0:
 // none), which is exactly train.ClipByGlobalNorm of the widened gradient.
-func (w *worker) gradient(x, y []float64, step int64) (loss, clip float64, err error) {
+func (w *worker) gradient(x []float64, x32 []float32, y []float64, step int64) (loss, clip float64, err error) {
 	bad := func() error {
 		return fmt.Errorf("%w: worker %d: loss %v on the variables of global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, loss, step)
 	}
@@ -736,7 +747,7 @@ func (w *worker) gradient(x, y []float64, step int64) (loss, clip float64, err e
 		}
 		return loss, 0, nil
 	}
-	loss = w.m32.Gradient32(w.grad32, w.params32, x, y)
+	loss = w.m32.Gradient32(w.grad32, w.params32, x32, y)
 	if loss-loss != 0 || !finite32(w.grad32) {
 		return loss, 0, bad()
 	}
