@@ -29,8 +29,11 @@ func fashionTrain(b *testing.B) train.Data {
 // them, fashionMeta): "local" is one goroutine calling
 // train.Step on its own model, the baseline; the others run parameter
 // servers and workers in this process over loopback gRPC, async or sync,
-// with 1 or 2 workers. Besides examples/s it reports the share of the
-// workers' time spent computing gradients, pulling and pushing.
+// with 1 or 2 workers. Besides examples/s it reports the CPU time per
+// example (every goroutine of the process: workers and parameter servers
+// alike, whatever else the machine runs) and the share of the workers'
+// time spent computing gradients, pulling and pushing (with Overlap the
+// pulls and pushes run beside the computing).
 //
 //	go test -run '^$' -bench FashionMLP -count 5 ./train/dist | tee new.txt
 func BenchmarkFashionMLP(b *testing.B) {
@@ -43,13 +46,14 @@ func BenchmarkFashionMLP(b *testing.B) {
 		grad := make([]float64, len(m.Params()))
 		n := len(data.Y) / batch
 		i := 0
-		start := time.Now()
+		start, cpu := time.Now(), cpuTime()
 		for b.Loop() {
 			lo := (i % n) * batch
 			train.Step(m, opt, grad, data.X[lo*784:(lo+batch)*784], data.Y[lo:lo+batch], 0)
 			i++
 		}
 		b.ReportMetric(float64(i*batch)/time.Since(start).Seconds(), "examples/s")
+		b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(i*batch), "cpu-µs/example")
 	})
 	for _, c := range []struct {
 		mode    string
@@ -95,7 +99,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for i := range workers {
 		cfg := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: steps, SaveSteps: steps, KeepMax: 1,
 			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !syncMode}
@@ -104,7 +108,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpuUsed := time.Since(start), cpuTime()-cpu
 	b.StopTimer()
 	if err := errors.Join(errs...); err != nil {
 		b.Fatal(err)
@@ -117,6 +121,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	}
 	total := (compute + pull + push).Seconds()
 	b.ReportMetric(float64(applied*int64(batch))/elapsed.Seconds(), "examples/s")
+	b.ReportMetric(float64(cpuUsed.Nanoseconds())/1e3/float64(applied*int64(batch)), "cpu-µs/example")
 	b.ReportMetric(compute.Seconds()/total, "compute-share")
 	b.ReportMetric(pull.Seconds()/total, "pull-share")
 	b.ReportMetric(push.Seconds()/total, "push-share")
