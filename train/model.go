@@ -52,6 +52,23 @@ type Model interface {
 	Gradient(grad, x, y []float64) float64
 }
 
+// Float32Model is a Model that can compute its training passes in
+// float32 (Net and Sequential). A caller that holds the variables and
+// wants the gradient in float32 (a data-parallel worker, whose wire
+// carries float32) calls Gradient32 and converts nothing.
+type Float32Model interface {
+	Model
+	// Float32 reports whether Gradient computes in float32
+	// (ModelSpec.Float32).
+	Float32() bool
+	// Gradient32 is Gradient computing in float32 on the variables w
+	// (len(Params); Params is not read) and the rows x, both narrowed to
+	// float32 by the caller, into the float32 gradient grad. For a model
+	// whose Float32 is true, Gradient(grad64, x, y) equals Gradient32 on
+	// narrowed Params and x, its gradient widened, bit for bit.
+	Gradient32(grad, w, x []float32, y []float64) float64
+}
+
 // ModelSpec is the architecture of a model beyond its input and class
 // counts. It is stored in CheckpointMeta so that a checkpoint or bundle
 // rebuilds its model without outside configuration.

@@ -433,21 +433,36 @@ func (n *Net) Gradient(grad, x, y []float64) float64 {
 
 // gradient32 is Gradient computing in float32.
 func (n *Net) gradient32(grad, x, y []float64) float64 {
+	if n.ws32.n < len(y) {
+		newWorkspace(n, &n.ws32, len(y))
+	}
+	narrow(n.ws32.w, n.params)
+	x32 := n.ws32.x[:len(x)]
+	narrow(x32, x)
+	loss := n.Gradient32(n.ws32.g, n.ws32.w, x32, y)
+	widen(grad, n.ws32.g)
+	return loss
+}
+
+// Float32 reports whether Gradient computes in float32 (Spec.Float32).
+func (n *Net) Float32() bool { return n.f32 }
+
+// Gradient32 is Gradient computing in float32 on the variables w
+// (len(Params); Params is not read) and the rows x narrowed to float32,
+// into the float32 gradient grad: a
+// Float32 network's Gradient is widen(Gradient32(narrow(Params))).
+func (n *Net) Gradient32(grad, w, x []float32, y []float64) float64 {
 	rows := len(y)
 	if n.ws32.n < rows {
 		newWorkspace(n, &n.ws32, rows)
 	}
 	ws := &n.ws32
-	narrow(ws.w, n.params)
-	x32 := ws.x[:len(x)]
-	narrow(x32, x)
-	z, deepIn := forward(n, ws, ws.w, x32, rows, true)
+	z, deepIn := forward(n, ws, w, x, rows, true)
 	z64, dz64 := ws.z64[:rows*n.k], ws.dz64[:rows*n.k]
 	widen(z64, z)
 	loss := n.loss(dz64, z64, y, ws.p)
 	dz := ws.d0[:rows*n.k]
 	narrow(dz, dz64)
-	backward(n, ws, ws.w, ws.g, dz, x32, deepIn, rows)
-	widen(grad, ws.g)
+	backward(n, ws, w, grad, dz, x, deepIn, rows)
 	return loss
 }

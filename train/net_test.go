@@ -457,3 +457,55 @@ func TestBeforeSaveComesBeforeTheCheckpoint(t *testing.T) {
 		t.Fatalf("resumed run called BeforeSave at %v, want [20 30]", calls)
 	}
 }
+
+// TestGradient32IsGradient: a float32 model's Gradient is Gradient32 on
+// its narrowed variables and rows, the gradient widened, bit for bit (dropout
+// included), for a Net and a Sequential; a data-parallel worker relies on
+// it to keep its variables and gradient in float32.
+func TestGradient32IsGradient(t *testing.T) {
+	for _, meta := range []CheckpointMeta{
+		{Model: DNNClassifierModel, Dim: 6, Classes: 3, Spec: &ModelSpec{HiddenUnits: []int{5, 4}, Dropout: 0.25, Float32: true}},
+		{Model: SequentialClassifierModel, Dim: 16, Classes: 3, Spec: &ModelSpec{Float32: true, InputShape: []int{4, 4, 1},
+			Layers: Layers{convL(2, Window{3, 3}, Window{1, 1}, "same", ActivationReLU), maxPoolL(Window{2, 2}, Window{2, 2}), flattenL(), dropoutL(0.25), denseL(3, "")}}},
+	} {
+		a, err := New(meta, rand.New(rand.NewPCG(1, 2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := New(meta, rand.New(rand.NewPCG(1, 2)))
+		b32, ok := b.(Float32Model)
+		if !ok || !b32.Float32() {
+			t.Fatalf("%s: %T is not a float32 Float32Model", meta.Model, b)
+		}
+		r := rand.New(rand.NewPCG(3, 4))
+		x, y := make([]float64, 7*meta.Dim), make([]float64, 7)
+		for i := range x {
+			x[i] = r.NormFloat64()
+		}
+		for i := range y {
+			y[i] = float64(i % 3)
+		}
+		n := len(a.Params())
+		g := make([]float64, n)
+		w32, g32 := make([]float32, n), make([]float32, n)
+		for range 3 { // the dropout sources move alike
+			la := a.Gradient(g, x, y)
+			for i, v := range b.Params() {
+				w32[i] = float32(v)
+			}
+			x32 := make([]float32, len(x))
+			for i, v := range x {
+				x32[i] = float32(v)
+			}
+			lb := b32.Gradient32(g32, w32, x32, y)
+			if la != lb {
+				t.Fatalf("%s: loss %v, Gradient32 %v", meta.Model, la, lb)
+			}
+			for i := range g {
+				if g[i] != float64(g32[i]) {
+					t.Fatalf("%s: gradient[%d] %v, Gradient32 %v", meta.Model, i, g[i], g32[i])
+				}
+			}
+		}
+	}
+}

@@ -850,11 +850,13 @@ var seqPartRows = 8
 type seqGrad[T float] struct {
 	s     *Sequential
 	parts [seqParts]seqWorkspace[T]
-	w     []T // the variables in T (float32), shared by the parts
+	w     []T // one call's variables in T, shared by the parts
+	wbuf  []T // Params narrowed, for Gradient in float32
 	// one call's batch: part i is rows lo[i]…lo[i+1]-1
 	n         int
 	lo        [seqParts + 1]int
 	x         []float64
+	x32       []T       // the batch when the caller narrowed it (Gradient32)
 	z64, dz64 []float64 // rows×Outputs
 	p         []float64 // the loss's scratch
 	backward  bool
@@ -868,7 +870,11 @@ func (g *seqGrad[T]) part(i int) {
 	lo, hi := g.lo[i], g.lo[i+1]
 	rows, k := hi-lo, s.k
 	if !g.backward {
-		ws.in = fromFloat64(ws.x, g.x[lo*s.meta.Dim:hi*s.meta.Dim])
+		if g.x32 != nil {
+			ws.in = g.x32[lo*s.meta.Dim : hi*s.meta.Dim]
+		} else {
+			ws.in = fromFloat64(ws.x, g.x[lo*s.meta.Dim:hi*s.meta.Dim])
+		}
 		z := seqForward(s, ws, g.w, ws.in, rows, true)
 		toFloat64(g.z64[lo*k:hi*k], z)
 		return
@@ -926,6 +932,33 @@ func (s *Sequential) Gradient(grad, x, y []float64) float64 {
 
 // seqGradient is Gradient computing in T with state g.
 func seqGradient[T float](s *Sequential, g *seqGrad[T], grad, x, y []float64) float64 {
+	if _, ok := any(g.wbuf).([]float32); ok && len(g.wbuf) != len(s.params) {
+		g.wbuf = make([]T, len(s.params))
+	}
+	loss := seqPasses(s, g, fromFloat64(g.wbuf, s.params), x, nil, y)
+	toFloat64(grad, seqSum(g))
+	return loss
+}
+
+// Float32 reports whether Gradient computes in float32 (Spec.Float32).
+func (s *Sequential) Float32() bool { return s.f32 }
+
+// Gradient32 is Gradient computing in float32 on the variables w
+// (len(Params); Params is not read) and the rows x narrowed to float32,
+// into the float32 gradient grad (train.Float32Model): split as Gradient
+// splits, and the parts' gradients summed in float32 as Gradient sums
+// them, so Gradient is Gradient32 on narrowed Params and x, widened, bit
+// for bit.
+func (s *Sequential) Gradient32(grad, w, x []float32, y []float64) float64 {
+	loss := seqPasses(s, &s.grad32, w, nil, x, y)
+	copy(grad, seqSum(&s.grad32))
+	return loss
+}
+
+// seqPasses runs the forward and backward passes of the batch (x, or x32
+// when the caller narrowed it) on the variables w, split into parts, and
+// returns the loss; the parts' gradients are left in g.parts[i].g.
+func seqPasses[T float](s *Sequential, g *seqGrad[T], w []T, x []float64, x32 []T, y []float64) float64 {
 	rows := len(y)
 	n := 1
 	if rows >= seqParts*seqPartRows {
@@ -945,25 +978,28 @@ func seqGradient[T float](s *Sequential, g *seqGrad[T], grad, x, y []float64) fl
 		g.z64, g.dz64 = make([]float64, rows*s.k), make([]float64, rows*s.k)
 		g.p = make([]float64, max(s.meta.Classes, 1))
 	}
-	if _, ok := any(g.w).([]float32); ok && len(g.w) != len(s.params) {
-		g.w = make([]T, len(s.params))
-	}
-	g.w = fromFloat64(g.w, s.params)
+	g.w = w
 	drawMasks(s, g)
-	g.x, g.backward, g.run.p = x, false, g
+	g.x, g.x32, g.backward, g.run.p = x, x32, false, g
 	runParts(&g.run, n)
 	z64, dz64 := g.z64[:rows*s.k], g.dz64[:rows*s.k]
 	loss := modelLoss(s.meta.Classes, s.k, dz64, z64, y, g.p)
 	g.backward = true
 	runParts(&g.run, n)
-	toFloat64(grad, g.parts[0].g)
-	for i := 1; i < n; i++ {
+	g.x, g.x32, g.w = nil, nil, nil
+	return loss
+}
+
+// seqSum adds the gradients of g's parts into the first part's, in T,
+// and returns it.
+func seqSum[T float](g *seqGrad[T]) []T {
+	sum := g.parts[0].g
+	for i := 1; i < g.n; i++ {
 		for j, v := range g.parts[i].g {
-			grad[j] += float64(v)
+			sum[j] += v
 		}
 	}
-	g.x = nil
-	return loss
+	return sum
 }
 
 // drawMasks draws the dropout masks of g's parts from s's random source:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/distributed: training examples/s of the Fashion-MNIST DNN
-# (784-128-64-10, Adam, batch 128) on one goroutine (local, the baseline)
+# (784-128-64-10, Adam, batch 128, float32 passes as jobs train it) on one goroutine (local, the baseline)
 # and on parameter servers + workers over loopback gRPC in one process:
 # async and sync, 1 and 2 workers, 1 and 2 parameter servers. Rounds are
 # interleaved by -count; the scaling ratios come from the same run.
@@ -13,13 +13,13 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 go test -run '^$' -bench FashionMLP -benchtime "${steps}x" -count "$count" ./train/dist | tee "$out"
 # Median examples/s per configuration and the ratios that matter.
-med() { # med NAME: median examples/s of the configuration
-	awk -v n="$1" '$1 ~ "^BenchmarkFashionMLP/"n"-[0-9]+$" { for (i = 2; i < NF; i++) if ($(i+1) == "examples/s") print $i }' "$out" |
+med() { # med NAME [UNIT]: median examples/s (or UNIT) of the configuration
+	awk -v n="$1" -v u="${2:-examples/s}" '$1 ~ "^BenchmarkFashionMLP/"n"-[0-9]+$" { for (i = 2; i < NF; i++) if ($(i+1) == u) print $i }' "$out" |
 		sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR+1)/2)]; else print 0 }'
 }
 local=$(med local)
 for c in local async/workers=1/ps=1 async/workers=2/ps=1 sync/workers=2/ps=1 async/workers=2/ps=2 sync/workers=2/ps=2; do
-	printf '%-22s median %8.0f examples/s\n' "$c" "$(med "$c")"
+	printf '%-22s median %8.0f examples/s %6.1f CPU µs/example\n' "$c" "$(med "$c")" "$(med "$c" cpu-µs/example)"
 done
 one=$(med async/workers=1/ps=1)
 awk -v l="$local" -v o="$one" -v a1="$(med async/workers=2/ps=1)" -v s1="$(med sync/workers=2/ps=1)" -v a2="$(med async/workers=2/ps=2)" -v s2="$(med sync/workers=2/ps=2)" 'BEGIN {

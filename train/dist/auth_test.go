@@ -157,7 +157,7 @@ func TestServerRefusesPeersWithoutTheSecret(t *testing.T) {
 		method    string
 		req, resp func() message
 	}{
-		{"Pull", func() message { return &pullRequest{h} }, func() message { return &pullResponse{} }},
+		{"Pull", func() message { return &pullRequest{header: h, Width: 8} }, func() message { return &pullResponse{} }},
 		{"Push", func() message {
 			return &pushRequest{header: h, Worker: 0, Cursor: []float64{0, 5}, Grad: slices.Clone(grad)}
 		}, func() message { return &pushResponse{} }},
@@ -205,7 +205,7 @@ func TestServerRefusesPeersWithoutTheSecret(t *testing.T) {
 	conn := rawConn(t, g.addr, workerCreds(g.addr, g.secret))
 	ctx := context.Background()
 	var pull pullResponse
-	if err := conn.Invoke(ctx, method("Pull"), &pullRequest{h}, &pull); err != nil || len(pull.Params) != 4 {
+	if err := conn.Invoke(ctx, method("Pull"), &pullRequest{header: h, Width: 8}, &pull); err != nil || len(pull.Params) != 4 {
 		t.Fatalf("Pull with the proof: %+v, %v", pull, err)
 	}
 	var push pushResponse
@@ -260,7 +260,7 @@ func TestServerRefusesBadRequests(t *testing.T) {
 	}
 	wantCode(t, "Cursor of an unknown worker", conn.Invoke(ctx, method("Cursor"), &cursorRequest{header: h, Worker: 9}, &cursorResponse{}), codes.PermissionDenied)
 	for _, m := range []string{"Pull", "Finish"} {
-		var req message = &pullRequest{header{Gen: 7}}
+		var req message = &pullRequest{header: header{Gen: 7}, Width: 8}
 		if m == "Finish" {
 			req = &finishRequest{header{Gen: 7}}
 		}
@@ -272,7 +272,7 @@ func TestServerRefusesBadRequests(t *testing.T) {
 	// checkpoint the cluster names, not the one the request names.
 	g.cluster = Cluster{Gen: 2, RestoreStep: 0}
 	var pull pullResponse
-	if err := conn.Invoke(ctx, method("Pull"), &pullRequest{header{Gen: 2, RestoreStep: 50}}, &pull); err != nil {
+	if err := conn.Invoke(ctx, method("Pull"), &pullRequest{header: header{Gen: 2, RestoreStep: 50}, Width: 8}, &pull); err != nil {
 		t.Fatalf("Pull of the cluster's new generation: %v", err)
 	}
 	if _, gen := g.shard.Step(); gen != 2 || g.loads.Load() != 0 {
@@ -610,7 +610,7 @@ func TestRecordedSessionCannotBeReplayed(t *testing.T) {
 	ctx := context.Background()
 	h := header{Gen: 1}
 	var pull pullResponse
-	if err := conn.Invoke(ctx, method("Pull"), &pullRequest{h}, &pull); err != nil {
+	if err := conn.Invoke(ctx, method("Pull"), &pullRequest{header: h, Width: 8}, &pull); err != nil {
 		t.Fatalf("Pull through the relay: %v", err)
 	}
 	var push pushResponse

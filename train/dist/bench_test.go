@@ -25,16 +25,20 @@ func fashionTrain(b *testing.B) train.Data {
 }
 
 // BenchmarkFashionMLP measures training examples/s of the Fashion-MNIST
-// DNN (784-128-64-10, Adam, batch 128): "local" is one goroutine calling
+// DNN (784-128-64-10, Adam, batch 128, passes in float32 as jobs compute
+// them, fashionMeta): "local" is one goroutine calling
 // train.Step on its own model, the baseline; the others run parameter
 // servers and workers in this process over loopback gRPC, async or sync,
-// with 1 or 2 workers. Besides examples/s it reports the share of the
-// workers' time spent computing gradients, pulling and pushing.
+// with 1 or 2 workers. Besides examples/s it reports the CPU time per
+// example (every goroutine of the process: workers and parameter servers
+// alike, whatever else the machine runs) and the share of the workers'
+// time spent computing gradients, pulling and pushing (with Overlap the
+// pulls and pushes run beside the computing).
 //
 //	go test -run '^$' -bench FashionMLP -count 5 ./train/dist | tee new.txt
 func BenchmarkFashionMLP(b *testing.B) {
 	data := fashionTrain(b)
-	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
+	meta := fashionMeta()
 	const batch = 128
 	b.Run("local", func(b *testing.B) {
 		m, _ := train.Initial(meta, 1)
@@ -42,13 +46,14 @@ func BenchmarkFashionMLP(b *testing.B) {
 		grad := make([]float64, len(m.Params()))
 		n := len(data.Y) / batch
 		i := 0
-		start := time.Now()
+		start, cpu := time.Now(), cpuTime()
 		for b.Loop() {
 			lo := (i % n) * batch
 			train.Step(m, opt, grad, data.X[lo*784:(lo+batch)*784], data.Y[lo:lo+batch], 0)
 			i++
 		}
 		b.ReportMetric(float64(i*batch)/time.Since(start).Seconds(), "examples/s")
+		b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(i*batch), "cpu-µs/example")
 	})
 	for _, c := range []struct {
 		mode    string
@@ -94,16 +99,16 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for i := range workers {
 		cfg := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: steps, SaveSteps: steps, KeepMax: 1,
-			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1)}
+			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !syncMode}
 		wg.Go(func() {
 			res[i], errs[i] = RunWorker(context.Background(), cfg, split(data, i, workers), clients[i], Hooks{})
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpuUsed := time.Since(start), cpuTime()-cpu
 	b.StopTimer()
 	if err := errors.Join(errs...); err != nil {
 		b.Fatal(err)
@@ -116,6 +121,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	}
 	total := (compute + pull + push).Seconds()
 	b.ReportMetric(float64(applied*int64(batch))/elapsed.Seconds(), "examples/s")
+	b.ReportMetric(float64(cpuUsed.Nanoseconds())/1e3/float64(applied*int64(batch)), "cpu-µs/example")
 	b.ReportMetric(compute.Seconds()/total, "compute-share")
 	b.ReportMetric(pull.Seconds()/total, "pull-share")
 	b.ReportMetric(push.Seconds()/total, "push-share")
@@ -145,7 +151,7 @@ func (c *cluster) startB(i int) error {
 // BenchmarkPullPush measures one Pull and one Push of the Fashion-MNIST
 // DNN's 109,386 variables from one parameter server over loopback gRPC.
 func BenchmarkPullPush(b *testing.B) {
-	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
+	meta := fashionMeta()
 	sh, err := NewShard(ShardConfig{Tasks: 1, Workers: 1, Meta: meta, Optimizer: train.OptimizerConfig{Name: train.SGDOptimizer, LearningRate: 1e-9}, MaxSteps: 1 << 62, SaveSteps: 1 << 62})
 	if err != nil {
 		b.Fatal(err)
@@ -189,7 +195,7 @@ func TestTimeToAccuracy(t *testing.T) {
 	}
 	data := fashionSplit(t, "train")
 	test := fashionSplit(t, "t10k")
-	meta := train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}}}
+	meta := fashionMeta()
 	const batch, bar, every = 128, 0.865, 469 // every ≈ one epoch of batches
 	{
 		dir := t.TempDir()
@@ -222,7 +228,7 @@ func TestTimeToAccuracy(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range c.workers {
 			wc := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: 20 * every, SaveSteps: every, KeepMax: 1,
-				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1)}
+				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !c.sync}
 			h := Hooks{}
 			if i == 0 {
 				h = hooks
@@ -279,6 +285,13 @@ func (w *barWatch) check(dir string, step int64) {
 
 func (w *barWatch) report(t *testing.T, name string) {
 	t.Logf("%-22s reached %.4f at global step %d after %.1f s of training", name, w.acc, w.atStep, w.reached.Seconds())
+}
+
+// fashionMeta is the Fashion-MNIST DNN (784-128-64-10) as a job trains
+// it: passes computed in float32 (jobspec.ModelSpec.TrainFloat32), locally
+// and on workers alike.
+func fashionMeta() train.CheckpointMeta {
+	return train.CheckpointMeta{Model: train.DNNClassifierModel, Dim: 784, Classes: 10, Spec: &train.ModelSpec{HiddenUnits: []int{128, 64}, Float32: true}}
 }
 
 // fashionSplit reads a Fashion-MNIST split for tests.

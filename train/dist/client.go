@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 
@@ -122,7 +123,7 @@ func (c *Client) Refresh(ctx context.Context) error {
 					grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes),
 					grpc.WithWriteBufferSize(1<<20), grpc.WithReadBufferSize(1<<20),
 					grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-					grpc.WithStatsHandler(&c.wire),
+					grpc.WithStatsHandler(&c.wire), experimental.WithBufferPool(buffers),
 				)
 				if err != nil {
 					return fmt.Errorf("connect to parameter server %d at %s: %w", i, a, err)
@@ -172,21 +173,60 @@ func (c *Client) call(ctx context.Context, i int, name string, req, resp message
 	return nil
 }
 
+// vars are a worker's variables or gradient, float64 or float32 (f32
+// non-nil).
+type vars struct {
+	f64 []float64
+	f32 []float32
+}
+
+func (v vars) len() int { return len(v.f64) + len(v.f32) }
+
+// slice returns v[lo:hi:hi].
+func (v vars) slice(lo, hi int) vars {
+	if v.f32 != nil {
+		return vars{f32: v.f32[lo:hi:hi]}
+	}
+	return vars{f64: v.f64[lo:hi:hi]}
+}
+
 // Pull copies the model's variables into params (len n) and returns the
 // global step (shard 0's) and whether training is done on every shard.
 func (c *Client) Pull(ctx context.Context, params []float64) (step int64, done bool, err error) {
+	return c.pull(ctx, vars{f64: params})
+}
+
+// Pull32 is Pull for a worker whose model computes in float32: the
+// variables come narrowed to float32 on the wire, straight into params.
+func (c *Client) Pull32(ctx context.Context, params []float32) (step int64, done bool, err error) {
+	return c.pull(ctx, vars{f32: params})
+}
+
+func (c *Client) pull(ctx context.Context, params vars) (step int64, done bool, err error) {
+	if params.len() != c.n {
+		return 0, false, fmt.Errorf("%w: pull into %d values, the model has %d", train.ErrShape, params.len(), c.n)
+	}
+	width := uint8(8)
+	if params.f32 != nil {
+		width = 4
+	}
 	dones := make([]bool, c.tasks)
 	err = c.each(func(i int) error {
 		lo, hi := Range(c.n, c.tasks, i)
-		resp := pullResponse{Params: params[lo:hi:hi]}
-		if err := c.call(ctx, i, "Pull", &pullRequest{c.header()}, &resp); err != nil {
+		dst := params.slice(lo, hi)
+		resp := pullResponse{Params: dst.f64, Params32: dst.f32}
+		if err := c.call(ctx, i, "Pull", &pullRequest{header: c.header(), Width: width}, &resp); err != nil {
 			return err
 		}
-		if len(resp.Params) != hi-lo {
-			return fmt.Errorf("%w: parameter server %d sent %d values, want %d", train.ErrShape, i, len(resp.Params), hi-lo)
+		got := vars{f64: resp.Params, f32: resp.Params32}
+		if got.len() != hi-lo {
+			return fmt.Errorf("%w: parameter server %d sent %d values, want %d", train.ErrShape, i, got.len(), hi-lo)
 		}
-		if &resp.Params[0] != &params[lo] {
-			copy(params[lo:hi], resp.Params)
+		switch { // the decoder fills dst in place: this only guards the contract
+		case dst.f32 != nil && &got.f32[0] != &dst.f32[0]:
+			copy(dst.f32, got.f32)
+		case dst.f64 != nil && &got.f64[0] != &dst.f64[0]:
+			copy(dst.f64, got.f64)
 		}
 		c.steps[i], dones[i] = resp.Step, resp.Done
 		return nil
@@ -198,10 +238,23 @@ func (c *Client) Pull(ctx context.Context, params []float64) (step int64, done b
 // Pull, with the worker's data cursor after the batch, and returns shard
 // 0's answer (Done only when every shard is done).
 func (c *Client) Push(ctx context.Context, worker int, grad, cursor []float64) (PushResult, error) {
+	return c.push(ctx, worker, vars{f64: grad}, 0, cursor)
+}
+
+// Push32 is Push of a float32 gradient, which the parameter servers
+// widen and multiply by scale in (0, 1] (the factor of clipping to a
+// global norm; 0 or 1 for none): what they apply is exactly what Push of the
+// widened gradient, scaled in float64, would apply.
+func (c *Client) Push32(ctx context.Context, worker int, grad []float32, scale float64, cursor []float64) (PushResult, error) {
+	return c.push(ctx, worker, vars{f32: grad}, scale, cursor)
+}
+
+func (c *Client) push(ctx context.Context, worker int, grad vars, scale float64, cursor []float64) (PushResult, error) {
 	res := make([]pushResponse, c.tasks)
 	err := c.each(func(i int) error {
 		lo, hi := Range(c.n, c.tasks, i)
-		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[i], Cursor: cursor, Grad: grad[lo:hi]}
+		g := grad.slice(lo, hi)
+		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[i], Cursor: cursor, Clip: scale, Grad: g.f64, Grad32: g.f32}
 		return c.call(ctx, i, "Push", &req, &res[i])
 	})
 	done := true
@@ -223,9 +276,19 @@ func (c *Client) Push(ctx context.Context, worker int, grad, cursor []float64) (
 // waited forever for the gradient it needed to reach that step, which the
 // chief needed to commit it.
 func (c *Client) PushAdmitted(ctx context.Context, worker int, grad, cursor []float64) (PushResult, error) {
+	return c.pushAdmitted(ctx, worker, vars{f64: grad}, 0, cursor)
+}
+
+// PushAdmitted32 is PushAdmitted of a float32 gradient (see Push32).
+func (c *Client) PushAdmitted32(ctx context.Context, worker int, grad []float32, scale float64, cursor []float64) (PushResult, error) {
+	return c.pushAdmitted(ctx, worker, vars{f32: grad}, scale, cursor)
+}
+
+func (c *Client) pushAdmitted(ctx context.Context, worker int, grad vars, scale float64, cursor []float64) (PushResult, error) {
 	lo, hi := Range(c.n, c.tasks, 0)
 	var first pushResponse
-	req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[0], Cursor: cursor, Grad: grad[lo:hi]}
+	g := grad.slice(lo, hi)
+	req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[0], Cursor: cursor, Clip: scale, Grad: g.f64, Grad32: g.f32}
 	if err := c.call(ctx, 0, "Push", &req, &first); err != nil {
 		return PushResult{}, err
 	}
@@ -240,7 +303,8 @@ func (c *Client) PushAdmitted(ctx context.Context, worker int, grad, cursor []fl
 			return nil
 		}
 		lo, hi := Range(c.n, c.tasks, i)
-		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: tag, Grad: grad[lo:hi]}
+		g := grad.slice(lo, hi)
+		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: tag, Clip: scale, Grad: g.f64, Grad32: g.f32}
 		return c.call(ctx, i, "Push", &req, &res[i])
 	})
 	done := first.Done

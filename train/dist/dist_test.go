@@ -163,7 +163,7 @@ func (c *cluster) worker(ctx context.Context, data train.Data, task, tasks int, 
 	}
 	defer cl.Close()
 	cfg := WorkerConfig{Task: task, Meta: c.cfg.Meta, Seed: uint64(100 + task), BatchSize: 32, MaxSteps: c.cfg.MaxSteps,
-		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir, Backups: c.cfg.Sync && c.cfg.Replicas < tasks}
+		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir, Backups: c.cfg.Sync && c.cfg.Replicas < tasks, Overlap: !c.cfg.Sync}
 	return RunWorker(ctx, cfg, split(data, task, tasks), cl, hooks)
 }
 

@@ -13,7 +13,12 @@
 // wire.go.
 //
 // A worker (RunWorker) pulls the variables, computes the gradient of its
-// next batch and pushes it, with its data position, to every shard. Shard
+// next batch and pushes it, with its data position, to every shard. A
+// worker whose model computes in float32 (train.Float32Model) keeps its
+// variables, batch and gradient in float32 and they travel so (Pull32,
+// Push32: see wire.go); the shards stay float64. With Overlap (async) the
+// push of one gradient and the pull after it run while the next gradient
+// is computed. Shard
 // 0 records the position with the update, so positions and variables are
 // checkpointed together and a restarted worker continues where its last
 // counted batch ended. Worker 0, the chief, commits checkpoints

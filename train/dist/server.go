@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -95,7 +96,7 @@ func NewServer(shard *Shard, load Loader, cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{shard: shard, load: load, resolve: cfg.Resolve, creds: creds}
 	s.g = grpc.NewServer(
-		grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}),
+		grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}), experimental.BufferPool(buffers),
 		grpc.InTapHandle(s.tapAuth), grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth),
 		grpc.MaxRecvMsgSize(maxRequestBytes(shard.Len())), grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.InitialWindowSize(windowBytes), grpc.InitialConnWindowSize(windowBytes),
@@ -174,7 +175,10 @@ func (s *Server) pull(ctx context.Context, req *pullRequest) (*pullResponse, err
 	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
 	}
-	return &pullResponse{from: s.shard}, nil
+	if req.Width != 4 && req.Width != 8 {
+		return nil, status.Errorf(codes.InvalidArgument, "pull of width %d, want 4 or 8", req.Width)
+	}
+	return &pullResponse{from: s.shard, width: int(req.Width)}, nil
 }
 
 func (s *Server) push(ctx context.Context, req *pushRequest) (*pushResponse, error) {

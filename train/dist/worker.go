@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/train/internal/kernel"
 )
 
 // WorkerConfig configures one worker of a data-parallel job.
@@ -53,6 +54,18 @@ type WorkerConfig struct {
 	// Backups is set in sync mode with backup workers (fewer replicas per
 	// step than workers): gradients go through Client.PushAdmitted.
 	Backups bool
+	// Overlap (async mode only: a sync step needs the gradients of its
+	// own variables) pushes each gradient and pulls the variables after
+	// it while the next batch's gradient is computed, on the variables
+	// pulled before: each gradient is applied one update later than it
+	// would be otherwise (one more step of staleness than async has
+	// anyway), and a worker's computing no longer waits for the network
+	// or the parameter servers' updates.
+	Overlap bool
+	// wire64, in tests, keeps a float32 model's variables and gradients
+	// float64 in the worker and on the wire (the reference of the float32
+	// wire).
+	wire64 bool
 }
 
 // Checkpoints is where the chief commits checkpoints, and where workers
@@ -212,8 +225,16 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	if err != nil {
 		return WorkerResult{}, err
 	}
-	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, params: m.Params(), grad: make([]float64, len(m.Params())),
-		xb: make([]float64, cfg.BatchSize*data.Dim), yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
+	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
+	if m32, ok := m.(train.Float32Model); ok && m32.Float32() && !cfg.wire64 {
+		// The model computes in float32: its variables, gradient and
+		// batches stay float32 from the wire to the kernels and back.
+		w.m32, w.params32, w.grad32 = m32, make([]float32, len(m.Params())), make([]float32, len(m.Params()))
+		w.xb32 = make([]float32, cfg.BatchSize*data.Dim)
+	} else {
+		w.params, w.grad = m.Params(), make([]float64, len(m.Params()))
+		w.xb = make([]float64, cfg.BatchSize*data.Dim)
+	}
 	if w.ckpts == nil {
 		w.ckpts = train.NewCheckpoints(train.Dir(cfg.CheckpointDir), "")
 	}
@@ -305,7 +326,12 @@ func (w *worker) train(ctx context.Context) error {
 		}
 	}
 	for {
-		err := w.step(ctx)
+		var err error
+		if w.cfg.Overlap {
+			err = w.pipeline(ctx)
+		} else {
+			err = w.step(ctx)
+		}
 		switch {
 		case errors.Is(err, errDone):
 			return nil
@@ -340,10 +366,19 @@ type worker struct {
 	m      train.Model
 	params []float64
 	grad   []float64
-	xb, yb []float64
-	pos    Position
-	perm   []int
-	permOf int64 // epoch perm was drawn for; -1 none
+	// A model computing in float32 (m32 non-nil) is trained on params32
+	// into grad32 instead of params and grad.
+	m32              train.Float32Model
+	params32, grad32 []float32
+	// With Overlap: the variables being pulled and the gradient being
+	// pushed while the next gradient is computed.
+	in, send     []float64
+	in32, send32 []float32
+	xb, yb       []float64
+	xb32         []float32
+	pos          Position
+	perm         []int
+	permOf       int64 // epoch perm was drawn for; -1 none
 	// mu guards what the chief's commit loop shares with training.
 	mu  sync.Mutex
 	res WorkerResult
@@ -447,8 +482,9 @@ func (w *worker) recover(ctx context.Context, cause error) error {
 	}
 }
 
-// batch fills xb, yb with the next batch and advances the position.
-func (w *worker) batch() (x, y []float64) {
+// batch fills xb (or, for a float32 model, xb32, narrowing as it
+// gathers) and yb with the next batch and advances the position.
+func (w *worker) batch() (x []float64, x32 []float32, y []float64) {
 	n, dim, b := len(w.data.Y), w.data.Dim, w.cfg.BatchSize
 	if w.pos.Cursor >= int64(n) {
 		w.pos.Epoch, w.pos.Cursor = w.pos.Epoch+1, 0
@@ -459,34 +495,35 @@ func (w *worker) batch() (x, y []float64) {
 	}
 	rows := w.perm[w.pos.Cursor:min(int(w.pos.Cursor)+b, n)]
 	for i, r := range rows {
-		copy(w.xb[i*dim:(i+1)*dim], w.data.X[r*dim:(r+1)*dim])
+		if w.m32 != nil {
+			kernel.Narrow(w.xb32[i*dim:(i+1)*dim], w.data.X[r*dim:(r+1)*dim])
+		} else {
+			copy(w.xb[i*dim:(i+1)*dim], w.data.X[r*dim:(r+1)*dim])
+		}
 		w.yb[i] = w.data.Y[r]
 	}
 	w.pos.Cursor += int64(len(rows))
-	return w.xb[:len(rows)*dim], w.yb[:len(rows)]
+	if w.m32 != nil {
+		return nil, w.xb32[:len(rows)*dim], w.yb[:len(rows)]
+	}
+	return w.xb[:len(rows)*dim], nil, w.yb[:len(rows)]
 }
 
 // step runs one pull → gradient → push; errDone when training is over.
 func (w *worker) step(ctx context.Context) error {
 	t0 := time.Now()
-	step, done, err := w.c.Pull(ctx, w.params)
+	step, done, err := w.pull(ctx, w.params, w.params32)
 	if err != nil {
 		return err
 	}
 	t1 := time.Now()
 	if done {
-		w.mu.Lock()
-		w.pos.GlobalStep, w.res.Step = step, step
-		w.mu.Unlock()
-		return errDone
+		return w.over(step)
 	}
-	x, y := w.batch()
-	loss := w.m.Gradient(w.grad, x, y)
-	if i := train.NonFinite(w.grad); loss-loss != 0 || i >= 0 {
-		return fmt.Errorf("%w: worker %d: loss %v on the variables of global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, loss, step)
-	}
-	if w.cfg.ClipNorm > 0 {
-		train.ClipByGlobalNorm(w.grad, w.cfg.ClipNorm)
+	x, x32, y := w.batch()
+	loss, clip, err := w.gradient(x, x32, y, step)
+	if err != nil {
+		return err
 	}
 	w.mu.Lock()
 	if r, ok := w.m.(rngModel); ok {
@@ -497,11 +534,7 @@ func (w *worker) step(ctx context.Context) error {
 		w.hooks.Computed()
 	}
 	t2 := time.Now()
-	push := w.c.Push
-	if w.cfg.Backups {
-		push = w.c.PushAdmitted
-	}
-	r, err := push(ctx, w.cfg.Task, w.grad, w.pos.encode())
+	r, err := w.push(ctx, w.grad, w.grad32, clip, w.pos.encode())
 	if err != nil {
 		return err
 	}
@@ -528,6 +561,223 @@ func (w *worker) step(ctx context.Context) error {
 		return errDone
 	}
 	return nil
+}
+
+// pull pulls the variables into params32 or params.
+func (w *worker) pull(ctx context.Context, params []float64, params32 []float32) (step int64, done bool, err error) {
+	if w.m32 != nil {
+		return w.c.Pull32(ctx, params32)
+	}
+	return w.c.Pull(ctx, params)
+}
+
+// push pushes grad32 (scaled by clip) or grad with cursor.
+func (w *worker) push(ctx context.Context, grad []float64, grad32 []float32, clip float64, cursor []float64) (PushResult, error) {
+	switch {
+	case w.m32 != nil && w.cfg.Backups:
+		return w.c.PushAdmitted32(ctx, w.cfg.Task, grad32, clip, cursor)
+	case w.m32 != nil:
+		return w.c.Push32(ctx, w.cfg.Task, grad32, clip, cursor)
+	case w.cfg.Backups:
+		return w.c.PushAdmitted(ctx, w.cfg.Task, grad, cursor)
+	}
+	return w.c.Push(ctx, w.cfg.Task, grad, cursor)
+}
+
+// flight is one step's communication in a pipeline: the push of a
+// gradient, then the pull of the variables after it.
+type flight struct {
+	// What was pushed: the worker's position after the batch, its loss
+	// and size, and the time its gradient took.
+	pos      Position
+	loss     float64
+	examples int
+	compute  time.Duration
+	r        PushResult
+	pushErr  error
+	// The pull's answer.
+	step       int64
+	done       bool
+	pullErr    error
+	push, pull time.Duration
+}
+
+// fly pushes the gradient in send or send32 and, unless that ends
+// training, pulls the variables into in or in32; it delivers f, filled
+// in, on landed.
+func (w *worker) fly(ctx context.Context, f flight, clip float64, cursor []float64, landed chan<- flight) {
+	t0 := time.Now()
+	f.r, f.pushErr = w.push(ctx, w.send, w.send32, clip, cursor)
+	t1 := time.Now()
+	f.push = t1.Sub(t0)
+	if f.pushErr == nil && !f.r.Done {
+		f.step, f.done, f.pullErr = w.pull(ctx, w.in, w.in32)
+		f.pull = time.Since(t1)
+	}
+	landed <- f
+}
+
+// pipeline trains with Overlap until an error, or errDone when training
+// is over: it pulls the variables, then computes each batch's gradient
+// while the previous gradient's push and the pull after it are in
+// flight, and takes up the variables that pull brought for the next
+// batch. So the gradient of batch t is computed on the variables after
+// the gradient of batch t-2 (and what other workers pushed meanwhile).
+// A gradient computed when the flight before it fails or ends training
+// is dropped, as step drops one whose push fails: the position shard 0
+// recorded with the last counted push is where the worker resumes.
+func (w *worker) pipeline(ctx context.Context) error {
+	if w.m32 != nil && w.in32 == nil {
+		w.in32, w.send32 = make([]float32, len(w.params32)), make([]float32, len(w.grad32))
+	} else if w.m32 == nil && w.in == nil {
+		w.in, w.send = make([]float64, len(w.params)), make([]float64, len(w.grad))
+	}
+	t0 := time.Now()
+	tag, done, err := w.pull(ctx, w.params, w.params32)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.res.Pull += time.Since(t0)
+	w.mu.Unlock()
+	if done {
+		return w.over(tag)
+	}
+	landed := make(chan flight, 1)
+	inFlight := false
+	for {
+		x, x32, y := w.batch()
+		t1 := time.Now()
+		loss, clip, gerr := w.gradient(x, x32, y, tag)
+		computed := time.Since(t1)
+		if inFlight {
+			inFlight = false
+			f := <-landed
+			if err := w.land(f); err != nil {
+				return err
+			}
+			tag = f.step
+		}
+		if gerr != nil {
+			return gerr
+		}
+		w.mu.Lock()
+		if r, ok := w.m.(rngModel); ok {
+			w.pos.RNG = r.RNGState()
+		}
+		pos := w.pos
+		pos.RNG = slices.Clone(pos.RNG)
+		w.mu.Unlock()
+		if w.hooks.Computed != nil {
+			w.hooks.Computed()
+		}
+		w.grad, w.send = w.send, w.grad
+		w.grad32, w.send32 = w.send32, w.grad32
+		inFlight = true
+		go w.fly(ctx, flight{pos: pos, loss: loss, examples: len(y), compute: computed}, clip, pos.encode(), landed)
+	}
+}
+
+// land records a flight's push and takes up the variables it pulled; it
+// returns errDone when training is over.
+func (w *worker) land(f flight) error {
+	if f.pushErr != nil {
+		return f.pushErr
+	}
+	w.mu.Lock()
+	w.res.Compute += f.compute
+	w.res.Push += f.push
+	w.res.Pull += f.pull
+	w.pos.GlobalStep, w.res.Step = f.r.Step, f.r.Step
+	w.res.Steps++
+	if f.r.Applied {
+		w.res.Applied++
+	}
+	w.lossSum += f.loss
+	w.lossN++
+	w.mu.Unlock()
+	f.pos.GlobalStep = f.r.Step
+	if w.hooks.Moved != nil {
+		w.hooks.Moved(f.pos)
+	}
+	if w.hooks.Stepped != nil {
+		w.hooks.Stepped(StepStats{GlobalStep: f.r.Step, Loss: f.loss, Examples: f.examples, Pull: f.pull, Compute: f.compute, Push: f.push})
+	}
+	switch {
+	case f.r.Done:
+		return errDone
+	case f.pullErr != nil:
+		return f.pullErr
+	case f.done:
+		return w.over(f.step)
+	}
+	if w.m32 != nil {
+		w.params32, w.in32 = w.in32, w.params32
+	} else {
+		copy(w.params, w.in) // the model's own variables
+	}
+	return nil
+}
+
+// over records the global step at which the parameter servers said
+// training is done and returns errDone.
+func (w *worker) over(step int64) error {
+	w.mu.Lock()
+	w.pos.GlobalStep, w.res.Step = step, step
+	w.mu.Unlock()
+	return errDone
+}
+
+// gradient computes the gradient of batch (x, y) on the variables of
+// global step into grad or grad32 and returns the batch's loss. Clipping
+// to cfg.ClipNorm scales grad in place; grad32 is left as computed and
+// clip is the factor the parameter servers scale it by once widened (0:
+// none), which is exactly train.ClipByGlobalNorm of the widened gradient.
+func (w *worker) gradient(x []float64, x32 []float32, y []float64, step int64) (loss, clip float64, err error) {
+	bad := func() error {
+		return fmt.Errorf("%w: worker %d: loss %v on the variables of global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, loss, step)
+	}
+	if w.m32 == nil {
+		loss = w.m.Gradient(w.grad, x, y)
+		if i := train.NonFinite(w.grad); loss-loss != 0 || i >= 0 {
+			return loss, 0, bad()
+		}
+		if w.cfg.ClipNorm > 0 {
+			train.ClipByGlobalNorm(w.grad, w.cfg.ClipNorm)
+		}
+		return loss, 0, nil
+	}
+	loss = w.m32.Gradient32(w.grad32, w.params32, x32, y)
+	if loss-loss != 0 || !finite32(w.grad32) {
+		return loss, 0, bad()
+	}
+	if w.cfg.ClipNorm > 0 {
+		ss := 0.0 // as train.ClipByGlobalNorm sums the widened values
+		for _, g := range w.grad32 {
+			ss += float64(g) * float64(g)
+		}
+		if norm := math.Sqrt(ss); norm > w.cfg.ClipNorm {
+			clip = w.cfg.ClipNorm / norm
+		}
+	}
+	return loss, clip, nil
+}
+
+// finite32 reports whether every value of v is finite.
+func finite32(v []float32) bool {
+	// x·0 is ±0 for finite x and NaN otherwise (train.NonFinite).
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		s0 += v[i] * 0
+		s1 += v[i+1] * 0
+		s2 += v[i+2] * 0
+		s3 += v[i+3] * 0
+	}
+	for ; i < len(v); i++ {
+		s0 += v[i] * 0
+	}
+	return s0+s1+s2+s3 == 0
 }
 
 // commitLoop commits the shards' cuts, one per checkpoint interval, until

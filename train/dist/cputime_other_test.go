@@ -1,0 +1,8 @@
+//go:build !unix
+
+package dist
+
+import "time"
+
+// cpuTime is unknown here: the benchmarks report 0 CPU time.
+func cpuTime() time.Duration { return 0 }
