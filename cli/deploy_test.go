@@ -23,7 +23,7 @@ var envRead = []string{"TRAINFLOW_HOME", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE
 // service runs a real subcommand with real flags, reads only environment
 // variables the binary knows, and starts after what it needs.
 func TestComposeFile(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := ".."
 	if _, err := loadCompose(root, types.Mapping{}); err == nil || !strings.Contains(err.Error(), "deploy/make-env.sh") {
 		t.Fatalf("docker-compose.yml loads with no .env (%v): credentials must come from .env, and the error say how to make it", err)
 	}
@@ -139,7 +139,7 @@ func makeEnv(t *testing.T, root string) types.Mapping {
 // .env, and workers and the server holding the bucket-scoped MinIO user,
 // not the root account.
 func TestComposeSecrets(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := ".."
 	env := makeEnv(t, root)
 	delete(env, "TRAINFLOW_BIND")
 	p, err := loadCompose(root, env)
