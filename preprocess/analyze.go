@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // BadRecord is one rejected input row.
@@ -41,6 +42,7 @@ const BadRecordsDir = "bad_records"
 // is for I/O.
 func (s *Schema) AnalyzeBlock(b Block) (*Stats, error) {
 	st := NewStats(s)
+	fold := st.countValues()
 	if s.format() == FormatIDX {
 		src, err := s.idxRows(b)
 		if err != nil {
@@ -57,6 +59,7 @@ func (s *Schema) AnalyzeBlock(b Block) (*Stats, error) {
 		for i := range st.Samples {
 			st.Samples[i].finish()
 		}
+		fold()
 		st.Parts = []NumPart{{Block: b.Index, Num: slices.Clone(st.Num)}}
 		return st, nil
 	}
@@ -64,7 +67,10 @@ func (s *Schema) AnalyzeBlock(b Block) (*Stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, base, err := readBlock(b)
+	// The statistics keep no string of data (Stats.add copies new
+	// vocabulary entries).
+	data, base, release, err := readPooledBlock(b)
+	defer release()
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +87,7 @@ func (s *Schema) AnalyzeBlock(b Block) (*Stats, error) {
 	for i := range st.Samples {
 		st.Samples[i].finish()
 	}
+	fold()
 	st.Parts = []NumPart{{Block: b.Index, Num: slices.Clone(st.Num)}}
 	return st, nil
 }
@@ -142,7 +149,9 @@ func TransformBlock(t *Transform, b Block, jobDir string, seed uint64, maxBytes 
 		if err != nil {
 			return res, err
 		}
-		data, base, err := readBlock(b)
+		// A bad record copies what it keeps of data (see badRecord).
+		data, base, release, err := readPooledBlock(b)
+		defer release()
 		if err != nil {
 			return res, err
 		}
@@ -169,13 +178,7 @@ func TransformBlock(t *Transform, b Block, jobDir string, seed uint64, maxBytes 
 			y, err = t.Label(row)
 		}
 		if err != nil {
-			line, offset, record := src.where(k)
-			rec := BadRecord{File: b.Path, Line: line, Offset: offset,
-				Reason: reasonOf(err), Detail: err.Error(), Record: record}
-			var re *RowError
-			if errors.As(err, &re) {
-				rec.Column = re.Column
-			}
+			rec := badRecord(src, k, b.Path, err)
 			if res.Bad == nil {
 				res.Bad = map[string]int64{}
 			}
@@ -203,6 +206,19 @@ func TransformBlock(t *Transform, b Block, jobDir string, seed uint64, maxBytes 
 		res.BadRecords = badPath(res.Name)
 	}
 	return res, bad.commit()
+}
+
+// badRecord describes row k of src, rejected with err. Its strings are
+// copies: the block's bytes are recycled once TransformBlock returns.
+func badRecord(src rowSource, k int, path string, err error) BadRecord {
+	line, offset, record := src.where(k)
+	rec := BadRecord{File: path, Line: line, Offset: offset,
+		Reason: reasonOf(err), Detail: strings.Clone(err.Error()), Record: strings.Clone(record)}
+	var re *RowError
+	if errors.As(err, &re) {
+		rec.Column = strings.Clone(re.Column)
+	}
+	return rec
 }
 
 // rowSource is the rows of one block, in the order a shard gets them.

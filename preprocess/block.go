@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
@@ -148,13 +149,45 @@ func (e *LineTooLongError) Unwrap() error { return ErrRequest }
 // (no copy), and the file offset of its first byte. It reads the block
 // and at most MaxLineBytes past its end, whatever the file holds.
 func readBlock(b Block) (string, int64, error) {
+	data, base, _, err := readBlockInto(nil, b)
+	return data, base, err
+}
+
+// blockBufs recycles the buffers of readPooledBlock (*[]byte): a block is
+// megabytes, and a fresh one each time makes the garbage collector grow
+// the heap by that much per block read.
+var blockBufs sync.Pool
+
+// readPooledBlock is readBlock into a recycled buffer. The caller calls
+// release once no string in data is referenced any more (copy what must
+// outlive it); data must not be used after.
+func readPooledBlock(b Block) (data string, base int64, release func(), err error) {
+	var buf []byte
+	if p, ok := blockBufs.Get().(*[]byte); ok {
+		buf = *p
+	}
+	data, base, buf, err = readBlockInto(buf, b)
+	return data, base, func() { blockBufs.Put(&buf) }, err
+}
+
+// readBlockInto is readBlock reading into buf's memory if it is large
+// enough; it also returns the buffer it used.
+func readBlockInto(buf []byte, b Block) (string, int64, []byte, error) {
 	f, err := os.Open(b.Path)
 	if err != nil {
-		return "", 0, fmt.Errorf("read block %s: %w", b.Path, err)
+		return "", 0, buf, fmt.Errorf("read block %s: %w", b.Path, err)
 	}
 	defer f.Close()
 	from := max(b.Start-1, 0)
-	buf := make([]byte, b.End-from, b.End-from+64<<10)
+	buf = slices.Grow(buf[:0], int(b.End-from)+64<<10)[:b.End-from]
+	whole := buf
+	data, base, err := fillBlock(f, buf, b, from)
+	return data, base, whole, err
+}
+
+// fillBlock reads block b, from file offset from, into buf (len(buf) is
+// the block's bytes from there); see readBlock.
+func fillBlock(f *os.File, buf []byte, b Block, from int64) (string, int64, error) {
 	n, err := f.ReadAt(buf, from)
 	if err != nil && err != io.EOF {
 		return "", 0, fmt.Errorf("read block %s: %w", b.Path, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -418,5 +419,44 @@ func TestShardCeilingCountsTheWholeRun(t *testing.T) {
 	r.MaxShardBytes = total
 	if _, err := RunLocal(r); err != nil {
 		t.Fatalf("RunLocal at the run's shard bytes: %v", err)
+	}
+}
+
+// TestResultsOutliveRecycledBlocks checks that what AnalyzeBlock and
+// TransformBlock return keeps none of the block's bytes, whose buffer the
+// next block read reuses: vocabularies and bad records stay as they were
+// after every other block of the file has been read.
+func TestResultsOutliveRecycledBlocks(t *testing.T) {
+	r := writeCensus(t, 400)
+	bad := "old, Private, 1, HS-grad, 9, Divorced, Sales, Unmarried, White, Male, 0, 0, 40, Cuba, <=50K"
+	f, _ := os.OpenFile(r.Train[0], os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(bad + "\n")
+	f.Close()
+	r.TrainShards = 4
+	train, _, err := r.Blocks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := train[len(train)-1]
+	st := must(r.Schema.AnalyzeBlock(last))
+	var vocab []map[string]int64
+	for _, m := range st.Counts {
+		vocab = append(vocab, maps.Clone(m))
+	}
+	tr := must(Fit(r.Schema, st))
+	res := must(TransformBlock(tr, last, r.OutDir, r.Seed, 0))
+	for _, b := range train[:len(train)-1] {
+		must(r.Schema.AnalyzeBlock(b))
+		must(TransformBlock(tr, b, r.OutDir, r.Seed, 0))
+	}
+	for i, m := range st.Counts {
+		for v, n := range m {
+			if vocab[i][v] != n {
+				t.Errorf("column %d: count of %q became %d, was %d", i, v, n, vocab[i][v])
+			}
+		}
+	}
+	if len(res.BadExamples) != 1 || res.BadExamples[0].Record != bad || res.BadExamples[0].Column != "age" {
+		t.Errorf("bad examples %+v, want the record %q in column age", res.BadExamples, bad)
 	}
 }

@@ -214,6 +214,46 @@ type Stats struct {
 	Samples []Sample `json:"samples,omitempty"`
 	// Bad counts rejected rows by reason.
 	Bad map[string]int64 `json:"bad,omitempty"`
+
+	// tally, while not nil, counts string values in place of Counts (see
+	// valueCounts and countValues).
+	tally []valueCounts
+}
+
+// valueCounts counts the values of one string column by pointer, so that
+// counting a value seen before stores nothing: a map assignment stores the
+// key it is given even when an equal key is present, so m[v]++ on Counts
+// would keep v, and with it the whole input block v points into.
+type valueCounts map[string]*int64
+
+func (c valueCounts) add(v string) {
+	if p, ok := c[v]; ok {
+		*p++
+		return
+	}
+	n := int64(1)
+	c[strings.Clone(v)] = &n
+}
+
+// countValues makes add count string values in tallies that keep no
+// string of a row, until the returned function folds them into Counts.
+// AnalyzeBlock counts a block this way, whose lines are substrings of a
+// buffer it reuses.
+func (st *Stats) countValues() (fold func()) {
+	st.tally = make([]valueCounts, len(st.Counts))
+	for i, m := range st.Counts {
+		if m != nil {
+			st.tally[i] = valueCounts{}
+		}
+	}
+	return func() {
+		for i, c := range st.tally {
+			for v, n := range c {
+				st.Counts[i][v] += *n
+			}
+		}
+		st.tally = nil
+	}
 }
 
 // NewStats returns empty statistics for s.
@@ -260,7 +300,9 @@ func (st *Stats) add(s *Schema, row []Value, key uint64) {
 		if c.Name == s.Label {
 			v = s.trimLabel(v)
 		}
-		if _, ok := m[v]; ok {
+		if st.tally != nil {
+			st.tally[i].add(v)
+		} else if _, ok := m[v]; ok {
 			m[v]++
 		} else {
 			// v may point into a large input buffer: keep a copy.

@@ -13,6 +13,16 @@
 // Every stage calls the Beam-free core (package preprocess), so the
 // pipeline and preprocess.RunLocal write byte-identical files.
 //
+// Parallelism: the blocks reach Analyze's and Transform's heavy ParDos
+// through a Reshuffle, a fusion break, so that a runner can spread them
+// over bundles that run at once (prism splits a bundle whose element
+// takes long; distributed runners spread a shuffle's output over workers).
+// The heavy ParDos take no side input: Transform pairs the artifact with
+// each block first, because prism polls a running stage that has a side
+// input in a busy loop, which took a fifth to a third of the child's CPU.
+// A worker process holds at most GOMAXPROCS blocks in memory at once
+// (blockSlots), however many bundles the runner gives it.
+//
 // Child runs a pipeline as `trainflow <command> REQUEST.json [beam flags]`:
 // flag parsing, the default worker binary, Beam's initialisation, the
 // exit codes and the reason line. ChildMain is preprocessing's; batch

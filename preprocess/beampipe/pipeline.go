@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"runtime"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
@@ -16,17 +17,21 @@ import (
 
 func init() {
 	beam.RegisterType(reflect.TypeOf(preprocess.Block{}))
+	beam.RegisterType(reflect.TypeOf(work{}))
 	// Coders are registered by function name, so each type has its own
 	// (not instances of one generic function, which share a name).
 	beam.RegisterCoder(reflect.TypeOf(preprocess.Stats{}), encodeStats, decodeStats)
 	beam.RegisterCoder(reflect.TypeOf(preprocess.ShardResult{}), encodeShard, decodeShard)
 	beam.RegisterCoder(reflect.TypeOf(shardList{}), encodeShards, decodeShards)
 	beam.RegisterCoder(reflect.TypeOf(preprocess.Manifest{}), encodeManifest, decodeManifest)
-	register.DoFn2x1[preprocess.Block, func(preprocess.Stats), error](&analyzeFn{})
+	register.DoFn3x1[context.Context, preprocess.Block, func(preprocess.Stats), error](&analyzeFn{})
 	register.Emitter1[preprocess.Stats]()
 	register.Function2x1(mergeStats)
 	register.DoFn1x2[preprocess.Stats, string, error](&fitFn{})
-	register.DoFn2x2[preprocess.Block, string, preprocess.ShardResult, error](&transformFn{})
+	register.DoFn3x1[string, func(*preprocess.Block) bool, func(work), error](&pairFn{})
+	register.Iter1[preprocess.Block]()
+	register.Emitter1[work]()
+	register.DoFn2x2[context.Context, work, preprocess.ShardResult, error](&transformFn{})
 	register.Combiner3[shardList, preprocess.ShardResult, shardList](&collectShardsFn{})
 	register.DoFn2x2[shardList, string, preprocess.Manifest, error](&manifestFn{})
 }
@@ -37,7 +42,10 @@ func init() {
 //	train+eval blocks ─ Transform(transform) ─ Manifest(transform)
 //
 // Each element is a block of rows, not a line, so the runner's per-element
-// overhead is paid once per block. The outputs are the files in r.OutDir
+// overhead is paid once per block. The blocks are reshuffled before each
+// stage that reads them, a fusion break after which a runner can spread
+// a stage's blocks over bundles that run in parallel (prism splits a
+// bundle whose element takes long), so every core works. The outputs are the files in r.OutDir
 // (see preprocess.Request); Pipeline returns the manifest's PCollection
 // (one element).
 func Pipeline(s beam.Scope, r *preprocess.Request) (beam.PCollection, error) {
@@ -46,7 +54,7 @@ func Pipeline(s beam.Scope, r *preprocess.Request) (beam.PCollection, error) {
 		return beam.PCollection{}, err
 	}
 	s = s.Scope("Preprocess")
-	trainBlocks := beam.CreateList(s, train)
+	trainBlocks := beam.Reshuffle(s, beam.CreateList(s, train))
 	allBlocks := beam.CreateList(s, append(append([]preprocess.Block{}, train...), eval...))
 	transform := Fit(s, r, Analyze(s, r.Schema, trainBlocks))
 	shards := Transform(s, r.OutDir, r.Seed, r.MaxShardBytes, allBlocks, transform)
@@ -70,14 +78,23 @@ func Fit(s beam.Scope, r *preprocess.Request, stats beam.PCollection) beam.PColl
 	return beam.ParDo(s.Scope("Fit"), &fitFn{Request: *r}, stats)
 }
 
-// Transform applies the Transform artifact (a side input of one string)
-// to every row of blocks and writes each block's shard (and its rejected
-// rows) into outDir, shuffled by seed and the block's index. It returns
-// one preprocess.ShardResult per block. A block whose shard would take
-// more than maxBytes (if positive) fails the pipeline with
+// Transform applies the Transform artifact (one string) to every row of
+// blocks and writes each block's shard (and its rejected rows) into
+// outDir, shuffled by seed and the block's index. It returns one
+// preprocess.ShardResult per block. A block whose shard would take more
+// than maxBytes (if positive) fails the pipeline with
 // preprocess.ErrShardBytes before its shard is written.
+//
+// The artifact pairs with each block (blocks a side input of a stage
+// that only pairs), and the pairs are reshuffled into the stage that
+// writes the shards: that stage has no side input, so prism never polls
+// it for a side input while its bundles run, and a runner can spread its
+// blocks over parallel bundles. Each pair carries the artifact, a few KB
+// (its vocabularies are at most preprocess.MaxVocab values a column).
 func Transform(s beam.Scope, outDir string, seed uint64, maxBytes int64, blocks, transform beam.PCollection) beam.PCollection {
-	return beam.ParDo(s.Scope("Transform"), &transformFn{OutDir: outDir, Seed: seed, MaxBytes: maxBytes}, blocks, beam.SideInput{Input: transform})
+	s = s.Scope("Transform")
+	pairs := beam.ParDo(s, &pairFn{}, transform, beam.SideInput{Input: blocks})
+	return beam.ParDo(s, &transformFn{OutDir: outDir, Seed: seed, MaxBytes: maxBytes}, beam.Reshuffle(s, pairs))
 }
 
 // Manifest collects every shard's preprocess.ShardResult and writes r's
@@ -107,13 +124,32 @@ func Run(ctx context.Context, r *preprocess.Request) (*preprocess.Manifest, erro
 	return preprocess.ReadManifest(r.OutDir)
 }
 
+// blockSlots bounds the blocks a worker process reads at once, one per
+// CPU: analyzeFn and transformFn hold a block's bytes in memory while
+// they work on it, and a runner may run more bundles than there are CPUs
+// (prism splits a slow bundle until each holds one block, and runs up to
+// 8 at once), which would add memory, not speed.
+var blockSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
+
+// withBlockSlot runs fn once a block slot is free.
+func withBlockSlot[T any](ctx context.Context, fn func() (T, error)) (T, error) {
+	select {
+	case blockSlots <- struct{}{}:
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+	defer func() { <-blockSlots }()
+	return fn()
+}
+
 // analyzeFn computes the statistics of one block.
 type analyzeFn struct {
 	Schema preprocess.Schema
 }
 
-func (f *analyzeFn) ProcessElement(b preprocess.Block, emit func(preprocess.Stats)) error {
-	st, err := f.Schema.AnalyzeBlock(b)
+func (f *analyzeFn) ProcessElement(ctx context.Context, b preprocess.Block, emit func(preprocess.Stats)) error {
+	st, err := withBlockSlot(ctx, func() (*preprocess.Stats, error) { return f.Schema.AnalyzeBlock(b) })
 	if err != nil {
 		return err
 	}
@@ -136,24 +172,46 @@ func (f *fitFn) ProcessElement(st preprocess.Stats) (string, error) {
 	return string(b), err
 }
 
+// work is one block to transform with the Transform artifact to apply.
+type work struct {
+	Block    preprocess.Block
+	Artifact string
+}
+
+// pairFn pairs the artifact with every block.
+type pairFn struct{}
+
+func (pairFn) ProcessElement(artifact string, blocks func(*preprocess.Block) bool, emit func(work)) error {
+	var b preprocess.Block
+	for blocks(&b) {
+		emit(work{Block: b, Artifact: artifact})
+	}
+	return nil
+}
+
 // transformFn writes the shard of one block.
 type transformFn struct {
 	OutDir   string
 	Seed     uint64
 	MaxBytes int64
 
-	t *preprocess.Transform
+	// t is the parsed artifact of the last element, art its text: the
+	// elements of a run all carry the same one.
+	art string
+	t   *preprocess.Transform
 }
 
-func (f *transformFn) ProcessElement(b preprocess.Block, artifact string) (preprocess.ShardResult, error) {
-	if f.t == nil {
-		t, err := preprocess.ParseTransform([]byte(artifact))
+func (f *transformFn) ProcessElement(ctx context.Context, w work) (preprocess.ShardResult, error) {
+	if f.t == nil || w.Artifact != f.art {
+		t, err := preprocess.ParseTransform([]byte(w.Artifact))
 		if err != nil {
 			return preprocess.ShardResult{}, err
 		}
-		f.t = t
+		f.art, f.t = w.Artifact, t
 	}
-	return preprocess.TransformBlock(f.t, b, f.OutDir, f.Seed, f.MaxBytes)
+	return withBlockSlot(ctx, func() (preprocess.ShardResult, error) {
+		return preprocess.TransformBlock(f.t, w.Block, f.OutDir, f.Seed, f.MaxBytes)
+	})
 }
 
 // shardList is a mergeable list of shard results.
