@@ -429,7 +429,7 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Models: a.ModelTypes, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), SaveEvery: time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
 		KeepMax: in.Train.KeepCheckpointMax, Checkpoints: s.ckpts,
-		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers(), Overlap: s.replicas == 0}
+		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}
 	r, err := dist.RunWorker(ctx, cfg, data, c, hooks)
 	res := workflows.WorkerResult{Task: in.Task, Step: r.Step, Steps: r.Steps, Applied: r.Applied, Loss: r.Loss,
 		ComputeSecs: r.Compute.Seconds(), PullSecs: r.Pull.Seconds(), PushSecs: r.Push.Seconds()}
