@@ -44,8 +44,15 @@ func TestReadBlockNewlineFree(t *testing.T) {
 		}
 	}
 	runtime.ReadMemStats(&after)
-	if got := after.TotalAlloc - before.TotalAlloc; got > 2*size {
-		t.Fatalf("reading %d blocks of a %d-byte newline-free file allocated %d bytes, want at most %d", len(blocks), size, got, 2*size)
+	// Reading on to the end from each block would allocate O(blocks·size).
+	// Under the race detector sync.Pool drops recycled buffers at random,
+	// so the bound is twice as loose there.
+	bound := uint64(2 * size)
+	if raceEnabled {
+		bound *= 2
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > bound {
+		t.Fatalf("reading %d blocks of a %d-byte newline-free file allocated %d bytes, want at most %d", len(blocks), size, got, bound)
 	}
 }
 

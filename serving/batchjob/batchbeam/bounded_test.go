@@ -194,7 +194,14 @@ func TestNewlineFreeCSV(t *testing.T) {
 		t.Fatalf("got %v, want ErrRequest naming the input and offset 0, without content", err)
 	}
 	t.Logf("%d blocks of a %d-byte newline-free input: %d bytes allocated", blocks, size, alloc)
-	if alloc > 2*size {
-		t.Fatalf("allocated %d bytes for %d blocks of a %d-byte input, want at most %d", alloc, blocks, size, 2*size)
+	// Under the race detector sync.Pool drops recycled block buffers at
+	// random, so the bound is twice as loose there (O(blocks·size) is what
+	// it guards against).
+	bound := uint64(2 * size)
+	if raceEnabled {
+		bound *= 2
+	}
+	if alloc > bound {
+		t.Fatalf("allocated %d bytes for %d blocks of a %d-byte input, want at most %d", alloc, blocks, size, bound)
 	}
 }

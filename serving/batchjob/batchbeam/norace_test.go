@@ -1,0 +1,5 @@
+//go:build !race
+
+package batchbeam
+
+const raceEnabled = false
