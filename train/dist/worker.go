@@ -748,7 +748,7 @@ func (w *worker) gradient(x []float64, x32 []float32, y []float64, step int64) (
 		return loss, 0, nil
 	}
 	loss = w.m32.Gradient32(w.grad32, w.params32, x32, y)
-	if loss-loss != 0 || !finite32(w.grad32) {
+	if loss-loss != 0 || train.NonFinite(w.grad32) >= 0 {
 		return loss, 0, bad()
 	}
 	if w.cfg.ClipNorm > 0 {
@@ -761,23 +761,6 @@ func (w *worker) gradient(x []float64, x32 []float32, y []float64, step int64) (
 		}
 	}
 	return loss, clip, nil
-}
-
-// finite32 reports whether every value of v is finite.
-func finite32(v []float32) bool {
-	// x·0 is ±0 for finite x and NaN otherwise (train.NonFinite).
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(v); i += 4 {
-		s0 += v[i] * 0
-		s1 += v[i+1] * 0
-		s2 += v[i+2] * 0
-		s3 += v[i+3] * 0
-	}
-	for ; i < len(v); i++ {
-		s0 += v[i] * 0
-	}
-	return s0+s1+s2+s3 == 0
 }
 
 // commitLoop commits the shards' cuts, one per checkpoint interval, until
