@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/internal/testenv/race"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
@@ -54,7 +55,7 @@ func hashSpec(id string, buckets, rows int) jobspec.JobSpec {
 // predecessor fails for good, naming the limit. The worker's peak RSS
 // does not grow by the memory the spec asks for.
 func TestChildKilledTwiceFailsTheJob(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("the race detector's shadow memory in the child (the instrumented test binary) does not fit the test's 400 MB RLIMIT_DATA: ThreadSanitizer, not the spec, fails first; the run without -race covers this test")
 	}
 	acts := newActs(t)

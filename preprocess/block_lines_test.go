@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/trainflow/trainflow/internal/testenv/race"
 )
 
 // TestReadBlockNewlineFree reads every block of a 16 MB file without a
@@ -48,7 +50,7 @@ func TestReadBlockNewlineFree(t *testing.T) {
 	// Under the race detector sync.Pool drops recycled buffers at random,
 	// so the bound is twice as loose there.
 	bound := uint64(2 * size)
-	if raceEnabled {
+	if race.Enabled {
 		bound *= 2
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > bound {

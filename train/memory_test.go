@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/trainflow/trainflow/internal/testenv/race"
 )
 
 // TestMemoryNeedBoundsRun measures what Run allocates, fresh and resumed
@@ -17,7 +19,7 @@ import (
 // the peak of its live heap from above. A change to what Run, the models
 // or checkpoints allocate that MemoryNeed does not follow fails here.
 func TestMemoryNeedBoundsRun(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("the race detector makes sync.Pool drop the kernels' scratch at random, so Run allocates more than the code asks for; make unit runs this without it")
 	}
 	net := func(model string, dim, classes int, hidden []int, f32 bool) CheckpointMeta {

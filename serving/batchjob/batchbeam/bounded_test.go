@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/testenv/race"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving/batchjob"
 )
@@ -198,7 +199,7 @@ func TestNewlineFreeCSV(t *testing.T) {
 	// random, so the bound is twice as loose there (O(blocks·size) is what
 	// it guards against).
 	bound := uint64(2 * size)
-	if raceEnabled {
+	if race.Enabled {
 		bound *= 2
 	}
 	if alloc > bound {

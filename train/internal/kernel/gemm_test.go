@@ -10,6 +10,8 @@ import (
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
+
+	"github.com/trainflow/trainflow/internal/testenv/race"
 )
 
 // impls are the implementations this CPU can run: the generic one always,
@@ -270,7 +272,7 @@ func TestGemmPanics(t *testing.T) {
 // TestGemmAllocs checks that warm products, serial and split, allocate
 // nothing.
 func TestGemmAllocs(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("the race detector makes sync.Pool drop scratch at random, so products allocate")
 	}
 	a, b, c := make([]float32, 128*784), make([]float32, 784*128), make([]float32, 128*128)

@@ -1,5 +1,0 @@
-//go:build !race
-
-package activities
-
-const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package batchbeam
-
-const raceEnabled = false
