@@ -323,18 +323,24 @@ func (n *node) ps(ctx context.Context) error {
 		return err
 	}
 	tx0, rx0 := netdevBytes()
-	start, cpu := time.Now(), cpuTime()
-	select {
-	case <-sh.Finished():
-		select { // answer "done" a little longer to workers still stepping, as jobs do
-		case <-time.After(n.linger):
+	// Timed: from listening to the chief's Finish (the workers' loading
+	// included, when the server idles).
+	err = n.timed(func() error {
+		select {
+		case <-sh.Finished():
 		case <-ctx.Done():
+		case err := <-served:
+			return fmt.Errorf("serve: %w", err)
 		}
-	case <-ctx.Done():
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	n.res.WallS, n.res.CPUS = time.Since(start).Seconds(), (cpuTime() - cpu).Seconds()
+	select { // answer "done" a little longer to workers still stepping, as jobs do
+	case <-time.After(n.linger):
+	case <-ctx.Done():
+	}
 	step, _ := sh.Step()
 	n.res.Steps, n.res.GlobalStep = step, step
 	if step > 0 {

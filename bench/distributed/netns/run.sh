@@ -15,7 +15,8 @@
 #   RTT_MS   round trip between two nodes, ms (default 0.1)
 #   RATE     every node's link rate each way, a tc rate (default 10gbit)
 #   CPUS     CPU ids to pin to (default all online CPUs); PIN=0: no pinning
-#   PROFILE  a file: CPU profile of worker 0 of the first async 1-worker run
+#   PROFILE  a path prefix: CPU profiles PROFILE-worker.pprof and PROFILE-ps.pprof
+#            of the first async 1-worker run (go tool pprof -top FILE)
 #   DATA     Fashion-MNIST IDX directory (default Debian's; generated rows
 #            if unreadable)
 #
@@ -144,7 +145,11 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 	mkdir -p "$dir/secrets" "$dir/ck"
 	local common=(-workers "$w" -tasks "$s" -steps "$steps" -secrets "$dir/secrets" -config "$name" -round "$round")
 	if [ "$mode" = sync ]; then common+=(-sync); fi
-	local addrs="" ps_pids=() w_pids=() k
+	local addrs="" ps_pids=() w_pids=() k prof=""
+	if [ -n "${PROFILE:-}" ] && [ -z "$profiled" ] && [ "$mode" = async ] && [ "$w" = 1 ]; then
+		prof=$PROFILE
+		profiled=1
+	fi
 	for ((k = 0; k < s; k++)); do addrs="$addrs${addrs:+,}10.77.0.$((maxw + k + 1)):7070"; done
 	if [ "$round" = 1 ]; then
 		local pin="" set
@@ -153,16 +158,15 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 		echo "pinning $name:$pin"
 	fi
 	for ((k = 0; k < s; k++)); do
-		node "$p-$((maxw + k))" "$(cpuset $((w + k)) "$n")" -role ps -index "$k" -listen "10.77.0.$((maxw + k + 1)):7070" -linger 30s "${common[@]}" \
-			>"$dir/ps-$k.out" 2>&1 &
+		local extra=()
+		if [ -n "$prof" ] && [ "$k" = 0 ]; then extra=(-cpuprofile "$prof-ps.pprof"); fi
+		node "$p-$((maxw + k))" "$(cpuset $((w + k)) "$n")" -role ps -index "$k" -listen "10.77.0.$((maxw + k + 1)):7070" -linger 30s \
+			"${extra[@]}" "${common[@]}" >"$dir/ps-$k.out" 2>&1 &
 		ps_pids+=($!)
 	done
 	for ((k = 0; k < w; k++)); do
 		local extra=()
-		if [ -n "${PROFILE:-}" ] && [ -z "$profiled" ] && [ "$mode" = async ] && [ "$w" = 1 ] && [ "$k" = 0 ]; then
-			extra=(-cpuprofile "$PROFILE")
-			profiled=1
-		fi
+		if [ -n "$prof" ] && [ "$k" = 0 ]; then extra=(-cpuprofile "$prof-worker.pprof"); fi
 		node "$p-$k" "$(cpuset "$k" "$n")" -role worker -index "$k" -ps "$addrs" -ckdir "$dir/ck" \
 			-ready "$dir/ready-$k" -go "$dir/go" "${extra[@]}" "${common[@]}" >"$dir/w-$k.out" 2>&1 &
 		w_pids+=($!)
