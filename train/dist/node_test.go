@@ -482,11 +482,19 @@ func netdevBytes() (tx, rx int64) {
 
 // summarize reads the bench's result lines and prints, per configuration
 // in order of appearance, the medians over rounds of the cluster's
-// examples/s (its workers' sum), its ratio to local's, the CPU per
+// examples/s (its workers' sum), its ratio to local's, its scaling
+// efficiency (examples/s over workers × the 1-worker cluster's of the
+// same mode and parameter servers, when the run had one), the CPU per
 // example (workers and parameter servers), the bytes per worker step and
 // where the workers' time went.
 func summarize(in io.Reader, out io.Writer) error {
 	var order []string
+	type shape struct {
+		mode        string
+		workers, ps int
+	}
+	shapes := map[string]shape{}
+	byShape := map[shape]string{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	type acc struct {
@@ -514,6 +522,9 @@ func summarize(in io.Reader, out io.Writer) error {
 		if _, ok := accs[r.Config]; !ok {
 			order = append(order, r.Config)
 			accs[r.Config] = map[int]*acc{}
+			sh := shape{r.Mode, r.Workers, r.PS}
+			shapes[r.Config] = sh
+			byShape[sh] = r.Config
 		}
 		a := accs[r.Config][r.Round]
 		if a == nil {
@@ -554,14 +565,20 @@ func summarize(in io.Reader, out io.Writer) error {
 	if m, ok := accs["local"]; ok {
 		local = med(m, func(a *acc) float64 { return a.ex })
 	}
-	fmt.Fprintf(out, "%-16s %6s %10s %7s %8s %11s %11s %11s %11s %7s %7s %7s %7s %8s\n",
-		"config", "rounds", "examples/s", "vs_local", "cpu_µs/ex", "grpc_out/st", "grpc_in/st", "net_tx/st", "net_rx/st", "comp_ms", "pull_ms", "push_ms", "wait_ms", "ping_µs")
+	fmt.Fprintf(out, "%-16s %6s %10s %7s %6s %8s %11s %11s %11s %11s %7s %7s %7s %7s %8s\n",
+		"config", "rounds", "examples/s", "vs_local", "eff", "cpu_µs/ex", "grpc_out/st", "grpc_in/st", "net_tx/st", "net_rx/st", "comp_ms", "pull_ms", "push_ms", "wait_ms", "ping_µs")
 	for _, c := range order {
 		m := accs[c]
 		ex := med(m, func(a *acc) float64 { return a.ex })
 		per := func(f func(*acc) float64) float64 { return med(m, func(a *acc) float64 { return f(a) / a.steps }) }
-		fmt.Fprintf(out, "%-16s %6d %10.0f %7.2f %8.1f %11.0f %11.0f %11.0f %11.0f %7.3f %7.3f %7.3f %7.3f %8.0f\n",
-			c, len(m), ex, ex/local, med(m, func(a *acc) float64 { return a.cpu * 1e6 / a.examples }),
+		eff := "-"
+		if sh := shapes[c]; sh.workers > 0 {
+			if one, ok := byShape[shape{sh.mode, 1, sh.ps}]; ok {
+				eff = fmt.Sprintf("%.2f", ex/(float64(sh.workers)*med(accs[one], func(a *acc) float64 { return a.ex })))
+			}
+		}
+		fmt.Fprintf(out, "%-16s %6d %10.0f %7.2f %6s %8.1f %11.0f %11.0f %11.0f %11.0f %7.3f %7.3f %7.3f %7.3f %8.0f\n",
+			c, len(m), ex, ex/local, eff, med(m, func(a *acc) float64 { return a.cpu * 1e6 / a.examples }),
 			per(func(a *acc) float64 { return a.sent }), per(func(a *acc) float64 { return a.recv }),
 			per(func(a *acc) float64 { return a.tx }), per(func(a *acc) float64 { return a.rx }),
 			per(func(a *acc) float64 { return a.comp }), per(func(a *acc) float64 { return a.pull }),

@@ -15,6 +15,8 @@
 #   RTT_MS   round trip between two nodes, ms (default 0.1)
 #   RATE     every node's link rate each way, a tc rate (default 10gbit)
 #   CPUS     CPU ids to pin to (default all online CPUs); PIN=0: no pinning
+#   CORES    CPUs per process when pinned (default 1; 2 gives a worker's gRPC
+#            goroutines a core beside its gradient, on a machine with room)
 #   PROFILE  a path prefix: CPU profiles PROFILE-worker.pprof and PROFILE-ps.pprof
 #            of the first async 1-worker run (go tool pprof -top FILE)
 #   DATA     Fashion-MNIST IDX directory (default Debian's; generated rows
@@ -41,6 +43,7 @@ else
 fi
 rtt=${RTT_MS:-0.1}
 rate=${RATE:-10gbit}
+cores=${CORES:-1}
 delay_us=$(awk -v r="$rtt" 'BEGIN { printf "%.1f", r * 1000 / 4 }')
 if [ -n "${CPUS:-}" ]; then read -r -a cpus <<<"${CPUS//,/ }"; else mapfile -t cpus < <(seq 0 $(($(nproc --all) - 1))); fi
 all_cpus=$(IFS=,; echo "${cpus[*]}")
@@ -122,15 +125,22 @@ if [ "$qdisc" = netem ]; then
 else
 	echo "shaping:   every egress (node eth0 and bridge port): ${shaping#qdisc }  => ${rate} each way per node, no added delay (no netem in this kernel)"
 fi
-echo "runs:      $rounds interleaved rounds x $steps global steps; configs: local $configs; modes: $modes; CPUs ${all_cpus}"
+echo "runs:      $rounds interleaved rounds x $steps global steps; configs: local $configs; modes: $modes; CPUs ${all_cpus}; ${cores} per pinned process"
 
-# cpuset I: the CPUs of the I-th process of a run of N processes: its own
-# CPU when the run's processes fit the CPUs (one core each, GOMAXPROCS=1),
-# otherwise all of them (the processes share the cores, as in one host).
+# cpuset I N: the CPUs of the I-th process of a run of N processes: CORES
+# of its own when the run's processes fit the CPUs (GOMAXPROCS follows the
+# affinity), otherwise all of them (the processes share the cores, as
+# processes on one host would).
+
 cpuset() {
 	local i=$1 n=$2
-	if [ "${PIN:-1}" = 0 ] || ((n > ${#cpus[@]})); then echo "$all_cpus"; else echo "${cpus[$i]}"; fi
+	if [ "${PIN:-1}" = 0 ] || ((n * cores > ${#cpus[@]})); then
+		echo "$all_cpus"
+	else
+		(IFS=,; echo "${cpus[*]:i*cores:cores}")
+	fi
 }
+echo "pinning local: $(cpuset 0 1)"
 results=$work/results.jsonl
 : >"$results"
 node() { # node NS CPUSET ARGS... &: the node binary in namespace NS pinned to CPUSET, as this (background) subshell, so $! is its pid
@@ -145,7 +155,7 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 	mkdir -p "$dir/secrets" "$dir/ck"
 	local common=(-workers "$w" -tasks "$s" -steps "$steps" -secrets "$dir/secrets" -config "$name" -round "$round")
 	if [ "$mode" = sync ]; then common+=(-sync); fi
-	local addrs="" ps_pids=() w_pids=() k prof=""
+	local addrs="" ps_pids=() w_pids=() k j prof=""
 	if [ -n "${PROFILE:-}" ] && [ -z "$profiled" ] && [ "$mode" = async ] && [ "$w" = 1 ]; then
 		prof=$PROFILE
 		profiled=1
@@ -176,6 +186,9 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 	for ((k = 0; k < w; k++)); do
 		until [ -e "$dir/ready-$k" ]; do
 			kill -0 "${w_pids[$k]}" 2>/dev/null || { cat "$dir/w-$k.out" >&2; echo "run.sh: worker $k of $name died" >&2; exit 1; }
+			for ((j = 0; j < s; j++)); do
+				kill -0 "${ps_pids[$j]}" 2>/dev/null || { cat "$dir/ps-$j.out" >&2; echo "run.sh: parameter server $j of $name died" >&2; exit 1; }
+			done
 			sleep 0.05
 		done
 	done
@@ -193,7 +206,7 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 	rm -rf "$dir"
 }
 for ((round = 1; round <= rounds; round++)); do
-	node "$p-local" "${cpus[0]}" -role local -steps "$steps" -config local -round "$round" >>"$results" &
+	node "$p-local" "$(cpuset 0 1)" -role local -steps "$steps" -config local -round "$round" >>"$results" &
 	wait $!
 	for mode in $modes; do
 		for c in $configs; do
