@@ -665,6 +665,14 @@ func TestNodeRolesOverLoopback(t *testing.T) {
 			if r.GRPCSentPerStep < 4*vars || r.GRPCRecvPerStep < 4*vars || r.GRPCSentPerStep > 5*vars || r.GRPCRecvPerStep > 5*vars {
 				t.Errorf("%s worker %d: %.0f bytes sent and %.0f received per step, want a float32 model's %d each", c.mode, i, r.GRPCSentPerStep, r.GRPCRecvPerStep, 4*vars)
 			}
+			// Wait: without Overlap every pull and push blocks the loop;
+			// with it, at most the flights' time (the computing hides the rest).
+			if c.mode == "sync" && math.Abs(r.WaitMs-(r.PullMs+r.PushMs)) > 0.01*(r.PullMs+r.PushMs) {
+				t.Errorf("sync worker %d: waited %.3f ms per step, pulled %.3f and pushed %.3f", i, r.WaitMs, r.PullMs, r.PushMs)
+			}
+			if c.mode == "async" && (r.WaitMs <= 0 || r.WaitMs > r.PullMs+r.PushMs) {
+				t.Errorf("async worker %d: waited %.3f ms per step, pulled %.3f and pushed %.3f", i, r.WaitMs, r.PullMs, r.PushMs)
+			}
 			if i == 0 && r.GlobalStep != steps {
 				t.Errorf("%s: the chief ended at global step %d, want %d", c.mode, r.GlobalStep, steps)
 			}
