@@ -116,7 +116,8 @@ func nodeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	workers := fs.Int("workers", 1, "number of workers")
 	secrets := fs.String("secrets", "", "directory of the parameter servers' secrets (and addresses)")
 	ckdir := fs.String("ckdir", "", "worker: checkpoint directory shared by the cluster (the chief commits there)")
-	syncMode := fs.Bool("sync", false, "sync training (replicas = workers); default async with Overlap")
+	syncMode := fs.Bool("sync", false, "sync training (replicas = workers); default async")
+	overlap := fs.Bool("overlap", true, "async: WorkerConfig.Overlap, as BenchmarkFashionMLP (jobs leave it off for now)")
 	steps := fs.Int64("steps", 300, "global steps (local: steps)")
 	batch := fs.Int("batch", 128, "batch size")
 	dataDir := fs.String("data", fashionDir, "Fashion-MNIST IDX directory")
@@ -135,7 +136,7 @@ func nodeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	n := &node{index: *index, listen: *listen, workers: *workers, tasks: *tasks, secrets: *secrets, ckdir: *ckdir, sync: *syncMode,
+	n := &node{index: *index, listen: *listen, workers: *workers, tasks: *tasks, secrets: *secrets, ckdir: *ckdir, sync: *syncMode, overlap: *overlap && !*syncMode,
 		steps: *steps, batch: *batch, ready: *ready, goFile: *goFile, cpuprofile: *cpuprofile, linger: *linger,
 		res: nodeResult{Role: *role, Index: *index, Config: *config, Round: *round, Batch: *batch, GOMAXPROCS: runtime.GOMAXPROCS(0)}}
 	if *psList != "" {
@@ -205,7 +206,7 @@ type node struct {
 	listen, secrets       string
 	addrs                 []string
 	ckdir                 string
-	sync                  bool
+	sync, overlap         bool
 	steps                 int64
 	batch                 int
 	ready, goFile         string
@@ -222,8 +223,11 @@ func (n *node) replicas() int {
 }
 
 func (n *node) mode() string {
-	if n.sync {
+	switch {
+	case n.sync:
 		return "sync"
+	case !n.overlap:
+		return "async-no-overlap"
 	}
 	return "async"
 }
@@ -411,7 +415,7 @@ func (n *node) worker(ctx context.Context, data train.Data) error {
 		}
 	}
 	cfg := WorkerConfig{Task: n.index, Meta: meta, Seed: uint64(n.index + 1), BatchSize: n.batch, MaxSteps: n.steps, SaveSteps: n.steps, KeepMax: 1,
-		CheckpointDir: n.ckdir, BatchesPerStep: max(n.replicas(), 1), Overlap: !n.sync}
+		CheckpointDir: n.ckdir, BatchesPerStep: max(n.replicas(), 1), Overlap: n.overlap}
 	s0, r0 := c.WireBytes()
 	tx0, rx0 := netdevBytes()
 	var r WorkerResult
@@ -565,7 +569,7 @@ func summarize(in io.Reader, out io.Writer) error {
 	if m, ok := accs["local"]; ok {
 		local = med(m, func(a *acc) float64 { return a.ex })
 	}
-	fmt.Fprintf(out, "%-16s %6s %10s %7s %6s %8s %11s %11s %11s %11s %7s %7s %7s %7s %8s\n",
+	fmt.Fprintf(out, "%-22s %6s %10s %7s %6s %8s %11s %11s %11s %11s %7s %7s %7s %7s %8s\n",
 		"config", "rounds", "examples/s", "vs_local", "eff", "cpu_µs/ex", "grpc_out/st", "grpc_in/st", "net_tx/st", "net_rx/st", "comp_ms", "pull_ms", "push_ms", "wait_ms", "ping_µs")
 	for _, c := range order {
 		m := accs[c]
@@ -577,7 +581,7 @@ func summarize(in io.Reader, out io.Writer) error {
 				eff = fmt.Sprintf("%.2f", ex/(float64(sh.workers)*med(accs[one], func(a *acc) float64 { return a.ex })))
 			}
 		}
-		fmt.Fprintf(out, "%-16s %6d %10.0f %7.2f %6s %8.1f %11.0f %11.0f %11.0f %11.0f %7.3f %7.3f %7.3f %7.3f %8.0f\n",
+		fmt.Fprintf(out, "%-22s %6d %10.0f %7.2f %6s %8.1f %11.0f %11.0f %11.0f %11.0f %7.3f %7.3f %7.3f %7.3f %8.0f\n",
 			c, len(m), ex, ex/local, eff, med(m, func(a *acc) float64 { return a.cpu * 1e6 / a.examples }),
 			per(func(a *acc) float64 { return a.sent }), per(func(a *acc) float64 { return a.recv }),
 			per(func(a *acc) float64 { return a.tx }), per(func(a *acc) float64 { return a.rx }),

@@ -11,7 +11,8 @@
 #   CONFIGS  clusters as WORKERSxPS (default "1x1 2x1 2x2")
 #   WORKERS  instead of CONFIGS: worker counts, each with PS parameter servers
 #            (default PS=1), e.g. WORKERS="1 2 4 8" PS=2 on a 16-core machine
-#   MODES    "async sync" (default both; async runs with Overlap as the bench)
+#   MODES    "async sync" (default both; async runs with Overlap as the bench);
+#            add "async-no-overlap" for async as jobs run it now (Overlap off)
 #   RTT_MS   round trip between two nodes, ms (default 0.1)
 #   RATE     every node's link rate each way, a tc rate (default 10gbit)
 #   CPUS     CPU ids to pin to (default all online CPUs); PIN=0: no pinning
@@ -154,7 +155,12 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 	local dir=$work/run-$round-$mode-$w-$s
 	mkdir -p "$dir/secrets" "$dir/ck"
 	local common=(-workers "$w" -tasks "$s" -steps "$steps" -secrets "$dir/secrets" -config "$name" -round "$round")
-	if [ "$mode" = sync ]; then common+=(-sync); fi
+	case $mode in
+	sync) common+=(-sync) ;;
+	async) ;;
+	async-no-overlap) common+=(-overlap=false) ;;
+	*) echo "run.sh: mode $mode: want async, sync or async-no-overlap" >&2; exit 1 ;;
+	esac
 	local addrs="" ps_pids=() w_pids=() k j prof=""
 	if [ -n "${PROFILE:-}" ] && [ -z "$profiled" ] && [ "$mode" = async ] && [ "$w" = 1 ]; then
 		prof=$PROFILE
