@@ -148,6 +148,10 @@ func nodeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if n.tasks == 0 {
 		n.tasks = 1
 	}
+	if err := n.check(*role, *rows); err != nil {
+		fmt.Fprintf(stderr, "node: %v\n", err)
+		return 2
+	}
 	var err error
 	switch *role {
 	case "summarize":
@@ -199,6 +203,31 @@ func nodeData(dir string, rows int) (train.Data, string, error) {
 		d.Y[i] = float64(i % 10)
 	}
 	return d, fmt.Sprintf("generated %d rows", rows), nil
+}
+
+// check refuses flags a role cannot run with, naming the flag.
+func (n *node) check(role string, rows int) error {
+	switch {
+	case n.workers < 1:
+		return fmt.Errorf("-workers %d: want at least 1", n.workers)
+	case n.tasks < 1:
+		return fmt.Errorf("-tasks %d: want at least 1", n.tasks)
+	case len(n.addrs) > 0 && len(n.addrs) != n.tasks:
+		return fmt.Errorf("-ps names %d parameter servers, -tasks says %d", len(n.addrs), n.tasks)
+	case n.steps < 1:
+		return fmt.Errorf("-steps %d: want at least 1", n.steps)
+	case n.batch < 1:
+		return fmt.Errorf("-batch %d: want at least 1", n.batch)
+	case rows < 0:
+		return fmt.Errorf("-rows %d: want 0 (Fashion-MNIST) or more", rows)
+	case rows > 0 && rows < n.batch*n.workers:
+		return fmt.Errorf("-rows %d: want at least a batch (-batch %d) per worker (-workers %d)", rows, n.batch, n.workers)
+	case role == "worker" && (n.index < 0 || n.index >= n.workers):
+		return fmt.Errorf("-index %d: a worker of %d (-workers) is 0 to %d", n.index, n.workers, n.workers-1)
+	case role == "ps" && (n.index < 0 || n.index >= n.tasks):
+		return fmt.Errorf("-index %d: a parameter server of %d (-tasks) is 0 to %d", n.index, n.tasks, n.tasks-1)
+	}
+	return nil
 }
 
 type node struct {
@@ -717,4 +746,23 @@ func TestNodeRolesOverLoopback(t *testing.T) {
 		}
 	}
 	t.Logf("summary:\n%s", sum.String())
+}
+
+// TestNodeRefusesBadFlags: a node given flags it cannot run with exits
+// with an error naming the flag, instead of looping (-workers 0 splits
+// the data zero ways) or dividing by zero (fewer rows than a batch).
+func TestNodeRefusesBadFlags(t *testing.T) {
+	for _, c := range []struct{ args, flag string }{
+		{"-role worker -workers 0", "-workers 0"},
+		{"-role worker -index 2 -workers 2", "-index 2"},
+		{"-role ps -index 1 -tasks 1", "-index 1"},
+		{"-role local -rows 100", "-rows 100"},
+		{"-role worker -ps a:1,b:1 -tasks 3", "-ps names 2"},
+		{"-role worker -steps 0", "-steps 0"},
+	} {
+		var out, errs bytes.Buffer
+		if rc := nodeMain(strings.Fields(c.args), nil, &out, &errs); rc != 2 || out.Len() != 0 || !strings.Contains(errs.String(), c.flag) {
+			t.Errorf("%s: exit %d, printed %q, error %q; want exit 2 naming %q", c.args, rc, out.String(), errs.String(), c.flag)
+		}
+	}
 }
