@@ -41,17 +41,8 @@ func BenchmarkFashionMLP(b *testing.B) {
 	meta := fashionMeta()
 	const batch = 128
 	b.Run("local", func(b *testing.B) {
-		m, _ := train.Initial(meta, 1)
-		opt, _ := train.NewOptimizer(train.OptimizerConfig{LearningRate: 1e-3}, len(m.Params()))
-		grad := make([]float64, len(m.Params()))
-		n := len(data.Y) / batch
-		i := 0
 		start, cpu := time.Now(), cpuTime()
-		for b.Loop() {
-			lo := (i % n) * batch
-			train.Step(m, opt, grad, data.X[lo*784:(lo+batch)*784], data.Y[lo:lo+batch], 0)
-			i++
-		}
+		i := localLoop(data, meta, batch, b.Loop)
 		b.ReportMetric(float64(i*batch)/time.Since(start).Seconds(), "examples/s")
 		b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(i*batch), "cpu-µs/example")
 	})
@@ -64,6 +55,23 @@ func BenchmarkFashionMLP(b *testing.B) {
 			benchCluster(b, data, meta, c.mode == "sync", c.workers, c.ps, batch)
 		})
 	}
+}
+
+// localLoop is the baseline of the distributed benchmarks: one goroutine
+// calling train.Step on its own model (Adam 1e-3) over data's consecutive
+// batches while more() holds; it returns the steps taken.
+func localLoop(data train.Data, meta train.CheckpointMeta, batch int, more func() bool) int {
+	m, _ := train.Initial(meta, 1)
+	opt, _ := train.NewOptimizer(train.OptimizerConfig{LearningRate: 1e-3}, len(m.Params()))
+	grad := make([]float64, len(m.Params()))
+	n, dim := len(data.Y)/batch, data.Dim
+	i := 0
+	for more() {
+		lo := (i % n) * batch
+		train.Step(m, opt, grad, data.X[lo*dim:(lo+batch)*dim], data.Y[lo:lo+batch], 0)
+		i++
+	}
+	return i
 }
 
 func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, syncMode bool, workers, tasks, batch int) {
@@ -306,7 +314,14 @@ func fashionSplit(t *testing.T, split string) train.Data {
 // readFashion reads split ("train" or "t10k") of Debian's
 // dataset-fashion-mnist, pixels scaled to [0, 1].
 func readFashion(split string) (train.Data, error) {
-	const dir = "/usr/share/datasets/fashion-mnist"
+	return readFashionDir(fashionDir, split)
+}
+
+// fashionDir is where Debian's dataset-fashion-mnist puts the IDX files.
+const fashionDir = "/usr/share/datasets/fashion-mnist"
+
+// readFashionDir reads split of the Fashion-MNIST IDX files in dir.
+func readFashionDir(dir, split string) (train.Data, error) {
 	im, err := idx.ReadFile(filepath.Join(dir, split+"-images-idx3-ubyte.gz"))
 	if err != nil {
 		return train.Data{}, err

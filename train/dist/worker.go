@@ -194,6 +194,11 @@ type WorkerResult struct {
 	Compute time.Duration `json:"compute_ns"`
 	Pull    time.Duration `json:"pull_ns"`
 	Push    time.Duration `json:"push_ns"`
+	// Wait is the time the training loop spent blocked on the parameter
+	// servers: without Overlap every pull and push; with Overlap the
+	// time a computed gradient waited for the flight before it to land
+	// (the part of the pulls and pushes the computing did not hide).
+	Wait time.Duration `json:"wait_ns"`
 }
 
 // rngModel is a model with a random source (dropout).
@@ -542,6 +547,7 @@ func (w *worker) step(ctx context.Context) error {
 	w.res.Pull += t1.Sub(t0)
 	w.res.Compute += t2.Sub(t1)
 	w.res.Push += time.Since(t2)
+	w.res.Wait += t1.Sub(t0) + time.Since(t2)
 	w.pos.GlobalStep = r.Step
 	w.res.Step = r.Step
 	w.res.Steps++
@@ -600,6 +606,8 @@ type flight struct {
 	done       bool
 	pullErr    error
 	push, pull time.Duration
+	// wait: how long the computed gradient after it waited for it.
+	wait time.Duration
 }
 
 // fly pushes the gradient in send or send32 and, unless that ends
@@ -639,6 +647,7 @@ func (w *worker) pipeline(ctx context.Context) error {
 	}
 	w.mu.Lock()
 	w.res.Pull += time.Since(t0)
+	w.res.Wait += time.Since(t0)
 	w.mu.Unlock()
 	if done {
 		return w.over(tag)
@@ -652,7 +661,9 @@ func (w *worker) pipeline(ctx context.Context) error {
 		computed := time.Since(t1)
 		if inFlight {
 			inFlight = false
+			t2 := time.Now()
 			f := <-landed
+			f.wait = time.Since(t2)
 			if err := w.land(f); err != nil {
 				return err
 			}
@@ -688,6 +699,7 @@ func (w *worker) land(f flight) error {
 	w.res.Compute += f.compute
 	w.res.Push += f.push
 	w.res.Pull += f.pull
+	w.res.Wait += f.wait
 	w.pos.GlobalStep, w.res.Step = f.r.Step, f.r.Step
 	w.res.Steps++
 	if f.r.Applied {
