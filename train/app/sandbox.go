@@ -1,0 +1,427 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// SandboxConfig is the operator's sandbox for user packages (docs/sandbox.md):
+// which bubblewrap and prlimit run it, which user it runs as, and the
+// resource limits of every process in it. The zero value means the
+// defaults (WithDefaults).
+type SandboxConfig struct {
+	// Bwrap is the bubblewrap binary (default /usr/bin/bwrap).
+	Bwrap string `json:"bwrap,omitempty"`
+	// Prlimit is util-linux's prlimit, run inside the sandbox to set the
+	// limits below (default /usr/bin/prlimit).
+	Prlimit string `json:"prlimit,omitempty"`
+	// UID and GID are the user and group the sandbox runs as when the
+	// worker runs as root (default 65534:65534, nobody:nogroup). 0 means the
+	// default: a sandbox never runs as root. A worker that is not root runs
+	// the sandbox as itself and requires them to be 0 or its own.
+	UID int `json:"uid,omitempty"`
+	GID int `json:"gid,omitempty"`
+	// CPUSeconds is RLIMIT_CPU of each process: CPU time, user and system,
+	// in seconds (default 86400). The kernel sends SIGXCPU at the limit.
+	CPUSeconds uint64 `json:"cpu_seconds,omitempty"`
+	// MemoryBytes is RLIMIT_AS of each process: its virtual address space,
+	// in bytes (default 8 GiB). `import torch` alone needs about 1 GiB.
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	// Processes is RLIMIT_NPROC: processes and threads of the sandbox's
+	// user, counted inside this sandbox's user namespace (default 512).
+	Processes uint64 `json:"processes,omitempty"`
+	// OpenFiles is RLIMIT_NOFILE of each process (default 4096).
+	OpenFiles uint64 `json:"open_files,omitempty"`
+	// FileBytes is RLIMIT_FSIZE: the largest file a process may write, in
+	// bytes (default 64 GiB).
+	FileBytes uint64 `json:"file_bytes,omitempty"`
+	// TmpBytes is the size of the sandbox's own /tmp, a tmpfs in memory
+	// (default 256 MiB).
+	TmpBytes uint64 `json:"tmp_bytes,omitempty"`
+	// ReadOnly lists further host paths every sandbox sees read-only at
+	// the same path (absolute; e.g. a data set directory).
+	ReadOnly []string `json:"read_only,omitempty"`
+}
+
+// Sandbox defaults (see SandboxConfig).
+const (
+	DefaultSandboxUser  = 65534
+	DefaultCPUSeconds   = 86400
+	DefaultMemoryBytes  = 8 << 30
+	DefaultProcesses    = 512
+	DefaultOpenFiles    = 4096
+	DefaultFileBytes    = 64 << 30
+	DefaultTmpBytes     = 256 << 20
+	defaultBwrap        = "/usr/bin/bwrap"
+	defaultPrlimit      = "/usr/bin/prlimit"
+	sandboxProbeTimeout = 20 * time.Second
+)
+
+// WithDefaults returns c with every zero field set to its default.
+func (c SandboxConfig) WithDefaults() SandboxConfig {
+	set := func(v *uint64, d uint64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.Bwrap == "" {
+		c.Bwrap = defaultBwrap
+	}
+	if c.Prlimit == "" {
+		c.Prlimit = defaultPrlimit
+	}
+	set(&c.CPUSeconds, DefaultCPUSeconds)
+	set(&c.MemoryBytes, DefaultMemoryBytes)
+	set(&c.Processes, DefaultProcesses)
+	set(&c.OpenFiles, DefaultOpenFiles)
+	set(&c.FileBytes, DefaultFileBytes)
+	set(&c.TmpBytes, DefaultTmpBytes)
+	return c
+}
+
+// Validate reports the first field of c (after WithDefaults) that cannot
+// work, by name. It does not look at the machine; NewSandbox does.
+func (c SandboxConfig) Validate() error {
+	for name, p := range map[string]string{"bwrap": c.Bwrap, "prlimit": c.Prlimit} {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("app: sandbox.%s %q: want an absolute path", name, p)
+		}
+	}
+	if c.UID < 0 || c.GID < 0 {
+		return fmt.Errorf("app: sandbox.uid/gid %d:%d: negative", c.UID, c.GID)
+	}
+	if c.Processes < 2 {
+		return fmt.Errorf("app: sandbox.processes %d: want at least 2 (the sandbox's init and the program)", c.Processes)
+	}
+	if c.MemoryBytes < 64<<20 {
+		return fmt.Errorf("app: sandbox.memory_bytes %d: want at least 64 MiB", c.MemoryBytes)
+	}
+	if c.OpenFiles < 16 {
+		return fmt.Errorf("app: sandbox.open_files %d: want at least 16", c.OpenFiles)
+	}
+	if c.TmpBytes < 1<<20 {
+		return fmt.Errorf("app: sandbox.tmp_bytes %d: want at least 1 MiB", c.TmpBytes)
+	}
+	for _, p := range c.ReadOnly {
+		if err := sandboxPath(p); err != nil {
+			return fmt.Errorf("app: sandbox.read_only: %w", err)
+		}
+	}
+	return nil
+}
+
+// sandboxPath checks a host path given for a bind.
+func sandboxPath(p string) error {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+		return fmt.Errorf("%q: want an absolute, clean path other than /", p)
+	}
+	return nil
+}
+
+// Sandbox runs commands inside bubblewrap as configured. It holds no
+// state between commands and is safe for concurrent use. Make one with
+// NewSandbox at worker start, so a machine where it cannot work is refused
+// then and not when a job arrives.
+type Sandbox struct {
+	cfg        SandboxConfig
+	uid, gid   int
+	switchUser bool // the worker is root: bwrap runs as uid:gid
+}
+
+// ErrNoSandbox marks a machine where the sandbox cannot run (bwrap or
+// prlimit missing, user namespaces refused): an operator's error, found by
+// NewSandbox.
+var ErrNoSandbox = errors.New("app: sandbox unavailable")
+
+// NewSandbox checks cfg (defaults applied) and that the sandbox really
+// works on this machine: it runs /usr/bin/true inside one, with every
+// namespace and limit, and fails (wrapping ErrNoSandbox, with bwrap's own
+// message) if it does not.
+func NewSandbox(ctx context.Context, cfg SandboxConfig) (*Sandbox, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Sandbox{cfg: cfg}
+	if euid := os.Geteuid(); euid == 0 {
+		s.switchUser = true
+		s.uid, s.gid = cfg.UID, cfg.GID
+		if s.uid == 0 {
+			s.uid = DefaultSandboxUser
+		}
+		if s.gid == 0 {
+			s.gid = DefaultSandboxUser
+		}
+	} else {
+		s.uid, s.gid = euid, os.Getegid()
+		if (cfg.UID != 0 && cfg.UID != s.uid) || (cfg.GID != 0 && cfg.GID != s.gid) {
+			return nil, fmt.Errorf("app: sandbox.uid/gid %d:%d: the worker runs as %d:%d and cannot switch users (leave them unset)",
+				cfg.UID, cfg.GID, s.uid, s.gid)
+		}
+	}
+	for _, b := range []string{cfg.Bwrap, cfg.Prlimit} {
+		if st, err := os.Stat(b); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("%w: %s is not an executable file (Debian: apt-get install bubblewrap util-linux)", ErrNoSandbox, b)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, sandboxProbeTimeout)
+	defer cancel()
+	p, err := s.Command(ctx, SandboxCommand{Argv: []string{"/usr/bin/true"}, Dir: "/"})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoSandbox, err)
+	}
+	var out bytes.Buffer
+	p.Stdout, p.Stderr = &out, &out
+	if err := p.Run(); err != nil {
+		return nil, fmt.Errorf("%w: %s does not run here: %w: %s", ErrNoSandbox, cfg.Bwrap, err, capText(out.Bytes(), 2048))
+	}
+	return s, nil
+}
+
+// Config returns the sandbox's configuration, defaults applied.
+func (s *Sandbox) Config() SandboxConfig { return s.cfg }
+
+// User returns the uid and gid the sandbox's processes run as.
+func (s *Sandbox) User() (uid, gid int) { return s.uid, s.gid }
+
+// SandboxCommand is a program to run in a sandbox: its argv (no shell is
+// involved), its whole environment (nothing of the worker's is inherited),
+// its working directory and the host paths it may see, each at the same
+// path inside.
+type SandboxCommand struct {
+	// Argv is the program and its arguments; Argv[0] is an absolute path
+	// as seen inside the sandbox (e.g. /usr/bin/python3 or <venv>/bin/python).
+	Argv []string
+	// Env is the program's entire environment, KEY=VALUE. Empty: none.
+	Env []string
+	// Dir is the working directory inside the sandbox (default /tmp).
+	Dir string
+	// Writable lists host directories bound read-write (the replica's
+	// workspace, the job's output directories). When the worker is root
+	// they are chowned, recursively, to the sandbox's user first.
+	Writable []string
+	// ReadOnly lists host paths bound read-only (e.g. the job's virtual
+	// environment).
+	ReadOnly []string
+}
+
+// sandboxSystem are the host directories of the system, visible read-only
+// (a directory that is a link on the host, as /bin → usr/bin on a merged
+// /usr, is the same link inside).
+var sandboxSystem = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// sandboxEtc is the part of /etc a Python program needs: users and groups
+// (no passwords: /etc/shadow is not there), name resolution, TLS roots,
+// time zone, the dynamic linker's cache and Debian's alternatives (BLAS),
+// Python's own configuration (and /etc/python3*). Missing ones are skipped.
+var sandboxEtc = []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf", "/etc/resolv.conf",
+	"/etc/nsswitch.conf", "/etc/gai.conf", "/etc/protocols", "/etc/services", "/etc/localtime",
+	"/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf",
+	"/etc/ld.so.conf.d", "/etc/mime.types", "/etc/matplotlibrc"}
+
+// Command prepares c to run in the sandbox: bwrap with new user, PID, IPC,
+// UTS (and cgroup) namespaces and the host's network; a root of its own
+// with the system (sandboxSystem, sandboxEtc) read-only, fresh /dev, /proc
+// and /tmp, the configured and c's read-only paths, and c's writable
+// directories; no capabilities, no further user namespaces, a new session,
+// killed with its parent; c.Env as its entire environment; and prlimit
+// setting the CPU, address-space, process, open-file and file-size limits
+// before it runs c.Argv. The command runs as the sandbox's user (User).
+//
+// The returned command has its own process group, and its Cancel (when ctx
+// ends) kills that group with SIGKILL: the outer bwrap, whose death takes
+// the sandbox's whole PID namespace along (--die-with-parent). Set its
+// Stdin, Stdout and Stderr as needed; leave Env, SysProcAttr and Path
+// alone. Every path c names must be reachable by the sandbox's user by
+// name (bubblewrap binds as that user): parents searchable by it (o+x).
+func (s *Sandbox) Command(ctx context.Context, c SandboxCommand) (*exec.Cmd, error) {
+	if len(c.Argv) == 0 || !filepath.IsAbs(c.Argv[0]) {
+		return nil, fmt.Errorf("app: sandbox: argv %q: want an absolute program path first", c.Argv)
+	}
+	for _, e := range c.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" || strings.ContainsRune(e, 0) {
+			return nil, fmt.Errorf("app: sandbox: environment entry %q: want KEY=VALUE", e)
+		}
+	}
+	dir := c.Dir
+	if dir == "" {
+		dir = "/tmp"
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("app: sandbox: dir %q: want an absolute path", dir)
+	}
+	args := []string{
+		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--die-with-parent", "--new-session", "--cap-drop", "ALL",
+	}
+	for _, p := range sandboxSystem {
+		st, err := os.Lstat(p)
+		switch {
+		case err != nil:
+		case st.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return nil, fmt.Errorf("app: sandbox: %w", err)
+			}
+			args = append(args, "--symlink", target, p)
+		case st.IsDir():
+			args = append(args, "--ro-bind", p, p)
+		}
+	}
+	pyEtc, _ := filepath.Glob("/etc/python3*") // Debian's sitecustomize
+	for _, p := range append(append([]string(nil), sandboxEtc...), pyEtc...) {
+		if _, err := os.Stat(p); err == nil {
+			args = append(args, "--ro-bind", p, p)
+		}
+	}
+	args = append(args, "--dev", "/dev", "--proc", "/proc",
+		"--size", strconv.FormatUint(s.cfg.TmpBytes, 10), "--tmpfs", "/tmp")
+	bind := func(flag, path string) error {
+		if err := sandboxPath(path); err != nil {
+			return err
+		}
+		st, err := os.Lstat(path)
+		if err != nil {
+			return err
+		}
+		if st.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%s is a symbolic link", path)
+		}
+		args = append(args, flag, path, path)
+		return nil
+	}
+	for _, r := range append(append([]string(nil), s.cfg.ReadOnly...), c.ReadOnly...) {
+		if err := bind("--ro-bind", r); err != nil {
+			return nil, fmt.Errorf("app: sandbox: read-only path: %w", err)
+		}
+		if err := s.reachable(r, false); err != nil {
+			return nil, fmt.Errorf("app: sandbox: read-only path: %w", err)
+		}
+	}
+	for _, w := range c.Writable {
+		if err := bind("--bind", w); err != nil {
+			return nil, fmt.Errorf("app: sandbox: writable path: %w", err)
+		}
+		if st, _ := os.Stat(w); st == nil || !st.IsDir() {
+			return nil, fmt.Errorf("app: sandbox: writable path %s: not a directory", w)
+		}
+		if s.switchUser {
+			if err := chownTree(w, s.uid, s.gid); err != nil {
+				return nil, fmt.Errorf("app: sandbox: writable path: %w", err)
+			}
+		}
+		if err := s.reachable(w, true); err != nil {
+			return nil, fmt.Errorf("app: sandbox: writable path: %w", err)
+		}
+	}
+	// The root itself is bwrap's tmpfs: read-only once everything is
+	// mounted, so the program writes only to its binds and its bounded /tmp.
+	args = append(args, "--remount-ro", "/", "--chdir", dir, "--",
+		s.cfg.Prlimit,
+		"--cpu="+strconv.FormatUint(s.cfg.CPUSeconds, 10),
+		"--as="+strconv.FormatUint(s.cfg.MemoryBytes, 10),
+		"--nproc="+strconv.FormatUint(s.cfg.Processes, 10),
+		"--nofile="+strconv.FormatUint(s.cfg.OpenFiles, 10),
+		"--fsize="+strconv.FormatUint(s.cfg.FileBytes, 10),
+		"--")
+	args = append(args, c.Argv...)
+
+	cmd := exec.CommandContext(ctx, s.cfg.Bwrap, args...)
+	cmd.Env = append([]string{}, c.Env...) // never nil: nil would inherit the worker's
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if s.switchUser {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.uid), Gid: uint32(s.gid), Groups: []uint32{}}
+	}
+	cmd.Cancel = func() error {
+		// bwrap's session leader inside dies with the outer bwrap
+		// (--die-with-parent), taking its whole PID namespace along.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = 5 * time.Second
+	return cmd, nil
+}
+
+// reachable reports whether the sandbox's user can reach path by its name
+// (bubblewrap binds it as that user): search permission on every parent
+// directory, read (and, for a directory, search; writable: write)
+// permission on path itself.
+func (s *Sandbox) reachable(path string, writable bool) error {
+	if !s.switchUser {
+		return nil // the worker's own user: what it can open, the sandbox can
+	}
+	may := func(st os.FileInfo, bits os.FileMode) bool {
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return true
+		}
+		m := st.Mode().Perm()
+		switch {
+		case int(sys.Uid) == s.uid:
+			return m&(bits<<6) == bits<<6
+		case int(sys.Gid) == s.gid:
+			return m&(bits<<3) == bits<<3
+		}
+		return m&bits == bits
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if !may(st, 0o1) {
+			return fmt.Errorf("%s: uid %d cannot reach it: %s lacks search permission for it (chmod o+x %s, or keep job directories where it may)",
+				path, s.uid, dir, dir)
+		}
+		if dir == "/" {
+			break
+		}
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	bits := os.FileMode(0o4)
+	if st.IsDir() {
+		bits |= 0o1
+	}
+	if writable {
+		bits |= 0o2
+	}
+	if !may(st, bits) {
+		return fmt.Errorf("%s: uid %d may not %s it (mode %s)", path, s.uid, map[bool]string{true: "write", false: "read"}[writable], st.Mode())
+	}
+	return nil
+}
+
+// chownTree gives the tree at root (links themselves, not their targets)
+// to uid:gid.
+func chownTree(root string, uid, gid int) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
+
+// capText returns b as text, at most max bytes: the start and the end
+// around a marker when longer.
+func capText(b []byte, max int) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) <= max {
+		return s
+	}
+	h := max / 4
+	return s[:h] + " … " + s[len(s)-(max-h):]
+}

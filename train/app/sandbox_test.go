@@ -1,0 +1,323 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/trainflow/trainflow/internal/testenv/realtest"
+)
+
+const testPython = "/usr/bin/python3"
+
+// newTestSandbox makes a sandbox with cfg, or ends t when this machine has
+// no bubblewrap or Debian Python (realtest: skip, or fail under
+// TRAINFLOW_REQUIRE_REAL=1).
+func newTestSandbox(t *testing.T, cfg SandboxConfig) *Sandbox {
+	t.Helper()
+	if _, err := os.Stat(defaultBwrap); err != nil {
+		realtest.Missing(t, "bubblewrap is not installed (apt-get install bubblewrap)")
+	}
+	if _, err := os.Stat(testPython); err != nil {
+		realtest.Missing(t, "Debian's python3 is not installed (apt-get install python3 python3-torch)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sb, err := NewSandbox(ctx, cfg)
+	if err != nil {
+		t.Fatalf("NewSandbox: %v", err)
+	}
+	return sb
+}
+
+// sandboxTempDir returns a new temporary directory that the sandbox's
+// user can reach by name (t.TempDir's are private to root).
+func sandboxTempDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{d, filepath.Dir(d)} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// probePath is probe.py, the program the sandbox tests run.
+func probePath(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs("testdata/box/probe.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runProbe runs probe.py ACTION ARGS in sb with ws writable and returns
+// its output and error.
+func runProbe(t *testing.T, sb *Sandbox, ws string, env []string, action string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	probe := probePath(t)
+	p, err := sb.Command(ctx, SandboxCommand{
+		Argv:     append([]string{testPython, probe, action}, args...),
+		Env:      env,
+		Dir:      ws,
+		Writable: []string{ws},
+		ReadOnly: []string{probe},
+	})
+	if err != nil {
+		t.Fatalf("Command: %v", err)
+	}
+	var out bytes.Buffer
+	p.Stdout, p.Stderr = &out, &out
+	err = p.Run()
+	return strings.TrimSpace(out.String()), err
+}
+
+// TestSandboxConfines runs a program in the sandbox beside another job's
+// directory and a secret in the worker's environment, and asserts what it
+// can and cannot reach.
+func TestSandboxConfines(t *testing.T) {
+	sb := newTestSandbox(t, SandboxConfig{})
+	// Outside /tmp: the sandbox has a /tmp of its own, where the
+	// directories above a bind under the host's /tmp appear writable.
+	root, err := os.MkdirTemp("/var/tmp", "trainflow-sandbox-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(root, "jobs", "job_a", "workspace")
+	other := filepath.Join(root, "jobs", "job_b")
+	home := filepath.Join(root, "home")
+	for _, d := range []string{ws, other, home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{filepath.Join(other, "job.json"), filepath.Join(home, "credentials")} {
+		if err := os.WriteFile(f, []byte(`{"secret":"other job"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("TRAINFLOW_TEST_SECRET", "s3cr3t-from-the-worker")
+	env := []string{"PATH=/usr/bin:/bin", "JOB_VISIBLE=yes"}
+
+	cases := []struct {
+		name, action string
+		args         []string
+		want         string
+	}{
+		{"another job's file", "read", []string{filepath.Join(other, "job.json")}, "refused FileNotFoundError 2"},
+		{"another job's dir", "list", []string{other}, "refused FileNotFoundError 2"},
+		{"the worker's home", "read", []string{filepath.Join(home, "credentials")}, "refused FileNotFoundError 2"},
+		{"root's home", "list", []string{"/root"}, "refused FileNotFoundError 2"},
+		{"/etc/shadow", "read", []string{"/etc/shadow"}, "refused FileNotFoundError 2"},
+		{"system ssl private keys", "list", []string{"/etc/ssl/private"}, "refused PermissionError 13"},
+		{"the worker's environment", "read", []string{fmt.Sprintf("/proc/%d/environ", os.Getpid())}, "refused FileNotFoundError 2"},
+		{"write /usr", "write", []string{"/usr/lib/trainflow-escape"}, "refused OSError 30"},
+		{"write /etc", "write", []string{"/etc/trainflow-escape"}, "refused OSError 30"},
+		{"write the root", "write", []string{"/trainflow-escape"}, "refused OSError 30"},
+		{"write beside the workspace", "write", []string{filepath.Join(filepath.Dir(ws), "escape")}, "refused OSError 30"},
+		{"write another job's dir", "write", []string{filepath.Join(other, "escape")}, "refused FileNotFoundError 2"},
+		{"secret variable", "env", []string{"TRAINFLOW_TEST_SECRET"}, "None"},
+		{"HOME of the worker", "env", []string{"HOME"}, "None"},
+		{"variable the runner passes", "env", []string{"JOB_VISIBLE"}, "'yes'"},
+		{"write the workspace", "write", []string{filepath.Join(ws, "model.txt")}, "allowed"},
+		{"write the sandbox's /tmp", "write", []string{"/tmp/scratch"}, "allowed"},
+		{"user", "whoami", nil, fmt.Sprintf("%d %d 2", DefaultSandboxUser, DefaultSandboxUser)},
+	}
+	if os.Geteuid() != 0 {
+		cases[len(cases)-1].want = fmt.Sprintf("%d %d 2", os.Geteuid(), os.Getegid())
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := runProbe(t, sb, ws, env, c.action, c.args...)
+			if err != nil || got != c.want {
+				t.Errorf("probe %s %v: got %q (err %v), want %q", c.action, c.args, got, err, c.want)
+			}
+		})
+	}
+	// What the program wrote is on the host, and nothing else is.
+	b, err := os.ReadFile(filepath.Join(ws, "model.txt"))
+	if err != nil || string(b) != "written from the sandbox\n" {
+		t.Errorf("workspace file on the host: %q, %v", b, err)
+	}
+	for _, p := range []string{filepath.Join(other, "escape"), filepath.Join(filepath.Dir(ws), "escape"), "/trainflow-escape", "/tmp/scratch"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s exists on the host", p)
+		}
+	}
+}
+
+// TestSandboxForkBomb runs a fork bomb (every process forks for ever) under
+// a limit of 16 processes: the kernel refuses the 16th, the worker kills
+// the sandbox, and no process of it is left.
+func TestSandboxForkBomb(t *testing.T) {
+	sb := newTestSandbox(t, SandboxConfig{Processes: 16, CPUSeconds: 30, MemoryBytes: 256 << 20})
+	ws := sandboxTempDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	probe := probePath(t)
+	marker := "forkbomb-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	p, err := sb.Command(ctx, SandboxCommand{
+		Argv: []string{testPython, probe, "forkbomb", marker}, Dir: ws,
+		Writable: []string{ws}, ReadOnly: []string{probe},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := p.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	p.Stderr = &stderr
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, rerr := bufio.NewReader(stdout).ReadString('\n')
+	// The bomb is bounded: stop it now.
+	cancel()
+	werr := p.Wait()
+	if rerr != nil {
+		t.Fatalf("no report from the bomb: %v (wait: %v, stderr %q)", rerr, werr, stderr.String())
+	}
+	var forked, errno int
+	if _, err := fmt.Sscanf(line, "bounded %d %d", &forked, &errno); err != nil {
+		t.Fatalf("bomb said %q: %v", line, err)
+	}
+	if errno != int(syscall.EAGAIN) || forked >= 16 {
+		t.Errorf("bomb forked %d processes before errno %d; want fewer than 16 before EAGAIN (%d)", forked, errno, syscall.EAGAIN)
+	}
+	t.Logf("the first process forked %d before EAGAIN", forked)
+	if werr == nil {
+		t.Errorf("the bomb ended by itself; want it killed")
+	}
+	// No process of the sandbox survives its bwrap.
+	if left := processesWith(t, marker); len(left) > 0 {
+		t.Errorf("processes of the bomb left after the sandbox ended: %v", left)
+	}
+}
+
+// processesWith returns the PIDs whose command line contains s.
+func processesWith(t *testing.T, s string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestSandboxMemoryAndCPU asserts the address-space and CPU limits: a
+// program allocating for ever gets MemoryError below the limit; one
+// spinning for ever is killed after its CPU seconds.
+func TestSandboxMemoryAndCPU(t *testing.T) {
+	sb := newTestSandbox(t, SandboxConfig{MemoryBytes: 512 << 20, CPUSeconds: 1})
+	ws := sandboxTempDir(t)
+	got, err := runProbe(t, sb, ws, nil, "memhog")
+	var mib int
+	if _, serr := fmt.Sscanf(got, "memoryerror %d", &mib); err != nil || serr != nil || mib >= 512 || mib < 64 {
+		t.Errorf("memory hog: %q (err %v); want MemoryError between 64 and 512 MiB", got, err)
+	}
+	start := time.Now()
+	got, err = runProbe(t, sb, ws, nil, "spin")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("spinning program: %v, output %q; want it killed", err, got)
+	}
+	t.Logf("spinner ended after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	// bwrap reports a child killed by SIGXCPU or SIGKILL as exit status 128+signal.
+	if code := ee.ExitCode(); code != 128+int(syscall.SIGXCPU) && code != 128+int(syscall.SIGKILL) {
+		t.Errorf("spinner's exit code %d; want %d (SIGXCPU) or %d (SIGKILL)", code, 128+syscall.SIGXCPU, 128+syscall.SIGKILL)
+	}
+}
+
+// TestSandboxConfigRefused asserts that a machine or a configuration where
+// the sandbox cannot work is refused when the sandbox is made (worker
+// start), naming what is wrong.
+func TestSandboxConfigRefused(t *testing.T) {
+	ctx := context.Background()
+	_, err := NewSandbox(ctx, SandboxConfig{Bwrap: "/nonexistent/bwrap"})
+	if !errors.Is(err, ErrNoSandbox) || !strings.Contains(err.Error(), "/nonexistent/bwrap") {
+		t.Errorf("missing bwrap: %v; want ErrNoSandbox naming the path", err)
+	}
+	for _, c := range []struct {
+		cfg  SandboxConfig
+		want string
+	}{
+		{SandboxConfig{Bwrap: "bwrap"}, "sandbox.bwrap"},
+		{SandboxConfig{Processes: 1}, "sandbox.processes"},
+		{SandboxConfig{MemoryBytes: 1 << 20}, "sandbox.memory_bytes"},
+		{SandboxConfig{ReadOnly: []string{"data"}}, "sandbox.read_only"},
+		{SandboxConfig{ReadOnly: []string{"/"}}, "sandbox.read_only"},
+		{SandboxConfig{UID: -1}, "sandbox.uid"},
+	} {
+		if _, err := NewSandbox(ctx, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewSandbox(%+v): %v; want an error naming %s", c.cfg, err, c.want)
+		}
+	}
+	// A false "bwrap" that does not sandbox anything is caught by the probe.
+	if _, err := os.Stat(defaultBwrap); err != nil {
+		realtest.Missing(t, "bubblewrap is not installed (apt-get install bubblewrap)")
+	}
+	_, err = NewSandbox(ctx, SandboxConfig{Bwrap: "/usr/bin/false"})
+	if !errors.Is(err, ErrNoSandbox) {
+		t.Errorf("bwrap that fails: %v; want ErrNoSandbox", err)
+	}
+}
+
+// TestSandboxCommandRefuses asserts that a command the runner got wrong
+// is refused before anything runs.
+func TestSandboxCommandRefuses(t *testing.T) {
+	sb := &Sandbox{cfg: SandboxConfig{}.WithDefaults()}
+	ws := sandboxTempDir(t)
+	link := filepath.Join(ws, "link")
+	if err := os.Symlink("/etc", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		cmd  SandboxCommand
+		want string
+	}{
+		{"relative program", SandboxCommand{Argv: []string{"python3"}}, "absolute program"},
+		{"no argv", SandboxCommand{}, "absolute program"},
+		{"bad env", SandboxCommand{Argv: []string{"/bin/true"}, Env: []string{"NOEQUALS"}}, "KEY=VALUE"},
+		{"relative dir", SandboxCommand{Argv: []string{"/bin/true"}, Dir: "ws"}, "dir"},
+		{"writable root", SandboxCommand{Argv: []string{"/bin/true"}, Writable: []string{"/"}}, "writable path"},
+		{"writable link", SandboxCommand{Argv: []string{"/bin/true"}, Writable: []string{link}}, "symbolic link"},
+		{"writable missing", SandboxCommand{Argv: []string{"/bin/true"}, Writable: []string{filepath.Join(ws, "nope")}}, "no such file"},
+		{"unclean", SandboxCommand{Argv: []string{"/bin/true"}, ReadOnly: []string{ws + "/../x"}}, "read-only path"},
+	} {
+		if _, err := sb.Command(context.Background(), c.cmd); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want an error with %q", c.name, err, c.want)
+		}
+	}
+}
