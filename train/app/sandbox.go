@@ -213,6 +213,9 @@ type SandboxCommand struct {
 	// ReadOnly lists host paths bound read-only (e.g. the job's virtual
 	// environment).
 	ReadOnly []string
+	// StopGrace is how long the program has between SIGTERM and SIGKILL
+	// once the command's context ends (default DefaultStopGrace).
+	StopGrace time.Duration
 }
 
 // sandboxSystem are the host directories of the system, visible read-only
@@ -238,11 +241,12 @@ var sandboxEtc = []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.
 // setting the CPU, address-space, process, open-file and file-size limits
 // before it runs c.Argv. The command runs as the sandbox's user (User).
 //
-// The returned command has its own process group, and its Cancel (when ctx
-// ends) kills that group with SIGKILL: the outer bwrap, whose death takes
-// the sandbox's whole PID namespace along (--die-with-parent). Set its
-// Stdin, Stdout and Stderr as needed; leave Env, SysProcAttr and Path
-// alone. Every path c names must be reachable by the sandbox's user by
+// The returned command has its own process group. When ctx ends, its
+// Cancel sends SIGTERM to the program and its descendants and, after
+// c.StopGrace, SIGKILL to every process of the sandbox (SignalSandbox);
+// if the worker dies, the kernel kills the sandbox (SIGKILL to bwrap as
+// its parent dies, --die-with-parent inside). Set its Stdin, Stdout and
+// Stderr as needed; leave Env, SysProcAttr, Cancel and WaitDelay alone. Every path c names must be reachable by the sandbox's user by
 // name (bubblewrap binds as that user): parents searchable by it (o+x).
 func (s *Sandbox) Command(ctx context.Context, c SandboxCommand) (*exec.Cmd, error) {
 	if len(c.Argv) == 0 || !filepath.IsAbs(c.Argv[0]) {
@@ -343,13 +347,142 @@ func (s *Sandbox) Command(ctx context.Context, c SandboxCommand) (*exec.Cmd, err
 	if s.switchUser {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.uid), Gid: uint32(s.gid), Groups: []uint32{}}
 	}
-	cmd.Cancel = func() error {
-		// bwrap's session leader inside dies with the outer bwrap
-		// (--die-with-parent), taking its whole PID namespace along.
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	grace := c.StopGrace
+	if grace <= 0 {
+		grace = DefaultStopGrace
 	}
-	cmd.WaitDelay = 5 * time.Second
+	cmd.Cancel = func() error { return stopSandbox(cmd, grace) }
+	// The last resort, should the stop above fail: os/exec kills the
+	// outer bwrap, and the kernel the rest (--die-with-parent).
+	cmd.WaitDelay = grace + 5*time.Second
 	return cmd, nil
+}
+
+// DefaultStopGrace is how long a sandboxed program has between SIGTERM and
+// SIGKILL once its command's context ends (SandboxCommand.StopGrace).
+const DefaultStopGrace = 10 * time.Second
+
+// stopSandbox is a sandbox command's Cancel: SIGTERM to the program and its
+// descendants now; SIGKILL to the sandbox's PID namespace after grace if
+// the command still runs; SIGKILL at once if there is no program process
+// to stop.
+func stopSandbox(cmd *exec.Cmd, grace time.Duration) error {
+	outer := cmd.Process.Pid
+	started, err := procStartTime(outer)
+	if err != nil {
+		return os.ErrProcessDone
+	}
+	if n, _ := SignalSandbox(cmd, syscall.SIGTERM); n == 0 {
+		// No program yet (or any more): kill the sandbox's init if bwrap
+		// made it (the outer bwrap then exits once the namespace is
+		// empty), else bwrap itself and any child it is forking (its
+		// process group).
+		if n, _ := killSandbox(outer); n > 0 {
+			return nil
+		}
+		if err := syscall.Kill(-outer, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+		return nil
+	}
+	time.AfterFunc(grace, func() {
+		// Only if the outer bwrap is still the process started (its PID
+		// was not reaped and reused meanwhile).
+		if st, err := procStartTime(outer); err == nil && st == started {
+			killSandbox(outer)
+		}
+	})
+	return nil
+}
+
+// killSandbox sends SIGKILL to the sandbox's init and every process in its
+// PID namespace. Killing init makes the kernel kill the rest and the outer
+// bwrap exit only when all are gone, so cmd.Wait returns with nothing of
+// the sandbox left.
+func killSandbox(outer int) (int, error) {
+	return signalTree(outer, 1, syscall.SIGKILL)
+}
+
+// SignalSandbox sends sig to the program a started sandbox command runs
+// and to all its descendants: every process of the sandbox but bubblewrap's
+// own two (the outer bwrap and the PID namespace's init, which would not
+// pass a signal on), and returns how many it signalled (0: the program is
+// not running, yet or any more).
+//
+// A command's Cancel (when its context ends) is SignalSandbox(cmd,
+// SIGTERM), then, after SandboxCommand.StopGrace, SIGKILL to the
+// sandbox's whole PID namespace. When cmd.Wait returns, the program is
+// gone; bwrap's own init and any orphans the program left (already sent
+// SIGKILL by the kernel as that init exits) may take a few milliseconds
+// more to disappear.
+func SignalSandbox(cmd *exec.Cmd, sig syscall.Signal) (int, error) {
+	if cmd.Process == nil {
+		return 0, errors.New("app: signal sandbox: not started")
+	}
+	return signalTree(cmd.Process.Pid, 2, sig)
+}
+
+// signalTree sends sig to the descendants of pid from depth min on (pid's
+// children are depth 1).
+func signalTree(pid, min int, sig syscall.Signal) (int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("app: signal sandbox: %w", err)
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := procStat(p); len(f) > 1 {
+			if ppid, err := strconv.Atoi(f[1]); err == nil {
+				children[ppid] = append(children[ppid], p)
+			}
+		}
+	}
+	n := 0
+	level := []int{pid}
+	for depth := 0; len(level) > 0; depth++ {
+		var next []int
+		for _, p := range level {
+			if depth >= min {
+				if err := syscall.Kill(p, sig); err == nil {
+					n++
+				} else if !errors.Is(err, syscall.ESRCH) {
+					return n, fmt.Errorf("app: signal sandbox: %d: %w", p, err)
+				}
+			}
+			next = append(next, children[p]...)
+		}
+		level = next
+	}
+	return n, nil
+}
+
+// procStat returns the fields of /proc/pid/stat after the command name
+// (state, ppid, …), or nil when pid is gone.
+func procStat(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	// pid (comm) state ppid …; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
+// procStartTime returns pid's start time (clock ticks since boot), which
+// tells a process from a later one with the same PID.
+func procStartTime(pid int) (string, error) {
+	f := procStat(pid)
+	if len(f) < 20 {
+		return "", fmt.Errorf("app: process %d: gone", pid)
+	}
+	return f[19], nil
 }
 
 // reachable reports whether the sandbox's user can reach path by its name

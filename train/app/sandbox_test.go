@@ -181,7 +181,7 @@ func TestSandboxForkBomb(t *testing.T) {
 	marker := "forkbomb-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	p, err := sb.Command(ctx, SandboxCommand{
 		Argv: []string{testPython, probe, "forkbomb", marker}, Dir: ws,
-		Writable: []string{ws}, ReadOnly: []string{probe},
+		Writable: []string{ws}, ReadOnly: []string{probe}, StopGrace: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -214,8 +214,86 @@ func TestSandboxForkBomb(t *testing.T) {
 		t.Errorf("the bomb ended by itself; want it killed")
 	}
 	// No process of the sandbox survives its bwrap.
-	if left := processesWith(t, marker); len(left) > 0 {
-		t.Errorf("processes of the bomb left after the sandbox ended: %v", left)
+	waitGone(t, marker)
+}
+
+// waitGone fails t unless every process whose command line holds marker is
+// gone within a second of the sandbox's Wait (bwrap's init and orphans,
+// killed by the kernel as the namespace ends, may take milliseconds).
+func waitGone(t *testing.T, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		left := processesWith(t, marker)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("processes of the sandbox left a second after Wait returned: %v", left)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSandboxStop asserts the stop sequence of a sandbox command whose
+// context ends: the program gets SIGTERM (and may clean up); one that
+// ignores it is killed after the grace period; a command cancelled as it
+// starts ends at once. In every case no process of it is left when Wait
+// returns.
+func TestSandboxStop(t *testing.T) {
+	sb := newTestSandbox(t, SandboxConfig{})
+	ws := sandboxTempDir(t)
+	probe := probePath(t)
+	const grace = 2 * time.Second
+	for _, c := range []struct {
+		action        string
+		ready         bool // wait for the program to say ready before the cancel
+		note          bool // the program stopped by itself, leaving its note
+		minTook, took time.Duration
+	}{
+		{"term", true, true, 0, grace},
+		{"ignore", true, false, grace, grace + 2*time.Second},
+		{"spin", false, false, 0, grace},
+	} {
+		t.Run(c.action, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			marker := "stop-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			note := filepath.Join(ws, marker)
+			cmd, err := sb.Command(ctx, SandboxCommand{
+				Argv: []string{testPython, probe, c.action, note}, Dir: ws,
+				Writable: []string{ws}, ReadOnly: []string{probe}, StopGrace: grace,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if c.ready {
+				if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+					t.Fatalf("program said %q, %v", line, err)
+				}
+			}
+			start := time.Now()
+			cancel()
+			werr := cmd.Wait()
+			took := time.Since(start)
+			t.Logf("%s: ended %s after the cancel: %v", c.action, took.Round(time.Millisecond), werr)
+			waitGone(t, marker)
+			b, _ := os.ReadFile(note)
+			if got := string(b) == "stopped on SIGTERM\n"; got != c.note {
+				t.Errorf("note %q; want the program to have stopped by itself: %v", b, c.note)
+			}
+			if took < c.minTook || took >= c.took {
+				t.Errorf("took %s; want at least %s and less than %s", took, c.minTook, c.took)
+			}
+		})
 	}
 }
 
@@ -342,5 +420,68 @@ func TestSandboxCommandRefuses(t *testing.T) {
 	_, err := root.Command(context.Background(), SandboxCommand{Argv: []string{"/bin/true"}, Writable: []string{job}})
 	if err == nil || !strings.Contains(err.Error(), private+" lacks search permission") {
 		t.Errorf("unreachable bind: %v; want an error naming %s", err, private)
+	}
+}
+
+// TestSandboxDiesWithWorker kills a worker process (this test binary,
+// re-run as TestSandboxWorkerProcess) with SIGKILL while its sandboxed
+// program ignores SIGTERM, and asserts that no process of the sandbox
+// survives it.
+func TestSandboxDiesWithWorker(t *testing.T) {
+	newTestSandbox(t, SandboxConfig{}) // skips where there is no sandbox
+	marker := "orphan-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	worker := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSandboxWorkerProcess$", "-test.count=1")
+	worker.Env = append(os.Environ(), "TRAINFLOW_SANDBOX_WORKER="+marker, "TRAINFLOW_SANDBOX_WS="+sandboxTempDir(t))
+	stdout, err := worker.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.Stderr = os.Stderr
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(stdout)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("worker ended before its program was ready: %v", err)
+		}
+		if line == "ready\n" {
+			break
+		}
+	}
+	if left := processesWith(t, marker); len(left) < 2 {
+		t.Fatalf("sandbox processes before the kill: %v; want bwrap and the program", left)
+	}
+	if err := worker.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	worker.Wait()
+	waitGone(t, marker)
+}
+
+// TestSandboxWorkerProcess is the worker of TestSandboxDiesWithWorker: it
+// starts a program that ignores SIGTERM and waits for ever. It does
+// nothing in a normal test run.
+func TestSandboxWorkerProcess(t *testing.T) {
+	marker := os.Getenv("TRAINFLOW_SANDBOX_WORKER")
+	if marker == "" {
+		t.Skip("skipped: the worker process of TestSandboxDiesWithWorker, run only by it")
+	}
+	sb := newTestSandbox(t, SandboxConfig{})
+	ws := os.Getenv("TRAINFLOW_SANDBOX_WS")
+	probe := probePath(t)
+	cmd, err := sb.Command(context.Background(), SandboxCommand{
+		Argv: []string{testPython, probe, "ignore", marker}, Dir: ws,
+		Writable: []string{ws}, ReadOnly: []string{probe},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = os.Stdout
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -54,6 +54,28 @@ elif action == "memhog":
             chunks.append(bytearray(64 << 20))
     except MemoryError:
         print("memoryerror", len(chunks) * 64, flush=True)
+elif action == "term":
+    # Stops cleanly on SIGTERM, leaving a note in the file args[0].
+    import signal
+
+    def stop(*_):
+        with open(args[0], "w") as f:
+            f.write("stopped on SIGTERM\n")
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    print("ready", flush=True)
+    # Short sleeps: a signal that lands just before a long sleep's system
+    # call would wait for its end (Python runs handlers between bytecodes).
+    while True:
+        time.sleep(0.05)
+elif action == "ignore":
+    # Ignores SIGTERM: only SIGKILL ends it.
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ready", flush=True)
+    time.sleep(60)
 elif action == "spin":
     while True:
         pass
