@@ -393,3 +393,38 @@ func UnpackPackage(r io.Reader, dest string) (string, error) {
 	}
 	return root, nil
 }
+
+// PackageHasModule reports whether the package archive holds the module
+// that `python -m module` runs once the package is installed: a file
+// <a>/<b>.py or a package <a>/<b>/__main__.py for module a.b, at the
+// project root or under src/ (the src layout). It reads only entry names;
+// an archive it cannot read is an error wrapping ErrPackage.
+func PackageHasModule(archive []byte, module string) (bool, error) {
+	if !pyModule.MatchString(module) {
+		return false, fmt.Errorf("app: module %q: want a dotted Python module name such as trainer.task", module)
+	}
+	rel := strings.ReplaceAll(module, ".", "/")
+	want := map[string]bool{}
+	for _, base := range []string{PackageRoot + "/", PackageRoot + "/src/"} {
+		want[base+rel+".py"] = true
+		want[base+rel+"/__main__.py"] = true
+	}
+	gz, err := gzip.NewReader(io.LimitReader(bytes.NewReader(archive), MaxArchiveBytes+1))
+	if err != nil {
+		return false, fmt.Errorf("%w: not a gzip archive: %w", ErrPackage, err)
+	}
+	tr := tar.NewReader(gz)
+	for n := 0; n <= MaxPackageFiles; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", ErrPackage, err)
+		}
+		if h.Typeflag == tar.TypeReg && want[h.Name] {
+			return true, nil
+		}
+	}
+	return false, fmt.Errorf("%w: more than %d entries", ErrPackage, MaxPackageFiles)
+}

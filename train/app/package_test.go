@@ -348,3 +348,39 @@ func TestUnpackRefuses(t *testing.T) {
 		}
 	})
 }
+
+// TestPackageHasModule asserts where a module may be in a package: a file,
+// a package's __main__.py, at the root or under src/.
+func TestPackageHasModule(t *testing.T) {
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"flat/setup.py": "", "flat/trainer/__init__.py": "", "flat/trainer/task.py": "",
+		"flat/trainer/sub/__init__.py": "", "flat/trainer/sub/__main__.py": "",
+		"srcl/pyproject.toml": "", "srcl/src/trainer/__init__.py": "", "srcl/src/trainer/task.py": "",
+	})
+	for _, c := range []struct {
+		dir, module string
+		want        bool
+	}{
+		{"flat", "trainer.task", true},
+		{"flat", "trainer.sub", true},
+		{"flat", "trainer", false}, // no trainer/__main__.py
+		{"flat", "trainer.missing", false},
+		{"flat", "task", false},
+		{"srcl", "trainer.task", true},
+	} {
+		b, err := Pack(filepath.Join(root, c.dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := PackageHasModule(b, c.module); err != nil || got != c.want {
+			t.Errorf("PackageHasModule(%s, %s) = %v, %v; want %v", c.dir, c.module, got, err, c.want)
+		}
+	}
+	if _, err := PackageHasModule([]byte("x"), "trainer.task"); !errors.Is(err, ErrPackage) {
+		t.Errorf("not an archive: %v; want ErrPackage", err)
+	}
+	if _, err := PackageHasModule(nil, "-c"); err == nil {
+		t.Errorf("module -c accepted")
+	}
+}
