@@ -17,6 +17,59 @@ import (
 	"time"
 )
 
+// PackageConfig is the worker operator's opt-in to user packages
+// (`--allow-packages` on `trainflow worker` and `trainflow dev`). Packages
+// run only where Enabled is set, and then always inside the Sandbox.
+type PackageConfig struct {
+	// Enabled lets this worker install and run user packages.
+	Enabled bool `json:"enabled"`
+	// Python is the interpreter the per-job virtual environments are made
+	// from (default /usr/bin/python3: Debian's, whose site packages, e.g.
+	// python3-torch, the environments see).
+	Python string `json:"python,omitempty"`
+	// InstallTimeout bounds making the environment and pip's install
+	// (default 10 minutes).
+	InstallTimeout time.Duration `json:"install_timeout,omitempty"`
+	// Sandbox is the sandbox every package's install and run happen in.
+	Sandbox SandboxConfig `json:"sandbox,omitempty"`
+}
+
+// Package defaults (see PackageConfig).
+const (
+	DefaultPython         = "/usr/bin/python3"
+	DefaultInstallTimeout = 10 * time.Minute
+	// MaxInstallOutput bounds the pip output kept in an install's error
+	// and in Installed.Output.
+	MaxInstallOutput = 8 << 10
+)
+
+// WithDefaults returns c with every zero field set to its default.
+func (c PackageConfig) WithDefaults() PackageConfig {
+	if c.Python == "" {
+		c.Python = DefaultPython
+	}
+	if c.InstallTimeout == 0 {
+		c.InstallTimeout = DefaultInstallTimeout
+	}
+	c.Sandbox = c.Sandbox.WithDefaults()
+	return c
+}
+
+// Validate reports the first field of c (after WithDefaults) that cannot
+// work, by name. A disabled configuration is always valid.
+func (c PackageConfig) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	if !filepath.IsAbs(c.Python) {
+		return fmt.Errorf("app: packages.python %q: want an absolute path", c.Python)
+	}
+	if c.InstallTimeout < time.Second {
+		return fmt.Errorf("app: packages.install_timeout %s: want at least 1s", c.InstallTimeout)
+	}
+	return c.Sandbox.Validate()
+}
+
 // A user's Python package travels from `jobs submit training --package-path`
 // to each replica as one gzip-compressed tar archive (the "package
 // archive"), defined here and nowhere else:

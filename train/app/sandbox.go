@@ -25,6 +25,9 @@ type SandboxConfig struct {
 	// Prlimit is util-linux's prlimit, run inside the sandbox to set the
 	// limits below (default /usr/bin/prlimit).
 	Prlimit string `json:"prlimit,omitempty"`
+	// Setpriv is util-linux's setpriv, which a root worker runs bwrap
+	// through to drop to UID:GID (default /usr/bin/setpriv).
+	Setpriv string `json:"setpriv,omitempty"`
 	// UID and GID are the user and group the sandbox runs as when the
 	// worker runs as root (default 65534:65534, nobody:nogroup). 0 means the
 	// default: a sandbox never runs as root. A worker that is not root runs
@@ -64,6 +67,7 @@ const (
 	DefaultTmpBytes     = 256 << 20
 	defaultBwrap        = "/usr/bin/bwrap"
 	defaultPrlimit      = "/usr/bin/prlimit"
+	defaultSetpriv      = "/usr/bin/setpriv"
 	sandboxProbeTimeout = 20 * time.Second
 )
 
@@ -80,6 +84,9 @@ func (c SandboxConfig) WithDefaults() SandboxConfig {
 	if c.Prlimit == "" {
 		c.Prlimit = defaultPrlimit
 	}
+	if c.Setpriv == "" {
+		c.Setpriv = defaultSetpriv
+	}
 	set(&c.CPUSeconds, DefaultCPUSeconds)
 	set(&c.MemoryBytes, DefaultMemoryBytes)
 	set(&c.Processes, DefaultProcesses)
@@ -92,7 +99,7 @@ func (c SandboxConfig) WithDefaults() SandboxConfig {
 // Validate reports the first field of c (after WithDefaults) that cannot
 // work, by name. It does not look at the machine; NewSandbox does.
 func (c SandboxConfig) Validate() error {
-	for name, p := range map[string]string{"bwrap": c.Bwrap, "prlimit": c.Prlimit} {
+	for name, p := range map[string]string{"bwrap": c.Bwrap, "prlimit": c.Prlimit, "setpriv": c.Setpriv} {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("app: sandbox.%s %q: want an absolute path", name, p)
 		}
@@ -169,14 +176,18 @@ func NewSandbox(ctx context.Context, cfg SandboxConfig) (*Sandbox, error) {
 				cfg.UID, cfg.GID, s.uid, s.gid)
 		}
 	}
-	for _, b := range []string{cfg.Bwrap, cfg.Prlimit} {
+	tools := []string{cfg.Bwrap, cfg.Prlimit}
+	if s.switchUser {
+		tools = append(tools, cfg.Setpriv)
+	}
+	for _, b := range tools {
 		if st, err := os.Stat(b); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return nil, fmt.Errorf("%w: %s is not an executable file (Debian: apt-get install bubblewrap util-linux)", ErrNoSandbox, b)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, sandboxProbeTimeout)
 	defer cancel()
-	p, err := s.Command(ctx, SandboxCommand{Argv: []string{"/usr/bin/true"}, Dir: "/"})
+	p, err := s.Command(ctx, SandboxCommand{Argv: []string{"/usr/bin/true"}, Dir: "/", StopGrace: time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoSandbox, err)
 	}
@@ -232,23 +243,36 @@ var sandboxEtc = []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.
 	"/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf",
 	"/etc/ld.so.conf.d", "/etc/mime.types", "/etc/matplotlibrc"}
 
-// Command prepares c to run in the sandbox: bwrap with new user, PID, IPC,
-// UTS (and cgroup) namespaces and the host's network; a root of its own
-// with the system (sandboxSystem, sandboxEtc) read-only, fresh /dev, /proc
-// and /tmp, the configured and c's read-only paths, and c's writable
-// directories; no capabilities, no further user namespaces, a new session,
-// killed with its parent; c.Env as its entire environment; and prlimit
-// setting the CPU, address-space, process, open-file and file-size limits
-// before it runs c.Argv. The command runs as the sandbox's user (User).
+// Argv returns the command line that runs c in the sandbox, to be started
+// from the host directory / with c.Env as its entire environment (the
+// variables travel as bwrap's environment, never on its command line), in
+// a process group of its own:
 //
-// The returned command has its own process group. When ctx ends, its
-// Cancel sends SIGTERM to the program and its descendants and, after
-// c.StopGrace, SIGKILL to every process of the sandbox (SignalSandbox);
-// if the worker dies, the kernel kills the sandbox (SIGKILL to bwrap as
-// its parent dies, --die-with-parent inside). Set its Stdin, Stdout and
-// Stderr as needed; leave Env, SysProcAttr, Cancel and WaitDelay alone. Every path c names must be reachable by the sandbox's user by
-// name (bubblewrap binds as that user): parents searchable by it (o+x).
-func (s *Sandbox) Command(ctx context.Context, c SandboxCommand) (*exec.Cmd, error) {
+//	[setpriv --reuid=UID --regid=GID --clear-groups --inh-caps=-all
+//	 --bounding-set=-all --no-new-privs --pdeathsig=KILL --]   (root worker)
+//	bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc
+//	      --unshare-uts --unshare-cgroup-try --die-with-parent --new-session
+//	      --cap-drop ALL  <system read-only> --dev /dev --proc /proc
+//	      --tmpfs /tmp <read-only binds> <writable binds> --remount-ro /
+//	      --chdir DIR --
+//	prlimit --cpu= --as= --nproc= --nofile= --fsize= -- ARGV…
+//
+// that is: bwrap as the sandbox's user (User) with new user, PID, IPC,
+// UTS (and cgroup) namespaces and the host's network; a read-only root of
+// its own with the system (sandboxSystem, sandboxEtc), fresh /dev, /proc
+// and /tmp, the configured and c's read-only paths and c's writable
+// directories; no capabilities, no further user namespaces, a new
+// session, killed with its parent; and the limits set before c.Argv runs.
+//
+// Argv has effects: a root worker gives c.Writable to the sandbox's user
+// (chown -R). Every path c names must be reachable by that user by name
+// (bubblewrap binds as that user): parents searchable by it (o+x); Argv
+// says which directory is in the way.
+//
+// To stop it, SignalSandbox(pid, SIGTERM) reaches the program (a signal
+// to bwrap kills the whole sandbox at once, without grace); SIGKILL to the
+// process group ends everything.
+func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 	if len(c.Argv) == 0 || !filepath.IsAbs(c.Argv[0]) {
 		return nil, fmt.Errorf("app: sandbox: argv %q: want an absolute program path first", c.Argv)
 	}
@@ -339,14 +363,35 @@ func (s *Sandbox) Command(ctx context.Context, c SandboxCommand) (*exec.Cmd, err
 		"--fsize="+strconv.FormatUint(s.cfg.FileBytes, 10),
 		"--")
 	args = append(args, c.Argv...)
+	args = append([]string{s.cfg.Bwrap}, args...)
+	if s.switchUser {
+		// setpriv, not the worker, changes the user: the worker's
+		// runner may start the command however it likes. The parent
+		// death signal, which a change of user clears, is set again.
+		args = append([]string{s.cfg.Setpriv,
+			"--reuid=" + strconv.Itoa(s.uid), "--regid=" + strconv.Itoa(s.gid), "--clear-groups",
+			"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--pdeathsig=KILL", "--"}, args...)
+	}
+	return args, nil
+}
 
-	cmd := exec.CommandContext(ctx, s.cfg.Bwrap, args...)
+// Command prepares c to run in the sandbox (Argv) as an *exec.Cmd: from
+// /, with c.Env as its entire environment, in its own process group,
+// SIGKILL to it if the worker's thread that started it dies.
+//
+// When ctx ends, its Cancel sends SIGTERM to the program and its
+// descendants and, after c.StopGrace, SIGKILL to every process of the
+// sandbox (SignalSandbox). Set its Stdin, Stdout and Stderr as needed;
+// leave Env, SysProcAttr, Cancel and WaitDelay alone.
+func (s *Sandbox) Command(ctx context.Context, c SandboxCommand) (*exec.Cmd, error) {
+	args, err := s.Argv(c)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = append([]string{}, c.Env...) // never nil: nil would inherit the worker's
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if s.switchUser {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.uid), Gid: uint32(s.gid), Groups: []uint32{}}
-	}
 	grace := c.StopGrace
 	if grace <= 0 {
 		grace = DefaultStopGrace
@@ -372,7 +417,7 @@ func stopSandbox(cmd *exec.Cmd, grace time.Duration) error {
 	if err != nil {
 		return os.ErrProcessDone
 	}
-	if n, _ := SignalSandbox(cmd, syscall.SIGTERM); n == 0 {
+	if n, _ := SignalSandbox(outer, syscall.SIGTERM); n == 0 {
 		// No program yet (or any more): kill the sandbox's init if bwrap
 		// made it (the outer bwrap then exits once the namespace is
 		// empty), else bwrap itself and any child it is forking (its
@@ -403,23 +448,21 @@ func killSandbox(outer int) (int, error) {
 	return signalTree(outer, 1, syscall.SIGKILL)
 }
 
-// SignalSandbox sends sig to the program a started sandbox command runs
-// and to all its descendants: every process of the sandbox but bubblewrap's
-// own two (the outer bwrap and the PID namespace's init, which would not
-// pass a signal on), and returns how many it signalled (0: the program is
-// not running, yet or any more).
+// SignalSandbox sends sig to the program a started sandbox runs and to all
+// its descendants: every process of the sandbox but bubblewrap's own two
+// (the outer bwrap and the PID namespace's init, which would not pass a
+// signal on), and returns how many it signalled (0: the program is not
+// running, yet or any more). pid is the process started with Argv's
+// command line (setpriv becomes bwrap: the same PID), e.g. cmd.Process.Pid.
 //
-// A command's Cancel (when its context ends) is SignalSandbox(cmd,
+// A Command's Cancel (when its context ends) is SignalSandbox(pid,
 // SIGTERM), then, after SandboxCommand.StopGrace, SIGKILL to the
 // sandbox's whole PID namespace. When cmd.Wait returns, the program is
 // gone; bwrap's own init and any orphans the program left (already sent
 // SIGKILL by the kernel as that init exits) may take a few milliseconds
 // more to disappear.
-func SignalSandbox(cmd *exec.Cmd, sig syscall.Signal) (int, error) {
-	if cmd.Process == nil {
-		return 0, errors.New("app: signal sandbox: not started")
-	}
-	return signalTree(cmd.Process.Pid, 2, sig)
+func SignalSandbox(pid int, sig syscall.Signal) (int, error) {
+	return signalTree(pid, 2, sig)
 }
 
 // signalTree sends sig to the descendants of pid from depth min on (pid's
@@ -435,7 +478,7 @@ func signalTree(pid, min int, sig syscall.Signal) (int, error) {
 		if err != nil {
 			continue
 		}
-		if f := procStat(p); len(f) > 1 {
+		if f := sandboxProcStat(p); len(f) > 1 {
 			if ppid, err := strconv.Atoi(f[1]); err == nil {
 				children[ppid] = append(children[ppid], p)
 			}
@@ -460,9 +503,9 @@ func signalTree(pid, min int, sig syscall.Signal) (int, error) {
 	return n, nil
 }
 
-// procStat returns the fields of /proc/pid/stat after the command name
+// sandboxProcStat returns the fields of /proc/pid/stat after the command name
 // (state, ppid, …), or nil when pid is gone.
-func procStat(pid int) []string {
+func sandboxProcStat(pid int) []string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return nil
@@ -478,7 +521,7 @@ func procStat(pid int) []string {
 // procStartTime returns pid's start time (clock ticks since boot), which
 // tells a process from a later one with the same PID.
 func procStartTime(pid int) (string, error) {
-	f := procStat(pid)
+	f := sandboxProcStat(pid)
 	if len(f) < 20 {
 		return "", fmt.Errorf("app: process %d: gone", pid)
 	}

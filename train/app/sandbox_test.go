@@ -485,3 +485,55 @@ func TestSandboxWorkerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSandboxArgvStartedElsewhere starts Argv's command line the way a
+// runner of its own would (exec.Command from /, the environment given, a
+// process group of its own, no Cancel) and stops it both ways the runner
+// can: SignalSandbox(pid, SIGTERM), which the program handles, and
+// SIGTERM to the process group, which ends the whole sandbox at once.
+func TestSandboxArgvStartedElsewhere(t *testing.T) {
+	sb := newTestSandbox(t, SandboxConfig{})
+	ws := sandboxTempDir(t)
+	probe := probePath(t)
+	for _, viaGroup := range []bool{false, true} {
+		marker := "argv-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		note := filepath.Join(ws, marker)
+		argv, err := sb.Argv(SandboxCommand{
+			Argv: []string{testPython, probe, "term", note}, Env: []string{"A=1"}, Dir: ws,
+			Writable: []string{ws}, ReadOnly: []string{probe},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir, cmd.Env = "/", []string{"A=1"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+			t.Fatalf("program said %q, %v", line, err)
+		}
+		if viaGroup {
+			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		} else if n, err := SignalSandbox(cmd.Process.Pid, syscall.SIGTERM); n != 1 || err != nil {
+			t.Errorf("SignalSandbox signalled %d processes, %v; want the program alone", n, err)
+		}
+		werr := cmd.Wait()
+		waitGone(t, marker)
+		b, _ := os.ReadFile(note)
+		if viaGroup {
+			if werr == nil || len(b) != 0 {
+				t.Errorf("SIGTERM to the group: %v, note %q; want the sandbox killed at once, without the program's handler", werr, b)
+			}
+		} else if werr != nil || string(b) != "stopped on SIGTERM\n" {
+			t.Errorf("SignalSandbox: %v, note %q; want a clean exit after the program's handler", werr, b)
+		}
+	}
+}
