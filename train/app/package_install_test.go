@@ -6,16 +6,34 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trainflow/trainflow/internal/testenv/realtest"
 )
+
+// requirePythonModules ends t through realtest.Missing unless Debian's
+// Python imports every module named.
+func requirePythonModules(t *testing.T, modules ...string) {
+	t.Helper()
+	if _, err := os.Stat(testPython); err != nil {
+		realtest.Missing(t, "Debian's python3 is not installed (apt-get install python3)")
+	}
+	for _, m := range modules {
+		if err := exec.Command(testPython, "-c", "import "+m).Run(); err != nil {
+			realtest.Missing(t, testPython+" cannot import "+m+" (apt-get install python3-pip python3-setuptools python3-venv python3-torch)")
+		}
+	}
+}
 
 // installTestPackage packs testdata/box/<dir> and installs it with a
 // sandbox of default limits into a new work directory.
 func installTestPackage(t *testing.T, sb *Sandbox, dir string) (Installed, error) {
 	t.Helper()
+	requirePythonModules(t, "pip", "setuptools", "venv")
 	archive, err := Pack(filepath.Join("testdata/box", dir))
 	if err != nil {
 		t.Fatalf("Pack %s: %v", dir, err)
@@ -64,6 +82,9 @@ var shellish = []string{"--x", "1", "; rm -rf / $(id) `id` && echo pwned", "a b\
 // sandbox with shell metacharacters among its arguments, and asserts that
 // they arrive verbatim and that Debian's torch imports from the venv.
 func TestInstallPackageRuns(t *testing.T) {
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/torch/__init__.py"); err != nil {
+		realtest.Missing(t, "Debian's PyTorch is not installed (apt-get install python3-torch)")
+	}
 	sb := newTestSandbox(t, SandboxConfig{})
 	in, err := installTestPackage(t, sb, "good")
 	if err != nil {
