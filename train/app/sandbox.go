@@ -253,7 +253,7 @@ var sandboxEtc = []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.
 //	bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc
 //	      --unshare-uts --unshare-cgroup-try --die-with-parent --new-session
 //	      --cap-drop ALL  <system read-only> --dev /dev --proc /proc
-//	      --tmpfs /tmp <read-only binds> <writable binds> --remount-ro /
+//	      --tmpfs /tmp <writable binds> <read-only binds> --remount-ro /
 //	      --chdir DIR --
 //	prlimit --cpu= --as= --nproc= --nofile= --fsize= -- ARGV…
 //
@@ -328,14 +328,10 @@ func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 		args = append(args, flag, path, path)
 		return nil
 	}
-	for _, r := range append(append([]string(nil), s.cfg.ReadOnly...), c.ReadOnly...) {
-		if err := bind("--ro-bind", r); err != nil {
-			return nil, fmt.Errorf("app: sandbox: read-only path: %w", err)
-		}
-		if err := s.reachable(r, false); err != nil {
-			return nil, fmt.Errorf("app: sandbox: read-only path: %w", err)
-		}
-	}
+	// Writable directories first, read-only paths after: a read-only path
+	// inside a writable one (the venv in the job's work directory) stays
+	// read-only.
+	readOnly := append(append([]string(nil), s.cfg.ReadOnly...), c.ReadOnly...)
 	for _, w := range c.Writable {
 		if err := bind("--bind", w); err != nil {
 			return nil, fmt.Errorf("app: sandbox: writable path: %w", err)
@@ -343,6 +339,14 @@ func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 		if st, _ := os.Stat(w); st == nil || !st.IsDir() {
 			return nil, fmt.Errorf("app: sandbox: writable path %s: not a directory", w)
 		}
+	}
+	for _, r := range readOnly {
+		if err := bind("--ro-bind", r); err != nil {
+			return nil, fmt.Errorf("app: sandbox: read-only path: %w", err)
+		}
+	}
+	// Every path checked: now give the writable ones to the sandbox's user.
+	for _, w := range c.Writable {
 		if s.switchUser {
 			if err := chownTree(w, s.uid, s.gid); err != nil {
 				return nil, fmt.Errorf("app: sandbox: writable path: %w", err)
@@ -350,6 +354,11 @@ func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 		}
 		if err := s.reachable(w, true); err != nil {
 			return nil, fmt.Errorf("app: sandbox: writable path: %w", err)
+		}
+	}
+	for _, r := range readOnly {
+		if err := s.reachable(r, false); err != nil {
+			return nil, fmt.Errorf("app: sandbox: read-only path: %w", err)
 		}
 	}
 	// The root itself is bwrap's tmpfs: read-only once everything is

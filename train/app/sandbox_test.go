@@ -169,6 +169,37 @@ func TestSandboxConfines(t *testing.T) {
 	}
 }
 
+// TestSandboxReadOnlyInsideWritable binds a directory read-only inside a
+// writable one (a venv inside the job's work directory): it stays
+// read-only, its sibling is writable.
+func TestSandboxReadOnlyInsideWritable(t *testing.T) {
+	sb := newTestSandbox(t, SandboxConfig{})
+	work := sandboxTempDir(t)
+	venv := filepath.Join(work, "venv")
+	if err := os.Mkdir(venv, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	probe := probePath(t)
+	for _, c := range []struct{ path, want string }{
+		{filepath.Join(venv, "injected.py"), "refused OSError 30"},
+		{filepath.Join(work, "out.txt"), "allowed"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd, err := sb.Command(ctx, SandboxCommand{
+			Argv: []string{testPython, probe, "write", c.path}, Dir: work,
+			Writable: []string{work}, ReadOnly: []string{venv, probe},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if got := strings.TrimSpace(string(out)); err != nil || got != c.want {
+			t.Errorf("write %s: %q, %v; want %q", c.path, got, err, c.want)
+		}
+	}
+}
+
 // TestSandboxForkBomb runs a fork bomb (every process forks for ever) under
 // a limit of 16 processes: the kernel refuses the 16th, the worker kills
 // the sandbox, and no process of it is left.
