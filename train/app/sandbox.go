@@ -48,8 +48,8 @@ type SandboxConfig struct {
 	// FileBytes is RLIMIT_FSIZE: the largest file a process may write, in
 	// bytes (default 64 GiB).
 	FileBytes uint64 `json:"file_bytes,omitempty"`
-	// TmpBytes is the size of the sandbox's own /tmp, a tmpfs in memory
-	// (default 256 MiB).
+	// TmpBytes is the size of the sandbox's own /tmp and, apart, of its
+	// /dev/shm: each a tmpfs in memory (default 256 MiB).
 	TmpBytes uint64 `json:"tmp_bytes,omitempty"`
 	// ReadOnly lists further host paths every sandbox sees read-only at
 	// the same path (absolute; e.g. a data set directory).
@@ -312,8 +312,12 @@ func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 			args = append(args, "--ro-bind", p, p)
 		}
 	}
-	args = append(args, "--dev", "/dev", "--proc", "/proc",
-		"--size", strconv.FormatUint(s.cfg.TmpBytes, 10), "--tmpfs", "/tmp")
+	// /dev's tmpfs would be the program's to fill (memory, unbounded):
+	// read-only, with /dev/shm (POSIX shared memory, multiprocessing) a
+	// bounded tmpfs of its own, as /tmp.
+	size := strconv.FormatUint(s.cfg.TmpBytes, 10)
+	args = append(args, "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+		"--proc", "/proc", "--size", size, "--tmpfs", "/tmp")
 	bind := func(flag, path string) error {
 		if err := sandboxPath(path); err != nil {
 			return err

@@ -132,6 +132,7 @@ func TestSandboxConfines(t *testing.T) {
 		{"write /usr", "write", []string{"/usr/lib/trainflow-escape"}, "refused OSError 30"},
 		{"write /etc", "write", []string{"/etc/trainflow-escape"}, "refused OSError 30"},
 		{"write the root", "write", []string{"/trainflow-escape"}, "refused OSError 30"},
+		{"write /dev", "write", []string{"/dev/trainflow-escape"}, "refused OSError 30"},
 		{"write beside the workspace", "write", []string{filepath.Join(filepath.Dir(ws), "escape")}, "refused OSError 30"},
 		{"write another job's dir", "write", []string{filepath.Join(other, "escape")}, "refused FileNotFoundError 2"},
 		{"secret variable", "env", []string{"TRAINFLOW_TEST_SECRET"}, "None"},
@@ -139,6 +140,7 @@ func TestSandboxConfines(t *testing.T) {
 		{"variable the runner passes", "env", []string{"JOB_VISIBLE"}, "'yes'"},
 		{"write the workspace", "write", []string{filepath.Join(ws, "model.txt")}, "allowed"},
 		{"write the sandbox's /tmp", "write", []string{"/tmp/scratch"}, "allowed"},
+		{"write /dev/shm", "write", []string{"/dev/shm/scratch"}, "allowed"},
 		{"user", "whoami", nil, fmt.Sprintf("%d %d 2", DefaultSandboxUser, DefaultSandboxUser)},
 	}
 	if os.Geteuid() != 0 {
@@ -370,6 +372,20 @@ func TestSandboxMemoryAndCPU(t *testing.T) {
 	// bwrap reports a child killed by SIGXCPU or SIGKILL as exit status 128+signal.
 	if code := ee.ExitCode(); code != 128+int(syscall.SIGXCPU) && code != 128+int(syscall.SIGKILL) {
 		t.Errorf("spinner's exit code %d; want %d (SIGXCPU) or %d (SIGKILL)", code, 128+syscall.SIGXCPU, 128+syscall.SIGKILL)
+	}
+}
+
+// TestSandboxTmpBounded fills the sandbox's in-memory file systems, /tmp
+// and /dev/shm: each stops at tmp_bytes.
+func TestSandboxTmpBounded(t *testing.T) {
+	sb := newTestSandbox(t, SandboxConfig{TmpBytes: 4 << 20})
+	ws := sandboxTempDir(t)
+	for _, p := range []string{"/tmp/fill", "/dev/shm/fill"} {
+		got, err := runProbe(t, sb, ws, nil, "fill", p, "16")
+		var n int
+		if _, serr := fmt.Sscanf(got, "refused OSError 28 after %d", &n); err != nil || serr != nil || n > 4 {
+			t.Errorf("fill %s with 16 MiB: %q (err %v); want ENOSPC (28) after at most 4 MiB", p, got, err)
+		}
 	}
 }
 

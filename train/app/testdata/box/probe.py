@@ -25,6 +25,19 @@ elif action == "write":
         with open(args[0], "w") as f:
             f.write("written from the sandbox\n")
     attempt(write)
+elif action == "fill":
+    # Writes MiB after MiB to args[0] until the file system is full or
+    # args[1] MiB are written.
+    written = 0
+    try:
+        with open(args[0], "wb") as f:
+            for _ in range(int(args[1])):
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+                written += 1
+        print("wrote", written, flush=True)
+    except OSError as e:
+        print("refused", type(e).__name__, e.errno, "after", written, flush=True)
 elif action == "env":
     print(repr(os.environ.get(args[0])), flush=True)
 elif action == "whoami":
