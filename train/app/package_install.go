@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // ErrInstall marks a package that pip could not install (a dependency that
@@ -69,7 +70,7 @@ func Install(ctx context.Context, cfg PackageConfig, sb *Sandbox, archive io.Rea
 		"PIP_CONFIG_FILE=/dev/null", "PIP_NO_INPUT=1", "PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1",
 	}
 	run := func(argv ...string) (string, error) {
-		p, err := sb.Command(ctx, SandboxCommand{Argv: argv, Env: env, Dir: work, Writable: []string{work}})
+		p, err := sb.Command(ctx, SandboxCommand{Argv: argv, Env: env, Dir: work, Writable: []string{work}, StopGrace: 2 * time.Second})
 		if err != nil {
 			return "", err
 		}
@@ -78,7 +79,11 @@ func Install(ctx context.Context, cfg PackageConfig, sb *Sandbox, archive io.Rea
 		p.Stdout, p.Stderr = &out, &out
 		err = p.Run()
 		if ctx.Err() != nil {
-			return out.String(), fmt.Errorf("app: install: %w after %s: %s", ctx.Err(), cfg.InstallTimeout, pipErrors(out.String()))
+			err = fmt.Errorf("app: install: %w after %s", ctx.Err(), cfg.InstallTimeout)
+			if msg := pipErrors(out.String()); msg != "" {
+				err = fmt.Errorf("%w: %s", err, msg)
+			}
+			return out.String(), err
 		}
 		return out.String(), err
 	}

@@ -142,6 +142,30 @@ func TestInstallMissingDependency(t *testing.T) {
 	}
 }
 
+// TestInstallTimeout installs a package whose setup.py never ends: the
+// install fails with context.DeadlineExceeded soon after InstallTimeout.
+func TestInstallTimeout(t *testing.T) {
+	requirePythonModules(t, "pip", "setuptools", "venv")
+	sb := newTestSandbox(t, SandboxConfig{})
+	archive, err := Pack("testdata/box/slowsetup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(sandboxTempDir(t), "job")
+	start := time.Now()
+	_, err = Install(context.Background(), PackageConfig{Enabled: true, InstallTimeout: 3 * time.Second}, sb, bytes.NewReader(archive), work)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrInstall) {
+		t.Errorf("Install: %v; want context.DeadlineExceeded", err)
+	}
+	// 3 s, then SIGTERM ends pip at once.
+	if took > 8*time.Second {
+		t.Errorf("Install took %s; want it ended soon after its 3 s timeout", took)
+	}
+	t.Logf("ended after %s: %v", took.Round(time.Millisecond), err)
+	waitGone(t, work) // pip and setup.py, whose command lines name the work directory
+}
+
 // TestInstallRefuses asserts what Install refuses before pip runs.
 func TestInstallRefuses(t *testing.T) {
 	ctx := context.Background()

@@ -255,7 +255,7 @@ var sandboxEtc = []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.
 //	      --cap-drop ALL  <system read-only> --dev /dev --proc /proc
 //	      --tmpfs /tmp <writable binds> <read-only binds> --remount-ro /
 //	      --chdir DIR --
-//	prlimit --cpu= --as= --nproc= --nofile= --fsize= -- ARGV…
+//	prlimit --cpu= --as= --nproc= --nofile= --fsize= --core=0 -- ARGV…
 //
 // that is: bwrap as the sandbox's user (User) with new user, PID, IPC,
 // UTS (and cgroup) namespaces and the host's network; a read-only root of
@@ -374,6 +374,7 @@ func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 		"--nproc="+strconv.FormatUint(s.cfg.Processes, 10),
 		"--nofile="+strconv.FormatUint(s.cfg.OpenFiles, 10),
 		"--fsize="+strconv.FormatUint(s.cfg.FileBytes, 10),
+		"--core=0", // no core files of up to memory_bytes in the workspace
 		"--")
 	args = append(args, c.Argv...)
 	args = append([]string{s.cfg.Bwrap}, args...)
