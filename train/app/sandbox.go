@@ -252,15 +252,17 @@ var sandboxEtc = []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.
 //	 --bounding-set=-all --no-new-privs --pdeathsig=KILL --]   (root worker)
 //	bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc
 //	      --unshare-uts --unshare-cgroup-try --die-with-parent --new-session
-//	      --cap-drop ALL  <system read-only> --dev /dev --proc /proc
-//	      --tmpfs /tmp <writable binds> <read-only binds> --remount-ro /
+//	      --cap-drop ALL  <system read-only> --dev /dev --tmpfs /dev/shm
+//	      --remount-ro /dev --proc /proc --tmpfs /tmp
+//	      <writable binds> <read-only binds> --remount-ro /
 //	      --chdir DIR --
 //	prlimit --cpu= --as= --nproc= --nofile= --fsize= --core=0 -- ARGV…
 //
 // that is: bwrap as the sandbox's user (User) with new user, PID, IPC,
 // UTS (and cgroup) namespaces and the host's network; a read-only root of
-// its own with the system (sandboxSystem, sandboxEtc), fresh /dev, /proc
-// and /tmp, the configured and c's read-only paths and c's writable
+// its own with the system (sandboxSystem, sandboxEtc), a fresh read-only
+// /dev, fresh /proc, /tmp and /dev/shm (tmpfs of TmpBytes each), the
+// configured and c's read-only paths and c's writable
 // directories; no capabilities, no further user namespaces, a new
 // session, killed with its parent; and the limits set before c.Argv runs.
 //
