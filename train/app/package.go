@@ -375,6 +375,11 @@ func (p *packer) archive() ([]byte, error) {
 // reading at the limit: a compression bomb costs no more than the limit).
 // Files get mode 0644 or 0755.
 func UnpackPackage(r io.Reader, dest string) (string, error) {
+	return unpackLimited(r, dest, MaxPackageBytes, MaxPackageFiles)
+}
+
+// unpackLimited is UnpackPackage with its limits given (tests use small ones).
+func unpackLimited(r io.Reader, dest string, maxBytes int64, maxFiles int) (string, error) {
 	if ents, err := os.ReadDir(dest); err == nil && len(ents) > 0 {
 		return "", fmt.Errorf("%w: unpack into %s: not empty", ErrPackage, dest)
 	}
@@ -396,8 +401,8 @@ func UnpackPackage(r io.Reader, dest string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("%w: %w", ErrPackage, err)
 		}
-		if n++; n > MaxPackageFiles {
-			return "", fmt.Errorf("%w: more than %d entries", ErrPackage, MaxPackageFiles)
+		if n++; n > maxFiles {
+			return "", fmt.Errorf("%w: more than %d entries", ErrPackage, maxFiles)
 		}
 		name := strings.TrimSuffix(h.Name, "/")
 		if !filepath.IsLocal(name) || strings.Contains(name, `\`) || path.Clean(name) != name ||
@@ -414,8 +419,8 @@ func UnpackPackage(r io.Reader, dest string) (string, error) {
 				return "", fmt.Errorf("%w: entry %q is not a directory", ErrPackage, h.Name)
 			}
 		case tar.TypeReg:
-			if h.Size < 0 || total+h.Size > MaxPackageBytes {
-				return "", fmt.Errorf("%w: larger than %d bytes unpacked", ErrPackage, MaxPackageBytes)
+			if h.Size < 0 || total+h.Size > maxBytes {
+				return "", fmt.Errorf("%w: larger than %d bytes unpacked", ErrPackage, maxBytes)
 			}
 			total += h.Size
 			if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {

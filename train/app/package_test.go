@@ -297,45 +297,47 @@ func TestUnpackRefuses(t *testing.T) {
 	}
 
 	t.Run("compression bomb", func(t *testing.T) {
-		// Two files of zeros, each under the limit, together over it:
-		// 96 MiB unpacked from an archive of about 100 KiB.
+		// Files of zeros, each under the limit, together over it: 3 MiB
+		// unpacked (two thirds of it never) from an archive of a few KiB,
+		// against a limit of 2 MiB (UnpackPackage's is MaxPackageBytes).
 		var buf bytes.Buffer
 		gz := gzip.NewWriter(&buf)
 		tw := tar.NewWriter(gz)
 		zeros := make([]byte, 1<<20)
-		for i, name := range []string{"package/setup.py", "package/a.bin", "package/b.bin"} {
-			size := int64(48 << 20)
+		for i, name := range []string{"package/setup.py", "package/a.bin", "package/b.bin", "package/c.bin"} {
+			size := int64(len(zeros))
 			if i == 0 {
 				size = 1
 			}
 			if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Size: size, Mode: 0o644}); err != nil {
 				t.Fatal(err)
 			}
-			for left := size; left > 0; left -= int64(len(zeros)) {
-				if _, err := tw.Write(zeros[:min(left, int64(len(zeros)))]); err != nil {
-					t.Fatal(err)
-				}
+			if _, err := tw.Write(zeros[:size]); err != nil {
+				t.Fatal(err)
 			}
 		}
 		tw.Close()
 		gz.Close()
 		dest := filepath.Join(t.TempDir(), "src")
-		_, err := UnpackPackage(bytes.NewReader(buf.Bytes()), dest)
-		if !errors.Is(err, ErrPackage) || !strings.Contains(err.Error(), "larger than") {
+		_, err := unpackLimited(bytes.NewReader(buf.Bytes()), dest, 2<<20, MaxPackageFiles)
+		if !errors.Is(err, ErrPackage) || !strings.Contains(err.Error(), "larger than 2097152 bytes") {
 			t.Errorf("bomb of %d compressed bytes: %v; want refused", buf.Len(), err)
 		}
 		if _, err := os.Stat(filepath.Join(dest, "package", "b.bin")); err == nil {
 			t.Errorf("the file over the limit was written")
 		}
+		if st, err := os.Stat(filepath.Join(dest, "package", "a.bin")); err != nil || st.Size() != 1<<20 {
+			t.Errorf("the file within the limit: %v, %v", st, err)
+		}
 	})
 
 	t.Run("too many entries", func(t *testing.T) {
 		entries := append([]tarEntry(nil), ok...)
-		for i := 0; i < MaxPackageFiles; i++ {
+		for i := 0; i < 20; i++ {
 			entries = append(entries, tarEntry{name: "package/d" + strings.Repeat("x", i%7) + "/", typ: tar.TypeDir})
 		}
-		_, err := UnpackPackage(bytes.NewReader(makeArchive(t, entries)), filepath.Join(t.TempDir(), "src"))
-		if !errors.Is(err, ErrPackage) || !strings.Contains(err.Error(), "entries") {
+		_, err := unpackLimited(bytes.NewReader(makeArchive(t, entries)), filepath.Join(t.TempDir(), "src"), MaxPackageBytes, 10)
+		if !errors.Is(err, ErrPackage) || !strings.Contains(err.Error(), "more than 10 entries") {
 			t.Errorf("%d entries: %v; want refused", len(entries), err)
 		}
 	})
