@@ -443,7 +443,7 @@ func runJob(ctx workflow.Context, spec jobspec.JobSpec, carry *Carry, p *Progres
 	p.Export = res.Export
 	setPhase(ctx, p, PhasePublishing)
 	pubctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "publish "+spec.Publish+" export"))
-	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote, Owner: owner})
+	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote == jobspec.PromoteAlways, Owner: owner})
 	if err != nil {
 		return res, err
 	}
