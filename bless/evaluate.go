@@ -23,6 +23,9 @@ const ExampleRows = 16
 // sliced by (too many values).
 var ErrSlice = errors.New("bless: bad slice column")
 
+// errRequest is preprocess.ErrRequest: unreadable evaluation data.
+var errRequest = preprocess.ErrRequest
+
 // Eval is one model's evaluation on raw rows.
 type Eval struct {
 	// Kind is the model's kind (a regressor, a binary or a multiclass
