@@ -112,6 +112,15 @@ func TestBlessingOnCensus(t *testing.T) {
 		t.Fatalf("describe of the default as JSON: %d %s %s", code, out, errs)
 	}
 
+	// The console's model page: the versions' verdicts, and the shown
+	// version's blessing with its slices.
+	code, page := get(t, server, "/console/models/census?version=2")
+	if code != 200 || !strings.Contains(page, `<td class="blessed">not blessed</td>`) || !strings.Contains(page, `<td class="blessed">blessed</td>`) ||
+		!strings.Contains(page, "Blessing of version 2") || strings.Count(page, `<tr class="slice">`) != len(bl.Slices) || !strings.Contains(page, "<td>Female</td>") ||
+		!strings.Contains(page, "against the baseline version 1") {
+		t.Fatalf("console model page %d:\n%s", code, page)
+	}
+
 	evalFile := filepath.Join(dir, "adult.test")
 	if dir == "" {
 		evalFile = filepath.Join(res.JobDir, "raw", "eval.csv")
