@@ -1077,6 +1077,12 @@ func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (wo
 	if err != nil {
 		return workflows.PublishResult{}, fmt.Errorf("publish: %w", err)
 	}
+	var blessing *bundle.Blessing
+	if len(in.Blessing) > 0 { // checked before anything is published
+		if blessing, err = a.checkBlessing(b, in.Blessing); err != nil {
+			return workflows.PublishResult{}, err
+		}
+	}
 	by := bundle.Publisher{JobID: in.JobID}
 	if want, check, err := a.expectedOwner(ctx, in.Owner); err != nil {
 		return workflows.PublishResult{}, err
@@ -1090,8 +1096,8 @@ func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (wo
 	if err != nil {
 		return workflows.PublishResult{}, err
 	}
-	if len(in.Blessing) > 0 {
-		if err := a.storeBlessing(ctx, in.Model, v, b, in.Blessing); err != nil {
+	if blessing != nil {
+		if err := a.Models.(bundle.Blessings).WriteBlessing(ctx, in.Model, v, blessing); err != nil {
 			return workflows.PublishResult{}, err
 		}
 	}

@@ -72,19 +72,19 @@ func blessResult(bl *bundle.Blessing) (workflows.BlessResult, error) {
 	return workflows.BlessResult{Blessed: bl.Blessed, Baseline: bl.Baseline, NoBaseline: bl.NoBaseline, Reasons: bl.Reasons, Record: rec}, nil
 }
 
-// storeBlessing stores the record a Bless step made as the blessing of
-// model's version v, the bundle b it judged.
-func (a *Activities) storeBlessing(ctx context.Context, model string, v int64, b *bundle.Bundle, record []byte) error {
+// checkBlessing decodes the record a Bless step made for the bundle b to
+// publish: it must judge b itself, and the repository must keep
+// blessings.
+func (a *Activities) checkBlessing(b *bundle.Bundle, record []byte) (*bundle.Blessing, error) {
 	bl, err := bundle.ParseBlessing(record)
 	if err != nil {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("publish: blessing: %w", err))
+		return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("publish: blessing: %w", err))
 	}
 	if bl.CandidateID != b.ID() {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("publish: the blessing judged bundle %s, not the one published (%s)", bl.CandidateID, b.ID()))
+		return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("publish: the blessing judged bundle %q, not the one published (%s)", bl.CandidateID, b.ID()))
 	}
-	bs, ok := a.Models.(bundle.Blessings)
-	if !ok {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("publish: the model repository %s keeps no blessings", a.Models.Location()))
+	if _, ok := a.Models.(bundle.Blessings); !ok {
+		return nil, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("publish: the model repository %s keeps no blessings", a.Models.Location()))
 	}
-	return bs.WriteBlessing(ctx, model, v, bl)
+	return bl, nil
 }
