@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/trainflow/trainflow/bless"
 	"github.com/trainflow/trainflow/bundle"
@@ -52,7 +53,7 @@ func (a *Activities) Bless(ctx context.Context, in workflows.BlessInput) (workfl
 		return workflows.BlessResult{}, fmt.Errorf("bless: %w", err)
 	}
 	bl, err := bless.Run(ctx, bless.Request{Model: in.Model, Candidate: cand, Repo: a.Models, EvalData: files, Spec: in.Spec,
-		Types: a.ModelTypes, Log: slog.Default().With("component", "bless_infra", "model", in.Model)})
+		Types: a.ModelTypes, Log: infraLog.With("model", in.Model)})
 	if errors.Is(err, bless.ErrSpec) || errors.Is(err, bless.ErrSlice) || errors.Is(err, preprocess.ErrRequest) {
 		return workflows.BlessResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
 	}
@@ -62,6 +63,10 @@ func (a *Activities) Bless(ctx context.Context, in workflows.BlessInput) (workfl
 	bl.JobID = in.JobID
 	return blessResult(bl)
 }
+
+// infraLog is the infra check's throwaway server's log: its warnings
+// (a bundle it refuses to load) and errors only, not a line per request.
+var infraLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "bless_infra")
 
 // blessResult is the workflow's view of a blessing, with its record.
 func blessResult(bl *bundle.Blessing) (workflows.BlessResult, error) {
