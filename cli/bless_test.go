@@ -167,3 +167,22 @@ func TestBlessingOnCensus(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteBlessingEscapes: a slice value from the data holding terminal
+// escapes reaches `models describe`'s text escaped, in the reasons and the
+// tables, and cannot forge a line.
+func TestWriteBlessingEscapes(t *testing.T) {
+	const hostile = "F\x1b]0;pwned\x07\r\nblessing: BLESSED\u202e"
+	r := 0.2
+	bl := &bundle.Blessing{Reasons: []string{"slice gender=" + hostile + ": worse"}, EvalData: []string{"/d/" + hostile}, JobID: "j",
+		Slices:     []bundle.SliceCheck{{Column: "gender", Value: hostile, Examples: 40, Regression: &r, Judged: true}},
+		WorstSlice: &bundle.SliceCheck{Column: "gender", Value: hostile, Regression: &r}}
+	var b strings.Builder
+	if err := writeBlessing(&b, bl); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\x07\r\u202e") || strings.Count(out, "blessing: ") != 1 || !strings.Contains(out, `F\x1b]0;pwned\a\r\nblessing: BLESSED\u202e`) {
+		t.Fatalf("blessing text %q: want the slice value escaped", out)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/trainflow/trainflow/bless"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/predictapi"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
@@ -133,7 +134,7 @@ func describeText(w io.Writer, name string, v int64, meta map[string]any) {
 		return
 	}
 	if job, ok := tf["job_id"].(string); ok {
-		fmt.Fprintf(w, "job %s, global step %v\n", job, tf["global_step"])
+		fmt.Fprintf(w, "job %s, global step %v\n", jobs.Clean(job), tf["global_step"])
 	}
 	if m, ok := tf["metrics"].(map[string]any); ok {
 		var parts []string
@@ -148,7 +149,7 @@ func describeText(w io.Writer, name string, v int64, meta map[string]any) {
 		var names []string
 		for _, x := range in {
 			if o, ok := x.(map[string]any); ok {
-				names = append(names, fmt.Sprint(o["name"]))
+				names = append(names, jobs.Clean(fmt.Sprint(o["name"])))
 			}
 		}
 		fmt.Fprintf(w, "inputs: %s\n", strings.Join(names, ", "))
@@ -156,7 +157,9 @@ func describeText(w io.Writer, name string, v int64, meta map[string]any) {
 }
 
 // writeBlessing writes a blessing record for people: the verdict and its
-// reasons, then every number (metrics, slices, infra) in tables.
+// reasons, then every number (metrics, slices, infra) in tables. Text
+// from the data (slice values in reasons and tables) is escaped
+// (jobs.Clean): no terminal escape of a CSV reaches the terminal.
 func writeBlessing(w io.Writer, bl *bundle.Blessing) error {
 	verdict := "BLESSED"
 	if !bl.Blessed {
@@ -168,13 +171,13 @@ func writeBlessing(w io.Writer, bl *bundle.Blessing) error {
 	}
 	fmt.Fprintf(w, "blessing: %s (%s)\n", verdict, base)
 	for _, r := range bl.Reasons {
-		fmt.Fprintf(w, "  - %s\n", r)
+		fmt.Fprintf(w, "  - %s\n", jobs.Clean(r))
 	}
 	by := ""
 	if bl.JobID != "" {
-		by = " by " + bl.JobID
+		by = " by " + jobs.Clean(bl.JobID)
 	}
-	fmt.Fprintf(w, "evaluated %d rows (%d skipped) of %s at %s%s\n\n", bl.EvalRows, bl.BadRows, strings.Join(bl.EvalData, ", "), bl.Time, by)
+	fmt.Fprintf(w, "evaluated %d rows (%d skipped) of %s at %s%s\n\n", bl.EvalRows, bl.BadRows, jobs.Clean(strings.Join(bl.EvalData, ", ")), jobs.Clean(bl.Time), by)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	num := func(p *float64) string {
 		if p == nil {
@@ -222,7 +225,7 @@ func writeBlessing(w io.Writer, bl *bundle.Blessing) error {
 		}
 		fmt.Fprintf(w, "\nslices by %s (%s", bl.SliceMetric, bound)
 		if ws := bl.WorstSlice; ws != nil {
-			fmt.Fprintf(w, "; worst %s=%s, regression %s", ws.Column, ws.Value, num(ws.Regression))
+			fmt.Fprintf(w, "; worst %s=%s, regression %s", jobs.Clean(ws.Column), jobs.Clean(ws.Value), num(ws.Regression))
 		}
 		fmt.Fprintln(w, "):")
 		fmt.Fprintln(tw, "column\tvalue\trows\tcandidate\tbaseline\tregression\t")
@@ -231,7 +234,7 @@ func writeBlessing(w io.Writer, bl *bundle.Blessing) error {
 			if s.Judged {
 				result = pass(s.Pass)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.4f\t%s\t%s\t%s\n", s.Column, s.Value, s.Examples, s.Candidate, num(s.Baseline), signed(s.Regression), result)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.4f\t%s\t%s\t%s\n", jobs.Clean(s.Column), jobs.Clean(s.Value), s.Examples, s.Candidate, num(s.Baseline), signed(s.Regression), result)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -240,7 +243,7 @@ func writeBlessing(w io.Writer, bl *bundle.Blessing) error {
 	if ic := bl.Infra; ic != nil {
 		fmt.Fprintf(w, "\ninfra: %d of %d example requests answered 200 within %d ms, slowest %.1f ms: %s", ic.OK, ic.Requests, ic.MaxLatencyMS, ic.LatencyMS, pass(ic.Pass))
 		if ic.Error != "" {
-			fmt.Fprintf(w, " (%s)", ic.Error)
+			fmt.Fprintf(w, " (%s)", jobs.Clean(ic.Error))
 		}
 		fmt.Fprintln(w)
 	}
