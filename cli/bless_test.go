@@ -182,7 +182,7 @@ func TestWriteBlessingEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	if strings.ContainsAny(out, "\x1b\x07\r\u202e") || strings.Count(out, "blessing: ") != 1 || !strings.Contains(out, `F\x1b]0;pwned\a\r\nblessing: BLESSED\u202e`) {
+	if strings.ContainsAny(out, "\x1b\x07\r\u202e") || strings.Count("\n"+out, "\nblessing: ") != 1 || !strings.Contains(out, `F\x1b]0;pwned\a\r\nblessing: BLESSED\u202e`) {
 		t.Fatalf("blessing text %q: want the slice value escaped", out)
 	}
 }
