@@ -12,6 +12,7 @@ import (
 	"github.com/trainflow/trainflow/bless"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -188,5 +189,38 @@ func TestInfra(t *testing.T) {
 	bad := append(ev.Examples[:1:1], []byte(`{"age":"old"}`))
 	if ic := bless.Infra(context.Background(), fx.base, nil, bad, 5*time.Second, log); ic.Pass || ic.OK != 1 || !strings.Contains(ic.Error, "HTTP 400") {
 		t.Fatalf("a refused example passed: %+v", ic)
+	}
+}
+
+// TestRegressorBlessing: a census regressor (hours_per_week) evaluated on
+// raw rows gives the RMSE and MAE of its evaluation on the preprocessed
+// rows; its slices and thresholds are judged in rmse, lower being better.
+func TestRegressorBlessing(t *testing.T) {
+	s := preprocess.CensusSchema()
+	s.Label, s.LabelKind, s.LabelVocab, s.LabelTrimSuffix = "hours_per_week", preprocess.LabelRegression, nil, ""
+	for i := range s.Columns {
+		if s.Columns[i].Name == "income_bracket" {
+			s.Columns[i].Treatment = preprocess.Ignore
+		}
+	}
+	fx := buildFixture(t, s, train.CheckpointMeta{Model: train.LinearRegressorModel}, 200)
+	ev, err := bless.Evaluate(fx.base, []string{fx.evalFile}, []string{"gender"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := train.Evaluate(fx.base.Model, fx.evalX.X, fx.evalX.Y, 256)
+	if ev.Kind != train.Regressors || ev.Rows != want.Examples || math.Abs(ev.Metrics.RMSE-want.RMSE) > 1e-9 || math.Abs(ev.Metrics.MAE-want.MAE) > 1e-9 || ev.Metrics.RMSE == 0 {
+		t.Fatalf("raw-row evaluation %+v, preprocessed %+v", ev.Metrics, want)
+	}
+	spec := jobspec.BlessSpec{Thresholds: []jobspec.Threshold{{Metric: "rmse", Max: f(ev.Metrics.RMSE - 0.01)}}, Slices: []string{"gender"}, MaxSliceRegression: f(0)}.WithDefaults(true)
+	bl, err := bless.Judge(spec, ev, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bl.Blessed || bl.SliceMetric != "rmse" || len(bl.Slices) != 2 || !strings.Contains(bl.Reasons[0], "rmse") || !strings.Contains(bl.Reasons[0], "is above max") {
+		t.Fatalf("regressor blessing %+v", bl)
+	}
+	if len(bl.Metrics) != 2 || bl.Metrics[0].Metric != "rmse" || bl.Metrics[1].Metric != "mae" {
+		t.Fatalf("a regressor's metrics %+v", bl.Metrics)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/trainflow/trainflow/bundle"
@@ -38,6 +39,15 @@ type census struct {
 
 func censusFixture(t *testing.T) *census {
 	t.Helper()
+	return buildFixture(t, preprocess.CensusSchema(), train.CheckpointMeta{Model: "linear_classifier", Classes: 2}, 400)
+}
+
+// buildFixture preprocesses census rows with schema, trains a model of
+// meta (Dim and TransformHash filled in) for steps and exports it as
+// base; worse is base with the gender=Female features' weights raised (a
+// linear model's W row, whatever its outputs).
+func buildFixture(t *testing.T, schema preprocess.Schema, meta train.CheckpointMeta, steps int64) *census {
+	t.Helper()
 	dir := t.TempDir()
 	f := &census{}
 	var trainFile string
@@ -55,7 +65,7 @@ func censusFixture(t *testing.T) *census {
 		}
 	}
 	jobDir := filepath.Join(dir, "job")
-	man, err := preprocess.RunLocal(&preprocess.Request{Schema: preprocess.CensusSchema(), OutDir: jobDir,
+	man, err := preprocess.RunLocal(&preprocess.Request{Schema: schema, OutDir: jobDir,
 		Train: []string{trainFile}, Eval: []string{f.evalFile}, TrainShards: 2, EvalShards: 1, Seed: 1, MaxBadFraction: 0.01})
 	if err != nil || man.Failure != "" {
 		t.Fatalf("preprocess: %v %s", err, man.Failure)
@@ -77,12 +87,13 @@ func censusFixture(t *testing.T) *census {
 	}
 	f.transform = tr
 	sig, _ := json.Marshal(map[string]any{"inputs": tr.Signature(), "classes": tr.LabelVocab})
+	meta.Dim, meta.TransformHash = man.Dim, man.TransformHash
 	cfg := train.Config{BatchSize: 64, LearningRate: 0.01, Seed: 1, KeepMax: 2, CheckpointDir: filepath.Join(jobDir, "checkpoints"),
-		MaxSteps: 400, SaveSteps: 400, Meta: train.CheckpointMeta{Model: "linear_classifier", Dim: man.Dim, Classes: 2, TransformHash: man.TransformHash}}
+		MaxSteps: steps, SaveSteps: steps, Meta: meta}
 	if _, err := train.Run(context.Background(), cfg, data, nil); err != nil {
 		t.Fatal(err)
 	}
-	ck, err := train.ReadCheckpoint(filepath.Join(cfg.CheckpointDir, train.CheckpointName(400)))
+	ck, err := train.ReadCheckpoint(filepath.Join(cfg.CheckpointDir, train.CheckpointName(steps)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +109,7 @@ func censusFixture(t *testing.T) *census {
 	for _, j := range female {
 		p[j] += 3
 	}
+	ck.Step++ // a bundle of its own
 	f.worseDir = writeBundle(t, filepath.Join(dir, "export", "worse"), ck, files, man.TransformHash)
 	if f.base, err = bundle.ReadDir(f.baseDir, nil); err != nil {
 		t.Fatal(err)
@@ -143,5 +155,5 @@ func writeBundle(t *testing.T, parent string, ck *train.Checkpoint, files map[st
 	if _, err := bundle.Write(ctx, st, ck.Step, ck, files, bundle.Meta{JobID: "census_bless", Exporter: "final", TransformHash: hash}); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(parent, "400")
+	return filepath.Join(parent, strconv.FormatInt(ck.Step, 10))
 }
