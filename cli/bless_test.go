@@ -150,6 +150,18 @@ func TestBlessingOnCensus(t *testing.T) {
 	if bl, err := repo.Blessing(ctx, "census", 2); err != nil || !bl.Blessed || bl.JobID != "cli" {
 		t.Fatalf("the command's blessing was not stored: %+v %v", bl, err)
 	}
+	// Without --eval-data: the rows of the version's earlier blessing.
+	code, out, errs = cli(t, "models", "bless", "census", "--version", "2", "--models", models, "--max-slice-regression", "0.05", "--slices", "gender", "--dry-run")
+	if code != exitOK || !strings.Contains(out, "blessing: NOT BLESSED") || !strings.Contains(out, "slice gender=Female") || !strings.Contains(out, evalFile) {
+		t.Fatalf("models bless on the earlier blessing's rows: %d\n%s\n%s", code, out, errs)
+	}
+	if bl, _ := repo.Blessing(ctx, "census", 2); !bl.Blessed {
+		t.Fatal("a --dry-run stored its blessing")
+	}
+	code, _, errs = cli(t, "models", "bless", "census", "--version", "1", "--models", filepath.Join(t.TempDir(), "empty"))
+	if code != exitNotFound {
+		t.Fatalf("bless of a model the repository lacks: %d %s", code, errs)
+	}
 	code, _, errs = cli(t, "models", "bless", "census", "--version", "2", "--models", models, "--eval-data", evalFile, "--min", "acc=0.5")
 	if code != exitUsage || !strings.Contains(errs, `bless.thresholds[0].metric: unknown metric "acc"`) {
 		t.Fatalf("bad threshold flag: %d %s", code, errs)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -289,13 +290,13 @@ func runModelsBless(ctx context.Context, types *train.Registry, args []string, s
 	baseline := fs.Int64("baseline", 0, "the version to compare with (default: the model's default version)")
 	specFile := fs.String("spec", "", "file holding the bless section (or a job spec with one); the flags below add to it")
 	var evalData listFlag
-	fs.Var(&evalData, "eval-data", "evaluation file (path or storage URI) in the model's schema, repeatable or comma-separated (default: the spec's eval_data)")
+	fs.Var(&evalData, "eval-data", "evaluation file (path or storage URI) in the model's schema, repeatable or comma-separated (default: the spec's eval_data, else the files of the version's earlier blessing)")
 	var ts []jobspec.Threshold
 	fs.Var(thresholdFlag{"min", &ts}, "min", "METRIC=X: the candidate's metric must be at least X (repeatable)")
 	fs.Var(thresholdFlag{"max", &ts}, "max", "METRIC=X: the candidate's metric must be at most X (repeatable; for losses)")
 	fs.Var(thresholdFlag{"max_regression", &ts}, "max-regression", "METRIC=X: at most X worse than the baseline (repeatable)")
-	var slices listFlag
-	fs.Var(&slices, "slices", "categorical columns to slice by, comma-separated")
+	var sliceCols listFlag
+	fs.Var(&sliceCols, "slices", "categorical columns to slice by, comma-separated")
 	maxSlice := fs.Float64("max-slice-regression", -1, "the worst slice's bound on its regression against the baseline (default: slices reported, not judged)")
 	latency := fs.Int("infra-max-latency-ms", 0, "run the infra check with this bound on each answer, in ms (0: no infra check unless the spec has one)")
 	output := fs.String("output", "text", "output format: text or json")
@@ -318,7 +319,7 @@ func runModelsBless(ctx context.Context, types *train.Registry, args []string, s
 		}
 	}
 	spec.Thresholds = append(spec.Thresholds, ts...)
-	spec.Slices = append(spec.Slices, slices...)
+	spec.Slices = append(spec.Slices, sliceCols...)
 	if *maxSlice >= 0 {
 		spec.MaxSliceRegression = maxSlice
 	}
@@ -328,24 +329,33 @@ func runModelsBless(ctx context.Context, types *train.Registry, args []string, s
 	if len(evalData) > 0 {
 		spec.EvalData = evalData
 	}
-	if len(spec.EvalData) == 0 {
-		return usageError{errors.New("--eval-data (or eval_data in --spec) is required: the rows both versions are evaluated on")}
-	}
 	repo, err := bundle.OpenRepository(ctx, *models)
 	if err != nil {
 		return usageError{fmt.Errorf("--models: %w", err)}
 	}
 	defer repo.Close()
-	cand, err := repo.Read(ctx, name, *version, types)
-	if errors.Is(err, bundle.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		return notFoundError{fmt.Errorf("%s version %d: %w", name, *version, err)}
+	vs, err := repo.Versions(ctx, name)
+	if err != nil {
+		return err
 	}
+	if !slices.Contains(vs, *version) {
+		return notFoundError{fmt.Errorf("%s has no version %d in %s (versions %v)", name, *version, repo.Location(), vs)}
+	}
+	cand, err := repo.Read(ctx, name, *version, types)
 	if err != nil {
 		return err
 	}
 	t, err := cand.Transform()
 	if err != nil {
 		return err
+	}
+	if len(spec.EvalData) == 0 { // the rows the version was blessed on before
+		if prev, err := repo.Blessing(ctx, name, *version); err == nil {
+			spec.EvalData = prev.EvalData
+		}
+	}
+	if len(spec.EvalData) == 0 {
+		return usageError{fmt.Errorf("--eval-data (or eval_data in --spec) is required: %s version %d has no earlier blessing whose evaluation data to reuse", name, *version)}
 	}
 	regression := t.Schema.LabelKind == preprocess.LabelRegression
 	spec = spec.WithDefaults(regression)
