@@ -111,10 +111,12 @@ func TestJudge(t *testing.T) {
 // slice bound of 0.01 refuses it while overall thresholds alone bless it.
 func TestCensusBlessing(t *testing.T) {
 	fx := censusFixture(t)
+	t0 := time.Now()
 	base, err := bless.Evaluate(fx.base, []string{fx.evalFile}, []string{"gender", "race"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("evaluated %d raw rows with 2 slice columns in %v", base.Rows, time.Since(t0))
 	want := train.Evaluate(fx.base.Model, fx.evalX.X, fx.evalX.Y, 256)
 	if base.Rows != want.Examples || math.Abs(base.Metrics.Accuracy-want.Accuracy) > 1e-12 || math.Abs(base.Metrics.LogLoss-want.LogLoss) > 1e-9 {
 		t.Fatalf("raw-row evaluation %+v (%d rows), the preprocessed rows' %+v", base.Metrics, base.Rows, want)
