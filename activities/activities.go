@@ -1063,7 +1063,9 @@ func (a *Activities) exportInChild(ctx context.Context, hb *beater, jd *jobDir, 
 // into: the first publish of a model makes the job its owner, a later one
 // by another job, or its promote, needs the operator's rule for the model
 // (ModelOwners); otherwise it fails, not retried, naming the model and
-// the rule.
+// the rule. A Bless step's record (in.Blessing) is stored with the
+// version right after it is published (a retry publishes nothing new and
+// stores it again).
 func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
 	defer keepAlive(ctx).Stop()
 	jd, _, err := a.openExport(ctx, "bundle", in.Bundle, in.Owner, ownOrTrial)
@@ -1074,6 +1076,12 @@ func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (wo
 	b, err := bundle.Read(ctx, in.Bundle, a.ModelTypes)
 	if err != nil {
 		return workflows.PublishResult{}, fmt.Errorf("publish: %w", err)
+	}
+	var blessing *bundle.Blessing
+	if len(in.Blessing) > 0 { // checked before anything is published
+		if blessing, err = a.checkBlessing(b, in.Blessing); err != nil {
+			return workflows.PublishResult{}, err
+		}
 	}
 	by := bundle.Publisher{JobID: in.JobID}
 	if want, check, err := a.expectedOwner(ctx, in.Owner); err != nil {
@@ -1087,6 +1095,11 @@ func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (wo
 	}
 	if err != nil {
 		return workflows.PublishResult{}, err
+	}
+	if blessing != nil {
+		if err := a.Models.(bundle.Blessings).WriteBlessing(ctx, in.Model, v, blessing); err != nil {
+			return workflows.PublishResult{}, err
+		}
 	}
 	if a.OnPublish != nil {
 		a.OnPublish(in.Model)

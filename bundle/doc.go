@@ -30,6 +30,7 @@
 //
 //	<model>/<version>/    an export bundle (version = 1, 2, …), plus
 //	<model>/<version>/source.json   {"job_id", "bundle", "hash"}: where it came from
+//	<model>/<version>/blessing.json optional Blessing: the version judged against the default (BlessingFile)
 //	<model>/default       the default version number and a newline
 //	<model>/config.json   optional Config: which versions to serve, labels
 //

@@ -20,7 +20,7 @@
 //	trainflow submit JOB_ID      short for jobs submit training JOB_ID
 //	trainflow replay JOB_ID      replay a job's history against this build
 //	trainflow predict            send instances to the prediction server
-//	trainflow models …           list and describe served models
+//	trainflow models …           list and describe served models, bless a version
 //	trainflow datagen            write census-like CSV rows
 //	trainflow preprocess REQ     the Beam pipeline child of the preprocess activity (internal)
 //	trainflow train-child REQ    the training and evaluation child of a worker (internal)
@@ -84,7 +84,7 @@ commands:
   submit      short for 'jobs submit training'
   replay      replay a job's history against this build's workflow code
   predict     send instances to the prediction server
-  models      list and describe served models
+  models      list and describe served models, bless a version
   datagen     write census-like CSV rows
   preprocess  run a preprocessing pipeline (started by the preprocess activity)
   batch-predict  run a batch prediction pipeline (started by the BatchPredict activity)
@@ -139,7 +139,7 @@ func runWith(args []string, stdout, stderr io.Writer, opts Options) int {
 	case "predict":
 		err = runPredict(ctx, rest, stdout, stderr)
 	case "models":
-		err = runModels(ctx, rest, stdout, stderr)
+		err = runModels(ctx, opts.ModelTypes, rest, stdout, stderr)
 	case "datagen":
 		err = runDatagen(rest, stdout, stderr)
 	case "preprocess":

@@ -64,49 +64,6 @@ func runPredict(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("models", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	server := fs.String("server", envOr("TRAINFLOW_SERVER", "http://127.0.0.1:8080"), "prediction server URL ($TRAINFLOW_SERVER)")
-	output := fs.String("output", "text", "output format: text or json")
-	tokenFile := tokenFileFlag(fs)
-	if len(args) == 0 || (args[0] != "list" && args[0] != "describe") {
-		return usageError{errors.New("want: models list | models describe NAME")}
-	}
-	sub := args[0]
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	token, err := readTokenFile(*tokenFile)
-	if err != nil {
-		return err
-	}
-	c := predictapi.Client{BaseURL: *server, Token: token}
-	if sub == "list" {
-		models, err := c.Models(ctx)
-		if err != nil {
-			return err
-		}
-		if *output == "json" {
-			return writeJSON(stdout, struct {
-				Models []predictapi.Model `json:"models"`
-			}{models})
-		}
-		for _, m := range models {
-			fmt.Fprintf(stdout, "%s\tdefault %d\tversions %v\n", m.Name, m.Default, m.Versions)
-		}
-		return nil
-	}
-	if fs.NArg() != 1 {
-		return usageError{errors.New("want: models describe NAME")}
-	}
-	meta, err := c.Metadata(ctx, fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	return writeJSON(stdout, meta)
-}
-
 // tokenFileFlag registers --auth-token-file, the file of the token a
 // server started with the same flag wants ($TRAINFLOW_AUTH_TOKEN_FILE).
 func tokenFileFlag(fs *flag.FlagSet) *string {

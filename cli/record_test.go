@@ -98,6 +98,7 @@ func TestRecordHistories(t *testing.T) {
 	recordCurrentFlows(t, st, home, startWorker, kill, &w)
 	recordStrictFlows(t, st, home)
 	recordEarlyStopAndSignedBatch(t, st, home)
+	recordBless(t, st)
 	if !todo("succeeded", "bad_data", "cancelled", "worker_killed") {
 		return
 	}

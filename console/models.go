@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving"
@@ -58,6 +59,9 @@ type version struct {
 	Step     int64
 	Model    string
 	Metrics  []metric
+	// Blessed is the version's blessing verdict: "blessed", "not
+	// blessed", or "" without one.
+	Blessed string
 }
 
 type metric struct {
@@ -99,6 +103,8 @@ type modelBody struct {
 	Inputs    []input
 	Classes   []string
 	Answer    *answer
+	// blessings are the versions' blessing records (TryBlessing).
+	blessings map[int64]*bundle.Blessing
 }
 
 func (c *Console) modelBody(ctx context.Context, name string) (*modelBody, error) {
@@ -122,8 +128,15 @@ func (c *Console) modelBody(ctx context.Context, name string) (*modelBody, error
 			}
 		}
 	}
+	b.blessings = c.blessings(ctx, name, all)
 	for _, v := range slices.Backward(all) {
 		ver := version{Version: v, Default: v == def, Labels: labels[v]}
+		if bl := b.blessings[v]; bl != nil {
+			ver.Blessed = "not blessed"
+			if bl.Blessed {
+				ver.Blessed = "blessed"
+			}
+		}
 		slices.Sort(ver.Labels)
 		if sv, err := c.opts.Registry.Get(name, v); err == nil {
 			m := sv.Bundle.Meta

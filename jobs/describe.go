@@ -90,6 +90,31 @@ func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Des
 	return out, nil
 }
 
+// writeBlessing writes a job's Bless verdict, if it had a Bless step:
+// blessed or not, against which version, whether the version became the
+// default, and why not (`models describe` shows every number).
+func writeBlessing(w io.Writer, r *workflows.JobResult) {
+	b := r.Blessing
+	if b == nil {
+		return
+	}
+	verdict, against := "blessed", "no baseline"
+	if !b.Blessed {
+		verdict = "not blessed"
+	}
+	if !b.NoBaseline {
+		against = fmt.Sprintf("baseline version %d", b.Baseline)
+	}
+	def := "not the default"
+	if r.Default {
+		def = "the default"
+	}
+	printf(w, "blessing: %s (%s); version %d is %s\n", verdict, against, r.Version, def)
+	for _, why := range b.Reasons {
+		printf(w, "  - %s\n", why)
+	}
+}
+
 // WriteText writes d as `jobs describe` shows it.
 func (d *Description) WriteText(w io.Writer) {
 	printf(w, "job:      %s (run %s)\nstatus:   %s\n", d.JobID, d.RunID, d.Status)
@@ -112,6 +137,7 @@ func (d *Description) WriteText(w io.Writer) {
 	} else if r != nil {
 		printf(w, "steps:    %d\nmetrics:  %s on %d examples\nexport:   %s\nmodel:    %s version %d\n",
 			r.GlobalStep, r.Metrics.Summary(), r.Metrics.Examples, r.Export, r.Model, r.Version)
+		writeBlessing(w, r)
 	}
 	writeBatch(w, d)
 	for _, p := range d.Pending {

@@ -50,7 +50,8 @@ func TestDescribeAndListEscape(t *testing.T) {
 	d := &Description{JobID: "job_1", RunID: "run", Status: "FAILED", Start: start,
 		Error:   "preprocess: column " + hostile + ": not a number",
 		Pending: []PendingActivity{{Activity: "Preprocess", State: "SCHEDULED", Attempt: 2, LastFailure: hostile}},
-		Result:  &workflows.JobResult{Model: hostile, Export: "/x/" + hostile}}
+		Result: &workflows.JobResult{Model: hostile, Export: "/x/" + hostile, Version: 2,
+			Blessing: &workflows.BlessResult{Baseline: 1, Reasons: []string{"slice gender=" + hostile + ": accuracy regressed"}}}}
 	var b bytes.Buffer
 	d.WriteText(&b)
 	out := b.String()
@@ -59,6 +60,9 @@ func TestDescribeAndListEscape(t *testing.T) {
 	}
 	if !strings.Contains(out, `age\x1b]0;pwned\a\x1b[2K\r\nstatus:   SUCCEEDED\u202e\u009b31m\xff`) {
 		t.Fatalf("describe output %q: want the hostile text escaped", out)
+	}
+	if !strings.Contains(out, "blessing: not blessed (baseline version 1); version 2 is not the default\n  - slice gender=age\\x1b]0;pwned") {
+		t.Fatalf("describe output %q: want the blessing verdict, its reason escaped", out)
 	}
 	if n := strings.Count(out, "status:"); n != 1+strings.Count(out, `\nstatus:`) {
 		t.Fatalf("describe output has a forged status line: %q", out)

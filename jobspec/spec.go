@@ -145,8 +145,14 @@ type JobSpec struct {
 	// (default), "latest", "final" or "none".
 	Publish string `json:"publish,omitempty"`
 	// Promote makes the published version the model's default even when the
-	// model already has versions (the first version is always the default).
-	Promote bool `json:"promote,omitempty"`
+	// model already has versions (the first version is always the default):
+	// true, false (the default) or "if_blessed" (only if the bless section's
+	// checks passed; see BlessSpec).
+	Promote Promote `json:"promote,omitempty"`
+	// Bless, when present, evaluates the exported candidate against the
+	// model's current default version before it is published, and stores
+	// the result with the version (docs/blessing.md).
+	Bless *BlessSpec `json:"bless,omitempty"`
 	// Tuning makes the job a hyperparameter tuning job: start
 	// HyperparameterTuningJob, which runs the rest of the spec as trials.
 	Tuning *TuningSpec `json:"tuning,omitempty"`
@@ -593,6 +599,10 @@ func (s JobSpec) WithDefaults() JobSpec {
 	if s.Publish == "" {
 		s.Publish = ExporterBest
 	}
+	if s.Bless != nil {
+		b := s.Bless.WithDefaults(regression)
+		s.Bless = &b
+	}
 	c := &s.Cluster
 	if c.ScaleTier == "" {
 		c.ScaleTier = TierBasic
@@ -613,6 +623,23 @@ func (s JobSpec) WithDefaults() JobSpec {
 		c.StallTimeoutSecs = int(DefaultStallTimeout / time.Second)
 	}
 	return s
+}
+
+// validateBless checks bless and promote together.
+func (s *JobSpec) validateBless() error {
+	switch {
+	case s.Promote != PromoteNever && s.Promote != PromoteAlways && s.Promote != PromoteIfBlessed:
+		return fmt.Errorf("%w: promote %q: want true, false or \"if_blessed\"", ErrInvalid, string(s.Promote))
+	case s.Promote == PromoteIfBlessed && s.Bless == nil:
+		return fmt.Errorf("%w: promote \"if_blessed\" needs a bless section (the checks that bless a version)", ErrInvalid)
+	case s.Bless == nil:
+		return nil
+	case s.Tuning != nil:
+		return fmt.Errorf("%w: bless: a tuning job does not bless its best trial yet; bless the published version with `trainflow models bless`", ErrInvalid)
+	case s.Publish == PublishNone:
+		return fmt.Errorf("%w: bless: publish is \"none\": there is no version to bless", ErrInvalid)
+	}
+	return s.Bless.Validate(s.Data.Schema, s.Model.Regressor() || (s.Data.Schema != nil && s.Data.Schema.LabelKind == preprocess.LabelRegression))
 }
 
 // Validate reports the first problem of a defaulted spec, naming the field.
@@ -673,6 +700,9 @@ func (s *JobSpec) Validate() error {
 		if !found {
 			return fmt.Errorf("%w: publish %q names no exporter (have %v) and is not \"none\"", ErrInvalid, s.Publish, exporterNames(s.Eval.Exporters))
 		}
+	}
+	if err := s.validateBless(); err != nil {
+		return err
 	}
 	if err := s.Data.validateRunner(); err != nil {
 		return err

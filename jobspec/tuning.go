@@ -821,7 +821,8 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 	trial.SharedData = nil
 	trial.JobID = TrialID(s.JobID, n)
 	trial.Publish = PublishNone
-	trial.Promote = false
+	trial.Promote = PromoteNever
+	trial.Bless = nil
 	trial.Model.HiddenUnits = slices.Clone(d.Model.HiddenUnits)
 	if s.JobDir != "" {
 		trial.JobDir = joinJobDir(s.JobDir, TrialDir(n))

@@ -96,8 +96,11 @@ const (
 	ExportActivity             = "Export"
 	// DeleteExportActivity removes an export bundle that fell out of an
 	// exporter's exports_to_keep.
-	DeleteExportActivity     = "DeleteExport"
-	PublishActivity          = "Publish"
+	DeleteExportActivity = "DeleteExport"
+	PublishActivity      = "Publish"
+	// BlessActivity evaluates an export against the model's default
+	// version and applies a bless section's thresholds.
+	BlessActivity            = "Bless"
 	ParameterServerActivity  = "ParameterServer"
 	TrainWorkerActivity      = "TrainWorker"
 	SuggestTrialsActivity    = "SuggestTrials"
@@ -137,6 +140,7 @@ var acts = struct {
 	BatchPredict       Activity[BatchPredictInput, BatchPredictionResult]
 	ReportKey          Activity[ReportKeyInput, ReportKeyResult]
 	BatchReportKey     Activity[BatchPredictInput, ReportKeyResult]
+	Bless              Activity[BlessInput, BlessResult]
 }{
 	PrepareJob:         Activity[PrepareInput, PrepareResult]{PrepareJobActivity},
 	Preprocess:         Activity[PreprocessInput, jobspec.PreprocessResult]{PreprocessActivity},
@@ -155,6 +159,7 @@ var acts = struct {
 	BatchPredict:       Activity[BatchPredictInput, BatchPredictionResult]{BatchPredictActivity},
 	ReportKey:          Activity[ReportKeyInput, ReportKeyResult]{ReportKeyActivity},
 	BatchReportKey:     Activity[BatchPredictInput, ReportKeyResult]{BatchReportKeyActivity},
+	Bless:              Activity[BlessInput, BlessResult]{BlessActivity},
 }
 
 // ActivityRefs returns every activity the workflows call, in the order of

@@ -158,7 +158,7 @@ func TestExportersBestLatestFinal(t *testing.T) {
 
 func TestBestExporterMinimizeAndPublishLatest(t *testing.T) {
 	acc := map[int64]float64{100: 0.80, 200: 0.75, 300: 0.90}
-	spec := jobspec.JobSpec{JobID: "minloss", Publish: "latest", Promote: true, Eval: jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(1), Exporters: []jobspec.ExporterSpec{
+	spec := jobspec.JobSpec{JobID: "minloss", Publish: "latest", Promote: jobspec.PromoteAlways, Eval: jobspec.EvalSpec{ThrottleSecs: jobspec.Secs(1), Exporters: []jobspec.ExporterSpec{
 		{Type: jobspec.ExporterBest, Metric: "log_loss"}, {Type: jobspec.ExporterLatest}}}}
 	commits := []commit{{10 * time.Second, 100}, {20 * time.Second, 200}, {30 * time.Second, 300}}
 	h := runEvalJob(t, spec, commits, 40*time.Second, 300, func(s int64) float64 { return acc[s] }, nil)

@@ -59,6 +59,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// signed-progress path (batch-signed-progress, BatchReportKey,
 		// signed batch_progress signals).
 		"tuning_early_stop.json": false, "batch_prediction_signed.json": false,
+		// A job with a bless section judged against its model's earlier
+		// version (the bless-step marker, Bless, Publish with the record).
+		"blessed.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true

@@ -1,8 +1,10 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -50,6 +52,7 @@ const (
 	PhaseEvaluating    = "EVALUATING"
 	PhaseExporting     = "EXPORTING"
 	PhasePublishing    = "PUBLISHING"
+	PhaseBlessing      = "BLESSING"
 	PhaseSucceeded     = "SUCCEEDED"
 	PhaseFailed        = "FAILED"
 	PhaseCancelled     = "CANCELLED"
@@ -99,6 +102,12 @@ type JobResult struct {
 	Export        string        `json:"export"`
 	Model         string        `json:"model"`
 	Version       int64         `json:"version"`
+	// Default reports whether the published version became the model's
+	// default (set since blessChange).
+	Default bool `json:"default,omitempty"`
+	// Blessing is the Bless step's verdict, when the spec asked for one
+	// (its record is stored with the version).
+	Blessing *BlessResult `json:"blessing,omitempty"`
 	// Tuning is a tuning job's trials (HyperparameterTuningJob only).
 	Tuning *TuningReport `json:"tuning,omitempty"`
 }
@@ -120,7 +129,9 @@ type Progress struct {
 	Export         string         `json:"export,omitempty"`
 	Model          string         `json:"model,omitempty"`
 	Version        int64          `json:"version,omitempty"`
-	Error          string         `json:"error,omitempty"`
+	// Blessed is the Bless step's verdict (nil before it, or without one).
+	Blessed *bool  `json:"blessed,omitempty"`
+	Error   string `json:"error,omitempty"`
 	// Cluster is the distributed job's cluster (nil for BASIC).
 	Cluster *ClusterState `json:"cluster,omitempty"`
 	// Tuning is a tuning job's trials (HyperparameterTuningJob only).
@@ -251,6 +262,34 @@ type PublishInput struct {
 	// trials' for a tuning job, and the model must be its to publish
 	// into (bundle.OwnerRule).
 	Owner *JobOwner `json:"owner,omitempty"`
+	// Blessing is the Bless step's record (BlessResult.Record), stored
+	// with the published version; absent when the job blessed nothing.
+	Blessing json.RawMessage `json:"blessing,omitempty"`
+}
+
+// BlessInput is the input of the Bless activity: evaluate the export
+// Bundle against the current default version of Model on the evaluation
+// files Eval (the job's, as PrepareJob located them; Spec.EvalData
+// replaces them) and apply Spec.
+type BlessInput struct {
+	JobID  string            `json:"job_id"`
+	Model  string            `json:"model"`
+	Bundle string            `json:"bundle"`
+	Eval   []string          `json:"eval"`
+	Spec   jobspec.BlessSpec `json:"spec"`
+	// Owner is the job (Bundle must be its export, as for Publish).
+	Owner *JobOwner `json:"owner,omitempty"`
+}
+
+// BlessResult is the Bless activity's verdict: Blessed, against which
+// Baseline version (none: NoBaseline), why not (Reasons), and the whole
+// record (bundle.Blessing's JSON, a few KB) for Publish to store.
+type BlessResult struct {
+	Blessed    bool            `json:"blessed"`
+	Baseline   int64           `json:"baseline,omitempty"`
+	NoBaseline bool            `json:"no_baseline,omitempty"`
+	Reasons    []string        `json:"reasons,omitempty"`
+	Record     json.RawMessage `json:"record"`
 }
 
 // PublishResult names the published model version.
@@ -441,14 +480,53 @@ func runJob(ctx workflow.Context, spec jobspec.JobSpec, carry *Carry, p *Progres
 	}
 	res.Export = exports[spec.Publish].newest()
 	p.Export = res.Export
+	pin := PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote == jobspec.PromoteAlways, Owner: owner}
+	if spec.Bless != nil && workflow.GetVersion(ctx, blessChange, workflow.DefaultVersion, 1) >= 1 {
+		bl, err := blessStep(ctx, ops, spec, prep, res.Export, owner, p)
+		if err != nil {
+			return res, err
+		}
+		res.Blessing = &bl
+		pin.Promote, pin.Blessing = spec.Promote.Decide(bl.Blessed), bl.Record
+		if err := cancelled(ctx, ops); err != nil {
+			return res, err
+		}
+	}
 	setPhase(ctx, p, PhasePublishing)
 	pubctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "publish "+spec.Publish+" export"))
-	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote, Owner: owner})
+	pub, err := acts.Publish.Run(pubctx, pin)
 	if err != nil {
 		return res, err
 	}
 	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version
+	if res.Blessing != nil {
+		res.Default = pub.Default
+	}
 	return res, nil
+}
+
+// blessChange marks the Bless step between export and publish, taken
+// when the spec has a bless section (runs recorded before it had none).
+const blessChange = "bless-step"
+
+// blessStep runs the Bless activity on the export to publish and records
+// its verdict in the progress; the record goes with the publish. The
+// record's full numbers stay out of the progress (the query answers a
+// verdict; `models describe` the numbers).
+func blessStep(ctx workflow.Context, ops bool, spec jobspec.JobSpec, prep PrepareResult, export string, owner *JobOwner, p *Progress) (BlessResult, error) {
+	setPhase(ctx, p, PhaseBlessing)
+	bctx := workflow.WithActivityOptions(ctx, stepOptions(ops, time.Hour, "bless against the default version of "+spec.ModelName))
+	bl, err := acts.Bless.Run(bctx, BlessInput{JobID: spec.JobID, Model: spec.ModelName, Bundle: export, Eval: prep.Eval, Spec: *spec.Bless, Owner: owner})
+	if err != nil {
+		return bl, err
+	}
+	p.Blessed = &bl.Blessed
+	verdict := "**blessed**"
+	if !bl.Blessed {
+		verdict = "**not blessed**: " + strings.Join(bl.Reasons, "; ")
+	}
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("model `%s`: candidate %s", spec.ModelName, verdict))
+	return bl, nil
 }
 
 // trustChange marks the start of ValidateTrust in the workflow: jobs

@@ -448,7 +448,7 @@ func (r *tuningRun) finish(ctx workflow.Context, res JobResult) (JobResult, erro
 	}
 	p.Export = res.Export
 	pubctx := workflow.WithActivityOptions(ctx, activityOptions(time.Hour, "publish best trial "+best.ID))
-	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote, Owner: r.owner})
+	pub, err := acts.Publish.Run(pubctx, PublishInput{JobID: spec.JobID, Bundle: res.Export, Model: spec.ModelName, Promote: spec.Promote == jobspec.PromoteAlways, Owner: r.owner})
 	if err != nil {
 		return res, err
 	}
