@@ -32,6 +32,9 @@
 //	<model>/<version>/source.json   {"job_id", "bundle", "hash"}: where it came from
 //	<model>/default       the default version number and a newline
 //	<model>/config.json   optional Config: which versions to serve, labels
+//	<model>/routing.json  optional rollout.Routing: weights per version, shadow (RoutingFile)
+//	<model>/history/<ns>-<hash>.json  one Change per routing or default change, append-only
+//	<model>/telemetry/<server>.json   each prediction server's rollout.Telemetry
 //
 // A version exists once its marker does: its directory, which appears by
 // one rename, in a local directory; its metadata.json, written last, in
