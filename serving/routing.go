@@ -99,13 +99,13 @@ type versionTel struct {
 
 // telCounters are the atomic form of rollout.Stats.
 type telCounters struct {
-	requests, errors, rows     atomic.Int64
-	compared, agreed           atomic.Int64
-	labelled, correct          atomic.Int64
-	latency                    [65]atomic.Int64 // len(rollout.LatencyBounds)+1
-	classes                    []atomic.Int64   // by class index
-	momentsMu                  sync.Mutex
-	sum, sumSq                 float64
+	requests, errors, rows atomic.Int64
+	compared, agreed       atomic.Int64
+	labelled, correct      atomic.Int64
+	latency                [65]atomic.Int64 // len(rollout.LatencyBounds)+1
+	classes                []atomic.Int64   // by class index
+	momentsMu              sync.Mutex
+	sum, sumSq             float64
 }
 
 // telFor returns the counters of s's bundle, made on its first load.

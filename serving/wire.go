@@ -24,7 +24,7 @@ const (
 	routeV1Verbs   = "/v1/models/*"
 	// routeV1Feedback takes the true label of an earlier prediction.
 	routeV1Feedback = "/v1/models/:name/feedback"
-	suffixMetadata = "/metadata"
+	suffixMetadata  = "/metadata"
 
 	routeV2Server  = "/v2"
 	routeV2Live    = "/v2/health/live"
