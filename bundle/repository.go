@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/internal/storage"
@@ -63,6 +64,17 @@ type Repository interface {
 	// Routing reads a model's routing (routing.json); a model without
 	// one has the zero rollout.Routing.
 	Routing(ctx context.Context, model string) (rollout.Routing, error)
+	// SetRouting checks rt against the model's versions, makes it the
+	// model's routing and records the change in its history.
+	SetRouting(ctx context.Context, model string, rt rollout.Routing, cause Cause, now time.Time) (Change, error)
+	// Promote makes version the default, clears the routing and records
+	// the change.
+	Promote(ctx context.Context, model string, version int64, cause Cause, now time.Time) (Change, error)
+	// History lists the model's routing and default changes, oldest
+	// first.
+	History(ctx context.Context, model string) ([]Change, error)
+	// Telemetry reads every server's telemetry record of the model.
+	Telemetry(ctx context.Context, model string) ([]rollout.Telemetry, error)
 }
 
 // ErrNotFound is wrapped by errors about a model or version that does not

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -270,3 +271,7 @@ func (r *Store) Telemetry(ctx context.Context, model string) ([]rollout.Telemetr
 	}
 	return out, nil
 }
+
+// VersionKey is the key of a version in rollout.Telemetry.Versions: its
+// number in decimal.
+func VersionKey(v int64) string { return strconv.FormatInt(v, 10) }

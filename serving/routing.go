@@ -207,7 +207,7 @@ func (r *Registry) Telemetry(server, model string, now time.Time) rollout.Teleme
 	}
 	r.telMu.Unlock()
 	for _, vt := range tels {
-		k := fmt.Sprint(vt.version)
+		k := bundle.VersionKey(vt.version)
 		vs := t.Versions[k]
 		vs.Live.Add(vt.live.stats(vt.classes))
 		vs.Shadow.Add(vt.shadow.stats(vt.classes))
