@@ -56,6 +56,9 @@ func (a *Activities) SetRouting(ctx context.Context, in workflows.SetRoutingInpu
 		}
 		return workflows.SetRoutingResult{}, err
 	}
+	if a.OnPublish != nil {
+		a.OnPublish(in.Model) // the dev stack's server applies it now
+	}
 	tel, err := a.Models.Telemetry(ctx, in.Model)
 	if err != nil {
 		return workflows.SetRoutingResult{}, err

@@ -70,8 +70,13 @@ func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	server := fs.String("server", envOr("TRAINFLOW_SERVER", "http://127.0.0.1:8080"), "prediction server URL ($TRAINFLOW_SERVER)")
 	output := fs.String("output", "text", "output format: text or json")
 	tokenFile := tokenFileFlag(fs)
+	if len(args) > 0 {
+		if handled, err := runModelsRouting(ctx, args[0], args[1:], stdout, stderr); handled {
+			return err
+		}
+	}
 	if len(args) == 0 || (args[0] != "list" && args[0] != "describe") {
-		return usageError{errors.New("want: models list | models describe NAME")}
+		return usageError{errors.New("want: models list | models describe NAME, or\n" + modelsRoutingUsage)}
 	}
 	sub := args[0]
 	if err := parseFlags(fs, args[1:]); err != nil {
