@@ -151,7 +151,10 @@ func constantBundle(t *testing.T, fixture, parent string) *bundle.Bundle {
 // points of 50; a candidate that answers one class only rolls back at its
 // first gate; a second rollout of the model while one runs is refused;
 // no answer is ever non-2xx or from a third version; the history lists
-// every change with the rollout's ID and gate values.
+// every change with the rollout's ID and gate values. With
+// TRAINFLOW_RECORD_HISTORIES=1 it records the two rollouts' workflow
+// histories (rollout_promoted, rollout_rolled_back) for the replay test
+// if they are missing.
 func TestRolloutOnRealStack(t *testing.T) {
 	home := t.TempDir()
 	fixture := filepath.Join("..", "bundle", "testdata", "v1")
@@ -212,6 +215,10 @@ func TestRolloutOnRealStack(t *testing.T) {
 	if res.State != workflows.RolloutPromoted || res.Baseline != 1 {
 		t.Fatalf("good candidate: got %+v, want PROMOTED from 1", res)
 	}
+	record := os.Getenv("TRAINFLOW_RECORD_HISTORIES") != ""
+	if record && todo("rollout_promoted") {
+		saveHistory(t, st, run.GetID(), run.GetRunID(), "rollout_promoted")
+	}
 	if d, _ := repo.Default(ctx, "census"); d != 2 {
 		t.Fatalf("default after the rollout: %d, want 2", d)
 	}
@@ -264,6 +271,9 @@ func TestRolloutOnRealStack(t *testing.T) {
 	}
 	if res.State != workflows.RolloutRolledBack || res.StepName != "25" || !strings.Contains(res.Reason, "class mix shift") {
 		t.Fatalf("broken candidate: got %+v, want ROLLED_BACK at 25 for the class mix", res)
+	}
+	if record && todo("rollout_rolled_back") {
+		saveHistory(t, st, run.GetID(), run.GetRunID(), "rollout_rolled_back")
 	}
 	if rt, _ := repo.Routing(ctx, "census"); !rt.IsZero() {
 		t.Fatalf("routing after the rollback: %v, want none", rt)

@@ -59,6 +59,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// signed-progress path (batch-signed-progress, BatchReportKey,
 		// signed batch_progress signals).
 		"tuning_early_stop.json": false, "batch_prediction_signed.json": false,
+		// Two RolloutJobs recorded by cli TestRolloutOnRealStack: one
+		// promoted through shadow, 50 and 100, one rolled back at its
+		// first gate.
+		"rollout_promoted.json": false, "rollout_rolled_back.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
