@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -64,9 +63,7 @@ func (r *Registry) Route(model, key string) (sv, shadow *Servable, routed bool, 
 	if key == "" {
 		p = rand.Uint64N(100)
 	} else {
-		h := fnv.New64a()
-		h.Write([]byte(key))
-		p = h.Sum64() % 100
+		p = fnv64a(key) % 100
 	}
 	v := mv.routing.Pick(p)
 	sv = mv.versions[v]
@@ -74,6 +71,17 @@ func (r *Registry) Route(model, key string) (sv, shadow *Servable, routed bool, 
 		shadow = mv.versions[mv.routing.Shadow]
 	}
 	return sv, shadow, true, nil
+}
+
+// fnv64a is the 64-bit FNV-1a hash of s (hash/fnv's, without its
+// allocation).
+func fnv64a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // Routing returns the routing model's requests follow on this server (the

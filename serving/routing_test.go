@@ -3,6 +3,7 @@ package serving_test
 import (
 	"context"
 	"encoding/json"
+	"hash/fnv"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -277,5 +278,17 @@ func TestReportTelemetry(t *testing.T) {
 			t.Fatalf("no record with 15 rows in 10 s: %+v", recs)
 		}
 		time.Sleep(5 * time.Millisecond) // polling the repository the reporter writes
+	}
+}
+
+// TestRoutingKeyHash pins the key hash to hash/fnv's FNV-1a, which the
+// documentation names: clients may compute their version's share.
+func TestRoutingKeyHash(t *testing.T) {
+	for _, k := range []string{"", "alice", "user-42", strings.Repeat("x", 300)} {
+		h := fnv.New64a()
+		h.Write([]byte(k))
+		if got, want := serving.FNV64a(k), h.Sum64(); got != want {
+			t.Errorf("%q: got %x, want %x", k, got, want)
+		}
 	}
 }
