@@ -61,6 +61,7 @@ func runRoute(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	models := modelsFlag(fs)
 	shadow := fs.String("shadow", "", "version that answers a copy of each routed request, e.g. v3")
+	shadowPercent := fs.Int("shadow-percent", 0, "copy only this percent of the routed requests to --shadow (0: all)")
 	by := fs.String("by", whoami(), "who makes the change, for the history")
 	reason := fs.String("reason", "", "why, for the history")
 	if err := parseFlags(fs, args); err != nil {
@@ -85,6 +86,7 @@ func runRoute(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		rt.Shadow = v
 	}
+	rt.ShadowPercent = *shadowPercent
 	if err := rt.Validate(nil); err != nil {
 		return usageError{err}
 	}
@@ -159,6 +161,7 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	approval := fs.Bool("approval", false, "wait for `models rollout-signal MODEL approve` before the 100% step")
 	by := fs.String("by", whoami(), "who starts the rollout, for the history")
 	wait := fs.Bool("wait", false, "wait for the rollout's end and print its result")
+	shadowPercent := fs.Int("shadow-percent", 0, "shadow step: copy only this percent of the requests to the candidate (0: all)")
 	var g rollout.Gates
 	fs.Int64Var(&g.MinRequests, "min-requests", rollout.DefaultMinRequests, "candidate requests a window needs to be judged (fewer: it waits)")
 	fs.Float64Var(&g.MaxErrorRate, "max-error-rate", 0.01, "highest candidate 5xx rate (0: unchecked)")
@@ -183,7 +186,7 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	in := workflows.RolloutInput{
 		Model: fs.Arg(0), Candidate: cand, Steps: strings.Split(*steps, ","),
-		HoldSecs: hold.Seconds(), RecheckSecs: recheck.Seconds(), Gates: g, Approval: *approval, By: *by,
+		HoldSecs: hold.Seconds(), RecheckSecs: recheck.Seconds(), Gates: g, Approval: *approval, By: *by, ShadowPercent: *shadowPercent,
 	}
 	cl, err := c.dial()
 	if err != nil {

@@ -25,6 +25,9 @@ func TestRoutingValidate(t *testing.T) {
 		{"shadow", Routing{Weights: []Weight{{1, 100}}, Shadow: 9}, "shadow version 9"},
 		{"shadow alone", Routing{Shadow: 2}, "without weights"},
 		{"too many", Routing{Weights: make([]Weight, MaxWeights+1)}, "at most"},
+		{"shadow percent", Routing{Weights: []Weight{{1, 100}}, Shadow: 2, ShadowPercent: 101}, "shadow_percent 101"},
+		{"percent without shadow", Routing{Weights: []Weight{{1, 100}}, ShadowPercent: 10}, "with a shadow version"},
+		{"sampled shadow", Routing{Weights: []Weight{{1, 100}}, Shadow: 2, ShadowPercent: 10}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.r.Validate(have)

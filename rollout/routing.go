@@ -27,9 +27,15 @@ type Weight struct {
 // answered by the version Shadow, asynchronously and without changing the
 // answer. The zero Routing (no weights) means: the default version
 // answers everything.
+//
+// ShadowPercent, if not 0, copies only that percent of the routed
+// requests (picked at random) to the shadow: each copy costs the server
+// a second prediction, and on a busy machine a sample keeps that cost
+// off the answers' latency. 0 copies every request.
 type Routing struct {
-	Weights []Weight `json:"weights,omitempty"`
-	Shadow  int64    `json:"shadow,omitempty"`
+	Weights       []Weight `json:"weights,omitempty"`
+	Shadow        int64    `json:"shadow,omitempty"`
+	ShadowPercent int      `json:"shadow_percent,omitempty"`
 }
 
 // IsZero reports whether r routes nothing (every request to the default).
@@ -68,6 +74,9 @@ func (r Routing) Validate(versions []int64) error {
 	}
 	if r.Shadow < 0 || (r.Shadow > 0 && versions != nil && !slices.Contains(versions, r.Shadow)) {
 		return fmt.Errorf("%w: shadow version %d does not exist (have %v)", ErrRouting, r.Shadow, versions)
+	}
+	if r.ShadowPercent < 0 || r.ShadowPercent > 100 || (r.ShadowPercent != 0 && r.Shadow == 0) {
+		return fmt.Errorf("%w: shadow_percent %d: want 0 to 100, with a shadow version", ErrRouting, r.ShadowPercent)
 	}
 	return nil
 }
@@ -108,8 +117,8 @@ func (r Routing) Pick(p uint64) int64 {
 	return r.Weights[len(r.Weights)-1].Version
 }
 
-// String writes r as ParseRouting reads it: "1=90,2=10" plus
-// " shadow=3"; "default" for the zero Routing.
+// String writes r for people: "1=90,2=10" plus " shadow=3" (and
+// "@25%" for a shadow_percent); "default" for the zero Routing.
 func (r Routing) String() string {
 	if r.IsZero() {
 		return "default"
@@ -123,6 +132,9 @@ func (r Routing) String() string {
 	}
 	if r.Shadow != 0 {
 		fmt.Fprintf(&b, " shadow=%d", r.Shadow)
+		if r.ShadowPercent != 0 && r.ShadowPercent != 100 {
+			fmt.Fprintf(&b, "@%d%%", r.ShadowPercent)
+		}
 	}
 	return b.String()
 }

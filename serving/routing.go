@@ -43,7 +43,7 @@ func loadedRouting(log *slog.Logger, model string, rt rollout.Routing, loaded ma
 
 // Route returns the version that answers a request to model that names
 // no version or label, and the shadow version that answers a copy (nil if
-// none): by the model's routing, the point in [0, 100) picked by the
+// none, or the request is not among the routing's ShadowPercent): by the model's routing, the point in [0, 100) picked by the
 // FNV-1a hash of key, or at random if key is empty; the default version
 // if the model has no routing. routed reports whether a routing decided.
 func (r *Registry) Route(model, key string) (sv, shadow *Servable, routed bool, err error) {
@@ -67,7 +67,7 @@ func (r *Registry) Route(model, key string) (sv, shadow *Servable, routed bool, 
 	}
 	v := mv.routing.Pick(p)
 	sv = mv.versions[v]
-	if mv.routing.Shadow != 0 && mv.routing.Shadow != v {
+	if sp := mv.routing.ShadowPercent; mv.routing.Shadow != 0 && mv.routing.Shadow != v && (sp == 0 || sp == 100 || rand.Uint64N(100) < uint64(sp)) {
 		shadow = mv.versions[mv.routing.Shadow]
 	}
 	return sv, shadow, true, nil

@@ -160,6 +160,35 @@ func TestShadow(t *testing.T) {
 	t.Logf("shadow agreement of version 2 with 1: %d/%d", agree, n)
 }
 
+// TestShadowSampled copies a quarter of the routed requests: the shadow
+// sees 25% ± 5 of 1000 (σ ≈ 1.4 points).
+func TestShadowSampled(t *testing.T) {
+	f := getFixture(t)
+	e := newEnv(t, serving.Options{}, 0, 1)
+	t.Cleanup(e.srv.Close)
+	e.route(t, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 100}}, Shadow: 2, ShadowPercent: 25})
+	body := mustJSON(t, map[string]any{"instances": f.instances[:1]})
+	const n = 1000
+	for range n {
+		post(e.srv, predictURL, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var last, sh rollout.Stats
+	for {
+		// The worker drains the queue; the count stops moving once it is
+		// empty (the queue is never full at this pace: nothing dropped).
+		sh = e.reg.Telemetry("srv_test", model, time.Now()).Versions["2"].Shadow
+		if sh.Requests == last.Requests && sh.Requests > 0 || time.Now().After(deadline) {
+			break
+		}
+		last = sh
+		time.Sleep(20 * time.Millisecond) // polling a counter the shadow worker raises
+	}
+	if share := float64(sh.Requests) / n; share < 0.20 || share > 0.30 {
+		t.Fatalf("shadow copies: got %d of %d, want 25%% ± 5", sh.Requests, n)
+	}
+}
+
 // TestFeedback gives the true label of routed predictions: a right one
 // and a wrong one count in the answering version's online accuracy; a
 // request ID given twice, unknown, or of another model is a 404; a body

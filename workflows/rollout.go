@@ -86,6 +86,9 @@ type RolloutInput struct {
 	Gates       rollout.Gates `json:"gates"`
 	Approval    bool          `json:"approval,omitempty"`
 	By          string        `json:"by,omitempty"`
+	// ShadowPercent is the shadow step's rollout.Routing.ShadowPercent
+	// (0: every request is copied).
+	ShadowPercent int `json:"shadow_percent,omitempty"`
 }
 
 // rolloutStep is one parsed step: the shadow step (percent 0) or a
@@ -103,6 +106,9 @@ func (in RolloutInput) validate() ([]rolloutStep, error) {
 	}
 	if in.Candidate <= 0 {
 		return nil, fmt.Errorf("candidate %d: want a positive version", in.Candidate)
+	}
+	if in.ShadowPercent < 0 || in.ShadowPercent > 100 {
+		return nil, fmt.Errorf("shadow_percent %d: want 0 to 100", in.ShadowPercent)
 	}
 	if in.HoldSecs < 0 || in.RecheckSecs < 0 {
 		return nil, fmt.Errorf("hold_secs %v, recheck_secs %v: want ≥ 0", in.HoldSecs, in.RecheckSecs)
@@ -144,11 +150,12 @@ func (in RolloutInput) validate() ([]rolloutStep, error) {
 	return out, nil
 }
 
-// routing is the routing of step s from baseline to candidate.
-func (s rolloutStep) routing(baseline, candidate int64) rollout.Routing {
+// routing is the routing of step s from baseline to candidate, the
+// shadow step copying shadowPercent of the requests.
+func (s rolloutStep) routing(baseline, candidate int64, shadowPercent int) rollout.Routing {
 	switch {
 	case s.shadow:
-		return rollout.Routing{Weights: []rollout.Weight{{Version: baseline, Percent: 100}}, Shadow: candidate}
+		return rollout.Routing{Weights: []rollout.Weight{{Version: baseline, Percent: 100}}, Shadow: candidate, ShadowPercent: shadowPercent}
 	case s.percent == 100:
 		return rollout.Routing{Weights: []rollout.Weight{{Version: candidate, Percent: 100}}}
 	}
@@ -399,7 +406,7 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 				return err
 			}
 		}
-		rt := s.routing(base, in.Candidate)
+		rt := s.routing(base, in.Candidate, in.ShadowPercent)
 		set, err := rolloutActs.SetRouting.Run(ctx, SetRoutingInput{Model: in.Model, Routing: rt, Cause: r.cause(s.name, "", lastValues)})
 		if err != nil {
 			return err

@@ -43,13 +43,14 @@ func main() {
 	reload := flag.Duration("reload", 20*time.Second, "length of the hot-reload run (0 skips it)")
 	rounds := flag.Int("rounds", 5, "interleaved rounds per server and batch size, sharing -duration")
 	shadow := flag.Bool("shadow", false, "measure only what a shadow version adds to latency (model census needs two versions)")
+	shadowPercent := flag.Int("shadow-percent", 0, "with -shadow: the routing's shadow_percent (0: every request)")
 	flag.Parse()
 	if *models == "" {
 		fmt.Fprintln(os.Stderr, "usage: serve --models DIR")
 		os.Exit(2)
 	}
 	if *shadow {
-		if err := runShadow(*models, *duration, *conc, *rounds); err != nil {
+		if err := runShadow(*models, *duration, *conc, *rounds, *shadowPercent); err != nil {
 			fmt.Fprintln(os.Stderr, "serve:", err)
 			os.Exit(1)
 		}
@@ -376,7 +377,7 @@ func median(rs []result) result {
 // rounds without routing and with the default answering 100% and another
 // version shadowing it; percentiles over all rounds' requests. The
 // routing is written with SetRouting, as `trainflow models route` does.
-func runShadow(models string, d time.Duration, conc, rounds int) error {
+func runShadow(models string, d time.Duration, conc, rounds, percent int) error {
 	ctx := context.Background()
 	repo, err := bundle.OpenRepository(ctx, models)
 	if err != nil {
@@ -407,7 +408,7 @@ func runShadow(models string, d time.Duration, conc, rounds int) error {
 		}
 		return reg.Reload()
 	}
-	none, shadow := rollout.Routing{}, rollout.Routing{Weights: []rollout.Weight{{Version: def, Percent: 100}}, Shadow: other}
+	none, shadow := rollout.Routing{}, rollout.Routing{Weights: []rollout.Weight{{Version: def, Percent: 100}}, Shadow: other, ShadowPercent: percent}
 	defer set(none)
 	if err := set(none); err != nil {
 		return err
@@ -428,10 +429,10 @@ func runShadow(models string, d time.Duration, conc, rounds int) error {
 	fmt.Printf("bench/serve --shadow: %d clients, %.0f req/s offered (half of %.0f), %d interleaved rounds of %s, GOMAXPROCS %s\n",
 		conc, peak/2, peak, rounds, d/time.Duration(rounds), os.Getenv("GOMAXPROCS"))
 	var p99 [2]time.Duration
-	for i, name := range []string{"no routing", "shadow " + strconv.FormatInt(other, 10)} {
+	for i, name := range []string{"no routing", shadow.String()} {
 		slices.Sort(lat[i])
 		p99[i] = percentile(lat[i], 0.99)
-		fmt.Printf("%-10s p50 %s, p99 %s over %d requests\n", name, percentile(lat[i], 0.50).Round(time.Microsecond), p99[i].Round(time.Microsecond), len(lat[i]))
+		fmt.Printf("%-16s p50 %s, p99 %s over %d requests\n", name, percentile(lat[i], 0.50).Round(time.Microsecond), p99[i].Round(time.Microsecond), len(lat[i]))
 	}
 	fmt.Printf("p99 with shadow / without: %.3f; non-2xx: %d\n", float64(p99[1])/float64(p99[0]), non2xx)
 	return nil
