@@ -37,7 +37,22 @@ func (a *Activities) PrepareRollout(ctx context.Context, in workflows.PrepareRol
 	if def == in.Candidate {
 		return workflows.PrepareRolloutResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("rollout: candidate %d is already the default of %s", in.Candidate, in.Model))
 	}
+	if err := a.checkTraffic(ctx, in.Model, in.Candidate); err != nil {
+		return workflows.PrepareRolloutResult{}, err
+	}
 	return workflows.PrepareRolloutResult{Baseline: def}, nil
+}
+
+// checkTraffic refuses, permanently (ModelOwned), to give traffic to a
+// version its publishing job could not have promoted under the
+// operator's --model-owners rule for the model (bundle.CheckPromote): a
+// rollout started by anyone in the namespace is not a way around it.
+func (a *Activities) checkTraffic(ctx context.Context, model string, version int64) error {
+	err := a.Models.CheckPromote(ctx, model, version, a.ModelOwners.For(model))
+	if errors.Is(err, bundle.ErrNotOwner) {
+		return nonRetryable(workflows.ErrTypeModelOwned, err)
+	}
+	return err
 }
 
 // causeOf is the history record's form of a workflow's cause.
@@ -50,6 +65,17 @@ func causeOf(c workflows.RoutingCause) bundle.Cause {
 // telemetry: the start of the new routing's window. An invalid routing
 // is a permanent failure.
 func (a *Activities) SetRouting(ctx context.Context, in workflows.SetRoutingInput) (workflows.SetRoutingResult, error) {
+	def, err := a.Models.Default(ctx, in.Model)
+	if err != nil {
+		return workflows.SetRoutingResult{}, err
+	}
+	for _, w := range in.Routing.Weights {
+		if w.Percent > 0 && w.Version != def {
+			if err := a.checkTraffic(ctx, in.Model, w.Version); err != nil {
+				return workflows.SetRoutingResult{}, err
+			}
+		}
+	}
 	if _, err := a.Models.SetRouting(ctx, in.Model, in.Routing, causeOf(in.Cause), time.Now()); err != nil {
 		if errors.Is(err, rollout.ErrRouting) || errors.Is(err, bundle.ErrNotFound) {
 			return workflows.SetRoutingResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
@@ -92,6 +118,9 @@ func (a *Activities) EvaluateGates(ctx context.Context, in workflows.EvaluateGat
 // PromoteVersion makes the candidate the model's default and clears its
 // routing, recording the change.
 func (a *Activities) PromoteVersion(ctx context.Context, in workflows.PromoteVersionInput) error {
+	if err := a.checkTraffic(ctx, in.Model, in.Version); err != nil {
+		return err
+	}
 	if _, err := a.Models.Promote(ctx, in.Model, in.Version, causeOf(in.Cause), time.Now()); err != nil {
 		if errors.Is(err, rollout.ErrRouting) {
 			return nonRetryable(workflows.ErrTypeInvalidSpec, err)

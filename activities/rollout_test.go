@@ -112,3 +112,47 @@ func TestSetRoutingAndGates(t *testing.T) {
 		t.Fatalf("history: got %+v %v, want the one change with its cause", h, err)
 	}
 }
+
+// TestRolloutFollowsModelOwners gives traffic to a version published by
+// another job than the model's owner only where the operator's rule lets
+// that job promote: under the default rule PrepareRollout, SetRouting and
+// PromoteVersion refuse it permanently (ModelOwned); under "open" they
+// let it through.
+func TestRolloutFollowsModelOwners(t *testing.T) {
+	a := rolloutActs(t)
+	ctx := context.Background()
+	dir := filepath.Join(a.Home, "models", "census")
+	if err := os.CopyFS(filepath.Join(dir, "3"), os.DirFS(filepath.Join(dir, "2"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "3", bundle.SourceFile), []byte(`{"job_id":"intruder","bundle":"x","hash":"y"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	split := workflows.SetRoutingInput{Model: "census", Routing: rollout.Routing{Weights: []rollout.Weight{{Version: 2, Percent: 50}, {Version: 3, Percent: 50}}}}
+	for name, call := range map[string]func() error{
+		"PrepareRollout": func() error {
+			_, err := a.PrepareRollout(ctx, workflows.PrepareRolloutInput{Model: "census", Candidate: 3})
+			return err
+		},
+		"SetRouting": func() error { _, err := a.SetRouting(ctx, split); return err },
+		"PromoteVersion": func() error {
+			return a.PromoteVersion(ctx, workflows.PromoteVersionInput{Model: "census", Version: 3})
+		},
+	} {
+		err := call()
+		var ae *temporal.ApplicationError
+		if err == nil || !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeModelOwned || !strings.Contains(err.Error(), `published by job "intruder"`) {
+			t.Errorf("%s of intruder's version: got %v, want a ModelOwned refusal", name, err)
+		}
+	}
+	if d, _ := a.Models.Default(ctx, "census"); d != 2 {
+		t.Fatalf("default after the refusals: %d, want 2", d)
+	}
+	a.ModelOwners = bundle.Rules{"census": {Open: true}}
+	if _, err := a.PrepareRollout(ctx, workflows.PrepareRolloutInput{Model: "census", Candidate: 3}); err != nil {
+		t.Fatalf("under an open rule: %v", err)
+	}
+	if _, err := a.SetRouting(ctx, split); err != nil {
+		t.Fatalf("under an open rule: %v", err)
+	}
+}

@@ -75,6 +75,9 @@ type Repository interface {
 	History(ctx context.Context, model string) ([]Change, error)
 	// Telemetry reads every server's telemetry record of the model.
 	Telemetry(ctx context.Context, model string) ([]rollout.Telemetry, error)
+	// CheckPromote reports whether a version may take traffic under the
+	// operator's rule (ErrNotOwner if not).
+	CheckPromote(ctx context.Context, model string, version int64, rule Rule) error
 }
 
 // ErrNotFound is wrapped by errors about a model or version that does not

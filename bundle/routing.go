@@ -275,3 +275,32 @@ func (r *Store) Telemetry(ctx context.Context, model string) ([]rollout.Telemetr
 // VersionKey is the key of a version in rollout.Telemetry.Versions: its
 // number in decimal.
 func VersionKey(v int64) string { return strconv.FormatInt(v, 10) }
+
+// CheckPromote reports whether version of model may take traffic as a
+// rollout or a promote would give it, under the operator's rule for the
+// model: the job that published it (its source.json) must be the model's
+// owner or a job rule lets promote, as PublishAs with promote requires.
+// Otherwise the error wraps ErrNotOwner. A model nobody owns allows it.
+func (r *Store) CheckPromote(ctx context.Context, model string, version int64, rule Rule) error {
+	vs, err := r.Versions(ctx, model)
+	if err != nil {
+		return err
+	}
+	o, ok, err := r.owner(ctx, model, vs)
+	if err != nil || !ok {
+		return err
+	}
+	var s source
+	raw, err := r.read(ctx, versionKey(model, version)+"/"+SourceFile)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err == nil {
+		json.Unmarshal(raw, &s)
+	}
+	if (s.JobID != "" && s.JobID == o.JobID) || rule.allows(s.JobID, true) {
+		return nil
+	}
+	return fmt.Errorf("%w: version %d of model %s was published by job %q, and the operator's rule for the model (%s) lets only its owner %s promote: it may not take traffic (worker --model-owners %s=PATTERN|open allows more)",
+		ErrNotOwner, version, model, s.JobID, rule, o.JobID, model)
+}

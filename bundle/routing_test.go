@@ -27,7 +27,7 @@ func TestRoutingAndHistory(t *testing.T) {
 			if rt, err := r.Routing(ctx, model); err != nil || !rt.IsZero() {
 				t.Fatalf("routing of a fresh model: got %v %v, want zero", rt, err)
 			}
-			split := rollout.Routing{Weights: []rollout.Weight{{1, 90}, {2, 10}}, Shadow: 2}
+			split := rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 90}, {Version: 2, Percent: 10}}, Shadow: 2}
 			cause := bundle.Cause{By: "rollout", JobID: "rollout_census", Step: "10", Gates: &rollout.Values{Requests: 7}}
 			if _, err := r.SetRouting(ctx, model, split, cause, t0); err != nil {
 				t.Fatal(err)
@@ -40,8 +40,8 @@ func TestRoutingAndHistory(t *testing.T) {
 				rt   rollout.Routing
 				want string
 			}{
-				{rollout.Routing{Weights: []rollout.Weight{{1, 90}, {2, 20}}}, "sum to 110"},
-				{rollout.Routing{Weights: []rollout.Weight{{1, 90}, {3, 10}}}, "version 3 does not exist"},
+				{rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 90}, {Version: 2, Percent: 20}}}, "sum to 110"},
+				{rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 90}, {Version: 3, Percent: 10}}}, "version 3 does not exist"},
 			} {
 				_, err := r.SetRouting(ctx, model, bad.rt, bundle.Cause{By: "cli:test"}, t0)
 				if err == nil || !strings.Contains(err.Error(), bad.want) || !errors.Is(err, rollout.ErrRouting) {
