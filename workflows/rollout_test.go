@@ -256,3 +256,17 @@ func TestRolloutRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestRolloutCancelRollsBack cancels the workflow during a hold: it rolls
+// back (through a context that outlives the cancellation) before it ends.
+func TestRolloutCancelRollsBack(t *testing.T) {
+	f := &fleet{stats: func(int, EvaluateGatesInput) (rollout.Stats, rollout.Stats) { return healthy(1000), healthy(200) }}
+	env := newRolloutEnv(f, "rollout_census")
+	env.RegisterDelayedCallback(env.CancelWorkflow, 30*time.Second)
+	env.ExecuteWorkflow(RolloutJobName, RolloutInput{Model: "census", Candidate: 2, Steps: []string{"5", "100"}, HoldSecs: 60, Gates: testGates})
+	st := rolloutResult(t, env)
+	last := f.changes[len(f.changes)-1]
+	if st.State != RolloutRolledBack || st.Reason != "cancelled" || !last.Routing.IsZero() || last.Cause.Step != "rollback" || len(f.promoted) != 0 {
+		t.Fatalf("got %+v, last change %+v; want ROLLED_BACK on cancel", st, last)
+	}
+}
