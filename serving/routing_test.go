@@ -321,3 +321,35 @@ func TestRoutingKeyHash(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowQueueFullDrops stops the shadow worker, so the queue fills:
+// the 64 first copies wait in it, every later one is dropped and counted,
+// and every answer still comes at once, 200 from the live version. (The
+// worker may take one copy before it sees Close: 35 or 36 dropped.)
+func TestShadowQueueFullDrops(t *testing.T) {
+	f := getFixture(t)
+	e := newEnv(t, serving.Options{}, 0, 1)
+	e.route(t, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 100}}, Shadow: 2})
+	e.srv.Close()
+	body := mustJSON(t, map[string]any{"instances": f.instances[:1]})
+	for i := range 100 {
+		if w := post(e.srv, predictURL, body); w.Code != http.StatusOK || w.Header().Get("X-Model-Version") != "1" {
+			t.Fatalf("request %d: got %d from %q", i, w.Code, w.Header().Get("X-Model-Version"))
+		}
+	}
+	w := serve(e.srv, http.MethodGet, "/metrics", "", nil)
+	if m := w.Body.String(); !strings.Contains(m, "\ntrainflow_serving_shadow_dropped_total 36\n") && !strings.Contains(m, "\ntrainflow_serving_shadow_dropped_total 35\n") {
+		t.Fatalf("metrics: want trainflow_serving_shadow_dropped_total 36 (100 copies, 64 queued); got:\n%s", grepLines(m, "shadow"))
+	}
+}
+
+// grepLines returns the lines of s containing sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
