@@ -282,6 +282,12 @@ func TestRolloutOnRealStack(t *testing.T) {
 	if last := h[len(h)-1]; last.Cause.Step != "rollback" || last.Cause.Gates == nil || last.Cause.Gates.ClassShift <= 0.15 {
 		t.Fatalf("last history record: %+v, want the rollback with its class shift", last)
 	}
+	// The console's model page shows the traffic and the history.
+	code, page := get(t, "http://"+st.HTTPAddr, "/console/models/census")
+	if code != http.StatusOK || !strings.Contains(page, "the default answers every request") || strings.Count(page, `<tr class="change">`) != len(h) ||
+		!strings.Contains(page, "rollout_census") || !strings.Contains(page, "rollback") || !strings.Contains(page, "default 1 → 2") {
+		t.Errorf("console model page: %d, want the routing and %d history rows:\n%s", code, len(h), page)
+	}
 	l.halt()
 	l.mu.Lock()
 	defer l.mu.Unlock()
