@@ -15,8 +15,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/train"
