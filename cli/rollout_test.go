@@ -8,10 +8,12 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -344,4 +346,102 @@ func TestModelsRouteCommand(t *testing.T) {
 	if code != exitOK || len(lines) != 2 || !strings.Contains(lines[0], "alice") || !strings.Contains(lines[1], "alice: done") {
 		t.Fatalf("history: exit %d, %q %q; want the two changes by alice", code, out, errs)
 	}
+}
+
+// TestRolloutSurvivesWorkerKill runs a rollout on a `trainflow worker`
+// process killed with SIGKILL while the 50% step holds: a new worker
+// resumes it at that step with the same split (no step set twice, none
+// skipped) and promotes; every answer of the load is 2xx from the
+// baseline or the candidate.
+func TestRolloutSurvivesWorkerKill(t *testing.T) {
+	home := t.TempDir()
+	fixture := filepath.Join("..", "bundle", "testdata", "v1")
+	if err := os.CopyFS(filepath.Join(home, "models", "census"), os.DirFS(filepath.Join(fixture, "repo", "census"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "models", "census", bundle.DefaultFile), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := testStack(t, home, func(c *stackConfig) { c.NoWorker = true })
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker := func() *exec.Cmd {
+		cmd := exec.Command(exe, append([]string{"worker", "--temporal", st.Temporal.FrontendAddr(), "--home", home, "--log-level", "warn"}, testTrustArgs()...)...)
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	kill := func(cmd *exec.Cmd) {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	}
+	w := startWorker()
+	defer func() { kill(w) }()
+	instances, _ := heldOut(t, 50)
+	bodies := make([][]byte, len(instances))
+	for i, inst := range instances {
+		bodies[i], _ = json.Marshal(map[string]any{"instances": []any{inst}})
+	}
+	l := startLoad(t, "http://"+st.HTTPAddr+"/v1/models/census:predict", bodies)
+	ctx := context.Background()
+	run, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"5", "50", "100"},
+		HoldSecs: 3, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the 50% hold (polling the workflow's query).
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		v, err := st.Client.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.RolloutStatusQuery)
+		var s workflows.RolloutStatus
+		if err == nil && v.Get(&s) == nil && s.StepName == "50" && s.State == workflows.RolloutHolding {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rollout never held its 50%% step: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a remote state
+	}
+	kill(w)
+	killed := time.Now()
+	w = startWorker()
+	var res workflows.RolloutStatus
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := run.Get(wctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("worker killed at the 50%% step; the rollout ended %s later: %s", time.Since(killed).Round(time.Millisecond), res.State)
+	if res.State != workflows.RolloutPromoted {
+		t.Fatalf("got %+v, want PROMOTED after the worker's kill", res)
+	}
+	repo, err := bundle.OpenRepository(ctx, filepath.Join(home, "models"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	h, err := repo.History(ctx, "census")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, ch := range h {
+		steps = append(steps, ch.Cause.Step)
+	}
+	if !slices.Equal(steps, []string{"5", "50", "100", "promote"}) {
+		t.Fatalf("history steps: got %v, want each step once, in order", steps)
+	}
+	l.halt()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range l.answers {
+		if a.code != http.StatusOK || (a.version != "1" && a.version != "2") {
+			t.Fatalf("answer %+v: want 2xx from version 1 or 2", a)
+		}
+	}
+	t.Logf("%d answers, all 2xx from the baseline or the candidate", len(l.answers))
 }
