@@ -445,3 +445,80 @@ func TestRolloutSurvivesWorkerKill(t *testing.T) {
 	}
 	t.Logf("%d answers, all 2xx from the baseline or the candidate", len(l.answers))
 }
+
+// TestRolloutSurvivesStackRestart stops the whole dev stack (Temporal,
+// worker, prediction server) while the rollout holds its 50% step and
+// starts it again on the same home: the rollout resumes from Temporal's
+// database at that step (its timer was durable) and promotes.
+func TestRolloutSurvivesStackRestart(t *testing.T) {
+	home := t.TempDir()
+	fixture := filepath.Join("..", "bundle", "testdata", "v1")
+	if err := os.CopyFS(filepath.Join(home, "models", "census"), os.DirFS(filepath.Join(fixture, "repo", "census"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "models", "census", bundle.DefaultFile), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	instances, _ := heldOut(t, 50)
+	bodies := make([][]byte, len(instances))
+	for i, inst := range instances {
+		bodies[i], _ = json.Marshal(map[string]any{"instances": []any{inst}})
+	}
+	st := testStack(t, home)
+	l := startLoad(t, "http://"+st.HTTPAddr+"/v1/models/census:predict", bodies)
+	ctx := context.Background()
+	run, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"5", "50", "100"},
+		HoldSecs: 3, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		v, err := st.Client.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.RolloutStatusQuery)
+		var s workflows.RolloutStatus
+		if err == nil && v.Get(&s) == nil && s.StepName == "50" && s.State == workflows.RolloutHolding {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rollout never held its 50%% step: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a remote state
+	}
+	l.halt()
+	if err := st.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	st2 := testStack(t, home)
+	l2 := startLoad(t, "http://"+st2.HTTPAddr+"/v1/models/census:predict", bodies)
+	var res workflows.RolloutStatus
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := clientRun(st2, run.GetID()).Get(wctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.State != workflows.RolloutPromoted {
+		t.Fatalf("got %+v, want PROMOTED after the restart", res)
+	}
+	repo, err := bundle.OpenRepository(ctx, filepath.Join(home, "models"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	h, _ := repo.History(ctx, "census")
+	var steps []string
+	for _, ch := range h {
+		steps = append(steps, ch.Cause.Step)
+	}
+	if !slices.Equal(steps, []string{"5", "50", "100", "promote"}) {
+		t.Fatalf("history steps: got %v, want each step once, in order", steps)
+	}
+	l2.halt()
+	for _, ld := range []*load{l, l2} {
+		for _, a := range ld.answers {
+			// The stack's stop ends connections: a request cut by it is
+			// not an answer (code 0); every answer is 2xx from 1 or 2.
+			if a.code != 0 && (a.code != http.StatusOK || (a.version != "1" && a.version != "2")) {
+				t.Fatalf("answer %+v: want 2xx from version 1 or 2", a)
+			}
+		}
+	}
+}
