@@ -153,3 +153,28 @@ func BenchmarkServeRouted(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoute measures picking a version: Get (no routing) against
+// Route under a 50/50 split, at random and by a routing key.
+func BenchmarkRoute(b *testing.B) {
+	e := newEnv(b, serving.Options{}, 0, 1)
+	b.Cleanup(e.srv.Close)
+	e.route(b, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 50}, {Version: 2, Percent: 50}}})
+	b.Run("get", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := e.reg.Get(model, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, key := range []string{"", "user-1234567"} {
+		b.Run(fmt.Sprintf("route/key=%t", key != ""), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, _, err := e.reg.Route(model, key); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
