@@ -33,6 +33,9 @@
 //	<model>/<version>/blessing.json optional Blessing: the version judged against the default (BlessingFile)
 //	<model>/default       the default version number and a newline
 //	<model>/config.json   optional Config: which versions to serve, labels
+//	<model>/routing.json  optional rollout.Routing: weights per version, shadow (RoutingFile)
+//	<model>/history/<ns>-<hash>.json  one Change per routing or default change, append-only
+//	<model>/telemetry/<server>.json   each prediction server's rollout.Telemetry
 //
 // A version exists once its marker does: its directory, which appears by
 // one rename, in a local directory; its metadata.json, written last, in

@@ -12,9 +12,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/internal/storage"
+	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -59,6 +61,23 @@ type Repository interface {
 	Dir(model string, version int64) (string, bool)
 	// Location is the repository's path or URI, for messages.
 	Location() string
+	// Routing reads a model's routing (routing.json); a model without
+	// one has the zero rollout.Routing.
+	Routing(ctx context.Context, model string) (rollout.Routing, error)
+	// SetRouting checks rt against the model's versions, makes it the
+	// model's routing and records the change in its history.
+	SetRouting(ctx context.Context, model string, rt rollout.Routing, cause Cause, now time.Time) (Change, error)
+	// Promote makes version the default, clears the routing and records
+	// the change.
+	Promote(ctx context.Context, model string, version int64, cause Cause, now time.Time) (Change, error)
+	// History lists the model's routing and default changes, oldest
+	// first.
+	History(ctx context.Context, model string) ([]Change, error)
+	// Telemetry reads every server's telemetry record of the model.
+	Telemetry(ctx context.Context, model string) ([]rollout.Telemetry, error)
+	// CheckPromote reports whether a version may take traffic under the
+	// operator's rule (ErrNotOwner if not).
+	CheckPromote(ctx context.Context, model string, version int64, rule Rule) error
 }
 
 // ErrNotFound is wrapped by errors about a model or version that does not
@@ -444,7 +463,7 @@ func (r *Store) setDefault(ctx context.Context, model string, version int64) err
 // Sync makes dst a mirror of the complete versions in src, and of each
 // model's default and config.json: it copies the versions dst lacks (each
 // appearing whole, see put), removes versions and models src no longer
-// has, and rewrites default and config.json when they differ. It reports
+// has, and rewrites default, config.json and routing.json when they differ. It reports
 // whether it changed dst. A version already in dst is not compared with
 // src: a version number deleted and published again is not fetched again.
 // dst must be this mirror's own, written by one Sync at a time.
@@ -499,7 +518,7 @@ func syncModel(ctx context.Context, src, dst *Store, name string, vs []int64) (c
 			changed = true
 		}
 	}
-	for _, f := range []string{DefaultFile, ConfigFile} {
+	for _, f := range []string{DefaultFile, ConfigFile, RoutingFile} {
 		c, err := syncFile(ctx, src, dst, name+"/"+f)
 		changed = changed || c
 		if err != nil {

@@ -95,8 +95,14 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 	tokenFile := fs.String("auth-token-file", envOr("TRAINFLOW_AUTH_TOKEN_FILE", ""), "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live; trainflow predict and models send it with the same flag) ($TRAINFLOW_AUTH_TOKEN_FILE); none: no auth")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	telemetry := fs.Duration("telemetry-interval", 5*time.Second, "how often this server writes its per-version counters to --models for rollout gates (docs/rollout.md); 0: never")
+	host, _ := os.Hostname()
+	serverID := fs.String("server-id", serving.NewServerID(host), "name of this server's telemetry record (letters, digits and '_'; default from the host name and a random suffix)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *telemetry < 0 || !bundle.ValidName(*serverID) {
+		return usageError{fmt.Errorf("--telemetry-interval %v, --server-id %q: want ≥ 0 and letters, digits and '_'", *telemetry, *serverID)}
 	}
 	if *poll <= 0 {
 		return usageError{errors.New("--poll must be positive")}
@@ -163,6 +169,15 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 	// The watcher stops before the store closes.
 	wctx, stop := context.WithCancel(ctx)
 	watched := make(chan struct{})
+	if *telemetry > 0 {
+		sink := repo
+		if store != nil {
+			sink = store
+		}
+		reported := make(chan struct{})
+		go func() { defer close(reported); reg.ReportTelemetry(wctx, sink, *serverID, *telemetry) }()
+		defer func() { <-reported }()
+	}
 	go func() {
 		defer close(watched)
 		if store != nil {

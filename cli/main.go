@@ -84,7 +84,7 @@ commands:
   submit      short for 'jobs submit training'
   replay      replay a job's history against this build's workflow code
   predict     send instances to the prediction server
-  models      list and describe served models, bless a version
+  models      list, describe and bless served models; route, history, rollout
   datagen     write census-like CSV rows
   preprocess  run a preprocessing pipeline (started by the preprocess activity)
   batch-predict  run a batch prediction pipeline (started by the BatchPredict activity)

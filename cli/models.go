@@ -22,11 +22,14 @@ import (
 	"github.com/trainflow/trainflow/train"
 )
 
-const modelsUsage = "want: models list | models describe NAME [--version V] | models bless NAME --version V [--eval-data FILE]… [--spec FILE | threshold flags]"
+const modelsUsage = "want: models list | models describe NAME [--version V] | models bless NAME --version V [--eval-data FILE]… [--spec FILE | threshold flags], or\n" + modelsRoutingUsage
 
 func runModels(ctx context.Context, types *train.Registry, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageError{errors.New(modelsUsage)}
+	}
+	if handled, err := runModelsRouting(ctx, args[0], args[1:], stdout, stderr); handled {
+		return err
 	}
 	switch args[0] {
 	case "list", "describe":

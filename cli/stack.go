@@ -154,6 +154,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	srv := serving.New(s.Registry, log, serving.Options{Routes: con.Routes})
 	go func() { s.served <- srv.Serve(sctx, ln) }()
 	go s.Registry.Watch(sctx, 2*time.Second)
+	go s.Registry.ReportTelemetry(sctx, repo, serving.NewServerID("dev"), time.Second)
 	ok = true
 	return s, nil
 }

@@ -105,6 +105,40 @@ type modelBody struct {
 	Answer    *answer
 	// blessings are the versions' blessing records (TryBlessing).
 	blessings map[int64]*bundle.Blessing
+	// Routing is how this server splits the model's requests ("" when
+	// the default answers all); History the newest routing changes,
+	// newest first.
+	Routing string
+	History []historyRow
+}
+
+// historyRow is one routing change of the model (bundle.Change) as the
+// page shows it.
+type historyRow struct {
+	Time, Change, By, JobID, Step, Reason, Gates string
+}
+
+// maxHistoryRows bounds the history a model page shows.
+const maxHistoryRows = 20
+
+// historyRows turns a model's history into rows, newest first.
+func historyRows(h []bundle.Change) []historyRow {
+	var out []historyRow
+	for _, ch := range slices.Backward(h) {
+		if len(out) == maxHistoryRows {
+			break
+		}
+		r := historyRow{Time: ch.Time.Format("2006-01-02 15:04:05Z07:00"), Change: ch.Old.String() + " → " + ch.New.String(),
+			By: ch.Cause.By, JobID: ch.Cause.JobID, Step: ch.Cause.Step, Reason: ch.Cause.Reason}
+		if ch.NewDefault != 0 {
+			r.Change = fmt.Sprintf("default %d → %d", ch.OldDefault, ch.NewDefault)
+		}
+		if g := ch.Cause.Gates; g != nil {
+			r.Gates = fmt.Sprintf("requests %d · errors %.4f · p99 %.3g ms · class shift %.4f · agreement %.4f", g.Requests, g.ErrorRate, g.P99Ms, g.ClassShift, g.Agreement)
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func (c *Console) modelBody(ctx context.Context, name string) (*modelBody, error) {
@@ -129,6 +163,14 @@ func (c *Console) modelBody(ctx context.Context, name string) (*modelBody, error
 		}
 	}
 	b.blessings = c.blessings(ctx, name, all)
+	if rt := c.opts.Registry.Routing(name); !rt.IsZero() {
+		b.Routing = rt.String()
+	}
+	if r := c.opts.Repository; r != nil {
+		if h, err := r.History(ctx, name); err == nil {
+			b.History = historyRows(h)
+		}
+	}
 	for _, v := range slices.Backward(all) {
 		ver := version{Version: v, Default: v == def, Labels: labels[v]}
 		if bl := b.blessings[v]; bl != nil {

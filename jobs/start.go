@@ -63,3 +63,27 @@ func StartBatch(ctx context.Context, c client.Client, spec jobspec.PredictionSpe
 		StaticSummary: fmt.Sprintf("batch prediction (%s) into %s", spec.DataFormat, spec.OutputPath),
 	}, workflows.BatchPredictionJobName, spec)
 }
+
+// StartRollout starts RolloutJob for in under the workflow ID
+// workflows.RolloutWorkflowID(in.Model): a model's next rollout may reuse
+// the ID once the last one closed, but while one runs another is refused
+// by the server (one rollout per model at a time).
+func StartRollout(ctx context.Context, c client.Client, in workflows.RolloutInput) (client.WorkflowRun, error) {
+	id := workflows.RolloutWorkflowID(in.Model)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: id, TaskQueue: workflows.TaskQueue,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		StaticSummary:                            fmt.Sprintf("rollout of %s version %d", in.Model, in.Candidate),
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(in.Model)),
+	}, workflows.RolloutJobName, in)
+	var exists *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &exists) {
+		return nil, fmt.Errorf("a rollout of %s is already running (workflow %s): abort it or wait for it: %w", in.Model, id, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start rollout of %s: %w", in.Model, err)
+	}
+	return run, nil
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/serving"
 )
 
@@ -108,5 +109,72 @@ func BenchmarkServe(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkServeRouted measures what routing costs a :predict of one
+// instance through the whole server: no routing (the default answers),
+// a 50/50 split (pick, telemetry, feedback memory), and a 100% routing
+// with a shadow (plus the copy for the shadow queue; the shadow worker
+// runs beside, on another core if there is one).
+func BenchmarkServeRouted(b *testing.B) {
+	f := getFixture(b)
+	body := []byte(mustJSON(b, map[string]any{"instances": f.instances[:1]}))
+	for _, tc := range []struct {
+		name string
+		rt   rollout.Routing
+	}{
+		{"none", rollout.Routing{}},
+		{"split", rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 50}, {Version: 2, Percent: 50}}}},
+		{"shadow", rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 100}}, Shadow: 2}},
+	} {
+		b.Run("routing="+tc.name, func(b *testing.B) {
+			e := newEnv(b, serving.Options{}, 0, 1)
+			b.Cleanup(e.srv.Close)
+			e.route(b, tc.rt)
+			b.ReportAllocs()
+			rd := bytes.NewReader(body)
+			req, err := http.NewRequest(http.MethodPost, predictURL, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := &sink{h: http.Header{}}
+			for b.Loop() {
+				rd.Reset(body)
+				req.Body, req.ContentLength = io.NopCloser(rd), int64(len(body))
+				req.Header = http.Header{"Content-Type": {"application/json"}}
+				clear(w.h)
+				w.code = 0
+				e.srv.ServeHTTP(w, req)
+				if w.code != 0 && w.code != http.StatusOK {
+					b.Fatalf("status %d", w.code)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRoute measures picking a version: Get (no routing) against
+// Route under a 50/50 split, at random and by a routing key.
+func BenchmarkRoute(b *testing.B) {
+	e := newEnv(b, serving.Options{}, 0, 1)
+	b.Cleanup(e.srv.Close)
+	e.route(b, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 50}, {Version: 2, Percent: 50}}})
+	b.Run("get", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := e.reg.Get(model, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, key := range []string{"", "user-1234567"} {
+		b.Run(fmt.Sprintf("route/key=%t", key != ""), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, _, err := e.reg.Route(model, key); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

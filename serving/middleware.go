@@ -83,6 +83,9 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		elapsed := time.Since(start)
 		s.metrics.observe(route, sv, res.Status, elapsed)
+		if sv != nil && sv.tel != nil {
+			sv.tel.live.observe(res.Status, elapsed)
+		}
 		s.log.LogAttrs(req.Context(), slog.LevelInfo, "request",
 			slog.String("method", req.Method), slog.String("uri", uri), slog.Int("status", res.Status),
 			slog.Float64("latency_ms", float64(elapsed.Microseconds())/1000), slog.String("request_id", id))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/train"
 )
 
@@ -44,6 +45,9 @@ type Servable struct {
 	// several: a request may then omit it (TF Serving's bare instances
 	// and columnar lists).
 	single string
+	// tel counts what this version answers; the registry gives it when
+	// it loads the version (nil for a Servable made outside a registry).
+	tel *versionTel
 }
 
 // Load reads and verifies the bundle in the local directory dir as
@@ -108,12 +112,21 @@ type Registry struct {
 	// still being copied into place file by file, is tried again once it
 	// changes.
 	refused map[string]string
+	// tel holds the counters of every version loaded since the registry
+	// was made, by model/version/bundle ID: a version unloaded and loaded
+	// again counts on, so telemetry never goes back.
+	telMu sync.Mutex
+	tel   map[string]*versionTel
+	boot  time.Time
 }
 
 type modelVersions struct {
 	versions map[int64]*Servable
 	def      int64
 	labels   map[string]int64
+	// routing splits the requests that name no version; its versions
+	// are all loaded (else it is the zero Routing).
+	routing rollout.Routing
 }
 
 // NewRegistry returns an empty registry over repo whose bundles' models
@@ -122,7 +135,7 @@ type modelVersions struct {
 // does not load: logged with its type named, the other versions and
 // models serving on.
 func NewRegistry(repo bundle.Repository, models *train.Registry, log *slog.Logger) *Registry {
-	return &Registry{repo: repo, types: models, log: log.With("component", "registry"), models: map[string]*modelVersions{}, refused: map[string]string{}}
+	return &Registry{repo: repo, types: models, log: log.With("component", "registry"), models: map[string]*modelVersions{}, refused: map[string]string{}, tel: map[string]*versionTel{}, boot: time.Now()}
 }
 
 // Reload loads every new version in the repository, drops versions that
@@ -153,6 +166,14 @@ func (r *Registry) reload(ctx context.Context) error {
 		}
 		def, _ := r.repo.Default(ctx, name)
 		serve := cfg.Serve(vs, def)
+		rt, err := r.repo.Routing(ctx, name)
+		if err != nil {
+			r.log.Error("bad model routing; serving the default", "model", name, "error", err)
+			rt = rollout.Routing{}
+		}
+		for _, v := range rt.Versions() {
+			serve[v] = true
+		}
 		mv := &modelVersions{versions: map[int64]*Servable{}, labels: cfg.Labels}
 		for _, v := range vs {
 			if !serve[v] {
@@ -182,6 +203,7 @@ func (r *Registry) reload(ctx context.Context) error {
 				continue
 			}
 			r.log.Info("load model version", "model", name, "version", v, "global_step", s.Bundle.Meta.Step)
+			s.tel = r.telFor(s)
 			mv.versions[v] = s
 		}
 		if len(mv.versions) == 0 {
@@ -195,6 +217,7 @@ func (r *Registry) reload(ctx context.Context) error {
 			}
 			mv.def = slices.Max(loaded)
 		}
+		mv.routing = loadedRouting(r.log, name, rt, mv.versions)
 		next[name] = mv
 	}
 	r.mu.Lock()

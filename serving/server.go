@@ -91,6 +91,11 @@ type Server struct {
 	metrics *metrics
 	ids     *requestIDs
 	token   *[sha256.Size]byte // SHA-256 of opts.AuthToken; nil: no auth
+
+	shadowQ    chan shadowJob // copies of routed requests for the shadow version
+	shadowDone chan struct{}  // closed by Close: the shadow worker returns
+	closeOnce  sync.Once
+	feedback   *feedbackMemory
 }
 
 // New builds the server's routes over reg.
@@ -107,7 +112,9 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	opts.IdleTimeout = cmp.Or(opts.IdleTimeout, DefaultIdleTimeout)
 	opts.MaxConns = cmp.Or(opts.MaxConns, DefaultMaxConns)
 	opts.MaxConnsPerClient = min(cmp.Or(opts.MaxConnsPerClient, DefaultMaxConnsPerClient), opts.MaxConns)
-	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg), ids: newRequestIDs()}
+	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg), ids: newRequestIDs(),
+		shadowQ: make(chan shadowJob, shadowQueue), shadowDone: make(chan struct{}), feedback: newFeedbackMemory(feedbackMemorySize)}
+	go s.runShadow()
 	if opts.AuthToken != "" {
 		sum := sha256.Sum256([]byte(opts.AuthToken))
 		s.token = &sum
@@ -124,6 +131,7 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 		e.GET(r+suffixMetadata, s.modelMetadata)
 	}
 	e.POST(routeV1Verbs, s.verb)
+	e.POST(routeV1Feedback, s.postFeedback)
 	e.GET(routeV2Server, s.v2Server)
 	e.GET(routeV2Live, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"live": true}) })
 	e.GET(routeV2Ready, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]bool{"ready": true}) })
@@ -195,8 +203,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("shut down server: %w", err)
 	}
 	<-errc
+	s.Close()
 	return nil
 }
+
+// Close stops the server's shadow worker; Serve calls it when it
+// returns. A server driven through ServeHTTP alone is closed by its
+// owner. Requests after Close are answered without shadow copies.
+func (s *Server) Close() { s.closeOnce.Do(func() { close(s.shadowDone) }) }
 
 // httpError is an error with a status code and a message safe for clients.
 type httpError struct {
@@ -299,7 +313,7 @@ func (s *Server) verb(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sv, err := s.servable(t)
+	sv, shadow, routed, err := s.pick(c, t.model, t.version, t.label)
 	if err != nil {
 		return err
 	}
@@ -309,19 +323,24 @@ func (s *Server) verb(c echo.Context) error {
 	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
+	var n int
 	switch t.verb {
 	case verbPredict:
-		err = s.predict(sc, sv)
+		n, err = s.predict(sc, sv)
 	default:
-		err = s.classifyOrRegress(sc, sv, t.verb)
+		n, err = s.classifyOrRegress(sc, sv, t.verb)
 	}
 	if err != nil {
 		return err
 	}
+	s.answered(c, sv, sc, n, routed)
+	if shadow != nil && t.verb == verbPredict {
+		s.enqueueShadow(shadow, sv, sc, n)
+	}
 	res := c.Response()
 	h := res.Header()
 	h[echo.HeaderContentType] = jsonContentType
-	h["X-Model-Version"] = sv.versionHeader
+	h[headerModelVersion] = sv.versionHeader
 	res.WriteHeader(http.StatusOK)
 	_, err = res.Write(sc.out)
 	return err
@@ -329,23 +348,24 @@ func (s *Server) verb(c echo.Context) error {
 
 // predict answers the :predict body in sc.body into sc.out: {"predictions"}
 // for a request in row format, {"outputs"} for one in columnar format.
-func (s *Server) predict(sc *scratch, sv *Servable) error {
+// It returns the number of instances answered.
+func (s *Server) predict(sc *scratch, sv *Servable) (int, error) {
 	n, err := decodePredict(sc, sv, s.opts.MaxInstances)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if n > s.opts.MaxInstances {
-		return tooManyRows(n, keyInstances, s.opts.MaxInstances)
+		return 0, tooManyRows(n, keyInstances, s.opts.MaxInstances)
 	}
 	if err := sv.predict(sc, n); err != nil {
-		return err
+		return 0, err
 	}
 	if sc.columnar {
 		sc.out = sv.appendOutputs(sc.out[:0], sc, n)
 	} else {
 		sc.out = sv.appendPredictions(sc.out[:0], sc, n)
 	}
-	return nil
+	return n, nil
 }
 
 // jsonContentType is the Content-Type header of JSON responses. Header

@@ -108,39 +108,40 @@ func (s *Server) modelMetadata(c echo.Context) error {
 
 // classifyOrRegress answers the :classify or :regress body in sc.body
 // into sc.out: {"results": [[[class, probability], …], …]} for a
-// classifier, {"results": [value, …]} for a regressor.
-func (s *Server) classifyOrRegress(sc *scratch, sv *Servable, verb string) error {
+// classifier, {"results": [value, …]} for a regressor. It returns the
+// number of examples answered.
+func (s *Server) classifyOrRegress(sc *scratch, sv *Servable, verb string) (int, error) {
 	switch {
 	case verb == verbClassify && sv.regressor():
-		return badRequest("model %q is a regressor: use :regress or :predict", sv.Model)
+		return 0, badRequest("model %q is a regressor: use :regress or :predict", sv.Model)
 	case verb == verbRegress && !sv.regressor():
-		return badRequest("model %q is a classifier: use :classify or :predict", sv.Model)
+		return 0, badRequest("model %q is a classifier: use :classify or :predict", sv.Model)
 	}
 	lim := sv.limits(s.opts.MaxInstances)
 	if err := boundPredict(sc.body, lim); err != nil {
-		return err
+		return 0, err
 	}
 	var req exampleRequest
 	if err := strictDecode(sc.body, &req, `{"examples": [{feature: value, …}, …]}`); err != nil {
-		return err
+		return 0, err
 	}
 	if err := checkSignature(verb, req.SignatureName); err != nil {
-		return err
+		return 0, err
 	}
 	if len(req.Examples) == 0 {
-		return badRequest("no examples: send {\"examples\": [{feature: value, …}]}")
+		return 0, badRequest("no examples: send {\"examples\": [{feature: value, …}]}")
 	}
 	if len(req.Examples) > s.opts.MaxInstances {
-		return tooManyRows(len(req.Examples), keyExamples, s.opts.MaxInstances)
+		return 0, tooManyRows(len(req.Examples), keyExamples, s.opts.MaxInstances)
 	}
 	rows := make([]rawObject, len(req.Examples))
 	for i, raw := range req.Examples {
 		if err := json.Unmarshal(raw, &rows[i]); err != nil || rows[i] == nil {
-			return badRequest("examples[%d] is not a JSON object of features", i)
+			return 0, badRequest("examples[%d] is not a JSON object of features", i)
 		}
 		for k, v := range req.Context {
 			if _, ok := rows[i][k]; ok {
-				return badRequest("examples[%d].%s: also in context (a feature goes in one or the other)", i, clipKey([]byte(k)))
+				return 0, badRequest("examples[%d].%s: also in context (a feature goes in one or the other)", i, clipKey([]byte(k)))
 			}
 			rows[i][k] = v
 		}
@@ -148,7 +149,7 @@ func (s *Server) classifyOrRegress(sc *scratch, sv *Servable, verb string) error
 	sc.rows, sc.what = rows, keyExamples
 	n := len(rows)
 	if err := sv.predict(sc, n); err != nil {
-		return err
+		return 0, err
 	}
 	b := append(sc.out[:0], wireResults...)
 	classes := sv.Bundle.Model.NumClasses()
@@ -174,7 +175,7 @@ func (s *Server) classifyOrRegress(sc *scratch, sv *Servable, verb string) error
 		b = append(b, ']')
 	}
 	sc.out = append(b, "]}\n"...)
-	return nil
+	return n, nil
 }
 
 // appendOutputs appends the columnar answer for n instances of sc after

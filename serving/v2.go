@@ -23,7 +23,19 @@ import (
 // them.
 
 func (s *Server) v2Infer(c echo.Context) error {
-	sv, err := s.v2Servable(c)
+	name := c.Param("name")
+	if !bundle.ValidName(name) {
+		return badRequest("model name %q: letters, digits and '_', starting with a letter", name)
+	}
+	var version int64 // 0: routed
+	if strings.HasPrefix(c.Path(), routeV2Version) {
+		v, err := parseVersion(c.Param("version"))
+		if err != nil {
+			return err
+		}
+		version = v
+	}
+	sv, _, routed, err := s.pick(c, name, version, "")
 	if err != nil {
 		return err
 	}
@@ -56,6 +68,8 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if err := sv.predict(sc, rows); err != nil {
 		return err
 	}
+	s.answered(c, sv, sc, rows, routed)
+	c.Response().Header()[headerModelVersion] = sv.versionHeader
 	resp := v2Response{ModelName: sv.Model, ModelVersion: sv.versionText, ID: string(sc.v2.id), Outputs: make([]v2Output, len(outputs))}
 	for i, t := range outputs {
 		resp.Outputs[i] = sv.v2Output(sc, rows, t)

@@ -22,7 +22,9 @@ const (
 	routeV1Version = "/v1/models/:name/versions/:version"
 	routeV1Label   = "/v1/models/:name/labels/:label"
 	routeV1Verbs   = "/v1/models/*"
-	suffixMetadata = "/metadata"
+	// routeV1Feedback takes the true label of an earlier prediction.
+	routeV1Feedback = "/v1/models/:name/feedback"
+	suffixMetadata  = "/metadata"
 
 	routeV2Server  = "/v2"
 	routeV2Live    = "/v2/health/live"

@@ -85,6 +85,7 @@ func RegisterWorkflows(r WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.TrainingJob, workflow.RegisterOptions{Name: workflows.TrainingJobName})
 	r.RegisterWorkflowWithOptions(workflows.HyperparameterTuningJob, workflow.RegisterOptions{Name: workflows.HyperparameterTuningJobName})
 	r.RegisterWorkflowWithOptions(workflows.BatchPredictionJob, workflow.RegisterOptions{Name: workflows.BatchPredictionJobName})
+	r.RegisterWorkflowWithOptions(workflows.RolloutJob, workflow.RegisterOptions{Name: workflows.RolloutJobName})
 }
 
 // SearchAttributes are the custom search attributes trainflow's workflows

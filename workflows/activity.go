@@ -166,10 +166,12 @@ var acts = struct {
 // acts. A worker must register a method of the same name and signature
 // for each.
 func ActivityRefs() []ActivityRef {
-	v := reflect.ValueOf(acts)
-	refs := make([]ActivityRef, v.NumField())
-	for i := range refs {
-		refs[i] = v.Field(i).Interface().(ActivityRef)
+	var refs []ActivityRef
+	for _, set := range []any{acts, rolloutActs} {
+		v := reflect.ValueOf(set)
+		for i := range v.NumField() {
+			refs = append(refs, v.Field(i).Interface().(ActivityRef))
+		}
 	}
 	return refs
 }

@@ -62,6 +62,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// A job with a bless section judged against its model's earlier
 		// version (the bless-step marker, Bless, Publish with the record).
 		"blessed.json": false,
+		// Two RolloutJobs recorded by cli TestRolloutOnRealStack: one
+		// promoted through shadow, 50 and 100, one rolled back at its
+		// first gate.
+		"rollout_promoted.json": false, "rollout_rolled_back.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/serving"
 )
 
@@ -41,10 +42,19 @@ func main() {
 	conc := flag.Int("concurrency", 4, "concurrent clients")
 	reload := flag.Duration("reload", 20*time.Second, "length of the hot-reload run (0 skips it)")
 	rounds := flag.Int("rounds", 5, "interleaved rounds per server and batch size, sharing -duration")
+	shadow := flag.Bool("shadow", false, "measure only what a shadow version adds to latency (model census needs two versions)")
+	shadowPercent := flag.Int("shadow-percent", 0, "with -shadow: the routing's shadow_percent (0: every request)")
 	flag.Parse()
 	if *models == "" {
 		fmt.Fprintln(os.Stderr, "usage: serve --models DIR")
 		os.Exit(2)
+	}
+	if *shadow {
+		if err := runShadow(*models, *duration, *conc, *rounds, *shadowPercent); err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if err := run(*models, *duration, *conc, *rounds, *reload); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
@@ -360,4 +370,70 @@ func median(rs []result) result {
 		return 0
 	})
 	return s[len(s)/2]
+}
+
+// runShadow measures the latency a shadow version adds: the Echo server
+// at half its peak rate (measured first, without routing), in interleaved
+// rounds without routing and with the default answering 100% and another
+// version shadowing it; percentiles over all rounds' requests. The
+// routing is written with SetRouting, as `trainflow models route` does.
+func runShadow(models string, d time.Duration, conc, rounds, percent int) error {
+	ctx := context.Background()
+	repo, err := bundle.OpenRepository(ctx, models)
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	vs, err := repo.Versions(ctx, model)
+	if err != nil {
+		return err
+	}
+	def, err := repo.Default(ctx, model)
+	if err != nil || len(vs) < 2 {
+		return fmt.Errorf("model census needs two versions, has %v (%v)", vs, err)
+	}
+	other := vs[0]
+	if other == def {
+		other = vs[1]
+	}
+	reg := serving.NewRegistry(repo, nil, slog.New(slog.DiscardHandler))
+	srv := serving.New(reg, slog.New(slog.DiscardHandler), serving.Options{})
+	defer srv.Close()
+	url, stop := listen(srv)
+	defer stop()
+	url += "/v1/models/census:predict"
+	set := func(rt rollout.Routing) error {
+		if _, err := repo.SetRouting(ctx, model, rt, bundle.Cause{By: "bench"}, time.Now()); err != nil {
+			return err
+		}
+		return reg.Reload()
+	}
+	none, shadow := rollout.Routing{}, rollout.Routing{Weights: []rollout.Weight{{Version: def, Percent: 100}}, Shadow: other, ShadowPercent: percent}
+	defer set(none)
+	if err := set(none); err != nil {
+		return err
+	}
+	peak := load(url, body(1), "", conc, d/time.Duration(rounds), 0, nil).rps
+	var lat [2][]time.Duration
+	var non2xx int64
+	for range rounds {
+		for i, rt := range []rollout.Routing{none, shadow} {
+			if err := set(rt); err != nil {
+				return err
+			}
+			r := load(url, body(1), "", conc, d/time.Duration(rounds), peak/2, nil)
+			lat[i] = append(lat[i], r.lat...)
+			non2xx += r.non2xx
+		}
+	}
+	fmt.Printf("bench/serve --shadow: %d clients, %.0f req/s offered (half of %.0f), %d interleaved rounds of %s, GOMAXPROCS %s\n",
+		conc, peak/2, peak, rounds, d/time.Duration(rounds), os.Getenv("GOMAXPROCS"))
+	var p99 [2]time.Duration
+	for i, name := range []string{"no routing", shadow.String()} {
+		slices.Sort(lat[i])
+		p99[i] = percentile(lat[i], 0.99)
+		fmt.Printf("%-16s p50 %s, p99 %s over %d requests\n", name, percentile(lat[i], 0.50).Round(time.Microsecond), p99[i].Round(time.Microsecond), len(lat[i]))
+	}
+	fmt.Printf("p99 with shadow / without: %.3f; non-2xx: %d\n", float64(p99[1])/float64(p99[0]), non2xx)
+	return nil
 }

@@ -1,0 +1,292 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/rollout"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// modelsRoutingUsage lists the models commands that work on the model
+// repository and on rollouts.
+const modelsRoutingUsage = `  models route MODEL v1=90,v2=10 [--shadow v3]   set the routing (or "default" to clear it)
+  models history MODEL                          every routing and default change, with its cause
+  models rollout MODEL --candidate V [--steps shadow,5,25,50,100 --hold 10m …]   start a RolloutJob
+  models rollout-status MODEL                   the running rollout's step, routing and last gate values
+  models rollout-signal MODEL approve|abort|pause|resume [--reason TEXT]`
+
+// runModelsRouting runs the models subcommands of modelsRoutingUsage;
+// handled is false for another subcommand.
+func runModelsRouting(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) (handled bool, err error) {
+	switch sub {
+	case "route":
+		return true, runRoute(ctx, args, stdout, stderr)
+	case "history":
+		return true, runHistory(ctx, args, stdout, stderr)
+	case "rollout":
+		return true, runRollout(ctx, args, stdout, stderr)
+	case "rollout-status":
+		return true, runRolloutStatus(ctx, args, stdout, stderr)
+	case "rollout-signal":
+		return true, runRolloutSignal(ctx, args, stdout, stderr)
+	}
+	return false, nil
+}
+
+// modelsFlag registers --models, the repository the routing commands use.
+func modelsFlag(fs *flag.FlagSet) *string {
+	return fs.String("models", envOr("TRAINFLOW_MODELS", filepath.Join(defaultHome(), "models")), "model repository: a directory or a storage URI ($TRAINFLOW_MODELS; default HOME/models)")
+}
+
+// whoami is the default cause of a routing change made from the CLI.
+func whoami() string {
+	if u := os.Getenv("USER"); u != "" {
+		return "cli:" + u
+	}
+	return "cli"
+}
+
+func runRoute(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("models route", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	models := modelsFlag(fs)
+	shadow := fs.String("shadow", "", "version that answers a copy of each routed request, e.g. v3")
+	shadowPercent := fs.Int("shadow-percent", 0, "copy only this percent of the routed requests to --shadow (0: all)")
+	by := fs.String("by", whoami(), "who makes the change, for the history")
+	reason := fs.String("reason", "", "why, for the history")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usageError{errors.New("want: models route MODEL v1=90,v2=10 [--shadow v3] (or MODEL default)")}
+	}
+	model := fs.Arg(0)
+	var rt rollout.Routing
+	if fs.Arg(1) != "default" {
+		w, err := rollout.ParseWeights(fs.Arg(1))
+		if err != nil {
+			return usageError{err}
+		}
+		rt.Weights = w
+	}
+	if *shadow != "" {
+		v, err := rollout.ParseVersion(*shadow)
+		if err != nil {
+			return usageError{fmt.Errorf("--shadow: %w", err)}
+		}
+		rt.Shadow = v
+	}
+	rt.ShadowPercent = *shadowPercent
+	if err := rt.Validate(nil); err != nil {
+		return usageError{err}
+	}
+	repo, err := bundle.OpenRepository(ctx, *models)
+	if err != nil {
+		return usageError{fmt.Errorf("--models: %w", err)}
+	}
+	defer repo.Close()
+	ch, err := repo.SetRouting(ctx, model, rt, bundle.Cause{By: *by, Reason: *reason}, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %s → %s\n", model, ch.Old, ch.New)
+	return nil
+}
+
+func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("models history", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	models := modelsFlag(fs)
+	output := fs.String("output", "text", "output format: text or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{errors.New("want: models history MODEL")}
+	}
+	repo, err := bundle.OpenRepository(ctx, *models)
+	if err != nil {
+		return usageError{fmt.Errorf("--models: %w", err)}
+	}
+	defer repo.Close()
+	h, err := repo.History(ctx, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if *output == "json" {
+		return writeJSON(stdout, struct {
+			Changes []bundle.Change `json:"changes"`
+		}{h})
+	}
+	for _, ch := range h {
+		what := fmt.Sprintf("%s → %s", ch.Old, ch.New)
+		if ch.NewDefault != 0 {
+			what = fmt.Sprintf("default %d → %d (routing %s cleared)", ch.OldDefault, ch.NewDefault, ch.Old)
+		}
+		cause := ch.Cause.By
+		if ch.Cause.JobID != "" {
+			cause += " " + ch.Cause.JobID + " step " + ch.Cause.Step
+		}
+		if ch.Cause.Reason != "" {
+			cause += ": " + ch.Cause.Reason
+		}
+		if g := ch.Cause.Gates; g != nil {
+			cause += fmt.Sprintf(" [requests %d, errors %.4f, p99 %.3g ms, class shift %.4f, accuracy %.4f (%d labelled), agreement %.4f]",
+				g.Requests, g.ErrorRate, g.P99Ms, g.ClassShift, g.Accuracy, g.Labelled, g.Agreement)
+		}
+		fmt.Fprintf(stdout, "%s\t%s\t%s\n", ch.Time.Format(time.RFC3339), what, cause)
+	}
+	return nil
+}
+
+func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("models rollout", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c conn
+	c.register(fs)
+	candidate := fs.String("candidate", "", "version to roll out, e.g. v2 (required)")
+	steps := fs.String("steps", strings.Join(workflows.DefaultRolloutSteps, ","), "steps: shadow (first, optional) then increasing candidate percents ending at 100")
+	hold := fs.Duration("hold", workflows.DefaultHoldSecs*time.Second, "how long each step is held before its gates are judged")
+	recheck := fs.Duration("recheck", 0, "how long a step without enough traffic waits before it is judged again (default --hold)")
+	approval := fs.Bool("approval", false, "wait for `models rollout-signal MODEL approve` before the 100% step")
+	by := fs.String("by", whoami(), "who starts the rollout, for the history")
+	wait := fs.Bool("wait", false, "wait for the rollout's end and print its result")
+	shadowPercent := fs.Int("shadow-percent", 0, "shadow step: copy only this percent of the requests to the candidate (0: all)")
+	var g rollout.Gates
+	fs.Int64Var(&g.MinRequests, "min-requests", rollout.DefaultMinRequests, "candidate requests a window needs to be judged (fewer: it waits)")
+	fs.Float64Var(&g.MaxErrorRate, "max-error-rate", 0.01, "highest candidate 5xx rate (0: unchecked)")
+	fs.Float64Var(&g.MaxP99Ms, "max-p99-ms", 0, "highest candidate p99 latency in ms (0: unchecked)")
+	fs.Float64Var(&g.MaxClassShift, "max-class-shift", 0.1, "highest total-variation distance of the class mix from the baseline's (0: unchecked)")
+	fs.Float64Var(&g.MaxMeanShift, "max-mean-shift", 0, "regressors: highest |mean − baseline mean| / baseline std (0: unchecked)")
+	fs.Float64Var(&g.MinAccuracy, "min-accuracy", 0, "least online accuracy from feedback (0: unchecked)")
+	fs.Int64Var(&g.MinLabels, "min-labels", rollout.DefaultMinLabels, "labelled rows a window needs when --min-accuracy is set")
+	fs.Float64Var(&g.MinAgreement, "min-agreement", 0, "shadow step: least agreement with the baseline's answers (0: unchecked)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || *candidate == "" {
+		return usageError{errors.New("want: models rollout MODEL --candidate V")}
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	cand, err := rollout.ParseVersion(*candidate)
+	if err != nil {
+		return usageError{fmt.Errorf("--candidate: %w", err)}
+	}
+	in := workflows.RolloutInput{
+		Model: fs.Arg(0), Candidate: cand, Steps: strings.Split(*steps, ","),
+		HoldSecs: hold.Seconds(), RecheckSecs: recheck.Seconds(), Gates: g, Approval: *approval, By: *by, ShadowPercent: *shadowPercent,
+	}
+	cl, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	run, err := jobs.StartRollout(ctx, cl, in)
+	if err != nil {
+		return err
+	}
+	if !*wait {
+		if c.output == "json" {
+			return writeJSON(stdout, map[string]string{"workflow_id": run.GetID(), "run_id": run.GetRunID()})
+		}
+		fmt.Fprintf(stdout, "started rollout %s (run %s)\n", run.GetID(), run.GetRunID())
+		return nil
+	}
+	var st workflows.RolloutStatus
+	if err := run.Get(ctx, &st); err != nil {
+		return fmt.Errorf("rollout %s failed: %w", run.GetID(), err)
+	}
+	return printRollout(stdout, c.output, st)
+}
+
+func printRollout(w io.Writer, output string, st workflows.RolloutStatus) error {
+	if output == "json" {
+		return writeJSON(w, st)
+	}
+	fmt.Fprintf(w, "%s: %s at step %s, baseline %d, candidate %d, routing %s\n", st.Model, st.State, st.StepName, st.Baseline, st.Candidate, st.Routing)
+	if st.Reason != "" {
+		fmt.Fprintf(w, "reason: %s\n", st.Reason)
+	}
+	if st.Last != nil {
+		fmt.Fprintf(w, "last gates: %s %v %+v\n", st.Last.Outcome, st.Last.Reasons, st.Last.Values)
+	}
+	return nil
+}
+
+func runRolloutStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("models rollout-status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c conn
+	c.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{errors.New("want: models rollout-status MODEL")}
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	cl, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	v, err := cl.QueryWorkflow(ctx, workflows.RolloutWorkflowID(fs.Arg(0)), "", workflows.RolloutStatusQuery)
+	if err != nil {
+		return fmt.Errorf("rollout of %s: %w", fs.Arg(0), err)
+	}
+	var st workflows.RolloutStatus
+	if err := v.Get(&st); err != nil {
+		return err
+	}
+	return printRollout(stdout, c.output, st)
+}
+
+func runRolloutSignal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("models rollout-signal", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c conn
+	c.register(fs)
+	reason := fs.String("reason", "", "abort: why, for the history")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	signals := map[string]string{"approve": workflows.RolloutApproveSignal, "abort": workflows.RolloutAbortSignal, "pause": workflows.RolloutPauseSignal, "resume": workflows.RolloutResumeSignal}
+	if fs.NArg() != 2 || signals[fs.Arg(1)] == "" {
+		return usageError{errors.New("want: models rollout-signal MODEL approve|abort|pause|resume")}
+	}
+	cl, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var arg any
+	if fs.Arg(1) == "abort" {
+		arg = cmpOr(*reason, "by "+whoami())
+	}
+	if err := cl.SignalWorkflow(ctx, workflows.RolloutWorkflowID(fs.Arg(0)), "", signals[fs.Arg(1)], arg); err != nil {
+		return fmt.Errorf("rollout of %s: %w", fs.Arg(0), err)
+	}
+	fmt.Fprintf(stdout, "sent %s to %s\n", fs.Arg(1), workflows.RolloutWorkflowID(fs.Arg(0)))
+	return nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

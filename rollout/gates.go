@@ -1,0 +1,203 @@
+package rollout
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Gates are the bars a rollout step's window must pass, on the
+// candidate's counters of that window (its live answers, or in the shadow
+// step its shadow answers) against the baseline's. A zero bar is not
+// checked.
+type Gates struct {
+	// MinRequests is how many candidate requests a window needs before
+	// it is judged (default DefaultMinRequests); a window with fewer
+	// waits for more traffic, it never passes.
+	MinRequests int64 `json:"min_requests,omitempty"`
+	// MaxErrorRate bounds the candidate's 5xx answers / requests.
+	MaxErrorRate float64 `json:"max_error_rate,omitempty"`
+	// MaxP99Ms bounds the candidate's p99 latency in milliseconds (the
+	// upper bound of its latency bucket, see Stats.Quantile).
+	MaxP99Ms float64 `json:"max_p99_ms,omitempty"`
+	// MaxClassShift bounds the total-variation distance between the
+	// candidate's and the baseline's predicted class mix (classifiers).
+	MaxClassShift float64 `json:"max_class_shift,omitempty"`
+	// MaxMeanShift bounds |mean_c − mean_b| / std_b of the predicted
+	// values (regressors).
+	MaxMeanShift float64 `json:"max_mean_shift,omitempty"`
+	// MinAccuracy is the candidate's least online accuracy (Correct /
+	// Labelled from the feedback endpoint); a window with fewer than
+	// MinLabels labelled rows (default DefaultMinLabels) waits.
+	MinAccuracy float64 `json:"min_accuracy,omitempty"`
+	MinLabels   int64   `json:"min_labels,omitempty"`
+	// MinAgreement is the shadow step's least agreement of the
+	// candidate's shadow answers with the live ones.
+	MinAgreement float64 `json:"min_agreement,omitempty"`
+}
+
+// Defaults of Gates.
+const (
+	DefaultMinRequests = 100
+	DefaultMinLabels   = 50
+)
+
+// WithDefaults returns g with its unset counts defaulted.
+func (g Gates) WithDefaults() Gates {
+	if g.MinRequests <= 0 {
+		g.MinRequests = DefaultMinRequests
+	}
+	if g.MinLabels <= 0 {
+		g.MinLabels = DefaultMinLabels
+	}
+	return g
+}
+
+// Validate checks that every bar is a finite number in its range.
+func (g Gates) Validate() error {
+	for _, f := range []struct {
+		name   string
+		v, max float64
+	}{{"max_error_rate", g.MaxErrorRate, 1}, {"max_p99_ms", g.MaxP99Ms, math.MaxFloat64}, {"max_class_shift", g.MaxClassShift, 1},
+		{"max_mean_shift", g.MaxMeanShift, math.MaxFloat64}, {"min_accuracy", g.MinAccuracy, 1}, {"min_agreement", g.MinAgreement, 1}} {
+		if math.IsNaN(f.v) || f.v < 0 || f.v > f.max {
+			return fmt.Errorf("gates.%s %v: want 0 to %v", f.name, f.v, f.max)
+		}
+	}
+	if g.MinRequests < 0 || g.MinLabels < 0 {
+		return fmt.Errorf("gates.min_requests %d, min_labels %d: want ≥ 0", g.MinRequests, g.MinLabels)
+	}
+	return nil
+}
+
+// Outcomes of Evaluate.
+const (
+	Pass = "pass"
+	Fail = "fail"
+	Wait = "wait"
+)
+
+// Values are the numbers a window was judged on. Shift fields are -1
+// when they could not be computed (no baseline rows).
+type Values struct {
+	Requests         int64   `json:"requests"`
+	BaselineRequests int64   `json:"baseline_requests"`
+	ErrorRate        float64 `json:"error_rate"`
+	P99Ms            float64 `json:"p99_ms"`
+	ClassShift       float64 `json:"class_shift"`
+	MeanShift        float64 `json:"mean_shift"`
+	Accuracy         float64 `json:"accuracy"`
+	Labelled         int64   `json:"labelled"`
+	Agreement        float64 `json:"agreement"`
+	Compared         int64   `json:"compared"`
+}
+
+// Verdict is the judgement of one window: Outcome Pass, Fail or Wait,
+// with the failed bars (or what it waits for) in Reasons.
+type Verdict struct {
+	Outcome string   `json:"outcome"`
+	Reasons []string `json:"reasons,omitempty"`
+	Values  Values   `json:"values"`
+}
+
+// Evaluate judges a window: cand are the candidate's counters in it,
+// base the baseline's (in a step where the baseline got no traffic, the
+// last window where it did). It waits while cand has fewer than
+// MinRequests requests, or MinAccuracy is set and fewer than MinLabels
+// labelled rows; otherwise every bar that is set must hold. A p99 that is
+// infinite (past the last bucket) fails any MaxP99Ms.
+func Evaluate(g Gates, base, cand Stats) Verdict {
+	g = g.WithDefaults()
+	v := Values{
+		Requests: cand.Requests, BaselineRequests: base.Requests,
+		ErrorRate: cand.ErrorRate(), P99Ms: cand.Quantile(0.99),
+		ClassShift: -1, MeanShift: -1, Labelled: cand.Labelled, Compared: cand.Compared,
+	}
+	if math.IsInf(v.P99Ms, 1) {
+		v.P99Ms = math.MaxFloat64
+	}
+	if cand.Labelled > 0 {
+		v.Accuracy = float64(cand.Correct) / float64(cand.Labelled)
+	}
+	if cand.Compared > 0 {
+		v.Agreement = float64(cand.Agreed) / float64(cand.Compared)
+	}
+	if base.Rows > 0 && cand.Rows > 0 {
+		if len(base.Classes) > 0 || len(cand.Classes) > 0 {
+			v.ClassShift = TotalVariation(base.Classes, cand.Classes)
+		} else if s := base.Std(); s > 0 {
+			v.MeanShift = math.Abs(cand.Mean()-base.Mean()) / s
+		} else {
+			v.MeanShift = math.Abs(cand.Mean() - base.Mean())
+		}
+	}
+	out := Verdict{Outcome: Pass, Values: v}
+	if cand.Requests < g.MinRequests {
+		out.Outcome = Wait
+		out.Reasons = append(out.Reasons, fmt.Sprintf("%d candidate requests in the window, want %d", cand.Requests, g.MinRequests))
+	}
+	if g.MinAccuracy > 0 && cand.Labelled < g.MinLabels {
+		out.Outcome = Wait
+		out.Reasons = append(out.Reasons, fmt.Sprintf("%d labelled rows in the window, want %d", cand.Labelled, g.MinLabels))
+	}
+	if out.Outcome == Wait {
+		return out
+	}
+	fail := func(format string, args ...any) {
+		out.Outcome = Fail
+		out.Reasons = append(out.Reasons, fmt.Sprintf(format, args...))
+	}
+	if g.MaxErrorRate > 0 && v.ErrorRate > g.MaxErrorRate {
+		fail("error rate %.4f > %.4f", v.ErrorRate, g.MaxErrorRate)
+	}
+	if g.MaxP99Ms > 0 && v.P99Ms > g.MaxP99Ms {
+		fail("p99 %.3g ms > %.3g ms", v.P99Ms, g.MaxP99Ms)
+	}
+	if g.MaxClassShift > 0 && v.ClassShift > g.MaxClassShift {
+		fail("class mix shift (total variation) %.4f > %.4f", v.ClassShift, g.MaxClassShift)
+	}
+	if g.MaxMeanShift > 0 && v.MeanShift > g.MaxMeanShift {
+		fail("mean shift %.4f > %.4f", v.MeanShift, g.MaxMeanShift)
+	}
+	if g.MinAccuracy > 0 && v.Accuracy < g.MinAccuracy {
+		fail("online accuracy %.4f < %.4f (%d labelled)", v.Accuracy, g.MinAccuracy, v.Labelled)
+	}
+	if g.MinAgreement > 0 && cand.Compared > 0 && v.Agreement < g.MinAgreement {
+		fail("shadow agreement %.4f < %.4f (%d compared)", v.Agreement, g.MinAgreement, v.Compared)
+	}
+	return out
+}
+
+// TotalVariation is the total-variation distance between two class
+// mixes given as counts: ½ Σ_c |p(c) − q(c)| with p and q the counts
+// normalised; 0 for identical mixes, 1 for disjoint ones. An empty mix
+// is at distance 1 from any non-empty one.
+func TotalVariation(p, q map[string]int64) float64 {
+	var np, nq int64
+	for _, n := range p {
+		np += n
+	}
+	for _, n := range q {
+		nq += n
+	}
+	switch {
+	case np == 0 && nq == 0:
+		return 0
+	case np == 0 || nq == 0:
+		return 1
+	}
+	keys := make([]string, 0, len(p)+len(q))
+	for c := range p {
+		keys = append(keys, c)
+	}
+	for c := range q {
+		keys = append(keys, c)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	d := 0.0
+	for _, c := range keys {
+		d += math.Abs(float64(p[c])/float64(np) - float64(q[c])/float64(nq))
+	}
+	return d / 2
+}

@@ -1,0 +1,151 @@
+package rollout
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRoutingValidate(t *testing.T) {
+	have := []int64{1, 2, 3}
+	for _, tc := range []struct {
+		name string
+		r    Routing
+		want string // "" valid
+	}{
+		{"zero", Routing{}, ""},
+		{"split", Routing{Weights: []Weight{{1, 90}, {2, 10}}, Shadow: 3}, ""},
+		{"sum", Routing{Weights: []Weight{{1, 90}, {2, 20}}}, "sum to 110"},
+		{"unknown", Routing{Weights: []Weight{{1, 90}, {7, 10}}}, "version 7 does not exist"},
+		{"negative", Routing{Weights: []Weight{{1, 110}, {2, -10}}}, "weights[0].percent 110"},
+		{"negative2", Routing{Weights: []Weight{{1, 100}, {2, -10}, {3, 10}}}, "weights[1].percent -10"},
+		{"twice", Routing{Weights: []Weight{{1, 50}, {1, 50}}}, "named twice"},
+		{"shadow", Routing{Weights: []Weight{{1, 100}}, Shadow: 9}, "shadow version 9"},
+		{"shadow alone", Routing{Shadow: 2}, "without weights"},
+		{"too many", Routing{Weights: make([]Weight, MaxWeights+1)}, "at most"},
+		{"shadow percent", Routing{Weights: []Weight{{1, 100}}, Shadow: 2, ShadowPercent: 101}, "shadow_percent 101"},
+		{"percent without shadow", Routing{Weights: []Weight{{1, 100}}, ShadowPercent: 10}, "with a shadow version"},
+		{"sampled shadow", Routing{Weights: []Weight{{1, 100}}, Shadow: 2, ShadowPercent: 10}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.r.Validate(have)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("got %v, want valid", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrRouting) {
+				t.Fatalf("got %v, want an ErrRouting with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseWeightsAndPick(t *testing.T) {
+	w, err := ParseWeights("v1=90, 2=10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Routing{Weights: w}
+	if got := r.String(); got != "1=90,2=10" {
+		t.Fatalf("got %q, want 1=90,2=10", got)
+	}
+	n := map[int64]int{}
+	for p := range uint64(100) {
+		n[r.Pick(p)]++
+	}
+	if n[1] != 90 || n[2] != 10 {
+		t.Fatalf("got %v over the 100 points, want 90 and 10", n)
+	}
+	for _, bad := range []string{"1:90", "x=5", "1=ten", "0=100"} {
+		if _, err := ParseWeights(bad); err == nil {
+			t.Errorf("ParseWeights(%q): got no error", bad)
+		}
+	}
+}
+
+func TestLatencyBucketAndQuantile(t *testing.T) {
+	for _, d := range []time.Duration{50 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, time.Second, time.Hour} {
+		i := LatencyBucket(d)
+		ms := float64(d) / 1e6
+		if i < len(LatencyBounds) && ms > LatencyBounds[i] || i > 0 && i <= len(LatencyBounds) && ms <= LatencyBounds[i-1] {
+			t.Errorf("%v: bucket %d does not hold it", d, i)
+		}
+	}
+	var s Stats
+	s.Latency = make([]int64, len(LatencyBounds)+1)
+	for range 990 {
+		s.Latency[LatencyBucket(time.Millisecond)]++
+	}
+	for range 10 {
+		s.Latency[LatencyBucket(50*time.Millisecond)]++
+	}
+	if p := s.Quantile(0.99); p < 1 || p > 1.25 {
+		t.Errorf("p99 of 990×1ms + 10×50ms: got %v ms, want the 1 ms bucket", p)
+	}
+	s.Latency[LatencyBucket(50*time.Millisecond)]++
+	if p := s.Quantile(0.99); p < 50 || p > 62.5 {
+		t.Errorf("p99 with 11 of 1001 at 50 ms: got %v ms, want the 50 ms bucket", p)
+	}
+}
+
+func TestWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	st := func(n int64) map[string]VersionStats {
+		return map[string]VersionStats{"1": {Live: Stats{Requests: n, Classes: map[string]int64{"a": n}}}}
+	}
+	start := []Telemetry{{Server: "a", Boot: t0, Versions: st(10)}, {Server: "b", Boot: t0, Versions: st(5)}, {Server: "gone", Boot: t0, Versions: st(50)}}
+	end := []Telemetry{{Server: "a", Boot: t0, Versions: st(30)}, {Server: "b", Boot: t0.Add(time.Minute), Versions: st(3)}, {Server: "new", Boot: t0, Versions: st(4)}}
+	w := Window(start, end)
+	// a: 30-10; b restarted: 3; new: 4; gone: nothing.
+	if got := w["1"].Live.Requests; got != 27 {
+		t.Fatalf("got %d requests in the window, want 27", got)
+	}
+	if got := w["1"].Live.Classes["a"]; got != 27 {
+		t.Fatalf("got %d of class a, want 27", got)
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	lat := func(d time.Duration, n int64) []int64 {
+		l := make([]int64, len(LatencyBounds)+1)
+		l[LatencyBucket(d)] = n
+		return l
+	}
+	base := Stats{Requests: 1000, Rows: 1000, Classes: map[string]int64{"a": 750, "b": 250}, Latency: lat(time.Millisecond, 1000)}
+	good := Stats{Requests: 200, Rows: 200, Classes: map[string]int64{"a": 140, "b": 60}, Latency: lat(time.Millisecond, 200)}
+	g := Gates{MinRequests: 100, MaxErrorRate: 0.01, MaxP99Ms: 10, MaxClassShift: 0.1}
+	for _, tc := range []struct {
+		name    string
+		g       Gates
+		cand    Stats
+		outcome string
+		reason  string
+	}{
+		{"pass", g, good, Pass, ""},
+		{"no traffic waits", g, Stats{Requests: 99, Rows: 99, Classes: map[string]int64{"a": 99}}, Wait, "99 candidate requests"},
+		{"one class", g, Stats{Requests: 200, Rows: 200, Classes: map[string]int64{"b": 200}, Latency: lat(time.Millisecond, 200)}, Fail, "class mix shift"},
+		{"errors", g, Stats{Requests: 200, Errors: 20, Rows: 180, Classes: map[string]int64{"a": 135, "b": 45}, Latency: lat(time.Millisecond, 200)}, Fail, "error rate 0.1000"},
+		{"slow", g, Stats{Requests: 200, Rows: 200, Classes: good.Classes, Latency: lat(40*time.Millisecond, 200)}, Fail, "p99"},
+		{"labels wait", Gates{MinRequests: 100, MinAccuracy: 0.8, MinLabels: 10}, Stats{Requests: 200, Labelled: 3, Correct: 3}, Wait, "3 labelled rows"},
+		{"accuracy", Gates{MinRequests: 100, MinAccuracy: 0.8, MinLabels: 10}, Stats{Requests: 200, Labelled: 20, Correct: 10}, Fail, "online accuracy 0.5000"},
+		{"agreement", Gates{MinRequests: 100, MinAgreement: 0.9}, Stats{Requests: 200, Compared: 200, Agreed: 100}, Fail, "shadow agreement"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Evaluate(tc.g, base, tc.cand)
+			if v.Outcome != tc.outcome || tc.reason != "" && !strings.Contains(strings.Join(v.Reasons, "; "), tc.reason) {
+				t.Fatalf("got %s %v, want %s with %q", v.Outcome, v.Reasons, tc.outcome, tc.reason)
+			}
+		})
+	}
+	if d := TotalVariation(map[string]int64{"a": 3, "b": 1}, map[string]int64{"a": 1, "b": 1}); math.Abs(d-0.25) > 1e-12 {
+		t.Errorf("TV(¾ ¼, ½ ½): got %v, want 0.25", d)
+	}
+	reg := Evaluate(Gates{MinRequests: 1, MaxMeanShift: 0.5}, Stats{Requests: 4, Rows: 4, Sum: 4, SumSq: 8}, Stats{Requests: 4, Rows: 4, Sum: 12, SumSq: 40})
+	if reg.Outcome != Fail || math.Abs(reg.Values.MeanShift-2) > 1e-12 {
+		t.Errorf("regressor shift of 2 std: got %s %v", reg.Outcome, reg.Values.MeanShift)
+	}
+}

@@ -1,0 +1,355 @@
+package serving_test
+
+import (
+	"context"
+	"encoding/json"
+	"hash/fnv"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/rollout"
+	"github.com/trainflow/trainflow/serving"
+)
+
+// route sets model's routing in e's repository and reloads.
+func (e *env) route(t testing.TB, rt rollout.Routing) {
+	t.Helper()
+	if _, err := e.repo.SetRouting(context.Background(), model, rt, bundle.Cause{By: "test"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reg.Reload(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// predictWith posts one instance to target with headers.
+func predictWith(h http.Handler, target, body string, hdr map[string]string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestRoutedSplit routes census 70/30 between two versions: unnamed
+// requests split within 4 points of the weights (n = 2000, σ ≈ 1 point)
+// and say which version answered, in the header and in V2's
+// model_version; a routing key always lands on the same version;
+// explicit version and label requests are never split; the telemetry
+// counts exactly what each version answered.
+func TestRoutedSplit(t *testing.T) {
+	f := getFixture(t)
+	e := newEnv(t, serving.Options{}, 0, 1)
+	t.Cleanup(e.srv.Close)
+	e.route(t, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 70}, {Version: 2, Percent: 30}}})
+	body := mustJSON(t, map[string]any{"instances": f.instances[:1]})
+	const n = 2000
+	count := map[string]int{}
+	for range n {
+		w := post(e.srv, predictURL, body)
+		if w.Code != http.StatusOK {
+			t.Fatalf("got %d %s", w.Code, w.Body)
+		}
+		count[w.Header().Get("X-Model-Version")]++
+	}
+	if share := float64(count["1"]) / n; math.Abs(share-0.7) > 0.04 || count["1"]+count["2"] != n {
+		t.Fatalf("got %v of %d answers, want 70%% ± 4 from version 1 and the rest from 2", count, n)
+	}
+	t.Logf("observed share of version 1 at 70%%: %.1f%%", 100*float64(count["1"])/n)
+	for _, key := range []string{"alice", "bob", "carol", "dave"} {
+		first := ""
+		for i := range 20 {
+			v := predictWith(e.srv, predictURL, body, map[string]string{serving.HeaderRoutingKey: key}).Header().Get("X-Model-Version")
+			if i == 0 {
+				first = v
+			} else if v != first {
+				t.Fatalf("routing key %q: answered by %s then %s", key, first, v)
+			}
+		}
+	}
+	for range 50 {
+		if v := post(e.srv, "/v1/models/census/versions/2:predict", body).Header().Get("X-Model-Version"); v != "2" {
+			t.Fatalf("explicit version 2: answered by %q", v)
+		}
+		if v := post(e.srv, "/v1/models/census/versions/1:predict", body).Header().Get("X-Model-Version"); v != "1" {
+			t.Fatalf("explicit version 1: answered by %q", v)
+		}
+	}
+	v2 := map[string]int{}
+	for range 200 {
+		w := post(e.srv, "/v2/models/census/infer", v2Body(t, "r", f.instances[:1]))
+		var resp struct {
+			ModelVersion string `json:"model_version"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || w.Code != http.StatusOK {
+			t.Fatalf("v2: got %d %s", w.Code, w.Body)
+		}
+		if h := w.Header().Get("X-Model-Version"); h != resp.ModelVersion {
+			t.Fatalf("v2: header %q, model_version %q", h, resp.ModelVersion)
+		}
+		v2[resp.ModelVersion]++
+	}
+	if v2["1"] == 0 || v2["2"] == 0 {
+		t.Fatalf("v2 answers by version: got %v, want both", v2)
+	}
+	tel := e.reg.Telemetry("srv_test", model, time.Now())
+	live1, live2 := tel.Versions["1"].Live, tel.Versions["2"].Live
+	// Telemetry counts requests in the middleware after the answer: all
+	// of them are in by now (ServeHTTP returned).
+	if live1.Requests+live2.Requests != n+4*20+100+200 {
+		t.Fatalf("telemetry: %d + %d requests, want %d", live1.Requests, live2.Requests, n+4*20+100+200)
+	}
+	var classes int64
+	for _, c := range live1.Classes {
+		classes += c
+	}
+	if classes != live1.Rows || live1.Rows != live1.Requests {
+		t.Fatalf("version 1: %d rows, %d class counts, %d requests of one row each", live1.Rows, classes, live1.Requests)
+	}
+}
+
+// TestShadow shadows version 1's answers with version 2: answers are
+// version 1's, unchanged, and version 2's shadow counters see every copy
+// (the queue is never full at this pace) with the agreement the two
+// versions really have on these rows.
+func TestShadow(t *testing.T) {
+	f := getFixture(t)
+	e := newEnv(t, serving.Options{}, 0, 1)
+	t.Cleanup(e.srv.Close)
+	e.route(t, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 100}}, Shadow: 2})
+	agree := 0
+	for i, inst := range f.instances {
+		body := mustJSON(t, map[string]any{"instances": []any{inst}})
+		w := post(e.srv, predictURL, body)
+		if v := w.Header().Get("X-Model-Version"); w.Code != http.StatusOK || v != "1" {
+			t.Fatalf("instance %d: got %d from version %q, want 200 from 1", i, w.Code, v)
+		}
+		got := decodePredictions(t, w)
+		want1 := decodePredictions(t, post(e.srv, "/v1/models/census/versions/1:predict", body))
+		want2 := decodePredictions(t, post(e.srv, "/v1/models/census/versions/2:predict", body))
+		if got[0].Class != want1[0].Class || got[0].Probabilities[0] != want1[0].Probabilities[0] {
+			t.Fatalf("instance %d: the shadowed answer %v differs from version 1's %v", i, got[0], want1[0])
+		}
+		if want1[0].Class == want2[0].Class {
+			agree++
+		}
+	}
+	n := int64(len(f.instances))
+	deadline := time.Now().Add(10 * time.Second)
+	var sh rollout.Stats
+	for {
+		sh = e.reg.Telemetry("srv_test", model, time.Now()).Versions["2"].Shadow
+		if sh.Requests == n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond) // polling a counter the shadow worker raises
+	}
+	if sh.Requests != n || sh.Compared != n || sh.Agreed != int64(agree) || sh.Errors != 0 {
+		t.Fatalf("shadow counters: got %+v, want %d requests compared with %d agreeing", sh, n, agree)
+	}
+	t.Logf("shadow agreement of version 2 with 1: %d/%d", agree, n)
+}
+
+// TestShadowSampled copies a quarter of the routed requests: the shadow
+// sees 25% ± 5 of 1000 (σ ≈ 1.4 points).
+func TestShadowSampled(t *testing.T) {
+	f := getFixture(t)
+	e := newEnv(t, serving.Options{}, 0, 1)
+	t.Cleanup(e.srv.Close)
+	e.route(t, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 100}}, Shadow: 2, ShadowPercent: 25})
+	body := mustJSON(t, map[string]any{"instances": f.instances[:1]})
+	const n = 1000
+	for range n {
+		post(e.srv, predictURL, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var last, sh rollout.Stats
+	for {
+		// The worker drains the queue; the count stops moving once it is
+		// empty (the queue is never full at this pace: nothing dropped).
+		sh = e.reg.Telemetry("srv_test", model, time.Now()).Versions["2"].Shadow
+		if sh.Requests == last.Requests && sh.Requests > 0 || time.Now().After(deadline) {
+			break
+		}
+		last = sh
+		time.Sleep(20 * time.Millisecond) // polling a counter the shadow worker raises
+	}
+	if share := float64(sh.Requests) / n; share < 0.20 || share > 0.30 {
+		t.Fatalf("shadow copies: got %d of %d, want 25%% ± 5", sh.Requests, n)
+	}
+}
+
+// TestFeedback gives the true label of routed predictions: a right one
+// and a wrong one count in the answering version's online accuracy; a
+// request ID given twice, unknown, or of another model is a 404; a body
+// without request_id or label is a 400 naming the field.
+func TestFeedback(t *testing.T) {
+	f := getFixture(t)
+	e := newEnv(t, serving.Options{}, 0, 1)
+	t.Cleanup(e.srv.Close)
+	e.route(t, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 50}, {Version: 2, Percent: 50}}})
+	body := mustJSON(t, map[string]any{"instances": f.instances[:1]})
+	type answer struct {
+		id, version, class string
+	}
+	var as []answer
+	for range 2 {
+		w := post(e.srv, predictURL, body)
+		id := w.Header().Get("X-Request-Id")
+		if id == "" {
+			t.Fatal("no X-Request-Id on a prediction")
+		}
+		as = append(as, answer{id, w.Header().Get("X-Model-Version"), decodePredictions(t, w)[0].Class})
+	}
+	other := func(c string) string {
+		for _, v := range f.transform.LabelVocab {
+			if v != c {
+				return v
+			}
+		}
+		return ""
+	}
+	fb := "/v1/models/census/feedback"
+	for i, tc := range []struct {
+		body     string
+		code     int
+		contains string
+	}{
+		{mustJSON(t, map[string]any{"request_id": as[0].id, "label": as[0].class}), 200, `"correct":true`},
+		{mustJSON(t, map[string]any{"request_id": as[1].id, "label": other(as[1].class)}), 200, `"correct":false`},
+		{mustJSON(t, map[string]any{"request_id": as[0].id, "label": as[0].class}), 404, "not a recent routed prediction"},
+		{mustJSON(t, map[string]any{"request_id": "nosuch", "label": "x"}), 404, "not a recent"},
+		{`{"label": "x"}`, 400, "request_id"},
+		{mustJSON(t, map[string]any{"request_id": "x"}), 400, "label"},
+		{`{"request_id": "x", "label": "y", "extra": 1}`, 400, "extra"},
+	} {
+		w := post(e.srv, fb, tc.body)
+		if w.Code != tc.code || !strings.Contains(w.Body.String(), tc.contains) {
+			t.Fatalf("case %d %s: got %d %s, want %d with %q", i, tc.body, w.Code, w.Body, tc.code, tc.contains)
+		}
+	}
+	tel := e.reg.Telemetry("srv_test", model, time.Now())
+	var labelled, correct int64
+	for _, vs := range tel.Versions {
+		labelled += vs.Live.Labelled
+		correct += vs.Live.Correct
+	}
+	if labelled != 2 || correct != 1 {
+		t.Fatalf("feedback counters: %d labelled, %d correct; want 2 and 1", labelled, correct)
+	}
+	if a := tel.Versions[as[0].version].Live; a.Correct < 1 {
+		t.Fatalf("version %s answered the right one: got %+v", as[0].version, a)
+	}
+}
+
+// TestRoutingToUnloadedServesDefault writes a routing.json naming a
+// version that is not in the repository: the server logs it and the
+// default answers everything.
+func TestRoutingToUnloadedServesDefault(t *testing.T) {
+	f := getFixture(t)
+	e := newEnv(t, serving.Options{}, 0, 1)
+	t.Cleanup(e.srv.Close)
+	raw := `{"weights":[{"version":1,"percent":50},{"version":9,"percent":50}]}`
+	if err := os.WriteFile(filepath.Join(e.repo.Root, model, bundle.RoutingFile), []byte(raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reg.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	body := mustJSON(t, map[string]any{"instances": f.instances[:1]})
+	for range 40 {
+		if v := post(e.srv, predictURL, body).Header().Get("X-Model-Version"); v != "1" {
+			t.Fatalf("answered by %q, want the default 1", v)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "not loaded") {
+		t.Fatalf("no log line about the routing: %s", e.logs)
+	}
+}
+
+// TestReportTelemetry runs the reporter into the repository and reads
+// the record back as the gate activity does.
+func TestReportTelemetry(t *testing.T) {
+	f := getFixture(t)
+	e := newEnv(t, serving.Options{}, 0)
+	t.Cleanup(e.srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.reg.ReportTelemetry(ctx, e.repo.Store, "srv_a", 10*time.Millisecond) }()
+	t.Cleanup(func() { cancel(); <-done })
+	body := mustJSON(t, map[string]any{"instances": f.instances[:3]})
+	for range 5 {
+		post(e.srv, predictURL, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, err := e.repo.Telemetry(ctx, model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 1 && recs[0].Versions["1"].Live.Rows == 15 {
+			if recs[0].Server != "srv_a" || recs[0].Versions["1"].Live.Requests != 5 {
+				t.Fatalf("got %+v", recs[0])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no record with 15 rows in 10 s: %+v", recs)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the repository the reporter writes
+	}
+}
+
+// TestRoutingKeyHash pins the key hash to hash/fnv's FNV-1a, which the
+// documentation names: clients may compute their version's share.
+func TestRoutingKeyHash(t *testing.T) {
+	for _, k := range []string{"", "alice", "user-42", strings.Repeat("x", 300)} {
+		h := fnv.New64a()
+		h.Write([]byte(k))
+		if got, want := serving.FNV64a(k), h.Sum64(); got != want {
+			t.Errorf("%q: got %x, want %x", k, got, want)
+		}
+	}
+}
+
+// TestShadowQueueFullDrops stops the shadow worker, so the queue fills:
+// the 64 first copies wait in it, every later one is dropped and counted,
+// and every answer still comes at once, 200 from the live version. (The
+// worker may take one copy before it sees Close: 35 or 36 dropped.)
+func TestShadowQueueFullDrops(t *testing.T) {
+	f := getFixture(t)
+	e := newEnv(t, serving.Options{}, 0, 1)
+	e.route(t, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 100}}, Shadow: 2})
+	e.srv.Close()
+	body := mustJSON(t, map[string]any{"instances": f.instances[:1]})
+	for i := range 100 {
+		if w := post(e.srv, predictURL, body); w.Code != http.StatusOK || w.Header().Get("X-Model-Version") != "1" {
+			t.Fatalf("request %d: got %d from %q", i, w.Code, w.Header().Get("X-Model-Version"))
+		}
+	}
+	w := serve(e.srv, http.MethodGet, "/metrics", "", nil)
+	if m := w.Body.String(); !strings.Contains(m, "\ntrainflow_serving_shadow_dropped_total 36\n") && !strings.Contains(m, "\ntrainflow_serving_shadow_dropped_total 35\n") {
+		t.Fatalf("metrics: want trainflow_serving_shadow_dropped_total 36 (100 copies, 64 queued); got:\n%s", grepLines(m, "shadow"))
+	}
+}
+
+// grepLines returns the lines of s containing sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

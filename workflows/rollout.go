@@ -1,0 +1,467 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainflow/trainflow/internal/ident"
+	"github.com/trainflow/trainflow/rollout"
+)
+
+// Registered names of the rollout: wire API.
+const (
+	RolloutJobName = "RolloutJob"
+	// RolloutApproveSignal lets a rollout waiting for approval (input
+	// approval) go on to its 100% step.
+	RolloutApproveSignal = "approve"
+	// RolloutAbortSignal rolls the rollout back at once; its payload is
+	// the reason (a string).
+	RolloutAbortSignal = "abort"
+	// RolloutPauseSignal and RolloutResumeSignal hold the rollout at its
+	// current step (its routing stays) and let it go on.
+	RolloutPauseSignal  = "pause"
+	RolloutResumeSignal = "resume"
+	// RolloutStatusQuery answers a RolloutStatus.
+	RolloutStatusQuery = "status"
+
+	PrepareRolloutActivity = "PrepareRollout"
+	SetRoutingActivity     = "SetRouting"
+	EvaluateGatesActivity  = "EvaluateGates"
+	PromoteVersionActivity = "PromoteVersion"
+)
+
+// rolloutActs are the rollout's activities (see acts).
+var rolloutActs = struct {
+	PrepareRollout Activity[PrepareRolloutInput, PrepareRolloutResult]
+	SetRouting     Activity[SetRoutingInput, SetRoutingResult]
+	EvaluateGates  Activity[EvaluateGatesInput, EvaluateGatesResult]
+	PromoteVersion Activity[PromoteVersionInput, NoResult]
+}{
+	PrepareRollout: Activity[PrepareRolloutInput, PrepareRolloutResult]{PrepareRolloutActivity},
+	SetRouting:     Activity[SetRoutingInput, SetRoutingResult]{SetRoutingActivity},
+	EvaluateGates:  Activity[EvaluateGatesInput, EvaluateGatesResult]{EvaluateGatesActivity},
+	PromoteVersion: Activity[PromoteVersionInput, NoResult]{PromoteVersionActivity},
+}
+
+// RolloutWorkflowID is the workflow ID of model's rollout. A RolloutJob
+// refuses to run under any other ID, so Temporal's rule of one running
+// workflow per ID makes two concurrent rollouts of one model impossible.
+func RolloutWorkflowID(model string) string { return "rollout_" + model }
+
+// Defaults of RolloutInput.
+var (
+	DefaultRolloutSteps = []string{StepShadow, "5", "25", "50", "100"}
+)
+
+const (
+	// StepShadow is the step that sends the candidate a copy of the
+	// traffic while the baseline answers all of it.
+	StepShadow = "shadow"
+	// DefaultHoldSecs is a step's default hold.
+	DefaultHoldSecs = 600
+	// MaxRolloutSteps bounds a rollout's steps.
+	MaxRolloutSteps = 20
+)
+
+// RolloutInput is the input of RolloutJob: move Model's traffic from its
+// default version (the baseline) to Candidate through Steps ("shadow" or
+// a candidate percent 1–100, increasing, the last 100), each held for
+// HoldSecs and then judged by Gates on the fleet's measurements of
+// exactly that step's window. A window with too little traffic is judged
+// again after RecheckSecs (default HoldSecs), for as long as it takes. If
+// Approval, the rollout waits for the approve signal before its 100%
+// step. By names who started it, for the history.
+type RolloutInput struct {
+	Model       string        `json:"model"`
+	Candidate   int64         `json:"candidate"`
+	Steps       []string      `json:"steps,omitempty"`
+	HoldSecs    float64       `json:"hold_secs,omitempty"`
+	RecheckSecs float64       `json:"recheck_secs,omitempty"`
+	Gates       rollout.Gates `json:"gates"`
+	Approval    bool          `json:"approval,omitempty"`
+	By          string        `json:"by,omitempty"`
+	// ShadowPercent is the shadow step's rollout.Routing.ShadowPercent
+	// (0: every request is copied).
+	ShadowPercent int `json:"shadow_percent,omitempty"`
+}
+
+// rolloutStep is one parsed step: the shadow step (percent 0) or a
+// candidate percent.
+type rolloutStep struct {
+	name    string
+	shadow  bool
+	percent int
+}
+
+// Validate checks the input and returns its steps.
+func (in RolloutInput) validate() ([]rolloutStep, error) {
+	if !ident.Valid(in.Model) {
+		return nil, fmt.Errorf("model %q: letters, digits and '_', starting with a letter", in.Model)
+	}
+	if in.Candidate <= 0 {
+		return nil, fmt.Errorf("candidate %d: want a positive version", in.Candidate)
+	}
+	if in.ShadowPercent < 0 || in.ShadowPercent > 100 {
+		return nil, fmt.Errorf("shadow_percent %d: want 0 to 100", in.ShadowPercent)
+	}
+	if in.HoldSecs < 0 || in.RecheckSecs < 0 {
+		return nil, fmt.Errorf("hold_secs %v, recheck_secs %v: want ≥ 0", in.HoldSecs, in.RecheckSecs)
+	}
+	if err := in.Gates.Validate(); err != nil {
+		return nil, err
+	}
+	names := in.Steps
+	if len(names) == 0 {
+		names = DefaultRolloutSteps
+	}
+	if len(names) > MaxRolloutSteps {
+		return nil, fmt.Errorf("steps: %d, at most %d", len(names), MaxRolloutSteps)
+	}
+	var out []rolloutStep
+	last := -1
+	for i, n := range names {
+		if n == StepShadow {
+			if i != 0 {
+				return nil, fmt.Errorf("steps[%d]: shadow must be the first step", i)
+			}
+			out = append(out, rolloutStep{name: n, shadow: true})
+			last = 0
+			continue
+		}
+		p, err := strconv.Atoi(n)
+		if err != nil || p < 1 || p > 100 {
+			return nil, fmt.Errorf("steps[%d] %q: want \"shadow\" or a percent 1 to 100", i, n)
+		}
+		if p <= last {
+			return nil, fmt.Errorf("steps[%d] %d: percents must increase", i, p)
+		}
+		out = append(out, rolloutStep{name: n, percent: p})
+		last = p
+	}
+	if last != 100 {
+		return nil, fmt.Errorf("steps: the last must be 100, got %q", names[len(names)-1])
+	}
+	return out, nil
+}
+
+// routing is the routing of step s from baseline to candidate, the
+// shadow step copying shadowPercent of the requests.
+func (s rolloutStep) routing(baseline, candidate int64, shadowPercent int) rollout.Routing {
+	switch {
+	case s.shadow:
+		return rollout.Routing{Weights: []rollout.Weight{{Version: baseline, Percent: 100}}, Shadow: candidate, ShadowPercent: shadowPercent}
+	case s.percent == 100:
+		return rollout.Routing{Weights: []rollout.Weight{{Version: candidate, Percent: 100}}}
+	}
+	return rollout.Routing{Weights: []rollout.Weight{{Version: baseline, Percent: 100 - s.percent}, {Version: candidate, Percent: s.percent}}}
+}
+
+// PrepareRolloutInput is the input of PrepareRollout.
+type PrepareRolloutInput struct {
+	Model     string `json:"model"`
+	Candidate int64  `json:"candidate"`
+}
+
+// PrepareRolloutResult names the baseline: the model's default version.
+type PrepareRolloutResult struct {
+	Baseline int64 `json:"baseline"`
+}
+
+// RoutingCause is why a routing changes, for the model's history
+// (bundle.Cause).
+type RoutingCause struct {
+	By     string          `json:"by"`
+	JobID  string          `json:"job_id"`
+	Step   string          `json:"step"`
+	Reason string          `json:"reason,omitempty"`
+	Gates  *rollout.Values `json:"gates,omitempty"`
+}
+
+// SetRoutingInput is the input of SetRouting.
+type SetRoutingInput struct {
+	Model   string          `json:"model"`
+	Routing rollout.Routing `json:"routing"`
+	Cause   RoutingCause    `json:"cause"`
+}
+
+// SetRoutingResult is the fleet's telemetry read right after the routing
+// was written: the start of the step's window.
+type SetRoutingResult struct {
+	Start []rollout.Telemetry `json:"start"`
+}
+
+// EvaluateGatesInput is the input of EvaluateGates: judge the window from
+// Start to now of Candidate (its shadow answers if Shadow) against
+// Baseline; Reference, if set, stands for the baseline when it had fewer
+// than Gates.MinRequests requests in the window (the 100% step).
+type EvaluateGatesInput struct {
+	Model     string              `json:"model"`
+	Baseline  int64               `json:"baseline"`
+	Candidate int64               `json:"candidate"`
+	Shadow    bool                `json:"shadow,omitempty"`
+	Start     []rollout.Telemetry `json:"start"`
+	Gates     rollout.Gates       `json:"gates"`
+	Reference *rollout.Stats      `json:"reference,omitempty"`
+}
+
+// EvaluateGatesResult is the verdict and the baseline's counters of the
+// window.
+type EvaluateGatesResult struct {
+	Verdict  rollout.Verdict `json:"verdict"`
+	Baseline rollout.Stats   `json:"baseline"`
+}
+
+// PromoteVersionInput is the input of PromoteVersion: make Version the
+// default of Model and clear its routing.
+type PromoteVersionInput struct {
+	Model   string       `json:"model"`
+	Version int64        `json:"version"`
+	Cause   RoutingCause `json:"cause"`
+}
+
+// Rollout states, in RolloutStatus.State.
+const (
+	RolloutStarting         = "STARTING"
+	RolloutHolding          = "HOLDING"
+	RolloutWaitingTraffic   = "WAITING_FOR_TRAFFIC"
+	RolloutPaused           = "PAUSED"
+	RolloutAwaitingApproval = "AWAITING_APPROVAL"
+	RolloutPromoted         = "PROMOTED"
+	RolloutRolledBack       = "ROLLED_BACK"
+)
+
+// RolloutStatus is what the status query answers, and the result of
+// RolloutJob (State PROMOTED or ROLLED_BACK, with Reason).
+type RolloutStatus struct {
+	Model     string           `json:"model"`
+	Baseline  int64            `json:"baseline"`
+	Candidate int64            `json:"candidate"`
+	State     string           `json:"state"`
+	Step      int              `json:"step"`
+	StepName  string           `json:"step_name"`
+	Routing   rollout.Routing  `json:"routing"`
+	Last      *rollout.Verdict `json:"last,omitempty"`
+	Reason    string           `json:"reason,omitempty"`
+	// Verdicts are the passing verdict of every step done, by step name.
+	Verdicts map[string]rollout.Verdict `json:"verdicts,omitempty"`
+}
+
+// rolloutRun is one RolloutJob's state.
+type rolloutRun struct {
+	in        RolloutInput
+	id        string
+	steps     []rolloutStep
+	st        RolloutStatus
+	paused    bool
+	approved  bool
+	aborted   string // the abort reason, "" until aborted
+	reference *rollout.Stats
+}
+
+var errAborted = errors.New("aborted")
+
+// RolloutJob moves a model's traffic from its default version to a
+// candidate in steps, judging each step's window by gates on the serving
+// fleet's own measurements, and promotes the candidate or rolls back to
+// the baseline at 100% (on a failed gate, an abort signal, or
+// cancellation). Every routing change goes through SetRouting, which
+// records it in the model's history with this workflow's ID and the gate
+// values it was decided on.
+func RolloutJob(ctx workflow.Context, in RolloutInput) (RolloutStatus, error) {
+	r := &rolloutRun{in: in, id: workflow.GetInfo(ctx).WorkflowExecution.ID, st: RolloutStatus{Model: in.Model, Candidate: in.Candidate, State: RolloutStarting}}
+	if err := workflow.SetQueryHandler(ctx, RolloutStatusQuery, func() (RolloutStatus, error) { return r.st, nil }); err != nil {
+		return r.st, err
+	}
+	steps, err := in.validate()
+	if err == nil && r.id != RolloutWorkflowID(in.Model) {
+		err = fmt.Errorf("workflow ID %q: a rollout of %s runs as %q, so that only one runs at a time", r.id, in.Model, RolloutWorkflowID(in.Model))
+	}
+	if err != nil {
+		return r.st, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
+	}
+	r.steps = steps
+	r.listen(ctx)
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second, MaximumAttempts: 10,
+			NonRetryableErrorTypes: []string{ErrTypeInvalidSpec},
+		},
+	})
+	prep, err := rolloutActs.PrepareRollout.Run(actx, PrepareRolloutInput{Model: in.Model, Candidate: in.Candidate})
+	if err != nil {
+		return r.st, err
+	}
+	r.st.Baseline = prep.Baseline
+	err = r.run(actx)
+	if err == nil {
+		return r.st, nil
+	}
+	// Roll back: on a failed gate, an abort, or a cancelled workflow
+	// (through a context that outlives the cancellation).
+	reason := err.Error()
+	rctx := actx
+	if errors.Is(ctx.Err(), workflow.ErrCanceled) || temporal.IsCanceledError(err) {
+		rctx, _ = workflow.NewDisconnectedContext(actx)
+		reason = "cancelled"
+	}
+	var gates *rollout.Values
+	if r.st.Last != nil {
+		gates = &r.st.Last.Values
+	}
+	if _, rerr := rolloutActs.SetRouting.Run(rctx, SetRoutingInput{Model: in.Model, Cause: r.cause("rollback", reason, gates)}); rerr != nil {
+		return r.st, fmt.Errorf("roll back after %v: %w", reason, rerr)
+	}
+	r.st.State, r.st.Reason, r.st.Routing = RolloutRolledBack, reason, rollout.Routing{}
+	workflow.GetLogger(ctx).Info("rolled_back", "model", in.Model, "candidate", in.Candidate, "reason", reason)
+	return r.st, nil
+}
+
+// listen applies the signals to r as they come.
+func (r *rolloutRun) listen(ctx workflow.Context) {
+	approve := workflow.GetSignalChannel(ctx, RolloutApproveSignal)
+	abort := workflow.GetSignalChannel(ctx, RolloutAbortSignal)
+	pause := workflow.GetSignalChannel(ctx, RolloutPauseSignal)
+	resume := workflow.GetSignalChannel(ctx, RolloutResumeSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(approve, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.approved = true })
+			sel.AddReceive(abort, func(c workflow.ReceiveChannel, _ bool) {
+				var reason string
+				c.Receive(ctx, &reason)
+				r.aborted = "aborted: " + strings.TrimSpace(cutText(reason, 500))
+			})
+			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.paused = true })
+			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.paused = false })
+			sel.Select(ctx)
+		}
+	})
+}
+
+// cutText clips s to n bytes.
+func cutText(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// cause is a RoutingCause of this run.
+func (r *rolloutRun) cause(step, reason string, gates *rollout.Values) RoutingCause {
+	return RoutingCause{By: cmpOr(r.in.By, "rollout"), JobID: r.id, Step: step, Reason: reason, Gates: gates}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// wait blocks until cond holds or the run is aborted (errAborted), for
+// at most d if d > 0 (ok false on timeout).
+func (r *rolloutRun) wait(ctx workflow.Context, d time.Duration, cond func() bool) (bool, error) {
+	stop := func() bool { return r.aborted != "" || cond() }
+	var ok bool
+	var err error
+	if d > 0 {
+		ok, err = workflow.AwaitWithTimeout(ctx, d, stop)
+	} else {
+		err, ok = workflow.Await(ctx, stop), true
+	}
+	if err != nil {
+		return false, err
+	}
+	if r.aborted != "" {
+		return false, errors.New(r.aborted)
+	}
+	return ok, nil
+}
+
+// run goes through the steps; an error means roll back.
+func (r *rolloutRun) run(ctx workflow.Context) error {
+	in, base := r.in, r.st.Baseline
+	hold := time.Duration(cmpF(in.HoldSecs, DefaultHoldSecs) * float64(time.Second))
+	recheck := time.Duration(cmpF(in.RecheckSecs, cmpF(in.HoldSecs, DefaultHoldSecs)) * float64(time.Second))
+	never := func() bool { return false }
+	var lastValues *rollout.Values
+	for i, s := range r.steps {
+		r.st.Step, r.st.StepName = i, s.name
+		if r.paused {
+			r.st.State = RolloutPaused
+			if _, err := r.wait(ctx, 0, func() bool { return !r.paused }); err != nil {
+				return err
+			}
+		}
+		if in.Approval && s.percent == 100 && !r.approved {
+			r.st.State = RolloutAwaitingApproval
+			if _, err := r.wait(ctx, 0, func() bool { return r.approved }); err != nil {
+				return err
+			}
+		}
+		rt := s.routing(base, in.Candidate, in.ShadowPercent)
+		set, err := rolloutActs.SetRouting.Run(ctx, SetRoutingInput{Model: in.Model, Routing: rt, Cause: r.cause(s.name, "", lastValues)})
+		if err != nil {
+			return err
+		}
+		r.st.Routing, r.st.State = rt, RolloutHolding
+		wait := hold
+		for {
+			if _, err := r.wait(ctx, wait, never); err != nil {
+				return err
+			}
+			if r.paused {
+				r.st.State = RolloutPaused
+				if _, err := r.wait(ctx, 0, func() bool { return !r.paused }); err != nil {
+					return err
+				}
+			}
+			res, err := rolloutActs.EvaluateGates.Run(ctx, EvaluateGatesInput{
+				Model: in.Model, Baseline: base, Candidate: in.Candidate, Shadow: s.shadow,
+				Start: set.Start, Gates: in.Gates, Reference: r.reference,
+			})
+			if err != nil {
+				return err
+			}
+			v := res.Verdict
+			r.st.Last = &v
+			switch v.Outcome {
+			case rollout.Fail:
+				return fmt.Errorf("step %s: gate failed: %s", s.name, strings.Join(v.Reasons, "; "))
+			case rollout.Wait:
+				r.st.State = RolloutWaitingTraffic
+				wait = recheck
+				continue
+			}
+			if res.Baseline.Requests >= in.Gates.WithDefaults().MinRequests {
+				b := res.Baseline
+				r.reference = &b
+			}
+			if r.st.Verdicts == nil {
+				r.st.Verdicts = map[string]rollout.Verdict{}
+			}
+			r.st.Verdicts[s.name] = v
+			lastValues = &v.Values
+			break
+		}
+	}
+	if err := rolloutActs.PromoteVersion.Execute(ctx, PromoteVersionInput{Model: in.Model, Version: in.Candidate, Cause: r.cause("promote", "every gate passed", lastValues)}).Into(ctx, nil); err != nil {
+		return err
+	}
+	r.st.State, r.st.Routing = RolloutPromoted, rollout.Routing{}
+	return nil
+}
+
+func cmpF(a, b float64) float64 {
+	if a > 0 {
+		return a
+	}
+	return b
+}
