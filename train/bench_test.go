@@ -157,3 +157,57 @@ func BenchmarkSequentialGradient(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkNetGradient times Gradient of the Fashion-MNIST MLP
+// (784-128-64-10, mlpMeta) on random pixels, computing in float64 and
+// float32; once the first calls have sized the workspace it allocates
+// nothing. Run it with -cpu 1,2 to see the batch split (issue #30).
+func BenchmarkNetGradient(b *testing.B) {
+	for _, batch := range []int{32, 128} {
+		for _, f32 := range []bool{false, true} {
+			b.Run(fmt.Sprintf("float32=%v/batch=%d", f32, batch), func(b *testing.B) {
+				meta := mlpMeta
+				meta.Spec = &train.ModelSpec{HiddenUnits: mlpMeta.Spec.HiddenUnits, Float32: f32}
+				m, err := train.New(meta, rand.New(rand.NewPCG(1, 1)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				data := randomData(batch, 784, 10)
+				grad := make([]float64, len(m.Params()))
+				for range 3 { // size the workspace and the kernels' pooled packing space
+					m.Gradient(grad, data.X, data.Y)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					m.Gradient(grad, data.X, data.Y)
+				}
+				b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "examples/s")
+			})
+		}
+	}
+}
+
+// BenchmarkNetPredict times Predict of the Fashion-MNIST MLP on batches
+// of random pixels (the evaluator's path, train.Evaluate).
+func BenchmarkNetPredict(b *testing.B) {
+	for _, batch := range []int{128, 1024} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			m, err := train.New(mlpMeta, rand.New(rand.NewPCG(1, 1)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			data := randomData(batch, 784, 10)
+			probs, logits := make([]float64, batch*10), make([]float64, batch*10)
+			for range 3 {
+				m.Predict(probs, logits, data.X)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				m.Predict(probs, logits, data.X)
+			}
+			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "examples/s")
+		})
+	}
+}
