@@ -1,6 +1,7 @@
 package train
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -85,4 +86,129 @@ func runParts(st *parts, n int) {
 	}
 	st.claim()
 	st.wg.Wait()
+}
+
+// batchParts is the number of parts Gradient and Predict (Sequential's
+// and Net's) split a batch of at least batchParts·partRows rows into,
+// whatever GOMAXPROCS is: results depend on the batch only, and up to
+// batchParts cores share a step (the machine class of issue #30 has
+// two). Under GOMAXPROCS=1 the parts run one after the other.
+const batchParts = 2
+
+// partRows is the fewest rows of a part. Tests raise it to get the
+// unsplit pass.
+var partRows = 8
+
+// rowSplit is a batch split into n parts of consecutive rows: part i is
+// rows lo[i]…lo[i+1]-1.
+type rowSplit struct {
+	n  int
+	lo [batchParts + 1]int
+}
+
+// split splits rows rows into batchParts parts, or one part when there
+// are fewer than batchParts·partRows.
+func (r *rowSplit) split(rows int) {
+	r.n, r.lo[0] = 1, 0
+	if rows >= batchParts*partRows {
+		r.n = batchParts
+	}
+	for i := range r.n {
+		r.lo[i+1] = rows * (i + 1) / r.n
+	}
+}
+
+// partPredictor is a model whose Predict splits its rows as Gradient
+// does (predictSplit).
+type partPredictor interface {
+	// predictRows returns the logits of the rows rows of x with dropout
+	// off, in a workspace it takes from its pool and returns as ws for
+	// putWorkspace; with serial set its matrix products run on the
+	// calling goroutine only.
+	predictRows(x []float64, rows int, serial bool) (z []float64, ws any)
+	putWorkspace(ws any)
+}
+
+// splitPredict is one Predict call of m, split into parts of consecutive
+// rows that run on up to n cores. A row's logits do not depend on the
+// split.
+type splitPredict struct {
+	m partPredictor
+	rowSplit
+	dim, k, classes  int
+	probs, logits, x []float64
+	run              parts
+}
+
+// part predicts rows lo[i]…lo[i+1]-1.
+func (p *splitPredict) part(i int) {
+	lo, hi := p.lo[i], p.lo[i+1]
+	k, c := p.k, p.classes
+	z, ws := p.m.predictRows(p.x[lo*p.dim:hi*p.dim], hi-lo, p.n > 1)
+	defer p.m.putWorkspace(ws)
+	if p.logits != nil {
+		copy(p.logits[lo*k:hi*k], z)
+	}
+	if p.probs != nil && c > 0 {
+		for r := range hi - lo {
+			probabilities(p.probs[(lo+r)*c:(lo+r+1)*c], z[r*k:(r+1)*k])
+		}
+	}
+}
+
+// predictSplit is the Predict of a model m with dim features, k outputs
+// and classes classes: it checks the shapes, then splits the rows of x
+// into parts (rowSplit) run by runParts, each with a workspace of m's
+// pool. calls is m's pool of *splitPredict, so that a call allocates
+// nothing once the pools hold the largest batch's workspaces.
+func predictSplit(m partPredictor, calls *sync.Pool, dim, k, classes int, probs, logits, x []float64) error {
+	if len(x)%dim != 0 {
+		return fmt.Errorf("%w: %d values is not a whole number of %d-feature rows", ErrShape, len(x), dim)
+	}
+	rows := len(x) / dim
+	if (logits != nil && len(logits) < rows*k) || (probs != nil && classes > 0 && len(probs) < rows*classes) {
+		return fmt.Errorf("%w: destinations too short for %d rows", ErrShape, rows)
+	}
+	p, _ := calls.Get().(*splitPredict)
+	if p == nil {
+		p = &splitPredict{m: m}
+	}
+	defer calls.Put(p)
+	p.split(rows)
+	p.dim, p.k, p.classes = dim, k, classes
+	p.probs, p.logits, p.x, p.run.p = probs, logits, x, p
+	runParts(&p.run, p.n)
+	p.probs, p.logits, p.x = nil, nil, nil
+	return nil
+}
+
+// sumParts adds the gradients of parts 1…n-1 into dst, which holds part
+// 0's, as part i of run: each of the n parts sums its share of the
+// variables, so that the sum of a large model uses the cores too. The
+// sums are those of adding the parts in order, whatever runs them.
+type sumParts[T float] struct {
+	dst []T
+	src [batchParts][]T // src[1…n-1]
+	n   int
+	run parts
+}
+
+func (s *sumParts[T]) part(i int) {
+	lo, hi := len(s.dst)*i/s.n, len(s.dst)*(i+1)/s.n
+	dst := s.dst[lo:hi]
+	for p := 1; p < s.n; p++ {
+		for j, v := range s.src[p][lo:hi] {
+			dst[j] += v
+		}
+	}
+}
+
+// sum adds src[1…n-1] into dst on up to n cores.
+func (s *sumParts[T]) sum(dst []T, n int) {
+	if n <= 1 {
+		return
+	}
+	s.dst, s.n, s.run.p = dst, n, s
+	runParts(&s.run, n)
+	s.dst = nil
 }

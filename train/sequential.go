@@ -769,98 +769,45 @@ func activateGrad[T float](a Activation, din, dout, x, y []T) {
 // the rows of x, computing in float64 with dropout off. Either destination
 // may be nil. Its scratch comes from a pool that keeps the largest batch's
 // workspace; it is safe for concurrent use while Params is not written.
-// Like Gradient it splits ≥ seqParts·seqPartRows rows into seqParts parts
-// on up to as many cores; the results are those of one pass, bit for bit.
+// Like Gradient it splits ≥ batchParts·partRows rows into batchParts parts
+// on up to as many cores (predictSplit); the results are those of one
+// pass, bit for bit.
 func (s *Sequential) Predict(probs, logits, x []float64) error {
-	dim := s.meta.Dim
-	if len(x)%dim != 0 {
-		return fmt.Errorf("%w: %d values is not a whole number of %d-feature rows", ErrShape, len(x), dim)
-	}
-	rows := len(x) / dim
-	if (logits != nil && len(logits) < rows*s.k) || (probs != nil && s.meta.Classes > 0 && len(probs) < rows*s.meta.Classes) {
-		return fmt.Errorf("%w: destinations too short for %d rows", ErrShape, rows)
-	}
-	p, _ := s.predicts.Get().(*seqPredict)
-	if p == nil {
-		p = &seqPredict{s: s}
-	}
-	defer s.predicts.Put(p)
-	p.n, p.lo[0] = 1, 0
-	if rows >= seqParts*seqPartRows {
-		p.n = seqParts
-	}
-	for i := range p.n {
-		p.lo[i+1] = rows * (i + 1) / p.n
-	}
-	p.probs, p.logits, p.x, p.run.p = probs, logits, x, p
-	runParts(&p.run, p.n)
-	p.probs, p.logits, p.x = nil, nil, nil
-	return nil
+	return predictSplit(s, &s.predicts, s.meta.Dim, s.k, s.meta.Classes, probs, logits, x)
 }
 
-// seqPredict is one Predict call, split into n parts of consecutive rows
-// (as Gradient splits a batch) that run on up to n cores, each with a
-// workspace from the model's pool. A row's logits do not depend on the
-// split.
-type seqPredict struct {
-	s                *Sequential
-	n                int
-	lo               [seqParts + 1]int
-	probs, logits, x []float64
-	run              parts
-}
-
-// part predicts rows lo[i]…lo[i+1]-1.
-func (p *seqPredict) part(i int) {
-	s := p.s
-	lo, hi := p.lo[i], p.lo[i+1]
-	rows, dim, k := hi-lo, s.meta.Dim, s.k
+// predictRows is the forward pass of Predict over rows rows of x, in a
+// workspace of s's pool (partPredictor).
+func (s *Sequential) predictRows(x []float64, rows int, serial bool) ([]float64, any) {
 	ws, _ := s.pool.Get().(*seqWorkspace[float64])
 	if ws == nil {
 		ws = new(seqWorkspace[float64])
 	}
-	defer s.pool.Put(ws)
 	if ws.n < rows || ws.outs == nil {
 		newSeqWorkspace(s, ws, rows, false)
 	}
-	ws.serial = p.n > 1
-	z := seqForward(s, ws, s.params, p.x[lo*dim:hi*dim], rows, false)
-	if p.logits != nil {
-		copy(p.logits[lo*k:hi*k], z)
-	}
-	if c := s.meta.Classes; p.probs != nil && c > 0 {
-		for r := range rows {
-			probabilities(p.probs[(lo+r)*c:(lo+r+1)*c], z[r*k:(r+1)*k])
-		}
-	}
+	ws.serial = serial
+	return seqForward(s, ws, s.params, x, rows, false), ws
 }
 
-// seqParts is the number of parts Gradient splits a batch of at least
-// seqParts·seqPartRows rows into, whatever GOMAXPROCS is: results depend
-// on the batch only, and up to seqParts cores share a step (the machine
-// class of issue #30 has two).
-const seqParts = 2
-
-// seqPartRows is the fewest rows of a part. Tests raise it to get the
-// unsplit pass.
-var seqPartRows = 8
+func (s *Sequential) putWorkspace(ws any) { s.pool.Put(ws) }
 
 // seqGrad is Gradient's state, computing in T: a workspace per part of
 // the batch and the batch-wide logits and their gradient.
 type seqGrad[T float] struct {
 	s     *Sequential
-	parts [seqParts]seqWorkspace[T]
+	parts [batchParts]seqWorkspace[T]
 	w     []T // one call's variables in T, shared by the parts
 	wbuf  []T // Params narrowed, for Gradient in float32
-	// one call's batch: part i is rows lo[i]…lo[i+1]-1
-	n         int
-	lo        [seqParts + 1]int
+	// one call's batch, split into parts
+	rowSplit
 	x         []float64
 	x32       []T       // the batch when the caller narrowed it (Gradient32)
 	z64, dz64 []float64 // rows×Outputs
 	p         []float64 // the loss's scratch
 	backward  bool
 	run       parts
+	sum       sumParts[T]
 }
 
 // part runs part i of the batch: the forward pass, or the backward pass
@@ -914,7 +861,7 @@ func toFloat64[T float](dst []float64, src []T) {
 // dropout draws from the model's random source. It allocates only when a
 // batch is larger than any before; not safe for concurrent use.
 //
-// A batch of at least seqParts·seqPartRows rows is split into seqParts
+// A batch of at least batchParts·partRows rows is split into batchParts
 // parts of consecutive rows, each with its own workspace, run on up to
 // that many cores (GOMAXPROCS); the matrix products inside a part do not
 // split further. Dropout's masks are drawn for the whole batch first, in
@@ -960,13 +907,9 @@ func (s *Sequential) Gradient32(grad, w, x []float32, y []float64) float64 {
 // returns the loss; the parts' gradients are left in g.parts[i].g.
 func seqPasses[T float](s *Sequential, g *seqGrad[T], w []T, x []float64, x32 []T, y []float64) float64 {
 	rows := len(y)
-	n := 1
-	if rows >= seqParts*seqPartRows {
-		n = seqParts
-	}
-	g.n, g.lo[0] = n, 0
+	g.split(rows)
+	n := g.n
 	for i := range n {
-		g.lo[i+1] = rows * (i + 1) / n
 		ws := &g.parts[i]
 		if r := g.lo[i+1] - g.lo[i]; ws.n < r || ws.d0 == nil {
 			newSeqWorkspace(s, ws, r, true)
@@ -993,13 +936,11 @@ func seqPasses[T float](s *Sequential, g *seqGrad[T], w []T, x []float64, x32 []
 // seqSum adds the gradients of g's parts into the first part's, in T,
 // and returns it.
 func seqSum[T float](g *seqGrad[T]) []T {
-	sum := g.parts[0].g
 	for i := 1; i < g.n; i++ {
-		for j, v := range g.parts[i].g {
-			sum[j] += v
-		}
+		g.sum.src[i] = g.parts[i].g
 	}
-	return sum
+	g.sum.sum(g.parts[0].g, g.n)
+	return g.parts[0].g
 }
 
 // drawMasks draws the dropout masks of g's parts from s's random source:
