@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
-	"sync"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
@@ -50,9 +50,8 @@ type Net struct {
 	f32      bool
 	grad     netGrad[float64]
 	grad32   netGrad[float32]
-	// pool holds Predict's *workspace[float64]s, predicts its
-	// *splitPredicts.
-	pool, predicts sync.Pool
+	// predicts holds Predict calls' state with their workspaces.
+	predicts predictCalls
 }
 
 // NewNet returns a network of the type and architecture meta describes,
@@ -195,9 +194,18 @@ type workspace[T float] struct {
 	x      []T   // the part's rows narrowed, float32 only
 	// one pass: its rows of x in T and the deep input it used
 	in, deepIn []T
-	// serial makes the matrix products run on the calling goroutine: the
-	// batch is already split across the cores.
+	// serial makes the matrix products run on the calling goroutine,
+	// packing into pack: the batch is already split across the cores.
 	serial bool
+	pack   packing[T]
+}
+
+// pk is the packing space of ws's products: nil unless they run serially.
+func (ws *workspace[T]) pk() *packing[T] {
+	if ws.serial {
+		return &ws.pack
+	}
+	return nil
 }
 
 // newWorkspace sizes ws for rows rows; train adds what the backward pass
@@ -228,29 +236,31 @@ func newWorkspace[T float](n *Net, ws *workspace[T], rows int, train, grad bool)
 // gemmT computes C = op(A)·op(B) + beta·C for row-major rows×cols
 // operands (before op), through gemm or gemm32.
 func gemmT[T float](tA, tB blas.Transpose, ar, ac int, a []T, br, bc int, b []T, beta T, cr, cc int, c []T) {
-	gemmTOn(false, tA, tB, ar, ac, a, br, bc, b, beta, cr, cc, c)
+	gemmTOn(nil, tA, tB, ar, ac, a, br, bc, b, beta, cr, cc, c)
 }
 
-// gemmTOn is gemmT, computed on the calling goroutine only if serial is
-// set (see gemmSerial).
-func gemmTOn[T float](serial bool, tA, tB blas.Transpose, ar, ac int, a []T, br, bc int, b []T, beta T, cr, cc int, c []T) {
+// gemmTOn is gemmT, computed on the calling goroutine only, packing into
+// pk, if pk is not nil (see gemmSerial).
+func gemmTOn[T float](pk *packing[T], tA, tB blas.Transpose, ar, ac int, a []T, br, bc int, b []T, beta T, cr, cc int, c []T) {
 	switch a := any(a).(type) {
 	case []float64:
-		f := gemm
-		if serial {
-			f = gemmSerial
+		ga := blas64.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]}
+		gb := blas64.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float64)[:br*bc]}
+		gc := blas64.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float64)[:cr*cc]}
+		if pk != nil {
+			gemmSerial(any(pk).(*packing[float64]), tA, tB, 1, ga, gb, float64(beta), gc)
+		} else {
+			gemm(tA, tB, 1, ga, gb, float64(beta), gc)
 		}
-		f(tA, tB, 1, blas64.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]},
-			blas64.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float64)[:br*bc]}, float64(beta),
-			blas64.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float64)[:cr*cc]})
 	case []float32:
-		f := gemm32
-		if serial {
-			f = gemm32Serial
+		ga := blas32.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]}
+		gb := blas32.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float32)[:br*bc]}
+		gc := blas32.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float32)[:cr*cc]}
+		if pk != nil {
+			gemm32Serial(any(pk).(*packing[float32]), tA, tB, 1, ga, gb, float32(beta), gc)
+		} else {
+			gemm32(tA, tB, 1, ga, gb, float32(beta), gc)
 		}
-		f(tA, tB, 1, blas32.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]},
-			blas32.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float32)[:br*bc]}, float32(beta),
-			blas32.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float32)[:cr*cc]})
 	}
 }
 
@@ -290,7 +300,7 @@ func forwardLayers[T float](n *Net, ws *workspace[T], p []T, rows, from, to int,
 		for i := range rows {
 			copy(z[i*l.out:(i+1)*l.out], b)
 		}
-		gemmTOn(ws.serial, blas.NoTrans, blas.NoTrans, rows, l.in, in, l.in, l.out, weights(l, p), 1, rows, l.out, z)
+		gemmTOn(ws.pk(), blas.NoTrans, blas.NoTrans, rows, l.in, in, l.in, l.out, weights(l, p), 1, rows, l.out, z)
 		if li < len(n.layers)-1 && !drop {
 			for i, v := range z {
 				z[i] = max(v, 0)
@@ -309,7 +319,7 @@ func forwardLayers[T float](n *Net, ws *workspace[T], p []T, rows, from, to int,
 				xw[i*w+j] = x[i*dim+c]
 			}
 		}
-		gemmTOn(ws.serial, blas.NoTrans, blas.NoTrans, rows, w, xw, w, n.k, p[n.wideOff:], 1, rows, n.k, in)
+		gemmTOn(ws.pk(), blas.NoTrans, blas.NoTrans, rows, w, xw, w, n.k, p[n.wideOff:], 1, rows, n.k, in)
 	}
 	return in
 }
@@ -335,7 +345,7 @@ func backward[T float](n *Net, ws *workspace[T], p, g, dz []T, rows int) {
 	x, deepIn := ws.in, ws.deepIn
 	if len(n.wideCols) > 0 {
 		w := len(n.wideCols)
-		gemmTOn(ws.serial, blas.Trans, blas.NoTrans, rows, w, ws.xw, rows, n.k, dz, 0, w, n.k, g[n.wideOff:])
+		gemmTOn(ws.pk(), blas.Trans, blas.NoTrans, rows, w, ws.xw, rows, n.k, dz, 0, w, n.k, g[n.wideOff:])
 	}
 	other := ws.d1
 	for li := len(n.layers) - 1; li >= 0; li-- {
@@ -344,7 +354,7 @@ func backward[T float](n *Net, ws *workspace[T], p, g, dz []T, rows int) {
 		if li > 0 {
 			in = ws.acts[li-1][:rows*l.in]
 		}
-		gemmTOn(ws.serial, blas.Trans, blas.NoTrans, rows, l.in, in, rows, l.out, dz, 0, l.in, l.out, g[l.off:])
+		gemmTOn(ws.pk(), blas.Trans, blas.NoTrans, rows, l.in, in, rows, l.out, dz, 0, l.in, l.out, g[l.off:])
 		gb := biases(l, g)
 		clear(gb)
 		for i := range rows {
@@ -356,7 +366,7 @@ func backward[T float](n *Net, ws *workspace[T], p, g, dz []T, rows int) {
 			break
 		}
 		da := other[:rows*l.in]
-		gemmTOn(ws.serial, blas.NoTrans, blas.Trans, rows, l.out, dz, l.in, l.out, weights(l, p), 0, rows, l.in, da)
+		gemmTOn(ws.pk(), blas.NoTrans, blas.Trans, rows, l.out, dz, l.in, l.out, weights(l, p), 0, rows, l.in, da)
 		if li > 0 {
 			// ReLU and dropout: h = 0 exactly where the unit was off or
 			// dropped, and h = scale·z elsewhere.
@@ -394,21 +404,21 @@ func (e Embedding) bucket(v float64) int {
 // Predict writes class probabilities (NumClasses per row, classifiers
 // only) and logits (Outputs per row; for a regressor, the predictions) of
 // the rows of x, computing in float64. Either destination may be nil. Its
-// scratch comes from a pool that keeps the largest batch's workspace; it
-// is safe for concurrent use while Params is not written. Like Gradient
-// it splits ≥ batchParts·partRows rows into batchParts parts on up to as
-// many cores (predictSplit); the results are those of one pass, bit for
-// bit.
+// scratch comes from a pool of calls' workspaces; it is safe for
+// concurrent use while Params is not written. Like Gradient
+// it splits ≥ batchParts·partRows rows into netParts parts
+// (predictSplit); the results are those of one pass, bit for bit.
 func (n *Net) Predict(probs, logits, x []float64) error {
-	return predictSplit(n, &n.predicts, n.meta.Dim, n.k, n.meta.Classes, probs, logits, x)
+	return predictSplit(n, &n.predicts, netParts(), n.meta.Dim, n.k, n.meta.Classes, probs, logits, x)
 }
 
-// predictRows is the forward pass of Predict over rows rows of x, in a
-// workspace of n's pool (partPredictor).
-func (n *Net) predictRows(x []float64, rows int, serial bool) ([]float64, any) {
-	ws, _ := n.pool.Get().(*workspace[float64])
+// predictRows is the forward pass of Predict over rows rows of x in the
+// part's workspace *ws (partPredictor).
+func (n *Net) predictRows(wsp *any, x []float64, rows int, serial bool) []float64 {
+	ws, _ := (*wsp).(*workspace[float64])
 	if ws == nil {
 		ws = new(workspace[float64])
+		*wsp = ws
 	}
 	if ws.n < rows || ws.acts == nil {
 		newWorkspace(n, ws, rows, false, false)
@@ -416,10 +426,8 @@ func (n *Net) predictRows(x []float64, rows int, serial bool) ([]float64, any) {
 	ws.serial, ws.in = serial, x
 	z := forwardLayers(n, ws, n.params, rows, 0, len(n.layers), false)
 	ws.in, ws.deepIn = nil, nil
-	return z, ws
+	return z
 }
-
-func (n *Net) putWorkspace(ws any) { n.pool.Put(ws) }
 
 // loss writes dL/dz of the model's loss into dz and returns the mean loss.
 func (n *Net) loss(dz, z, y, p []float64) float64 {
@@ -445,16 +453,17 @@ func modelLoss(classes, k int, dz, z, y, p []float64) float64 {
 // dropout draws from the network's random source. It allocates only when
 // a batch is larger than any before; not safe for concurrent use.
 //
-// A batch of at least batchParts·partRows rows is split into batchParts
-// parts of consecutive rows, each with its own workspace and gradient,
-// run on up to that many cores (GOMAXPROCS; runParts); the matrix
-// products inside a part do not split further. With dropout, each hidden
+// A batch of at least batchParts·partRows rows is split into netParts
+// parts of consecutive rows (one under GOMAXPROCS=1, where Gradient is
+// the unsplit pass), each with its own workspace and gradient, run on as
+// many cores (runParts); the matrix products inside a part do not split
+// further. With dropout, each hidden
 // layer's products run in parts and its mask is then drawn over the
 // whole batch in the order one pass draws it, and the loss is computed
 // over the whole batch, so the logits, the loss and the random source's
 // state are those of the unsplit pass. Only the gradients of the
 // variables differ from it, by rounding: they are the sum of the parts'
-// sums over their rows. Neither depends on GOMAXPROCS.
+// sums over their rows, the same for the same GOMAXPROCS.
 func (n *Net) Gradient(grad, x, y []float64) float64 {
 	if n.f32 {
 		g := &n.grad32
@@ -484,6 +493,13 @@ func (n *Net) Gradient32(grad, w, x []float32, y []float64) float64 {
 	netSum(&n.grad32)
 	return loss
 }
+
+// netParts is the number of parts a Net splits a batch of at least
+// batchParts·partRows rows into: one per core it may use (GOMAXPROCS),
+// at most batchParts. Splitting on one core would only shrink the
+// products (each part packs the weights again and computes a weight
+// gradient of its own to sum).
+func netParts() int { return min(runtime.GOMAXPROCS(0), batchParts) }
 
 // netGrad is Gradient's state, computing in T: a workspace per part of
 // the batch and the batch-wide logits and their gradient.
@@ -548,7 +564,7 @@ func (g *netGrad[T]) part(i int) {
 // others' are left in their workspaces for netSum.
 func netPasses[T float](n *Net, g *netGrad[T], w []T, x []float64, x32 []T, y []float64, grad []T) float64 {
 	rows := len(y)
-	g.split(rows)
+	g.split(rows, netParts())
 	for i := range g.n {
 		ws := &g.parts[i]
 		if r := g.lo[i+1] - g.lo[i]; ws.n < r || ws.d0 == nil || ws.g == nil && (i > 0 || grad == nil) {

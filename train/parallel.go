@@ -88,11 +88,13 @@ func runParts(st *parts, n int) {
 	st.wg.Wait()
 }
 
-// batchParts is the number of parts Gradient and Predict (Sequential's
-// and Net's) split a batch of at least batchParts·partRows rows into,
-// whatever GOMAXPROCS is: results depend on the batch only, and up to
+// batchParts is the most parts Gradient and Predict (Sequential's and
+// Net's) split a batch of at least batchParts·partRows rows into: up to
 // batchParts cores share a step (the machine class of issue #30 has
-// two). Under GOMAXPROCS=1 the parts run one after the other.
+// two). A Sequential always splits into batchParts, whatever GOMAXPROCS
+// is (under GOMAXPROCS=1 the parts run one after the other), so its
+// results depend on the batch only; a Net into min(batchParts,
+// GOMAXPROCS) (netParts), so that on one core it runs the unsplit pass.
 const batchParts = 2
 
 // partRows is the fewest rows of a part. Tests raise it to get the
@@ -106,12 +108,12 @@ type rowSplit struct {
 	lo [batchParts + 1]int
 }
 
-// split splits rows rows into batchParts parts, or one part when there
-// are fewer than batchParts·partRows.
-func (r *rowSplit) split(rows int) {
+// split splits rows rows into parts (at most batchParts), or one part
+// when there are fewer than batchParts·partRows.
+func (r *rowSplit) split(rows, parts int) {
 	r.n, r.lo[0] = 1, 0
 	if rows >= batchParts*partRows {
-		r.n = batchParts
+		r.n = max(1, min(parts, batchParts))
 	}
 	for i := range r.n {
 		r.lo[i+1] = rows * (i + 1) / r.n
@@ -122,21 +124,23 @@ func (r *rowSplit) split(rows int) {
 // does (predictSplit).
 type partPredictor interface {
 	// predictRows returns the logits of the rows rows of x with dropout
-	// off, in a workspace it takes from its pool and returns as ws for
-	// putWorkspace; with serial set its matrix products run on the
-	// calling goroutine only.
-	predictRows(x []float64, rows int, serial bool) (z []float64, ws any)
-	putWorkspace(ws any)
+	// off, computed in the part's workspace *ws, which it makes (or
+	// grows) when *ws is nil (or too small); with serial set its matrix
+	// products run on the calling goroutine only.
+	predictRows(ws *any, x []float64, rows int, serial bool) []float64
 }
 
 // splitPredict is one Predict call of m, split into parts of consecutive
-// rows that run on up to n cores. A row's logits do not depend on the
-// split.
+// rows that run on up to n cores, each in its own workspace. A row's
+// logits do not depend on the split. A call's state goes back to the
+// model's pool with its workspaces: one Get and Put per call, on the
+// caller's goroutine.
 type splitPredict struct {
 	m partPredictor
 	rowSplit
 	dim, k, classes  int
 	probs, logits, x []float64
+	ws               [batchParts]any
 	run              parts
 }
 
@@ -144,8 +148,7 @@ type splitPredict struct {
 func (p *splitPredict) part(i int) {
 	lo, hi := p.lo[i], p.lo[i+1]
 	k, c := p.k, p.classes
-	z, ws := p.m.predictRows(p.x[lo*p.dim:hi*p.dim], hi-lo, p.n > 1)
-	defer p.m.putWorkspace(ws)
+	z := p.m.predictRows(&p.ws[i], p.x[lo*p.dim:hi*p.dim], hi-lo, p.n > 1)
 	if p.logits != nil {
 		copy(p.logits[lo*k:hi*k], z)
 	}
@@ -156,12 +159,37 @@ func (p *splitPredict) part(i int) {
 	}
 }
 
+// predictCalls is a model's store of Predict calls' state with their
+// workspaces: the last call's, kept for the next (so that one caller
+// predicting batch after batch reuses it whatever the collector does),
+// and a pool for concurrent calls.
+type predictCalls struct {
+	last atomic.Pointer[splitPredict]
+	pool sync.Pool
+}
+
+func (c *predictCalls) get(m partPredictor) *splitPredict {
+	if p := c.last.Swap(nil); p != nil {
+		return p
+	}
+	if p, _ := c.pool.Get().(*splitPredict); p != nil {
+		return p
+	}
+	return &splitPredict{m: m}
+}
+
+func (c *predictCalls) put(p *splitPredict) {
+	if !c.last.CompareAndSwap(nil, p) {
+		c.pool.Put(p)
+	}
+}
+
 // predictSplit is the Predict of a model m with dim features, k outputs
 // and classes classes: it checks the shapes, then splits the rows of x
-// into parts (rowSplit) run by runParts, each with a workspace of m's
-// pool. calls is m's pool of *splitPredict, so that a call allocates
-// nothing once the pools hold the largest batch's workspaces.
-func predictSplit(m partPredictor, calls *sync.Pool, dim, k, classes int, probs, logits, x []float64) error {
+// into up to parts parts (rowSplit) run by runParts. calls is m's store
+// of calls' state, so that a call allocates nothing once it holds a call
+// with the largest batch's workspaces.
+func predictSplit(m partPredictor, calls *predictCalls, parts, dim, k, classes int, probs, logits, x []float64) error {
 	if len(x)%dim != 0 {
 		return fmt.Errorf("%w: %d values is not a whole number of %d-feature rows", ErrShape, len(x), dim)
 	}
@@ -169,12 +197,9 @@ func predictSplit(m partPredictor, calls *sync.Pool, dim, k, classes int, probs,
 	if (logits != nil && len(logits) < rows*k) || (probs != nil && classes > 0 && len(probs) < rows*classes) {
 		return fmt.Errorf("%w: destinations too short for %d rows", ErrShape, rows)
 	}
-	p, _ := calls.Get().(*splitPredict)
-	if p == nil {
-		p = &splitPredict{m: m}
-	}
-	defer calls.Put(p)
-	p.split(rows)
+	p := calls.get(m)
+	defer calls.put(p)
+	p.split(rows, parts)
 	p.dim, p.k, p.classes = dim, k, classes
 	p.probs, p.logits, p.x, p.run.p = probs, logits, x, p
 	runParts(&p.run, p.n)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 
 	"gonum.org/v1/gonum/blas"
 )
@@ -52,9 +51,8 @@ type Sequential struct {
 	reluPool []bool
 	grad     seqGrad[float64]
 	grad32   seqGrad[float32]
-	// pool holds Predict's *seqWorkspace[float64]s, predicts its
-	// *seqPredicts.
-	pool, predicts sync.Pool
+	// predicts holds Predict calls' state with their workspaces.
+	predicts predictCalls
 }
 
 // NewSequential returns the sequential model meta describes with
@@ -165,15 +163,24 @@ type seqWorkspace[T float] struct {
 	masks [][]T     // per dropout op: n×outN of 0 or 1/(1-rate); nil elsewhere
 	args  [][]int32 // per max pool op: n×outN offsets of the maxima in their example's input; nil elsewhere
 	cols  []T       // im2col block of the convolutions
-	// serial makes the matrix products run on the calling goroutine: the
-	// batch is already split across the cores.
+	// serial makes the matrix products run on the calling goroutine,
+	// packing into pack: the batch is already split across the cores.
 	serial bool
+	pack   packing[T]
 	// training only
 	d0, d1 []T // n×widest gradients with respect to an op's output or input
 	g      []T // the gradient of this part's rows
 	// float32 only: the input in T
 	x  []T
 	in []T // the input of the pass, x or the caller's rows
+}
+
+// pk is the packing space of ws's products: nil unless they run serially.
+func (ws *seqWorkspace[T]) pk() *packing[T] {
+	if ws.serial {
+		return &ws.pack
+	}
+	return nil
 }
 
 // newSeqWorkspace sizes ws for rows rows; train adds what Gradient needs.
@@ -225,9 +232,9 @@ func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int,
 		out := ws.outs[i][:rows*o.outN()]
 		switch o.kind {
 		case opDense:
-			denseForward(o, ws.serial, p, in, out, rows)
+			denseForward(o, ws.pk(), p, in, out, rows)
 		case opConv:
-			convForward(o, ws.serial, ws.cols, p, in, out, rows)
+			convForward(o, ws.pk(), ws.cols, p, in, out, rows)
 		case opMaxPool:
 			var arg []int32
 			if train {
@@ -285,9 +292,9 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 		}
 		switch o.kind {
 		case opDense:
-			denseBackward(o, ws.serial, p, g, in, dout, din, rows)
+			denseBackward(o, ws.pk(), p, g, in, dout, din, rows)
 		case opConv:
-			convBackward(o, ws.serial, ws.cols, p, g, in, dout, din, rows)
+			convBackward(o, ws.pk(), ws.cols, p, g, in, dout, din, rows)
 		case opMaxPool:
 			if din != nil {
 				var relu []T // with a fused ReLU: route only where the output is positive
@@ -323,23 +330,23 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 }
 
 // denseForward computes out = in·W + b for rows rows.
-func denseForward[T float](o *op, serial bool, p, in, out []T, rows int) {
+func denseForward[T float](o *op, pk *packing[T], p, in, out []T, rows int) {
 	n, m := o.inN(), o.outN()
 	w, b := p[o.off:o.off+n*m], p[o.off+n*m:o.off+o.size]
 	for i := range rows {
 		copy(out[i*m:(i+1)*m], b)
 	}
-	gemmTOn(serial, blas.NoTrans, blas.NoTrans, rows, n, in, n, m, w, 1, rows, m, out)
+	gemmTOn(pk, blas.NoTrans, blas.NoTrans, rows, n, in, n, m, w, 1, rows, m, out)
 }
 
 // denseBackward writes ∂L/∂W = inᵀ·dout and ∂L/∂b = Σ_rows dout into g
 // and, if din is not nil, ∂L/∂in = dout·Wᵀ into din.
-func denseBackward[T float](o *op, serial bool, p, g, in, dout, din []T, rows int) {
+func denseBackward[T float](o *op, pk *packing[T], p, g, in, dout, din []T, rows int) {
 	n, m := o.inN(), o.outN()
-	gemmTOn(serial, blas.Trans, blas.NoTrans, rows, n, in, rows, m, dout, 0, n, m, g[o.off:o.off+n*m])
+	gemmTOn(pk, blas.Trans, blas.NoTrans, rows, n, in, rows, m, dout, 0, n, m, g[o.off:o.off+n*m])
 	biasGrad(g[o.off+n*m:o.off+o.size], dout)
 	if din != nil {
-		gemmTOn(serial, blas.NoTrans, blas.Trans, rows, m, dout, n, m, p[o.off:o.off+n*m], 0, rows, n, din)
+		gemmTOn(pk, blas.NoTrans, blas.Trans, rows, m, dout, n, m, p[o.off:o.off+n*m], 0, rows, n, din)
 	}
 }
 
@@ -364,7 +371,7 @@ func biasGrad[T float](gb, dout []T) {
 
 // convForward computes conv o's output (rows·Ho·Wo × filters) from in,
 // im2col block by block in cols.
-func convForward[T float](o *op, serial bool, cols, p, in, out []T, rows int) {
+func convForward[T float](o *op, pk *packing[T], cols, p, in, out []T, rows int) {
 	k, f := o.kdim(), o.out.c
 	w, b := p[o.off:o.off+k*f], p[o.off+k*f:o.off+o.size]
 	total, block := rows*o.out.h*o.out.w, colRows(o, rows)
@@ -376,13 +383,13 @@ func convForward[T float](o *op, serial bool, cols, p, in, out []T, rows int) {
 		for i := range mr {
 			copy(z[i*f:(i+1)*f], b)
 		}
-		gemmTOn(serial, blas.NoTrans, blas.NoTrans, mr, k, c, k, f, w, 1, mr, f, z)
+		gemmTOn(pk, blas.NoTrans, blas.NoTrans, mr, k, c, k, f, w, 1, mr, f, z)
 	}
 }
 
 // convBackward writes ∂L/∂W = Σ colsᵀ·dout and ∂L/∂b into g and, if din
 // is not nil, ∂L/∂in: the im2col gradient dout·Wᵀ scattered back (col2im).
-func convBackward[T float](o *op, serial bool, cols, p, g, in, dout, din []T, rows int) {
+func convBackward[T float](o *op, pk *packing[T], cols, p, g, in, dout, din []T, rows int) {
 	k, f := o.kdim(), o.out.c
 	w, gw := p[o.off:o.off+k*f], g[o.off:o.off+k*f]
 	biasGrad(g[o.off+k*f:o.off+o.size], dout)
@@ -398,9 +405,9 @@ func convBackward[T float](o *op, serial bool, cols, p, g, in, dout, din []T, ro
 		if m0 == 0 {
 			beta = 0
 		}
-		gemmTOn(serial, blas.Trans, blas.NoTrans, mr, k, c, mr, f, d, beta, k, f, gw)
+		gemmTOn(pk, blas.Trans, blas.NoTrans, mr, k, c, mr, f, d, beta, k, f, gw)
 		if din != nil {
-			gemmTOn(serial, blas.NoTrans, blas.Trans, mr, f, d, k, f, w, 0, mr, k, c)
+			gemmTOn(pk, blas.NoTrans, blas.Trans, mr, f, d, k, f, w, 0, mr, k, c)
 			col2im(o, din, c, m0, mr)
 		}
 	}
@@ -767,30 +774,29 @@ func activateGrad[T float](a Activation, din, dout, x, y []T) {
 // Predict writes class probabilities (NumClasses per row, classifiers
 // only) and logits (Outputs per row; for a regressor, the predictions) of
 // the rows of x, computing in float64 with dropout off. Either destination
-// may be nil. Its scratch comes from a pool that keeps the largest batch's
-// workspace; it is safe for concurrent use while Params is not written.
+// may be nil. Its scratch comes from a pool of calls' workspaces; it is
+// safe for concurrent use while Params is not written.
 // Like Gradient it splits ≥ batchParts·partRows rows into batchParts parts
 // on up to as many cores (predictSplit); the results are those of one
 // pass, bit for bit.
 func (s *Sequential) Predict(probs, logits, x []float64) error {
-	return predictSplit(s, &s.predicts, s.meta.Dim, s.k, s.meta.Classes, probs, logits, x)
+	return predictSplit(s, &s.predicts, batchParts, s.meta.Dim, s.k, s.meta.Classes, probs, logits, x)
 }
 
-// predictRows is the forward pass of Predict over rows rows of x, in a
-// workspace of s's pool (partPredictor).
-func (s *Sequential) predictRows(x []float64, rows int, serial bool) ([]float64, any) {
-	ws, _ := s.pool.Get().(*seqWorkspace[float64])
+// predictRows is the forward pass of Predict over rows rows of x in the
+// part's workspace *ws (partPredictor).
+func (s *Sequential) predictRows(wsp *any, x []float64, rows int, serial bool) []float64 {
+	ws, _ := (*wsp).(*seqWorkspace[float64])
 	if ws == nil {
 		ws = new(seqWorkspace[float64])
+		*wsp = ws
 	}
 	if ws.n < rows || ws.outs == nil {
 		newSeqWorkspace(s, ws, rows, false)
 	}
 	ws.serial = serial
-	return seqForward(s, ws, s.params, x, rows, false), ws
+	return seqForward(s, ws, s.params, x, rows, false)
 }
-
-func (s *Sequential) putWorkspace(ws any) { s.pool.Put(ws) }
 
 // seqGrad is Gradient's state, computing in T: a workspace per part of
 // the batch and the batch-wide logits and their gradient.
@@ -907,7 +913,7 @@ func (s *Sequential) Gradient32(grad, w, x []float32, y []float64) float64 {
 // returns the loss; the parts' gradients are left in g.parts[i].g.
 func seqPasses[T float](s *Sequential, g *seqGrad[T], w []T, x []float64, x32 []T, y []float64) float64 {
 	rows := len(y)
-	g.split(rows)
+	g.split(rows, batchParts)
 	n := g.n
 	for i := range n {
 		ws := &g.parts[i]

@@ -48,14 +48,28 @@ func DgemmSerial(tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64,
 	gemmParts(&impl.d, 1, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-// gemm checks the arguments, then runs the product serially or split
-// across the worker pool.
-func gemm[T Float](kn *gemmKernel[T], tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
-	gemmParts(kn, parallelism(m, n, k), tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+// Scratch is the packing space of one goroutine's serial products
+// (SgemmSerialIn, DgemmSerialIn), kept by a caller that splits its own
+// work with the rest of that work's scratch, so that its products take
+// nothing from the shared pool (whose per-CPU lists allocate now and then
+// when goroutines move between CPUs). The zero Scratch is ready to use;
+// it grows to the largest product's packing space.
+type Scratch[T Float] struct{ s scratch[T] }
+
+// SgemmSerialIn is SgemmSerial packing into s, which only one goroutine
+// may use at a time.
+func SgemmSerialIn(s *Scratch[float32], tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	gemmIn(&impl.s, &s.s, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-// gemmParts is gemm split into at most parts parts.
-func gemmParts[T Float](kn *gemmKernel[T], parts int, tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+// DgemmSerialIn is SgemmSerialIn for float64.
+func DgemmSerialIn(s *Scratch[float64], tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	gemmIn(&impl.d, &s.s, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// gemmIn checks the arguments, then runs the product on the calling
+// goroutine, packing into s (nil: a scratch from the pool).
+func gemmIn[T Float](kn *gemmKernel[T], s *scratch[T], tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	ta, tb := checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
 	if m == 0 || n == 0 {
 		return
@@ -64,10 +78,33 @@ func gemmParts[T Float](kn *gemmKernel[T], parts int, tA, tB blas.Transpose, m, 
 		scale(m, n, beta, c, ldc)
 		return
 	}
-	if parts <= 1 {
-		s := getScratch[T]()
+	if s != nil {
 		gemmSerial(kn, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		putScratch(s)
+		return
+	}
+	s = getScratch[T]()
+	gemmSerial(kn, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	putScratch(s)
+}
+
+// gemm checks the arguments, then runs the product serially or split
+// across the worker pool.
+func gemm[T Float](kn *gemmKernel[T], tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	gemmParts(kn, parallelism(m, n, k), tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// gemmParts is gemm split into at most parts parts.
+func gemmParts[T Float](kn *gemmKernel[T], parts int, tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if parts <= 1 {
+		gemmIn(kn, nil, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	ta, tb := checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scale(m, n, beta, c, ldc)
 		return
 	}
 	g := getCall[T]()
