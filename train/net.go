@@ -470,13 +470,14 @@ func (n *Net) Gradient(grad, x, y []float64) float64 {
 		if len(g.wbuf) != len(n.params) {
 			g.wbuf = make([]float32, len(n.params))
 		}
-		narrow(g.wbuf, n.params)
+		g.vec.x, g.vec.a = g.wbuf, n.params
+		g.vec.do(vecNarrow, len(n.params))
 		loss := netPasses(n, g, g.wbuf, x, nil, y, nil)
-		widen(grad, netSum(g))
+		netSum(g, grad)
 		return loss
 	}
 	loss := netPasses(n, &n.grad, n.params, x, nil, y, grad)
-	netSum(&n.grad)
+	netSum(&n.grad, nil)
 	return loss
 }
 
@@ -490,7 +491,7 @@ func (n *Net) Float32() bool { return n.f32 }
 // network's Gradient is widen(Gradient32(narrow(Params))), bit for bit.
 func (n *Net) Gradient32(grad, w, x []float32, y []float64) float64 {
 	loss := netPasses(n, &n.grad32, w, nil, x, y, grad)
-	netSum(&n.grad32)
+	netSum(&n.grad32, nil)
 	return loss
 }
 
@@ -523,7 +524,7 @@ type netGrad[T float] struct {
 	drop     bool
 	backward bool
 	run      parts
-	sum      sumParts[T]
+	vec      vecCall // the sum of the parts' gradients, Params narrowed
 }
 
 // part runs stage g.from…g.to (or the backward pass) of part i.
@@ -605,13 +606,15 @@ func netPasses[T float](n *Net, g *netGrad[T], w []T, x []float64, x32 []T, y []
 }
 
 // netSum adds the gradients of g's parts into part 0's (the caller's
-// gradient or parts[0].g), in T, and returns it.
-func netSum[T float](g *netGrad[T]) []T {
+// gradient or parts[0].g), in T, widens the sum into wide unless wide is
+// nil (float32), and returns it.
+func netSum[T float](g *netGrad[T], wide []float64) []T {
+	var srcs [batchParts][]T
 	for i := 1; i < g.n; i++ {
-		g.sum.src[i] = g.parts[i].g
+		srcs[i] = g.parts[i].g
 	}
-	g.sum.sum(g.g0[:len(g.net.params)], g.n)
-	sum := g.g0
+	sum := g.g0[:len(g.net.params)]
+	sumGradients(&g.vec, sum, &srcs, g.n, wide)
 	g.g0 = nil
 	for i := range g.n {
 		g.parts[i].in, g.parts[i].deepIn = nil, nil

@@ -304,3 +304,39 @@ func TestNetStepAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestAdamSplitIsExact checks that Adam's update split across two cores
+// (vecCall, for ≥ vecSplitMin variables) leaves the variables and slots
+// of the unsplit update bit for bit, on a size whose halves end inside an
+// AVX2 block, and that the split update allocates nothing.
+func TestAdamSplitIsExact(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	n := 2*vecSplitMin + 7
+	r := rand.New(rand.NewPCG(4, 4))
+	p0, g := make([]float64, n), make([]float64, n)
+	for i := range p0 {
+		p0[i], g[i] = r.NormFloat64(), r.NormFloat64()
+	}
+	run := func(procs int) (p []float64, a *Adam) {
+		runtime.GOMAXPROCS(procs)
+		p, a = slices.Clone(p0), NewAdam(0.01, n)
+		for range 3 {
+			a.Update(p, g)
+		}
+		if got := a.vec.parts; got != procs {
+			t.Fatalf("GOMAXPROCS=%d: the update ran in %d parts", procs, got)
+		}
+		return p, a
+	}
+	p1, a1 := run(1)
+	p2, a2 := run(2)
+	if !slices.Equal(p1, p2) || !slices.Equal(a1.M, a2.M) || !slices.Equal(a1.V, a2.V) {
+		t.Error("the split Adam update differs from the unsplit one")
+	}
+	if raceEnabled {
+		return // the race detector allocates for its own bookkeeping
+	}
+	if n, where := ownAllocs(50, func() { a2.Update(p2, g) }); n != 0 {
+		t.Errorf("the split update allocates %v times per call: %v", n, where)
+	}
+}

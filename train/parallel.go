@@ -207,33 +207,89 @@ func predictSplit(m partPredictor, calls *predictCalls, parts, dim, k, classes i
 	return nil
 }
 
-// sumParts adds the gradients of parts 1…n-1 into dst, which holds part
-// 0's, as part i of run: each of the n parts sums its share of the
-// variables, so that the sum of a large model uses the cores too. The
-// sums are those of adding the parts in order, whatever runs them.
-type sumParts[T float] struct {
-	dst []T
-	src [batchParts][]T // src[1…n-1]
-	n   int
-	run parts
+// vecCall is an elementwise operation over n values (vecNarrow,
+// vecWiden, vecAdam, vecSum32, vecSum64), split into ranges that run on
+// up to batchParts cores (runParts) once n is at least vecSplitMin. Each
+// value is computed as one pass over all n computes it, so the results
+// do not depend on the split. A vecCall is owned by its caller and
+// reused, so that a call allocates nothing; f is a plain function, not a
+// closure.
+type vecCall struct {
+	f        func(c *vecCall, lo, hi int)
+	n, parts int
+	a, b     []float64 // float64 operands
+	m, v     []float64 // Adam's slots
+	x        []float32 // a float32 operand
+	src32    [batchParts][]float32
+	src64    [batchParts][]float64
+	srcs     int        // vecSum: src[1…srcs-1] are added
+	k        [5]float64 // scalars
+	run      parts
 }
 
-func (s *sumParts[T]) part(i int) {
-	lo, hi := len(s.dst)*i/s.n, len(s.dst)*(i+1)/s.n
-	dst := s.dst[lo:hi]
-	for p := 1; p < s.n; p++ {
-		for j, v := range s.src[p][lo:hi] {
+// vecSplitMin is the fewest values an elementwise operation splits.
+const vecSplitMin = 1 << 14
+
+func (c *vecCall) part(i int) { c.f(c, c.n*i/c.parts, c.n*(i+1)/c.parts) }
+
+// do runs f over [0, n) and drops the operands.
+func (c *vecCall) do(f func(c *vecCall, lo, hi int), n int) {
+	c.f, c.n, c.parts, c.run.p = f, n, 1, c
+	if n >= vecSplitMin {
+		c.parts = min(runtime.GOMAXPROCS(0), batchParts)
+	}
+	runParts(&c.run, c.parts)
+	c.a, c.b, c.m, c.v, c.x = nil, nil, nil, nil, nil
+	c.src32, c.src64 = [batchParts][]float32{}, [batchParts][]float64{}
+}
+
+// vecNarrow: x = float32(a).
+func vecNarrow(c *vecCall, lo, hi int) { narrow(c.x[lo:hi], c.a[lo:hi]) }
+
+// vecAdam: adamStep of the variables a with gradient b and slots m and
+// v, with k = β1, β2, lr, s, ε.
+func vecAdam(c *vecCall, lo, hi int) {
+	adamStep(c.a[lo:hi], c.b[lo:hi], c.m[lo:hi], c.v[lo:hi], c.k[0], c.k[1], c.k[2], c.k[3], c.k[4])
+}
+
+// vecSum32: x += src32[1] + … (in that order), then a = float64(x) if a
+// is set.
+func vecSum32(c *vecCall, lo, hi int) {
+	dst := c.x[lo:hi]
+	for p := 1; p < c.srcs; p++ {
+		for j, v := range c.src32[p][lo:hi] {
+			dst[j] += v
+		}
+	}
+	if c.a != nil {
+		widen(c.a[lo:hi], dst)
+	}
+}
+
+// vecSum64: a += src64[1] + … (in that order).
+func vecSum64(c *vecCall, lo, hi int) {
+	dst := c.a[lo:hi]
+	for p := 1; p < c.srcs; p++ {
+		for j, v := range c.src64[p][lo:hi] {
 			dst[j] += v
 		}
 	}
 }
 
-// sum adds src[1…n-1] into dst on up to n cores.
-func (s *sumParts[T]) sum(dst []T, n int) {
-	if n <= 1 {
-		return
+// sumGradients adds the gradients of a batch's parts 1…n-1 (srcs) into
+// dst, which holds part 0's, on up to batchParts cores (c); for float32
+// it then widens the sum into wide unless wide is nil. Each value is
+// summed in part order, however the values are split.
+func sumGradients[T float](c *vecCall, dst []T, srcs *[batchParts][]T, n int, wide []float64) {
+	c.srcs = n
+	switch d := any(dst).(type) {
+	case []float32:
+		c.x, c.a = d, wide
+		c.src32 = *any(srcs).(*[batchParts][]float32)
+		c.do(vecSum32, len(d))
+	case []float64:
+		c.a = d
+		c.src64 = *any(srcs).(*[batchParts][]float64)
+		c.do(vecSum64, len(d))
 	}
-	s.dst, s.n, s.run.p = dst, n, s
-	runParts(&s.run, n)
-	s.dst = nil
 }

@@ -813,7 +813,7 @@ type seqGrad[T float] struct {
 	p         []float64 // the loss's scratch
 	backward  bool
 	run       parts
-	sum       sumParts[T]
+	vec       vecCall // the sum of the parts' gradients
 }
 
 // part runs part i of the batch: the forward pass, or the backward pass
@@ -889,7 +889,7 @@ func seqGradient[T float](s *Sequential, g *seqGrad[T], grad, x, y []float64) fl
 		g.wbuf = make([]T, len(s.params))
 	}
 	loss := seqPasses(s, g, fromFloat64(g.wbuf, s.params), x, nil, y)
-	toFloat64(grad, seqSum(g))
+	toFloat64(grad, seqSum(g, nil))
 	return loss
 }
 
@@ -904,7 +904,7 @@ func (s *Sequential) Float32() bool { return s.f32 }
 // for bit.
 func (s *Sequential) Gradient32(grad, w, x []float32, y []float64) float64 {
 	loss := seqPasses(s, &s.grad32, w, nil, x, y)
-	copy(grad, seqSum(&s.grad32))
+	copy(grad, seqSum(&s.grad32, nil))
 	return loss
 }
 
@@ -940,12 +940,13 @@ func seqPasses[T float](s *Sequential, g *seqGrad[T], w []T, x []float64, x32 []
 }
 
 // seqSum adds the gradients of g's parts into the first part's, in T,
-// and returns it.
-func seqSum[T float](g *seqGrad[T]) []T {
+// widens the sum into wide unless wide is nil (float32), and returns it.
+func seqSum[T float](g *seqGrad[T], wide []float64) []T {
+	var srcs [batchParts][]T
 	for i := 1; i < g.n; i++ {
-		g.sum.src[i] = g.parts[i].g
+		srcs[i] = g.parts[i].g
 	}
-	g.sum.sum(g.parts[0].g, g.n)
+	sumGradients(&g.vec, g.parts[0].g, &srcs, g.n, wide)
 	return g.parts[0].g
 }
 
