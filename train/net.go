@@ -534,11 +534,7 @@ func (g *netGrad[T]) part(i int) {
 	rows, k, dim := hi-lo, n.k, n.meta.Dim
 	if !g.backward {
 		if g.from == 0 {
-			if g.x32 != nil {
-				ws.in = g.x32[lo*dim : hi*dim]
-			} else {
-				ws.in = fromFloat64(ws.x, g.x[lo*dim:hi*dim])
-			}
+			ws.in = partRowsIn(ws.x, g.x, g.x32, lo, hi, dim)
 		}
 		if z := forwardLayers(n, ws, g.w, rows, g.from, g.to, g.drop); z != nil {
 			toFloat64(g.z64[lo*k:hi*k], z)
@@ -546,12 +542,7 @@ func (g *netGrad[T]) part(i int) {
 		return
 	}
 	dz := ws.d0[:rows*k] // backward swaps it with ws.d1
-	switch d := any(dz).(type) {
-	case []float64:
-		copy(d, g.dz64[lo*k:hi*k])
-	case []float32:
-		narrow(d, g.dz64[lo*k:hi*k])
-	}
+	fromFloat64Into(dz, g.dz64[lo*k:hi*k])
 	grad := ws.g
 	if i == 0 {
 		grad = g.g0

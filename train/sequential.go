@@ -823,22 +823,13 @@ func (g *seqGrad[T]) part(i int) {
 	lo, hi := g.lo[i], g.lo[i+1]
 	rows, k := hi-lo, s.k
 	if !g.backward {
-		if g.x32 != nil {
-			ws.in = g.x32[lo*s.meta.Dim : hi*s.meta.Dim]
-		} else {
-			ws.in = fromFloat64(ws.x, g.x[lo*s.meta.Dim:hi*s.meta.Dim])
-		}
+		ws.in = partRowsIn(ws.x, g.x, g.x32, lo, hi, s.meta.Dim)
 		z := seqForward(s, ws, g.w, ws.in, rows, true)
 		toFloat64(g.z64[lo*k:hi*k], z)
 		return
 	}
 	dz := ws.d0[:rows*k] // seqBackward swaps it with ws.d1
-	switch d := any(dz).(type) {
-	case []float64:
-		copy(d, g.dz64[lo*k:hi*k])
-	case []float32:
-		narrow(d, g.dz64[lo*k:hi*k])
-	}
+	fromFloat64Into(dz, g.dz64[lo*k:hi*k])
 	seqBackward(s, ws, g.w, ws.g, dz, ws.in, rows)
 }
 
@@ -850,6 +841,26 @@ func fromFloat64[T float](buf []T, src []float64) []T {
 	}
 	narrow(any(buf).([]float32), src)
 	return buf[:len(src)]
+}
+
+// partRowsIn returns rows lo…hi-1 of a batch of dim-feature rows in T:
+// x32's when the caller narrowed the batch (x32 not nil), else x's,
+// narrowed into buf for float32.
+func partRowsIn[T float](buf []T, x []float64, x32 []T, lo, hi, dim int) []T {
+	if x32 != nil {
+		return x32[lo*dim : hi*dim]
+	}
+	return fromFloat64(buf, x[lo*dim:hi*dim])
+}
+
+// fromFloat64Into writes src into dst, narrowed for float32.
+func fromFloat64Into[T float](dst []T, src []float64) {
+	switch d := any(dst).(type) {
+	case []float64:
+		copy(d, src)
+	case []float32:
+		narrow(d, src)
+	}
 }
 
 // toFloat64 writes src into dst.

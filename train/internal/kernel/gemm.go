@@ -70,12 +70,8 @@ func DgemmSerialIn(s *Scratch[float64], tA, tB blas.Transpose, m, n, k int, alph
 // gemmIn checks the arguments, then runs the product on the calling
 // goroutine, packing into s (nil: a scratch from the pool).
 func gemmIn[T Float](kn *gemmKernel[T], s *scratch[T], tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
-	ta, tb := checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 || alpha == 0 {
-		scale(m, n, beta, c, ldc)
+	ta, tb, done := gemmStart(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	if done {
 		return
 	}
 	if s != nil {
@@ -99,12 +95,8 @@ func gemmParts[T Float](kn *gemmKernel[T], parts int, tA, tB blas.Transpose, m, 
 		gemmIn(kn, nil, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	ta, tb := checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 || alpha == 0 {
-		scale(m, n, beta, c, ldc)
+	ta, tb, done := gemmStart(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	if done {
 		return
 	}
 	g := getCall[T]()
@@ -122,6 +114,21 @@ func gemmParts[T Float](kn *gemmKernel[T], parts int, tA, tB blas.Transpose, m, 
 	parts = (side + g.step - 1) / g.step
 	runParts(g, parts)
 	putCall(g)
+}
+
+// gemmStart checks the arguments (checkGemm) and computes the products
+// that need no packing (an empty C, or C = beta·C); done reports that it
+// did.
+func gemmStart[T Float](tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) (ta, tb, done bool) {
+	ta, tb = checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	if m == 0 || n == 0 {
+		return ta, tb, true
+	}
+	if k == 0 || alpha == 0 {
+		scale(m, n, beta, c, ldc)
+		return ta, tb, true
+	}
+	return ta, tb, false
 }
 
 // checkGemm panics on arguments that break the BLAS contract and returns
