@@ -102,6 +102,9 @@ const (
 //	Model       += t·q·P
 //	Activations += t·(q-1)·im2col block
 //
+// A Net's batch split (Net.Gradient) adds the gradients of parts 2…q (its
+// first part writes the gradient counted above): Model += t·(q-1)·P.
+//
 // The estimate bounds what Run allocates up to its first checkpoint,
 // garbage included (a resumed run's checkpoint file and tensors, dead
 // once restored, may not be collected before the next save), and so its
@@ -144,6 +147,8 @@ func MemoryNeed(meta CheckpointMeta, optimizer string, batch, rows int) (Memory,
 	if sh.parts > 0 { // each part's im2col block and gradient
 		m.Activations = add(m.Activations, mul(t, sh.parts-1, sh.cols(B)))
 		m.Model = add(m.Model, mul(t, sh.parts, P))
+	} else { // the gradients of a Net's parts after the first
+		m.Model = add(m.Model, mul(t, batchParts-1, P))
 	}
 	m.Inputs = add(m.Inputs, mul(t, B, sh.wide))
 	m.Model = add(m.Model, mul(24, D))
@@ -214,7 +219,7 @@ type shape struct {
 	outputs, classes int64
 	deepIn, wide     int64
 	gather           bool       // the deep input is gathered from x
-	parts            int64      // a Sequential's batch parts (seqParts), else 0
+	parts            int64      // a Sequential's batch parts (batchParts), else 0
 	acts             int64      // h₁+…+h_L
 	widest           int64      // max(d₀, h₁…h_L)
 	widestCols       int64      // the most columns of a product's result
@@ -293,7 +298,7 @@ func sequentialShape(meta CheckpointMeta, sh shape) (shape, error) {
 		return shape{}, err
 	}
 	D := int64(meta.Dim)
-	sh.params, sh.deepIn, sh.parts = int64(p.params), D, seqParts
+	sh.params, sh.deepIn, sh.parts = int64(p.params), D, batchParts
 	sh.widest, sh.widestCols = D, sh.outputs
 	for i := range p.ops {
 		o := &p.ops[i]

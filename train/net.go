@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 
 	"gonum.org/v1/gonum/blas"
@@ -47,8 +48,10 @@ type Net struct {
 	pcg      *rand.PCG
 	rng      *rand.Rand
 	f32      bool
-	ws       workspace[float64]
-	ws32     workspace[float32]
+	grad     netGrad[float64]
+	grad32   netGrad[float32]
+	// predicts holds Predict calls' state with their workspaces.
+	predicts predictCalls
 }
 
 // NewNet returns a network of the type and architecture meta describes,
@@ -180,23 +183,36 @@ type embTable struct {
 type float interface{ ~float32 | ~float64 }
 
 // workspace is the scratch of one forward and backward pass over up to n
-// rows, computing in T.
+// rows (a part of a batch), computing in T.
 type workspace[T float] struct {
 	n      int
 	a0     []T   // n×deepIn gathered deep input
 	xw     []T   // n×len(wideCols) gathered wide input
 	acts   [][]T // per layer: n×out, pre-activation then activation
-	d0, d1 []T   // n×widest gradients w.r.t. activations
-	p      []float64
-	// float32 only: params, grad and input in T, logits and their gradient
-	// in float64 for the loss
-	w, g, x   []T
-	z64, dz64 []float64
+	d0, d1 []T   // n×widest gradients w.r.t. activations; nil for Predict
+	g      []T   // the part's gradient (len(Params)); nil for Predict
+	x      []T   // the part's rows narrowed, float32 only
+	// one pass: its rows of x in T and the deep input it used
+	in, deepIn []T
+	// serial makes the matrix products run on the calling goroutine,
+	// packing into pack: the batch is already split across the cores.
+	serial bool
+	pack   packing[T]
 }
 
-func newWorkspace[T float](n *Net, ws *workspace[T], rows int) {
+// pk is the packing space of ws's products: nil unless they run serially.
+func (ws *workspace[T]) pk() *packing[T] {
+	if ws.serial {
+		return &ws.pack
+	}
+	return nil
+}
+
+// newWorkspace sizes ws for rows rows; train adds what the backward pass
+// needs, and grad a gradient of the part's own.
+func newWorkspace[T float](n *Net, ws *workspace[T], rows int, train, grad bool) {
 	widest := n.deepIn
-	*ws = workspace[T]{n: rows, p: make([]float64, max(n.meta.Classes, 1))}
+	*ws = workspace[T]{n: rows}
 	if n.gather {
 		ws.a0 = make([]T, rows*n.deepIn)
 	}
@@ -205,89 +221,95 @@ func newWorkspace[T float](n *Net, ws *workspace[T], rows int) {
 		ws.acts = append(ws.acts, make([]T, rows*l.out))
 		widest = max(widest, l.out)
 	}
-	ws.d0 = make([]T, rows*widest)
-	ws.d1 = make([]T, rows*widest)
-	if _, ok := any(ws.d0).([]float32); ok {
-		ws.w, ws.g = make([]T, len(n.params)), make([]T, len(n.params))
+	if train {
+		ws.d0 = make([]T, rows*widest)
+		ws.d1 = make([]T, rows*widest)
+	}
+	if grad {
+		ws.g = make([]T, len(n.params))
+	}
+	if _, ok := any(ws.a0).([]float32); ok {
 		ws.x = make([]T, rows*n.meta.Dim)
-		ws.z64, ws.dz64 = make([]float64, rows*n.k), make([]float64, rows*n.k)
 	}
 }
 
 // gemmT computes C = op(A)·op(B) + beta·C for row-major rows×cols
 // operands (before op), through gemm or gemm32.
 func gemmT[T float](tA, tB blas.Transpose, ar, ac int, a []T, br, bc int, b []T, beta T, cr, cc int, c []T) {
-	gemmTOn(false, tA, tB, ar, ac, a, br, bc, b, beta, cr, cc, c)
+	gemmTOn(nil, tA, tB, ar, ac, a, br, bc, b, beta, cr, cc, c)
 }
 
-// gemmTOn is gemmT, computed on the calling goroutine only if serial is
-// set (see gemmSerial).
-func gemmTOn[T float](serial bool, tA, tB blas.Transpose, ar, ac int, a []T, br, bc int, b []T, beta T, cr, cc int, c []T) {
+// gemmTOn is gemmT, computed on the calling goroutine only, packing into
+// pk, if pk is not nil (see gemmSerial).
+func gemmTOn[T float](pk *packing[T], tA, tB blas.Transpose, ar, ac int, a []T, br, bc int, b []T, beta T, cr, cc int, c []T) {
 	switch a := any(a).(type) {
 	case []float64:
-		f := gemm
-		if serial {
-			f = gemmSerial
+		ga := blas64.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]}
+		gb := blas64.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float64)[:br*bc]}
+		gc := blas64.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float64)[:cr*cc]}
+		if pk != nil {
+			gemmSerial(any(pk).(*packing[float64]), tA, tB, 1, ga, gb, float64(beta), gc)
+		} else {
+			gemm(tA, tB, 1, ga, gb, float64(beta), gc)
 		}
-		f(tA, tB, 1, blas64.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]},
-			blas64.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float64)[:br*bc]}, float64(beta),
-			blas64.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float64)[:cr*cc]})
 	case []float32:
-		f := gemm32
-		if serial {
-			f = gemm32Serial
+		ga := blas32.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]}
+		gb := blas32.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float32)[:br*bc]}
+		gc := blas32.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float32)[:cr*cc]}
+		if pk != nil {
+			gemm32Serial(any(pk).(*packing[float32]), tA, tB, 1, ga, gb, float32(beta), gc)
+		} else {
+			gemm32(tA, tB, 1, ga, gb, float32(beta), gc)
 		}
-		f(tA, tB, 1, blas32.General{Rows: ar, Cols: ac, Stride: ac, Data: a[:ar*ac]},
-			blas32.General{Rows: br, Cols: bc, Stride: bc, Data: any(b).([]float32)[:br*bc]}, float32(beta),
-			blas32.General{Rows: cr, Cols: cc, Stride: cc, Data: any(c).([]float32)[:cr*cc]})
 	}
 }
 
-// forward computes the logits of the rows rows of x into ws with
-// variables p and returns them (rows×Outputs) and the deep input it used.
-// With train set it applies dropout.
-func forward[T float](n *Net, ws *workspace[T], p, x []T, rows int, train bool) (logits, in []T) {
-	dim := n.meta.Dim
-	in = x[:rows*dim]
-	if n.gather {
-		in = ws.a0[:rows*n.deepIn]
-		for i := range rows {
-			row, dst := x[i*dim:(i+1)*dim], in[i*n.deepIn:(i+1)*n.deepIn]
-			for j, c := range n.deepCols {
-				dst[j] = row[c]
+// forwardLayers runs layers from…to-1 of the forward pass of the rows
+// rows of x (ws.in) with variables p. From layer 0 it first gathers the
+// deep input (into ws.deepIn), and at the output layer it adds the wide
+// part and returns the logits (rows×Outputs; nil before). With drop set
+// the hidden layers are left before their activation, for dropReLU; else
+// it applies ReLU.
+func forwardLayers[T float](n *Net, ws *workspace[T], p []T, rows, from, to int, drop bool) (logits []T) {
+	dim, x := n.meta.Dim, ws.in
+	if from == 0 {
+		ws.deepIn = x[:rows*dim]
+		if n.gather {
+			in := ws.a0[:rows*n.deepIn]
+			for i := range rows {
+				row, dst := x[i*dim:(i+1)*dim], in[i*n.deepIn:(i+1)*n.deepIn]
+				for j, c := range n.deepCols {
+					dst[j] = row[c]
+				}
+				for _, e := range n.embs {
+					b := e.bucket(float64(row[e.Column]))
+					copy(dst[e.at:e.at+e.Dim], p[e.off+b*e.Dim:e.off+(b+1)*e.Dim])
+				}
 			}
-			for _, e := range n.embs {
-				b := e.bucket(float64(row[e.Column]))
-				copy(dst[e.at:e.at+e.Dim], p[e.off+b*e.Dim:e.off+(b+1)*e.Dim])
-			}
+			ws.deepIn = in
 		}
 	}
-	deepIn := in
-	scale := T(1 / (1 - n.dropout))
-	for li, l := range n.layers {
+	in := ws.deepIn
+	if from > 0 {
+		in = ws.acts[from-1][:rows*n.layers[from-1].out]
+	}
+	for li := from; li < to; li++ {
+		l := n.layers[li]
 		z := ws.acts[li][:rows*l.out]
 		b := biases(l, p)
 		for i := range rows {
 			copy(z[i*l.out:(i+1)*l.out], b)
 		}
-		gemmT(blas.NoTrans, blas.NoTrans, rows, l.in, in, l.in, l.out, weights(l, p), 1, rows, l.out, z)
-		if li < len(n.layers)-1 {
-			switch {
-			case train && n.dropout > 0:
-				for i, v := range z {
-					if v <= 0 || n.rng.Float64() < n.dropout {
-						z[i] = 0
-					} else {
-						z[i] = v * scale
-					}
-				}
-			default:
-				for i, v := range z {
-					z[i] = max(v, 0)
-				}
+		gemmTOn(ws.pk(), blas.NoTrans, blas.NoTrans, rows, l.in, in, l.in, l.out, weights(l, p), 1, rows, l.out, z)
+		if li < len(n.layers)-1 && !drop {
+			for i, v := range z {
+				z[i] = max(v, 0)
 			}
 		}
 		in = z
+	}
+	if to < len(n.layers) {
+		return nil
 	}
 	if len(n.wideCols) > 0 {
 		w := len(n.wideCols)
@@ -297,18 +319,33 @@ func forward[T float](n *Net, ws *workspace[T], p, x []T, rows int, train bool) 
 				xw[i*w+j] = x[i*dim+c]
 			}
 		}
-		gemmT(blas.NoTrans, blas.NoTrans, rows, w, xw, w, n.k, p[n.wideOff:], 1, rows, n.k, in)
+		gemmTOn(ws.pk(), blas.NoTrans, blas.NoTrans, rows, w, xw, w, n.k, p[n.wideOff:], 1, rows, n.k, in)
 	}
-	return in, deepIn
+	return in
+}
+
+// dropReLU applies ReLU and then dropout to the pre-activations z of a
+// hidden layer, drawing from n's random source for each unit that is on,
+// in order.
+func dropReLU[T float](n *Net, z []T) {
+	scale := T(1 / (1 - n.dropout))
+	for i, v := range z {
+		if v <= 0 || n.rng.Float64() < n.dropout {
+			z[i] = 0
+		} else {
+			z[i] = v * scale
+		}
+	}
 }
 
 // backward writes into g the gradient of the loss whose gradient with
-// respect to the logits is dz (rows×Outputs, in ws.d0), after forward
-// computed deepIn and ws's activations from x.
-func backward[T float](n *Net, ws *workspace[T], p, g, dz, x, deepIn []T, rows int) {
+// respect to the logits is dz (rows×Outputs, in ws.d0), after
+// forwardLayers computed ws's activations from ws.in.
+func backward[T float](n *Net, ws *workspace[T], p, g, dz []T, rows int) {
+	x, deepIn := ws.in, ws.deepIn
 	if len(n.wideCols) > 0 {
 		w := len(n.wideCols)
-		gemmT(blas.Trans, blas.NoTrans, rows, w, ws.xw, rows, n.k, dz, 0, w, n.k, g[n.wideOff:])
+		gemmTOn(ws.pk(), blas.Trans, blas.NoTrans, rows, w, ws.xw, rows, n.k, dz, 0, w, n.k, g[n.wideOff:])
 	}
 	other := ws.d1
 	for li := len(n.layers) - 1; li >= 0; li-- {
@@ -317,7 +354,7 @@ func backward[T float](n *Net, ws *workspace[T], p, g, dz, x, deepIn []T, rows i
 		if li > 0 {
 			in = ws.acts[li-1][:rows*l.in]
 		}
-		gemmT(blas.Trans, blas.NoTrans, rows, l.in, in, rows, l.out, dz, 0, l.in, l.out, g[l.off:])
+		gemmTOn(ws.pk(), blas.Trans, blas.NoTrans, rows, l.in, in, rows, l.out, dz, 0, l.in, l.out, g[l.off:])
 		gb := biases(l, g)
 		clear(gb)
 		for i := range rows {
@@ -329,7 +366,7 @@ func backward[T float](n *Net, ws *workspace[T], p, g, dz, x, deepIn []T, rows i
 			break
 		}
 		da := other[:rows*l.in]
-		gemmT(blas.NoTrans, blas.Trans, rows, l.out, dz, l.in, l.out, weights(l, p), 0, rows, l.in, da)
+		gemmTOn(ws.pk(), blas.NoTrans, blas.Trans, rows, l.out, dz, l.in, l.out, weights(l, p), 0, rows, l.in, da)
 		if li > 0 {
 			// ReLU and dropout: h = 0 exactly where the unit was off or
 			// dropped, and h = scale·z elsewhere.
@@ -366,30 +403,30 @@ func (e Embedding) bucket(v float64) int {
 
 // Predict writes class probabilities (NumClasses per row, classifiers
 // only) and logits (Outputs per row; for a regressor, the predictions) of
-// the rows of x, computing in float64. Either destination may be nil. It
-// allocates its own scratch and is safe for concurrent use.
+// the rows of x, computing in float64. Either destination may be nil. Its
+// scratch comes from a pool of calls' workspaces; it is safe for
+// concurrent use while Params is not written. Like Gradient
+// it splits ≥ batchParts·partRows rows into netParts parts
+// (predictSplit); the results are those of one pass, bit for bit.
 func (n *Net) Predict(probs, logits, x []float64) error {
-	dim := n.meta.Dim
-	if len(x)%dim != 0 {
-		return fmt.Errorf("%w: %d values is not a whole number of %d-feature rows", ErrShape, len(x), dim)
+	return predictSplit(n, &n.predicts, netParts(), n.meta.Dim, n.k, n.meta.Classes, probs, logits, x)
+}
+
+// predictRows is the forward pass of Predict over rows rows of x in the
+// part's workspace *ws (partPredictor).
+func (n *Net) predictRows(wsp *any, x []float64, rows int, serial bool) []float64 {
+	ws, _ := (*wsp).(*workspace[float64])
+	if ws == nil {
+		ws = new(workspace[float64])
+		*wsp = ws
 	}
-	rows := len(x) / dim
-	if (logits != nil && len(logits) < rows*n.k) || (probs != nil && n.meta.Classes > 0 && len(probs) < rows*n.meta.Classes) {
-		return fmt.Errorf("%w: destinations too short for %d rows", ErrShape, rows)
+	if ws.n < rows || ws.acts == nil {
+		newWorkspace(n, ws, rows, false, false)
 	}
-	var ws workspace[float64]
-	newWorkspace(n, &ws, rows)
-	z, _ := forward(n, &ws, n.params, x, rows, false)
-	if logits != nil {
-		copy(logits, z)
-	}
-	if probs != nil && n.meta.Classes > 0 {
-		c := n.meta.Classes
-		for i := range rows {
-			probabilities(probs[i*c:(i+1)*c], z[i*n.k:(i+1)*n.k])
-		}
-	}
-	return nil
+	ws.serial, ws.in = serial, x
+	z := forwardLayers(n, ws, n.params, rows, 0, len(n.layers), false)
+	ws.in, ws.deepIn = nil, nil
+	return z
 }
 
 // loss writes dL/dz of the model's loss into dz and returns the mean loss.
@@ -414,33 +451,33 @@ func modelLoss(classes, k int, dz, z, y, p []float64) float64 {
 // Gradient writes into grad (len(Params)) the gradient of the mean loss
 // over the rows of x with targets y and returns that loss. During training
 // dropout draws from the network's random source. It allocates only when
-// a batch is larger than any before.
+// a batch is larger than any before; not safe for concurrent use.
+//
+// A batch of at least batchParts·partRows rows is split into netParts
+// parts of consecutive rows (one under GOMAXPROCS=1, where Gradient is
+// the unsplit pass), each with its own workspace and gradient, run on as
+// many cores (runParts); the matrix products inside a part do not split
+// further. With dropout, each hidden
+// layer's products run in parts and its mask is then drawn over the
+// whole batch in the order one pass draws it, and the loss is computed
+// over the whole batch, so the logits, the loss and the random source's
+// state are those of the unsplit pass. Only the gradients of the
+// variables differ from it, by rounding: they are the sum of the parts'
+// sums over their rows, the same for the same GOMAXPROCS.
 func (n *Net) Gradient(grad, x, y []float64) float64 {
-	rows := len(y)
 	if n.f32 {
-		return n.gradient32(grad, x, y)
+		g := &n.grad32
+		if len(g.wbuf) != len(n.params) {
+			g.wbuf = make([]float32, len(n.params))
+		}
+		g.vec.x, g.vec.a = g.wbuf, n.params
+		g.vec.do(vecNarrow, len(n.params))
+		loss := netPasses(n, g, g.wbuf, x, nil, y, nil)
+		netSum(g, grad)
+		return loss
 	}
-	if n.ws.n < rows {
-		newWorkspace(n, &n.ws, rows)
-	}
-	ws := &n.ws
-	z, deepIn := forward(n, ws, n.params, x, rows, true)
-	dz := ws.d0[:rows*n.k]
-	loss := n.loss(dz, z, y, ws.p)
-	backward(n, ws, n.params, grad, dz, x, deepIn, rows)
-	return loss
-}
-
-// gradient32 is Gradient computing in float32.
-func (n *Net) gradient32(grad, x, y []float64) float64 {
-	if n.ws32.n < len(y) {
-		newWorkspace(n, &n.ws32, len(y))
-	}
-	narrow(n.ws32.w, n.params)
-	x32 := n.ws32.x[:len(x)]
-	narrow(x32, x)
-	loss := n.Gradient32(n.ws32.g, n.ws32.w, x32, y)
-	widen(grad, n.ws32.g)
+	loss := netPasses(n, &n.grad, n.params, x, nil, y, grad)
+	netSum(&n.grad, nil)
 	return loss
 }
 
@@ -449,20 +486,129 @@ func (n *Net) Float32() bool { return n.f32 }
 
 // Gradient32 is Gradient computing in float32 on the variables w
 // (len(Params); Params is not read) and the rows x narrowed to float32,
-// into the float32 gradient grad: a
-// Float32 network's Gradient is widen(Gradient32(narrow(Params))).
+// into the float32 gradient grad: split as Gradient splits, and the
+// parts' gradients summed in float32 as Gradient sums them, so a Float32
+// network's Gradient is widen(Gradient32(narrow(Params))), bit for bit.
 func (n *Net) Gradient32(grad, w, x []float32, y []float64) float64 {
-	rows := len(y)
-	if n.ws32.n < rows {
-		newWorkspace(n, &n.ws32, rows)
-	}
-	ws := &n.ws32
-	z, deepIn := forward(n, ws, w, x, rows, true)
-	z64, dz64 := ws.z64[:rows*n.k], ws.dz64[:rows*n.k]
-	widen(z64, z)
-	loss := n.loss(dz64, z64, y, ws.p)
-	dz := ws.d0[:rows*n.k]
-	narrow(dz, dz64)
-	backward(n, ws, w, grad, dz, x, deepIn, rows)
+	loss := netPasses(n, &n.grad32, w, nil, x, y, grad)
+	netSum(&n.grad32, nil)
 	return loss
+}
+
+// netParts is the number of parts a Net splits a batch of at least
+// batchParts·partRows rows into: one per core it may use (GOMAXPROCS),
+// at most batchParts. Splitting on one core would only shrink the
+// products (each part packs the weights again and computes a weight
+// gradient of its own to sum).
+func netParts() int { return min(runtime.GOMAXPROCS(0), batchParts) }
+
+// netGrad is Gradient's state, computing in T: a workspace per part of
+// the batch and the batch-wide logits and their gradient.
+type netGrad[T float] struct {
+	net   *Net
+	parts [batchParts]workspace[T]
+	wbuf  []T // Params narrowed, for Gradient in float32
+	// one call: the variables, the batch (x, or x32 when the caller
+	// narrowed it) split into parts, and where part 0's gradient goes
+	// (the caller's, else parts[0].g)
+	w   []T
+	x   []float64
+	x32 []T
+	g0  []T
+	rowSplit
+	z64, dz64 []float64 // rows×Outputs
+	p         []float64 // the loss's scratch
+	// the stage the parts run: layers from…to-1 of the forward pass
+	// (drop: without their activation), or the backward pass
+	from, to int
+	drop     bool
+	backward bool
+	run      parts
+	vec      vecCall // the sum of the parts' gradients, Params narrowed
+}
+
+// part runs stage g.from…g.to (or the backward pass) of part i.
+func (g *netGrad[T]) part(i int) {
+	n, ws := g.net, &g.parts[i]
+	lo, hi := g.lo[i], g.lo[i+1]
+	rows, k, dim := hi-lo, n.k, n.meta.Dim
+	if !g.backward {
+		if g.from == 0 {
+			ws.in = partRowsIn(ws.x, g.x, g.x32, lo, hi, dim)
+		}
+		if z := forwardLayers(n, ws, g.w, rows, g.from, g.to, g.drop); z != nil {
+			toFloat64(g.z64[lo*k:hi*k], z)
+		}
+		return
+	}
+	dz := ws.d0[:rows*k] // backward swaps it with ws.d1
+	fromFloat64Into(dz, g.dz64[lo*k:hi*k])
+	grad := ws.g
+	if i == 0 {
+		grad = g.g0
+	}
+	backward(n, ws, g.w, grad, dz, rows)
+}
+
+// netPasses runs the forward and backward passes of the batch (x, or x32
+// when the caller narrowed it) on the variables w, split into parts, and
+// returns the loss; part 0's gradient goes into grad (nil: its own), the
+// others' are left in their workspaces for netSum.
+func netPasses[T float](n *Net, g *netGrad[T], w []T, x []float64, x32 []T, y []float64, grad []T) float64 {
+	rows := len(y)
+	g.split(rows, netParts())
+	for i := range g.n {
+		ws := &g.parts[i]
+		if r := g.lo[i+1] - g.lo[i]; ws.n < r || ws.d0 == nil || ws.g == nil && (i > 0 || grad == nil) {
+			newWorkspace(n, ws, r, true, i > 0 || grad == nil)
+		}
+		ws.serial = g.n > 1
+	}
+	if g.net == nil || len(g.z64) < rows*n.k {
+		g.net = n
+		g.z64, g.dz64 = make([]float64, rows*n.k), make([]float64, rows*n.k)
+		g.p = make([]float64, max(n.meta.Classes, 1))
+	}
+	g.w, g.x, g.x32, g.g0, g.backward, g.run.p = w, x, x32, grad, false, g
+	if g.g0 == nil {
+		g.g0 = g.parts[0].g
+	}
+	if g.drop = n.dropout > 0; !g.drop {
+		g.from, g.to = 0, len(n.layers)
+		runParts(&g.run, g.n)
+	} else {
+		for li := range n.layers {
+			g.from, g.to = li, li+1
+			runParts(&g.run, g.n)
+			if li == len(n.layers)-1 {
+				break
+			}
+			for i := range g.n {
+				dropReLU(n, g.parts[i].acts[li][:(g.lo[i+1]-g.lo[i])*n.layers[li].out])
+			}
+		}
+	}
+	z64, dz64 := g.z64[:rows*n.k], g.dz64[:rows*n.k]
+	loss := n.loss(dz64, z64, y, g.p)
+	g.backward = true
+	runParts(&g.run, g.n)
+	g.w, g.x, g.x32 = nil, nil, nil
+	return loss
+}
+
+// netSum adds the gradients of g's parts into part 0's (the caller's
+// gradient or parts[0].g), in T, widens the sum into wide unless wide is
+// nil (float32), and returns it.
+func netSum[T float](g *netGrad[T], wide []float64) []T {
+	var srcs [batchParts][]T
+	for i := 1; i < g.n; i++ {
+		srcs[i] = g.parts[i].g
+	}
+	sum := g.g0[:len(g.net.params)]
+	sumGradients(&g.vec, sum, &srcs, g.n, wide)
+	g.g0 = nil
+	for i := range g.n {
+		g.parts[i].in, g.parts[i].deepIn = nil, nil
+	}
+	return sum
 }

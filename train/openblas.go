@@ -157,12 +157,16 @@ func gemm(tA, tB blas.Transpose, alpha float64, a, b blas64.General, beta float6
 	blas64.Gemm(tA, tB, alpha, a, b, beta, c)
 }
 
+// packing is the packing space of one goroutine's serial products in
+// the kernel build; OpenBLAS packs on its own.
+type packing[T float] struct{}
+
 // gemmSerial and gemm32Serial are gemm and gemm32: OpenBLAS's own threads
 // are the operator's business (OPENBLAS_NUM_THREADS).
-func gemmSerial(tA, tB blas.Transpose, alpha float64, a, b blas64.General, beta float64, c blas64.General) {
+func gemmSerial(_ *packing[float64], tA, tB blas.Transpose, alpha float64, a, b blas64.General, beta float64, c blas64.General) {
 	gemm(tA, tB, alpha, a, b, beta, c)
 }
 
-func gemm32Serial(tA, tB blas.Transpose, alpha float32, a, b blas32.General, beta float32, c blas32.General) {
+func gemm32Serial(_ *packing[float32], tA, tB blas.Transpose, alpha float32, a, b blas32.General, beta float32, c blas32.General) {
 	gemm32(tA, tB, alpha, a, b, beta, c)
 }

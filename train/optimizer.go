@@ -199,6 +199,8 @@ type Adam struct {
 
 	M, V []float64
 	T    int64
+
+	vec vecCall // the update, split across up to batchParts cores
 }
 
 // NewAdam returns Adam with the usual defaults (β1 0.9, β2 0.999, ε 1e-8)
@@ -207,7 +209,9 @@ func NewAdam(lr float64, n int) *Adam {
 	return &Adam{LR: lr, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8, M: make([]float64, n), V: make([]float64, n)}
 }
 
-// Update applies one step of gradient grad to params in place.
+// Update applies one step of gradient grad to params in place. Large
+// updates are split across up to batchParts cores (vecCall); every
+// variable is updated as one pass would update it.
 func (a *Adam) Update(params, grad []float64) {
 	a.T++
 	c1 := 1 - math.Pow(a.Beta1, float64(a.T))
@@ -219,7 +223,10 @@ func (a *Adam) Update(params, grad []float64) {
 			grad[i] = regularise(g, params[i], a.L1, a.L2)
 		}
 	}
-	adamStep(params, grad, m, v, a.Beta1, a.Beta2, a.LR/c1, 1/math.Sqrt(c2), a.Epsilon)
+	c := &a.vec
+	c.a, c.b, c.m, c.v = params, grad, m, v
+	c.k = [5]float64{a.Beta1, a.Beta2, a.LR / c1, 1 / math.Sqrt(c2), a.Epsilon}
+	c.do(vecAdam, n)
 }
 
 // adamStepGo is the Adam update of adamStep in Go: with lr already

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -85,4 +86,210 @@ func runParts(st *parts, n int) {
 	}
 	st.claim()
 	st.wg.Wait()
+}
+
+// batchParts is the most parts Gradient and Predict (Sequential's and
+// Net's) split a batch of at least batchParts·partRows rows into: up to
+// batchParts cores share a step (the machine class of issue #30 has
+// two). A Sequential always splits into batchParts, whatever GOMAXPROCS
+// is (under GOMAXPROCS=1 the parts run one after the other), so its
+// results depend on the batch only; a Net into min(batchParts,
+// GOMAXPROCS) (netParts), so that on one core it runs the unsplit pass.
+const batchParts = 2
+
+// partRows is the fewest rows of a part. Tests raise it to get the
+// unsplit pass.
+var partRows = 8
+
+// rowSplit is a batch split into n parts of consecutive rows: part i is
+// rows lo[i]…lo[i+1]-1.
+type rowSplit struct {
+	n  int
+	lo [batchParts + 1]int
+}
+
+// split splits rows rows into parts (at most batchParts), or one part
+// when there are fewer than batchParts·partRows.
+func (r *rowSplit) split(rows, parts int) {
+	r.n, r.lo[0] = 1, 0
+	if rows >= batchParts*partRows {
+		r.n = max(1, min(parts, batchParts))
+	}
+	for i := range r.n {
+		r.lo[i+1] = rows * (i + 1) / r.n
+	}
+}
+
+// partPredictor is a model whose Predict splits its rows as Gradient
+// does (predictSplit).
+type partPredictor interface {
+	// predictRows returns the logits of the rows rows of x with dropout
+	// off, computed in the part's workspace *ws, which it makes (or
+	// grows) when *ws is nil (or too small); with serial set its matrix
+	// products run on the calling goroutine only.
+	predictRows(ws *any, x []float64, rows int, serial bool) []float64
+}
+
+// splitPredict is one Predict call of m, split into parts of consecutive
+// rows that run on up to n cores, each in its own workspace. A row's
+// logits do not depend on the split. A call's state goes back to the
+// model's pool with its workspaces: one Get and Put per call, on the
+// caller's goroutine.
+type splitPredict struct {
+	m partPredictor
+	rowSplit
+	dim, k, classes  int
+	probs, logits, x []float64
+	ws               [batchParts]any
+	run              parts
+}
+
+// part predicts rows lo[i]…lo[i+1]-1.
+func (p *splitPredict) part(i int) {
+	lo, hi := p.lo[i], p.lo[i+1]
+	k, c := p.k, p.classes
+	z := p.m.predictRows(&p.ws[i], p.x[lo*p.dim:hi*p.dim], hi-lo, p.n > 1)
+	if p.logits != nil {
+		copy(p.logits[lo*k:hi*k], z)
+	}
+	if p.probs != nil && c > 0 {
+		for r := range hi - lo {
+			probabilities(p.probs[(lo+r)*c:(lo+r+1)*c], z[r*k:(r+1)*k])
+		}
+	}
+}
+
+// predictCalls is a model's store of Predict calls' state with their
+// workspaces: the last call's, kept for the next (so that one caller
+// predicting batch after batch reuses it whatever the collector does),
+// and a pool for concurrent calls.
+type predictCalls struct {
+	last atomic.Pointer[splitPredict]
+	pool sync.Pool
+}
+
+func (c *predictCalls) get(m partPredictor) *splitPredict {
+	if p := c.last.Swap(nil); p != nil {
+		return p
+	}
+	if p, _ := c.pool.Get().(*splitPredict); p != nil {
+		return p
+	}
+	return &splitPredict{m: m}
+}
+
+func (c *predictCalls) put(p *splitPredict) {
+	if !c.last.CompareAndSwap(nil, p) {
+		c.pool.Put(p)
+	}
+}
+
+// predictSplit is the Predict of a model m with dim features, k outputs
+// and classes classes: it checks the shapes, then splits the rows of x
+// into up to parts parts (rowSplit) run by runParts. calls is m's store
+// of calls' state, so that a call allocates nothing once it holds a call
+// with the largest batch's workspaces.
+func predictSplit(m partPredictor, calls *predictCalls, parts, dim, k, classes int, probs, logits, x []float64) error {
+	if len(x)%dim != 0 {
+		return fmt.Errorf("%w: %d values is not a whole number of %d-feature rows", ErrShape, len(x), dim)
+	}
+	rows := len(x) / dim
+	if (logits != nil && len(logits) < rows*k) || (probs != nil && classes > 0 && len(probs) < rows*classes) {
+		return fmt.Errorf("%w: destinations too short for %d rows", ErrShape, rows)
+	}
+	p := calls.get(m)
+	defer calls.put(p)
+	p.split(rows, parts)
+	p.dim, p.k, p.classes = dim, k, classes
+	p.probs, p.logits, p.x, p.run.p = probs, logits, x, p
+	runParts(&p.run, p.n)
+	p.probs, p.logits, p.x = nil, nil, nil
+	return nil
+}
+
+// vecCall is an elementwise operation over n values (vecNarrow,
+// vecWiden, vecAdam, vecSum32, vecSum64), split into ranges that run on
+// up to batchParts cores (runParts) once n is at least vecSplitMin. Each
+// value is computed as one pass over all n computes it, so the results
+// do not depend on the split. A vecCall is owned by its caller and
+// reused, so that a call allocates nothing; f is a plain function, not a
+// closure.
+type vecCall struct {
+	f        func(c *vecCall, lo, hi int)
+	n, parts int
+	a, b     []float64 // float64 operands
+	m, v     []float64 // Adam's slots
+	x        []float32 // a float32 operand
+	src32    [batchParts][]float32
+	src64    [batchParts][]float64
+	srcs     int        // vecSum: src[1…srcs-1] are added
+	k        [5]float64 // scalars
+	run      parts
+}
+
+// vecSplitMin is the fewest values an elementwise operation splits.
+const vecSplitMin = 1 << 14
+
+func (c *vecCall) part(i int) { c.f(c, c.n*i/c.parts, c.n*(i+1)/c.parts) }
+
+// do runs f over [0, n) and drops the operands.
+func (c *vecCall) do(f func(c *vecCall, lo, hi int), n int) {
+	c.f, c.n, c.parts, c.run.p = f, n, 1, c
+	if n >= vecSplitMin {
+		c.parts = min(runtime.GOMAXPROCS(0), batchParts)
+	}
+	runParts(&c.run, c.parts)
+	c.a, c.b, c.m, c.v, c.x = nil, nil, nil, nil, nil
+	c.src32, c.src64 = [batchParts][]float32{}, [batchParts][]float64{}
+}
+
+// vecNarrow: x = float32(a).
+func vecNarrow(c *vecCall, lo, hi int) { narrow(c.x[lo:hi], c.a[lo:hi]) }
+
+// vecAdam: adamStep of the variables a with gradient b and slots m and
+// v, with k = β1, β2, lr, s, ε.
+func vecAdam(c *vecCall, lo, hi int) {
+	adamStep(c.a[lo:hi], c.b[lo:hi], c.m[lo:hi], c.v[lo:hi], c.k[0], c.k[1], c.k[2], c.k[3], c.k[4])
+}
+
+// vecSum32: x += src32[1] + … (in that order), then a = float64(x) if a
+// is set.
+func vecSum32(c *vecCall, lo, hi int) {
+	dst := c.x[lo:hi]
+	for p := 1; p < c.srcs; p++ {
+		for j, v := range c.src32[p][lo:hi] {
+			dst[j] += v
+		}
+	}
+	if c.a != nil {
+		widen(c.a[lo:hi], dst)
+	}
+}
+
+// vecSum64: a += src64[1] + … (in that order).
+func vecSum64(c *vecCall, lo, hi int) {
+	dst := c.a[lo:hi]
+	for p := 1; p < c.srcs; p++ {
+		for j, v := range c.src64[p][lo:hi] {
+			dst[j] += v
+		}
+	}
+}
+
+// sumGradients adds the gradients of a batch's parts 1…n-1 (srcs) into
+// dst, which holds part 0's, on up to batchParts cores (c); for float32
+// it then widens the sum into wide unless wide is nil. Each value is
+// summed in part order, however the values are split.
+func sumGradients[T float](c *vecCall, dst []T, srcs *[batchParts][]T, n int, wide []float64) {
+	c.srcs = n
+	switch d := any(dst).(type) {
+	case []float32:
+		c.x, c.a = d, wide
+		c.src32 = *any(srcs).(*[batchParts][]float32)
+		c.do(vecSum32, len(d))
+	case []float64:
+		c.a = d
+		c.src64 = *any(srcs).(*[batchParts][]float64)
+		c.do(vecSum64, len(d))
+	}
 }

@@ -48,21 +48,25 @@ func gemm32(tA, tB blas.Transpose, alpha float32, a, b blas32.General, beta floa
 	kernel.Sgemm(tA, tB, m, c.Cols, k, alpha, a.Data, a.Stride, b.Data, b.Stride, beta, c.Data, c.Stride)
 }
 
+// packing is the packing space of one goroutine's serial products
+// (gemmTOn), kept with the rest of a batch part's scratch.
+type packing[T float] = kernel.Scratch[T]
+
 // gemmSerial and gemm32Serial are gemm and gemm32 on the calling goroutine
-// only (kernel.DgemmSerial, kernel.SgemmSerial), for work already split
-// across the cores.
-func gemmSerial(tA, tB blas.Transpose, alpha float64, a, b blas64.General, beta float64, c blas64.General) {
+// only, packing into pk (kernel.DgemmSerialIn, kernel.SgemmSerialIn),
+// for work already split across the cores.
+func gemmSerial(pk *packing[float64], tA, tB blas.Transpose, alpha float64, a, b blas64.General, beta float64, c blas64.General) {
 	m, k := a.Rows, a.Cols
 	if tA != blas.NoTrans {
 		m, k = k, m
 	}
-	kernel.DgemmSerial(tA, tB, m, c.Cols, k, alpha, a.Data, a.Stride, b.Data, b.Stride, beta, c.Data, c.Stride)
+	kernel.DgemmSerialIn(pk, tA, tB, m, c.Cols, k, alpha, a.Data, a.Stride, b.Data, b.Stride, beta, c.Data, c.Stride)
 }
 
-func gemm32Serial(tA, tB blas.Transpose, alpha float32, a, b blas32.General, beta float32, c blas32.General) {
+func gemm32Serial(pk *packing[float32], tA, tB blas.Transpose, alpha float32, a, b blas32.General, beta float32, c blas32.General) {
 	m, k := a.Rows, a.Cols
 	if tA != blas.NoTrans {
 		m, k = k, m
 	}
-	kernel.SgemmSerial(tA, tB, m, c.Cols, k, alpha, a.Data, a.Stride, b.Data, b.Stride, beta, c.Data, c.Stride)
+	kernel.SgemmSerialIn(pk, tA, tB, m, c.Cols, k, alpha, a.Data, a.Stride, b.Data, b.Stride, beta, c.Data, c.Stride)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 
 	"gonum.org/v1/gonum/blas"
 )
@@ -52,9 +51,8 @@ type Sequential struct {
 	reluPool []bool
 	grad     seqGrad[float64]
 	grad32   seqGrad[float32]
-	// pool holds Predict's *seqWorkspace[float64]s, predicts its
-	// *seqPredicts.
-	pool, predicts sync.Pool
+	// predicts holds Predict calls' state with their workspaces.
+	predicts predictCalls
 }
 
 // NewSequential returns the sequential model meta describes with
@@ -165,15 +163,24 @@ type seqWorkspace[T float] struct {
 	masks [][]T     // per dropout op: n×outN of 0 or 1/(1-rate); nil elsewhere
 	args  [][]int32 // per max pool op: n×outN offsets of the maxima in their example's input; nil elsewhere
 	cols  []T       // im2col block of the convolutions
-	// serial makes the matrix products run on the calling goroutine: the
-	// batch is already split across the cores.
+	// serial makes the matrix products run on the calling goroutine,
+	// packing into pack: the batch is already split across the cores.
 	serial bool
+	pack   packing[T]
 	// training only
 	d0, d1 []T // n×widest gradients with respect to an op's output or input
 	g      []T // the gradient of this part's rows
 	// float32 only: the input in T
 	x  []T
 	in []T // the input of the pass, x or the caller's rows
+}
+
+// pk is the packing space of ws's products: nil unless they run serially.
+func (ws *seqWorkspace[T]) pk() *packing[T] {
+	if ws.serial {
+		return &ws.pack
+	}
+	return nil
 }
 
 // newSeqWorkspace sizes ws for rows rows; train adds what Gradient needs.
@@ -225,9 +232,9 @@ func seqForward[T float](s *Sequential, ws *seqWorkspace[T], p, x []T, rows int,
 		out := ws.outs[i][:rows*o.outN()]
 		switch o.kind {
 		case opDense:
-			denseForward(o, ws.serial, p, in, out, rows)
+			denseForward(o, ws.pk(), p, in, out, rows)
 		case opConv:
-			convForward(o, ws.serial, ws.cols, p, in, out, rows)
+			convForward(o, ws.pk(), ws.cols, p, in, out, rows)
 		case opMaxPool:
 			var arg []int32
 			if train {
@@ -285,9 +292,9 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 		}
 		switch o.kind {
 		case opDense:
-			denseBackward(o, ws.serial, p, g, in, dout, din, rows)
+			denseBackward(o, ws.pk(), p, g, in, dout, din, rows)
 		case opConv:
-			convBackward(o, ws.serial, ws.cols, p, g, in, dout, din, rows)
+			convBackward(o, ws.pk(), ws.cols, p, g, in, dout, din, rows)
 		case opMaxPool:
 			if din != nil {
 				var relu []T // with a fused ReLU: route only where the output is positive
@@ -323,23 +330,23 @@ func seqBackward[T float](s *Sequential, ws *seqWorkspace[T], p, g, dz, x []T, r
 }
 
 // denseForward computes out = in·W + b for rows rows.
-func denseForward[T float](o *op, serial bool, p, in, out []T, rows int) {
+func denseForward[T float](o *op, pk *packing[T], p, in, out []T, rows int) {
 	n, m := o.inN(), o.outN()
 	w, b := p[o.off:o.off+n*m], p[o.off+n*m:o.off+o.size]
 	for i := range rows {
 		copy(out[i*m:(i+1)*m], b)
 	}
-	gemmTOn(serial, blas.NoTrans, blas.NoTrans, rows, n, in, n, m, w, 1, rows, m, out)
+	gemmTOn(pk, blas.NoTrans, blas.NoTrans, rows, n, in, n, m, w, 1, rows, m, out)
 }
 
 // denseBackward writes ∂L/∂W = inᵀ·dout and ∂L/∂b = Σ_rows dout into g
 // and, if din is not nil, ∂L/∂in = dout·Wᵀ into din.
-func denseBackward[T float](o *op, serial bool, p, g, in, dout, din []T, rows int) {
+func denseBackward[T float](o *op, pk *packing[T], p, g, in, dout, din []T, rows int) {
 	n, m := o.inN(), o.outN()
-	gemmTOn(serial, blas.Trans, blas.NoTrans, rows, n, in, rows, m, dout, 0, n, m, g[o.off:o.off+n*m])
+	gemmTOn(pk, blas.Trans, blas.NoTrans, rows, n, in, rows, m, dout, 0, n, m, g[o.off:o.off+n*m])
 	biasGrad(g[o.off+n*m:o.off+o.size], dout)
 	if din != nil {
-		gemmTOn(serial, blas.NoTrans, blas.Trans, rows, m, dout, n, m, p[o.off:o.off+n*m], 0, rows, n, din)
+		gemmTOn(pk, blas.NoTrans, blas.Trans, rows, m, dout, n, m, p[o.off:o.off+n*m], 0, rows, n, din)
 	}
 }
 
@@ -364,7 +371,7 @@ func biasGrad[T float](gb, dout []T) {
 
 // convForward computes conv o's output (rows·Ho·Wo × filters) from in,
 // im2col block by block in cols.
-func convForward[T float](o *op, serial bool, cols, p, in, out []T, rows int) {
+func convForward[T float](o *op, pk *packing[T], cols, p, in, out []T, rows int) {
 	k, f := o.kdim(), o.out.c
 	w, b := p[o.off:o.off+k*f], p[o.off+k*f:o.off+o.size]
 	total, block := rows*o.out.h*o.out.w, colRows(o, rows)
@@ -376,13 +383,13 @@ func convForward[T float](o *op, serial bool, cols, p, in, out []T, rows int) {
 		for i := range mr {
 			copy(z[i*f:(i+1)*f], b)
 		}
-		gemmTOn(serial, blas.NoTrans, blas.NoTrans, mr, k, c, k, f, w, 1, mr, f, z)
+		gemmTOn(pk, blas.NoTrans, blas.NoTrans, mr, k, c, k, f, w, 1, mr, f, z)
 	}
 }
 
 // convBackward writes ∂L/∂W = Σ colsᵀ·dout and ∂L/∂b into g and, if din
 // is not nil, ∂L/∂in: the im2col gradient dout·Wᵀ scattered back (col2im).
-func convBackward[T float](o *op, serial bool, cols, p, g, in, dout, din []T, rows int) {
+func convBackward[T float](o *op, pk *packing[T], cols, p, g, in, dout, din []T, rows int) {
 	k, f := o.kdim(), o.out.c
 	w, gw := p[o.off:o.off+k*f], g[o.off:o.off+k*f]
 	biasGrad(g[o.off+k*f:o.off+o.size], dout)
@@ -398,9 +405,9 @@ func convBackward[T float](o *op, serial bool, cols, p, g, in, dout, din []T, ro
 		if m0 == 0 {
 			beta = 0
 		}
-		gemmTOn(serial, blas.Trans, blas.NoTrans, mr, k, c, mr, f, d, beta, k, f, gw)
+		gemmTOn(pk, blas.Trans, blas.NoTrans, mr, k, c, mr, f, d, beta, k, f, gw)
 		if din != nil {
-			gemmTOn(serial, blas.NoTrans, blas.Trans, mr, f, d, k, f, w, 0, mr, k, c)
+			gemmTOn(pk, blas.NoTrans, blas.Trans, mr, f, d, k, f, w, 0, mr, k, c)
 			col2im(o, din, c, m0, mr)
 		}
 	}
@@ -767,100 +774,46 @@ func activateGrad[T float](a Activation, din, dout, x, y []T) {
 // Predict writes class probabilities (NumClasses per row, classifiers
 // only) and logits (Outputs per row; for a regressor, the predictions) of
 // the rows of x, computing in float64 with dropout off. Either destination
-// may be nil. Its scratch comes from a pool that keeps the largest batch's
-// workspace; it is safe for concurrent use while Params is not written.
-// Like Gradient it splits ≥ seqParts·seqPartRows rows into seqParts parts
-// on up to as many cores; the results are those of one pass, bit for bit.
+// may be nil. Its scratch comes from a pool of calls' workspaces; it is
+// safe for concurrent use while Params is not written.
+// Like Gradient it splits ≥ batchParts·partRows rows into batchParts parts
+// on up to as many cores (predictSplit); the results are those of one
+// pass, bit for bit.
 func (s *Sequential) Predict(probs, logits, x []float64) error {
-	dim := s.meta.Dim
-	if len(x)%dim != 0 {
-		return fmt.Errorf("%w: %d values is not a whole number of %d-feature rows", ErrShape, len(x), dim)
-	}
-	rows := len(x) / dim
-	if (logits != nil && len(logits) < rows*s.k) || (probs != nil && s.meta.Classes > 0 && len(probs) < rows*s.meta.Classes) {
-		return fmt.Errorf("%w: destinations too short for %d rows", ErrShape, rows)
-	}
-	p, _ := s.predicts.Get().(*seqPredict)
-	if p == nil {
-		p = &seqPredict{s: s}
-	}
-	defer s.predicts.Put(p)
-	p.n, p.lo[0] = 1, 0
-	if rows >= seqParts*seqPartRows {
-		p.n = seqParts
-	}
-	for i := range p.n {
-		p.lo[i+1] = rows * (i + 1) / p.n
-	}
-	p.probs, p.logits, p.x, p.run.p = probs, logits, x, p
-	runParts(&p.run, p.n)
-	p.probs, p.logits, p.x = nil, nil, nil
-	return nil
+	return predictSplit(s, &s.predicts, batchParts, s.meta.Dim, s.k, s.meta.Classes, probs, logits, x)
 }
 
-// seqPredict is one Predict call, split into n parts of consecutive rows
-// (as Gradient splits a batch) that run on up to n cores, each with a
-// workspace from the model's pool. A row's logits do not depend on the
-// split.
-type seqPredict struct {
-	s                *Sequential
-	n                int
-	lo               [seqParts + 1]int
-	probs, logits, x []float64
-	run              parts
-}
-
-// part predicts rows lo[i]…lo[i+1]-1.
-func (p *seqPredict) part(i int) {
-	s := p.s
-	lo, hi := p.lo[i], p.lo[i+1]
-	rows, dim, k := hi-lo, s.meta.Dim, s.k
-	ws, _ := s.pool.Get().(*seqWorkspace[float64])
+// predictRows is the forward pass of Predict over rows rows of x in the
+// part's workspace *ws (partPredictor).
+func (s *Sequential) predictRows(wsp *any, x []float64, rows int, serial bool) []float64 {
+	ws, _ := (*wsp).(*seqWorkspace[float64])
 	if ws == nil {
 		ws = new(seqWorkspace[float64])
+		*wsp = ws
 	}
-	defer s.pool.Put(ws)
 	if ws.n < rows || ws.outs == nil {
 		newSeqWorkspace(s, ws, rows, false)
 	}
-	ws.serial = p.n > 1
-	z := seqForward(s, ws, s.params, p.x[lo*dim:hi*dim], rows, false)
-	if p.logits != nil {
-		copy(p.logits[lo*k:hi*k], z)
-	}
-	if c := s.meta.Classes; p.probs != nil && c > 0 {
-		for r := range rows {
-			probabilities(p.probs[(lo+r)*c:(lo+r+1)*c], z[r*k:(r+1)*k])
-		}
-	}
+	ws.serial = serial
+	return seqForward(s, ws, s.params, x, rows, false)
 }
-
-// seqParts is the number of parts Gradient splits a batch of at least
-// seqParts·seqPartRows rows into, whatever GOMAXPROCS is: results depend
-// on the batch only, and up to seqParts cores share a step (the machine
-// class of issue #30 has two).
-const seqParts = 2
-
-// seqPartRows is the fewest rows of a part. Tests raise it to get the
-// unsplit pass.
-var seqPartRows = 8
 
 // seqGrad is Gradient's state, computing in T: a workspace per part of
 // the batch and the batch-wide logits and their gradient.
 type seqGrad[T float] struct {
 	s     *Sequential
-	parts [seqParts]seqWorkspace[T]
+	parts [batchParts]seqWorkspace[T]
 	w     []T // one call's variables in T, shared by the parts
 	wbuf  []T // Params narrowed, for Gradient in float32
-	// one call's batch: part i is rows lo[i]…lo[i+1]-1
-	n         int
-	lo        [seqParts + 1]int
+	// one call's batch, split into parts
+	rowSplit
 	x         []float64
 	x32       []T       // the batch when the caller narrowed it (Gradient32)
 	z64, dz64 []float64 // rows×Outputs
 	p         []float64 // the loss's scratch
 	backward  bool
 	run       parts
+	vec       vecCall // the sum of the parts' gradients
 }
 
 // part runs part i of the batch: the forward pass, or the backward pass
@@ -870,22 +823,13 @@ func (g *seqGrad[T]) part(i int) {
 	lo, hi := g.lo[i], g.lo[i+1]
 	rows, k := hi-lo, s.k
 	if !g.backward {
-		if g.x32 != nil {
-			ws.in = g.x32[lo*s.meta.Dim : hi*s.meta.Dim]
-		} else {
-			ws.in = fromFloat64(ws.x, g.x[lo*s.meta.Dim:hi*s.meta.Dim])
-		}
+		ws.in = partRowsIn(ws.x, g.x, g.x32, lo, hi, s.meta.Dim)
 		z := seqForward(s, ws, g.w, ws.in, rows, true)
 		toFloat64(g.z64[lo*k:hi*k], z)
 		return
 	}
 	dz := ws.d0[:rows*k] // seqBackward swaps it with ws.d1
-	switch d := any(dz).(type) {
-	case []float64:
-		copy(d, g.dz64[lo*k:hi*k])
-	case []float32:
-		narrow(d, g.dz64[lo*k:hi*k])
-	}
+	fromFloat64Into(dz, g.dz64[lo*k:hi*k])
 	seqBackward(s, ws, g.w, ws.g, dz, ws.in, rows)
 }
 
@@ -897,6 +841,26 @@ func fromFloat64[T float](buf []T, src []float64) []T {
 	}
 	narrow(any(buf).([]float32), src)
 	return buf[:len(src)]
+}
+
+// partRowsIn returns rows lo…hi-1 of a batch of dim-feature rows in T:
+// x32's when the caller narrowed the batch (x32 not nil), else x's,
+// narrowed into buf for float32.
+func partRowsIn[T float](buf []T, x []float64, x32 []T, lo, hi, dim int) []T {
+	if x32 != nil {
+		return x32[lo*dim : hi*dim]
+	}
+	return fromFloat64(buf, x[lo*dim:hi*dim])
+}
+
+// fromFloat64Into writes src into dst, narrowed for float32.
+func fromFloat64Into[T float](dst []T, src []float64) {
+	switch d := any(dst).(type) {
+	case []float64:
+		copy(d, src)
+	case []float32:
+		narrow(d, src)
+	}
 }
 
 // toFloat64 writes src into dst.
@@ -914,7 +878,7 @@ func toFloat64[T float](dst []float64, src []T) {
 // dropout draws from the model's random source. It allocates only when a
 // batch is larger than any before; not safe for concurrent use.
 //
-// A batch of at least seqParts·seqPartRows rows is split into seqParts
+// A batch of at least batchParts·partRows rows is split into batchParts
 // parts of consecutive rows, each with its own workspace, run on up to
 // that many cores (GOMAXPROCS); the matrix products inside a part do not
 // split further. Dropout's masks are drawn for the whole batch first, in
@@ -936,7 +900,7 @@ func seqGradient[T float](s *Sequential, g *seqGrad[T], grad, x, y []float64) fl
 		g.wbuf = make([]T, len(s.params))
 	}
 	loss := seqPasses(s, g, fromFloat64(g.wbuf, s.params), x, nil, y)
-	toFloat64(grad, seqSum(g))
+	toFloat64(grad, seqSum(g, nil))
 	return loss
 }
 
@@ -951,7 +915,7 @@ func (s *Sequential) Float32() bool { return s.f32 }
 // for bit.
 func (s *Sequential) Gradient32(grad, w, x []float32, y []float64) float64 {
 	loss := seqPasses(s, &s.grad32, w, nil, x, y)
-	copy(grad, seqSum(&s.grad32))
+	copy(grad, seqSum(&s.grad32, nil))
 	return loss
 }
 
@@ -960,13 +924,9 @@ func (s *Sequential) Gradient32(grad, w, x []float32, y []float64) float64 {
 // returns the loss; the parts' gradients are left in g.parts[i].g.
 func seqPasses[T float](s *Sequential, g *seqGrad[T], w []T, x []float64, x32 []T, y []float64) float64 {
 	rows := len(y)
-	n := 1
-	if rows >= seqParts*seqPartRows {
-		n = seqParts
-	}
-	g.n, g.lo[0] = n, 0
+	g.split(rows, batchParts)
+	n := g.n
 	for i := range n {
-		g.lo[i+1] = rows * (i + 1) / n
 		ws := &g.parts[i]
 		if r := g.lo[i+1] - g.lo[i]; ws.n < r || ws.d0 == nil {
 			newSeqWorkspace(s, ws, r, true)
@@ -991,15 +951,14 @@ func seqPasses[T float](s *Sequential, g *seqGrad[T], w []T, x []float64, x32 []
 }
 
 // seqSum adds the gradients of g's parts into the first part's, in T,
-// and returns it.
-func seqSum[T float](g *seqGrad[T]) []T {
-	sum := g.parts[0].g
+// widens the sum into wide unless wide is nil (float32), and returns it.
+func seqSum[T float](g *seqGrad[T], wide []float64) []T {
+	var srcs [batchParts][]T
 	for i := 1; i < g.n; i++ {
-		for j, v := range g.parts[i].g {
-			sum[j] += v
-		}
+		srcs[i] = g.parts[i].g
 	}
-	return sum
+	sumGradients(&g.vec, g.parts[0].g, &srcs, g.n, wide)
+	return g.parts[0].g
 }
 
 // drawMasks draws the dropout masks of g's parts from s's random source:

@@ -258,15 +258,15 @@ func TestSequentialGradientFiniteDifferences(t *testing.T) {
 	}
 }
 
-// TestSequentialSplitGradient checks Gradient's batch split (seqParts
-// parts of ≥ seqPartRows rows) against the unsplit pass on the same
+// TestSequentialSplitGradient checks Gradient's batch split (batchParts
+// parts of ≥ partRows rows) against the unsplit pass on the same
 // variables and dropout state: the loss and the random source's state
 // are bit-identical, and every gradient agrees within 1e-12 (float64) or
 // 1e-5 (float32) of its tensor's largest, the rounding of summing the
 // parts' row sums apart. The split gradient is also bit-identical under
 // GOMAXPROCS 1 and 2.
 func TestSequentialSplitGradient(t *testing.T) {
-	defer func(r int) { seqPartRows = r }(seqPartRows)
+	defer func(r int) { partRows = r }(partRows)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	for _, name := range []string{"cnn stack", "dropout", "conv same stride 2 kernel 2x3", "layer norm image", "dense tanh regressor"} {
 		var meta CheckpointMeta
@@ -289,8 +289,8 @@ func TestSequentialSplitGradient(t *testing.T) {
 				perturb(m, r)
 				x, y := batchFor(m, r, 19) // parts of 9 and 10 rows
 				st := m.(rngModel).RNGState()
-				run := func(partRows, procs int) (g []float64, loss float64, after []float64) {
-					seqPartRows = partRows
+				run := func(minRows, procs int) (g []float64, loss float64, after []float64) {
+					partRows = minRows
 					runtime.GOMAXPROCS(procs)
 					if err := m.(rngModel).SetRNGState(st); err != nil {
 						t.Fatal(err)
@@ -334,7 +334,7 @@ func TestSequentialSplitGradient(t *testing.T) {
 // TestSequentialSplitPredict checks that Predict split into parts gives
 // the logits and probabilities of the unsplit pass, bit for bit.
 func TestSequentialSplitPredict(t *testing.T) {
-	defer func(r int) { seqPartRows = r }(seqPartRows)
+	defer func(r int) { partRows = r }(partRows)
 	for _, name := range []string{"cnn stack", "dense tanh regressor"} {
 		t.Run(name, func(t *testing.T) {
 			var meta CheckpointMeta
@@ -350,8 +350,8 @@ func TestSequentialSplitPredict(t *testing.T) {
 			}
 			perturb(m, r)
 			x, _ := batchFor(m, r, 19)
-			predict := func(partRows int) (probs, logits []float64) {
-				seqPartRows = partRows
+			predict := func(minRows int) (probs, logits []float64) {
+				partRows = minRows
 				probs, logits = make([]float64, 19*m.NumClasses()), make([]float64, 19*m.Outputs())
 				if err := m.Predict(probs, logits, x); err != nil {
 					t.Fatal(err)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/distributed: training examples/s of the Fashion-MNIST DNN
-# (784-128-64-10, Adam, batch 128, float32 passes as jobs train it) on one goroutine (local, the baseline)
+# (784-128-64-10, Adam, batch 128, float32 passes as jobs train it) on one goroutine (local, the baseline,
+# gathering batches of shuffled rows as the workers do)
 # and on parameter servers + workers over loopback gRPC in one process:
 # async and sync, 1 and 2 workers, 1 and 2 parameter servers. Rounds are
 # interleaved by -count; the scaling ratios come from the same run.

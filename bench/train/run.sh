@@ -74,7 +74,7 @@ for r in $(seq "$rounds"); do
 		done
 	fi
 	if [ "$mlp" = 0 ]; then
-		echo "round $r of $rounds done" >&2
+		echo "round $r of $rounds done, load $(cut -d" " -f1-3 /proc/loadavg)" >&2
 		continue
 	fi
 	for b in "${backends[@]}"; do
@@ -92,7 +92,7 @@ for r in $(seq "$rounds"); do
 			"$python" bench/train/torch_bench.py --threads 2 --mlp-only --seconds "$secs" --count 1 >>"$out/torch2.txt"
 		fi
 	fi
-	echo "round $r of $rounds done" >&2
+	echo "round $r of $rounds done, load $(cut -d" " -f1-3 /proc/loadavg)" >&2
 done
 
 # median examples/s of each (backend, model)
@@ -101,14 +101,15 @@ goex() { [ -s "$out/$1.txt" ] || { echo -; return; }; awk -v pat="$2" '$1 ~ pat 
 tex() { awk -v pat="$2" '$0 ~ pat { for (i = 1; i <= NF; i++) if ($i ~ /^examples\/s=/) { sub("examples/s=", "", $i); print $i } }' "$out/$1.txt" | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 
+# per-round values of a run, in round order, and the median of the
+# per-round ratios of two runs (load shifts between rounds more than
+# within one)
+gorounds() { awk -v pat="$2" '$1 ~ pat { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") print $i }' "$out/$1.txt"; }
+trounds() { awk -v pat="$2" '$0 ~ pat { for (i = 1; i <= NF; i++) if ($i ~ /^examples\/s=/) { sub("examples/s=", "", $i); print $i } }' "$out/$1.txt"; }
+rratio() { paste <(echo "$1") <(echo "$2") | awk 'NF == 2 && $2 > 0 { printf "%.4f\n", $1 / $2 }' | sort -n |
+	awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) printf "%.2f", v[(NR+1)/2]; else printf "%.2f", (v[NR/2] + v[NR/2+1]) / 2 }'; }
+
 if [ "$cnn" = 1 ]; then
-	# per-round values of a run, in round order, and the median of the
-	# per-round ratios of two runs (load shifts between rounds more than
-	# within one)
-	gorounds() { awk -v pat="$2" '$1 ~ pat { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") print $i }' "$out/$1.txt"; }
-	trounds() { awk -v pat="$2" '$0 ~ pat { for (i = 1; i <= NF; i++) if ($i ~ /^examples\/s=/) { sub("examples/s=", "", $i); print $i } }' "$out/$1.txt"; }
-	rratio() { paste <(echo "$1") <(echo "$2") | awk 'NF == 2 && $2 > 0 { printf "%.4f\n", $1 / $2 }' | sort -n |
-		awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) printf "%.2f", v[(NR+1)/2]; else printf "%.2f", (v[NR/2] + v[NR/2+1]) / 2 }'; }
 	echo
 	echo "CNN training examples/s (float32, Adam 1e-3, Fashion-MNIST), medians of $rounds rounds and of the rounds' ratios (raw outputs in $out)"
 	printf '%-40s %12s %12s %10s\n' run trainflow torch ratio
@@ -144,6 +145,12 @@ printf '%-40s %12s %12s %10s\n' "mlp float32, 2 threads (GOMAXPROCS=2)" "$mlp2" 
 printf '%-40s %12s %12s %10s\n' "mlp float64, 1 thread" "$mlp1" "$tmlp" "$(ratio "$mlp1" "$tmlp")"
 printf '%-40s %12s %12s %10s\n' "mlp float32, OpenBLAS, 1 thread" "$ob" "$tmlp" "$(ratio "$ob" "$tmlp")"
 printf '%-40s %12s %12s %10s\n' "census linear ($features f), batch 64" "$lin" "$tlin" "$(ratio "$lin" "$tlin")"
+if [ "$cpus" -ge 2 ]; then
+	# issue #30's goals: the first two ≥ 1.6 (medians of the rounds' ratios)
+	echo "  mlp float32: trainflow GOMAXPROCS=2 / GOMAXPROCS=1 = $(rratio "$(gorounds kernel2 'TrainMLP/float32/batch=128')" "$(gorounds kernel 'TrainMLP/float32/batch=128')")," \
+		"trainflow GOMAXPROCS=2 / torch 2 threads = $(rratio "$(gorounds kernel2 'TrainMLP/float32/batch=128')" "$(trounds torch2 'torch mlp')")," \
+		"torch 2 threads / 1 = $(rratio "$(trounds torch2 'torch mlp')" "$(trounds torch 'torch mlp')")"
+fi
 
 # GEMM work of one MLP example: forward 2·Σ in·out over the three layers,
 # backward the same for the weight gradients plus 2·(128·64 + 64·10) for

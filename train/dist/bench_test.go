@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,7 +28,8 @@ func fashionTrain(b *testing.B) train.Data {
 // BenchmarkFashionMLP measures training examples/s of the Fashion-MNIST
 // DNN (784-128-64-10, Adam, batch 128, passes in float32 as jobs compute
 // them, fashionMeta): "local" is one goroutine calling
-// train.Step on its own model, the baseline; the others run parameter
+// train.Step on its own model on batches of shuffled rows it gathers, as
+// the workers gather theirs, the baseline; the others run parameter
 // servers and workers in this process over loopback gRPC, async or sync,
 // with 1 or 2 workers. Besides examples/s it reports the CPU time per
 // example (every goroutine of the process: workers and parameter servers
@@ -65,10 +67,18 @@ func localLoop(data train.Data, meta train.CheckpointMeta, batch int, more func(
 	opt, _ := train.NewOptimizer(train.OptimizerConfig{LearningRate: 1e-3}, len(m.Params()))
 	grad := make([]float64, len(m.Params()))
 	n, dim := len(data.Y)/batch, data.Dim
+	// Batches of shuffled rows, gathered as train.Run and the workers
+	// gather theirs (not contiguous slices of the data).
+	perm := rand.New(rand.NewPCG(1, 2)).Perm(len(data.Y))
+	xb, yb := make([]float64, batch*dim), make([]float64, batch)
 	i := 0
 	for more() {
 		lo := (i % n) * batch
-		train.Step(m, opt, grad, data.X[lo*dim:(lo+batch)*dim], data.Y[lo:lo+batch], 0)
+		for j, r := range perm[lo : lo+batch] {
+			copy(xb[j*dim:(j+1)*dim], data.X[r*dim:(r+1)*dim])
+			yb[j] = data.Y[r]
+		}
+		train.Step(m, opt, grad, xb, yb, 0)
 		i++
 	}
 	return i

@@ -48,6 +48,41 @@ func DgemmSerial(tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64,
 	gemmParts(&impl.d, 1, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// Scratch is the packing space of one goroutine's serial products
+// (SgemmSerialIn, DgemmSerialIn), kept by a caller that splits its own
+// work with the rest of that work's scratch, so that its products take
+// nothing from the shared pool (whose per-CPU lists allocate now and then
+// when goroutines move between CPUs). The zero Scratch is ready to use;
+// it grows to the largest product's packing space.
+type Scratch[T Float] struct{ s scratch[T] }
+
+// SgemmSerialIn is SgemmSerial packing into s, which only one goroutine
+// may use at a time.
+func SgemmSerialIn(s *Scratch[float32], tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	gemmIn(&impl.s, &s.s, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// DgemmSerialIn is SgemmSerialIn for float64.
+func DgemmSerialIn(s *Scratch[float64], tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	gemmIn(&impl.d, &s.s, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// gemmIn checks the arguments, then runs the product on the calling
+// goroutine, packing into s (nil: a scratch from the pool).
+func gemmIn[T Float](kn *gemmKernel[T], s *scratch[T], tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	ta, tb, done := gemmStart(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	if done {
+		return
+	}
+	if s != nil {
+		gemmSerial(kn, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	s = getScratch[T]()
+	gemmSerial(kn, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	putScratch(s)
+}
+
 // gemm checks the arguments, then runs the product serially or split
 // across the worker pool.
 func gemm[T Float](kn *gemmKernel[T], tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
@@ -56,18 +91,12 @@ func gemm[T Float](kn *gemmKernel[T], tA, tB blas.Transpose, m, n, k int, alpha 
 
 // gemmParts is gemm split into at most parts parts.
 func gemmParts[T Float](kn *gemmKernel[T], parts int, tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
-	ta, tb := checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 || alpha == 0 {
-		scale(m, n, beta, c, ldc)
-		return
-	}
 	if parts <= 1 {
-		s := getScratch[T]()
-		gemmSerial(kn, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		putScratch(s)
+		gemmIn(kn, nil, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	ta, tb, done := gemmStart(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	if done {
 		return
 	}
 	g := getCall[T]()
@@ -85,6 +114,21 @@ func gemmParts[T Float](kn *gemmKernel[T], parts int, tA, tB blas.Transpose, m, 
 	parts = (side + g.step - 1) / g.step
 	runParts(g, parts)
 	putCall(g)
+}
+
+// gemmStart checks the arguments (checkGemm) and computes the products
+// that need no packing (an empty C, or C = beta·C); done reports that it
+// did.
+func gemmStart[T Float](tA, tB blas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) (ta, tb, done bool) {
+	ta, tb = checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	if m == 0 || n == 0 {
+		return ta, tb, true
+	}
+	if k == 0 || alpha == 0 {
+		scale(m, n, beta, c, ldc)
+		return ta, tb, true
+	}
+	return ta, tb, false
 }
 
 // checkGemm panics on arguments that break the BLAS contract and returns

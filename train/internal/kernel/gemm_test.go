@@ -303,11 +303,13 @@ func FuzzGemm(f *testing.F) {
 	})
 }
 
-// TestGemmSerialMatchesSplit checks that SgemmSerial and DgemmSerial give
-// Sgemm's and Dgemm's results bit for bit on products large enough to be
-// split across the pool (with beta 0 and 1, each transpose): a split of C
-// must not change how an element is summed, which the batch split of
-// train.Sequential relies on for results independent of GOMAXPROCS.
+// TestGemmSerialMatchesSplit checks that SgemmSerial and DgemmSerial, and
+// SgemmSerialIn and DgemmSerialIn on one caller's Scratch reused from
+// product to product, give Sgemm's and Dgemm's results bit for bit on
+// products large enough to be split across the pool (with beta 0 and 1,
+// each transpose): a split of C must not change how an element is
+// summed, which the batch split of train.Sequential and train.Net relies
+// on for logits independent of the split.
 func TestGemmSerialMatchesSplit(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	r := rand.New(rand.NewPCG(5, 5))
@@ -326,6 +328,8 @@ func TestGemmSerialMatchesSplit(t *testing.T) {
 	a32, a64 := fill(m * k)
 	b32, b64 := fill(k * n)
 	c32, c64 := fill(m * n)
+	var sc32 Scratch[float32]
+	var sc64 Scratch[float64]
 	for _, tA := range []blas.Transpose{blas.NoTrans, blas.Trans} {
 		for _, tB := range []blas.Transpose{blas.NoTrans, blas.Trans} {
 			for _, beta := range []float64{0, 1} {
@@ -344,6 +348,12 @@ func TestGemmSerialMatchesSplit(t *testing.T) {
 				DgemmSerial(tA, tB, m, n, k, 1, a64, lda, b64, ldb, beta, d2, n)
 				if !slices.Equal(s1, s2) || !slices.Equal(d1, d2) {
 					t.Errorf("tA %v tB %v beta %v: serial and split products differ", tA, tB, beta)
+				}
+				s3, d3 := slices.Clone(c32), slices.Clone(c64)
+				SgemmSerialIn(&sc32, tA, tB, m, n, k, 1, a32, lda, b32, ldb, float32(beta), s3, n)
+				DgemmSerialIn(&sc64, tA, tB, m, n, k, 1, a64, lda, b64, ldb, beta, d3, n)
+				if !slices.Equal(s1, s3) || !slices.Equal(d1, d3) {
+					t.Errorf("tA %v tB %v beta %v: products in a caller's Scratch and split products differ", tA, tB, beta)
 				}
 			}
 		}
