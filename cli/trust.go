@@ -10,6 +10,7 @@ import (
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/train/app"
 	"github.com/trainflow/trainflow/worker"
 )
 
@@ -43,6 +44,8 @@ type trustFlags struct {
 	maxSteps, maxJobFiles      int64
 	// modelOwners is --model-owners.
 	modelOwners bundle.Rules
+	// applications is the registry --applications loaded (nil: none).
+	applications *app.Registry
 }
 
 func (t *trustFlags) register(fs *flag.FlagSet) {
@@ -74,6 +77,14 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 			}
 			t.modelOwners[m] = r
 		}
+		return nil
+	})
+	fs.Func("applications", "a JSON file of the programs jobs may run as their training application (application.name in a spec): name, argv prefix, working directory, environment variables passed through, sandbox; see docs/applications.md (default: none)", func(s string) error {
+		r, err := app.LoadRegistry(s)
+		if err != nil {
+			return err
+		}
+		t.applications = r
 		return nil
 	})
 	fs.Var(&t.childMemory, "child-memory", "the address space (RLIMIT_AS) of each training and evaluation child process; a child that runs out of it fails its attempt, and two such attempts in a row fail the job, not retried (default: --max-train-memory + 25% + 1GiB)")

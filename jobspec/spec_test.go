@@ -97,3 +97,32 @@ func TestRegisteredModelTypeSpec(t *testing.T) {
 		t.Fatalf("decoded %s: %v", d.Model.Config, d.Validate())
 	}
 }
+
+func TestApplicationSpec(t *testing.T) {
+	s, err := DecodeSpec([]byte(`{"job_id":"x","application":{"name":"torch_census","args":["--epochs","3",";rm -rf /","$(id)"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = s.WithDefaults()
+	if err := s.Validate(); err != nil {
+		t.Fatalf("UI-typed application spec: %v", err)
+	}
+	if s.ModelName != "torch_census" || s.Application.Args[2] != ";rm -rf /" {
+		t.Errorf("defaulted: model_name %q args %q", s.ModelName, s.Application.Args)
+	}
+	for _, tc := range []struct{ spec, field string }{
+		{`{"job_id":"x","application":{"name":"../bin/sh"}}`, "application.name"},
+		{`{"job_id":"x","application":{"name":""}}`, "application.name"},
+		{`{"job_id":"x","application":{"name":"a","args":["a\u0000b"]}}`, "application.args[0]"},
+		{`{"job_id":"x","application":{"name":"a","argv":["/bin/sh"]}}`, "application.argv"},
+	} {
+		s, err := DecodeSpec([]byte(tc.spec))
+		if err == nil {
+			s = s.WithDefaults()
+			err = s.Validate()
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: %v, want ErrInvalid naming %s", tc.spec, err, tc.field)
+		}
+	}
+}

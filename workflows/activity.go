@@ -113,6 +113,8 @@ const (
 	// and makes the key its BatchPredict signs its progress reports with
 	// (batch_progress signals).
 	BatchReportKeyActivity = "BatchReportKey"
+	// AppReplicaActivity runs one replica of an application job.
+	AppReplicaActivity = "AppReplica"
 )
 
 // acts are the activities the workflows call, one field each. Adding an
@@ -137,6 +139,7 @@ var acts = struct {
 	BatchPredict       Activity[BatchPredictInput, BatchPredictionResult]
 	ReportKey          Activity[ReportKeyInput, ReportKeyResult]
 	BatchReportKey     Activity[BatchPredictInput, ReportKeyResult]
+	AppReplica         Activity[ReplicaInput, ReplicaResult]
 }{
 	PrepareJob:         Activity[PrepareInput, PrepareResult]{PrepareJobActivity},
 	Preprocess:         Activity[PreprocessInput, jobspec.PreprocessResult]{PreprocessActivity},
@@ -155,6 +158,7 @@ var acts = struct {
 	BatchPredict:       Activity[BatchPredictInput, BatchPredictionResult]{BatchPredictActivity},
 	ReportKey:          Activity[ReportKeyInput, ReportKeyResult]{ReportKeyActivity},
 	BatchReportKey:     Activity[BatchPredictInput, ReportKeyResult]{BatchReportKeyActivity},
+	AppReplica:         Activity[ReplicaInput, ReplicaResult]{AppReplicaActivity},
 }
 
 // ActivityRefs returns every activity the workflows call, in the order of

@@ -1,0 +1,323 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/testenv/realtest"
+	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/train/app"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// debianPython is Debian's Python, the one with python3-torch.
+const debianPython = "/usr/bin/python3"
+
+// appStack starts the dev stack with the applications of this test
+// registered: tfconfig (cli/testdata/apps/tfconfig.py) and torch_census
+// (examples/torch_census/trainer.py, reading the census data).
+func appStack(t *testing.T) (*stack, string) {
+	t.Helper()
+	if _, err := os.Stat(debianPython); err != nil {
+		realtest.Missing(t, debianPython+" is missing (apt-get install python3)")
+	}
+	tfconfig, _ := filepath.Abs("testdata/apps/tfconfig.py")
+	trainer, _ := filepath.Abs("../examples/torch_census/trainer.py")
+	census := censusFiles(t)
+	reg := fmt.Sprintf(`{"applications":{
+		"tfconfig":{"argv":[%q,%q],"env":["TRAINFLOW_TEST_PASSED"]},
+		"torch_census":{"argv":[%q,%q,"--train-files",%q,"--eval-files",%q]}}}`,
+		debianPython, tfconfig, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
+	r, err := app.ParseRegistry([]byte(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	return testStack(t, home, func(c *stackConfig) { c.Trust.applications = r }), home
+}
+
+// censusFiles is the directory of adult.data and adult.test: the UCI
+// files when the repository's shared datasets are there, else census-like
+// rows generated (internal/datagen).
+func censusFiles(t *testing.T) string {
+	t.Helper()
+	if dir, _ := filepath.Abs(censusDir); fileExists(filepath.Join(dir, "adult.data")) {
+		return dir
+	}
+	dir := t.TempDir()
+	for name, n := range map[string]int{"adult.data": 20000, "adult.test": 5000} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := datagen.Census(f, n, 1, name == "adult.test"); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	return dir
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func requireTorch(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(debianPython, "-c", "import torch.distributed").Run(); err != nil {
+		realtest.Missing(t, "Debian's PyTorch is missing (apt-get install python3-torch): "+err.Error())
+	}
+}
+
+func appProgress(t *testing.T, st *stack, id string) workflows.Progress {
+	t.Helper()
+	v, err := st.Client.QueryWorkflow(context.Background(), id, "", workflows.ProgressQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p workflows.Progress
+	if err := v.Get(&p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func replicaLog(t *testing.T, jobDir, replica string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(jobDir, filepath.FromSlash(jobdir.AppLogFile(replica))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// line returns the value of the line of log starting with key=.
+func line(log, key string) string {
+	for l := range strings.Lines(log) {
+		if v, ok := strings.CutPrefix(strings.TrimRight(l, "\n"), key+"="); ok {
+			return v
+		}
+	}
+	return "<no " + key + " line>"
+}
+
+// TestApplicationTFConfig runs a program that prints its TF_CONFIG in
+// BASIC, STANDARD_1 and CUSTOM clusters, started as the Temporal UI
+// starts a job, and compares each replica's TF_CONFIG with the exact JSON
+// of the seeds' format for the addresses the replicas registered. The
+// args carry shell metacharacters: they arrive verbatim. The worker's own
+// environment does not reach the program, except what the operator
+// passes through.
+func TestApplicationTFConfig(t *testing.T) {
+	st, home := appStack(t)
+	t.Setenv("TRAINFLOW_TEST_SECRET", "s3cret")
+	t.Setenv("TRAINFLOW_TEST_PASSED", "passed")
+	args := []string{"--x=1", "a b", ";rm -rf /tmp/nothing", "$(id)", "`id`", "*", "|", "'\""}
+	argsJSON, _ := json.Marshal(args)
+	jobs := []struct {
+		id, cluster, tier string
+		workers, ps       int
+	}{
+		{"tf_basic", `{}`, "BASIC", 0, 0},
+		{"tf_standard", `{"scale_tier":"STANDARD_1"}`, "STANDARD_1", 4, 3},
+		{"tf_custom", `{"scale_tier":"CUSTOM","worker_count":2,"parameter_server_count":1}`, "CUSTOM", 2, 1},
+	}
+	runs := make([]client.WorkflowRun, len(jobs))
+	for i, j := range jobs {
+		runs[i] = startUIStyle(t, st.Client, j.id, fmt.Sprintf(`{"job_id":%q,"application":{"name":"tfconfig","args":%s},"cluster":%s}`, j.id, argsJSON, j.cluster))
+	}
+	for i, j := range jobs {
+		res, err := waitJob(t, runs[i])
+		if err != nil {
+			t.Fatalf("%s: %v", j.id, err)
+		}
+		jobDir := filepath.Join(home, "jobs", j.id)
+		if res.Export != filepath.Join(jobDir, "model") || !strings.Contains(res.Note, "nothing was published") {
+			t.Errorf("%s: export %q note %q", j.id, res.Export, res.Note)
+		}
+		p := appProgress(t, st, j.id)
+		if p.Phase != workflows.PhaseSucceeded || p.AppCluster == nil || p.AppCluster.Gen != 1 || len(p.AppCluster.Replicas) != 1+j.workers+j.ps {
+			t.Fatalf("%s: progress %+v cluster %+v", j.id, p, p.AppCluster)
+		}
+		addrs := map[string][]string{}
+		for _, r := range p.AppCluster.Replicas {
+			addrs[r.Type] = append(addrs[r.Type], strconv.Quote(r.Addr))
+		}
+		cluster := `"chief":[` + addrs["chief"][0] + `]`
+		if j.workers > 0 {
+			cluster += `,"worker":[` + strings.Join(addrs["worker"], ",") + `]`
+		}
+		if j.ps > 0 {
+			cluster += `,"ps":[` + strings.Join(addrs["ps"], ",") + `]`
+		}
+		for _, r := range p.AppCluster.Replicas {
+			name := fmt.Sprintf("%s-%d", r.Type, r.Index)
+			log := replicaLog(t, jobDir, name)
+			want := fmt.Sprintf(`{"cluster":{%s},"task":{"type":%q,"index":%d,"trial":""},"job":{"job_id":%q,"scale_tier":%q,"worker_count":"%d","parameter_server_count":"%d","application":"tfconfig","args":%s,"job_dir":%q},"environment":"cloud"}`,
+				cluster, r.Type, r.Index, j.id, j.tier, j.workers, j.ps, argsJSON, jobDir)
+			if got := line(log, "TF_CONFIG"); got != want {
+				t.Errorf("%s %s TF_CONFIG:\n got %s\nwant %s", j.id, name, got, want)
+			}
+			if got := line(log, "ARGS"); got != string(argsJSON) {
+				t.Errorf("%s %s argv %s, want %s verbatim", j.id, name, got, argsJSON)
+			}
+			if got := line(log, "SECRET"); got != "<unset>" {
+				t.Errorf("%s %s: the worker's environment leaked: TRAINFLOW_TEST_SECRET=%s", j.id, name, got)
+			}
+			if got := line(log, "PASSED"); got != "passed" {
+				t.Errorf("%s %s: the operator's pass-through variable: %s", j.id, name, got)
+			}
+			wantRank := "<unset> WORLD_SIZE=<unset>"
+			switch r.Type {
+			case "chief":
+				wantRank = fmt.Sprintf("0 WORLD_SIZE=%d", 1+j.workers)
+			case "worker":
+				wantRank = fmt.Sprintf("%d WORLD_SIZE=%d", r.Index+1, 1+j.workers)
+			}
+			if got := line(log, "RANK"); got != wantRank {
+				t.Errorf("%s %s: RANK=%s, want %s", j.id, name, got, wantRank)
+			}
+		}
+	}
+}
+
+// TestApplicationRefused: an application the worker did not register,
+// or a name that is no name, fails the job as InvalidSpec naming
+// application.name, before anything runs.
+func TestApplicationRefused(t *testing.T) {
+	st, home := appStack(t)
+	for id, name := range map[string]string{"unreg": "not_registered", "path": "/bin/sh"} {
+		_, err := waitJob(t, startUIStyle(t, st.Client, id, fmt.Sprintf(`{"job_id":%q,"application":{"name":%q,"args":["-c","touch /tmp/pwned"]}}`, id, name)))
+		if !workflows.IsInvalidSpec(err) || !strings.Contains(err.Error(), "application.name") {
+			t.Errorf("%s: %v, want InvalidSpec naming application.name", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(home, "jobs", id, "logs")); err == nil {
+			t.Errorf("%s: a replica ran", name)
+		}
+	}
+}
+
+// torchJob is the spec of a data-parallel census job over a chief and a
+// worker, training epochs epochs.
+func torchJob(id string, epochs int) string {
+	return fmt.Sprintf(`{"job_id":%q,"application":{"name":"torch_census","args":["--epochs","%d","--learning-rate","0.1"]},
+		"cluster":{"scale_tier":"CUSTOM","worker_count":1,"heartbeat_timeout_secs":10}}`, id, epochs)
+}
+
+// waitFile waits for path to exist while the job runs.
+func waitFile(t *testing.T, st *stack, id, path string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never appeared", path)
+		}
+		if p := appProgress(t, st, id); p.Phase == workflows.PhaseFailed || p.Phase == workflows.PhaseSucceeded {
+			t.Fatalf("job %s ended (%s: %s) before %s appeared", id, p.Phase, p.Error, path)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a file the program writes
+	}
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// TestApplicationTorchDDP trains census with PyTorch DDP (gloo) over a
+// chief and a worker through the workflow, undisturbed, then again with
+// the worker's process killed (SIGKILL) once the first checkpoint is
+// committed: the generation restarts, the program resumes from its own
+// checkpoint, and the job ends with the same accuracy. A third job is
+// cancelled mid-run: no process of it is left.
+func TestApplicationTorchDDP(t *testing.T) {
+	requireTorch(t)
+	st, home := appStack(t)
+	const epochs = 8
+
+	start := time.Now()
+	res, err := waitJob(t, startUIStyle(t, st.Client, "ddp_calm", torchJob("ddp_calm", epochs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calm := time.Since(start)
+	jobDir := filepath.Join(home, "jobs", "ddp_calm")
+	if _, err := os.Stat(filepath.Join(jobDir, "model", "model.pt")); err != nil {
+		t.Errorf("no artifact: %v", err)
+	}
+	if res.Metrics.Accuracy < 0.8 || res.GlobalStep == 0 {
+		t.Errorf("undisturbed: accuracy %.4f at step %d, want ≥ 0.8", res.Metrics.Accuracy, res.GlobalStep)
+	}
+	if log := replicaLog(t, jobDir, "worker-0"); !strings.Contains(log, fmt.Sprintf("epoch %d step", epochs)) {
+		t.Errorf("the worker did not train every epoch:\n%s", log)
+	}
+
+	// kill -9 of the worker's program after the first checkpoint.
+	start = time.Now()
+	run := startUIStyle(t, st.Client, "ddp_kill", torchJob("ddp_kill", epochs))
+	killDir := filepath.Join(home, "jobs", "ddp_kill")
+	waitFile(t, st, "ddp_kill", filepath.Join(killDir, "app", "checkpoints", "epoch-1.pt"))
+	victim := readPID(t, filepath.Join(killDir, "app", "work", "worker-0", "pid"))
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed, err := waitJob(t, run)
+	if err != nil {
+		t.Fatalf("killed replica: %v", err)
+	}
+	took := time.Since(start)
+	p := appProgress(t, st, "ddp_kill")
+	if p.AppCluster == nil || p.AppCluster.Gen < 2 {
+		t.Errorf("cluster %+v: the generation did not restart", p.AppCluster)
+	}
+	if log := replicaLog(t, killDir, "chief-0"); !strings.Contains(log, "resumed from epoch-") {
+		t.Errorf("the chief did not resume from its checkpoint:\n%s", log)
+	}
+	if d := math.Abs(killed.Metrics.Accuracy - res.Metrics.Accuracy); d > 0.005 {
+		t.Errorf("accuracy %.4f after the kill, %.4f undisturbed: more than 0.5 point apart", killed.Metrics.Accuracy, res.Metrics.Accuracy)
+	}
+	t.Logf("FIGURES undisturbed: accuracy %.4f, %v; worker killed at epoch 1: accuracy %.4f, %v, %d generations",
+		res.Metrics.Accuracy, calm.Round(time.Millisecond), killed.Metrics.Accuracy, took.Round(time.Millisecond), p.AppCluster.Gen)
+
+	// Cancel mid-run: every replica's process group is gone.
+	run = startUIStyle(t, st.Client, "ddp_cancel", torchJob("ddp_cancel", 1000))
+	cancelDir := filepath.Join(home, "jobs", "ddp_cancel")
+	waitFile(t, st, "ddp_cancel", filepath.Join(cancelDir, "app", "checkpoints", "epoch-1.pt"))
+	pids := []int{readPID(t, filepath.Join(cancelDir, "app", "work", "chief-0", "pid")), readPID(t, filepath.Join(cancelDir, "app", "work", "worker-0", "pid"))}
+	if err := st.Client.CancelWorkflow(context.Background(), "ddp_cancel", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitJob(t, run); err == nil {
+		t.Fatal("the cancelled job succeeded")
+	}
+	for _, pid := range pids {
+		if app.Alive(pid) {
+			t.Errorf("process %d of the cancelled job is alive", pid)
+		}
+		if live := app.GroupMembers(pid); len(live) > 0 {
+			t.Errorf("process group %d of the cancelled job has live members %v", pid, live)
+		}
+	}
+}
