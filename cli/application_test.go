@@ -41,7 +41,7 @@ func appStack(t *testing.T) (*stack, string) {
 		"tfconfig":{"argv":[%q,%q],"env":["TRAINFLOW_TEST_PASSED"]},
 		"torch_census":{"argv":[%q,%q,"--train-files",%q,"--eval-files",%q]}}}`,
 		debianPython, tfconfig, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
-	r, err := app.ParseRegistry([]byte(reg))
+	r, err := app.ParseRegistry([]byte(reg), "")
 	if err != nil {
 		t.Fatal(err)
 	}

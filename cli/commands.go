@@ -50,6 +50,9 @@ func runWorker(ctx context.Context, types *train.Registry, args []string, stderr
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := trust.loadApplications(); err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
 		return err

@@ -210,6 +210,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			}
 		}
 	})
+	p.MaxSteps = 0 // the program's own business
 	setPhase(ctx, p, PhaseTraining)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("application `%s`, scale tier %s", spec.Application.Name, spec.Cluster.ScaleTier))
 	hb := time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second
@@ -220,7 +221,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 		case err != nil:
 			return res, err
 		case lost == nil:
-			res.GlobalStep, res.Export = chief.Step, chief.ModelDir
+			res.GlobalStep, res.Export, res.AppMetrics = chief.Step, chief.ModelDir, chief.Metrics
 			p.GlobalStep, p.Export = max(p.GlobalStep, chief.Step), chief.ModelDir
 			if acc, ok := chief.Metrics["accuracy"]; ok {
 				res.Metrics.Accuracy = acc

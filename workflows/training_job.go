@@ -104,6 +104,9 @@ type JobResult struct {
 	// Note says what became of an application job's artifact (Export):
 	// why nothing was published.
 	Note string `json:"note,omitempty"`
+	// AppMetrics are an application job's last metrics, as its chief
+	// wrote them to its hypertune metrics file (by tag).
+	AppMetrics map[string]float64 `json:"app_metrics,omitempty"`
 }
 
 // Progress is what the "progress" query answers.

@@ -81,12 +81,12 @@ func TestEnvFromScratch(t *testing.T) {
 }
 
 func TestParseRegistry(t *testing.T) {
-	r, err := ParseRegistry([]byte(`{"applications":{"t":{"argv":["/usr/bin/python3","x.py"],"env":["A"]}}}`))
+	r, err := ParseRegistry([]byte(`{"applications":{"t":{"argv":["/usr/bin/python3","x.py"],"env":["A"],"dir":"t"}}}`), "/srv")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, ok := r.Lookup("t")
-	if !ok || a.Name != "t" || a.TFConfigChief != RoleChief || strings.Join(a.Command([]string{"a;b", "$(x)"}), " ") != "/usr/bin/python3 x.py a;b $(x)" {
+	if !ok || a.Name != "t" || a.Dir != "/srv/t" || a.TFConfigChief != RoleChief || strings.Join(a.Command([]string{"a;b", "$(x)"}), " ") != "/usr/bin/python3 x.py a;b $(x)" {
 		t.Errorf("Lookup(t) = %+v, %v", a, ok)
 	}
 	if _, ok := r.Lookup("u"); ok {
@@ -100,7 +100,7 @@ func TestParseRegistry(t *testing.T) {
 		`{"applications":{"t":{"argv":["/bin/x"],"env":["A=B"]}}}`,
 		`{"applications":{"t":{"argv":["/bin/x"],"tf_config_chief":"boss"}}}`,
 	} {
-		if _, err := ParseRegistry([]byte(bad)); !errors.Is(err, ErrRegistry) {
+		if _, err := ParseRegistry([]byte(bad), ""); !errors.Is(err, ErrRegistry) {
 			t.Errorf("ParseRegistry(%s) = %v, want ErrRegistry", bad, err)
 		}
 	}

@@ -23,10 +23,11 @@
 //	    "tf_config_chief": "chief"
 //	  }}}
 //
-// argv[0] must be an absolute path. dir defaults to the replica's
-// workspace. tf_config_chief is "chief" (default) or "master" (the name
-// Cloud ML Engine's runtime versions before 1.x… gave the chief in
-// TF_CONFIG). Unknown keys are an error.
+// argv[0] must be an absolute path; a relative dir is relative to the
+// file's directory, and dir defaults to the replica's workspace.
+// tf_config_chief is "chief" (default) or "master", the name Cloud ML
+// Engine's older runtime versions gave the chief in TF_CONFIG (for
+// programs that look for it). Unknown keys are an error.
 //
 // # The replica's environment (Env)
 //

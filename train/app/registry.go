@@ -53,7 +53,11 @@ func LoadRegistry(path string) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRegistry, err)
 	}
-	r, err := ParseRegistry(b)
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRegistry, err)
+	}
+	r, err := ParseRegistry(b, filepath.Dir(abs))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -62,9 +66,10 @@ func LoadRegistry(path string) (*Registry, error) {
 
 // ParseRegistry decodes a registry file (see the package documentation),
 // strictly: unknown keys, a name that breaks the rule of names, a relative
-// argv[0] or dir, and a bad tf_config_chief are errors wrapping
-// ErrRegistry.
-func ParseRegistry(b []byte) (*Registry, error) {
+// argv[0], and a bad tf_config_chief are errors wrapping ErrRegistry. A
+// relative dir is relative to base, the file's directory (an error if
+// base is "").
+func ParseRegistry(b []byte, base string) (*Registry, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var f registryFile
@@ -74,6 +79,9 @@ func ParseRegistry(b []byte) (*Registry, error) {
 	r := &Registry{apps: map[string]Application{}}
 	for name, a := range f.Applications {
 		a.Name = name
+		if a.Dir != "" && !filepath.IsAbs(a.Dir) && base != "" {
+			a.Dir = filepath.Join(base, a.Dir)
+		}
 		if err := a.check(); err != nil {
 			return nil, fmt.Errorf("%w: applications.%s: %w", ErrRegistry, name, err)
 		}
