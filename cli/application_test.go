@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/trainflow/trainflow/internal/datagen"
@@ -142,6 +143,9 @@ func TestApplicationTFConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", j.id, err)
 		}
+		if j.id == "tf_custom" {
+			recordApp(t, st, j.id, "application_custom")
+		}
 		jobDir := filepath.Join(home, "jobs", j.id)
 		if res.Export != filepath.Join(jobDir, "model") || !strings.Contains(res.Note, "nothing was published") {
 			t.Errorf("%s: export %q note %q", j.id, res.Export, res.Note)
@@ -190,6 +194,18 @@ func TestApplicationTFConfig(t *testing.T) {
 			}
 		}
 	}
+}
+
+// recordApp records the history of application job id as
+// workflows/testdata/histories/name.json when TRAINFLOW_RECORD_HISTORIES
+// is set and it is not recorded yet (see TestRecordHistories), which
+// workflows' replay test then replays.
+func recordApp(t *testing.T, st *stack, id, name string, proofs ...proof) {
+	t.Helper()
+	if os.Getenv("TRAINFLOW_RECORD_HISTORIES") == "" || !todo(name) {
+		return
+	}
+	saveHistory(t, st, id, "", name, append(proofs, activityProof(workflows.AppReplicaActivity), versionProof("application-jobs"))...)
 }
 
 // TestApplicationRefused: an application the worker did not register,
@@ -298,6 +314,7 @@ func TestApplicationTorchDDP(t *testing.T) {
 	if d := math.Abs(killed.Metrics.Accuracy - res.Metrics.Accuracy); d > 0.005 {
 		t.Errorf("accuracy %.4f after the kill, %.4f undisturbed: more than 0.5 point apart", killed.Metrics.Accuracy, res.Metrics.Accuracy)
 	}
+	recordApp(t, st, "ddp_kill", "application_killed", eventProof(enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED))
 	t.Logf("FIGURES undisturbed: accuracy %.4f, %v; worker killed at epoch 1: accuracy %.4f, %v, %d generations",
 		res.Metrics.Accuracy, calm.Round(time.Millisecond), killed.Metrics.Accuracy, took.Round(time.Millisecond), p.AppCluster.Gen)
 
@@ -312,6 +329,7 @@ func TestApplicationTorchDDP(t *testing.T) {
 	if _, err := waitJob(t, run); err == nil {
 		t.Fatal("the cancelled job succeeded")
 	}
+	recordApp(t, st, "ddp_cancel", "application_cancelled", eventProof(enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED))
 	for _, pid := range pids {
 		if app.Alive(pid) {
 			t.Errorf("process %d of the cancelled job is alive", pid)

@@ -59,6 +59,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// signed-progress path (batch-signed-progress, BatchReportKey,
 		// signed batch_progress signals).
 		"tuning_early_stop.json": false, "batch_prediction_signed.json": false,
+		// Application jobs (cli TestApplicationTFConfig and
+		// TestApplicationTorchDDP): a CUSTOM cluster of a program that
+		// prints its TF_CONFIG; a PyTorch DDP job whose worker's process
+		// was killed (a second generation); one cancelled while training.
+		"application_custom.json": false, "application_killed.json": false, "application_cancelled.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
