@@ -43,6 +43,12 @@ const (
 	ReplicaEvaluator = "evaluator"
 )
 
+// AppFailGrace is how long the other replicas of a generation may still
+// report being lost after one failed with the user's error, before they
+// are stopped: when one process of a data-parallel program dies, its
+// peers fail at once, and the one lost is what counts.
+const AppFailGrace = 5 * time.Second
+
 // MaxAppGenerations bounds the generations of an application job: after
 // this many restarts of its cluster the job fails.
 const MaxAppGenerations = 10
@@ -287,6 +293,9 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 				cancel()
 			default:
 				if failed == nil {
+					// The others may yet report that they were lost: stop
+					// them only after AppFailGrace.
+					sel.AddFuture(workflow.NewTimer(gctx, AppFailGrace), func(workflow.Future) { cancel() })
 					failed = fmt.Errorf("%s: %w", name, e)
 					var ae *temporal.ApplicationError
 					if errors.As(e, &ae) {
@@ -297,7 +306,6 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 						failed = temporal.NewNonRetryableApplicationError(msg, ae.Type(), e)
 					}
 				}
-				cancel()
 			}
 		})
 	}
