@@ -32,6 +32,17 @@ const debianPython = "/usr/bin/python3"
 // (examples/torch_census/trainer.py, reading the census data).
 func appStack(t *testing.T) (*stack, string) {
 	t.Helper()
+	r, err := app.ParseRegistry([]byte(appRegistry(t)), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	return testStack(t, home, func(c *stackConfig) { c.Trust.applications = r }), home
+}
+
+// appRegistry is the --applications file of the tests.
+func appRegistry(t *testing.T) string {
+	t.Helper()
 	if _, err := os.Stat(debianPython); err != nil {
 		realtest.Missing(t, debianPython+" is missing (apt-get install python3)")
 	}
@@ -42,12 +53,7 @@ func appStack(t *testing.T) (*stack, string) {
 		"tfconfig":{"argv":[%q,%q],"env":["TRAINFLOW_TEST_PASSED"]},
 		"torch_census":{"argv":[%q,%q,"--train-files",%q,"--eval-files",%q]}}}`,
 		debianPython, tfconfig, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
-	r, err := app.ParseRegistry([]byte(reg), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	return testStack(t, home, func(c *stackConfig) { c.Trust.applications = r }), home
+	return reg
 }
 
 // censusFiles is the directory of adult.data and adult.test: the UCI
@@ -338,4 +344,58 @@ func TestApplicationTorchDDP(t *testing.T) {
 			t.Errorf("process group %d of the cancelled job has live members %v", pid, live)
 		}
 	}
+}
+
+// TestApplicationWorkerKilled kills (SIGKILL) the trainflow worker process
+// running the worker replica of a DDP job, on a cluster of two worker
+// processes each running one replica: the replica's program dies with it
+// (no orphan), the lost replica is noticed by its heartbeat timeout, the
+// generation restarts once the process is back, and the job succeeds from
+// the program's checkpoint.
+func TestApplicationWorkerKilled(t *testing.T) {
+	requireTorch(t)
+	regFile := filepath.Join(t.TempDir(), "applications.json")
+	if err := os.WriteFile(regFile, []byte(appRegistry(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newClusterWith(t, clusterOptions{Workers: 2, MaxRoles: 1, Applications: regFile})
+	const id = "ddp_wkill"
+	start := time.Now()
+	run := startUIStyle(t, c.st.Client, id, torchJob(id, 8))
+	dir := filepath.Join(c.home, "jobs", id)
+	waitFile(t, c.st, id, filepath.Join(dir, "app", "checkpoints", "epoch-1.pt"))
+	p := appProgress(t, c.st, id)
+	host := -1
+	for _, r := range p.AppCluster.Replicas {
+		if r.Type == workflows.ReplicaWorker {
+			host = r.PID
+		}
+	}
+	victim := readPID(t, filepath.Join(dir, "app", "work", "worker-0", "pid"))
+	killed := false
+	for i, proc := range c.procs {
+		if proc.Process.Pid == host {
+			c.kill(i)
+			for deadline := time.Now().Add(10 * time.Second); app.Alive(victim) && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond) // the kernel delivers PDEATHSIG asynchronously
+			}
+			if app.Alive(victim) {
+				t.Errorf("the program (pid %d) outlived its worker process", victim)
+			}
+			c.start(i)
+			killed = true
+		}
+	}
+	if !killed {
+		t.Fatalf("no worker process has pid %d (the worker replica's host)", host)
+	}
+	res, err := waitJob(t, run)
+	if err != nil {
+		t.Fatalf("worker process killed: %v", err)
+	}
+	p = appProgress(t, c.st, id)
+	if p.AppCluster.Gen < 2 || res.Metrics.Accuracy < 0.8 {
+		t.Errorf("generation %d, accuracy %.4f: want a restarted generation and accuracy ≥ 0.8", p.AppCluster.Gen, res.Metrics.Accuracy)
+	}
+	t.Logf("FIGURES worker process killed at epoch 1: accuracy %.4f, %v, %d generations", res.Metrics.Accuracy, time.Since(start).Round(time.Millisecond), p.AppCluster.Gen)
 }
