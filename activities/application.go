@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net"
@@ -102,7 +103,11 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	if err != nil {
 		return res, err
 	}
+	key, err := jd.reportKey(ctx) // signs the registration and progress reports
 	jd.Close()
+	if err != nil {
+		return res, err
+	}
 	root, err := localDir(in.JobDir)
 	if err != nil {
 		return res, err
@@ -135,6 +140,9 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	info := activity.GetInfo(ctx)
 	reg := workflows.ReplicaRegistration{Gen: in.Gen, Type: in.Type, Index: in.Index, Addr: net.JoinHostPort(a.psAdvertiseHost(), port),
 		Host: host, PID: os.Getpid(), RunID: info.WorkflowExecution.RunID}
+	if key != nil {
+		reg.Signature = ed25519.Sign(key, workflows.ReplicaReportBytes(info.WorkflowExecution.ID, reg))
+	}
 	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
 		UpdateName: workflows.RegisterReplicaUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
@@ -169,7 +177,7 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		return res, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: %w", task.Name(), err))
 	}
 	activity.GetLogger(ctx).Info("application replica started", "replica", task.Name(), "gen", in.Gen, "pid", p.PID(), "addr", reg.Addr)
-	ex, last, err := a.follow(ctx, p, r, in, hb)
+	ex, last, err := a.follow(ctx, p, r, in, hb, key)
 	res.Step, res.Metrics = last.Step, last.Values
 	if err != nil {
 		return res, err
@@ -232,7 +240,7 @@ func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen i
 // (AppProgressSignal). A replica whose reported step has not moved for
 // the job's stall timeout, once it reported one, is stopped and lost. The
 // job ending stops p; follow then returns the context's error.
-func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, in workflows.ReplicaInput, hb *beater) (app.Exit, app.Metric, error) {
+func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, in workflows.ReplicaInput, hb *beater, key ed25519.PrivateKey) (app.Exit, app.Metric, error) {
 	t := time.NewTicker(appPoll)
 	defer t.Stop()
 	stall := time.Duration(in.Cluster.StallTimeoutSecs) * time.Second
@@ -267,8 +275,11 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 			}
 			if in.Type == workflows.ReplicaChief && ok && last.Step != signalledStep && now.Sub(signalled) >= appProgressEvery && a.Client != nil {
 				signalled, signalledStep = now, last.Step
-				_ = a.Client.SignalWorkflow(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, workflows.AppProgressSignal,
-					workflows.AppProgress{Step: last.Step, Metrics: last.Values})
+				ap := workflows.AppProgress{Step: last.Step, Metrics: last.Values}
+				if key != nil {
+					ap.Signature = ed25519.Sign(key, workflows.ProgressReportBytes(info.WorkflowExecution.ID, ap))
+				}
+				_ = a.Client.SignalWorkflow(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, workflows.AppProgressSignal, ap)
 			}
 			if !moved.IsZero() && now.Sub(moved) > stall {
 				p.Stop(AppStopGrace)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -329,6 +330,22 @@ func TestApplicationTorchDDP(t *testing.T) {
 	cancelDir := filepath.Join(home, "jobs", "ddp_cancel")
 	waitFile(t, st, "ddp_cancel", filepath.Join(cancelDir, "app", "checkpoints", "epoch-1.pt"))
 	pids := []int{readPID(t, filepath.Join(cancelDir, "app", "work", "chief-0", "pid")), readPID(t, filepath.Join(cancelDir, "app", "work", "worker-0", "pid"))}
+	// Forged reports against the live job: an unsigned registration is
+	// refused, an unsigned progress report ignored.
+	ctx := context.Background()
+	gen := appProgress(t, st, "ddp_cancel").AppCluster.Gen
+	forged := workflows.ReplicaRegistration{Gen: gen, Type: workflows.ReplicaWorker, Index: 0, Addr: "203.0.113.1:1", RunID: run.GetRunID()}
+	h, err := st.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: "ddp_cancel", RunID: run.GetRunID(),
+		UpdateName: workflows.RegisterReplicaUpdate, Args: []any{forged}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err == nil {
+		err = h.Get(ctx, nil)
+	}
+	if err == nil || !strings.Contains(err.Error(), "not signed with this run's report key") {
+		t.Errorf("forged registration: %v, want a refusal", err)
+	}
+	if err := st.Client.SignalWorkflow(ctx, "ddp_cancel", "", workflows.AppProgressSignal, workflows.AppProgress{Step: 9e18}); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.Client.CancelWorkflow(context.Background(), "ddp_cancel", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -336,6 +353,9 @@ func TestApplicationTorchDDP(t *testing.T) {
 		t.Fatal("the cancelled job succeeded")
 	}
 	recordApp(t, st, "ddp_cancel", "application_cancelled", eventProof(enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED))
+	if p := appProgress(t, st, "ddp_cancel"); p.GlobalStep >= 9e18 || slices.ContainsFunc(p.AppCluster.Replicas, func(r workflows.AppReplica) bool { return r.Addr == forged.Addr }) {
+		t.Errorf("forged reports applied: step %d, cluster %+v", p.GlobalStep, p.AppCluster)
+	}
 	for _, pid := range pids {
 		if app.Alive(pid) {
 			t.Errorf("process %d of the cancelled job is alive", pid)

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -80,6 +82,29 @@ type ReplicaRegistration struct {
 	PID   int    `json:"pid"`
 	// RunID is the workflow run whose activity the replica is.
 	RunID string `json:"run_id"`
+	// Signature is the replica's, with the run's report key, of
+	// ReplicaReportBytes.
+	Signature []byte `json:"signature,omitempty"`
+}
+
+// Domain separation of the application's signed reports.
+const (
+	replicaReportTag  = "trainflow register_replica v1"
+	progressReportTag = "trainflow app_progress v1"
+)
+
+// ReplicaReportBytes is what a replica signs with the run's report key to
+// register r with job jobID (its Signature left out).
+func ReplicaReportBytes(jobID string, r ReplicaRegistration) []byte {
+	return signedBytes(replicaReportTag, jobID, r.RunID, r.Gen, r.Type, r.Index, r.Addr, r.Host, r.PID)
+}
+
+// ProgressReportBytes is what the chief signs with the run's report key
+// to report p of job jobID (its Signature left out); the metrics are
+// their JSON (sorted keys).
+func ProgressReportBytes(jobID string, p AppProgress) []byte {
+	m, _ := json.Marshal(p.Metrics)
+	return signedBytes(progressReportTag, jobID, p.Step, string(m))
 }
 
 // AppReplica is one replica of the current generation as the workflow
@@ -113,6 +138,9 @@ func (c AppCluster) Complete() bool {
 type AppProgress struct {
 	Step    int64              `json:"step"`
 	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Signature is the chief's, with the run's report key, of
+	// ProgressReportBytes; a report it does not verify is ignored.
+	Signature []byte `json:"signature,omitempty"`
 }
 
 // ReplicaResult is the outcome of an AppReplica activity.
@@ -153,11 +181,15 @@ const appChange = "application-jobs"
 type appState struct {
 	cluster AppCluster
 	p       *Progress
+	key     ed25519.PublicKey // verifies the replicas' reports
 }
 
 // validate checks a registration before it is accepted: this run, this
 // generation, a replica of the cluster, an address.
 func (s *appState) validate(ctx workflow.Context, r ReplicaRegistration) error {
+	if !verified(s.key, ReplicaReportBytes(workflow.GetInfo(ctx).WorkflowExecution.ID, r), r.Signature) {
+		return fmt.Errorf("replica %s-%d registration: not signed with this run's report key", r.Type, r.Index)
+	}
 	if run := workflow.GetInfo(ctx).WorkflowExecution.RunID; r.RunID != run {
 		return fmt.Errorf("replica %s-%d of run %q: this is run %s", r.Type, r.Index, r.RunID, run)
 	}
@@ -185,11 +217,21 @@ func (s *appState) find(typ string, index int) int {
 func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner, p *Progress, res JobResult) (JobResult, error) {
 	workflow.GetVersion(ctx, appChange, workflow.DefaultVersion, 1)
 	s := &appState{p: p}
+	// A new key for each run, as for the built-in roles' reports.
+	kctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "report key"))
+	k, err := acts.ReportKey.Run(kctx, ReportKeyInput{JobDir: prep.JobDir})
+	if err != nil {
+		return res, err
+	}
+	if k.PublicKey != nil && len(k.PublicKey) != ed25519.PublicKeySize {
+		return res, fmt.Errorf("report key of %d bytes, want %d", len(k.PublicKey), ed25519.PublicKeySize)
+	}
+	s.key = k.PublicKey
 	p.AppCluster = &s.cluster
 	if err := workflow.SetQueryHandler(ctx, AppClusterQuery, func() (AppCluster, error) { return s.cluster, nil }); err != nil {
 		return res, err
 	}
-	err := workflow.SetUpdateHandlerWithOptions(ctx, RegisterReplicaUpdate,
+	err = workflow.SetUpdateHandlerWithOptions(ctx, RegisterReplicaUpdate,
 		func(ctx workflow.Context, r ReplicaRegistration) (AppCluster, error) {
 			if err := s.validate(ctx, r); err != nil { // the generation moved on since the validator ran
 				return s.cluster, err
@@ -207,6 +249,10 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			var ap AppProgress
 			if !progress.Receive(ctx, &ap) {
 				return
+			}
+			if !verified(s.key, ProgressReportBytes(workflow.GetInfo(ctx).WorkflowExecution.ID, ap), ap.Signature) {
+				workflow.GetLogger(ctx).Warn("app_progress not signed with this run's report key; ignored", "step", ap.Step)
+				continue
 			}
 			if ap.Step >= p.GlobalStep {
 				p.GlobalStep = ap.Step
