@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/testenv/realtest"
@@ -48,12 +50,14 @@ func appRegistry(t *testing.T) string {
 		realtest.Missing(t, debianPython+" is missing (apt-get install python3)")
 	}
 	tfconfig, _ := filepath.Abs("testdata/apps/tfconfig.py")
+	stall, _ := filepath.Abs("testdata/apps/stall.py")
 	trainer, _ := filepath.Abs("../examples/torch_census/trainer.py")
 	census := censusFiles(t)
 	reg := fmt.Sprintf(`{"applications":{
 		"tfconfig":{"argv":[%q,%q],"env":["TRAINFLOW_TEST_PASSED"]},
+		"stall":{"argv":[%q,%q]},
 		"torch_census":{"argv":[%q,%q,"--train-files",%q,"--eval-files",%q]}}}`,
-		debianPython, tfconfig, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
+		debianPython, tfconfig, debianPython, stall, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
 	return reg
 }
 
@@ -215,11 +219,16 @@ func recordApp(t *testing.T, st *stack, id, name string, proofs ...proof) {
 	saveHistory(t, st, id, "", name, append(proofs, activityProof(workflows.AppReplicaActivity), versionProof("application-jobs"))...)
 }
 
-// TestApplicationRefused: an application the worker did not register,
-// or a name that is no name, fails the job as InvalidSpec naming
-// application.name, before anything runs.
-func TestApplicationRefused(t *testing.T) {
+// TestApplicationRefusedOrStalled: an application the worker did not
+// register, or a name that is no name, fails the job as InvalidSpec
+// naming application.name, before anything runs; a replica that reports
+// a step and then hangs stalls its generation, and MaxAppStalls stalled
+// generations in a row fail the job as Stalled.
+func TestApplicationRefusedOrStalled(t *testing.T) {
 	st, home := appStack(t)
+	// A replica that reports a step and then hangs is stalled: after
+	// MaxAppStalls generations in a row the job fails as Stalled.
+	stalled := startUIStyle(t, st.Client, "stalled", `{"job_id":"stalled","application":{"name":"stall"},"cluster":{"stall_timeout_secs":2}}`)
 	for id, name := range map[string]string{"unreg": "not_registered", "path": "/bin/sh"} {
 		_, err := waitJob(t, startUIStyle(t, st.Client, id, fmt.Sprintf(`{"job_id":%q,"application":{"name":%q,"args":["-c","touch /tmp/pwned"]}}`, id, name)))
 		if !workflows.IsInvalidSpec(err) || !strings.Contains(err.Error(), "application.name") {
@@ -228,6 +237,14 @@ func TestApplicationRefused(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(home, "jobs", id, "logs")); err == nil {
 			t.Errorf("%s: a replica ran", name)
 		}
+	}
+	_, err := waitJob(t, stalled)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeStalled || !ae.NonRetryable() {
+		t.Errorf("stalled job: %v, want a non-retryable %s error", err, workflows.ErrTypeStalled)
+	}
+	if p := appProgress(t, st, "stalled"); p.AppCluster.Gen != workflows.MaxAppStalls || p.GlobalStep != 1 {
+		t.Errorf("stalled job: generation %d, step %d; want %d generations, step 1", p.AppCluster.Gen, p.GlobalStep, workflows.MaxAppStalls)
 	}
 }
 

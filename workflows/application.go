@@ -51,6 +51,11 @@ const (
 // peers fail at once, and the one lost is what counts.
 const AppFailGrace = 5 * time.Second
 
+// MaxAppStalls is how many generations in a row may stall (a replica's
+// reported step not moving for cluster.stall_timeout_secs) before the job
+// fails with ErrTypeStalled.
+const MaxAppStalls = 3
+
 // MaxAppGenerations bounds the generations of an application job: after
 // this many restarts of its cluster the job fails.
 const MaxAppGenerations = 10
@@ -266,6 +271,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 	setPhase(ctx, p, PhaseTraining)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("application `%s`, scale tier %s", spec.Application.Name, spec.Cluster.ScaleTier))
 	hb := time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second
+	stalls := 0
 	for gen := int64(1); ; gen++ {
 		s.cluster = AppCluster{Gen: gen, Replicas: AppReplicas(spec.Cluster)}
 		chief, lost, err := runGeneration(ctx, spec, prep, owner, s.cluster, hb)
@@ -286,8 +292,15 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			p.Note = res.Note
 			workflow.SetCurrentDetails(ctx, fmt.Sprintf("**Succeeded**: application `%s` exited 0 at step %d; its artifact is %s; %s", spec.Application.Name, chief.Step, chief.ModelDir, res.Note))
 			return res, nil
+		case isStalled(lost) && stalls+1 >= MaxAppStalls:
+			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("application %s: %d generations in a row stalled, the last: %v", spec.Application.Name, stalls+1, lost), ErrTypeStalled, lost)
 		case gen >= MaxAppGenerations:
 			return res, fmt.Errorf("application %s: %d generations lost a replica, the last: %w", spec.Application.Name, gen, lost)
+		}
+		if isStalled(lost) {
+			stalls++
+		} else {
+			stalls = 0
 		}
 		workflow.GetLogger(ctx).Warn("application replica lost; restarting the cluster", "gen", gen, "error", lost)
 		if err := workflow.Sleep(ctx, min(time.Duration(1<<min(gen-1, 5))*time.Second, 30*time.Second)); err != nil {
@@ -371,6 +384,12 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 		return chief, nil, failed
 	}
 	return chief, nil, fmt.Errorf("application %s: generation %d ended without the chief", spec.Application.Name, cl.Gen)
+}
+
+// isStalled reports whether a generation was lost to a stalled replica.
+func isStalled(err error) bool {
+	var ae *temporal.ApplicationError
+	return errors.As(err, &ae) && ae.Type() == ErrTypeStalled
 }
 
 // isLost reports whether a replica's failure loses its generation rather

@@ -47,6 +47,9 @@ func TestApplicationGenerations(t *testing.T) {
 			}
 			return ReplicaResult{Type: in.Type}, nil
 		}, "chief-0: exit status 2; bad flag", 1},
+		{"stalled generations fail the job after MaxAppStalls", func(in ReplicaInput) (ReplicaResult, error) {
+			return ReplicaResult{}, temporal.NewApplicationError("chief-0: no new step", ErrTypeStalled)
+		}, "generations in a row stalled", MaxAppStalls},
 		{"always lost: the job fails after MaxAppGenerations", func(in ReplicaInput) (ReplicaResult, error) {
 			return ReplicaResult{}, lost
 		}, "generations lost a replica", MaxAppGenerations},
