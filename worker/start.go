@@ -77,6 +77,10 @@ type Config struct {
 	// another fails, not retried. Every worker polling the same task
 	// queue should register the same applications.
 	Applications *app.Registry
+	// AppSandbox, if set, runs the applications registered with
+	// "sandbox": true (it rewrites their command; see app.Wrapper).
+	// Without it such an application is refused.
+	AppSandbox app.Wrapper
 
 	// Logger logs the worker's configuration and its errors.
 	Logger *slog.Logger
@@ -137,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	}
 	acts := &activities.Activities{Home: home, Jobs: cfg.Jobs,
 		Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, OnPublish: cfg.OnPublish, PSListenHost: psListen, PSAdvertiseHost: cfg.PSAdvertise,
-		ModelTypes: cfg.ModelTypes, Applications: cfg.Applications}
+		ModelTypes: cfg.ModelTypes, Applications: cfg.Applications, AppSandbox: cfg.AppSandbox}
 	w.Activities = acts
 	if err := cfg.Limits.apply(acts); err != nil {
 		return nil, err

@@ -79,6 +79,19 @@
 //	any other code            the user's error: the job fails, not retried,
 //	                          with the tail of the program's own log
 //
+// # Sandboxes and packages (Wrapper)
+//
+// A Wrapper rewrites a replica's Command just before Start: the worker
+// calls it for an application registered with "sandbox": true
+// (activities.Activities.AppSandbox, worker.Config.AppSandbox). It gets
+// the whole command (argv, working directory, the environment built by
+// Env, the log file) and returns the command to run instead, e.g.
+// bwrap's argv followed by the original one; it must keep Log and
+// LogBytes, and the directories the program is told about (the Replica's
+// ModelDir, CheckpointDir, TensorBoardDir, Workspace) must stay writable
+// to it. Start then runs the result in its own process group, so Stop
+// ends the sandbox and everything in it.
+//
 // # Metrics (ReadMetrics)
 //
 // The cloudml-hypertune file format: JSON lines such as
