@@ -51,13 +51,15 @@ func appRegistry(t *testing.T) string {
 	}
 	tfconfig, _ := filepath.Abs("testdata/apps/tfconfig.py")
 	stall, _ := filepath.Abs("testdata/apps/stall.py")
+	hpt, _ := filepath.Abs("testdata/apps/hpt.py")
 	trainer, _ := filepath.Abs("../examples/torch_census/trainer.py")
 	census := censusFiles(t)
 	reg := fmt.Sprintf(`{"applications":{
 		"tfconfig":{"argv":[%q,%q],"env":["TRAINFLOW_TEST_PASSED"]},
 		"stall":{"argv":[%q,%q]},
+		"hpt":{"argv":[%q,%q]},
 		"torch_census":{"argv":[%q,%q,"--train-files",%q,"--eval-files",%q]}}}`,
-		debianPython, tfconfig, debianPython, stall, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
+		debianPython, tfconfig, debianPython, stall, debianPython, hpt, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
 	return reg
 }
 
@@ -435,4 +437,55 @@ func TestApplicationWorkerKilled(t *testing.T) {
 		t.Errorf("generation %d, accuracy %.4f: want a restarted generation and accuracy ≥ 0.8", p.AppCluster.Gen, res.Metrics.Accuracy)
 	}
 	t.Logf("FIGURES worker process killed at epoch 1: accuracy %.4f, %v, %d generations", res.Metrics.Accuracy, time.Since(start).Round(time.Millisecond), p.AppCluster.Gen)
+}
+
+// TestApplicationTuning tunes an application: each trial runs the program
+// with --name=value arguments after the job's own, reads the metric from
+// its hypertune file, and the best trial is the one whose program wrote
+// the best value; each trial's TF_CONFIG names its trial.
+func TestApplicationTuning(t *testing.T) {
+	st, home := appStack(t)
+	spec := `{"job_id":"hp","application":{"name":"hpt","args":["--fixed","$(id)"]},
+		"tuning":{"goal":"MAXIMIZE","hyperparameter_metric_tag":"score","max_trials":4,"max_parallel_trials":2,"algorithm":"GRID_SEARCH",
+		"params":[{"parameter_name":"x","type":"DISCRETE","discrete_values":[0.1,0.3]},{"parameter_name":"opt","type":"CATEGORICAL","categorical_values":["sgd","adam"]}]}}`
+	var payload map[string]any
+	if err := json.Unmarshal([]byte(spec), &payload); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.Client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: "hp", TaskQueue: workflows.TaskQueue}, workflows.HyperparameterTuningJobName, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := waitJob(t, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := res.Tuning
+	if rep == nil || len(rep.Trials) != 4 || rep.BestObjective == nil {
+		t.Fatalf("tuning report %+v", rep)
+	}
+	best := rep.Trials[rep.BestTrial-1]
+	if best.Params["x"] != "0.3" || best.Params["opt"] != "adam" || *rep.BestObjective != 1.01 {
+		t.Errorf("best trial %d %v objective %v, want x=0.3 opt=adam with 1.01", best.Number, best.Params, *rep.BestObjective)
+	}
+	if !strings.Contains(res.Note, "nothing was published") || res.Export != best.Export || best.Export == "" {
+		t.Errorf("result export %q note %q, best trial's export %q", res.Export, res.Note, best.Export)
+	}
+	for _, tr := range rep.Trials {
+		dir := filepath.Join(home, "jobs", tr.ID)
+		log := replicaLog(t, dir, "chief-0")
+		if got, want := line(log, "SCORE"), fmt.Sprint(*tr.Objective); got != want {
+			t.Errorf("trial %d: objective %v, the program wrote %s", tr.Number, *tr.Objective, got)
+		}
+		p := appProgress(t, st, tr.ID)
+		n := strconv.Itoa(tr.Number)
+		want := fmt.Sprintf(`{"cluster":{"chief":[%q]},"task":{"type":"chief","index":0,"trial":%q},"job":{"job_id":%q,"scale_tier":"BASIC","worker_count":"0","parameter_server_count":"0","application":"hpt","args":["--fixed","$(id)","--x=%s","--opt=%s"],"job_dir":%q},"environment":"cloud"}`,
+			p.AppCluster.Replicas[0].Addr, n, tr.ID, tr.Params["x"], tr.Params["opt"], dir)
+		if got := line(log, "TF_CONFIG"); got != want {
+			t.Errorf("trial %d TF_CONFIG:\n got %s\nwant %s", tr.Number, got, want)
+		}
+		if got := line(log, "TRIAL"); got != n {
+			t.Errorf("trial %d: CLOUD_ML_TRIAL_ID %q", tr.Number, got)
+		}
+	}
 }

@@ -670,9 +670,6 @@ func (s *JobSpec) Validate() error {
 		if err := s.Application.validate(); err != nil {
 			return err
 		}
-		if s.Tuning != nil {
-			return fmt.Errorf("%w: application: tuning an application is not supported yet (drop tuning or application)", ErrInvalid)
-		}
 	}
 	if s.Data.Schema == nil {
 		return fmt.Errorf("%w: data.schema is required without a preset", ErrInvalid)

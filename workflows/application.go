@@ -271,10 +271,14 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 	setPhase(ctx, p, PhaseTraining)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("application `%s`, scale tier %s", spec.Application.Name, spec.Cluster.ScaleTier))
 	hb := time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second
+	trial := "" // a tuning trial's number: TF_CONFIG's task.trial, CLOUD_ML_TRIAL_ID
+	if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
+		trial = jobspec.TrialNumber(spec.JobID, parent.ID)
+	}
 	stalls := 0
 	for gen := int64(1); ; gen++ {
 		s.cluster = AppCluster{Gen: gen, Replicas: AppReplicas(spec.Cluster)}
-		chief, lost, err := runGeneration(ctx, spec, prep, owner, s.cluster, hb)
+		chief, lost, err := runGeneration(ctx, spec, prep, owner, s.cluster, hb, trial)
 		switch {
 		case err != nil:
 			return res, err
@@ -312,7 +316,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 // runGeneration runs one generation of the cluster until the chief exits.
 // It returns the chief's result; or lost, the error of a replica that was
 // lost (the generation restarts); or err, the job's failure.
-func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner, cl AppCluster, hb time.Duration) (chief ReplicaResult, lost, err error) {
+func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner, cl AppCluster, hb time.Duration, trial string) (chief ReplicaResult, lost, err error) {
 	gctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	type replica struct {
@@ -328,7 +332,7 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 			WaitForCancellation: true, Summary: fmt.Sprintf("%s %s-%d (generation %d)", spec.Application.Name, r.Type, r.Index, cl.Gen),
 		})
 		in := ReplicaInput{JobID: spec.JobID, JobDir: prep.JobDir, Application: *spec.Application, Cluster: spec.Cluster,
-			Type: r.Type, Index: r.Index, Gen: cl.Gen, Owner: owner}
+			Type: r.Type, Index: r.Index, Gen: cl.Gen, Owner: owner, Trial: trial}
 		rs = append(rs, replica{r, acts.AppReplica.Execute(actx, in)})
 	}
 	var failed error
