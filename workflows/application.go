@@ -108,6 +108,7 @@ func ReplicaReportBytes(jobID string, r ReplicaRegistration) []byte {
 // to report p of job jobID (its Signature left out); the metrics are
 // their JSON (sorted keys).
 func ProgressReportBytes(jobID string, p AppProgress) []byte {
+	//workflowcheck:ignore json.Marshal of a map is deterministic (keys sorted)
 	m, _ := json.Marshal(p.Metrics)
 	return signedBytes(progressReportTag, jobID, p.Step, string(m))
 }

@@ -303,6 +303,7 @@ func (r *tuningRun) trialDone(ctx workflow.Context, n int, res JobResult, err er
 	case err == nil && r.spec.Application != nil: // the metric the program wrote to its hypertune file
 		v, ok := res.AppMetrics[r.t.HyperparameterMetricTag]
 		if !ok {
+			//workflowcheck:ignore the keys are sorted before use
 			tr.State, tr.Error = TrialFailed, fmt.Sprintf("the application reported no %q in its hypertune metrics file (it reported %v)", r.t.HyperparameterMetricTag, slices.Sorted(maps.Keys(res.AppMetrics)))
 			return
 		}
