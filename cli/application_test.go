@@ -460,6 +460,7 @@ func TestApplicationTuning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	recordApp(t, st, "hp_trial_1", "application_trial")
 	rep := res.Tuning
 	if rep == nil || len(rep.Trials) != 4 || rep.BestObjective == nil {
 		t.Fatalf("tuning report %+v", rep)
@@ -474,7 +475,7 @@ func TestApplicationTuning(t *testing.T) {
 	for _, tr := range rep.Trials {
 		dir := filepath.Join(home, "jobs", tr.ID)
 		log := replicaLog(t, dir, "chief-0")
-		if got, want := line(log, "SCORE"), fmt.Sprint(*tr.Objective); got != want {
+		if got := line(log, "SCORE"); strconv.FormatFloat(*tr.Objective, 'g', -1, 64) != strings.TrimSuffix(got, ".0") {
 			t.Errorf("trial %d: objective %v, the program wrote %s", tr.Number, *tr.Objective, got)
 		}
 		p := appProgress(t, st, tr.ID)

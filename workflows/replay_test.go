@@ -64,6 +64,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// prints its TF_CONFIG; a PyTorch DDP job whose worker's process
 		// was killed (a second generation); one cancelled while training.
 		"application_custom.json": false, "application_killed.json": false, "application_cancelled.json": false,
+		// A trial of a tuning job over an application (cli
+		// TestApplicationTuning).
+		"application_trial.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
