@@ -69,8 +69,9 @@ def report(metric_file, step, accuracy, loss):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--train-files", required=True)
-    ap.add_argument("--eval-files", required=True)
+    # The defaults are where the README's tutorial writes its data.
+    ap.add_argument("--train-files", default="/tmp/census/adult.data")
+    ap.add_argument("--eval-files", default="/tmp/census/adult.test")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--learning-rate", type=float, default=0.05)
