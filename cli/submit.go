@@ -83,6 +83,11 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if c.output == "json" {
 		return writeJSON(stdout, res)
 	}
+	if t := res.Tuning; t != nil && t.BestObjective != nil && res.Note != "" { // over an application
+		fmt.Fprintf(stdout, "tuning job %s succeeded: best trial %d of %d, %s %.4f; artifact %s; %s\n",
+			res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, res.Export, res.Note)
+		return nil
+	}
 	if t := res.Tuning; t != nil && t.BestObjective != nil {
 		fmt.Fprintf(stdout, "tuning job %s succeeded: best trial %d of %d, %s %.4f; model %s version %d\n",
 			res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, res.Model, res.Version)
