@@ -162,7 +162,8 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		return res, err
 	}
 	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env,
-		Log: filepath.Join(root, filepath.FromSlash(jobdir.AppLogFile(task.Name())))}
+		Log:      filepath.Join(root, filepath.FromSlash(jobdir.AppLogFile(task.Name()))),
+		Writable: []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace}}
 	if cmd.Dir == "" {
 		cmd.Dir = r.Workspace
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -205,3 +206,28 @@ func TestStopKillsTheGroup(t *testing.T) {
 		t.Errorf("child %d outlived Stop", child)
 	}
 }
+
+// TestStopTerminate: a Command's Terminate is how Stop asks the program
+// to end; the program ends within the grace period, unkilled.
+func TestStopTerminate(t *testing.T) {
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	asked := 0
+	p, err := Start(Command{Argv: []string{"/bin/sh", "-c", `trap 'exit 0' USR1; touch ` + ready + `; while :; do sleep 0.05; done`}, Log: filepath.Join(dir, "l.log"),
+		Terminate: func(pid int) error { asked++; return syscall.Kill(pid, syscall.SIGUSR1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !fileExists(ready); {
+		if time.Now().After(deadline) {
+			t.Fatal("the program never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ex := p.Stop(time.Minute)
+	if asked != 1 || ex.Signal != "" || ex.Code != 0 || !ex.Stopped {
+		t.Errorf("Stop with Terminate: asked %d, exit %+v; want the program's own exit 0", asked, ex)
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -85,12 +85,14 @@
 // calls it for an application registered with "sandbox": true
 // (activities.Activities.AppSandbox, worker.Config.AppSandbox). It gets
 // the whole command (argv, working directory, the environment built by
-// Env, the log file) and returns the command to run instead, e.g.
-// bwrap's argv followed by the original one; it must keep Log and
-// LogBytes, and the directories the program is told about (the Replica's
-// ModelDir, CheckpointDir, TensorBoardDir, Workspace) must stay writable
-// to it. Start then runs the result in its own process group, so Stop
-// ends the sandbox and everything in it.
+// Env, the log file, and Writable: the Replica's ModelDir,
+// CheckpointDir, TensorBoardDir and Workspace, which must stay writable to
+// the program) and returns the command to run instead, e.g. the sandbox's
+// argv followed by the original one; it must keep Log and LogBytes, and
+// may set Terminate (how Stop reaches the program inside: SIGTERM to a
+// bwrap process would end the sandbox without grace). Start then runs the
+// result in its own process group, so Stop's SIGKILL ends the sandbox and
+// everything in it.
 //
 // # Metrics (ReadMetrics)
 //

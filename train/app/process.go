@@ -32,11 +32,20 @@ type Command struct {
 	// LogBytes caps what is written to Log (0: DefaultLogBytes); past it
 	// output is dropped, with one line saying so.
 	LogBytes int64
+	// Writable are the host directories the program writes (the
+	// Replica's model, checkpoint, TensorBoard and workspace
+	// directories): what a sandbox must bind read-write. Start ignores it.
+	Writable []string
+	// Terminate, if set, is how Stop asks the program to end instead of
+	// SIGTERM to its process group (a sandbox's own way to reach the
+	// program inside it); SIGKILL after the grace period still goes to
+	// the whole group.
+	Terminate func(pid int) error
 }
 
 // Wrapper rewrites a Command to run it elsewhere, e.g. in a sandbox: the
 // argv of the sandbox program with the original command after it. It must
-// keep Log and LogBytes.
+// keep Log and LogBytes, and may set Terminate.
 type Wrapper interface {
 	Wrap(Command) (Command, error)
 }
@@ -48,9 +57,10 @@ type Process struct {
 	done chan struct{}
 	exit Exit
 
-	stopOnce sync.Once
-	stopped  bool // Stop sent the signals (set before done closes)
-	mu       sync.Mutex
+	stopOnce  sync.Once
+	stopped   bool // Stop sent the signals (set before done closes)
+	mu        sync.Mutex
+	terminate func(pid int) error // Command.Terminate
 }
 
 // Exit is how a program ended.
@@ -128,7 +138,7 @@ func Start(c Command) (*Process, error) {
 	}
 	cmd.Stdout, cmd.Stderr = l, l
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p := &Process{cmd: cmd, log: l, done: make(chan struct{})}
+	p := &Process{cmd: cmd, log: l, done: make(chan struct{}), terminate: c.Terminate}
 	started := make(chan error, 1)
 	go func() {
 		// Pdeathsig fires when the thread that forked dies: keep this
@@ -195,7 +205,9 @@ func (p *Process) Stop(grace time.Duration) Exit {
 		p.stopped = true
 		p.mu.Unlock()
 		pgid := p.PID()
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		if p.terminate == nil || p.terminate(pgid) != nil {
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		}
 		select {
 		case <-p.done:
 		case <-time.After(grace):
