@@ -183,6 +183,11 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	default:
 		dir = filepath.Join(a.Home, "jobs", spec.JobID)
 	}
+	if spec.Application != nil { // the program is given local paths
+		if _, err := localDir(dir); err != nil {
+			return workflows.PrepareResult{}, err
+		}
+	}
 	data := workflows.PrepareResult{}
 	for _, split := range []struct {
 		field string
