@@ -32,6 +32,7 @@ import (
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/train/app"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -53,6 +54,12 @@ type Activities struct {
 	// PrepareJob refuses a spec naming any other type; the training and
 	// evaluation children must be given the same (ChildMain).
 	ModelTypes *train.Registry
+	// Applications are the programs a job's spec may name as its
+	// application (nil: none); AppSandbox, if set, wraps the command of
+	// an application registered with "sandbox": true (one registered so
+	// without it is refused).
+	Applications *app.Registry
+	AppSandbox   app.Wrapper
 	// Exe and ExeArgs start the preprocessing child process: the command
 	// run is Exe ExeArgs... preprocess REQUEST.json [beam args]. Default:
 	// this executable.
@@ -146,6 +153,9 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	if err := a.ModelTypes.Check(spec.Model.Type); err != nil {
 		return workflows.PrepareResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: model.type: %w", jobspec.ErrInvalid, err))
 	}
+	if err := a.checkApplication(spec.Application); err != nil {
+		return workflows.PrepareResult{}, err
+	}
 	if err := a.checkBeamArgs(spec.Data.BeamFlags()); err != nil {
 		return workflows.PrepareResult{}, err
 	}
@@ -172,6 +182,11 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 		dir = joinURI(a.Jobs, spec.JobID)
 	default:
 		dir = filepath.Join(a.Home, "jobs", spec.JobID)
+	}
+	if spec.Application != nil { // the program is given local paths
+		if _, err := localDir(dir); err != nil {
+			return workflows.PrepareResult{}, err
+		}
 	}
 	data := workflows.PrepareResult{}
 	for _, split := range []struct {
@@ -221,6 +236,8 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	}
 	res := workflows.PrepareResult{JobDir: jd.uri, Train: data.Train, Eval: data.Eval}
 	switch {
+	case spec.Application != nil: // the program reads its own data
+		return res, nil
 	case len(res.Train) > 0:
 	default:
 		keys := []string{jobdir.RawFile(preprocess.SplitTrain), jobdir.RawFile(preprocess.SplitEval)}

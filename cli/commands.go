@@ -50,6 +50,9 @@ func runWorker(ctx context.Context, types *train.Registry, args []string, stderr
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := trust.loadApplications(); err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
 		return err
@@ -61,7 +64,7 @@ func runWorker(ctx context.Context, types *train.Registry, args []string, stderr
 	w, err := worker.Start(ctx, worker.Config{
 		Temporal: opts, Home: *home, Jobs: *jobs, Models: *models,
 		PSListen: *psListen, PSAdvertise: *psAdvertise, MaxRoles: *maxRoles, MetricsAddr: *metricsAddr,
-		Limits: trust.limits(), Logger: log, ModelTypes: types,
+		Limits: trust.limits(), Logger: log, ModelTypes: types, Applications: trust.applications,
 	})
 	if err != nil {
 		return err

@@ -43,6 +43,9 @@ func runDev(ctx context.Context, types *train.Registry, args []string, stdout, s
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := trust.loadApplications(); err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
 		return err

@@ -54,6 +54,8 @@ type clusterOptions struct {
 	// TemporalDB keeps the stack's Temporal state in this PostgreSQL
 	// database ("": SQLite).
 	TemporalDB string
+	// Applications is each process's --applications file ("": none).
+	Applications string
 }
 
 func newProcessCluster(t *testing.T, workers int) *cluster {
@@ -100,6 +102,9 @@ func (c *cluster) start(i int) {
 	}
 	if c.opts.Models != "" {
 		args = append(args, "--models", c.opts.Models)
+	}
+	if c.opts.Applications != "" {
+		args = append(args, "--applications", c.opts.Applications)
 	}
 	if c.opts.Metrics {
 		if c.metrics[i] == "" {

@@ -19,6 +19,7 @@ import (
 	"github.com/trainflow/trainflow/internal/devserver"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/train/app"
 	"github.com/trainflow/trainflow/worker"
 )
 
@@ -120,12 +121,13 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	}
 	if !cfg.NoWorker {
 		limits := worker.Limits{ReadRoots: []string{}} // no flags: no read roots
+		var apps *app.Registry
 		if cfg.Trust != nil {
-			limits = cfg.Trust.limits()
+			limits, apps = cfg.Trust.limits(), cfg.Trust.applications
 		}
 		s.worker, err = worker.Start(ctx, worker.Config{
 			Temporal: client.Options{HostPort: s.Temporal.FrontendAddr(), Namespace: s.Temporal.Namespace()}, Client: s.Client,
-			Home: home, Repository: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, MetricsAddr: cfg.MetricsAddr, Limits: limits, Logger: log, ModelTypes: cfg.ModelTypes,
+			Home: home, Repository: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, MetricsAddr: cfg.MetricsAddr, Limits: limits, Logger: log, ModelTypes: cfg.ModelTypes, Applications: apps,
 			OnPublish: func(string) {
 				if err := s.Registry.Reload(); err != nil {
 					log.Error("reload models", "error", err)

@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
@@ -80,9 +83,22 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if c.output == "json" {
 		return writeJSON(stdout, res)
 	}
+	if t := res.Tuning; t != nil && t.BestObjective != nil && res.Note != "" { // over an application
+		fmt.Fprintf(stdout, "tuning job %s succeeded: best trial %d of %d, %s %.4f; artifact %s; %s\n",
+			res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, res.Export, res.Note)
+		return nil
+	}
 	if t := res.Tuning; t != nil && t.BestObjective != nil {
 		fmt.Fprintf(stdout, "tuning job %s succeeded: best trial %d of %d, %s %.4f; model %s version %d\n",
 			res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, res.Model, res.Version)
+		return nil
+	}
+	if res.Note != "" { // an application job: its artifact, nothing published
+		var ms []string
+		for _, k := range slices.Sorted(maps.Keys(res.AppMetrics)) {
+			ms = append(ms, fmt.Sprintf("%s %.4f", k, res.AppMetrics[k]))
+		}
+		fmt.Fprintf(stdout, "job %s succeeded: %d steps, %s; artifact %s; %s\n", res.JobID, res.GlobalStep, strings.Join(ms, ", "), res.Export, res.Note)
 		return nil
 	}
 	fmt.Fprintf(stdout, "job %s succeeded: %d steps, %s; model %s version %d\n",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/train/app"
 	"github.com/trainflow/trainflow/worker"
 )
 
@@ -43,6 +44,10 @@ type trustFlags struct {
 	maxSteps, maxJobFiles      int64
 	// modelOwners is --model-owners.
 	modelOwners bundle.Rules
+	// applicationsFile is --applications; applications the registry
+	// loadApplications read from it (nil: none).
+	applicationsFile string
+	applications     *app.Registry
 }
 
 func (t *trustFlags) register(fs *flag.FlagSet) {
@@ -76,6 +81,7 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 		}
 		return nil
 	})
+	fs.StringVar(&t.applicationsFile, "applications", "", "a JSON file of the programs jobs may run as their training application (application.name in a spec): name, argv prefix, working directory, environment variables passed through, sandbox; see docs/applications.md (default: none)")
 	fs.Var(&t.childMemory, "child-memory", "the address space (RLIMIT_AS) of each training and evaluation child process; a child that runs out of it fails its attempt, and two such attempts in a row fail the job, not retried (default: --max-train-memory + 25% + 1GiB)")
 	fs.IntVar(&t.maxHeavy, "max-heavy", 0, "run at most this many heavy activities (preprocess, train, evaluate, batch predict) at once; the others wait, heartbeating (default: the number of CPUs)")
 	fs.Int64Var(&t.maxSteps, "max-steps", 0, fmt.Sprintf("the largest train.max_steps a job may ask for (default %d)", activities.DefaultMaxSteps))
@@ -124,6 +130,19 @@ func parseSize(s string) (int64, error) {
 }
 
 // limits are the flags as the worker's Limits.
+// loadApplications reads the --applications file, if one was given.
+func (t *trustFlags) loadApplications() error {
+	if t.applicationsFile == "" {
+		return nil
+	}
+	r, err := app.LoadRegistry(t.applicationsFile)
+	if err != nil {
+		return usageError{fmt.Errorf("--applications: %w", err)}
+	}
+	t.applications = r
+	return nil
+}
+
 func (t *trustFlags) limits() worker.Limits {
 	l := worker.Limits{DataRoots: t.dataRoots, BeamRunners: t.runners, BeamEnvironments: t.envs, BeamArgs: t.beamArgs,
 		MaxTrainBytes: int64(t.maxTrainMemory), ChildMemory: int64(t.childMemory), MaxHeavy: t.maxHeavy,

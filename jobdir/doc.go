@@ -47,6 +47,11 @@
 //	export/<exporter>/<step>/        ExportKey, ExportDir        bundle (metadata.json last)
 //	logs/train/                      TrainLogsDir                TensorBoard (internal/tfevents)
 //	logs/eval[_<name>]/              EvalLogsDir                 TensorBoard (internal/tfevents)
+//	logs/app/                        AppTensorBoardDir           the application's TensorBoard logs (its own)
+//	logs/<replica>.log               AppLogFile                  an application replica's stdout+stderr, capped (train/app)
+//	model/                           AppModelDir                 the application's artifact (its own format)
+//	app/checkpoints/                 AppCheckpointDir            the application's checkpoints (its own format)
+//	app/work/<replica>/              AppWorkspace                a replica's workspace (HOME, TMPDIR, metrics file)
 //	events.jsonl                     EventsFile                  Event a line (jobdir), local
 //	events/<unix ns>-<rand>.json     EventsPrefix                one Event an object, object storage
 //	cluster/ps-<task>.secret         PSSecretFile                private (WritePrivate)

@@ -86,6 +86,32 @@ func RawFile(split string) string { return path.Join(RawDir, split+".csv") }
 // separated; Workspace.Stage puts input i in <i>/ below it).
 func InputsSplitDir(split string) string { return path.Join(InputsDir, split) }
 
+// Keys of an application job (a spec naming a registered application,
+// package train/app): what the user's program reads and writes.
+const (
+	// AppModelDir is the program's model directory (AIP_MODEL_DIR): what
+	// it writes there is the job's artifact.
+	AppModelDir = "model"
+	// AppCheckpointDir is the program's checkpoint directory
+	// (AIP_CHECKPOINT_DIR): it resumes from there after a restart.
+	AppCheckpointDir = "app/checkpoints"
+	// AppTensorBoardDir is the program's TensorBoard log directory
+	// (AIP_TENSORBOARD_LOG_DIR), a run beside the built-in ones.
+	AppTensorBoardDir = LogsDir + "/app"
+	// AppWorkDir holds each replica's workspace (AppWorkspace).
+	AppWorkDir = "app/work"
+)
+
+// AppLogFile is the key of a replica's combined stdout and stderr,
+// size-capped: logs/<replica>.log (replica as app.Task.Name spells it,
+// e.g. chief-0, worker-1).
+func AppLogFile(replica string) string { return path.Join(LogsDir, replica+".log") }
+
+// AppWorkspace is the key of a replica's workspace: its working directory
+// (unless the application names one), HOME, TMPDIR and the hypertune
+// metrics file: app/work/<replica>.
+func AppWorkspace(replica string) string { return path.Join(AppWorkDir, replica) }
+
 // PSSecretFile is the key of parameter server task's secret.
 func PSSecretFile(task int) string { return fmt.Sprintf("%s/ps-%d.secret", ClusterDir, task) }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -131,7 +133,16 @@ func (d *Description) WriteText(w io.Writer) {
 	if p := d.Progress; p != nil && p.Tuning != nil {
 		writeTrials(w, p.Tuning)
 	}
-	if r := d.Result; r != nil && r.Tuning != nil {
+	if r := d.Result; r != nil && r.Note != "" { // an application job (or its tuning): nothing published
+		if r.Tuning != nil {
+			writeTrials(w, r.Tuning)
+		}
+		var ms []string
+		for _, k := range slices.Sorted(maps.Keys(r.AppMetrics)) {
+			ms = append(ms, fmt.Sprintf("%s %.4f", k, r.AppMetrics[k]))
+		}
+		printf(w, "steps:    %d\nmetrics:  %s\nartifact: %s\nnote:     %s\n", r.GlobalStep, strings.Join(ms, ", "), r.Export, r.Note)
+	} else if r != nil && r.Tuning != nil {
 		writeTrials(w, r.Tuning)
 		printf(w, "export:   %s\nmodel:    %s version %d\n", r.Export, r.Model, r.Version)
 	} else if r != nil {

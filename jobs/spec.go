@@ -92,7 +92,22 @@ func fromTrainingInput(in map[string]json.RawMessage) (jobspec.JobSpec, []string
 			}
 			on := n > 0
 			spec.Cluster.Evaluator = &on
-		case "masterType", "workerType", "parameterServerType", "evaluatorType", "masterConfig", "workerConfig", "parameterServerConfig":
+		case "masterConfig", "workerConfig", "parameterServerConfig", "evaluatorConfig":
+			var rc struct {
+				ImageURI string `json:"imageUri"`
+			}
+			if err := json.Unmarshal(in[k], &rc); err != nil {
+				return spec, nil, fmt.Errorf("trainingInput.%s: want an object: %w", k, err)
+			}
+			if rc.ImageURI != "" {
+				return spec, nil, fmt.Errorf("trainingInput.%s.imageUri %q: custom containers need a container runtime, which trainflow workers do not have; run the trainer as a registered application instead (docs/applications.md)", k, rc.ImageURI)
+			}
+			warn = append(warn, fmt.Sprintf("%s: machine types do not apply (every trainflow worker process can run any role); ignored", k))
+		case "packageUris", "pythonModule":
+			// A trainer package is the user's own program: never train the
+			// census preset in its place.
+			return spec, nil, fmt.Errorf("trainingInput.%s: a Python trainer package is the user's own program; this build runs such programs only as applications the worker's operator registered: register it (worker --applications, docs/applications.md) and submit a JobSpec with \"application\": {\"name\": NAME, \"args\": [...]}", k)
+		case "masterType", "workerType", "parameterServerType", "evaluatorType":
 			warn = append(warn, fmt.Sprintf("%s: machine types do not apply (every trainflow worker process can run any role); ignored", k))
 		case "jobDir":
 			s, err := str(k)
@@ -120,7 +135,7 @@ func fromTrainingInput(in map[string]json.RawMessage) (jobspec.JobSpec, []string
 				continue
 			}
 			spec.Tuning = t
-		case "region", "runtimeVersion", "pythonVersion", "packageUris", "pythonModule", "scheduling", "network", "serviceAccount", "useChiefInTfConfig":
+		case "region", "runtimeVersion", "pythonVersion", "scheduling", "network", "serviceAccount", "useChiefInTfConfig":
 			warn = append(warn, fmt.Sprintf("%s: does not apply to trainflow; ignored", k))
 		default:
 			return spec, nil, fmt.Errorf("trainingInput.%s: unknown field", k)

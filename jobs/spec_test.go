@@ -99,3 +99,22 @@ func TestFlagFieldsAreTunable(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainerPackagesAreNotCensus: a config.yaml naming a trainer package
+// or a container image is refused with a clear error, never run as the
+// census preset.
+func TestTrainerPackagesAreNotCensus(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"trainingInput:\n  pythonModule: trainer.task\n  packageUris: [gs://b/trainer-0.1.tar.gz]\n", "trainingInput.packageUris: a Python trainer package"},
+		{"trainingInput:\n  pythonModule: trainer.task\n", "trainingInput.pythonModule: a Python trainer package"},
+		{"trainingInput:\n  masterConfig:\n    imageUri: gcr.io/p/trainer:1\n", "trainingInput.masterConfig.imageUri \"gcr.io/p/trainer:1\": custom containers need a container runtime"},
+	} {
+		spec, _, err := LoadSpec([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: spec %+v, error %v; want an error containing %q", tc.yaml, spec.Preset, err, tc.want)
+		}
+	}
+	if _, warn, err := LoadSpec([]byte("trainingInput:\n  masterConfig:\n    acceleratorConfig: {count: 1}\n")); err != nil || len(warn) != 1 {
+		t.Errorf("masterConfig without imageUri: %v, warnings %q", err, warn)
+	}
+}

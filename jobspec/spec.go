@@ -160,6 +160,45 @@ type JobSpec struct {
 	// preprocessed their data once for several trials. Never set it by
 	// hand: a job that is not that tuning job's trial is refused.
 	SharedData *SharedData `json:"shared_data,omitempty"`
+	// Application, if set, trains with the user's own program instead of
+	// a built-in model: one process per replica of the cluster, an
+	// application the worker's operator registered (see
+	// docs/applications.md). data, model, train and eval_spec do not
+	// apply to it (they are defaulted and ignored); nothing is
+	// preprocessed.
+	Application *ApplicationSpec `json:"application,omitempty"`
+}
+
+// ApplicationSpec names a registered application and its arguments.
+type ApplicationSpec struct {
+	// Name is the application's name in the worker's registry (worker
+	// --applications). A name the worker does not know fails the job.
+	Name string `json:"name"`
+	// Args follow the registered command as argv elements, verbatim: no
+	// shell ever parses them.
+	Args []string `json:"args,omitempty"`
+}
+
+// Bounds of application.args.
+const (
+	MaxAppArgs     = 1000
+	MaxAppArgBytes = 64 << 10
+)
+
+// validate checks the application's name and args.
+func (a *ApplicationSpec) validate() error {
+	if err := ident.Check(a.Name); err != nil {
+		return fmt.Errorf("%w: application.name: %v: letters, digits and '_', starting with a letter", ErrInvalid, err)
+	}
+	if len(a.Args) > MaxAppArgs {
+		return fmt.Errorf("%w: application.args: %d arguments, at most %d", ErrInvalid, len(a.Args), MaxAppArgs)
+	}
+	for i, arg := range a.Args {
+		if len(arg) > MaxAppArgBytes || strings.IndexByte(arg, 0) >= 0 {
+			return fmt.Errorf("%w: application.args[%d]: at most %d bytes and no NUL byte", ErrInvalid, i, MaxAppArgBytes)
+		}
+	}
+	return nil
 }
 
 // ClusterSpec is Cloud ML Engine's scale tier: who trains the model. Every
@@ -502,6 +541,9 @@ func (s JobSpec) WithDefaults() JobSpec {
 	if s.ImagePreset() {
 		s = s.imageDefaults()
 	}
+	if s.ModelName == "" && s.Application != nil && ident.Valid(s.Application.Name) {
+		s.ModelName = s.Application.Name
+	}
 	if s.ModelName == "" {
 		s.ModelName = s.Preset
 		if s.ModelName == "" {
@@ -651,6 +693,11 @@ func (s *JobSpec) Validate() error {
 		return fmt.Errorf("%w: preset %q is unknown (known: %q, %q, %q, %q, %q)", ErrInvalid, s.Preset,
 			PresetCensus, PresetFashionMNIST, PresetMNIST, PresetFashionMNISTCNN, PresetMNISTCNN)
 	}
+	if s.Application != nil {
+		if err := s.Application.validate(); err != nil {
+			return err
+		}
+	}
 	if s.Data.Schema == nil {
 		return fmt.Errorf("%w: data.schema is required without a preset", ErrInvalid)
 	}
@@ -707,7 +754,7 @@ func (s *JobSpec) Validate() error {
 	if err := s.Data.validateRunner(); err != nil {
 		return err
 	}
-	if err := s.Cluster.validate(); err != nil {
+	if err := s.Cluster.validate(s.Application != nil); err != nil {
 		return err
 	}
 	switch t := s.Train; {
@@ -880,7 +927,7 @@ func (m ModelSpec) CheckLayers(dim, classes int) error {
 	return nil
 }
 
-func (c ClusterSpec) validate() error {
+func (c ClusterSpec) validate(application bool) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: cluster.%s", ErrInvalid, fmt.Sprintf(format, a...))
 	}
@@ -898,7 +945,7 @@ func (c ClusterSpec) validate() error {
 		return bad("worker_count = %d is out of range [0, 255]", c.WorkerCount)
 	case c.ParameterServerCount < 0 || c.ParameterServerCount > 64:
 		return bad("parameter_server_count = %d is out of range [0, 64]", c.ParameterServerCount)
-	case c.WorkerCount > 0 && c.ParameterServerCount == 0:
+	case c.WorkerCount > 0 && c.ParameterServerCount == 0 && !application: // an application may do without (all-reduce)
 		return bad("worker_count %d needs parameter servers: set parameter_server_count ≥ 1", c.WorkerCount)
 	case c.Update != UpdateAsync && c.Update != UpdateSync:
 		return bad("update %q: want async or sync", c.Update)

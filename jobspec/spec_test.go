@@ -97,3 +97,73 @@ func TestRegisteredModelTypeSpec(t *testing.T) {
 		t.Fatalf("decoded %s: %v", d.Model.Config, d.Validate())
 	}
 }
+
+func TestApplicationSpec(t *testing.T) {
+	s, err := DecodeSpec([]byte(`{"job_id":"x","application":{"name":"torch_census","args":["--epochs","3",";rm -rf /","$(id)"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = s.WithDefaults()
+	if err := s.Validate(); err != nil {
+		t.Fatalf("UI-typed application spec: %v", err)
+	}
+	if s.ModelName != "torch_census" || s.Application.Args[2] != ";rm -rf /" {
+		t.Errorf("defaulted: model_name %q args %q", s.ModelName, s.Application.Args)
+	}
+	for _, tc := range []struct{ spec, field string }{
+		{`{"job_id":"x","application":{"name":"../bin/sh"}}`, "application.name"},
+		{`{"job_id":"x","application":{"name":""}}`, "application.name"},
+		{`{"job_id":"x","application":{"name":"a","args":["a\u0000b"]}}`, "application.args[0]"},
+		{`{"job_id":"x","application":{"name":"a","argv":["/bin/sh"]}}`, "application.argv"},
+	} {
+		s, err := DecodeSpec([]byte(tc.spec))
+		if err == nil {
+			s = s.WithDefaults()
+			err = s.Validate()
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: %v, want ErrInvalid naming %s", tc.spec, err, tc.field)
+		}
+	}
+}
+
+func TestApplicationTuningSpec(t *testing.T) {
+	s, err := DecodeSpec([]byte(`{"job_id":"hp","application":{"name":"a","args":["--data","x"]},
+		"tuning":{"goal":"MINIMIZE","hyperparameter_metric_tag":"training/hptuning/metric","max_trials":2,
+		"params":[{"parameter_name":"learning-rate","type":"DOUBLE","min_value":0.001,"max_value":0.1,"scale_type":"UNIT_LOG_SCALE"},
+		          {"parameter_name":"layers","type":"INTEGER","min_value":1,"max_value":4},
+		          {"parameter_name":"opt","type":"CATEGORICAL","categorical_values":["sgd","adam"]}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := s.WithDefaults()
+	if err := d.Validate(); err != nil {
+		t.Fatalf("application tuning spec: %v", err)
+	}
+	ts, err := s.TrialSpec(2, []float64{0.01, 3, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(ts.Application.Args, " "), "--data x --learning-rate=0.01 --layers=3 --opt=adam"; got != want || ts.JobID != "hp_trial_2" || strings.Join(s.Application.Args, " ") != "--data x" {
+		t.Errorf("trial args %q (job %s), want %q; the tuning spec's args %q", got, ts.JobID, want, s.Application.Args)
+	}
+	if n := TrialNumber("hp_trial_2", "hp"); n != "2" || TrialNumber("hp_trial_2", "h") != "" {
+		t.Errorf("TrialNumber = %q", n)
+	}
+	for _, tc := range []struct{ tuning, field string }{
+		{`"hyperparameter_metric_tag":"score","params":[{"parameter_name":"x","type":"DOUBLE","min_value":0,"max_value":1}]`, "tuning.goal"},
+		{`"goal":"MAXIMIZE","hyperparameter_metric_tag":"score","params":[{"parameter_name":"model.learning_rate","type":"DOUBLE","min_value":0,"max_value":1}]`, "params[0].parameter_name"},
+		{`"goal":"MAXIMIZE","hyperparameter_metric_tag":"score","params":[{"parameter_name":"x;rm","type":"DOUBLE","min_value":0,"max_value":1}]`, "params[0].parameter_name"},
+		{`"goal":"MAXIMIZE","hyperparameter_metric_tag":"a b","params":[{"parameter_name":"x","type":"DOUBLE","min_value":0,"max_value":1}]`, "tuning.hyperparameter_metric_tag"},
+		{`"goal":"MAXIMIZE","enable_trial_early_stopping":true,"params":[{"parameter_name":"x","type":"DOUBLE","min_value":0,"max_value":1}]`, "tuning.enable_trial_early_stopping"},
+	} {
+		s, err := DecodeSpec([]byte(`{"job_id":"hp","application":{"name":"a"},"tuning":{` + tc.tuning + `}}`))
+		if err == nil {
+			s = s.WithDefaults()
+			err = s.Validate()
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: %v, want ErrInvalid naming %s", tc.tuning, err, tc.field)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -392,6 +393,16 @@ func IsDataOf(id, jobID string) bool { return isNumbered(id, jobID+"_data_") }
 // IsTrialOf reports whether id is TrialID(jobID, n) for some n ≥ 1.
 func IsTrialOf(id, jobID string) bool { return isTrialOf(id, jobID) }
 
+// TrialNumber is the number n of id = TrialID(jobID, n), as spelled in
+// it, and "" if id is no trial of jobID.
+func TrialNumber(id, jobID string) string {
+	if !isTrialOf(id, jobID) {
+		return ""
+	}
+	prefix := TrialID(jobID, 0)
+	return strings.TrimPrefix(id, prefix[:len(prefix)-1])
+}
+
 func isNumbered(id, prefix string) bool {
 	n, ok := strings.CutPrefix(id, prefix)
 	if !ok || n == "" || n[0] == '0' || len(n) > 9 {
@@ -438,6 +449,13 @@ func DataKey(ts JobSpec) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// appFlag and appTag are the shapes of an application's tuned flag
+// names and metric tag.
+var (
+	appFlag = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,99}$`)
+	appTag  = regexp.MustCompile(`^[A-Za-z0-9_./-]{1,200}$`)
+)
+
 // validateTuning checks a defaulted spec's tuning block against the spec
 // (s has Tuning set and defaults applied).
 func (s *JobSpec) validateTuning() error {
@@ -449,8 +467,13 @@ func (s *JobSpec) validateTuning() error {
 		return fmt.Errorf("%w: job_id: a tuning job's ID has at most %d characters (trial IDs add %q)", ErrInvalid, MaxJobIDLength-trialIDSuffix, "_trial_N")
 	}
 	goal := metricGoal(t.HyperparameterMetricTag)
+	app := s.Application != nil
 	switch {
-	case goal == "":
+	case app && !appTag.MatchString(t.HyperparameterMetricTag):
+		return bad("hyperparameter_metric_tag %q: want the tag the application writes to its hypertune metrics file (letters, digits, '_', '-', '.', '/')", t.HyperparameterMetricTag)
+	case app && t.EnableTrialEarlyStopping:
+		return bad("enable_trial_early_stopping: not supported for an application yet")
+	case goal == "" && !app:
 		return bad("hyperparameter_metric_tag %q: want accuracy, auc, log_loss, rmse or mae", t.HyperparameterMetricTag)
 	case t.Goal != TuningMaximize && t.Goal != TuningMinimize:
 		return bad("goal %q: want MAXIMIZE or MINIMIZE", t.Goal)
@@ -477,6 +500,17 @@ func (s *JobSpec) validateTuning() error {
 	for i, p := range t.Params {
 		field := fmt.Sprintf("params[%d] (%s)", i, p.ParameterName)
 		kind, _, ok := tunableField(p.ParameterName)
+		check := s.checkValue
+		if app { // an argument of the program: --name=value
+			if !appFlag.MatchString(p.ParameterName) {
+				return bad("params[%d].parameter_name %q: an application's parameter is its command-line flag without dashes (letters, digits, '_', '-', starting with a letter)", i, p.ParameterName)
+			}
+			kind, ok = fieldFloat, true
+			if p.Type == ParamCategorical {
+				kind = fieldString
+			}
+			check = func(TuningParam, fieldKind, float64, string) error { return nil }
+		}
 		if !ok {
 			return bad("params[%d].parameter_name %q is not a tunable field (want one of %s, model.hidden_units[i], %si].<%s>, %s<column>.<%s>, %s<cross>.<%s> or %s)",
 				i, p.ParameterName, strings.Join(sortedTunable(), ", "), layersPrefix, strings.Join(sortedKeys(LayerFields), "|"), columnsPrefix, strings.Join(sortedKeys(ColumnOptions), "|"), crossesPrefix, strings.Join(sortedKeys(CrossOptions), "|"), crossesField)
@@ -521,7 +555,7 @@ func (s *JobSpec) validateTuning() error {
 				return bad("%s: %s takes min_value and max_value only", field, p.Type)
 			}
 			for _, v := range []float64{lo, hi} {
-				if err := s.checkValue(p, kind, v, ""); err != nil {
+				if err := check(p, kind, v, ""); err != nil {
 					return bad("%s: %v", field, err)
 				}
 			}
@@ -539,7 +573,7 @@ func (s *JobSpec) validateTuning() error {
 				if kind == fieldInt && v != math.Trunc(v) {
 					return bad("%s.discrete_values: %g on an integer field", field, v)
 				}
-				if err := s.checkValue(p, kind, v, ""); err != nil {
+				if err := check(p, kind, v, ""); err != nil {
 					return bad("%s: %v", field, err)
 				}
 			}
@@ -554,7 +588,7 @@ func (s *JobSpec) validateTuning() error {
 				if slices.Index(p.CategoricalValues, v) != j {
 					return bad("%s.categorical_values: %q twice", field, v)
 				}
-				if err := s.checkValue(p, kind, 0, v); err != nil {
+				if err := check(p, kind, 0, v); err != nil {
 					return bad("%s: %v", field, err)
 				}
 			}
@@ -836,6 +870,26 @@ func (s JobSpec) TrialSpec(n int, x []float64) (JobSpec, error) {
 	}
 	if len(x) != len(t.Params) {
 		return trial, fmt.Errorf("trial %d: %d values for %d parameters", n, len(x), len(t.Params))
+	}
+	if s.Application != nil { // the seeds' convention: --name=value after the job's args
+		a := *s.Application
+		a.Args = slices.Clone(a.Args)
+		for i, p := range t.Params {
+			v := strconv.FormatFloat(x[i], 'g', -1, 64)
+			switch p.Type {
+			case ParamInteger:
+				v = strconv.FormatInt(int64(math.Round(x[i])), 10)
+			case ParamCategorical:
+				j := int(x[i])
+				if j < 0 || j >= len(p.CategoricalValues) {
+					return trial, fmt.Errorf("trial %d: %s index %d", n, p.ParameterName, j)
+				}
+				v = p.CategoricalValues[j]
+			}
+			a.Args = append(a.Args, "--"+p.ParameterName+"="+v)
+		}
+		trial.Application = &a
+		return trial, nil
 	}
 	for i, p := range t.Params {
 		num, str := x[i], ""

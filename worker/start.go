@@ -18,6 +18,7 @@ import (
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/train/app"
 )
 
 // Config is what a trainflow worker is built from: the flags of
@@ -71,6 +72,15 @@ type Config struct {
 	// polling the same task queue must be built with the same types, and
 	// the binary's train-child (activities.ChildMain) given them too.
 	ModelTypes *train.Registry
+	// Applications are the programs jobs may run as their training
+	// application (`--applications FILE`; nil: none). A job naming
+	// another fails, not retried. Every worker polling the same task
+	// queue should register the same applications.
+	Applications *app.Registry
+	// AppSandbox, if set, runs the applications registered with
+	// "sandbox": true (it rewrites their command; see app.Wrapper).
+	// Without it such an application is refused.
+	AppSandbox app.Wrapper
 
 	// Logger logs the worker's configuration and its errors.
 	Logger *slog.Logger
@@ -131,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	}
 	acts := &activities.Activities{Home: home, Jobs: cfg.Jobs,
 		Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, OnPublish: cfg.OnPublish, PSListenHost: psListen, PSAdvertiseHost: cfg.PSAdvertise,
-		ModelTypes: cfg.ModelTypes}
+		ModelTypes: cfg.ModelTypes, Applications: cfg.Applications, AppSandbox: cfg.AppSandbox}
 	w.Activities = acts
 	if err := cfg.Limits.apply(acts); err != nil {
 		return nil, err
@@ -172,7 +182,7 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	tls := cfg.Temporal.ConnectionOptions.TLS != nil || cfg.Temporal.Credentials != nil
 	log.Info("worker started", "temporal", cfg.Temporal.HostPort, "namespace", cfg.Temporal.Namespace, "tls", tls, "home", home, "jobs", cfg.Jobs,
 		"data_roots", acts.DataRoots, "read_roots", acts.ReadRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments,
-		"models", models, "registered_model_types", cfg.ModelTypes.Registered(), "max_heavy", acts.Heavy.Cap(), "host", host, "pid", os.Getpid())
+		"models", models, "registered_model_types", cfg.ModelTypes.Registered(), "applications", cfg.Applications.Names(), "max_heavy", acts.Heavy.Cap(), "host", host, "pid", os.Getpid())
 	return w, nil
 }
 

@@ -116,6 +116,8 @@ const (
 	// and makes the key its BatchPredict signs its progress reports with
 	// (batch_progress signals).
 	BatchReportKeyActivity = "BatchReportKey"
+	// AppReplicaActivity runs one replica of an application job.
+	AppReplicaActivity = "AppReplica"
 )
 
 // acts are the activities the workflows call, one field each. Adding an
@@ -141,6 +143,7 @@ var acts = struct {
 	ReportKey          Activity[ReportKeyInput, ReportKeyResult]
 	BatchReportKey     Activity[BatchPredictInput, ReportKeyResult]
 	Bless              Activity[BlessInput, BlessResult]
+	AppReplica         Activity[ReplicaInput, ReplicaResult]
 }{
 	PrepareJob:         Activity[PrepareInput, PrepareResult]{PrepareJobActivity},
 	Preprocess:         Activity[PreprocessInput, jobspec.PreprocessResult]{PreprocessActivity},
@@ -160,6 +163,7 @@ var acts = struct {
 	ReportKey:          Activity[ReportKeyInput, ReportKeyResult]{ReportKeyActivity},
 	BatchReportKey:     Activity[BatchPredictInput, ReportKeyResult]{BatchReportKeyActivity},
 	Bless:              Activity[BlessInput, BlessResult]{BlessActivity},
+	AppReplica:         Activity[ReplicaInput, ReplicaResult]{AppReplicaActivity},
 }
 
 // ActivityRefs returns every activity the workflows call, in the order of

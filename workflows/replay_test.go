@@ -66,6 +66,14 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// promoted through shadow, 50 and 100, one rolled back at its
 		// first gate.
 		"rollout_promoted.json": false, "rollout_rolled_back.json": false,
+		// Application jobs (cli TestApplicationTFConfig and
+		// TestApplicationTorchDDP): a CUSTOM cluster of a program that
+		// prints its TF_CONFIG; a PyTorch DDP job whose worker's process
+		// was killed (a second generation); one cancelled while training.
+		"application_custom.json": false, "application_killed.json": false, "application_cancelled.json": false,
+		// A trial of a tuning job over an application (cli
+		// TestApplicationTuning).
+		"application_trial.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true

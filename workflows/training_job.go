@@ -110,6 +110,12 @@ type JobResult struct {
 	Blessing *BlessResult `json:"blessing,omitempty"`
 	// Tuning is a tuning job's trials (HyperparameterTuningJob only).
 	Tuning *TuningReport `json:"tuning,omitempty"`
+	// Note says what became of an application job's artifact (Export):
+	// why nothing was published.
+	Note string `json:"note,omitempty"`
+	// AppMetrics are an application job's last metrics, as its chief
+	// wrote them to its hypertune metrics file (by tag).
+	AppMetrics map[string]float64 `json:"app_metrics,omitempty"`
 }
 
 // Progress is what the "progress" query answers.
@@ -134,6 +140,10 @@ type Progress struct {
 	Error   string `json:"error,omitempty"`
 	// Cluster is the distributed job's cluster (nil for BASIC).
 	Cluster *ClusterState `json:"cluster,omitempty"`
+	// AppCluster is an application job's cluster.
+	AppCluster *AppCluster `json:"app_cluster,omitempty"`
+	// Note says what became of an application job's artifact.
+	Note string `json:"note,omitempty"`
 	// Tuning is a tuning job's trials (HyperparameterTuningJob only).
 	Tuning *TuningReport `json:"tuning,omitempty"`
 }
@@ -362,6 +372,9 @@ func TrainingJob(ctx workflow.Context, in jobInput, carry *Carry) (JobResult, er
 		res, err = runJob(ctx, spec, carry, p)
 	}
 	switch {
+	case err == nil && spec.Application != nil:
+		setPhase(ctx, p, PhaseSucceeded) // runApplication set the details
+		return res, nil
 	case err == nil:
 		setPhase(ctx, p, PhaseSucceeded)
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("**Succeeded**: model `%s` version %d, accuracy %.4f at step %d", res.Model, res.Version, res.Metrics.Accuracy, res.GlobalStep))
@@ -436,6 +449,10 @@ func runJob(ctx workflow.Context, spec jobspec.JobSpec, carry *Carry, p *Progres
 		}
 		if err := cancelled(ctx, ops); err != nil {
 			return res, err
+		}
+		if spec.Application != nil { // the user's program: no preprocessing, no built-in model
+			res.JobDir = prep.JobDir
+			return runApplication(ctx, spec, prep, owner, p, res)
 		}
 		setPhase(ctx, p, PhasePreprocessing)
 		in := preprocessInput(spec, prep, owner)

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -77,7 +78,7 @@ func TestTrainingJobHappyPath(t *testing.T) {
 	env.GetWorkflowResult(&res)
 	want := JobResult{JobID: "census_1", JobDir: "/jobs/census_1", TransformHash: "h", TrainRows: 100, EvalRows: 20,
 		GlobalStep: 3000, Metrics: train.Metrics{Examples: 20, Accuracy: 0.85}, Export: "/jobs/census_1/export/best/3000", Model: "census", Version: 1}
-	if res != want {
+	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("result %+v, want %+v", res, want)
 	}
 	if p := progress(t, env); p.Phase != PhaseSucceeded || p.GlobalStep != 3000 || p.Version != 1 {

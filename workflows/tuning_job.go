@@ -68,6 +68,8 @@ type Trial struct {
 	// Data is the number of the shared preprocessing (TuningReport.Data)
 	// the trial's data comes from; 0: the trial preprocessed on its own.
 	Data int `json:"data,omitempty"`
+	// Export is an application trial's artifact (its model dir).
+	Export string `json:"export,omitempty"`
 }
 
 // TrialData is one preprocessing a tuning job ran once for all its trials

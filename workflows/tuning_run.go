@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -57,7 +58,7 @@ type tuningRun struct {
 func newTuningRun(ctx workflow.Context, raw, spec jobspec.JobSpec, carry *TuningCarry, p *Progress) *tuningRun {
 	t := *spec.Tuning
 	r := &tuningRun{raw: raw, spec: spec, t: t, info: workflow.GetInfo(ctx), p: p, cancels: map[int]workflow.CancelFunc{}, waiting: map[int][]int{}}
-	r.share = workflow.GetVersion(ctx, sharedDataChange, workflow.DefaultVersion, 1) >= 1 && t.Sharing()
+	r.share = workflow.GetVersion(ctx, sharedDataChange, workflow.DefaultVersion, 1) >= 1 && t.Sharing() && spec.Application == nil
 	r.owner = jobOwner(ctx)
 	rep := &TuningReport{Metric: t.HyperparameterMetricTag, Goal: t.Goal, Algorithm: t.Algorithm, MaxTrials: t.MaxTrials, Parallel: t.MaxParallelTrials}
 	for _, prm := range t.Params {
@@ -299,6 +300,15 @@ func (r *tuningRun) trialDone(ctx workflow.Context, n int, res JobResult, err er
 	delete(r.cancels, n)
 	tr.JobDir = res.JobDir
 	switch {
+	case err == nil && r.spec.Application != nil: // the metric the program wrote to its hypertune file
+		v, ok := res.AppMetrics[r.t.HyperparameterMetricTag]
+		if !ok {
+			//workflowcheck:ignore the keys are sorted before use
+			tr.State, tr.Error = TrialFailed, fmt.Sprintf("the application reported no %q in its hypertune metrics file (it reported %v)", r.t.HyperparameterMetricTag, slices.Sorted(maps.Keys(res.AppMetrics)))
+			return
+		}
+		tr.State, tr.Objective, tr.Step, tr.Export = TrialSucceeded, &v, res.GlobalStep, res.Export
+		r.updateBest(ctx, tr)
 	case err == nil:
 		v := metricValue(res.Metrics, r.t.HyperparameterMetricTag)
 		tr.State, tr.Objective, tr.Step = TrialSucceeded, &v, res.GlobalStep
@@ -438,6 +448,11 @@ func (r *tuningRun) finish(ctx workflow.Context, res JobResult) (JobResult, erro
 	best := r.trial(rep.BestTrial)
 	res.JobDir, res.GlobalStep = best.JobDir, best.Step
 	res.Tuning = rep
+	if spec.Application != nil { // the best trial's artifact, not published
+		res.Export, res.Note = best.Export, "nothing was published: an application's artifact is its own format; the best trial's is "+best.Export
+		p.Export, p.Note = res.Export, res.Note
+		return res, nil
+	}
 	if spec.Publish == jobspec.PublishNone {
 		return res, nil
 	}

@@ -1,0 +1,300 @@
+package activities
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/train/app"
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// AppStopGrace is how long an application replica has between SIGTERM and
+// SIGKILL when its job ends or is cancelled.
+const AppStopGrace = 10 * time.Second
+
+// appPoll is how often a replica looks at the cluster while it waits for
+// it, and at its metrics file while its program runs.
+const appPoll = 250 * time.Millisecond
+
+// appProgressEvery bounds how often the chief signals its progress.
+const appProgressEvery = 5 * time.Second
+
+// checkApplication refuses a spec naming an application this worker has
+// not registered (or one it cannot run), naming application.name.
+func (a *Activities) checkApplication(s *jobspec.ApplicationSpec) error {
+	if s == nil {
+		return nil
+	}
+	_, err := a.application(s.Name)
+	return err
+}
+
+// application looks up the registered application called name.
+func (a *Activities) application(name string) (app.Application, error) {
+	ap, ok := a.Applications.Lookup(name)
+	if !ok {
+		known := "none: the worker was started without --applications"
+		if names := a.Applications.Names(); len(names) > 0 {
+			known = strings.Join(names, ", ")
+		}
+		return ap, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.name %q is not registered on this worker (registered: %s)", jobspec.ErrInvalid, name, known))
+	}
+	if ap.Sandbox && a.AppSandbox == nil {
+		return ap, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.name %q: registered to run in a sandbox, and this worker has none", jobspec.ErrInvalid, name))
+	}
+	return ap, nil
+}
+
+// retryable is a retryable application error of type errType.
+func retryable(errType string, err error) error {
+	return temporal.NewApplicationError(err.Error(), errType)
+}
+
+// localDir is the local directory of a job directory: application jobs
+// need one (the program is given paths).
+func localDir(uri string) (string, error) {
+	if !isURI(uri) {
+		return filepath.Abs(uri)
+	}
+	u, err := url.Parse(uri)
+	if err == nil && u.Scheme == "file" {
+		return jobdir.FilePath(u), nil
+	}
+	return "", nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: job_dir %q: an application job needs a job directory on the workers' disk, not object storage", jobspec.ErrInvalid, uri))
+}
+
+// AppReplica runs one replica of an application job (see package
+// train/app and docs/applications.md): it reserves a port, registers
+// host:port with the workflow, waits for the complete cluster of its
+// generation, then runs the program with its TF_CONFIG and environment
+// until it exits, heartbeating. Cancelled (the job ends, is cancelled, or
+// its generation restarts), it stops the program's process group: SIGTERM,
+// SIGKILL after AppStopGrace.
+//
+// A program killed by a signal, or exiting with app.ExitTempFail, fails
+// the activity with a retryable ReplicaLost error (the workflow restarts
+// the generation); any other nonzero exit fails it with a non-retryable
+// ApplicationFailed error carrying the tail of the program's log.
+func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) (workflows.ReplicaResult, error) {
+	hb := keepAlive(ctx)
+	defer hb.Stop()
+	res := workflows.ReplicaResult{Type: in.Type, Index: in.Index}
+	task := app.Task{Type: in.Type, Index: in.Index}
+	ap, err := a.application(in.Application.Name)
+	if err != nil {
+		return res, err
+	}
+	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
+	if err != nil {
+		return res, err
+	}
+	key, err := jd.reportKey(ctx) // signs the registration and progress reports
+	jd.Close()
+	if err != nil {
+		return res, err
+	}
+	root, err := localDir(in.JobDir)
+	if err != nil {
+		return res, err
+	}
+	r := app.Replica{JobID: in.JobID, Trial: in.Trial, Task: task,
+		ModelDir:       filepath.Join(root, filepath.FromSlash(jobdir.AppModelDir)),
+		CheckpointDir:  filepath.Join(root, filepath.FromSlash(jobdir.AppCheckpointDir)),
+		TensorBoardDir: filepath.Join(root, filepath.FromSlash(jobdir.AppTensorBoardDir)),
+		Workspace:      filepath.Join(root, filepath.FromSlash(jobdir.AppWorkspace(task.Name()))),
+		Job: app.JobInfo{JobID: in.JobID, ScaleTier: in.Cluster.ScaleTier, WorkerCount: in.Cluster.WorkerCount, ParameterServerCount: in.Cluster.ParameterServerCount,
+			Application: in.Application.Name, Args: in.Application.Args, JobDir: in.JobDir}}
+	res.ModelDir = r.ModelDir
+	for _, d := range []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return res, err
+		}
+	}
+	// A metrics file of an earlier generation says nothing of this one.
+	if err := os.Remove(r.MetricsFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return res, err
+	}
+
+	lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
+	if err != nil {
+		return res, fmt.Errorf("%s: reserve a port: %w", task.Name(), err)
+	}
+	defer lis.Close()
+	_, port, _ := net.SplitHostPort(lis.Addr().String())
+	host, _ := os.Hostname()
+	info := activity.GetInfo(ctx)
+	reg := workflows.ReplicaRegistration{Gen: in.Gen, Type: in.Type, Index: in.Index, Addr: net.JoinHostPort(a.psAdvertiseHost(), port),
+		Host: host, PID: os.Getpid(), RunID: info.WorkflowExecution.RunID}
+	if key != nil {
+		reg.Signature = ed25519.Sign(key, workflows.ReplicaReportBytes(info.WorkflowExecution.ID, reg))
+	}
+	h, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
+		UpdateName: workflows.RegisterReplicaUpdate, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return res, fmt.Errorf("%s: register: %w", task.Name(), err)
+	}
+	if err := h.Get(ctx, nil); err != nil {
+		return res, fmt.Errorf("%s: register: %w", task.Name(), err)
+	}
+	cl, err := a.awaitCluster(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.Gen)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", task.Name(), err)
+	}
+	r.Cluster = cl
+
+	env, err := app.Env(ap, r, os.LookupEnv)
+	if err != nil {
+		return res, err
+	}
+	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env,
+		Log:      filepath.Join(root, filepath.FromSlash(jobdir.AppLogFile(task.Name()))),
+		Writable: []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace}}
+	if cmd.Dir == "" {
+		cmd.Dir = r.Workspace
+	}
+	if ap.Sandbox {
+		if cmd, err = a.AppSandbox.Wrap(cmd); err != nil {
+			return res, fmt.Errorf("%s: sandbox: %w", task.Name(), err)
+		}
+	}
+	lis.Close() // the program listens on the port now
+	p, err := app.Start(cmd)
+	if err != nil {
+		return res, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: %w", task.Name(), err))
+	}
+	activity.GetLogger(ctx).Info("application replica started", "replica", task.Name(), "gen", in.Gen, "pid", p.PID(), "addr", reg.Addr)
+	ex, last, err := a.follow(ctx, p, r, in, hb, key)
+	res.Step, res.Metrics = last.Step, last.Values
+	if err != nil {
+		return res, err
+	}
+	switch {
+	case ex.Success():
+		if _, err := os.Stat(filepath.Join(r.ModelDir, bundle.MetadataFile)); err == nil {
+			res.Bundle = true
+		}
+		return res, nil
+	case ex.Retryable():
+		return res, retryable(workflows.ErrTypeReplicaLost, fmt.Errorf("%s (pid %d): %s", task.Name(), p.PID(), ex))
+	}
+	res.ExitCode = ex.Code
+	return res, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: %s; the end of its log (%s):\n%s",
+		task.Name(), ex, jobdir.AppLogFile(task.Name()), ex.Tail))
+}
+
+// awaitCluster waits until every replica of generation gen registered,
+// and returns the cluster's addresses by role.
+func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen int64) (app.Cluster, error) {
+	t := time.NewTicker(appPoll)
+	defer t.Stop()
+	for {
+		v, err := a.Client.QueryWorkflow(ctx, wfID, runID, workflows.AppClusterQuery)
+		if err != nil {
+			return app.Cluster{}, fmt.Errorf("wait for the cluster: %w", err)
+		}
+		var cs workflows.AppCluster
+		if err := v.Get(&cs); err != nil {
+			return app.Cluster{}, err
+		}
+		if cs.Gen != gen {
+			return app.Cluster{}, retryable(workflows.ErrTypeReplicaLost, fmt.Errorf("generation %d ended while waiting for the cluster (now %d)", gen, cs.Gen))
+		}
+		if cs.Complete() {
+			var c app.Cluster
+			for _, r := range cs.Replicas {
+				switch r.Type {
+				case workflows.ReplicaChief:
+					c.Chief = append(c.Chief, r.Addr)
+				case workflows.ReplicaWorker:
+					c.Worker = append(c.Worker, r.Addr)
+				case workflows.ReplicaPS:
+					c.PS = append(c.PS, r.Addr)
+				}
+			}
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return app.Cluster{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// follow waits for p to exit, reading the replica's metrics file: its
+// newest step goes into the heartbeat, and the chief's to the workflow
+// (AppProgressSignal). A replica whose reported step has not moved for
+// the job's stall timeout, once it reported one, is stopped and lost. The
+// job ending stops p; follow then returns the context's error.
+func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, in workflows.ReplicaInput, hb *beater, key ed25519.PrivateKey) (app.Exit, app.Metric, error) {
+	t := time.NewTicker(appPoll)
+	defer t.Stop()
+	stall := time.Duration(in.Cluster.StallTimeoutSecs) * time.Second
+	if stall <= 0 {
+		stall = jobspec.DefaultStallTimeout
+	}
+	var last app.Metric
+	var moved, signalled time.Time
+	signalledStep := int64(-1)
+	info := activity.GetInfo(ctx)
+	for {
+		select {
+		case <-p.Done():
+			m, _ := a.latestMetric(r)
+			if m.Step >= last.Step && m.Values != nil {
+				last = m
+			}
+			return p.Wait(), last, nil
+		case <-ctx.Done():
+			select {
+			case <-p.Done(): // it ended first: its exit is what happened
+				return p.Wait(), last, nil
+			default:
+			}
+			p.Stop(AppStopGrace)
+			return app.Exit{}, last, ctx.Err()
+		case now := <-t.C:
+			m, ok := a.latestMetric(r)
+			if ok && (last.Values == nil || m.Step > last.Step) {
+				last, moved = m, now
+				hb.set(ctx, workflows.AppProgress{Step: m.Step, Metrics: m.Values})
+			}
+			if in.Type == workflows.ReplicaChief && ok && last.Step != signalledStep && now.Sub(signalled) >= appProgressEvery && a.Client != nil {
+				signalled, signalledStep = now, last.Step
+				ap := workflows.AppProgress{Step: last.Step, Metrics: last.Values}
+				if key != nil {
+					ap.Signature = ed25519.Sign(key, workflows.ProgressReportBytes(info.WorkflowExecution.ID, ap))
+				}
+				_ = a.Client.SignalWorkflow(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, workflows.AppProgressSignal, ap)
+			}
+			if !moved.IsZero() && now.Sub(moved) > stall {
+				p.Stop(AppStopGrace)
+				return app.Exit{}, last, retryable(workflows.ErrTypeStalled, fmt.Errorf("%s: no new step in the metrics file for %v (cluster.stall_timeout_secs), at step %d", r.Task.Name(), stall, last.Step))
+			}
+		}
+	}
+}
+
+// latestMetric is the newest line of the replica's metrics file.
+func (a *Activities) latestMetric(r app.Replica) (app.Metric, bool) {
+	ms, err := app.ReadMetricsFile(r.MetricsFile())
+	if err != nil {
+		return app.Metric{}, false
+	}
+	return app.Latest(ms)
+}

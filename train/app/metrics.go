@@ -1,0 +1,142 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+)
+
+// DefaultMetricTag is cloudml-hypertune's tag when the program names none.
+const DefaultMetricTag = "training/hptuning/metric"
+
+// Metric is one line of a hypertune metrics file: the values a program
+// reported at a global step.
+type Metric struct {
+	Step      int64
+	Timestamp float64
+	Trial     string
+	// Values are the metrics by tag.
+	Values map[string]float64
+}
+
+// ErrMetrics marks a metrics file line that is not the hypertune format.
+var ErrMetrics = errors.New("app: bad metrics line")
+
+// ReadMetrics parses a hypertune metrics file (see the package
+// documentation): JSON lines whose values are numbers or strings holding
+// numbers. Blank lines are skipped; a line that fails to parse is an error
+// naming its number (a last line without its newline, still being
+// written, is left out instead).
+func ReadMetrics(r io.Reader) ([]Metric, error) {
+	br := bufio.NewReader(r)
+	var out []Metric
+	for n := 1; ; n++ {
+		line, err := br.ReadBytes('\n')
+		if err == io.EOF && len(bytes.TrimSpace(line)) > 0 {
+			if m, perr := parseMetric(line); perr == nil {
+				out = append(out, m)
+			}
+			return out, nil
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		m, err := parseMetric(line)
+		if err != nil {
+			return out, fmt.Errorf("%w: line %d: %w", ErrMetrics, n, err)
+		}
+		out = append(out, m)
+	}
+}
+
+// ReadMetricsFile reads the metrics file at path; a missing file has no
+// metrics.
+func ReadMetricsFile(path string) ([]Metric, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadMetrics(f)
+}
+
+func parseMetric(line []byte) (Metric, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(line, &raw); err != nil {
+		return Metric{}, err
+	}
+	m := Metric{Values: map[string]float64{}}
+	for k, v := range raw {
+		switch k {
+		case "trial":
+			var s any
+			if err := json.Unmarshal(v, &s); err != nil {
+				return Metric{}, err
+			}
+			m.Trial = fmt.Sprint(s)
+		case "checkpoint_path":
+		case "global_step":
+			f, err := number(v)
+			if err != nil {
+				return Metric{}, fmt.Errorf("global_step: %w", err)
+			}
+			m.Step = int64(f)
+		case "timestamp":
+			f, err := number(v)
+			if err != nil {
+				return Metric{}, fmt.Errorf("timestamp: %w", err)
+			}
+			m.Timestamp = f
+		default:
+			f, err := number(v)
+			if err != nil {
+				return Metric{}, fmt.Errorf("%s: %w", k, err)
+			}
+			m.Values[k] = f
+		}
+	}
+	return m, nil
+}
+
+// number decodes a JSON number or a string holding one.
+func number(v json.RawMessage) (float64, error) {
+	var f float64
+	if err := json.Unmarshal(v, &f); err == nil {
+		return f, nil
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return 0, fmt.Errorf("%s is neither a number nor a string", v)
+	}
+	return strconv.ParseFloat(s, 64)
+}
+
+// Latest is the metric with the highest global step (the last one of
+// that step), and false if there is none.
+func Latest(ms []Metric) (Metric, bool) {
+	if len(ms) == 0 {
+		return Metric{}, false
+	}
+	best := ms[0]
+	for _, m := range ms[1:] {
+		if m.Step >= best.Step {
+			best = m
+		}
+	}
+	return best, true
+}

@@ -1,0 +1,52 @@
+package app
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Alive reports whether process pid exists and is not a zombie (a killed
+// process whose parent has not reaped it yet is not alive). Linux only:
+// it reads /proc.
+func Alive(pid int) bool {
+	_, state, ok := procStat(pid)
+	return ok && state != "Z" && state != "X"
+}
+
+// GroupMembers lists the live (not zombie) processes of process group
+// pgid, from /proc: what is left of a replica after Stop (nothing).
+func GroupMembers(pgid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var live []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, state, ok := procStat(pid); ok && g == pgid && state != "Z" && state != "X" {
+			live = append(live, pid)
+		}
+	}
+	return live
+}
+
+// procStat reads the process group and state of pid from /proc/pid/stat.
+func procStat(pid int) (pgid int, state string, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", false
+	}
+	// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 3 {
+		return 0, "", false
+	}
+	g, err := strconv.Atoi(f[2])
+	return g, f[0], err == nil
+}

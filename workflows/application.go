@@ -1,0 +1,412 @@
+package workflows
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainflow/trainflow/jobspec"
+)
+
+// Registered names of application jobs: wire API.
+const (
+	// RegisterReplicaUpdate is sent by an application replica once it has
+	// reserved its port (a ReplicaRegistration).
+	RegisterReplicaUpdate = "register_replica"
+	// AppClusterQuery answers the AppCluster: replicas wait on it for the
+	// complete cluster of their generation.
+	AppClusterQuery = "app_cluster"
+	// AppProgressSignal carries the chief's AppProgress (from its hypertune
+	// metrics file) to the workflow.
+	AppProgressSignal = "app_progress"
+)
+
+// Error types of application jobs.
+const (
+	// ErrTypeAppFailed marks an application that exited with a code that
+	// is its user's error (see docs/applications.md): not retried.
+	ErrTypeAppFailed = "ApplicationFailed"
+	// ErrTypeReplicaLost marks a replica whose process was killed or
+	// asked to be restarted: its generation restarts.
+	ErrTypeReplicaLost = "ReplicaLost"
+)
+
+// Replica roles (TF_CONFIG task types; train/app owns the format).
+const (
+	ReplicaChief     = "chief"
+	ReplicaWorker    = "worker"
+	ReplicaPS        = "ps"
+	ReplicaEvaluator = "evaluator"
+)
+
+// AppFailGrace is how long the other replicas of a generation may still
+// report being lost after one failed with the user's error, before they
+// are stopped: when one process of a data-parallel program dies, its
+// peers fail at once, and the one lost is what counts.
+const AppFailGrace = 5 * time.Second
+
+// MaxAppStalls is how many generations in a row may stall (a replica's
+// reported step not moving for cluster.stall_timeout_secs) before the job
+// fails with ErrTypeStalled.
+const MaxAppStalls = 3
+
+// MaxAppGenerations bounds the generations of an application job: after
+// this many restarts of its cluster the job fails.
+const MaxAppGenerations = 10
+
+// ReplicaInput is the input of the AppReplica activity: one replica of
+// an application job's generation Gen.
+type ReplicaInput struct {
+	JobID       string                  `json:"job_id"`
+	JobDir      string                  `json:"job_dir"`
+	Application jobspec.ApplicationSpec `json:"application"`
+	Cluster     jobspec.ClusterSpec     `json:"cluster"`
+	// Type and Index are the replica's TF_CONFIG task.
+	Type  string `json:"type"`
+	Index int    `json:"index"`
+	Gen   int64  `json:"gen"`
+	// Trial is the tuning trial's ID ("" outside tuning).
+	Trial string `json:"trial,omitempty"`
+	// Owner is the job whose directory JobDir must be.
+	Owner *JobOwner `json:"owner,omitempty"`
+}
+
+// ReplicaRegistration announces a replica's address for a generation.
+type ReplicaRegistration struct {
+	Gen   int64  `json:"gen"`
+	Type  string `json:"type"`
+	Index int    `json:"index"`
+	Addr  string `json:"addr"`
+	Host  string `json:"host"`
+	PID   int    `json:"pid"`
+	// RunID is the workflow run whose activity the replica is.
+	RunID string `json:"run_id"`
+	// Signature is the replica's, with the run's report key, of
+	// ReplicaReportBytes.
+	Signature []byte `json:"signature,omitempty"`
+}
+
+// Domain separation of the application's signed reports.
+const (
+	replicaReportTag  = "trainflow register_replica v1"
+	progressReportTag = "trainflow app_progress v1"
+)
+
+// ReplicaReportBytes is what a replica signs with the run's report key to
+// register r with job jobID (its Signature left out).
+func ReplicaReportBytes(jobID string, r ReplicaRegistration) []byte {
+	return signedBytes(replicaReportTag, jobID, r.RunID, r.Gen, r.Type, r.Index, r.Addr, r.Host, r.PID)
+}
+
+// ProgressReportBytes is what the chief signs with the run's report key
+// to report p of job jobID (its Signature left out); the metrics are
+// their JSON (sorted keys).
+func ProgressReportBytes(jobID string, p AppProgress) []byte {
+	//workflowcheck:ignore json.Marshal of a map is deterministic (keys sorted)
+	m, _ := json.Marshal(p.Metrics)
+	return signedBytes(progressReportTag, jobID, p.Step, string(m))
+}
+
+// AppReplica is one replica of the current generation as the workflow
+// knows it ("" Addr: not registered yet).
+type AppReplica struct {
+	Type  string `json:"type"`
+	Index int    `json:"index"`
+	Addr  string `json:"addr,omitempty"`
+	Host  string `json:"host,omitempty"`
+	PID   int    `json:"pid,omitempty"`
+}
+
+// AppCluster is an application job's cluster: its generation (it grows
+// each time the cluster restarts) and its replicas.
+type AppCluster struct {
+	Gen      int64        `json:"gen"`
+	Replicas []AppReplica `json:"replicas"`
+}
+
+// Complete reports whether every replica of the generation registered.
+func (c AppCluster) Complete() bool {
+	for _, r := range c.Replicas {
+		if r.Addr == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// AppProgress is what the chief's metrics file last said.
+type AppProgress struct {
+	Step    int64              `json:"step"`
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Signature is the chief's, with the run's report key, of
+	// ProgressReportBytes; a report it does not verify is ignored.
+	Signature []byte `json:"signature,omitempty"`
+}
+
+// ReplicaResult is the outcome of an AppReplica activity.
+type ReplicaResult struct {
+	Type     string             `json:"type"`
+	Index    int                `json:"index"`
+	ExitCode int                `json:"exit_code"`
+	Step     int64              `json:"step,omitempty"`
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+	// ModelDir is the application's artifact location (AIP_MODEL_DIR).
+	ModelDir string `json:"model_dir,omitempty"`
+	// Bundle is set when the model dir holds a trainflow bundle.
+	Bundle bool `json:"bundle,omitempty"`
+}
+
+// AppReplicas lists the replicas of an application job's cluster: the
+// chief; the workers and parameter servers of STANDARD_1 and CUSTOM; an
+// evaluator only when cluster.evaluator is set to true.
+func AppReplicas(c jobspec.ClusterSpec) []AppReplica {
+	rs := []AppReplica{{Type: ReplicaChief}}
+	for i := range c.WorkerCount {
+		rs = append(rs, AppReplica{Type: ReplicaWorker, Index: i})
+	}
+	for i := range c.ParameterServerCount {
+		rs = append(rs, AppReplica{Type: ReplicaPS, Index: i})
+	}
+	if c.Evaluator != nil && *c.Evaluator {
+		rs = append(rs, AppReplica{Type: ReplicaEvaluator})
+	}
+	return rs
+}
+
+// appChange marks application jobs (a spec with application); jobs
+// without one never reach it.
+const appChange = "application-jobs"
+
+// appState is an application job's workflow state.
+type appState struct {
+	cluster AppCluster
+	p       *Progress
+	key     ed25519.PublicKey // verifies the replicas' reports
+}
+
+// validate checks a registration before it is accepted: this run, this
+// generation, a replica of the cluster, an address.
+func (s *appState) validate(ctx workflow.Context, r ReplicaRegistration) error {
+	if !verified(s.key, ReplicaReportBytes(workflow.GetInfo(ctx).WorkflowExecution.ID, r), r.Signature) {
+		return fmt.Errorf("replica %s-%d registration: not signed with this run's report key", r.Type, r.Index)
+	}
+	if run := workflow.GetInfo(ctx).WorkflowExecution.RunID; r.RunID != run {
+		return fmt.Errorf("replica %s-%d of run %q: this is run %s", r.Type, r.Index, r.RunID, run)
+	}
+	if r.Gen != s.cluster.Gen {
+		return fmt.Errorf("replica %s-%d of generation %d: the cluster is at generation %d", r.Type, r.Index, r.Gen, s.cluster.Gen)
+	}
+	if r.Addr == "" || s.find(r.Type, r.Index) < 0 {
+		return fmt.Errorf("replica %s-%d at %q: not a replica of this cluster, or no address", r.Type, r.Index, r.Addr)
+	}
+	return nil
+}
+
+func (s *appState) find(typ string, index int) int {
+	for i, r := range s.cluster.Replicas {
+		if r.Type == typ && r.Index == index {
+			return i
+		}
+	}
+	return -1
+}
+
+// runApplication trains with the job's application: generations of one
+// activity per replica, restarted as a whole when a replica is lost, until
+// the chief exits. The chief's exit is the job's status.
+func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner, p *Progress, res JobResult) (JobResult, error) {
+	workflow.GetVersion(ctx, appChange, workflow.DefaultVersion, 1)
+	s := &appState{p: p}
+	// A new key for each run, as for the built-in roles' reports.
+	kctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "report key"))
+	k, err := acts.ReportKey.Run(kctx, ReportKeyInput{JobDir: prep.JobDir})
+	if err != nil {
+		return res, err
+	}
+	if k.PublicKey != nil && len(k.PublicKey) != ed25519.PublicKeySize {
+		return res, fmt.Errorf("report key of %d bytes, want %d", len(k.PublicKey), ed25519.PublicKeySize)
+	}
+	s.key = k.PublicKey
+	p.AppCluster = &s.cluster
+	if err := workflow.SetQueryHandler(ctx, AppClusterQuery, func() (AppCluster, error) { return s.cluster, nil }); err != nil {
+		return res, err
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, RegisterReplicaUpdate,
+		func(ctx workflow.Context, r ReplicaRegistration) (AppCluster, error) {
+			if err := s.validate(ctx, r); err != nil { // the generation moved on since the validator ran
+				return s.cluster, err
+			}
+			s.cluster.Replicas[s.find(r.Type, r.Index)] = AppReplica{Type: r.Type, Index: r.Index, Addr: r.Addr, Host: r.Host, PID: r.PID}
+			return s.cluster, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r ReplicaRegistration) error { return s.validate(ctx, r) }})
+	if err != nil {
+		return res, err
+	}
+	progress := workflow.GetSignalChannel(ctx, AppProgressSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var ap AppProgress
+			if !progress.Receive(ctx, &ap) {
+				return
+			}
+			if !verified(s.key, ProgressReportBytes(workflow.GetInfo(ctx).WorkflowExecution.ID, ap), ap.Signature) {
+				workflow.GetLogger(ctx).Warn("app_progress not signed with this run's report key; ignored", "step", ap.Step)
+				continue
+			}
+			if ap.Step >= p.GlobalStep {
+				p.GlobalStep = ap.Step
+				if v, ok := ap.Metrics["loss"]; ok {
+					p.Loss = v
+				}
+			}
+		}
+	})
+	p.MaxSteps = 0 // the program's own business
+	setPhase(ctx, p, PhaseTraining)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("application `%s`, scale tier %s", spec.Application.Name, spec.Cluster.ScaleTier))
+	hb := time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second
+	trial := "" // a tuning trial's number: TF_CONFIG's task.trial, CLOUD_ML_TRIAL_ID
+	if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
+		trial = jobspec.TrialNumber(spec.JobID, parent.ID)
+	}
+	stalls := 0
+	for gen := int64(1); ; gen++ {
+		s.cluster = AppCluster{Gen: gen, Replicas: AppReplicas(spec.Cluster)}
+		chief, lost, err := runGeneration(ctx, spec, prep, owner, s.cluster, hb, trial)
+		switch {
+		case err != nil:
+			return res, err
+		case lost == nil:
+			res.GlobalStep, res.Export, res.AppMetrics = chief.Step, chief.ModelDir, chief.Metrics
+			p.GlobalStep, p.Export = max(p.GlobalStep, chief.Step), chief.ModelDir
+			if acc, ok := chief.Metrics["accuracy"]; ok {
+				res.Metrics.Accuracy = acc
+			}
+			why := "the application wrote no trainflow bundle to its model dir"
+			if chief.Bundle {
+				why = "publishing a bundle an application wrote is not supported yet"
+			}
+			res.Note = "nothing was published: " + why
+			p.Note = res.Note
+			workflow.SetCurrentDetails(ctx, fmt.Sprintf("**Succeeded**: application `%s` exited 0 at step %d; its artifact is %s; %s", spec.Application.Name, chief.Step, chief.ModelDir, res.Note))
+			return res, nil
+		case isStalled(lost) && stalls+1 >= MaxAppStalls:
+			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("application %s: %d generations in a row stalled, the last: %v", spec.Application.Name, stalls+1, lost), ErrTypeStalled, lost)
+		case gen >= MaxAppGenerations:
+			return res, fmt.Errorf("application %s: %d generations lost a replica, the last: %w", spec.Application.Name, gen, lost)
+		}
+		if isStalled(lost) {
+			stalls++
+		} else {
+			stalls = 0
+		}
+		workflow.GetLogger(ctx).Warn("application replica lost; restarting the cluster", "gen", gen, "error", lost)
+		if err := workflow.Sleep(ctx, min(time.Duration(1<<min(gen-1, 5))*time.Second, 30*time.Second)); err != nil {
+			return res, err
+		}
+	}
+}
+
+// runGeneration runs one generation of the cluster until the chief exits.
+// It returns the chief's result; or lost, the error of a replica that was
+// lost (the generation restarts); or err, the job's failure.
+func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner, cl AppCluster, hb time.Duration, trial string) (chief ReplicaResult, lost, err error) {
+	gctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	type replica struct {
+		r AppReplica
+		f Future[ReplicaResult]
+	}
+	var rs []replica
+	for _, r := range cl.Replicas {
+		actx := workflow.WithActivityOptions(gctx, workflow.ActivityOptions{
+			TaskQueue: RoleTaskQueue, StartToCloseTimeout: 7 * 24 * time.Hour, HeartbeatTimeout: hb,
+			// A generation is retried as a whole, never one replica.
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+			WaitForCancellation: true, Summary: fmt.Sprintf("%s %s-%d (generation %d)", spec.Application.Name, r.Type, r.Index, cl.Gen),
+		})
+		in := ReplicaInput{JobID: spec.JobID, JobDir: prep.JobDir, Application: *spec.Application, Cluster: spec.Cluster,
+			Type: r.Type, Index: r.Index, Gen: cl.Gen, Owner: owner, Trial: trial}
+		rs = append(rs, replica{r, acts.AppReplica.Execute(actx, in)})
+	}
+	var failed error
+	chiefDone, pending := false, len(rs)
+	sel := workflow.NewSelector(ctx)
+	for _, x := range rs {
+		sel.AddFuture(x.f.Untyped(), func(workflow.Future) {
+			pending--
+			rr, e := x.f.Result(ctx)
+			name := fmt.Sprintf("%s-%d", x.r.Type, x.r.Index)
+			switch {
+			case e == nil && x.r.Type == ReplicaChief:
+				chief, chiefDone = rr, true
+				cancel()
+			case e == nil:
+			case temporal.IsCanceledError(e):
+			case isLost(e):
+				if lost == nil {
+					lost = fmt.Errorf("%s: %w", name, e)
+				}
+				cancel()
+			default:
+				if failed == nil {
+					// The others may yet report that they were lost: stop
+					// them only after AppFailGrace.
+					sel.AddFuture(workflow.NewTimer(gctx, AppFailGrace), func(workflow.Future) { cancel() })
+					failed = fmt.Errorf("%s: %w", name, e)
+					var ae *temporal.ApplicationError
+					if errors.As(e, &ae) {
+						msg := ae.Message()
+						if !strings.HasPrefix(msg, name+":") {
+							msg = name + ": " + msg
+						}
+						failed = temporal.NewNonRetryableApplicationError(msg, ae.Type(), e)
+					}
+				}
+			}
+		})
+	}
+	for pending > 0 {
+		sel.Select(ctx)
+	}
+	switch {
+	case chiefDone:
+		return chief, nil, nil
+	case ctx.Err() != nil:
+		return chief, nil, temporal.NewCanceledError()
+	case lost != nil:
+		// A replica lost first makes the others fail too (their peer is
+		// gone): the generation is lost, not the user's error.
+		return chief, lost, nil
+	case failed != nil:
+		return chief, nil, failed
+	}
+	return chief, nil, fmt.Errorf("application %s: generation %d ended without the chief", spec.Application.Name, cl.Gen)
+}
+
+// isStalled reports whether a generation was lost to a stalled replica.
+func isStalled(err error) bool {
+	var ae *temporal.ApplicationError
+	return errors.As(err, &ae) && ae.Type() == ErrTypeStalled
+}
+
+// isLost reports whether a replica's failure loses its generation rather
+// than fail the job: its process was killed or asked to restart
+// (ErrTypeReplicaLost), its worker died (a heartbeat or start-to-close
+// timeout), or another retryable failure (the activity's own errors, e.g.
+// storage). Non-retryable application errors (InvalidSpec,
+// ApplicationFailed, NotOwner) fail the job.
+func isLost(err error) bool {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		return !ae.NonRetryable()
+	}
+	return !temporal.IsCanceledError(err)
+}
