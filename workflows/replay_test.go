@@ -66,6 +66,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// promoted through shadow, 50 and 100, one rolled back at its
 		// first gate.
 		"rollout_promoted.json": false, "rollout_rolled_back.json": false,
+		// A job with bless and rollout sections that started its
+		// RolloutJob as a child (the rollout-after-bless marker), recorded
+		// by cli TestJobStartsRolloutOnRealStack.
+		"rollout_from_job.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
