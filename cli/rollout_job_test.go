@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,9 @@ import (
 // publishes version 3 beside the default, starts rollout_census for it and
 // ends; the rollout outlives the job (a child the job's close terminated
 // would end TERMINATED, not PROMOTED), names the job as its parent and
-// the job in the history, and makes version 3 the default. With
+// the job in the history, and makes version 3 the default. A second job
+// while another rollout of census runs publishes, starts none and says
+// so. With
 // TRAINFLOW_RECORD_HISTORIES=1 it records the job's history
 // (rollout_from_job: the rollout-after-bless marker and the child's
 // start) for the replay test if it is missing.
@@ -85,5 +88,27 @@ func TestJobStartsRolloutOnRealStack(t *testing.T) {
 		if a.code != http.StatusOK || (a.version != "1" && a.version != "3") {
 			t.Fatalf("answer %+v: want 2xx from version 1 or 3", a)
 		}
+	}
+
+	// While a rollout of census runs, the next blessed job publishes its
+	// version, starts no second rollout, succeeds, and says why.
+	manual, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"}, HoldSecs: 3600, By: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Client.CancelWorkflow(ctx, manual.GetID(), manual.GetRunID())
+	spec.JobID = "census_roll2"
+	if run, err = jobs.Start(ctx, st.Client, spec); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = waitJob(t, run); err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Rollout; res.Version != 4 || r == nil || r.WorkflowID != "" || !strings.Contains(r.Skipped, "a rollout of census is already running") {
+		t.Fatalf("second job: version %d, rollout %+v; want version 4 and no rollout, a rollout of census running", res.Version, res.Rollout)
+	}
+	d, err = st.Client.DescribeWorkflowExecution(ctx, "rollout_census", "")
+	if err != nil || d.WorkflowExecutionInfo.GetExecution().GetRunId() != manual.GetRunID() {
+		t.Fatalf("rollout_census: %v (%v), want the manual rollout still running", d.GetWorkflowExecutionInfo().GetExecution(), err)
 	}
 }
