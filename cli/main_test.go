@@ -33,7 +33,7 @@ import (
 // preprocess activity's child ("<exe> preprocess REQ") and as a worker
 // process ("<exe> worker …").
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "preprocess" || os.Args[1] == "worker" || os.Args[1] == "batch-predict" || os.Args[1] == activities.ChildCommand) {
+	if len(os.Args) > 1 && (os.Args[1] == "preprocess" || os.Args[1] == "worker" || os.Args[1] == "dev" || os.Args[1] == "serve" || os.Args[1] == "batch-predict" || os.Args[1] == activities.ChildCommand) {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

@@ -115,6 +115,13 @@ func writeBlessing(w io.Writer, r *workflows.JobResult) {
 	for _, why := range b.Reasons {
 		printf(w, "  - %s\n", why)
 	}
+	switch ro := r.Rollout; {
+	case ro == nil:
+	case ro.WorkflowID != "":
+		printf(w, "rollout:  %s started for version %d (trainflow models rollout-status %s)\n", ro.WorkflowID, ro.Candidate, r.Model)
+	default:
+		printf(w, "rollout:  none: %s\n", ro.Skipped)
+	}
 }
 
 // WriteText writes d as `jobs describe` shows it.

@@ -153,6 +153,10 @@ type JobSpec struct {
 	// model's current default version before it is published, and stores
 	// the result with the version (docs/blessing.md).
 	Bless *BlessSpec `json:"bless,omitempty"`
+	// Rollout, when present (with bless, without promote), starts a
+	// RolloutJob of the published version when it is blessed
+	// (docs/rollout.md).
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
 	// Tuning makes the job a hyperparameter tuning job: start
 	// HyperparameterTuningJob, which runs the rest of the spec as trials.
 	Tuning *TuningSpec `json:"tuning,omitempty"`
@@ -749,6 +753,9 @@ func (s *JobSpec) Validate() error {
 		}
 	}
 	if err := s.validateBless(); err != nil {
+		return err
+	}
+	if err := s.validateRollout(); err != nil {
 		return err
 	}
 	if err := s.Data.validateRunner(); err != nil {

@@ -335,7 +335,7 @@ func (s *Server) verb(c echo.Context) error {
 	}
 	s.answered(c, sv, sc, n, routed)
 	if shadow != nil && t.verb == verbPredict {
-		s.enqueueShadow(shadow, sv, sc, n)
+		s.enqueueShadow(shadow, sv, sc, n, false)
 	}
 	res := c.Response()
 	h := res.Header()

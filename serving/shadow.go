@@ -15,12 +15,14 @@ import (
 // an answer or grows without bound.
 const shadowQueue = 64
 
-// shadowJob is a copy of a routed :predict request for the shadow
-// version sv: its body, and the live answer's class index (classifiers)
-// or value (regressors) per instance, to count agreement.
+// shadowJob is a copy of a routed :predict request (v1) or V2 infer
+// request (v2) for the shadow version sv: its body, and the live answer's
+// class index (classifiers) or value (regressors) per instance, to count
+// agreement.
 type shadowJob struct {
 	sv      *Servable
 	body    []byte
+	v2      bool
 	classes []int32
 	values  []float64
 }
@@ -51,15 +53,16 @@ func (s *Server) answered(c echo.Context, sv *Servable, sc *scratch, n int, rout
 	}
 }
 
-// enqueueShadow queues a copy of the :predict request in sc, which
-// primary answered with n instances, for the shadow version, or drops it
-// if the queue is full. It copies the body and one number per instance.
-func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int) {
+// enqueueShadow queues a copy of the :predict request (a V2 infer
+// request if v2) in sc, which primary answered with n instances, for the
+// shadow version, or drops it if the queue is full. It copies the body
+// and one number per instance.
+func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2 bool) {
 	if shadow.tel == nil || len(s.shadowQ) == cap(s.shadowQ) {
 		s.metrics.shadowDropped.Inc()
 		return
 	}
-	j := shadowJob{sv: shadow, body: append([]byte(nil), sc.body...)}
+	j := shadowJob{sv: shadow, body: append([]byte(nil), sc.body...), v2: v2}
 	if k := primary.Bundle.Model.NumClasses(); k > 0 {
 		j.classes = make([]int32, n)
 		for i := range n {
@@ -109,7 +112,15 @@ func (s *Server) shadowOne(j shadowJob) {
 		putScratch(sc)
 	}()
 	sc.body = append(sc.body[:0], j.body...)
-	n, err := s.predict(sc, j.sv)
+	var n int
+	var err error
+	if j.v2 {
+		if err = decodeV2(&sc.v2, sc.body, j.sv.limits(s.opts.MaxInstances)); err == nil {
+			n, err = s.v2Predict(sc, j.sv)
+		}
+	} else {
+		n, err = s.predict(sc, j.sv)
+	}
 	if err != nil {
 		code = statusOf(err)
 		return

@@ -35,7 +35,7 @@ func (s *Server) v2Infer(c echo.Context) error {
 		}
 		version = v
 	}
-	sv, _, routed, err := s.pick(c, name, version, "")
+	sv, shadow, routed, err := s.pick(c, name, version, "")
 	if err != nil {
 		return err
 	}
@@ -57,24 +57,34 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rows, err := sv.v2Rows(sc)
+	rows, err := s.v2Predict(sc, sv)
 	if err != nil {
 		return err
 	}
-	if rows > s.opts.MaxInstances {
-		return tooManyRows(rows, "rows", s.opts.MaxInstances)
-	}
-	sc.rows, sc.tensors = nil, true
-	if err := sv.predict(sc, rows); err != nil {
-		return err
-	}
 	s.answered(c, sv, sc, rows, routed)
+	if shadow != nil {
+		s.enqueueShadow(shadow, sv, sc, rows, true)
+	}
 	c.Response().Header()[headerModelVersion] = sv.versionHeader
 	resp := v2Response{ModelName: sv.Model, ModelVersion: sv.versionText, ID: string(sc.v2.id), Outputs: make([]v2Output, len(outputs))}
 	for i, t := range outputs {
 		resp.Outputs[i] = sv.v2Output(sc, rows, t)
 	}
 	return c.JSON(http.StatusOK, resp)
+}
+
+// v2Predict predicts with sv the rows of the V2 request decoded in
+// sc.v2 and returns how many there were.
+func (s *Server) v2Predict(sc *scratch, sv *Servable) (int, error) {
+	rows, err := sv.v2Rows(sc)
+	if err != nil {
+		return 0, err
+	}
+	if rows > s.opts.MaxInstances {
+		return 0, tooManyRows(rows, "rows", s.opts.MaxInstances)
+	}
+	sc.rows, sc.tensors = nil, true
+	return rows, sv.predict(sc, rows)
 }
 
 // v2Outputs returns the outputs a request names, in its order, or every

@@ -74,6 +74,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// A trial of a tuning job over an application (cli
 		// TestApplicationTuning).
 		"application_trial.json": false,
+		// A job with bless and rollout sections that started its
+		// RolloutJob as a child (the rollout-after-bless marker), recorded
+		// by cli TestJobStartsRolloutOnRealStack.
+		"rollout_from_job.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true

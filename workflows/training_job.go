@@ -108,6 +108,9 @@ type JobResult struct {
 	// Blessing is the Bless step's verdict, when the spec asked for one
 	// (its record is stored with the version).
 	Blessing *BlessResult `json:"blessing,omitempty"`
+	// Rollout is the RolloutJob the job started for its blessed version,
+	// or why it started none (only with a rollout section).
+	Rollout *JobRollout `json:"rollout,omitempty"`
 	// Tuning is a tuning job's trials (HyperparameterTuningJob only).
 	Tuning *TuningReport `json:"tuning,omitempty"`
 	// Note says what became of an application job's artifact (Export):
@@ -136,8 +139,11 @@ type Progress struct {
 	Model          string         `json:"model,omitempty"`
 	Version        int64          `json:"version,omitempty"`
 	// Blessed is the Bless step's verdict (nil before it, or without one).
-	Blessed *bool  `json:"blessed,omitempty"`
-	Error   string `json:"error,omitempty"`
+	Blessed *bool `json:"blessed,omitempty"`
+	// Rollout is the rollout the job started, or why none (see
+	// JobResult.Rollout).
+	Rollout *JobRollout `json:"rollout,omitempty"`
+	Error   string      `json:"error,omitempty"`
 	// Cluster is the distributed job's cluster (nil for BASIC).
 	Cluster *ClusterState `json:"cluster,omitempty"`
 	// AppCluster is an application job's cluster.
@@ -404,6 +410,9 @@ func runJob(ctx workflow.Context, spec jobspec.JobSpec, carry *Carry, p *Progres
 			return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
 		}
 	}
+	if err := validateRolloutSpec(spec); err != nil {
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
+	}
 	if spec.JobID != info.WorkflowExecution.ID {
 		err := fmt.Errorf("%w: job_id %q differs from the workflow ID %q; start the workflow with ID = job_id", jobspec.ErrInvalid, spec.JobID, info.WorkflowExecution.ID)
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, nil)
@@ -518,6 +527,10 @@ func runJob(ctx workflow.Context, spec jobspec.JobSpec, carry *Carry, p *Progres
 	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version
 	if res.Blessing != nil {
 		res.Default = pub.Default
+	}
+	if spec.Rollout != nil && workflow.GetVersion(ctx, rolloutStartChange, workflow.DefaultVersion, 1) >= 1 {
+		res.Rollout = startRollout(ctx, spec, res.Blessing, pub)
+		p.Rollout = res.Rollout
 	}
 	return res, nil
 }
