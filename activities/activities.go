@@ -60,6 +60,12 @@ type Activities struct {
 	// without it is refused).
 	Applications *app.Registry
 	AppSandbox   app.Wrapper
+	// Packages is the operator's opt-in to user Python packages
+	// (application.package in a spec); they install and run in Sandbox,
+	// which must be set when Packages.Enabled is.
+	Packages app.PackageConfig
+	// Sandbox is the worker's sandbox (nil: none), made at worker start.
+	Sandbox *app.Sandbox
 	// Exe and ExeArgs start the preprocessing child process: the command
 	// run is Exe ExeArgs... preprocess REQUEST.json [beam args]. Default:
 	// this executable.
