@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -40,8 +41,56 @@ func (a *Activities) checkApplication(s *jobspec.ApplicationSpec) error {
 	if s == nil {
 		return nil
 	}
+	if s.Package != nil {
+		return a.checkPackage(s)
+	}
 	_, err := a.application(s.Name)
 	return err
+}
+
+// checkPackage refuses a package job on a worker without --allow-packages,
+// and a package without its module, naming the field.
+func (a *Activities) checkPackage(s *jobspec.ApplicationSpec) error {
+	if !a.Packages.Enabled || a.Sandbox == nil {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.package: this worker does not run user packages (its operator starts it with --allow-packages to let jobs bring their own; see docs/sandbox.md)", jobspec.ErrInvalid))
+	}
+	ok, err := app.PackageHasModule(s.Package, s.Module)
+	if err != nil {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.package: %w", jobspec.ErrInvalid, err))
+	}
+	if !ok {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.module %q: not in application.package", jobspec.ErrInvalid, s.Module))
+	}
+	return nil
+}
+
+// packageApplication is the application of a package job: `python -m
+// module` of the package installed (app.Install) into work, a replica's
+// own directory, in the sandbox.
+func (a *Activities) packageApplication(ctx context.Context, s jobspec.ApplicationSpec, work string) (app.Application, error) {
+	if err := a.checkPackage(&s); err != nil {
+		return app.Application{}, err
+	}
+	// A restarted generation installs afresh: Install wants an empty
+	// directory, and the sandbox's user owns what the last one left.
+	if err := os.RemoveAll(work); err != nil {
+		return app.Application{}, err
+	}
+	if err := os.MkdirAll(filepath.Dir(work), 0o755); err != nil {
+		return app.Application{}, err
+	}
+	in, err := app.Install(ctx, a.Packages, a.Sandbox, bytes.NewReader(s.Package), work)
+	switch {
+	case errors.Is(err, app.ErrInstall) || errors.Is(err, app.ErrPackage):
+		return app.Application{}, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("application.package: %w", err))
+	case err != nil:
+		return app.Application{}, fmt.Errorf("application.package: %w", err)
+	}
+	argv, err := app.ModuleArgv(in.Venv, s.Module, nil)
+	if err != nil {
+		return app.Application{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.module: %w", jobspec.ErrInvalid, err))
+	}
+	return app.Application{Name: s.Module, Argv: argv, Sandbox: true, TFConfigChief: app.RoleChief, Dir: in.Venv}, nil
 }
 
 // application looks up the registered application called name.
@@ -95,7 +144,13 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	defer hb.Stop()
 	res := workflows.ReplicaResult{Type: in.Type, Index: in.Index}
 	task := app.Task{Type: in.Type, Index: in.Index}
-	ap, err := a.application(in.Application.Name)
+	var ap app.Application
+	var err error
+	if in.Application.Package != nil {
+		err = a.checkPackage(&in.Application)
+	} else {
+		ap, err = a.application(in.Application.Name)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -120,6 +175,13 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		Job: app.JobInfo{JobID: in.JobID, ScaleTier: in.Cluster.ScaleTier, WorkerCount: in.Cluster.WorkerCount, ParameterServerCount: in.Cluster.ParameterServerCount,
 			Application: in.Application.Name, Args: in.Application.Args, JobDir: in.JobDir}}
 	res.ModelDir = r.ModelDir
+	if in.Application.Package != nil {
+		work := filepath.Join(root, filepath.FromSlash(jobdir.AppPackageWork(task.Name())))
+		if ap, err = a.packageApplication(ctx, in.Application, work); err != nil {
+			return res, fmt.Errorf("%s: %w", task.Name(), err)
+		}
+		r.Job.Application, r.Job.PythonModule = "", in.Application.Module
+	}
 	for _, d := range []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return res, err
@@ -161,10 +223,10 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	if err != nil {
 		return res, err
 	}
-	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env,
+	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env, ReadOnly: nonEmpty(ap.Dir),
 		Log:      filepath.Join(root, filepath.FromSlash(jobdir.AppLogFile(task.Name()))),
 		Writable: []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace}}
-	if cmd.Dir == "" {
+	if cmd.Dir == "" || in.Application.Package != nil {
 		cmd.Dir = r.Workspace
 	}
 	if ap.Sandbox {
@@ -297,4 +359,12 @@ func (a *Activities) latestMetric(r app.Replica) (app.Metric, bool) {
 		return app.Metric{}, false
 	}
 	return app.Latest(ms)
+}
+
+// nonEmpty is []string{s}, or nil when s is "".
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
