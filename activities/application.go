@@ -67,7 +67,7 @@ func (a *Activities) checkPackage(s *jobspec.ApplicationSpec) error {
 // packageApplication is the application of a package job: `python -m
 // module` of the package installed (app.Install) into work, a replica's
 // own directory, in the sandbox.
-func (a *Activities) packageApplication(ctx context.Context, s jobspec.ApplicationSpec, work string) (app.Application, error) {
+func (a *Activities) packageApplication(ctx context.Context, replica string, s jobspec.ApplicationSpec, work string) (app.Application, error) {
 	if err := a.checkPackage(&s); err != nil {
 		return app.Application{}, err
 	}
@@ -82,9 +82,9 @@ func (a *Activities) packageApplication(ctx context.Context, s jobspec.Applicati
 	in, err := app.Install(ctx, a.Packages, a.Sandbox, bytes.NewReader(s.Package), work)
 	switch {
 	case errors.Is(err, app.ErrInstall) || errors.Is(err, app.ErrPackage):
-		return app.Application{}, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("application.package: %w", err))
+		return app.Application{}, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: application.package: %w", replica, err))
 	case err != nil:
-		return app.Application{}, fmt.Errorf("application.package: %w", err)
+		return app.Application{}, fmt.Errorf("%s: application.package: %w", replica, err)
 	}
 	argv, err := app.ModuleArgv(in.Venv, s.Module, nil)
 	if err != nil {
@@ -177,8 +177,8 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	res.ModelDir = r.ModelDir
 	if in.Application.Package != nil {
 		work := filepath.Join(root, filepath.FromSlash(jobdir.AppPackageWork(task.Name())))
-		if ap, err = a.packageApplication(ctx, in.Application, work); err != nil {
-			return res, fmt.Errorf("%s: %w", task.Name(), err)
+		if ap, err = a.packageApplication(ctx, task.Name(), in.Application, work); err != nil {
+			return res, err // already naming the replica: wrapping would hide a non-retryable error's type
 		}
 		r.Job.Application, r.Job.PythonModule = "", in.Application.Module
 	}

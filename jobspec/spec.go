@@ -213,6 +213,15 @@ func (p *PackageArchive) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Label is how messages name the application: its name, or "package
+// MODULE".
+func (a ApplicationSpec) Label() string {
+	if a.Package != nil {
+		return "package " + a.Module
+	}
+	return a.Name
+}
+
 // MaxPackageBytes bounds application.package: the archive travels inside
 // the spec, the workflow's input and every replica's.
 const MaxPackageBytes = 1 << 20

@@ -151,12 +151,12 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 		ModelTypes: cfg.ModelTypes, Applications: cfg.Applications, AppSandbox: cfg.AppSandbox, Packages: cfg.Packages}
 	w.Activities = acts
 	if err := cfg.Packages.WithDefaults().Validate(); err != nil {
-		return nil, err
+		return nil, configError(fmt.Errorf("--allow-packages: %w", err))
 	}
 	if cfg.Packages.Enabled || (cfg.AppSandbox == nil && cfg.Applications.Sandboxed()) {
 		sb, err := app.NewSandbox(ctx, cfg.Packages.Sandbox)
 		if err != nil {
-			return nil, fmt.Errorf("sandbox (--allow-packages, or an application registered with \"sandbox\": true): %w", err)
+			return nil, configError(fmt.Errorf("sandbox (--allow-packages, or an application registered with \"sandbox\": true): %w", err))
 		}
 		acts.Sandbox = sb
 		if acts.AppSandbox == nil {
