@@ -223,7 +223,7 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	if err != nil {
 		return res, err
 	}
-	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env, ReadOnly: nonEmpty(ap.Dir),
+	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env, ReadOnly: readOnlyPaths(ap),
 		Log:      filepath.Join(root, filepath.FromSlash(jobdir.AppLogFile(task.Name()))),
 		Writable: []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace}}
 	if cmd.Dir == "" || in.Application.Package != nil {
@@ -361,10 +361,23 @@ func (a *Activities) latestMetric(r app.Replica) (app.Metric, bool) {
 	return app.Latest(ms)
 }
 
-// nonEmpty is []string{s}, or nil when s is "".
-func nonEmpty(s string) []string {
-	if s == "" {
-		return nil
+// readOnlyPaths are the host paths a sandboxed application reads: its
+// directory, and the files and directories its registered argv names
+// after the program (a script; the operator's, never a job's args).
+// Links are left out (the sandbox binds no links; a system path such as
+// /usr/bin/python3 is there anyway).
+func readOnlyPaths(ap app.Application) []string {
+	var ps []string
+	if ap.Dir != "" {
+		ps = append(ps, ap.Dir)
 	}
-	return []string{s}
+	for _, p := range ap.Argv[1:] {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == ap.Dir {
+			continue
+		}
+		if st, err := os.Lstat(p); err == nil && st.Mode()&os.ModeSymlink == 0 {
+			ps = append(ps, p)
+		}
+	}
+	return ps
 }

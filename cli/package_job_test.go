@@ -10,12 +10,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/internal/testenv/realtest"
 	"github.com/trainflow/trainflow/jobdir"
+	"github.com/trainflow/trainflow/train/app"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -36,7 +38,12 @@ func packageStack(t *testing.T, allow bool) (*stack, string) {
 			t.Fatal(err)
 		}
 	}
-	return testStack(t, home, func(c *stackConfig) { c.Trust.allowPackages = allow }), home
+	tfconfig, _ := filepath.Abs("testdata/apps/tfconfig.py")
+	r, err := app.ParseRegistry(fmt.Appendf(nil, `{"applications":{"tfconfig_box":{"argv":[%q,%q],"env":["TRAINFLOW_TEST_PASSED"],"sandbox":true}}}`, debianPython, tfconfig), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testStack(t, home, func(c *stackConfig) { c.Trust.allowPackages, c.Trust.applications = allow, r }), home
 }
 
 // TestPackageJob submits the user's own Python package on a worker started
@@ -48,11 +55,14 @@ func packageStack(t *testing.T, allow bool) (*stack, string) {
 // TF_CONFIG of the seeds' format (python_module in place of the
 // application), its args verbatim; it cannot read a sibling job's
 // directory nor see the worker's environment. The second fails, not
-// retried, with pip's own message in the job's error.
+// retried, with pip's own message in the job's error. A registered
+// application with "sandbox": true runs in the same sandbox, its script
+// bound read-only, the operator's pass-through variable alone reaching it.
 func TestPackageJob(t *testing.T) {
 	st, home := packageStack(t, true)
 	addr := st.Temporal.FrontendAddr()
 	t.Setenv("TRAINFLOW_TEST_SECRET", "s3cret")
+	t.Setenv("TRAINFLOW_TEST_PASSED", "passed")
 	sibling := filepath.Join(home, "jobs", "sibling", "secret.txt")
 	if err := os.MkdirAll(filepath.Dir(sibling), 0o755); err != nil {
 		t.Fatal(err)
@@ -75,6 +85,7 @@ func TestPackageJob(t *testing.T) {
 		t.Fatalf("submit --package-path: exit %d: %s", code, errs)
 	}
 
+	boxed := startUIStyle(t, st.Client, "app_boxed", `{"job_id":"app_boxed","application":{"name":"tfconfig_box","args":["--read=x"]}}`)
 	if _, err := waitJob(t, st.Client.GetWorkflow(context.Background(), "pkg_custom", "")); err != nil {
 		t.Fatalf("pkg_custom: %v", err)
 	}
@@ -109,6 +120,20 @@ func TestPackageJob(t *testing.T) {
 		if got := line(log, "SECRET"); got != "<unset>" {
 			t.Errorf("%s: the worker's environment leaked: TRAINFLOW_TEST_SECRET=%s", name, got)
 		}
+	}
+
+	if _, err := waitJob(t, boxed); err != nil {
+		t.Fatalf("app_boxed: %v", err)
+	}
+	log := replicaLog(t, filepath.Join(home, "jobs", "app_boxed"), "chief-0")
+	if !strings.Contains(line(log, "TF_CONFIG"), `"application":"tfconfig_box"`) || line(log, "SECRET") != "<unset>" || line(log, "PASSED") != "passed" {
+		t.Errorf("app_boxed: log %s", log)
+	}
+	// The file the program wrote is the sandbox's user's: it ran there.
+	if st, err := os.Stat(filepath.Join(home, "jobs", "app_boxed", "model", "chief-0.done")); err != nil {
+		t.Error(err)
+	} else if uid := st.Sys().(*syscall.Stat_t).Uid; os.Geteuid() == 0 && uid != 65534 {
+		t.Errorf("app_boxed: its file is uid %d's, want the sandbox's nobody (65534)", uid)
 	}
 
 	_, err := waitJob(t, st.Client.GetWorkflow(context.Background(), "pkg_nodep", ""))
