@@ -243,6 +243,11 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	res := workflows.PrepareResult{JobDir: jd.uri, Train: data.Train, Eval: data.Eval}
 	switch {
 	case spec.Application != nil: // the program reads its own data
+		if pkg := spec.Application.Package; pkg != nil {
+			if err := jd.st.WriteFunc(ctx, jobdir.AppPackageFile, func(w io.Writer) error { _, err := w.Write(pkg); return err }); err != nil {
+				return res, fmt.Errorf("write %s: %w", jobdir.AppPackageFile, err)
+			}
+		}
 		return res, nil
 	case len(res.Train) > 0:
 	default:

@@ -41,7 +41,7 @@ func (a *Activities) checkApplication(s *jobspec.ApplicationSpec) error {
 	if s == nil {
 		return nil
 	}
-	if s.Package != nil {
+	if s.IsPackage() {
 		return a.checkPackage(s)
 	}
 	_, err := a.application(s.Name)
@@ -51,8 +51,8 @@ func (a *Activities) checkApplication(s *jobspec.ApplicationSpec) error {
 // checkPackage refuses a package job on a worker without --allow-packages,
 // and a package without its module, naming the field.
 func (a *Activities) checkPackage(s *jobspec.ApplicationSpec) error {
-	if !a.Packages.Enabled || a.Sandbox == nil {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.package: this worker does not run user packages (its operator starts it with --allow-packages to let jobs bring their own; see docs/sandbox.md)", jobspec.ErrInvalid))
+	if err := a.packagesAllowed(); err != nil {
+		return err
 	}
 	ok, err := app.PackageHasModule(s.Package, s.Module)
 	if err != nil {
@@ -60,6 +60,15 @@ func (a *Activities) checkPackage(s *jobspec.ApplicationSpec) error {
 	}
 	if !ok {
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.module %q: not in application.package", jobspec.ErrInvalid, s.Module))
+	}
+	return nil
+}
+
+// packagesAllowed refuses a package job on a worker without
+// --allow-packages.
+func (a *Activities) packagesAllowed() error {
+	if !a.Packages.Enabled || a.Sandbox == nil {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.package: this worker does not run user packages (its operator starts it with --allow-packages to let jobs bring their own; see docs/sandbox.md)", jobspec.ErrInvalid))
 	}
 	return nil
 }
@@ -146,8 +155,8 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	task := app.Task{Type: in.Type, Index: in.Index}
 	var ap app.Application
 	var err error
-	if in.Application.Package != nil {
-		err = a.checkPackage(&in.Application)
+	if in.Application.IsPackage() {
+		err = a.packagesAllowed()
 	} else {
 		ap, err = a.application(in.Application.Name)
 	}
@@ -175,9 +184,15 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		Job: app.JobInfo{JobID: in.JobID, ScaleTier: in.Cluster.ScaleTier, WorkerCount: in.Cluster.WorkerCount, ParameterServerCount: in.Cluster.ParameterServerCount,
 			Application: in.Application.Name, Args: in.Application.Args, JobDir: in.JobDir}}
 	res.ModelDir = r.ModelDir
-	if in.Application.Package != nil {
+	if in.Application.IsPackage() {
+		s := in.Application
+		if s.Package == nil { // the workflow leaves it out of the input: PrepareJob wrote it
+			if s.Package, err = os.ReadFile(filepath.Join(root, filepath.FromSlash(jobdir.AppPackageFile))); err != nil {
+				return res, fmt.Errorf("%s: application.package: %w (a package job's replicas need the job directory PrepareJob wrote, shared when they run on several machines)", task.Name(), err)
+			}
+		}
 		work := filepath.Join(root, filepath.FromSlash(jobdir.AppPackageWork(task.Name())))
-		if ap, err = a.packageApplication(ctx, task.Name(), in.Application, work); err != nil {
+		if ap, err = a.packageApplication(ctx, task.Name(), s, work); err != nil {
 			return res, err // already naming the replica: wrapping would hide a non-retryable error's type
 		}
 		r.Job.Application, r.Job.PythonModule = "", in.Application.Module
@@ -226,7 +241,7 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env, ReadOnly: readOnlyPaths(ap),
 		Log:      filepath.Join(root, filepath.FromSlash(jobdir.AppLogFile(task.Name()))),
 		Writable: []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace}}
-	if cmd.Dir == "" || in.Application.Package != nil {
+	if cmd.Dir == "" || in.Application.IsPackage() {
 		cmd.Dir = r.Workspace
 	}
 	if ap.Sandbox {

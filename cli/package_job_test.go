@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/internal/testenv/realtest"
@@ -90,6 +92,30 @@ func TestPackageJob(t *testing.T) {
 		t.Fatalf("pkg_custom: %v", err)
 	}
 	jobDir := filepath.Join(home, "jobs", "pkg_custom")
+	// The archive is in the job directory, once, and in no replica's input.
+	want, err := packagePath(pkg, "trainer.task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(jobDir, filepath.FromSlash(jobdir.AppPackageFile))); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("%s: %d bytes, %v; want the packed archive (%d bytes)", jobdir.AppPackageFile, len(got), err, len(want))
+	}
+	replicas := 0
+	for it := st.Client.GetWorkflowHistory(context.Background(), "pkg_custom", "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT); it.HasNext(); {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == workflows.AppReplicaActivity {
+			replicas++
+			if in := string(a.GetInput().GetPayloads()[0].GetData()); strings.Contains(in, `"package"`) || !strings.Contains(in, `"module":"trainer.task"`) {
+				t.Errorf("a replica's input carries the package: %.300s", in)
+			}
+		}
+	}
+	if replicas != 3 {
+		t.Errorf("%d replicas scheduled, want 3", replicas)
+	}
 	p := appProgress(t, st, "pkg_custom")
 	if p.Phase != workflows.PhaseSucceeded || p.AppCluster == nil || len(p.AppCluster.Replicas) != 3 {
 		t.Fatalf("pkg_custom: progress %+v", p)
@@ -136,7 +162,7 @@ func TestPackageJob(t *testing.T) {
 		t.Errorf("app_boxed: its file is uid %d's, want the sandbox's nobody (65534)", uid)
 	}
 
-	_, err := waitJob(t, st.Client.GetWorkflow(context.Background(), "pkg_nodep", ""))
+	_, err = waitJob(t, st.Client.GetWorkflow(context.Background(), "pkg_nodep", ""))
 	var ae *temporal.ApplicationError
 	if !errors.As(err, &ae) || ae.Type() != workflows.ErrTypeAppFailed || !ae.NonRetryable() ||
 		!strings.Contains(err.Error(), "No matching distribution found for trainflow-no-such-dependency") {

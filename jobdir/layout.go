@@ -112,6 +112,10 @@ func AppLogFile(replica string) string { return path.Join(LogsDir, replica+".log
 // metrics file: app/work/<replica>.
 func AppWorkspace(replica string) string { return path.Join(AppWorkDir, replica) }
 
+// AppPackageFile is a package job's package archive (application.package
+// of its spec), written by PrepareJob; every replica installs it.
+const AppPackageFile = "app/package.tar.gz"
+
 // AppPackageDir holds each replica's install of a package job's package
 // (AppPackageWork).
 const AppPackageDir = "app/package"

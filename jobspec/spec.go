@@ -216,11 +216,16 @@ func (p *PackageArchive) UnmarshalJSON(b []byte) error {
 // Label is how messages name the application: its name, or "package
 // MODULE".
 func (a ApplicationSpec) Label() string {
-	if a.Package != nil {
+	if a.IsPackage() {
 		return "package " + a.Module
 	}
 	return a.Name
 }
+
+// IsPackage reports whether a is a package job's application (Module is
+// set; the workflow leaves Package out of the replicas' inputs, which read
+// it from the job directory).
+func (a ApplicationSpec) IsPackage() bool { return a.Module != "" }
 
 // MaxPackageBytes bounds application.package: the archive travels inside
 // the spec, the workflow's input and every replica's.

@@ -332,7 +332,11 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 			WaitForCancellation: true, Summary: fmt.Sprintf("%s %s-%d (generation %d)", spec.Application.Label(), r.Type, r.Index, cl.Gen),
 		})
-		in := ReplicaInput{JobID: spec.JobID, JobDir: prep.JobDir, Application: *spec.Application, Cluster: spec.Cluster,
+		// A package job's archive is in the job directory (PrepareJob
+		// wrote it), not in every replica's input: the history holds it once.
+		a := *spec.Application
+		a.Package = nil
+		in := ReplicaInput{JobID: spec.JobID, JobDir: prep.JobDir, Application: a, Cluster: spec.Cluster,
 			Type: r.Type, Index: r.Index, Gen: cl.Gen, Owner: owner, Trial: trial}
 		rs = append(rs, replica{r, acts.AppReplica.Execute(actx, in)})
 	}
