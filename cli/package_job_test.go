@@ -75,8 +75,22 @@ func TestPackageJob(t *testing.T) {
 	pkg, _ := filepath.Abs("testdata/pkg/trainer")
 	args := []string{"--x=1", "a b", "$(id)", "--read=" + sibling}
 	argsJSON, _ := json.Marshal(args)
-	config := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(config, fmt.Appendf(nil, "trainingInput:\n  scaleTier: CUSTOM\n  workerCount: 2\n  packageUris: [%q]\n  pythonModule: trainer.task\n  args: %s\n", pkg, argsJSON), 0o644); err != nil {
+	// packageUris relative to the config file's directory.
+	dir := t.TempDir()
+	for _, f := range []string{"__init__.py", "task.py"} {
+		b, err := os.ReadFile(filepath.Join(pkg, f))
+		if err == nil {
+			err = os.MkdirAll(filepath.Join(dir, "pkg", "trainer"), 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "pkg", "trainer", f), b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(config, fmt.Appendf(nil, "trainingInput:\n  scaleTier: CUSTOM\n  workerCount: 2\n  packageUris: [pkg/trainer]\n  pythonModule: trainer.task\n  args: %s\n", argsJSON), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, errs := cli(t, "jobs", "submit", "training", "pkg_custom", "--temporal", addr, "--config", config); code != exitOK {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -53,7 +54,14 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		var warnings []string
-		if spec, warnings, err = jobs.LoadSpecPackages(b, configPackage); err != nil {
+		// A relative package path is relative to the config file.
+		load := func(uri, module string) ([]byte, error) {
+			if !filepath.IsAbs(uri) {
+				uri = filepath.Join(filepath.Dir(*config), uri)
+			}
+			return configPackage(uri, module)
+		}
+		if spec, warnings, err = jobs.LoadSpecPackages(b, load); err != nil {
 			return usageError{fmt.Errorf("%s: %w", *config, err)}
 		}
 		for _, w := range warnings {
