@@ -614,7 +614,7 @@ func (s JobSpec) WithDefaults() JobSpec {
 	if s.ModelName == "" && s.Application != nil && ident.Valid(s.Application.Name) {
 		s.ModelName = s.Application.Name
 	}
-	if s.ModelName == "" && s.Application != nil && s.Application.Package != nil {
+	if s.ModelName == "" && s.Application != nil && s.Application.IsPackage() {
 		if top, _, _ := strings.Cut(s.Application.Module, "."); ident.Valid(top) {
 			s.ModelName = top
 		}
