@@ -60,6 +60,12 @@ type Activities struct {
 	// without it is refused).
 	Applications *app.Registry
 	AppSandbox   app.Wrapper
+	// Packages is the operator's opt-in to user Python packages
+	// (application.package in a spec); they install and run in Sandbox,
+	// which must be set when Packages.Enabled is.
+	Packages app.PackageConfig
+	// Sandbox is the worker's sandbox (nil: none), made at worker start.
+	Sandbox *app.Sandbox
 	// Exe and ExeArgs start the preprocessing child process: the command
 	// run is Exe ExeArgs... preprocess REQUEST.json [beam args]. Default:
 	// this executable.
@@ -237,6 +243,11 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	res := workflows.PrepareResult{JobDir: jd.uri, Train: data.Train, Eval: data.Eval}
 	switch {
 	case spec.Application != nil: // the program reads its own data
+		if pkg := spec.Application.Package; pkg != nil {
+			if err := jd.st.WriteFunc(ctx, jobdir.AppPackageFile, func(w io.Writer) error { _, err := w.Write(pkg); return err }); err != nil {
+				return res, fmt.Errorf("write %s: %w", jobdir.AppPackageFile, err)
+			}
+		}
 		return res, nil
 	case len(res.Train) > 0:
 	default:

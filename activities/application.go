@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -40,8 +41,65 @@ func (a *Activities) checkApplication(s *jobspec.ApplicationSpec) error {
 	if s == nil {
 		return nil
 	}
+	if s.IsPackage() {
+		return a.checkPackage(s)
+	}
 	_, err := a.application(s.Name)
 	return err
+}
+
+// checkPackage refuses a package job on a worker without --allow-packages,
+// and a package without its module, naming the field.
+func (a *Activities) checkPackage(s *jobspec.ApplicationSpec) error {
+	if err := a.packagesAllowed(); err != nil {
+		return err
+	}
+	ok, err := app.PackageHasModule(s.Package, s.Module)
+	if err != nil {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.package: %w", jobspec.ErrInvalid, err))
+	}
+	if !ok {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.module %q: not in application.package", jobspec.ErrInvalid, s.Module))
+	}
+	return nil
+}
+
+// packagesAllowed refuses a package job on a worker without
+// --allow-packages.
+func (a *Activities) packagesAllowed() error {
+	if !a.Packages.Enabled || a.Sandbox == nil {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.package: this worker does not run user packages (its operator starts it with --allow-packages to let jobs bring their own; see docs/sandbox.md)", jobspec.ErrInvalid))
+	}
+	return nil
+}
+
+// packageApplication is the application of a package job: `python -m
+// module` of the package installed (app.Install) into work, a replica's
+// own directory, in the sandbox.
+func (a *Activities) packageApplication(ctx context.Context, replica string, s jobspec.ApplicationSpec, work string) (app.Application, error) {
+	if err := a.checkPackage(&s); err != nil {
+		return app.Application{}, err
+	}
+	// A restarted generation installs afresh: Install wants an empty
+	// directory, and the sandbox's user owns what the last one left.
+	if err := os.RemoveAll(work); err != nil {
+		return app.Application{}, err
+	}
+	if err := os.MkdirAll(filepath.Dir(work), 0o755); err != nil {
+		return app.Application{}, err
+	}
+	in, err := app.Install(ctx, a.Packages, a.Sandbox, bytes.NewReader(s.Package), work)
+	switch {
+	case errors.Is(err, app.ErrInstall) || errors.Is(err, app.ErrPackage):
+		return app.Application{}, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: application.package: %w", replica, err))
+	case err != nil:
+		return app.Application{}, fmt.Errorf("%s: application.package: %w", replica, err)
+	}
+	argv, err := app.ModuleArgv(in.Venv, s.Module, nil)
+	if err != nil {
+		return app.Application{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.module: %w", jobspec.ErrInvalid, err))
+	}
+	return app.Application{Name: s.Module, Argv: argv, Sandbox: true, TFConfigChief: app.RoleChief, Dir: in.Venv}, nil
 }
 
 // application looks up the registered application called name.
@@ -95,7 +153,13 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	defer hb.Stop()
 	res := workflows.ReplicaResult{Type: in.Type, Index: in.Index}
 	task := app.Task{Type: in.Type, Index: in.Index}
-	ap, err := a.application(in.Application.Name)
+	var ap app.Application
+	var err error
+	if in.Application.IsPackage() {
+		err = a.packagesAllowed()
+	} else {
+		ap, err = a.application(in.Application.Name)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -120,6 +184,19 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		Job: app.JobInfo{JobID: in.JobID, ScaleTier: in.Cluster.ScaleTier, WorkerCount: in.Cluster.WorkerCount, ParameterServerCount: in.Cluster.ParameterServerCount,
 			Application: in.Application.Name, Args: in.Application.Args, JobDir: in.JobDir}}
 	res.ModelDir = r.ModelDir
+	if in.Application.IsPackage() {
+		s := in.Application
+		if s.Package == nil { // the workflow leaves it out of the input: PrepareJob wrote it
+			if s.Package, err = os.ReadFile(filepath.Join(root, filepath.FromSlash(jobdir.AppPackageFile))); err != nil {
+				return res, fmt.Errorf("%s: application.package: %w (a package job's replicas need the job directory PrepareJob wrote, shared when they run on several machines)", task.Name(), err)
+			}
+		}
+		work := filepath.Join(root, filepath.FromSlash(jobdir.AppPackageWork(task.Name())))
+		if ap, err = a.packageApplication(ctx, task.Name(), s, work); err != nil {
+			return res, err // already naming the replica: wrapping would hide a non-retryable error's type
+		}
+		r.Job.Application, r.Job.PythonModule = "", in.Application.Module
+	}
 	for _, d := range []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return res, err
@@ -161,10 +238,10 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	if err != nil {
 		return res, err
 	}
-	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env,
+	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env, ReadOnly: readOnlyPaths(ap),
 		Log:      filepath.Join(root, filepath.FromSlash(jobdir.AppLogFile(task.Name()))),
 		Writable: []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace}}
-	if cmd.Dir == "" {
+	if cmd.Dir == "" || in.Application.IsPackage() {
 		cmd.Dir = r.Workspace
 	}
 	if ap.Sandbox {
@@ -297,4 +374,25 @@ func (a *Activities) latestMetric(r app.Replica) (app.Metric, bool) {
 		return app.Metric{}, false
 	}
 	return app.Latest(ms)
+}
+
+// readOnlyPaths are the host paths a sandboxed application reads: its
+// directory, and the files and directories its registered argv names
+// after the program (a script; the operator's, never a job's args).
+// Links are left out (the sandbox binds no links; a system path such as
+// /usr/bin/python3 is there anyway).
+func readOnlyPaths(ap app.Application) []string {
+	var ps []string
+	if ap.Dir != "" {
+		ps = append(ps, ap.Dir)
+	}
+	for _, p := range ap.Argv[1:] {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == ap.Dir {
+			continue
+		}
+		if st, err := os.Lstat(p); err == nil && st.Mode()&os.ModeSymlink == 0 {
+			ps = append(ps, p)
+		}
+	}
+	return ps
 }

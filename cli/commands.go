@@ -64,7 +64,7 @@ func runWorker(ctx context.Context, types *train.Registry, args []string, stderr
 	w, err := worker.Start(ctx, worker.Config{
 		Temporal: opts, Home: *home, Jobs: *jobs, Models: *models,
 		PSListen: *psListen, PSAdvertise: *psAdvertise, MaxRoles: *maxRoles, MetricsAddr: *metricsAddr,
-		Limits: trust.limits(), Logger: log, ModelTypes: types, Applications: trust.applications,
+		Limits: trust.limits(), Logger: log, ModelTypes: types, Applications: trust.applications, Packages: trust.packages(),
 	})
 	if err != nil {
 		return err

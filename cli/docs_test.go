@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -191,6 +192,9 @@ func TestDocsCommandLines(t *testing.T) {
 			total++
 			var stdout, stderr bytes.Buffer
 			args := append(words, "-h")
+			if i := slices.Index(words, "--"); i >= 0 { // -- ends the flags: -h goes before it
+				args = append(slices.Clone(words[:i]), append([]string{"-h"}, words[i:]...)...)
+			}
 			if code := run(args, &stdout, &stderr); code != exitOK {
 				msg := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 				t.Errorf("%s:%d: trainflow %s: exit %d: %s", file, lines[i], strings.Join(words, " "), code, msg[len(msg)-1])

@@ -2,7 +2,11 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"strings"
+
+	"github.com/trainflow/trainflow/jobspec"
 
 	"github.com/trainflow/trainflow/train/app"
 )
@@ -33,3 +37,37 @@ func packagePath(dir, module string) ([]byte, error) {
 
 // modulePath is module's file path without extension (trainer.task → trainer/task).
 func modulePath(module string) string { return strings.ReplaceAll(module, ".", "/") }
+
+// configPackage is the package of a config.yaml's trainingInput.packageUris
+// (jobs.LoadSpecPackages): a local directory, packed as --package-path
+// packs it, or a source archive (.tar.gz) as `python -m build --sdist`
+// or gcloud made it, checked to hold module.
+func configPackage(uri, module string) ([]byte, error) {
+	st, err := os.Stat(uri)
+	if err != nil {
+		return nil, fmt.Errorf("a local package directory or .tar.gz (object storage is not read for packages): %w", err)
+	}
+	if st.IsDir() {
+		return packagePath(uri, module)
+	}
+	f, err := os.Open(uri)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	archive, err := io.ReadAll(io.LimitReader(f, jobspec.MaxPackageBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(archive) > jobspec.MaxPackageBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes, what a job may carry", uri, jobspec.MaxPackageBytes)
+	}
+	ok, err := app.PackageHasModule(archive, module)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", uri, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%s: no module %s (pythonModule) in it", uri, module)
+	}
+	return archive, nil
+}

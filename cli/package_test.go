@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trainflow/trainflow/jobspec"
 )
 
 // TestPackagePath packs a gcloud-style trainer package for submission and
@@ -69,5 +71,40 @@ func TestPackagePath(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("packagePath(%s, %q): %v; want an error with %q", c.dir, c.module, err, c.want)
 		}
+	}
+}
+
+// TestConfigPackage: a config.yaml's packageUris entry may be a package
+// directory or a source archive; an archive is taken as it is when it
+// holds the module, and refused naming why when it does not or is larger
+// than a job may carry.
+func TestConfigPackage(t *testing.T) {
+	archive, err := packagePath("testdata/pkg/trainer", "trainer.task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tgz := filepath.Join(dir, "trainer-0.1.tar.gz")
+	if err := os.WriteFile(tgz, archive, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := configPackage(tgz, "trainer.task"); err != nil || !bytes.Equal(got, archive) {
+		t.Errorf(".tar.gz: %d bytes, %v; want the archive as it is", len(got), err)
+	}
+	if got, err := configPackage("testdata/pkg/trainer", "trainer.task"); err != nil || !bytes.Equal(got, archive) {
+		t.Errorf("directory: %d bytes, %v; want it packed", len(got), err)
+	}
+	if _, err := configPackage(tgz, "trainer.nosuch"); err == nil || !strings.Contains(err.Error(), "no module trainer.nosuch") {
+		t.Errorf("missing module: %v", err)
+	}
+	big := filepath.Join(dir, "big.tar.gz")
+	if err := os.WriteFile(big, make([]byte, jobspec.MaxPackageBytes+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := configPackage(big, "trainer.task"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("oversized archive: %v", err)
+	}
+	if _, err := configPackage(filepath.Join(dir, "absent.tar.gz"), "trainer.task"); err == nil || !strings.Contains(err.Error(), "a local package directory or .tar.gz") {
+		t.Errorf("absent: %v", err)
 	}
 }

@@ -122,12 +122,13 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	if !cfg.NoWorker {
 		limits := worker.Limits{ReadRoots: []string{}} // no flags: no read roots
 		var apps *app.Registry
+		var packages app.PackageConfig
 		if cfg.Trust != nil {
-			limits, apps = cfg.Trust.limits(), cfg.Trust.applications
+			limits, apps, packages = cfg.Trust.limits(), cfg.Trust.applications, cfg.Trust.packages()
 		}
 		s.worker, err = worker.Start(ctx, worker.Config{
 			Temporal: client.Options{HostPort: s.Temporal.FrontendAddr(), Namespace: s.Temporal.Namespace()}, Client: s.Client,
-			Home: home, Repository: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, MetricsAddr: cfg.MetricsAddr, Limits: limits, Logger: log, ModelTypes: cfg.ModelTypes, Applications: apps,
+			Home: home, Repository: repo, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, MetricsAddr: cfg.MetricsAddr, Limits: limits, Logger: log, ModelTypes: cfg.ModelTypes, Applications: apps, Packages: packages,
 			OnPublish: func(string) {
 				if err := s.Registry.Reload(); err != nil {
 					log.Error("reload models", "error", err)

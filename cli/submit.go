@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -27,9 +28,21 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(config, "spec", "", "same as --config")
 	data := fs.String("data", "", "census preset: directory with adult.data and adult.test (default: generated rows)")
 	wait := fs.Bool("wait", false, "follow the job with a progress display and print its result")
+	pkgPath := fs.String("package-path", "", "your own Python trainer: a package directory (gcloud's --package-path: the package itself, or a directory with setup.py / pyproject.toml) the job carries to the workers, which install and run it in their sandbox (workers started with --allow-packages; docs/sandbox.md); needs --module-name; its args follow -- after JOB_ID")
+	module := fs.String("module-name", "", "with --package-path: the module each replica runs with python -m, e.g. trainer.task")
+	var appArgs []string
+	if i := slices.Index(args, "--"); i >= 0 {
+		args, appArgs = args[:i], args[i+1:]
+	}
 	id, err := oneJobID(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(appArgs) > 0 && *pkgPath == "" {
+		return usageError{fmt.Errorf("arguments after --: only with --package-path (the trainer's own)")}
+	}
+	if *module != "" && *pkgPath == "" {
+		return usageError{fmt.Errorf("--module-name: only with --package-path")}
 	}
 	if err := c.check(); err != nil {
 		return err
@@ -41,7 +54,14 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		var warnings []string
-		if spec, warnings, err = jobs.LoadSpec(b); err != nil {
+		// A relative package path is relative to the config file.
+		load := func(uri, module string) ([]byte, error) {
+			if !filepath.IsAbs(uri) {
+				uri = filepath.Join(filepath.Dir(*config), uri)
+			}
+			return configPackage(uri, module)
+		}
+		if spec, warnings, err = jobs.LoadSpecPackages(b, load); err != nil {
 			return usageError{fmt.Errorf("%s: %w", *config, err)}
 		}
 		for _, w := range warnings {
@@ -52,6 +72,17 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{fmt.Errorf("job_id %q in %s differs from JOB_ID %q", spec.JobID, *config, id)}
 	}
 	spec.JobID = id
+	if *pkgPath != "" {
+		if spec.Application != nil {
+			return usageError{fmt.Errorf("--package-path: %s names its own trainer already", *config)}
+		}
+		archive, err := packagePath(*pkgPath, *module)
+		if err != nil {
+			return usageError{err}
+		}
+		spec.Preset = ""
+		spec.Application = &jobspec.ApplicationSpec{Package: archive, Module: *module, Args: appArgs}
+	}
 	if *data != "" {
 		if spec.Data.Dir, err = absLocation(*data); err != nil {
 			return usageError{fmt.Errorf("--data: %w", err)}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
@@ -48,6 +49,13 @@ type trustFlags struct {
 	// loadApplications read from it (nil: none).
 	applicationsFile string
 	applications     *app.Registry
+	// allowPackages is --allow-packages; the sandbox flags bound its
+	// sandbox (and that of applications registered with "sandbox": true).
+	allowPackages                       bool
+	sandboxMemory, sandboxTmp           sizeFlag
+	sandboxCPUSeconds, sandboxProcesses uint64
+	sandboxReadOnly                     listFlag
+	packageInstallTimeout               time.Duration
 }
 
 func (t *trustFlags) register(fs *flag.FlagSet) {
@@ -82,6 +90,13 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&t.applicationsFile, "applications", "", "a JSON file of the programs jobs may run as their training application (application.name in a spec): name, argv prefix, working directory, environment variables passed through, sandbox; see docs/applications.md (default: none)")
+	fs.BoolVar(&t.allowPackages, "allow-packages", false, "let jobs bring their own Python package (application.package, `jobs submit training --package-path`): each replica installs it with pip (no index) into a virtual environment and runs it, always inside the sandbox; see docs/sandbox.md (default: off, such a job is refused)")
+	fs.Var(&t.sandboxMemory, "sandbox-memory", "the address space (RLIMIT_AS) of each process in the sandbox, e.g. 8GiB (default "+activities.FormatBytes(app.DefaultMemoryBytes)+")")
+	fs.Uint64Var(&t.sandboxCPUSeconds, "sandbox-cpu-seconds", 0, fmt.Sprintf("the CPU time (RLIMIT_CPU) of each process in the sandbox, in seconds (default %d)", app.DefaultCPUSeconds))
+	fs.Uint64Var(&t.sandboxProcesses, "sandbox-processes", 0, fmt.Sprintf("the processes and threads (RLIMIT_NPROC) of a sandbox (default %d)", app.DefaultProcesses))
+	fs.Var(&t.sandboxTmp, "sandbox-tmp", "the size of a sandbox's own /tmp and, apart, of its /dev/shm, in memory (default "+activities.FormatBytes(app.DefaultTmpBytes)+")")
+	fs.Var(&t.sandboxReadOnly, "sandbox-read-only", "host paths (absolute, comma-separated) every sandbox sees read-only at the same path, e.g. a data set directory (default none)")
+	fs.DurationVar(&t.packageInstallTimeout, "package-install-timeout", 0, fmt.Sprintf("how long a replica's virtual environment and pip install of a job's package may take (default %s)", app.DefaultInstallTimeout))
 	fs.Var(&t.childMemory, "child-memory", "the address space (RLIMIT_AS) of each training and evaluation child process; a child that runs out of it fails its attempt, and two such attempts in a row fail the job, not retried (default: --max-train-memory + 25% + 1GiB)")
 	fs.IntVar(&t.maxHeavy, "max-heavy", 0, "run at most this many heavy activities (preprocess, train, evaluate, batch predict) at once; the others wait, heartbeating (default: the number of CPUs)")
 	fs.Int64Var(&t.maxSteps, "max-steps", 0, fmt.Sprintf("the largest train.max_steps a job may ask for (default %d)", activities.DefaultMaxSteps))
@@ -141,6 +156,13 @@ func (t *trustFlags) loadApplications() error {
 	}
 	t.applications = r
 	return nil
+}
+
+// packages is the flags as the worker's PackageConfig (and sandbox).
+func (t *trustFlags) packages() app.PackageConfig {
+	return app.PackageConfig{Enabled: t.allowPackages, InstallTimeout: t.packageInstallTimeout,
+		Sandbox: app.SandboxConfig{MemoryBytes: uint64(t.sandboxMemory), TmpBytes: uint64(t.sandboxTmp),
+			CPUSeconds: t.sandboxCPUSeconds, Processes: t.sandboxProcesses, ReadOnly: t.sandboxReadOnly}}
 }
 
 func (t *trustFlags) limits() worker.Limits {

@@ -52,6 +52,8 @@
 //	model/                           AppModelDir                 the application's artifact (its own format)
 //	app/checkpoints/                 AppCheckpointDir            the application's checkpoints (its own format)
 //	app/work/<replica>/              AppWorkspace                a replica's workspace (HOME, TMPDIR, metrics file)
+//	app/package.tar.gz               AppPackageFile              a package job's package archive (PrepareJob)
+//	app/package/<replica>/           AppPackageWork              a replica's install of the job's package: src/, venv/ (train/app)
 //	events.jsonl                     EventsFile                  Event a line (jobdir), local
 //	events/<unix ns>-<rand>.json     EventsPrefix                one Event an object, object storage
 //	cluster/ps-<task>.secret         PSSecretFile                private (WritePrivate)

@@ -112,6 +112,20 @@ func AppLogFile(replica string) string { return path.Join(LogsDir, replica+".log
 // metrics file: app/work/<replica>.
 func AppWorkspace(replica string) string { return path.Join(AppWorkDir, replica) }
 
+// AppPackageFile is a package job's package archive (application.package
+// of its spec), written by PrepareJob; every replica installs it.
+const AppPackageFile = "app/package.tar.gz"
+
+// AppPackageDir holds each replica's install of a package job's package
+// (AppPackageWork).
+const AppPackageDir = "app/package"
+
+// AppPackageWork is the key of a replica's install of the job's package:
+// the unpacked source (src/) and the virtual environment (venv/) the
+// replica runs, read-only, in the sandbox. Each replica installs its own
+// (replicas of one job may share a machine and a job directory).
+func AppPackageWork(replica string) string { return path.Join(AppPackageDir, replica) }
+
 // PSSecretFile is the key of parameter server task's secret.
 func PSSecretFile(task int) string { return fmt.Sprintf("%s/ps-%d.secret", ClusterDir, task) }
 

@@ -24,6 +24,19 @@ type mlEngineConfig struct {
 // trainingInput) or a native JobSpec, JSON or YAML. Unknown JobSpec fields
 // are errors; ML Engine fields that do not apply come back as warnings.
 func LoadSpec(data []byte) (spec jobspec.JobSpec, warnings []string, err error) {
+	return LoadSpecPackages(data, nil)
+}
+
+// PackageLoader returns the archive of a trainer package a config.yaml's
+// trainingInput.packageUris names, checked to hold module (pythonModule).
+type PackageLoader func(uri, module string) ([]byte, error)
+
+// LoadSpecPackages is LoadSpec where a config.yaml may name a trainer
+// package (trainingInput.packageUris, pythonModule, args): load turns the
+// one package URI into the archive of the spec's application.package,
+// pythonModule becomes application.module and args its args, verbatim.
+// With load nil such a config is refused, as LoadSpec refuses it.
+func LoadSpecPackages(data []byte, load PackageLoader) (spec jobspec.JobSpec, warnings []string, err error) {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return spec, nil, fmt.Errorf("not YAML or JSON: %w", err)
@@ -37,7 +50,7 @@ func LoadSpec(data []byte) (spec jobspec.JobSpec, warnings []string, err error) 
 		if err := json.Unmarshal(js, &c); err != nil {
 			return spec, nil, err
 		}
-		return fromTrainingInput(c.TrainingInput)
+		return fromTrainingInput(c.TrainingInput, load)
 	}
 	// The workflow decodes what it is sent by the same rules.
 	spec, err = jobspec.DecodeSpec(js)
@@ -46,9 +59,19 @@ func LoadSpec(data []byte) (spec jobspec.JobSpec, warnings []string, err error) 
 
 // fromTrainingInput maps Cloud ML Engine's trainingInput onto a census
 // JobSpec: what applies is used, the rest is reported.
-func fromTrainingInput(in map[string]json.RawMessage) (jobspec.JobSpec, []string, error) {
+func fromTrainingInput(in map[string]json.RawMessage, load PackageLoader) (jobspec.JobSpec, []string, error) {
 	spec := jobspec.JobSpec{Preset: jobspec.PresetCensus}
 	var warn []string
+	_, hasURIs := in["packageUris"]
+	_, hasModule := in["pythonModule"]
+	pkg := load != nil && (hasURIs || hasModule)
+	if pkg {
+		a, err := trainerPackage(in, load)
+		if err != nil {
+			return spec, nil, err
+		}
+		spec.Preset, spec.Application = "", a
+	}
 	str := func(k string) (string, error) {
 		var s string
 		if err := json.Unmarshal(in[k], &s); err != nil {
@@ -104,9 +127,12 @@ func fromTrainingInput(in map[string]json.RawMessage) (jobspec.JobSpec, []string
 			}
 			warn = append(warn, fmt.Sprintf("%s: machine types do not apply (every trainflow worker process can run any role); ignored", k))
 		case "packageUris", "pythonModule":
+			if pkg {
+				continue // trainerPackage
+			}
 			// A trainer package is the user's own program: never train the
 			// census preset in its place.
-			return spec, nil, fmt.Errorf("trainingInput.%s: a Python trainer package is the user's own program; this build runs such programs only as applications the worker's operator registered: register it (worker --applications, docs/applications.md) and submit a JobSpec with \"application\": {\"name\": NAME, \"args\": [...]}", k)
+			return spec, nil, fmt.Errorf("trainingInput.%s: a Python trainer package is the user's own program; submit it with `trainflow jobs submit training --config FILE` (a local package in packageUris, workers started with --allow-packages; docs/sandbox.md), or register it (worker --applications, docs/applications.md) and submit a JobSpec with \"application\": {\"name\": NAME, \"args\": [...]}", k)
 		case "masterType", "workerType", "parameterServerType", "evaluatorType":
 			warn = append(warn, fmt.Sprintf("%s: machine types do not apply (every trainflow worker process can run any role); ignored", k))
 		case "jobDir":
@@ -116,6 +142,9 @@ func fromTrainingInput(in map[string]json.RawMessage) (jobspec.JobSpec, []string
 			}
 			spec.JobDir = s
 		case "args":
+			if pkg {
+				continue // the trainer's own: trainerPackage
+			}
 			var args []string
 			if err := json.Unmarshal(in[k], &args); err != nil {
 				return spec, nil, fmt.Errorf("trainingInput.args: want a list of strings: %w", err)
@@ -247,4 +276,33 @@ func snakeKeys(v any) any {
 		}
 	}
 	return v
+}
+
+// trainerPackage is the application of a config.yaml naming a trainer
+// package: one local package in packageUris, pythonModule, and args for
+// the trainer, verbatim.
+func trainerPackage(in map[string]json.RawMessage, load PackageLoader) (*jobspec.ApplicationSpec, error) {
+	var uris []string
+	var module string
+	if err := json.Unmarshal(in["packageUris"], &uris); err != nil || len(uris) != 1 {
+		return nil, fmt.Errorf("trainingInput.packageUris: want a list of one package (a local directory or .tar.gz), got %s", in["packageUris"])
+	}
+	if err := json.Unmarshal(in["pythonModule"], &module); err != nil || module == "" {
+		return nil, fmt.Errorf("trainingInput.pythonModule: want the module the package runs, e.g. trainer.task")
+	}
+	a := &jobspec.ApplicationSpec{Module: module}
+	if raw, ok := in["args"]; ok {
+		if err := json.Unmarshal(raw, &a.Args); err != nil {
+			return nil, fmt.Errorf("trainingInput.args: want a list of strings: %w", err)
+		}
+	}
+	if strings.Contains(uris[0], "://") {
+		return nil, fmt.Errorf("trainingInput.packageUris %q: want a local directory or .tar.gz (trainflow does not fetch packages from object storage)", uris[0])
+	}
+	b, err := load(uris[0], module)
+	if err != nil {
+		return nil, fmt.Errorf("trainingInput.packageUris %q: %w", uris[0], err)
+	}
+	a.Package = b
+	return a, nil
 }

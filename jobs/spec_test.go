@@ -118,3 +118,39 @@ func TestTrainerPackagesAreNotCensus(t *testing.T) {
 		t.Errorf("masterConfig without imageUri: %v, warnings %q", err, warn)
 	}
 }
+
+// TestTrainerPackageConfig: with a package loader (the CLI's), a
+// config.yaml naming a trainer package becomes a package job: the one
+// package URI loaded, pythonModule the module, args the trainer's,
+// verbatim (not census flags); object storage and several packages are
+// refused naming the field, and a container image stays refused.
+func TestTrainerPackageConfig(t *testing.T) {
+	var loaded []string
+	load := func(uri, module string) ([]byte, error) {
+		loaded = append(loaded, uri+" "+module)
+		return []byte("archive"), nil
+	}
+	spec, _, err := LoadSpecPackages([]byte("trainingInput:\n  scaleTier: CUSTOM\n  workerCount: 2\n  packageUris: [./trainer]\n  pythonModule: trainer.task\n  args: [--train-steps, '10', $(id)]\n"), load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := spec.Application
+	if a == nil || string(a.Package) != "archive" || a.Module != "trainer.task" || strings.Join(a.Args, " ") != "--train-steps 10 $(id)" ||
+		spec.Preset != "" || spec.Cluster.WorkerCount != 2 || strings.Join(loaded, ",") != "./trainer trainer.task" {
+		t.Fatalf("spec %+v application %+v loaded %q", spec, a, loaded)
+	}
+	spec.JobID = "pkg"
+	if d := spec.WithDefaults(); d.Validate() != nil {
+		t.Fatalf("mapped spec: %v", d.Validate())
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"trainingInput:\n  pythonModule: trainer.task\n  packageUris: [gs://b/trainer-0.1.tar.gz]\n", "trainingInput.packageUris \"gs://b/trainer-0.1.tar.gz\": want a local"},
+		{"trainingInput:\n  pythonModule: trainer.task\n  packageUris: [a.tar.gz, b.tar.gz]\n", "trainingInput.packageUris: want a list of one package"},
+		{"trainingInput:\n  packageUris: [a.tar.gz]\n", "trainingInput.pythonModule"},
+		{"trainingInput:\n  masterConfig:\n    imageUri: gcr.io/p/trainer:1\n", "custom containers need a container runtime"},
+	} {
+		if _, _, err := LoadSpecPackages([]byte(tc.yaml), load); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want an error containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}

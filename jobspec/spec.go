@@ -1,9 +1,11 @@
 package jobspec
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -173,15 +175,68 @@ type JobSpec struct {
 	Application *ApplicationSpec `json:"application,omitempty"`
 }
 
-// ApplicationSpec names a registered application and its arguments.
+// ApplicationSpec names a registered application, or carries the user's
+// own Python package, and the program's arguments.
 type ApplicationSpec struct {
 	// Name is the application's name in the worker's registry (worker
 	// --applications). A name the worker does not know fails the job.
+	// Empty when Package is set.
 	Name string `json:"name"`
-	// Args follow the registered command as argv elements, verbatim: no
-	// shell ever parses them.
+	// Args follow the registered command (or `python -m Module`) as argv
+	// elements, verbatim: no shell ever parses them.
 	Args []string `json:"args,omitempty"`
+	// Package is the user's Python package, a source archive as
+	// `trainflow jobs submit training --package-path` makes it (base64 in
+	// JSON, at most MaxPackageBytes): each replica installs it into a
+	// virtual environment and runs Module, in the worker's sandbox, on
+	// workers started with --allow-packages (docs/sandbox.md).
+	Package PackageArchive `json:"package,omitempty"`
+	// Module is the Python module a package job runs (`python -m`), e.g.
+	// trainer.task. Required with Package, and only with it.
+	Module string `json:"module,omitempty"`
 }
+
+// PackageArchive is application.package: bytes, base64 in JSON (standard
+// encoding, padded), whose decoding errors name the field.
+type PackageArchive []byte
+
+// UnmarshalJSON decodes the base64 string; null leaves p as it is.
+func (p *PackageArchive) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("application.package: want the archive as a base64 string: %w", err)
+	}
+	d, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return fmt.Errorf("application.package: want the archive as a base64 string: %w", err)
+	}
+	*p = d
+	return nil
+}
+
+// Label is how messages name the application: its name, or "package
+// MODULE".
+func (a ApplicationSpec) Label() string {
+	if a.IsPackage() {
+		return "package " + a.Module
+	}
+	return a.Name
+}
+
+// IsPackage reports whether a is a package job's application (Module is
+// set; the workflow leaves Package out of the replicas' inputs, which read
+// it from the job directory).
+func (a ApplicationSpec) IsPackage() bool { return a.Module != "" }
+
+// MaxPackageBytes bounds application.package: the archive travels inside
+// the spec, the workflow's input and every replica's.
+const MaxPackageBytes = 1 << 20
+
+// pyModule is a dotted Python module name.
+var pyModule = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
 // Bounds of application.args.
 const (
@@ -189,10 +244,25 @@ const (
 	MaxAppArgBytes = 64 << 10
 )
 
-// validate checks the application's name and args.
+// validate checks the application's name or package, and its args.
 func (a *ApplicationSpec) validate() error {
-	if err := ident.Check(a.Name); err != nil {
-		return fmt.Errorf("%w: application.name: %v: letters, digits and '_', starting with a letter", ErrInvalid, err)
+	switch {
+	case a.Package != nil:
+		if a.Name != "" {
+			return fmt.Errorf("%w: application.name %q and application.package: one or the other", ErrInvalid, a.Name)
+		}
+		if len(a.Package) == 0 || len(a.Package) > MaxPackageBytes {
+			return fmt.Errorf("%w: application.package: %d bytes, want 1 to %d (a source archive of the package alone; data and large files belong in data roots the job reads)", ErrInvalid, len(a.Package), MaxPackageBytes)
+		}
+		if !pyModule.MatchString(a.Module) || len(a.Module) > 256 {
+			return fmt.Errorf("%w: application.module %q: want the dotted Python module the package runs, e.g. trainer.task", ErrInvalid, a.Module)
+		}
+	case a.Module != "":
+		return fmt.Errorf("%w: application.module %q: only with application.package", ErrInvalid, a.Module)
+	default:
+		if err := ident.Check(a.Name); err != nil {
+			return fmt.Errorf("%w: application.name: %v: letters, digits and '_', starting with a letter", ErrInvalid, err)
+		}
 	}
 	if len(a.Args) > MaxAppArgs {
 		return fmt.Errorf("%w: application.args: %d arguments, at most %d", ErrInvalid, len(a.Args), MaxAppArgs)
@@ -547,6 +617,11 @@ func (s JobSpec) WithDefaults() JobSpec {
 	}
 	if s.ModelName == "" && s.Application != nil && ident.Valid(s.Application.Name) {
 		s.ModelName = s.Application.Name
+	}
+	if s.ModelName == "" && s.Application != nil && s.Application.IsPackage() {
+		if top, _, _ := strings.Cut(s.Application.Module, "."); ident.Valid(top) {
+			s.ModelName = top
+		}
 	}
 	if s.ModelName == "" {
 		s.ModelName = s.Preset

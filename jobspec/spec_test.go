@@ -1,8 +1,10 @@
 package jobspec
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -115,6 +117,13 @@ func TestApplicationSpec(t *testing.T) {
 		{`{"job_id":"x","application":{"name":""}}`, "application.name"},
 		{`{"job_id":"x","application":{"name":"a","args":["a\u0000b"]}}`, "application.args[0]"},
 		{`{"job_id":"x","application":{"name":"a","argv":["/bin/sh"]}}`, "application.argv"},
+		{`{"job_id":"x","application":{"package":"H4sI","module":"trainer.task","name":"a"}}`, "application.name"},
+		{`{"job_id":"x","application":{"package":"H4sI"}}`, "application.module"},
+		{`{"job_id":"x","application":{"package":"H4sI","module":"../x"}}`, "application.module"},
+		{`{"job_id":"x","application":{"package":"","module":"trainer.task"}}`, "application.package"},
+		{`{"job_id":"x","application":{"package":"not base64!","module":"trainer.task"}}`, "application"},
+		{`{"job_id":"x","application":{"name":"a","module":"trainer.task"}}`, "application.module"},
+		{fmt.Sprintf(`{"job_id":"x","application":{"package":%q,"module":"trainer.task"}}`, base64.StdEncoding.EncodeToString(make([]byte, MaxPackageBytes+1))), "application.package"},
 	} {
 		s, err := DecodeSpec([]byte(tc.spec))
 		if err == nil {
@@ -124,6 +133,22 @@ func TestApplicationSpec(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: %v, want ErrInvalid naming %s", tc.spec, err, tc.field)
 		}
+	}
+}
+
+// TestPackageSpec: a package job's spec carries the archive as base64
+// and its module; its model name defaults to the module's package.
+func TestPackageSpec(t *testing.T) {
+	s, err := DecodeSpec([]byte(`{"job_id":"x","application":{"package":"H4sIAAAA","module":"trainer.task","args":["--x"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = s.WithDefaults()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if s.ModelName != "trainer" || len(s.Application.Package) != 6 || s.Application.Module != "trainer.task" {
+		t.Errorf("decoded: model_name %q package %d bytes module %q", s.ModelName, len(s.Application.Package), s.Application.Module)
 	}
 }
 

@@ -81,6 +81,13 @@ type Config struct {
 	// "sandbox": true (it rewrites their command; see app.Wrapper).
 	// Without it such an application is refused.
 	AppSandbox app.Wrapper
+	// Packages is the operator's opt-in to user Python packages
+	// (`--allow-packages`; docs/sandbox.md) and the sandbox they, and the
+	// applications registered with "sandbox": true, run in. Start makes
+	// that sandbox (app.NewSandbox) when packages are enabled or an
+	// application asks for it and AppSandbox is nil, and fails if it
+	// cannot work on this machine.
+	Packages app.PackageConfig
 
 	// Logger logs the worker's configuration and its errors.
 	Logger *slog.Logger
@@ -141,8 +148,23 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	}
 	acts := &activities.Activities{Home: home, Jobs: cfg.Jobs,
 		Exe: cfg.Exe, ExeArgs: cfg.ExeArgs, OnPublish: cfg.OnPublish, PSListenHost: psListen, PSAdvertiseHost: cfg.PSAdvertise,
-		ModelTypes: cfg.ModelTypes, Applications: cfg.Applications, AppSandbox: cfg.AppSandbox}
+		ModelTypes: cfg.ModelTypes, Applications: cfg.Applications, AppSandbox: cfg.AppSandbox, Packages: cfg.Packages}
 	w.Activities = acts
+	if err := cfg.Packages.WithDefaults().Validate(); err != nil {
+		return nil, configError(fmt.Errorf("--allow-packages: %w", err))
+	}
+	if cfg.Packages.Enabled || (cfg.AppSandbox == nil && cfg.Applications.Sandboxed()) {
+		sb, err := app.NewSandbox(ctx, cfg.Packages.Sandbox)
+		if err != nil {
+			return nil, configError(fmt.Errorf("sandbox (--allow-packages, or an application registered with \"sandbox\": true): %w", err))
+		}
+		acts.Sandbox = sb
+		if acts.AppSandbox == nil {
+			acts.AppSandbox = sb
+		}
+		uid, gid := sb.User()
+		log.Info("sandbox ready", "packages", cfg.Packages.Enabled, "uid", uid, "gid", gid)
+	}
 	if err := cfg.Limits.apply(acts); err != nil {
 		return nil, err
 	}

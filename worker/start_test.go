@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/train/app"
 )
 
 // TestPSListenDefault: parameter servers listen on the loopback when the
@@ -38,6 +39,9 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		"jobs":        {Config{Jobs: "nosuchscheme://bucket/jobs"}, "--jobs: "},
 		"models":      {Config{Models: "nosuchscheme://bucket/models"}, "--models: "},
 		"metrics":     {Config{MetricsAddr: "256.0.0.1:0"}, "--metrics-listen: "},
+		// The sandbox is made, and refused, at start, not when a job comes.
+		"sandbox":  {Config{Packages: app.PackageConfig{Enabled: true, Sandbox: app.SandboxConfig{Bwrap: "/nonexistent/bwrap"}}}, "/nonexistent/bwrap is not an executable file"},
+		"packages": {Config{Packages: app.PackageConfig{Enabled: true, Sandbox: app.SandboxConfig{MemoryBytes: 1 << 20}}}, "--allow-packages: app: sandbox.memory_bytes"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c.cfg.Home = t.TempDir()

@@ -270,7 +270,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 	})
 	p.MaxSteps = 0 // the program's own business
 	setPhase(ctx, p, PhaseTraining)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("application `%s`, scale tier %s", spec.Application.Name, spec.Cluster.ScaleTier))
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("application `%s`, scale tier %s", spec.Application.Label(), spec.Cluster.ScaleTier))
 	hb := time.Duration(spec.Cluster.HeartbeatTimeoutSecs) * time.Second
 	trial := "" // a tuning trial's number: TF_CONFIG's task.trial, CLOUD_ML_TRIAL_ID
 	if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
@@ -295,12 +295,12 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			}
 			res.Note = "nothing was published: " + why
 			p.Note = res.Note
-			workflow.SetCurrentDetails(ctx, fmt.Sprintf("**Succeeded**: application `%s` exited 0 at step %d; its artifact is %s; %s", spec.Application.Name, chief.Step, chief.ModelDir, res.Note))
+			workflow.SetCurrentDetails(ctx, fmt.Sprintf("**Succeeded**: application `%s` exited 0 at step %d; its artifact is %s; %s", spec.Application.Label(), chief.Step, chief.ModelDir, res.Note))
 			return res, nil
 		case isStalled(lost) && stalls+1 >= MaxAppStalls:
-			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("application %s: %d generations in a row stalled, the last: %v", spec.Application.Name, stalls+1, lost), ErrTypeStalled, lost)
+			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("application %s: %d generations in a row stalled, the last: %v", spec.Application.Label(), stalls+1, lost), ErrTypeStalled, lost)
 		case gen >= MaxAppGenerations:
-			return res, fmt.Errorf("application %s: %d generations lost a replica, the last: %w", spec.Application.Name, gen, lost)
+			return res, fmt.Errorf("application %s: %d generations lost a replica, the last: %w", spec.Application.Label(), gen, lost)
 		}
 		if isStalled(lost) {
 			stalls++
@@ -330,9 +330,13 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 			TaskQueue: RoleTaskQueue, StartToCloseTimeout: 7 * 24 * time.Hour, HeartbeatTimeout: hb,
 			// A generation is retried as a whole, never one replica.
 			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-			WaitForCancellation: true, Summary: fmt.Sprintf("%s %s-%d (generation %d)", spec.Application.Name, r.Type, r.Index, cl.Gen),
+			WaitForCancellation: true, Summary: fmt.Sprintf("%s %s-%d (generation %d)", spec.Application.Label(), r.Type, r.Index, cl.Gen),
 		})
-		in := ReplicaInput{JobID: spec.JobID, JobDir: prep.JobDir, Application: *spec.Application, Cluster: spec.Cluster,
+		// A package job's archive is in the job directory (PrepareJob
+		// wrote it), not in every replica's input: the history holds it once.
+		a := *spec.Application
+		a.Package = nil
+		in := ReplicaInput{JobID: spec.JobID, JobDir: prep.JobDir, Application: a, Cluster: spec.Cluster,
 			Type: r.Type, Index: r.Index, Gen: cl.Gen, Owner: owner, Trial: trial}
 		rs = append(rs, replica{r, acts.AppReplica.Execute(actx, in)})
 	}
@@ -388,7 +392,7 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 	case failed != nil:
 		return chief, nil, failed
 	}
-	return chief, nil, fmt.Errorf("application %s: generation %d ended without the chief", spec.Application.Name, cl.Gen)
+	return chief, nil, fmt.Errorf("application %s: generation %d ended without the chief", spec.Application.Label(), cl.Gen)
 }
 
 // isStalled reports whether a generation was lost to a stalled replica.

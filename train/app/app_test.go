@@ -22,8 +22,8 @@ func TestTFConfigExact(t *testing.T) {
 		job   JobInfo
 		want  string
 	}{
-		{Cluster{Chief: []string{"h:1"}}, Task{RoleChief, 0}, RoleChief, "", JobInfo{JobID: "j", ScaleTier: "BASIC"},
-			`{"cluster":{"chief":["h:1"]},"task":{"type":"chief","index":0,"trial":""},"job":{"job_id":"j","scale_tier":"BASIC","worker_count":"0","parameter_server_count":"0","application":"","args":[],"job_dir":""},"environment":"cloud"}`},
+		{Cluster{Chief: []string{"h:1"}}, Task{RoleChief, 0}, RoleChief, "", JobInfo{JobID: "j", ScaleTier: "BASIC", PythonModule: "trainer.task"}, // a package job
+			`{"cluster":{"chief":["h:1"]},"task":{"type":"chief","index":0,"trial":""},"job":{"job_id":"j","scale_tier":"BASIC","worker_count":"0","parameter_server_count":"0","python_module":"trainer.task","args":[],"job_dir":""},"environment":"cloud"}`},
 		{c, Task{RoleWorker, 1}, RoleChief, "3", job,
 			`{"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"worker","index":1,"trial":"3"},"job":{"job_id":"j","scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
 		{c, Task{RoleChief, 0}, RoleMaster, "", job,

@@ -92,7 +92,13 @@
 // may set Terminate (how Stop reaches the program inside: SIGTERM to a
 // bwrap process would end the sandbox without grace). Start then runs the
 // result in its own process group, so Stop's SIGKILL ends the sandbox and
-// everything in it.
+// everything in it. ReadOnly lists what the program reads (its registered
+// directory and script, a package's virtual environment). *Sandbox is the
+// Wrapper the worker uses (Sandbox.Wrap).
+//
+// A package job (Install, ModuleArgv) runs `<venv>/bin/python -m MODULE`
+// of the job's own package, installed per replica, through the same
+// Wrapper: see docs/sandbox.md.
 //
 // # Metrics (ReadMetrics)
 //

@@ -36,6 +36,10 @@ type Command struct {
 	// Replica's model, checkpoint, TensorBoard and workspace
 	// directories): what a sandbox must bind read-write. Start ignores it.
 	Writable []string
+	// ReadOnly are host paths the program reads (a registered
+	// application's directory, a package's virtual environment): what a
+	// sandbox must bind read-only. Start ignores it.
+	ReadOnly []string
 	// Terminate, if set, is how Stop asks the program to end instead of
 	// SIGTERM to its process group (a sandbox's own way to reach the
 	// program inside it); SIGKILL after the grace period still goes to

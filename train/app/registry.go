@@ -142,3 +142,17 @@ func (r *Registry) Names() []string {
 func (a Application) Command(args []string) []string {
 	return append(slices.Clone(a.Argv), args...)
 }
+
+// Sandboxed reports whether an application of r is registered with
+// "sandbox": true (the worker then needs a sandbox).
+func (r *Registry) Sandboxed() bool {
+	if r == nil {
+		return false
+	}
+	for _, a := range r.apps {
+		if a.Sandbox {
+			return true
+		}
+	}
+	return false
+}

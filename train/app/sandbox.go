@@ -391,6 +391,28 @@ func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 	return args, nil
 }
 
+// Wrap makes a Sandbox an app Wrapper (the worker's AppSandbox): c's
+// program runs in the sandbox (Argv) with c's environment, working
+// directory, Writable and ReadOnly paths; the Command returned starts
+// bwrap from / and its Terminate sends SIGTERM to the program inside
+// (SignalSandbox), not to bwrap, which would end everything at once.
+func (s *Sandbox) Wrap(c Command) (Command, error) {
+	argv, err := s.Argv(SandboxCommand{Argv: c.Argv, Env: c.Env, Dir: c.Dir, Writable: c.Writable, ReadOnly: c.ReadOnly})
+	if err != nil {
+		return c, err
+	}
+	c.Argv, c.Dir = argv, "/"
+	c.Env = append([]string{}, c.Env...)
+	c.Terminate = func(pid int) error {
+		n, err := SignalSandbox(pid, syscall.SIGTERM)
+		if err == nil && n == 0 {
+			err = errors.New("app: no program in the sandbox to stop")
+		}
+		return err
+	}
+	return c, nil
+}
+
 // Command prepares c to run in the sandbox (Argv) as an *exec.Cmd: from
 // /, with c.Env as its entire environment, in its own process group,
 // SIGKILL to it if the worker's thread that started it dies.

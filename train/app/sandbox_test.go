@@ -584,3 +584,48 @@ func TestSandboxArgvStartedElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxWrap runs a replica's Command through the sandbox as the
+// worker does (Wrap, Start, Stop): the program runs inside with the
+// Command's environment alone, writes its log, and Stop's SIGTERM
+// reaches the program's handler (Terminate), not bwrap, which would kill
+// it at once.
+func TestSandboxWrap(t *testing.T) {
+	sb := newTestSandbox(t, SandboxConfig{})
+	ws := sandboxTempDir(t)
+	probe := probePath(t)
+	marker := "wrap-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	note := filepath.Join(ws, marker)
+	var w Wrapper = sb
+	c, err := w.Wrap(Command{Argv: []string{testPython, probe, "term", note}, Dir: ws, Env: []string{"A=1"},
+		Log: filepath.Join(ws, "replica.log"), Writable: []string{ws}, ReadOnly: []string{probe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Argv[0] == testPython || c.Dir != "/" || c.Terminate == nil || c.Log != filepath.Join(ws, "replica.log") {
+		t.Fatalf("wrapped command %+v: want bwrap's argv from /, Terminate set, the log kept", c)
+	}
+	p, err := Start(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if b, _ := os.ReadFile(c.Log); strings.Contains(string(b), "ready") {
+			break
+		}
+		select {
+		case <-p.Done():
+			t.Fatalf("program ended before it was ready: %s", p.Wait())
+		case <-time.After(20 * time.Millisecond): // polling the log file: the program's only channel
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("program never said ready")
+		}
+	}
+	ex := p.Stop(5 * time.Second)
+	waitGone(t, marker)
+	if b, _ := os.ReadFile(note); string(b) != "stopped on SIGTERM\n" {
+		t.Errorf("exit %s, note %q: want the program's SIGTERM handler to have run", ex, b)
+	}
+}

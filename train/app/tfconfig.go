@@ -38,15 +38,19 @@ type Cluster struct {
 // JobInfo is TF_CONFIG's "job": the job's training input as Cloud ML
 // Engine put it there (its TrainingInput in snake_case; int64 counts as
 // decimal strings, as proto3 JSON spells them), with trainflow's
-// application in place of package_uris/python_module.
+// application in place of package_uris/python_module (a package job:
+// python_module, without package_uris).
 type JobInfo struct {
-	JobID                string   `json:"job_id"`
-	ScaleTier            string   `json:"scale_tier"`
-	WorkerCount          int      `json:"worker_count,string"`
-	ParameterServerCount int      `json:"parameter_server_count,string"`
-	Application          string   `json:"application"`
-	Args                 []string `json:"args"`
-	JobDir               string   `json:"job_dir"`
+	JobID                string `json:"job_id"`
+	ScaleTier            string `json:"scale_tier"`
+	WorkerCount          int    `json:"worker_count,string"`
+	ParameterServerCount int    `json:"parameter_server_count,string"`
+	Application          string `json:"application,omitempty"`
+	// PythonModule is a package job's module (the seeds' python_module),
+	// in place of Application.
+	PythonModule string   `json:"python_module,omitempty"`
+	Args         []string `json:"args"`
+	JobDir       string   `json:"job_dir"`
 }
 
 // TFConfig is the TF_CONFIG of task t in cluster c, one line of JSON in
