@@ -290,6 +290,12 @@ func TestRolloutOnRealStack(t *testing.T) {
 		!strings.Contains(page, "rollout_census") || !strings.Contains(page, "rollback") || !strings.Contains(page, "default 1 → 2") {
 		t.Errorf("console model page: %d, want the routing and %d history rows:\n%s", code, len(h), page)
 	}
+	// Its rollout page shows the ended rollout's outcome and why, from
+	// the workflow's result; the model page links it.
+	code, page = get(t, "http://"+st.HTTPAddr, "/console/models/census/rollout")
+	if code != http.StatusOK || !strings.Contains(page, "ROLLED_BACK") || !strings.Contains(page, "class mix shift") || !strings.Contains(page, `<tr class="step failed"><td>25</td>`) {
+		t.Errorf("console rollout page: %d, want ROLLED_BACK at 25 for the class mix:\n%s", code, page)
+	}
 	l.halt()
 	l.mu.Lock()
 	defer l.mu.Unlock()
