@@ -287,7 +287,8 @@ func TestRolloutOnRealStack(t *testing.T) {
 	// The console's model page shows the traffic and the history.
 	code, page := get(t, "http://"+st.HTTPAddr, "/console/models/census")
 	if code != http.StatusOK || !strings.Contains(page, "the default answers every request") || strings.Count(page, `<tr class="change">`) != len(h) ||
-		!strings.Contains(page, "rollout_census") || !strings.Contains(page, "rollback") || !strings.Contains(page, "default 1 → 2") {
+		!strings.Contains(page, "rollout_census") || !strings.Contains(page, "rollback") || !strings.Contains(page, "default 1 → 2") ||
+		!strings.Contains(page, `<a href="/console/models/census/rollout">rollout_census</a>`) {
 		t.Errorf("console model page: %d, want the routing and %d history rows:\n%s", code, len(h), page)
 	}
 	// Its rollout page shows the ended rollout's outcome and why, from
