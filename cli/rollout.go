@@ -168,6 +168,7 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Float64Var(&g.MaxP99Ms, "max-p99-ms", 0, "highest candidate p99 latency in ms (0: unchecked)")
 	fs.Float64Var(&g.MaxClassShift, "max-class-shift", 0.1, "highest total-variation distance of the class mix from the baseline's (0: unchecked)")
 	fs.Float64Var(&g.MaxMeanShift, "max-mean-shift", 0, "regressors: highest |mean − baseline mean| / baseline std (0: unchecked)")
+	fs.Float64Var(&g.MaxQuantileShift, "max-quantile-shift", 0, "regressors: highest |p10/p50/p90 − baseline's| / baseline std (0: unchecked)")
 	fs.Float64Var(&g.MinAccuracy, "min-accuracy", 0, "least online accuracy from feedback (0: unchecked)")
 	fs.Int64Var(&g.MinLabels, "min-labels", rollout.DefaultMinLabels, "labelled rows a window needs when --min-accuracy is set")
 	fs.Float64Var(&g.MinAgreement, "min-agreement", 0, "shadow step: least agreement with the baseline's answers (0: unchecked)")

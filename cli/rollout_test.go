@@ -287,8 +287,15 @@ func TestRolloutOnRealStack(t *testing.T) {
 	// The console's model page shows the traffic and the history.
 	code, page := get(t, "http://"+st.HTTPAddr, "/console/models/census")
 	if code != http.StatusOK || !strings.Contains(page, "the default answers every request") || strings.Count(page, `<tr class="change">`) != len(h) ||
-		!strings.Contains(page, "rollout_census") || !strings.Contains(page, "rollback") || !strings.Contains(page, "default 1 → 2") {
+		!strings.Contains(page, "rollout_census") || !strings.Contains(page, "rollback") || !strings.Contains(page, "default 1 → 2") ||
+		!strings.Contains(page, `<a href="/console/models/census/rollout">rollout_census</a>`) {
 		t.Errorf("console model page: %d, want the routing and %d history rows:\n%s", code, len(h), page)
+	}
+	// Its rollout page shows the ended rollout's outcome and why, from
+	// the workflow's result; the model page links it.
+	code, page = get(t, "http://"+st.HTTPAddr, "/console/models/census/rollout")
+	if code != http.StatusOK || !strings.Contains(page, "ROLLED_BACK") || !strings.Contains(page, "class mix shift") || !strings.Contains(page, `<tr class="step failed"><td>25</td>`) {
+		t.Errorf("console rollout page: %d, want ROLLED_BACK at 25 for the class mix:\n%s", code, page)
 	}
 	l.halt()
 	l.mu.Lock()

@@ -134,6 +134,7 @@ func (c *Console) Routes(e *echo.Echo) {
 	e.GET(Prefix+"/jobs/:id", c.job)
 	e.GET(Prefix+"/models", c.models)
 	e.GET(Prefix+"/models/:name", c.model)
+	e.GET(Prefix+"/models/:name/rollout", c.rolloutPage)
 	e.POST(Prefix+"/models/:name", c.try)
 	e.GET(Prefix+"/static/draw.js", c.script)
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/labstack/echo/v4"
@@ -110,6 +111,9 @@ type modelBody struct {
 	// newest first.
 	Routing string
 	History []historyRow
+	// Rollout is the model's rollout, running or ended (nil if none or
+	// unreadable).
+	Rollout *rolloutBody
 }
 
 // historyRow is one routing change of the model (bundle.Change) as the
@@ -166,6 +170,13 @@ func (c *Console) modelBody(ctx context.Context, name string) (*modelBody, error
 	if rt := c.opts.Registry.Routing(name); !rt.IsZero() {
 		b.Routing = rt.String()
 	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if ro, err := c.rolloutOf(rctx, name, time.Now()); err != nil {
+		c.log.Warn("read rollout", "model", name, "error", err)
+	} else {
+		b.Rollout = ro
+	}
+	cancel()
 	if r := c.opts.Repository; r != nil {
 		if h, err := r.History(ctx, name); err == nil {
 			b.History = historyRows(h)

@@ -26,6 +26,13 @@ type Gates struct {
 	// MaxMeanShift bounds |mean_c − mean_b| / std_b of the predicted
 	// values (regressors).
 	MaxMeanShift float64 `json:"max_mean_shift,omitempty"`
+	// MaxQuantileShift bounds the largest shift of the regressors'
+	// predicted-value quantiles, max over q in ShiftQuantiles of
+	// |Q_c(q) − Q_b(q)| / std_b (|Q_c(q) − Q_b(q)| when std_b is 0),
+	// with the quantiles read off the value buckets (Stats.ValueQuantile,
+	// each within ≈0.5% of the value). Not checked when either side has
+	// no value buckets (servers older than them).
+	MaxQuantileShift float64 `json:"max_quantile_shift,omitempty"`
 	// MinAccuracy is the candidate's least online accuracy (Correct /
 	// Labelled from the feedback endpoint); a window with fewer than
 	// MinLabels labelled rows (default DefaultMinLabels) waits.
@@ -35,6 +42,9 @@ type Gates struct {
 	// candidate's shadow answers with the live ones.
 	MinAgreement float64 `json:"min_agreement,omitempty"`
 }
+
+// ShiftQuantiles are the quantiles compared by Gates.MaxQuantileShift.
+var ShiftQuantiles = []float64{0.1, 0.5, 0.9}
 
 // Defaults of Gates.
 const (
@@ -59,7 +69,7 @@ func (g Gates) Validate() error {
 		name   string
 		v, max float64
 	}{{"max_error_rate", g.MaxErrorRate, 1}, {"max_p99_ms", g.MaxP99Ms, math.MaxFloat64}, {"max_class_shift", g.MaxClassShift, 1},
-		{"max_mean_shift", g.MaxMeanShift, math.MaxFloat64}, {"min_accuracy", g.MinAccuracy, 1}, {"min_agreement", g.MinAgreement, 1}} {
+		{"max_mean_shift", g.MaxMeanShift, math.MaxFloat64}, {"max_quantile_shift", g.MaxQuantileShift, math.MaxFloat64}, {"min_accuracy", g.MinAccuracy, 1}, {"min_agreement", g.MinAgreement, 1}} {
 		if math.IsNaN(f.v) || f.v < 0 || f.v > f.max {
 			return fmt.Errorf("gates.%s %v: want 0 to %v", f.name, f.v, f.max)
 		}
@@ -86,10 +96,13 @@ type Values struct {
 	P99Ms            float64 `json:"p99_ms"`
 	ClassShift       float64 `json:"class_shift"`
 	MeanShift        float64 `json:"mean_shift"`
-	Accuracy         float64 `json:"accuracy"`
-	Labelled         int64   `json:"labelled"`
-	Agreement        float64 `json:"agreement"`
-	Compared         int64   `json:"compared"`
+	QuantileShift    float64 `json:"quantile_shift"`
+	// ShiftAt is the quantile where QuantileShift is largest.
+	ShiftAt   float64 `json:"shift_at,omitempty"`
+	Accuracy  float64 `json:"accuracy"`
+	Labelled  int64   `json:"labelled"`
+	Agreement float64 `json:"agreement"`
+	Compared  int64   `json:"compared"`
 }
 
 // Verdict is the judgement of one window: Outcome Pass, Fail or Wait,
@@ -111,7 +124,7 @@ func Evaluate(g Gates, base, cand Stats) Verdict {
 	v := Values{
 		Requests: cand.Requests, BaselineRequests: base.Requests,
 		ErrorRate: cand.ErrorRate(), P99Ms: cand.Quantile(0.99),
-		ClassShift: -1, MeanShift: -1, Labelled: cand.Labelled, Compared: cand.Compared,
+		ClassShift: -1, MeanShift: -1, QuantileShift: -1, Labelled: cand.Labelled, Compared: cand.Compared,
 	}
 	if math.IsInf(v.P99Ms, 1) {
 		v.P99Ms = math.MaxFloat64
@@ -125,10 +138,13 @@ func Evaluate(g Gates, base, cand Stats) Verdict {
 	if base.Rows > 0 && cand.Rows > 0 {
 		if len(base.Classes) > 0 || len(cand.Classes) > 0 {
 			v.ClassShift = TotalVariation(base.Classes, cand.Classes)
-		} else if s := base.Std(); s > 0 {
-			v.MeanShift = math.Abs(cand.Mean()-base.Mean()) / s
 		} else {
-			v.MeanShift = math.Abs(cand.Mean() - base.Mean())
+			s := base.Std()
+			if s <= 0 {
+				s = 1
+			}
+			v.MeanShift = math.Abs(cand.Mean()-base.Mean()) / s
+			v.QuantileShift, v.ShiftAt = QuantileShift(base, cand, s)
 		}
 	}
 	out := Verdict{Outcome: Pass, Values: v}
@@ -158,6 +174,9 @@ func Evaluate(g Gates, base, cand Stats) Verdict {
 	}
 	if g.MaxMeanShift > 0 && v.MeanShift > g.MaxMeanShift {
 		fail("mean shift %.4f > %.4f", v.MeanShift, g.MaxMeanShift)
+	}
+	if g.MaxQuantileShift > 0 && v.QuantileShift > g.MaxQuantileShift {
+		fail("p%g shift %.4f > %.4f (baseline std)", 100*v.ShiftAt, v.QuantileShift, g.MaxQuantileShift)
 	}
 	if g.MinAccuracy > 0 && v.Accuracy < g.MinAccuracy {
 		fail("online accuracy %.4f < %.4f (%d labelled)", v.Accuracy, g.MinAccuracy, v.Labelled)
@@ -200,4 +219,22 @@ func TotalVariation(p, q map[string]int64) float64 {
 		d += math.Abs(float64(p[c])/float64(np) - float64(q[c])/float64(nq))
 	}
 	return d / 2
+}
+
+// QuantileShift returns the largest |Q_c(q) − Q_b(q)| / scale over q in
+// ShiftQuantiles, the quantiles of cand's and base's value buckets, and
+// the q where it is; -1 when either has no value buckets.
+func QuantileShift(base, cand Stats, scale float64) (float64, float64) {
+	best, at := -1.0, 0.0
+	for _, q := range ShiftQuantiles {
+		b, okb := base.ValueQuantile(q)
+		c, okc := cand.ValueQuantile(q)
+		if !okb || !okc {
+			return -1, 0
+		}
+		if d := math.Abs(c-b) / scale; d > best {
+			best, at = d, q
+		}
+	}
+	return best, at
 }

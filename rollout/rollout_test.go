@@ -1,7 +1,9 @@
 package rollout
 
 import (
+	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -147,5 +149,148 @@ func TestEvaluate(t *testing.T) {
 	reg := Evaluate(Gates{MinRequests: 1, MaxMeanShift: 0.5}, Stats{Requests: 4, Rows: 4, Sum: 4, SumSq: 8}, Stats{Requests: 4, Rows: 4, Sum: 12, SumSq: 40})
 	if reg.Outcome != Fail || math.Abs(reg.Values.MeanShift-2) > 1e-12 {
 		t.Errorf("regressor shift of 2 std: got %s %v", reg.Outcome, reg.Values.MeanShift)
+	}
+}
+
+// sketch returns regressor Stats of the values xs: moments and buckets.
+func sketch(xs []float64) Stats {
+	s := Stats{Requests: int64(len(xs)), Rows: int64(len(xs)), Values: map[int]int64{}}
+	for _, x := range xs {
+		s.Sum, s.SumSq = s.Sum+x, s.SumSq+x*x
+		b, _ := ValueBucket(x)
+		s.Values[b]++
+	}
+	return s
+}
+
+func TestValueBucketsAndQuantiles(t *testing.T) {
+	for _, x := range []float64{0, 1e-12, -1e-12, 1e-9, 1.5e-9, 0.37, -0.37, 1, -1, 42, -1e6, 3e200, math.Inf(1), math.Inf(-1)} {
+		b, ok := ValueBucket(x)
+		if !ok {
+			t.Fatalf("%v: no bucket", x)
+		}
+		if v := ValueOf(b); !math.IsInf(x, 0) && math.Abs(v-x) > 0.005*math.Abs(x)+ValueMin {
+			t.Errorf("%v: bucket %d stands for %v, more than 0.5%% off", x, b, v)
+		}
+	}
+	if _, ok := ValueBucket(math.NaN()); ok {
+		t.Error("NaN got a bucket")
+	}
+	// Quantiles of 1…1000: p10 = 100, p50 = 500, p90 = 900 within a bucket.
+	xs := make([]float64, 1000)
+	for i := range xs {
+		xs[i] = float64(i + 1)
+	}
+	s := sketch(xs)
+	for _, q := range []float64{0.1, 0.5, 0.9} {
+		got, ok := s.ValueQuantile(q)
+		if want := q * 1000; !ok || math.Abs(got-want) > 0.01*want {
+			t.Errorf("p%g of 1…1000: got %v %v, want %v within 1%%", 100*q, got, ok, want)
+		}
+	}
+	if _, ok := (Stats{}).ValueQuantile(0.5); ok {
+		t.Error("empty sketch gave a quantile")
+	}
+	// Two servers' sketches, merged (and through Window), equal the
+	// sketch of the union.
+	a, b := sketch(xs[:300]), sketch(xs[300:])
+	var m Stats
+	m.Add(a)
+	m.Add(b)
+	if !maps.Equal(m.Values, s.Values) {
+		t.Fatalf("merged sketch differs from the union's")
+	}
+	w := Window(nil, []Telemetry{{Server: "a", Versions: map[string]VersionStats{"1": {Live: a}}}, {Server: "b", Versions: map[string]VersionStats{"1": {Live: b}}}})
+	for _, q := range []float64{0.1, 0.5, 0.9} {
+		x, _ := w["1"].Live.ValueQuantile(q)
+		y, _ := s.ValueQuantile(q)
+		if x != y {
+			t.Errorf("p%g: fleet %v, union %v", 100*q, x, y)
+		}
+	}
+	m.Sub(a)
+	if !maps.Equal(m.Values, b.Values) {
+		t.Fatalf("subtracting a server's sketch: got %v buckets, want %v", len(m.Values), len(b.Values))
+	}
+}
+
+func TestQuantileShiftGate(t *testing.T) {
+	// Baseline uniform on 0…10 (std ≈ 2.89).
+	grid := func(n int, f func(u float64) float64) []float64 {
+		xs := make([]float64, n)
+		for i := range xs {
+			xs[i] = f((float64(i) + 0.5) / float64(n))
+		}
+		return xs
+	}
+	base := sketch(grid(2000, func(u float64) float64 { return 10 * u }))
+	g := Gates{MinRequests: 100, MaxMeanShift: 0.5, MaxQuantileShift: 0.5}
+	for _, tc := range []struct {
+		name    string
+		cand    Stats
+		outcome string
+	}{
+		{"same distribution", sketch(grid(500, func(u float64) float64 { return 10 * u })), Pass},
+		{"shifted", sketch(grid(500, func(u float64) float64 { return 10*u + 3 })), Fail},
+		// Same mean and std as 5 ± a spread tail: the mean gate cannot
+		// see it, the quantiles do.
+		{"reshaped", sketch(grid(500, func(u float64) float64 {
+			if u < 0.5 {
+				return 5 - 2.89
+			}
+			return 5 + 2.89
+		})), Fail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Evaluate(g, base, tc.cand)
+			if v.Outcome != tc.outcome {
+				t.Fatalf("got %s %v (%+v), want %s", v.Outcome, v.Reasons, v.Values, tc.outcome)
+			}
+			if tc.outcome == Fail && !strings.Contains(strings.Join(v.Reasons, ";"), "shift") {
+				t.Fatalf("reasons %v name no quantile shift", v.Reasons)
+			}
+		})
+	}
+	// reshaped: mean shift ~0, but its p50 is the lower mode, 2.89 below
+	// the baseline's: a shift of ≈1 std.
+	v := Evaluate(Gates{MinRequests: 1, MaxQuantileShift: 0.3}, base, sketch(grid(500, func(u float64) float64 {
+		if u < 0.5 {
+			return 5 - 2.89
+		}
+		return 5 + 2.89
+	})))
+	if v.Values.MeanShift > 0.01 || v.Values.QuantileShift < 0.3 || math.Abs(v.Values.QuantileShift-1) > 0.02 || v.Outcome != Fail || !strings.Contains(strings.Join(v.Reasons, ";"), "p50 shift") {
+		t.Fatalf("reshaped: got %s %v %+v", v.Outcome, v.Reasons, v.Values)
+	}
+	// Older records without buckets: the gate is not computed, not failed.
+	old := Stats{Requests: 500, Rows: 500, Sum: base.Sum / 4, SumSq: base.SumSq / 4}
+	if v := Evaluate(g, base, old); v.Outcome != Pass || v.Values.QuantileShift != -1 {
+		t.Fatalf("candidate without buckets: got %s %v %+v", v.Outcome, v.Reasons, v.Values)
+	}
+}
+
+func TestTelemetryJSONWithoutValues(t *testing.T) {
+	// A record as servers wrote it before the value buckets.
+	const old = `{"server":"s","boot":"2026-11-01T00:00:00Z","time":"2026-11-01T00:01:00Z","versions":{"1":{"live":{"requests":3,"errors":0,"rows":3,"sum":6,"sum_sq":14},"shadow":{"requests":0,"errors":0,"rows":0}}}}`
+	var tel Telemetry
+	if err := json.Unmarshal([]byte(old), &tel); err != nil {
+		t.Fatal(err)
+	}
+	live := tel.Versions["1"].Live
+	if live.Rows != 3 || live.Mean() != 2 || live.Values != nil {
+		t.Fatalf("old record: got %+v", live)
+	}
+	if _, ok := live.ValueQuantile(0.5); ok {
+		t.Fatal("old record: got a quantile without buckets")
+	}
+	// And the new field round-trips.
+	s := sketch([]float64{-2, 0, 3.5})
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Stats
+	if err := json.Unmarshal(b, &back); err != nil || !maps.Equal(back.Values, s.Values) {
+		t.Fatalf("round trip of %s: got %+v, %v", b, back.Values, err)
 	}
 }

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -40,6 +41,8 @@ func LatencyBucket(d time.Duration) int {
 // Requests counts answered requests and Errors those answered 5xx; Rows
 // the instances answered 2xx, by predicted class in Classes (classifiers)
 // or as the moments Sum and SumSq of the predicted value (regressors);
+// Values the predicted values of a regressor's rows by value bucket
+// (ValueBucket; absent from records of servers older than it);
 // Latency the requests by latency bucket (LatencyBounds, one extra at
 // the end); Agreed the rows of a shadow answer whose class (or value,
 // within 1e-6 relative) equals the live answer's, out of Compared;
@@ -53,6 +56,7 @@ type Stats struct {
 	Classes  map[string]int64 `json:"classes,omitempty"`
 	Sum      float64          `json:"sum,omitempty"`
 	SumSq    float64          `json:"sum_sq,omitempty"`
+	Values   map[int]int64    `json:"values,omitempty"`
 	Compared int64            `json:"compared,omitempty"`
 	Agreed   int64            `json:"agreed,omitempty"`
 	Labelled int64            `json:"labelled,omitempty"`
@@ -75,6 +79,14 @@ func (s *Stats) add(o Stats, sign int64) {
 			s.Classes = map[string]int64{}
 		}
 		s.Classes[c] += sign * n
+	}
+	for b, n := range o.Values {
+		if s.Values == nil {
+			s.Values = map[int]int64{}
+		}
+		if s.Values[b] += sign * n; s.Values[b] == 0 {
+			delete(s.Values, b)
+		}
 	}
 	s.Sum += float64(sign) * o.Sum
 	s.SumSq += float64(sign) * o.SumSq
@@ -187,4 +199,91 @@ func Window(start, end []Telemetry) map[string]VersionStats {
 		}
 	}
 	return out
+}
+
+// Value buckets: the fixed, sparse buckets of Stats.Values. Bucket 0
+// holds |x| ≤ ValueMin; bucket i > 0 holds ValueMin·ValueGamma^(i−1) <
+// x ≤ ValueMin·ValueGamma^i, and bucket −i its mirror below zero;
+// ±Inf go to ±MaxValueBucket and NaN nowhere. Like the latency buckets
+// they make Stats.Values add across servers and subtract across time,
+// and a bucket's representative value (ValueOf) is within
+// (ValueGamma−1)/(ValueGamma+1) ≈ 0.5% of anything it holds.
+const (
+	ValueGamma     = 1.01
+	ValueMin       = 1e-9
+	MaxValueBucket = 80000 // past log(MaxFloat64/ValueMin)/log(ValueGamma) ≈ 73 400
+)
+
+// ValueBucket returns the Stats.Values bucket of a predicted value x, and
+// false for NaN.
+func ValueBucket(x float64) (int, bool) {
+	if math.IsNaN(x) {
+		return 0, false
+	}
+	a := math.Abs(x)
+	if a <= ValueMin {
+		return 0, true
+	}
+	i := MaxValueBucket
+	if !math.IsInf(a, 1) {
+		i = int(math.Ceil(math.Log(a/ValueMin) / math.Log(ValueGamma)))
+		// Guard the float rounding at a bucket's edge.
+		for i > 1 && a <= ValueMin*math.Pow(ValueGamma, float64(i-1)) {
+			i--
+		}
+		for a > ValueMin*math.Pow(ValueGamma, float64(i)) {
+			i++
+		}
+		i = min(max(i, 1), MaxValueBucket)
+	}
+	if x < 0 {
+		i = -i
+	}
+	return i, true
+}
+
+// ValueOf is the representative value of bucket i: the middle of its
+// bounds (0 for bucket 0).
+func ValueOf(i int) float64 {
+	if i == 0 {
+		return 0
+	}
+	a := float64(i)
+	if i < 0 {
+		a = -a
+	}
+	hi := ValueMin * math.Pow(ValueGamma, a)
+	v := (hi/ValueGamma + hi) / 2
+	if i < 0 {
+		return -v
+	}
+	return v
+}
+
+// ValueQuantile returns the representative value (ValueOf) of the
+// bucket holding the q-quantile of the predicted values in s.Values —
+// the lowest bucket b with count(bucket ≤ b) ≥ ⌈q·n⌉, n the values
+// counted — and false when s.Values counts none.
+func (s Stats) ValueQuantile(q float64) (float64, bool) {
+	var total int64
+	keys := make([]int, 0, len(s.Values))
+	for b, n := range s.Values {
+		if n > 0 {
+			total += n
+			keys = append(keys, b)
+		}
+	}
+	if total == 0 {
+		return 0, false
+	}
+	slices.Sort(keys)
+	need := max(1, int64(math.Ceil(q*float64(total))))
+	var acc int64
+	for _, b := range keys {
+		acc += s.Values[b]
+		if acc >= need {
+			return ValueOf(b), true
+		}
+	}
+	return ValueOf(keys[len(keys)-1]), true
 }

@@ -2,14 +2,17 @@ package serving_test
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trainflow/trainflow/preprocess"
+	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/train"
 )
@@ -123,6 +126,17 @@ func TestRegressor(t *testing.T) {
 				if p.Value == nil || math.Abs(*p.Value-want[i]) > 1e-9*math.Max(1, math.Abs(want[i])) {
 					t.Errorf("instance %d: got value %v, want %v", i, p.Value, want[i])
 				}
+			}
+			// Telemetry buckets every predicted value (the rollout's
+			// quantile gate reads them).
+			live := e.reg.Telemetry("srv_test", model, time.Now()).Versions["1"].Live
+			wantBuckets := map[int]int64{}
+			for _, y := range want {
+				b, _ := rollout.ValueBucket(y)
+				wantBuckets[b]++
+			}
+			if !maps.Equal(live.Values, wantBuckets) {
+				t.Errorf("telemetry value buckets: got %v, want %v", live.Values, wantBuckets)
 			}
 
 			w = post(e.srv, "/v2/models/census/infer", v2Body(t, "r1", f.instances[:5]))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,7 @@ type telCounters struct {
 	classes                []atomic.Int64   // by class index
 	momentsMu              sync.Mutex
 	sum, sumSq             float64
+	values                 map[int]int64 // rollout.ValueBucket → rows, under momentsMu
 }
 
 // telFor returns the counters of s's bundle, made on its first load.
@@ -157,13 +159,19 @@ func (c *telCounters) answers(sv *Servable, sc *scratch, n int) {
 	}
 	k := sv.Bundle.Model.Outputs()
 	var sum, sq float64
+	c.momentsMu.Lock()
+	defer c.momentsMu.Unlock()
+	if c.values == nil {
+		c.values = map[int]int64{}
+	}
 	for i := range n {
 		z := sc.logits[i*k]
 		sum, sq = sum+z, sq+z*z
+		if b, ok := rollout.ValueBucket(z); ok {
+			c.values[b]++
+		}
 	}
-	c.momentsMu.Lock()
 	c.sum, c.sumSq = c.sum+sum, c.sumSq+sq
-	c.momentsMu.Unlock()
 }
 
 // argmax is train.Argmax without the import cycle risk: the first index
@@ -198,6 +206,9 @@ func (c *telCounters) stats(names []string) rollout.Stats {
 	}
 	c.momentsMu.Lock()
 	s.Sum, s.SumSq = c.sum, c.sumSq
+	if len(c.values) > 0 {
+		s.Values = maps.Clone(c.values)
+	}
 	c.momentsMu.Unlock()
 	return s
 }

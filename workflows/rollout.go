@@ -250,6 +250,13 @@ type RolloutStatus struct {
 	Reason    string           `json:"reason,omitempty"`
 	// Verdicts are the passing verdict of every step done, by step name.
 	Verdicts map[string]rollout.Verdict `json:"verdicts,omitempty"`
+	// Steps are the rollout's step names, in order (Step indexes them).
+	Steps []string `json:"steps,omitempty"`
+	// WaitUntil is when the current step's hold (or recheck) ends and its
+	// window is judged; zero when not holding.
+	WaitUntil time.Time `json:"wait_until,omitzero"`
+	// Paused is whether a pause signal holds the rollout.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // rolloutRun is one RolloutJob's state.
@@ -286,6 +293,9 @@ func RolloutJob(ctx workflow.Context, in RolloutInput) (RolloutStatus, error) {
 		return r.st, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidSpec, err)
 	}
 	r.steps = steps
+	for _, s := range steps {
+		r.st.Steps = append(r.st.Steps, s.name)
+	}
 	r.listen(ctx)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute,
@@ -338,8 +348,8 @@ func (r *rolloutRun) listen(ctx workflow.Context) {
 				c.Receive(ctx, &reason)
 				r.aborted = "aborted: " + strings.TrimSpace(cutText(reason, 500))
 			})
-			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.paused = true })
-			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.paused = false })
+			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.paused, r.st.Paused = true, true })
+			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.paused, r.st.Paused = false, false })
 			sel.Select(ctx)
 		}
 	})
@@ -414,9 +424,11 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 		r.st.Routing, r.st.State = rt, RolloutHolding
 		wait := hold
 		for {
+			r.st.WaitUntil = workflow.Now(ctx).Add(wait)
 			if _, err := r.wait(ctx, wait, never); err != nil {
 				return err
 			}
+			r.st.WaitUntil = time.Time{}
 			if r.paused {
 				r.st.State = RolloutPaused
 				if _, err := r.wait(ctx, 0, func() bool { return !r.paused }); err != nil {
