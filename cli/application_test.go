@@ -53,6 +53,7 @@ func appRegistry(t *testing.T) string {
 	stall, _ := filepath.Abs("testdata/apps/stall.py")
 	hpt, _ := filepath.Abs("testdata/apps/hpt.py")
 	logs, _ := filepath.Abs("testdata/apps/logs.py")
+	bundleApp, _ := filepath.Abs("testdata/apps/bundle.py")
 	trainer, _ := filepath.Abs("../examples/torch_census/trainer.py")
 	census := censusFiles(t)
 	reg := fmt.Sprintf(`{"applications":{
@@ -60,8 +61,9 @@ func appRegistry(t *testing.T) string {
 		"stall":{"argv":[%q,%q]},
 		"hpt":{"argv":[%q,%q]},
 		"logs":{"argv":[%q,%q]},
+		"bundle":{"argv":[%q,%q]},
 		"torch_census":{"argv":[%q,%q,"--train-files",%q,"--eval-files",%q]}}}`,
-		debianPython, tfconfig, debianPython, stall, debianPython, hpt, debianPython, logs, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
+		debianPython, tfconfig, debianPython, stall, debianPython, hpt, debianPython, logs, debianPython, bundleApp, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
 	return reg
 }
 
