@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -264,6 +265,9 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	case ex.Success():
 		if _, err := os.Stat(filepath.Join(r.ModelDir, bundle.MetadataFile)); err == nil {
 			res.Bundle = true
+			if task.Type == workflows.ReplicaChief {
+				res.BundleDir, res.BundleError = a.exportAppBundle(ctx, in, r.ModelDir, last.Step)
+			}
 		}
 		return res, nil
 	case ex.Retryable():
@@ -395,4 +399,30 @@ func readOnlyPaths(ap app.Application) []string {
 		}
 	}
 	return ps
+}
+
+// appExporter names the export of an application's bundle:
+// export/app/<step> of its job directory.
+const appExporter = "app"
+
+// exportAppBundle verifies the bundle the application wrote to its model
+// dir (untrusted: bundle.ReadDir with the worker's model types) and
+// copies what it verified to the job directory's export/app/<step>,
+// which Publish takes like any other export. It returns the copy's
+// location, or why the bundle was refused.
+func (a *Activities) exportAppBundle(ctx context.Context, in workflows.ReplicaInput, modelDir string, step int64) (dir, refused string) {
+	b, err := bundle.ReadDir(modelDir, a.ModelTypes)
+	if err != nil {
+		return "", fmt.Sprintf("the bundle in the model dir is refused: %v", err)
+	}
+	jd, err := a.openOwned(ctx, in.JobDir, in.Owner)
+	if err != nil {
+		return "", fmt.Sprintf("the bundle in the model dir is not exported: %v", err)
+	}
+	defer jd.Close()
+	key := jobdir.ExportKey(appExporter, max(step, 0))
+	if err := b.Save(ctx, jd.Store(), key); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Sprintf("the bundle in the model dir is not exported: %v", err)
+	}
+	return jd.Location(key), ""
 }

@@ -300,3 +300,12 @@ func (b *Bundle) Transform() (*preprocess.Transform, error) {
 	}
 	return t, nil
 }
+
+// Save writes the bundle's files, as read and verified, under prefix of
+// st (see put): a copy of an untrusted bundle that holds exactly what
+// was verified. It fails with fs.ErrExist if a local prefix exists.
+func (b *Bundle) Save(ctx context.Context, st *storage.Store, prefix string) error {
+	files := maps.Clone(b.Files)
+	files[MetadataFile] = b.metadata
+	return put(ctx, st, prefix, files)
+}

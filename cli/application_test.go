@@ -52,14 +52,18 @@ func appRegistry(t *testing.T) string {
 	tfconfig, _ := filepath.Abs("testdata/apps/tfconfig.py")
 	stall, _ := filepath.Abs("testdata/apps/stall.py")
 	hpt, _ := filepath.Abs("testdata/apps/hpt.py")
+	logs, _ := filepath.Abs("testdata/apps/logs.py")
+	bundleApp, _ := filepath.Abs("testdata/apps/bundle.py")
 	trainer, _ := filepath.Abs("../examples/torch_census/trainer.py")
 	census := censusFiles(t)
 	reg := fmt.Sprintf(`{"applications":{
 		"tfconfig":{"argv":[%q,%q],"env":["TRAINFLOW_TEST_PASSED"]},
 		"stall":{"argv":[%q,%q]},
 		"hpt":{"argv":[%q,%q]},
+		"logs":{"argv":[%q,%q]},
+		"bundle":{"argv":[%q,%q]},
 		"torch_census":{"argv":[%q,%q,"--train-files",%q,"--eval-files",%q]}}}`,
-		debianPython, tfconfig, debianPython, stall, debianPython, hpt, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
+		debianPython, tfconfig, debianPython, stall, debianPython, hpt, debianPython, logs, debianPython, bundleApp, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
 	return reg
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
@@ -59,7 +61,7 @@ commands:
   submit prediction JOB_ID submit a batch prediction job (--model-dir DIR | --model NAME [--version V] --input-paths GLOB... --output-path DIR --data-format CSV|JSONL|IDX)
   list                     list jobs (--filter state=RUNNING,model=census)
   describe JOB_ID          state, phase, steps, metrics, export, errors, pending retries
-  stream-logs JOB_ID       follow the job's events until it ends
+  stream-logs JOB_ID       follow the job's events, and an application's replicas' logs (chief-0| …), until it ends
   cancel JOB_ID            cancel a job
   reset JOB_ID --to STEP   re-run a job from preprocess, train, evaluate, export or publish
 `
@@ -215,13 +217,67 @@ func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer j.client.Close()
-	return jobs.StreamEvents(ctx, j.client, j.id, func(e jobs.Event) error {
+	var mu sync.Mutex // stdout, between the events and the logs
+	logLine := func(replica, line string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if j.conn.output == "json" {
+			return writeJSONLine(stdout, struct {
+				Replica string `json:"replica"`
+				Line    string `json:"line"`
+			}{replica, line})
+		}
+		_, err := fmt.Fprintf(stdout, "%s| %s\n", replica, jobs.Clean(line))
+		return err
+	}
+	var tail *jobs.LogTail
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	err = jobs.StreamEvents(ctx, j.client, j.id, func(e jobs.Event) error {
+		if e.JobDir != "" && tail == nil {
+			if t, err := jobs.NewLogTail(e.JobDir); err != nil {
+				fmt.Fprintf(stderr, "trainflow: the replicas' logs are not shown: %v\n", err)
+			} else {
+				tail = t
+				go func() { done <- followLogs(tail, stop, logLine) }()
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
 		if j.conn.output == "json" {
 			return writeJSONLine(stdout, e)
 		}
 		fmt.Fprintf(stdout, "%s  %-22s %s\n", e.Time.Format("15:04:05.000"), e.Event, e.Detail)
 		return nil
 	})
+	if tail == nil {
+		return err
+	}
+	close(stop)
+	if lerr := <-done; err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// logPoll is how often `jobs stream-logs` reads the replicas' logs.
+const logPoll = 250 * time.Millisecond
+
+// followLogs passes on what the replicas' logs gain until stop is
+// closed, then what they hold last.
+func followLogs(t *jobs.LogTail, stop <-chan struct{}, fn func(replica, line string) error) error {
+	tick := time.NewTicker(logPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return t.Poll(true, fn)
+		case <-tick.C:
+			if err := t.Poll(false, fn); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 func writeJSONLine(w io.Writer, v any) error {

@@ -46,6 +46,9 @@ const (
 	maxExports     = 200      // rows of the exports table
 	maxRoles       = 256      // rows of the roles table
 	maxMarks       = 150      // checkpoint marks on a chart
+	maxAppLogs     = 64       // replicas' logs shown
+	maxAppLogRead  = 4 << 20  // of the budget: one replica's log
+	maxAppLogTail  = 8 << 10  // shown of one replica's log: its end
 )
 
 // trainLogs is the directory of the chief's TensorBoard files.
@@ -80,6 +83,9 @@ type jobData struct {
 	Exports    []export
 	Manifest   *preprocess.Manifest
 	Roles      []role
+	// AppLogs are the ends of an application's replicas' logs, by
+	// replica name.
+	AppLogs []appLog
 	// Curves: training loss and throughput from the TensorBoard files
 	// (else from the checkpoint events), each evaluation metric, and the
 	// checkpoint steps.
@@ -169,6 +175,7 @@ func readJobDir(ctx context.Context, st reader, maxBytes int64, maxPoints int) *
 	r.evals()
 	r.trainCurves()
 	r.exports()
+	r.appLogs()
 	d.Roles = r.roles.list()
 	if r.roles.dropped > 0 {
 		d.Truncated = append(d.Truncated, fmt.Sprintf("cluster roles: the first %d of %d", maxRoles, maxRoles+r.roles.dropped))
@@ -598,4 +605,74 @@ func str(v any) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// appLog is the end of one replica's log (jobdir.AppLogFile): the
+// program's own stdout and stderr, at most maxAppLogTail bytes.
+type appLog struct {
+	Replica string
+	Tail    string
+	// Cut: the log is longer than Tail.
+	Cut bool
+}
+
+// appLogs reads the end of each replica's log under jobdir.LogsDir.
+func (r *jobReader) appLogs() {
+	keys, err := r.st.list(r.ctx, jobdir.LogsDir+"/")
+	if err != nil {
+		r.problem(jobdir.LogsDir, err)
+		return
+	}
+	var names []string
+	for _, k := range keys {
+		name, ok := strings.CutSuffix(strings.TrimPrefix(k, jobdir.LogsDir+"/"), ".log")
+		if ok && name != "" && !strings.Contains(name, "/") && k == jobdir.AppLogFile(name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	if len(names) > maxAppLogs {
+		r.cut("replicas' logs: the first %d of %d", maxAppLogs, len(names))
+		names = names[:maxAppLogs]
+	}
+	for _, name := range names {
+		key := jobdir.AppLogFile(name)
+		rc, err := r.st.open(r.ctx, key)
+		if err != nil {
+			r.problem(key, err)
+			continue
+		}
+		tail, n, err := lastBytes(r.b.reader(rc, maxAppLogRead), maxAppLogTail)
+		rc.Close()
+		switch {
+		case errors.Is(err, errBudget):
+			r.boundNote(key, maxAppLogRead)
+		case err != nil:
+			r.problem(key, err)
+			continue
+		}
+		r.d.AppLogs = append(r.d.AppLogs, appLog{Replica: name, Tail: strings.ToValidUTF8(string(tail), "\uFFFD"), Cut: n > int64(len(tail))})
+	}
+}
+
+// lastBytes reads rd to its end and returns its last limit bytes and how
+// many it read.
+func lastBytes(rd io.Reader, limit int) ([]byte, int64, error) {
+	buf := make([]byte, 0, 2*limit)
+	var n int64
+	chunk := make([]byte, 32<<10)
+	for {
+		m, err := rd.Read(chunk)
+		n += int64(m)
+		buf = append(buf, chunk[:m]...)
+		if len(buf) > limit {
+			buf = append(buf[:0], buf[len(buf)-limit:]...)
+		}
+		if err == io.EOF {
+			return buf, n, nil
+		}
+		if err != nil {
+			return buf, n, err
+		}
+	}
 }

@@ -58,6 +58,9 @@ type Event struct {
 	Time   time.Time `json:"time"`
 	Event  string    `json:"event"`
 	Detail string    `json:"detail,omitempty"`
+	// JobDir is the job's directory, on the PrepareJob step's completion
+	// (where the replicas' logs are: jobdir.AppLogFile).
+	JobDir string `json:"job_dir,omitempty"`
 }
 
 // eventState is what eventOf remembers of the history read so far.
@@ -90,6 +93,10 @@ func (st *eventState) eventOf(ev *historypb.HistoryEvent) *Event {
 		var k workflows.ReportKeyResult
 		if names[a.ScheduledEventId] == workflows.ReportKeyActivity && len(a.Result.GetPayloads()) == 1 && dc.FromPayload(a.Result.Payloads[0], &k) == nil {
 			st.key = k.PublicKey
+		}
+		var prep workflows.PrepareResult
+		if names[a.ScheduledEventId] == workflows.PrepareJobActivity && len(a.Result.GetPayloads()) == 1 && dc.FromPayload(a.Result.Payloads[0], &prep) == nil {
+			l.JobDir = prep.JobDir
 		}
 	case ev.GetActivityTaskFailedEventAttributes() != nil:
 		a := ev.GetActivityTaskFailedEventAttributes()

@@ -160,6 +160,11 @@ type ReplicaResult struct {
 	ModelDir string `json:"model_dir,omitempty"`
 	// Bundle is set when the model dir holds a trainflow bundle.
 	Bundle bool `json:"bundle,omitempty"`
+	// BundleDir is the chief's verified copy of that bundle, an export
+	// of the job directory (export/app/<step>) for Publish; BundleError
+	// says why there is none (the bundle is refused, naming the file).
+	BundleDir   string `json:"bundle_dir,omitempty"`
+	BundleError string `json:"bundle_error,omitempty"`
 }
 
 // AppReplicas lists the replicas of an application job's cluster: the
@@ -292,6 +297,13 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			why := "the application wrote no trainflow bundle to its model dir"
 			if chief.Bundle {
 				why = "publishing a bundle an application wrote is not supported yet"
+				if workflow.GetVersion(ctx, appPublishChange, workflow.DefaultVersion, 1) >= 1 {
+					published, reason, err := publishAppBundle(ctx, spec, owner, chief, p, &res)
+					if err != nil || published {
+						return res, err
+					}
+					why = reason
+				}
 			}
 			res.Note = "nothing was published: " + why
 			p.Note = res.Note
@@ -413,4 +425,34 @@ func isLost(err error) bool {
 		return !ae.NonRetryable()
 	}
 	return !temporal.IsCanceledError(err)
+}
+
+// appPublishChange marks the publishing of a bundle an application wrote
+// to its model dir (runs recorded before it published nothing).
+const appPublishChange = "app-publish"
+
+// publishAppBundle publishes the chief's verified copy of the bundle the
+// application wrote (ReplicaResult.BundleDir) as spec.ModelName, as the
+// built-in jobs' publish step does. It returns false and why when there
+// is nothing to publish: the spec publishes nothing, or the bundle was
+// refused (which does not fail the job: its training succeeded).
+func publishAppBundle(ctx workflow.Context, spec jobspec.JobSpec, owner *JobOwner, chief ReplicaResult, p *Progress, res *JobResult) (bool, string, error) {
+	switch {
+	case spec.Publish == jobspec.PublishNone:
+		return false, "the spec publishes nothing (publish: none)", nil
+	case chief.BundleDir == "":
+		return false, chief.BundleError, nil
+	}
+	res.Export, p.Export = chief.BundleDir, chief.BundleDir
+	setPhase(ctx, p, PhasePublishing)
+	pctx := workflow.WithActivityOptions(ctx, stepOptions(true, time.Hour, "publish the application's bundle"))
+	pub, err := acts.Publish.Run(pctx, PublishInput{JobID: spec.JobID, Bundle: chief.BundleDir, Model: spec.ModelName,
+		Promote: spec.Promote == jobspec.PromoteAlways, Owner: owner})
+	if err != nil {
+		return false, "", err
+	}
+	p.Model, p.Version, res.Version = pub.Model, pub.Version, pub.Version
+	p.Note, res.Note = "", ""
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**Succeeded**: application `%s` exited 0 at step %d; published %s version %d from %s", spec.Application.Name, chief.Step, pub.Model, pub.Version, chief.BundleDir))
+	return true, "", nil
 }
