@@ -57,6 +57,16 @@ type Change struct {
 	Cause      Cause           `json:"cause"`
 }
 
+// What says what c changed, for people (models history, the console):
+// "OLD → NEW" for a routing, or the default's change and the routing it
+// cleared.
+func (c Change) What() string {
+	if c.NewDefault != 0 {
+		return fmt.Sprintf("default %d → %d (routing %s cleared)", c.OldDefault, c.NewDefault, c.Old)
+	}
+	return fmt.Sprintf("%s → %s", c.Old, c.New)
+}
+
 // Routing reads a model's routing.json; a model without one has the zero
 // Routing (its default answers everything). A file that does not parse
 // or validate (syntax only: versions are checked when it is written) is

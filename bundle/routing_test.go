@@ -110,3 +110,15 @@ func TestTelemetryRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestChangeWhat: a change of routing reads OLD → NEW; a change of the
+// default names the routing it cleared.
+func TestChangeWhat(t *testing.T) {
+	rt := rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 90}, {Version: 2, Percent: 10}}}
+	if got, want := (bundle.Change{New: rt}).What(), "default → 1=90,2=10"; got != want {
+		t.Errorf("routing: got %q, want %q", got, want)
+	}
+	if got, want := (bundle.Change{Old: rt, OldDefault: 1, NewDefault: 2}).What(), "default 1 → 2 (routing 1=90,2=10 cleared)"; got != want {
+		t.Errorf("default: got %q, want %q", got, want)
+	}
+}

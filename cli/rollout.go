@@ -129,10 +129,6 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}{h})
 	}
 	for _, ch := range h {
-		what := fmt.Sprintf("%s → %s", ch.Old, ch.New)
-		if ch.NewDefault != 0 {
-			what = fmt.Sprintf("default %d → %d (routing %s cleared)", ch.OldDefault, ch.NewDefault, ch.Old)
-		}
 		cause := ch.Cause.By
 		if ch.Cause.JobID != "" {
 			cause += " " + ch.Cause.JobID + " step " + ch.Cause.Step
@@ -141,10 +137,9 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			cause += ": " + ch.Cause.Reason
 		}
 		if g := ch.Cause.Gates; g != nil {
-			cause += fmt.Sprintf(" [requests %d, errors %.4f, p99 %.3g ms, class shift %.4f, accuracy %.4f (%d labelled), agreement %.4f]",
-				g.Requests, g.ErrorRate, g.P99Ms, g.ClassShift, g.Accuracy, g.Labelled, g.Agreement)
+			cause += " [" + g.String() + "]"
 		}
-		fmt.Fprintf(stdout, "%s\t%s\t%s\n", ch.Time.Format(time.RFC3339), what, cause)
+		fmt.Fprintf(stdout, "%s\t%s\t%s\n", ch.Time.Format(time.RFC3339), ch.What(), cause)
 	}
 	return nil
 }

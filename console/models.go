@@ -132,13 +132,10 @@ func historyRows(h []bundle.Change) []historyRow {
 		if len(out) == maxHistoryRows {
 			break
 		}
-		r := historyRow{Time: ch.Time.Format("2006-01-02 15:04:05Z07:00"), Change: ch.Old.String() + " → " + ch.New.String(),
+		r := historyRow{Time: ch.Time.Format("2006-01-02 15:04:05Z07:00"), Change: ch.What(),
 			By: ch.Cause.By, JobID: ch.Cause.JobID, Step: ch.Cause.Step, Reason: ch.Cause.Reason}
-		if ch.NewDefault != 0 {
-			r.Change = fmt.Sprintf("default %d → %d", ch.OldDefault, ch.NewDefault)
-		}
 		if g := ch.Cause.Gates; g != nil {
-			r.Gates = fmt.Sprintf("requests %d · errors %.4f · p99 %.3g ms · class shift %.4f · agreement %.4f", g.Requests, g.ErrorRate, g.P99Ms, g.ClassShift, g.Agreement)
+			r.Gates = g.String()
 		}
 		out = append(out, r)
 	}

@@ -105,6 +105,19 @@ type Values struct {
 	Compared  int64   `json:"compared"`
 }
 
+// String lists v for people (models history, the console): the counts,
+// the rates and every shift that could be computed.
+func (v Values) String() string {
+	s := fmt.Sprintf("requests %d, errors %.4f, p99 %.3g ms, class shift %.4f", v.Requests, v.ErrorRate, v.P99Ms, v.ClassShift)
+	if v.MeanShift >= 0 {
+		s += fmt.Sprintf(", mean shift %.4f", v.MeanShift)
+	}
+	if v.QuantileShift >= 0 {
+		s += fmt.Sprintf(", p%g shift %.4f", 100*v.ShiftAt, v.QuantileShift)
+	}
+	return s + fmt.Sprintf(", accuracy %.4f (%d labelled), agreement %.4f", v.Accuracy, v.Labelled, v.Agreement)
+}
+
 // Verdict is the judgement of one window: Outcome Pass, Fail or Wait,
 // with the failed bars (or what it waits for) in Reasons.
 type Verdict struct {

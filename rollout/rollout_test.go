@@ -294,3 +294,16 @@ func TestTelemetryJSONWithoutValues(t *testing.T) {
 		t.Fatalf("round trip of %s: got %+v, %v", b, back.Values, err)
 	}
 }
+
+// TestValuesString: the history's gate values name every shift that was
+// computed (a regressor's mean and quantile shift), and only those.
+func TestValuesString(t *testing.T) {
+	cls := Values{Requests: 10, ErrorRate: 0.1, P99Ms: 2, ClassShift: 0.25, MeanShift: -1, QuantileShift: -1, Accuracy: 0.9, Labelled: 4, Agreement: 1}
+	if got, want := cls.String(), "requests 10, errors 0.1000, p99 2 ms, class shift 0.2500, accuracy 0.9000 (4 labelled), agreement 1.0000"; got != want {
+		t.Errorf("classifier: got %q, want %q", got, want)
+	}
+	reg := Values{Requests: 10, ClassShift: -1, MeanShift: 0.5, QuantileShift: 1.25, ShiftAt: 0.9}
+	if got := reg.String(); !strings.Contains(got, "mean shift 0.5000, p90 shift 1.2500") {
+		t.Errorf("regressor: got %q, want its mean and p90 shifts", got)
+	}
+}
