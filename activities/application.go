@@ -401,10 +401,6 @@ func readOnlyPaths(ap app.Application) []string {
 	return ps
 }
 
-// appExporter names the export of an application's bundle:
-// export/app/<step> of its job directory.
-const appExporter = "app"
-
 // exportAppBundle verifies the bundle the application wrote to its model
 // dir (untrusted: bundle.ReadDir with the worker's model types) and
 // copies what it verified to the job directory's export/app/<step>,
@@ -420,7 +416,7 @@ func (a *Activities) exportAppBundle(ctx context.Context, in workflows.ReplicaIn
 		return "", fmt.Sprintf("the bundle in the model dir is not exported: %v", err)
 	}
 	defer jd.Close()
-	key := jobdir.ExportKey(appExporter, max(step, 0))
+	key := jobdir.ExportKey(jobspec.ExporterApp, max(step, 0))
 	if err := b.Save(ctx, jd.Store(), key); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Sprintf("the bundle in the model dir is not exported: %v", err)
 	}

@@ -625,8 +625,7 @@ func (r *jobReader) appLogs() {
 	}
 	var names []string
 	for _, k := range keys {
-		name, ok := strings.CutSuffix(strings.TrimPrefix(k, jobdir.LogsDir+"/"), ".log")
-		if ok && name != "" && !strings.Contains(name, "/") && k == jobdir.AppLogFile(name) {
+		if name, ok := jobdir.AppLogReplica(k); ok {
 			names = append(names, name)
 		}
 	}

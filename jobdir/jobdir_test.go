@@ -171,3 +171,16 @@ func TestWorkspaceAndLogsOnEveryBackend(t *testing.T) {
 		})
 	}
 }
+
+// TestAppLogReplica: AppLogReplica undoes AppLogFile and takes no other
+// key under logs/.
+func TestAppLogReplica(t *testing.T) {
+	if r, ok := jobdir.AppLogReplica(jobdir.AppLogFile("worker-1")); !ok || r != "worker-1" {
+		t.Errorf("AppLogReplica(AppLogFile(worker-1)) = %q, %v; want worker-1, true", r, ok)
+	}
+	for _, k := range []string{jobdir.LogsDir + "/.log", jobdir.AppTensorBoardDir + "/chief-0.log", jobdir.LogsDir + "/chief-0.txt", "chief-0.log", "data/chief-0.log"} {
+		if r, ok := jobdir.AppLogReplica(k); ok {
+			t.Errorf("AppLogReplica(%q) = %q, true; want false", k, r)
+		}
+	}
+}

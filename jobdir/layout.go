@@ -107,6 +107,17 @@ const (
 // e.g. chief-0, worker-1).
 func AppLogFile(replica string) string { return path.Join(LogsDir, replica+".log") }
 
+// AppLogReplica is AppLogFile's inverse: the replica whose log key is,
+// and ok, or false for any other key (another file under logs/, or one
+// in a folder of it such as AppTensorBoardDir).
+func AppLogReplica(key string) (replica string, ok bool) {
+	name, ok := strings.CutSuffix(strings.TrimPrefix(key, LogsDir+"/"), ".log")
+	if !ok || name == "" || strings.Contains(name, "/") || key != AppLogFile(name) {
+		return "", false
+	}
+	return name, true
+}
+
 // AppWorkspace is the key of a replica's workspace: its working directory
 // (unless the application names one), HOME, TMPDIR and the hypertune
 // metrics file: app/work/<replica>.

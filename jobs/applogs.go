@@ -8,10 +8,10 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/trainflow/trainflow/internal/storage"
@@ -30,7 +30,8 @@ var replicaName = regexp.MustCompile(`^[a-z]+-[0-9]+$`)
 // stream-logs` shows them. It reads regular files only, under the job
 // directory's logs/ and named as a replica's log, nothing else.
 type LogTail struct {
-	logs string // the local logs directory
+	root string // the local job directory
+	logs string // its logs directory
 	off  map[string]int64
 	part map[string][]byte // a replica's last line, not ended yet
 }
@@ -46,7 +47,7 @@ func NewLogTail(jobDir string) (*LogTail, error) {
 		}
 		root = jobdir.FilePath(u)
 	}
-	return &LogTail{logs: filepath.Join(root, filepath.FromSlash(jobdir.LogsDir)), off: map[string]int64{}, part: map[string][]byte{}}, nil
+	return &LogTail{root: root, logs: filepath.Join(root, filepath.FromSlash(jobdir.LogsDir)), off: map[string]int64{}, part: map[string][]byte{}}, nil
 }
 
 // Poll calls fn with each line the replicas' logs gained since the last
@@ -63,7 +64,7 @@ func (t *LogTail) Poll(final bool, fn func(replica, line string) error) error {
 	}
 	var names []string
 	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".log")
+		name, ok := jobdir.AppLogReplica(path.Join(jobdir.LogsDir, e.Name()))
 		if ok && e.Type().IsRegular() && replicaName.MatchString(name) {
 			names = append(names, name)
 		}
@@ -78,7 +79,7 @@ func (t *LogTail) Poll(final bool, fn func(replica, line string) error) error {
 }
 
 func (t *LogTail) read(name string, final bool, fn func(replica, line string) error) error {
-	p := filepath.Join(t.logs, name+".log")
+	p := filepath.Join(t.root, filepath.FromSlash(jobdir.AppLogFile(name)))
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

@@ -386,9 +386,12 @@ const (
 	ExporterLatest = "latest"
 	ExporterBest   = "best"
 	ExporterFinal  = "final"
-	GoalMaximize   = train.Maximize
-	GoalMinimize   = train.Minimize
-	PublishNone    = "none"
+	// ExporterApp is the export of the bundle an application wrote to
+	// its model dir (export/app/<step>), not a type a spec may name.
+	ExporterApp  = "app"
+	GoalMaximize = train.Maximize
+	GoalMinimize = train.Minimize
+	PublishNone  = "none"
 )
 
 // followable are the metrics a best exporter or a tuning job can follow
