@@ -136,29 +136,13 @@ func badPath(shard string) string {
 // fails with ErrShardBytes before anything is written.
 func TransformBlock(t *Transform, b Block, jobDir string, seed uint64, maxBytes int64) (ShardResult, error) {
 	res := ShardResult{Split: b.Split, Name: ShardName(b.Split, b.Index, b.Of), File: b.Path}
-	var src rowSource
-	if t.Schema.format() == FormatIDX {
-		is, err := t.Schema.idxRows(b)
-		if err != nil {
-			return res, err
-		}
-		is.shuffle(seed, b.Index)
-		src = is
-	} else {
-		p, err := t.Schema.parser(b.Path)
-		if err != nil {
-			return res, err
-		}
-		// A bad record copies what it keeps of data (see badRecord).
-		data, base, release, err := readPooledBlock(b)
-		defer release()
-		if err != nil {
-			return res, err
-		}
-		lines := t.Schema.dataLines(b, data, base)
-		shuffleLines(lines, seed, b.Index)
-		src = &lineRows{p: p, b: b, data: data, base: base, lines: lines}
+	// A bad record copies what it keeps of the block (see badRecord).
+	src, release, err := t.Schema.openRows(b, true)
+	defer release()
+	if err != nil {
+		return res, err
 	}
+	src.shuffle(seed, b.Index)
 
 	if err := checkShardBytes(t, int64(src.len()), maxBytes, fmt.Sprintf("%s block %d of %s", b.Split, b.Index, b.Path)); err != nil {
 		return res, err
@@ -172,11 +156,7 @@ func TransformBlock(t *Transform, b Block, jobDir string, seed uint64, maxBytes 
 	row := make([]Value, len(t.Schema.Columns))
 	x := make([]float64, t.Dim)
 	for k := range src.len() {
-		err := src.parse(k, row)
-		var y float64
-		if err == nil {
-			y, err = t.Label(row)
-		}
+		y, err := t.parseLabelled(src, k, row)
 		if err != nil {
 			rec := badRecord(src, k, b.Path, err)
 			if res.Bad == nil {
@@ -226,6 +206,9 @@ type rowSource interface {
 	len() int
 	// parse parses row k into dst.
 	parse(k int, dst []Value) error
+	// shuffle permutes the rows with a PCG generator seeded by (seed,
+	// block).
+	shuffle(seed uint64, block int)
 	// where locates row k for a bad record: line (or record) number,
 	// byte offset, and the raw record cut at maxRecordBytes.
 	where(k int) (line, offset int64, record string)
@@ -240,7 +223,47 @@ type lineRows struct {
 	lines []lineRef
 }
 
+// openRows opens block b's rows, in file order: the images and labels of
+// an IDX block, or the data lines of a CSV or JSON Lines block. With
+// recycle, the lines are read into a recycled buffer and release (never
+// nil, error or not) recycles it, once no string of a parsed row is
+// referenced any more; without, the strings of parsed rows may be kept
+// and release does nothing.
+func (s *Schema) openRows(b Block, recycle bool) (src rowSource, release func(), err error) {
+	if s.format() == FormatIDX {
+		is, err := s.idxRows(b)
+		return is, func() {}, err
+	}
+	p, err := s.parser(b.Path)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	var data string
+	var base int64
+	release = func() {}
+	if recycle {
+		data, base, release, err = readPooledBlock(b)
+	} else {
+		data, base, err = readBlock(b)
+	}
+	if err != nil {
+		return nil, release, err
+	}
+	return &lineRows{p: p, b: b, data: data, base: base, lines: s.dataLines(b, data, base)}, release, nil
+}
+
+// parseLabelled parses row k of src into row and returns its target as
+// t.Label gives it: the rows preprocessing keeps; an error rejects it.
+func (t *Transform) parseLabelled(src rowSource, k int, row []Value) (float64, error) {
+	if err := src.parse(k, row); err != nil {
+		return 0, err
+	}
+	return t.Label(row)
+}
+
 func (l *lineRows) len() int { return len(l.lines) }
+
+func (l *lineRows) shuffle(seed uint64, block int) { shuffleLines(l.lines, seed, block) }
 
 func (l *lineRows) parse(k int, dst []Value) error {
 	r := l.lines[k]

@@ -8,9 +8,9 @@ import "fmt"
 // vocabulary): the rows preprocessing would keep, read by the same
 // parsers. Rows that do not parse or whose label t does not know are
 // skipped and counted in bad, as preprocessing rejects them. row is
-// reused between calls. It returns fn's first error. Used by the
-// blessing, which evaluates several models on the same raw rows, each
-// through its own Transform.
+// reused between calls, but the strings in it may be kept. It returns
+// fn's first error. Used by the blessing, which evaluates several models
+// on the same raw rows, each through its own Transform.
 func (t *Transform) EachRow(files []string, fn func(row []Value, label float64) error) (rows, bad int64, err error) {
 	s := &t.Schema
 	var blocks []Block
@@ -24,30 +24,14 @@ func (t *Transform) EachRow(files []string, fn func(row []Value, label float64) 
 	}
 	row := make([]Value, len(s.Columns))
 	for _, b := range blocks {
-		var src rowSource
-		if s.format() == FormatIDX {
-			is, err := s.idxRows(b)
-			if err != nil {
-				return rows, bad, err
-			}
-			src = is
-		} else {
-			p, err := s.parser(b.Path)
-			if err != nil {
-				return rows, bad, err
-			}
-			data, base, err := ReadBlock(b)
-			if err != nil {
-				return rows, bad, err
-			}
-			src = &lineRows{p: p, b: b, data: data, base: base, lines: s.dataLines(b, data, base)}
+		// Not recycled: fn may keep the strings of a row (the blessing
+		// keys its slices by them).
+		src, _, err := s.openRows(b, false)
+		if err != nil {
+			return rows, bad, err
 		}
 		for k := range src.len() {
-			err := src.parse(k, row)
-			var y float64
-			if err == nil {
-				y, err = t.Label(row)
-			}
+			y, err := t.parseLabelled(src, k, row)
 			if err != nil {
 				bad++
 				continue
