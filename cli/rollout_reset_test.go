@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,22 +26,11 @@ import (
 // it. The history lists every change, under the one rollout ID, and
 // every answer of the load is 2xx from the baseline or the candidate.
 func TestRolloutResetWithTemporalCLI(t *testing.T) {
-	home := t.TempDir()
-	fixture := filepath.Join("..", "bundle", "testdata", "v1")
-	if err := os.CopyFS(filepath.Join(home, "models", "census"), os.DirFS(filepath.Join(fixture, "repo", "census"))); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, "models", "census", bundle.DefaultFile), []byte("1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	home := censusHome(t)
 	st := testStack(t, home)
 	tc := newTemporalCLI(t, st)
 	ctx := context.Background()
-	instances, _ := heldOut(t, 50)
-	bodies := make([][]byte, len(instances))
-	for i, inst := range instances {
-		bodies[i], _ = json.Marshal(map[string]any{"instances": []any{inst}})
-	}
+	bodies := predictBodies(t, 50)
 	l := startLoad(t, "http://"+st.HTTPAddr+"/v1/models/census:predict", bodies)
 	id := workflows.RolloutWorkflowID("census")
 	status := func() (workflows.RolloutStatus, error) {

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"math"
 	"net/http"
@@ -158,14 +157,7 @@ func constantBundle(t *testing.T, fixture, parent string) *bundle.Bundle {
 // histories (rollout_promoted, rollout_rolled_back) for the replay test
 // if they are missing.
 func TestRolloutOnRealStack(t *testing.T) {
-	home := t.TempDir()
-	fixture := filepath.Join("..", "bundle", "testdata", "v1")
-	if err := os.CopyFS(filepath.Join(home, "models", "census"), os.DirFS(filepath.Join(fixture, "repo", "census"))); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, "models", "census", bundle.DefaultFile), []byte("1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	home := censusHome(t)
 	st := testStack(t, home)
 	ctx := context.Background()
 	repo, err := bundle.OpenRepository(ctx, filepath.Join(home, "models"))
@@ -173,18 +165,14 @@ func TestRolloutOnRealStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer repo.Close()
-	broken := constantBundle(t, filepath.Join(fixture, "bundle"), t.TempDir())
+	broken := constantBundle(t, filepath.Join("..", "bundle", "testdata", "v1", "bundle"), t.TempDir())
 	if v, _, err := repo.Publish(ctx, "census", "broken", broken, false); err != nil || v != 3 {
 		t.Fatalf("publish the broken bundle: version %d, %v; want 3", v, err)
 	}
 	if err := st.Registry.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	instances, _ := heldOut(t, 200)
-	bodies := make([][]byte, len(instances))
-	for i, inst := range instances {
-		bodies[i], _ = json.Marshal(map[string]any{"instances": []any{inst}})
-	}
+	bodies := predictBodies(t, 200)
 	l := startLoad(t, "http://"+st.HTTPAddr+"/v1/models/census:predict", bodies)
 	gates := rollout.Gates{MinRequests: 50, MaxErrorRate: 0.01, MaxClassShift: 0.15}
 	// A baseline for the latency figure: the first 1000 answers.
@@ -361,14 +349,7 @@ func TestModelsRouteCommand(t *testing.T) {
 // skipped) and promotes; every answer of the load is 2xx from the
 // baseline or the candidate.
 func TestRolloutSurvivesWorkerKill(t *testing.T) {
-	home := t.TempDir()
-	fixture := filepath.Join("..", "bundle", "testdata", "v1")
-	if err := os.CopyFS(filepath.Join(home, "models", "census"), os.DirFS(filepath.Join(fixture, "repo", "census"))); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, "models", "census", bundle.DefaultFile), []byte("1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	home := censusHome(t)
 	st := testStack(t, home, func(c *stackConfig) { c.NoWorker = true })
 	exe, err := os.Executable()
 	if err != nil {
@@ -389,11 +370,7 @@ func TestRolloutSurvivesWorkerKill(t *testing.T) {
 	}
 	w := startWorker()
 	defer func() { kill(w) }()
-	instances, _ := heldOut(t, 50)
-	bodies := make([][]byte, len(instances))
-	for i, inst := range instances {
-		bodies[i], _ = json.Marshal(map[string]any{"instances": []any{inst}})
-	}
+	bodies := predictBodies(t, 50)
 	l := startLoad(t, "http://"+st.HTTPAddr+"/v1/models/census:predict", bodies)
 	ctx := context.Background()
 	run, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"5", "50", "100"},
@@ -458,19 +435,8 @@ func TestRolloutSurvivesWorkerKill(t *testing.T) {
 // starts it again on the same home: the rollout resumes from Temporal's
 // database at that step (its timer was durable) and promotes.
 func TestRolloutSurvivesStackRestart(t *testing.T) {
-	home := t.TempDir()
-	fixture := filepath.Join("..", "bundle", "testdata", "v1")
-	if err := os.CopyFS(filepath.Join(home, "models", "census"), os.DirFS(filepath.Join(fixture, "repo", "census"))); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, "models", "census", bundle.DefaultFile), []byte("1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	instances, _ := heldOut(t, 50)
-	bodies := make([][]byte, len(instances))
-	for i, inst := range instances {
-		bodies[i], _ = json.Marshal(map[string]any{"instances": []any{inst}})
-	}
+	home := censusHome(t)
+	bodies := predictBodies(t, 50)
 	st := testStack(t, home)
 	l := startLoad(t, "http://"+st.HTTPAddr+"/v1/models/census:predict", bodies)
 	ctx := context.Background()
