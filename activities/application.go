@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,8 +171,8 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	if err != nil {
 		return res, err
 	}
+	defer jd.Close()
 	key, err := jd.reportKey(ctx) // signs the registration and progress reports
-	jd.Close()
 	if err != nil {
 		return res, err
 	}
@@ -256,7 +259,7 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		return res, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: %w", task.Name(), err))
 	}
 	activity.GetLogger(ctx).Info("application replica started", "replica", task.Name(), "gen", in.Gen, "pid", p.PID(), "addr", reg.Addr)
-	ex, last, err := a.follow(ctx, p, r, in, hb, key)
+	ex, last, err := a.follow(ctx, p, r, in, hb, key, newMetricsLog(jd, task))
 	res.Step, res.Metrics = last.Step, last.Values
 	if err != nil {
 		return res, err
@@ -322,7 +325,7 @@ func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen i
 // (AppProgressSignal). A replica whose reported step has not moved for
 // the job's stall timeout, once it reported one, is stopped and lost. The
 // job ending stops p; follow then returns the context's error.
-func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, in workflows.ReplicaInput, hb *beater, key ed25519.PrivateKey) (app.Exit, app.Metric, error) {
+func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, in workflows.ReplicaInput, hb *beater, key ed25519.PrivateKey, ml *metricsLog) (app.Exit, app.Metric, error) {
 	t := time.NewTicker(appPoll)
 	defer t.Stop()
 	stall := time.Duration(in.Cluster.StallTimeoutSecs) * time.Second
@@ -336,7 +339,7 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 	for {
 		select {
 		case <-p.Done():
-			m, _ := a.latestMetric(r)
+			m, _ := a.latestMetric(ctx, r, ml)
 			if m.Step >= last.Step && m.Values != nil {
 				last = m
 			}
@@ -350,7 +353,7 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 			p.Stop(AppStopGrace)
 			return app.Exit{}, last, ctx.Err()
 		case now := <-t.C:
-			m, ok := a.latestMetric(r)
+			m, ok := a.latestMetric(ctx, r, ml)
 			if ok && (last.Values == nil || m.Step > last.Step) {
 				last, moved = m, now
 				hb.set(ctx, workflows.AppProgress{Step: m.Step, Metrics: m.Values})
@@ -371,13 +374,74 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 	}
 }
 
-// latestMetric is the newest line of the replica's metrics file.
-func (a *Activities) latestMetric(r app.Replica) (app.Metric, bool) {
+// latestMetric is the newest line of the replica's metrics file; ml
+// (nil: none) records the lines it has not recorded yet.
+func (a *Activities) latestMetric(ctx context.Context, r app.Replica, ml *metricsLog) (app.Metric, bool) {
 	ms, err := app.ReadMetricsFile(r.MetricsFile())
+	ml.record(ctx, ms)
 	if err != nil {
 		return app.Metric{}, false
 	}
 	return app.Latest(ms)
+}
+
+// Bounds of the app_metrics events a replica records.
+const (
+	maxAppEventsPerPoll = 64  // the newest lines of a poll; older new ones are left out
+	maxAppEventTags     = 32  // tags of one event, the first in sorted order
+	maxAppEventTag      = 128 // bytes of a tag; longer ones are left out
+)
+
+// metricsLog records the lines of a replica's hypertune metrics file as
+// app_metrics events of the job directory (jobdir.AppMetrics), which the
+// console's job page draws as curves over the global step. Only the
+// chief's and the evaluator's are recorded (the job's progress and its
+// evaluation); a nil *metricsLog records nothing.
+type metricsLog struct {
+	jd      *jobDir
+	replica string
+	n       int  // lines of the file recorded
+	failed  bool // a write failed: logged once, then given up
+}
+
+// newMetricsLog is the log of task's metrics, nil for a task whose
+// metrics are not recorded.
+func newMetricsLog(jd *jobDir, task app.Task) *metricsLog {
+	if task.Type != workflows.ReplicaChief && task.Type != workflows.ReplicaEvaluator {
+		return nil
+	}
+	return &metricsLog{jd: jd, replica: task.Name()}
+}
+
+// record records the lines of ms (the whole file, as read) beyond those
+// recorded; a file that shrank (the program started it again) is
+// recorded from its start. Values that are not finite are left out (JSON
+// has no NaN).
+func (l *metricsLog) record(ctx context.Context, ms []app.Metric) {
+	if l == nil || l.failed {
+		return
+	}
+	if len(ms) < l.n {
+		l.n = 0
+	}
+	fresh := ms[l.n:]
+	l.n = len(ms)
+	if len(fresh) > maxAppEventsPerPoll {
+		fresh = fresh[len(fresh)-maxAppEventsPerPoll:]
+	}
+	for _, m := range fresh {
+		vs := map[string]float64{}
+		for _, k := range slices.Sorted(maps.Keys(m.Values)) {
+			if v := m.Values[k]; len(vs) < maxAppEventTags && len(k) <= maxAppEventTag && !math.IsNaN(v) && !math.IsInf(v, 0) {
+				vs[k] = v
+			}
+		}
+		if err := l.jd.Event(ctx, jobdir.AppMetrics{Replica: l.replica, GlobalStep: m.Step, Metrics: vs}); err != nil {
+			activity.GetLogger(ctx).Warn("record the application's metrics; no more are recorded", "replica", l.replica, "error", err)
+			l.failed = true
+			return
+		}
+	}
 }
 
 // readOnlyPaths are the host paths a sandboxed application reads: its

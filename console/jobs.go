@@ -401,6 +401,9 @@ func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
 		}
 		curves = append(curves, series{Name: m + " (eval)", Points: d.Eval[m].points()})
 	}
+	for _, name := range d.AppOrder {
+		curves = append(curves, series{Name: name, Points: d.App[name].points()})
+	}
 	ckpts := d.Checkpoints.steps()
 	var exportSteps []float64
 	for _, e := range d.Exports {

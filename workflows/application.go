@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -193,6 +194,52 @@ type appState struct {
 	cluster AppCluster
 	p       *Progress
 	key     ed25519.PublicKey // verifies the replicas' reports
+	// best follows the job's best metric (since appAttrsChange; nil
+	// before).
+	best *appBest
+}
+
+// appAttrsChange marks the best metric of an application job: the
+// TrainflowBestMetric search attribute and the progress's best, from
+// the chief's reports (runs recorded before it upserted no best).
+const appAttrsChange = "app-best-metric"
+
+// appBest is an application job's best metric: the metric of the spec's
+// best exporter (eval_spec.exporters; accuracy unless it names another)
+// with its goal, as the chief reports it in its hypertune metrics file
+// (its progress reports and its last line).
+type appBest struct {
+	metric, goal string
+}
+
+// newAppBest is the best metric of spec: nil when its exporters have no
+// best exporter.
+func newAppBest(spec jobspec.JobSpec) *appBest {
+	for _, x := range spec.Eval.Exporters {
+		if x.Type == jobspec.ExporterBest {
+			return &appBest{metric: x.Metric, goal: x.Goal}
+		}
+	}
+	return nil
+}
+
+// observe takes the chief's metrics at step: a value of the best metric
+// that improves on the best so far becomes the progress's best and the
+// TrainflowBestMetric search attribute. Values that are not finite are
+// ignored.
+func (s *appState) observe(ctx workflow.Context, step int64, metrics map[string]float64) {
+	b := s.best
+	if b == nil {
+		return
+	}
+	v, ok := metrics[b.metric]
+	if !ok || math.IsNaN(v) || math.IsInf(v, 0) || !improves(v, s.p.BestMetric, b.goal) {
+		return
+	}
+	s.p.BestMetric, s.p.BestStep, s.p.BestMetricName = &v, step, b.metric
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchBestMetric.ValueSet(v)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
+	}
 }
 
 // validate checks a registration before it is accepted: this run, this
@@ -228,6 +275,9 @@ func (s *appState) find(typ string, index int) int {
 func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner, p *Progress, res JobResult) (JobResult, error) {
 	workflow.GetVersion(ctx, appChange, workflow.DefaultVersion, 1)
 	s := &appState{p: p}
+	if workflow.GetVersion(ctx, appAttrsChange, workflow.DefaultVersion, 1) >= 1 {
+		s.best = newAppBest(spec)
+	}
 	// A new key for each run, as for the built-in roles' reports.
 	kctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "report key"))
 	k, err := acts.ReportKey.Run(kctx, ReportKeyInput{JobDir: prep.JobDir})
@@ -271,6 +321,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 					p.Loss = v
 				}
 			}
+			s.observe(ctx, ap.Step, ap.Metrics)
 		}
 	})
 	p.MaxSteps = 0 // the program's own business
@@ -294,6 +345,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			if acc, ok := chief.Metrics["accuracy"]; ok {
 				res.Metrics.Accuracy = acc
 			}
+			s.observe(ctx, chief.Step, chief.Metrics)
 			why := "the application wrote no trainflow bundle to its model dir"
 			if chief.Bundle {
 				why = "publishing a bundle an application wrote is not supported yet"
