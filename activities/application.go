@@ -187,6 +187,9 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		Workspace:      filepath.Join(root, filepath.FromSlash(jobdir.AppWorkspace(task.Name()))),
 		Job: app.JobInfo{JobID: in.JobID, ScaleTier: in.Cluster.ScaleTier, WorkerCount: in.Cluster.WorkerCount, ParameterServerCount: in.Cluster.ParameterServerCount,
 			Application: in.Application.Name, Args: in.Application.Args, JobDir: in.JobDir}}
+	if c := in.Cluster.Evaluator; c != nil && *c {
+		r.Job.EvaluatorCount = 1
+	}
 	res.ModelDir = r.ModelDir
 	if in.Application.IsPackage() {
 		s := in.Application
@@ -351,6 +354,7 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 			default:
 			}
 			p.Stop(AppStopGrace)
+			a.latestMetric(ctx, r, ml) // what it reported before it stopped
 			return app.Exit{}, last, ctx.Err()
 		case now := <-t.C:
 			m, ok := a.latestMetric(ctx, r, ml)
