@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trainflow/trainflow/workflows"
 )
 
 // TestApplicationBundle: a program that writes a trainflow bundle (the
@@ -26,6 +28,7 @@ func TestApplicationBundle(t *testing.T) {
 	if res.Version != 1 || res.Note != "" || res.Export != filepath.Join(home, "jobs", "app_bundle", "export", "app", "0") {
 		t.Fatalf("published version %d from %q, note %q; want version 1 from export/app/0 and no note", res.Version, res.Export, res.Note)
 	}
+	recordApp(t, st, "app_bundle", "application_published", versionProof("app-publish"), activityProof(workflows.PublishActivity))
 	instances := filepath.Join(t.TempDir(), "instances.json")
 	os.WriteFile(instances, []byte(demoInstance+"\n"), 0o644)
 	code, out, errs := cli(t, "predict", "--server", "http://"+st.HTTPAddr, "--model", "appcensus", "--json-instances", instances, "--output", "json")

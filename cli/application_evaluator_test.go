@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
@@ -59,6 +60,7 @@ func TestApplicationEvaluator(t *testing.T) {
 		t.Errorf("chief's TF_CONFIG %s: want the evaluator counted in job, never in cluster", got)
 	}
 	noProcessLeft(t, okDir, "evaluator-0")
+	recordApp(t, st, "ev_ok", "application_evaluator", versionProof("app-best-metric"), eventProof(enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES))
 
 	d, err := st.Client.DescribeWorkflowExecution(context.Background(), "ev_ok", "")
 	if err != nil {
