@@ -21,8 +21,9 @@ import (
 // path with the real CLI. The ID of a running job: `jobs submit` refuses
 // it, and a start the Temporal UI's way gets the running job itself. The
 // ID of an ended job started again the UI's way: the new run is refused
-// as JobExists before any replica is scheduled, and `jobs describe` still
-// shows the job's own run. A job whose program failed with the user's
+// as JobExists before any replica is scheduled, and `jobs describe`,
+// `jobs stream-logs` and the console's job page still show the job's own
+// run. A job whose program failed with the user's
 // error (a file it needs is missing) is reset once the file is there:
 // `jobs reset --to train` runs the program again, in a cluster of the
 // reset run's own registrations (the old run's, which Temporal re-applies,
@@ -83,6 +84,14 @@ func TestApplicationDuplicateAndReset(t *testing.T) {
 	}
 	if code, out, errs := cli(t, "jobs", "describe", hold, "--temporal", addr); code != exitOK || !strings.Contains(out, first) || !strings.Contains(out, "CANCELLED") {
 		t.Errorf("jobs describe after the refused run: exit %d: %s %s; want the job's own run %s, CANCELLED", code, out, errs, first)
+	}
+	// So do stream-logs and the console's job page (they showed the
+	// refused run).
+	if code, out, errs := cli(t, "jobs", "stream-logs", hold, "--temporal", addr); code != exitOK || strings.Contains(out, workflows.PhaseDuplicate) || !strings.Contains(out, "job cancelled") || !strings.Contains(out, "AppReplica") {
+		t.Errorf("jobs stream-logs after the refused run: exit %d: %s %s; want the job's own run: its replica, cancelled", code, out, errs)
+	}
+	if code, page := get(t, "http://"+st.HTTPAddr, "/console/jobs/"+hold); code != 200 || strings.Contains(page, workflows.PhaseDuplicate) || !strings.Contains(page, "CANCELLED") || !strings.Contains(page, first) {
+		t.Errorf("console job page after the refused run: %d, want the job's own run %s, CANCELLED:\n%s", code, first, page)
 	}
 
 	// A failed job reset after the fix.
