@@ -262,8 +262,10 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		return res, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: %w", task.Name(), err))
 	}
 	activity.GetLogger(ctx).Info("application replica started", "replica", task.Name(), "gen", in.Gen, "pid", p.PID(), "addr", reg.Addr)
-	ex, last, err := a.follow(ctx, p, r, in, hb, key, newMetricsLog(jd, task))
+	ml := newMetricsLog(jd, task)
+	ex, last, err := a.follow(ctx, p, r, in, hb, key, ml)
 	res.Step, res.Metrics = last.Step, last.Values
+	res.Extremes = ml.extremes()
 	if err != nil {
 		return res, err
 	}
@@ -404,8 +406,44 @@ const (
 type metricsLog struct {
 	jd      *jobDir
 	replica string
-	n       int  // lines of the file recorded
+	n       int  // lines of the file read
 	failed  bool // a write failed: logged once, then given up
+	// ext are the extremes of each tag read (the first maxAppEventTags).
+	ext map[string]workflows.MetricExtremes
+}
+
+// extremes are the extremes of each tag the file held, nil if none
+// (or l is nil).
+func (l *metricsLog) extremes() map[string]workflows.MetricExtremes {
+	if l == nil || len(l.ext) == 0 {
+		return nil
+	}
+	return l.ext
+}
+
+// observe adds the finite values of m to the extremes.
+func (l *metricsLog) observe(m app.Metric) {
+	if l.ext == nil {
+		l.ext = map[string]workflows.MetricExtremes{}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Values)) {
+		v := m.Values[k]
+		if math.IsNaN(v) || math.IsInf(v, 0) || len(k) > maxAppEventTag {
+			continue
+		}
+		e, ok := l.ext[k]
+		switch {
+		case !ok && len(l.ext) >= maxAppEventTags:
+			continue
+		case !ok:
+			e = workflows.MetricExtremes{Min: v, MinStep: m.Step, Max: v, MaxStep: m.Step}
+		case v < e.Min:
+			e.Min, e.MinStep = v, m.Step
+		case v > e.Max:
+			e.Max, e.MaxStep = v, m.Step
+		}
+		l.ext[k] = e
+	}
 }
 
 // newMetricsLog is the log of task's metrics, nil for a task whose
@@ -418,11 +456,11 @@ func newMetricsLog(jd *jobDir, task app.Task) *metricsLog {
 }
 
 // record records the lines of ms (the whole file, as read) beyond those
-// recorded; a file that shrank (the program started it again) is
+// read before; a file that shrank (the program started it again) is
 // recorded from its start. Values that are not finite are left out (JSON
 // has no NaN).
 func (l *metricsLog) record(ctx context.Context, ms []app.Metric) {
-	if l == nil || l.failed {
+	if l == nil {
 		return
 	}
 	if len(ms) < l.n {
@@ -430,6 +468,12 @@ func (l *metricsLog) record(ctx context.Context, ms []app.Metric) {
 	}
 	fresh := ms[l.n:]
 	l.n = len(ms)
+	for _, m := range fresh {
+		l.observe(m)
+	}
+	if l.failed {
+		return
+	}
 	if len(fresh) > maxAppEventsPerPoll {
 		fresh = fresh[len(fresh)-maxAppEventsPerPoll:]
 	}

@@ -72,11 +72,13 @@ func TestApplicationEvaluator(t *testing.T) {
 	if converter.GetDefaultDataConverter().FromPayload(fields[workflows.SearchState.GetName()], &state); state != workflows.PhaseSucceeded {
 		t.Errorf("search attribute %s = %q, want %s", workflows.SearchState.GetName(), state, workflows.PhaseSucceeded)
 	}
-	if converter.GetDefaultDataConverter().FromPayload(fields[workflows.SearchBestMetric.GetName()], &best); best != 0.9 {
-		t.Errorf("search attribute %s = %g, want the chief's best accuracy 0.9", workflows.SearchBestMetric.GetName(), best)
+	// The best is the chief's peak, not its last line (the three lines
+	// came faster than its progress reports).
+	if converter.GetDefaultDataConverter().FromPayload(fields[workflows.SearchBestMetric.GetName()], &best); best != 0.95 {
+		t.Errorf("search attribute %s = %g, want the chief's best accuracy 0.95", workflows.SearchBestMetric.GetName(), best)
 	}
-	if p.BestMetric == nil || *p.BestMetric != 0.9 || p.BestMetricName != "accuracy" || p.BestStep != 300 {
-		t.Errorf("progress best %v %q at %d, want accuracy 0.9 at 300", p.BestMetric, p.BestMetricName, p.BestStep)
+	if p.BestMetric == nil || *p.BestMetric != 0.95 || p.BestMetricName != "accuracy" || p.BestStep != 200 {
+		t.Errorf("progress best %v %q at %d, want accuracy 0.95 at 200", p.BestMetric, p.BestMetricName, p.BestStep)
 	}
 
 	// The console's job page: the reported accuracy of the chief (three

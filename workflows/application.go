@@ -166,6 +166,20 @@ type ReplicaResult struct {
 	// says why there is none (the bundle is refused, naming the file).
 	BundleDir   string `json:"bundle_dir,omitempty"`
 	BundleError string `json:"bundle_error,omitempty"`
+	// Extremes are, by tag, the lowest and highest values of the
+	// replica's metrics file (the chief's and the evaluator's; at most 32
+	// tags): the job's best metric, however few of the chief's lines its
+	// progress reports carried.
+	Extremes map[string]MetricExtremes `json:"extremes,omitempty"`
+}
+
+// MetricExtremes are the lowest value of a reported metric and its step,
+// and the highest and its step (of equal values, the first).
+type MetricExtremes struct {
+	Min     float64 `json:"min"`
+	MinStep int64   `json:"min_step"`
+	Max     float64 `json:"max"`
+	MaxStep int64   `json:"max_step"`
 }
 
 // AppReplicas lists the replicas of an application job's cluster: the
@@ -207,7 +221,8 @@ const appAttrsChange = "app-best-metric"
 // appBest is an application job's best metric: the metric of the spec's
 // best exporter (eval_spec.exporters; accuracy unless it names another)
 // with its goal, as the chief reports it in its hypertune metrics file
-// (its progress reports and its last line).
+// (its progress reports, its last line, and the extremes of its metrics
+// file).
 type appBest struct {
 	metric, goal string
 }
@@ -221,6 +236,22 @@ func newAppBest(spec jobspec.JobSpec) *appBest {
 		}
 	}
 	return nil
+}
+
+// observeExtremes takes the extremes of the chief's metrics file: the
+// lowest or highest value of the best metric (by its goal), as observe.
+func (s *appState) observeExtremes(ctx workflow.Context, ext map[string]MetricExtremes) {
+	if s.best == nil {
+		return
+	}
+	e, ok := ext[s.best.metric]
+	switch {
+	case !ok:
+	case s.best.goal == jobspec.GoalMinimize:
+		s.observe(ctx, e.MinStep, map[string]float64{s.best.metric: e.Min})
+	default:
+		s.observe(ctx, e.MaxStep, map[string]float64{s.best.metric: e.Max})
+	}
 }
 
 // observe takes the chief's metrics at step: a value of the best metric
@@ -345,6 +376,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			if acc, ok := chief.Metrics["accuracy"]; ok {
 				res.Metrics.Accuracy = acc
 			}
+			s.observeExtremes(ctx, chief.Extremes)
 			s.observe(ctx, chief.Step, chief.Metrics)
 			why := "the application wrote no trainflow bundle to its model dir"
 			if chief.Bundle {

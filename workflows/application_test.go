@@ -109,8 +109,8 @@ func TestApplicationGenerations(t *testing.T) {
 // through its phases, its model and scale tier, and as its best metric
 // each value of the best exporter's metric (accuracy by default, or the
 // one eval_spec names, with its goal) that improves on the best so far,
-// from the chief's signed progress reports and its last metrics; a
-// forged report moves nothing.
+// from the chief's signed progress reports, the extremes of its metrics
+// file and its last metrics; a forged report moves nothing.
 func TestApplicationSearchAttributes(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -118,20 +118,27 @@ func TestApplicationSearchAttributes(t *testing.T) {
 		metric    string
 		reports   []float64 // at steps 100, 200, 300…
 		last      float64   // the chief's last metrics, at step 1000
-		forged    float64
-		wantBest  []float64
-		wantStep  int64
+		// ext are the extremes of the chief's metrics file (nil: a worker
+		// from before they were reported).
+		ext      map[string]MetricExtremes
+		forged   float64
+		wantBest []float64
+		wantStep int64
 	}{
-		{"accuracy by default", nil, "accuracy", []float64{0.8, 0.9, 0.85}, 0.86, 0.99, []float64{0.8, 0.9}, 200},
-		{"the last metrics improve", nil, "accuracy", []float64{0.8}, 0.95, 0.99, []float64{0.8, 0.95}, 1000},
-		{"log_loss minimized", []jobspec.ExporterSpec{{Type: jobspec.ExporterBest, Metric: "log_loss"}}, "log_loss", []float64{0.6, 0.7, 0.4}, 0.5, 0.01, []float64{0.6, 0.4}, 300},
+		{"accuracy by default", nil, "accuracy", []float64{0.8, 0.9, 0.85}, 0.86, nil, 0.99, []float64{0.8, 0.9}, 200},
+		{"the last metrics improve", nil, "accuracy", []float64{0.8}, 0.95, nil, 0.99, []float64{0.8, 0.95}, 1000},
+		{"log_loss minimized", []jobspec.ExporterSpec{{Type: jobspec.ExporterBest, Metric: "log_loss"}}, "log_loss", []float64{0.6, 0.7, 0.4}, 0.5, nil, 0.01, []float64{0.6, 0.4}, 300},
+		{"a peak between reports, from the extremes", nil, "accuracy", []float64{0.8}, 0.86,
+			map[string]MetricExtremes{"accuracy": {Min: 0.5, MinStep: 1, Max: 0.97, MaxStep: 450}}, 0.99, []float64{0.8, 0.97}, 450},
+		{"a low between reports, minimized", []jobspec.ExporterSpec{{Type: jobspec.ExporterBest, Metric: "log_loss"}}, "log_loss", []float64{0.6}, 0.5,
+			map[string]MetricExtremes{"log_loss": {Min: 0.2, MinStep: 700, Max: 0.9, MaxStep: 1}, "accuracy": {Max: 1, MaxStep: 5}}, 0.01, []float64{0.6, 0.2}, 700},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newEnv(t, "a")
 			registerStubs(env, acts.AppReplica)
 			env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/a"}, nil)
 			env.OnActivity(AppReplicaActivity, mock.Anything, mock.Anything).After(time.Hour).
-				Return(ReplicaResult{Type: ReplicaChief, Step: 1000, ModelDir: "/jobs/a/model", Metrics: map[string]float64{tc.metric: tc.last, "other": 7}}, nil)
+				Return(ReplicaResult{Type: ReplicaChief, Step: 1000, ModelDir: "/jobs/a/model", Metrics: map[string]float64{tc.metric: tc.last, "other": 7}, Extremes: tc.ext}, nil)
 			var mu sync.Mutex
 			var states, models, tiers []string
 			var best []float64
