@@ -391,11 +391,17 @@ func (a *Activities) latestMetric(ctx context.Context, r app.Replica, ml *metric
 	return app.Latest(ms)
 }
 
-// Bounds of the app_metrics events a replica records.
+// Bounds of the app_metrics events a replica records: a program that
+// reports every step would otherwise grow the events log as fast as its
+// own file. Events are taken from a bucket of maxAppEventsBurst that
+// refills at appEventsPerSec; a read records its newest new lines that
+// the bucket holds, and leaves the older ones out (they still count in
+// the extremes).
 const (
-	maxAppEventsPerPoll = 64  // the newest lines of a poll; older new ones are left out
-	maxAppEventTags     = 32  // tags of one event, the first in sorted order
-	maxAppEventTag      = 128 // bytes of a tag; longer ones are left out
+	maxAppEventsBurst = 64
+	appEventsPerSec   = 2
+	maxAppEventTags   = 32  // tags of one event, the first in sorted order
+	maxAppEventTag    = 128 // bytes of a tag; longer ones are left out
 )
 
 // metricsLog records the lines of a replica's hypertune metrics file as
@@ -410,6 +416,10 @@ type metricsLog struct {
 	failed  bool // a write failed: logged once, then given up
 	// ext are the extremes of each tag read (the first maxAppEventTags).
 	ext map[string]workflows.MetricExtremes
+	// tokens are the events the bucket holds at time at; now is the clock.
+	tokens float64
+	at     time.Time
+	now    func() time.Time
 }
 
 // extremes are the extremes of each tag the file held, nil if none
@@ -452,7 +462,7 @@ func newMetricsLog(jd *jobDir, task app.Task) *metricsLog {
 	if task.Type != workflows.ReplicaChief && task.Type != workflows.ReplicaEvaluator {
 		return nil
 	}
-	return &metricsLog{jd: jd, replica: task.Name()}
+	return &metricsLog{jd: jd, replica: task.Name(), tokens: maxAppEventsBurst, now: time.Now}
 }
 
 // record records the lines of ms (the whole file, as read) beyond those
@@ -474,9 +484,14 @@ func (l *metricsLog) record(ctx context.Context, ms []app.Metric) {
 	if l.failed {
 		return
 	}
-	if len(fresh) > maxAppEventsPerPoll {
-		fresh = fresh[len(fresh)-maxAppEventsPerPoll:]
+	now := l.now()
+	if !l.at.IsZero() {
+		l.tokens = min(maxAppEventsBurst, l.tokens+now.Sub(l.at).Seconds()*appEventsPerSec)
 	}
+	l.at = now
+	k := min(len(fresh), int(l.tokens))
+	fresh = fresh[len(fresh)-k:]
+	l.tokens -= float64(k)
 	for _, m := range fresh {
 		vs := map[string]float64{}
 		for _, k := range slices.Sorted(maps.Keys(m.Values)) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
@@ -56,10 +57,10 @@ func TestPrepareApplication(t *testing.T) {
 }
 
 // TestMetricsLog: the chief's metrics file lines become app_metrics
-// events once each (a file that shrank is recorded from its start; at
-// most maxAppEventsPerPoll of one read, the newest; values that are not
-// finite left out), and every line read counts in the extremes; a
-// worker's metrics are not recorded.
+// events once each (a file that shrank is recorded from its start; values
+// that are not finite left out; at most maxAppEventsBurst at once, then
+// appEventsPerSec, the newest lines of a read first), and every line read
+// counts in the extremes; a worker's metrics are not recorded.
 func TestMetricsLog(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -73,19 +74,23 @@ func TestMetricsLog(t *testing.T) {
 		t.Fatal("a worker's metrics are recorded")
 	}
 	ml := newMetricsLog(jd, app.Task{Type: workflows.ReplicaChief})
+	clock := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
+	ml.now = func() time.Time { return clock }
 	file := []app.Metric{{Step: 1, Values: map[string]float64{"accuracy": 0.5, "loss": math.NaN()}}, {Step: 2, Values: map[string]float64{"accuracy": 0.9}}}
 	ml.record(ctx, file)
 	file = append(file, app.Metric{Step: 3, Values: map[string]float64{"accuracy": 0.7}})
 	ml.record(ctx, file)
 	ml.record(ctx, file[:1]) // the program started its file again
 	var many []app.Metric
-	for i := range maxAppEventsPerPoll + 10 {
+	for i := range maxAppEventsBurst + 40 {
 		v := 0.1
 		if i == 0 {
 			v = 2 // a peak in a line left out of the events
 		}
 		many = append(many, app.Metric{Step: int64(10 + i), Values: map[string]float64{"accuracy": v}})
 	}
+	ml.record(ctx, append(file[:1:1], many[:maxAppEventsBurst+10]...)) // 4 of the burst are spent
+	clock = clock.Add(5 * time.Second)                                 // 10 more
 	ml.record(ctx, append(file[:1:1], many...))
 
 	evs, err := jobdir.ReadEvents(ctx, dir)
@@ -104,8 +109,11 @@ func TestMetricsLog(t *testing.T) {
 		steps = append(steps, m.GlobalStep)
 	}
 	want := []int64{1, 2, 3, 1}
-	for i := range maxAppEventsPerPoll {
-		want = append(want, int64(10+10+i))
+	for i := range maxAppEventsBurst - 4 { // the newest of the first read
+		want = append(want, int64(10+14+i))
+	}
+	for i := range 5 * appEventsPerSec { // the newest of the second
+		want = append(want, int64(10+maxAppEventsBurst+40-5*appEventsPerSec+i))
 	}
 	if fmt.Sprint(steps) != fmt.Sprint(want) {
 		t.Errorf("recorded steps %v, want %v", steps, want)
