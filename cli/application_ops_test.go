@@ -14,6 +14,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/train/app"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -29,7 +30,9 @@ import (
 // reset run's own registrations (the old run's, which Temporal re-applies,
 // are refused), and the job succeeds; the official Temporal CLI's
 // `workflow reset --type FirstWorkflowTask` of the succeeded job runs it
-// once more from its start (its job directory is still its own).
+// once more from its start (its job directory is still its own). A
+// running job reset to train: the old run's program is stopped (by PID
+// and process group), the new run runs it again to success.
 func TestApplicationDuplicateAndReset(t *testing.T) {
 	st, home := appStack(t)
 	ctx := context.Background()
@@ -122,6 +125,38 @@ func TestApplicationDuplicateAndReset(t *testing.T) {
 	tfc := lastLine(replicaLog(t, fixDir, "chief-0"), "TF_CONFIG")
 	if p.AppCluster == nil || len(p.AppCluster.Replicas) != 1 || !strings.Contains(tfc, `"chief":["`+p.AppCluster.Replicas[0].Addr+`"]`) {
 		t.Errorf("the reset run's cluster %+v; its program was told %s", p.AppCluster, tfc)
+	}
+
+	// A running job reset: the old run's program is stopped, the new
+	// run's runs it again and ends the job.
+	const live = "app_live"
+	liveDir := filepath.Join(home, "jobs", live)
+	startUIStyle(t, st.Client, live, `{"job_id":"app_live","application":{"name":"evaluator","args":["--evaluator=run"]}}`)
+	pidFile := filepath.Join(liveDir, "app", "work", "chief-0", "pid")
+	waitFile(t, st, live, pidFile)
+	old := readPID(t, pidFile)
+	code, out, errs = cli(t, "jobs", "reset", live, "--to", "train", "--temporal", addr, "--output", "json")
+	var lr struct {
+		RunID string `json:"run_id"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &lr) != nil {
+		t.Fatalf("jobs reset of a running job: exit %d: %s %s", code, out, errs)
+	}
+	for deadline := time.Now().Add(30 * time.Second); app.Alive(old) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond) // the old run's activity learns of the reset from its next heartbeat
+	}
+	if app.Alive(old) || len(app.GroupMembers(old)) > 0 {
+		t.Errorf("the reset run's program (pid %d) outlived its run", old)
+	}
+	// The evaluator.py chief waits for this mark, then ends the job.
+	if err := os.WriteFile(filepath.Join(liveDir, "model", "evaluator.ready"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := waitJob(t, st.Client.GetWorkflow(ctx, live, lr.RunID)); err != nil || res.GlobalStep != 300 {
+		t.Errorf("the reset of a running job: %v at step %d, want it to succeed at step 300", err, res.GlobalStep)
+	}
+	if n := strings.Count(replicaLog(t, liveDir, "chief-0"), "TF_CONFIG="); n != 2 {
+		t.Errorf("the program started %d times, want 2 (the old run and the reset one)", n)
 	}
 
 	t.Run("temporal workflow reset", func(t *testing.T) {
