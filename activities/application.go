@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,8 +171,8 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	if err != nil {
 		return res, err
 	}
+	defer jd.Close()
 	key, err := jd.reportKey(ctx) // signs the registration and progress reports
-	jd.Close()
 	if err != nil {
 		return res, err
 	}
@@ -184,6 +187,9 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		Workspace:      filepath.Join(root, filepath.FromSlash(jobdir.AppWorkspace(task.Name()))),
 		Job: app.JobInfo{JobID: in.JobID, ScaleTier: in.Cluster.ScaleTier, WorkerCount: in.Cluster.WorkerCount, ParameterServerCount: in.Cluster.ParameterServerCount,
 			Application: in.Application.Name, Args: in.Application.Args, JobDir: in.JobDir}}
+	if c := in.Cluster.Evaluator; c != nil && *c {
+		r.Job.EvaluatorCount = 1
+	}
 	res.ModelDir = r.ModelDir
 	if in.Application.IsPackage() {
 		s := in.Application
@@ -256,8 +262,10 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		return res, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: %w", task.Name(), err))
 	}
 	activity.GetLogger(ctx).Info("application replica started", "replica", task.Name(), "gen", in.Gen, "pid", p.PID(), "addr", reg.Addr)
-	ex, last, err := a.follow(ctx, p, r, in, hb, key)
+	ml := newMetricsLog(jd, task)
+	ex, last, err := a.follow(ctx, p, r, in, hb, key, ml)
 	res.Step, res.Metrics = last.Step, last.Values
+	res.Extremes = ml.extremes()
 	if err != nil {
 		return res, err
 	}
@@ -322,7 +330,7 @@ func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen i
 // (AppProgressSignal). A replica whose reported step has not moved for
 // the job's stall timeout, once it reported one, is stopped and lost. The
 // job ending stops p; follow then returns the context's error.
-func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, in workflows.ReplicaInput, hb *beater, key ed25519.PrivateKey) (app.Exit, app.Metric, error) {
+func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, in workflows.ReplicaInput, hb *beater, key ed25519.PrivateKey, ml *metricsLog) (app.Exit, app.Metric, error) {
 	t := time.NewTicker(appPoll)
 	defer t.Stop()
 	stall := time.Duration(in.Cluster.StallTimeoutSecs) * time.Second
@@ -336,7 +344,7 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 	for {
 		select {
 		case <-p.Done():
-			m, _ := a.latestMetric(r)
+			m, _ := a.latestMetric(ctx, r, ml)
 			if m.Step >= last.Step && m.Values != nil {
 				last = m
 			}
@@ -348,9 +356,10 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 			default:
 			}
 			p.Stop(AppStopGrace)
+			a.latestMetric(ctx, r, ml) // what it reported before it stopped
 			return app.Exit{}, last, ctx.Err()
 		case now := <-t.C:
-			m, ok := a.latestMetric(r)
+			m, ok := a.latestMetric(ctx, r, ml)
 			if ok && (last.Values == nil || m.Step > last.Step) {
 				last, moved = m, now
 				hb.set(ctx, workflows.AppProgress{Step: m.Step, Metrics: m.Values})
@@ -371,13 +380,131 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 	}
 }
 
-// latestMetric is the newest line of the replica's metrics file.
-func (a *Activities) latestMetric(r app.Replica) (app.Metric, bool) {
+// latestMetric is the newest line of the replica's metrics file; ml
+// (nil: none) records the lines it has not recorded yet.
+func (a *Activities) latestMetric(ctx context.Context, r app.Replica, ml *metricsLog) (app.Metric, bool) {
 	ms, err := app.ReadMetricsFile(r.MetricsFile())
+	ml.record(ctx, ms)
 	if err != nil {
 		return app.Metric{}, false
 	}
 	return app.Latest(ms)
+}
+
+// Bounds of the app_metrics events a replica records: a program that
+// reports every step would otherwise grow the events log as fast as its
+// own file. Events are taken from a bucket of maxAppEventsBurst that
+// refills at appEventsPerSec; a read records its newest new lines that
+// the bucket holds, and leaves the older ones out (they still count in
+// the extremes).
+const (
+	maxAppEventsBurst = 64
+	appEventsPerSec   = 2
+	maxAppEventTags   = 32  // tags of one event, the first in sorted order
+	maxAppEventTag    = 128 // bytes of a tag; longer ones are left out
+)
+
+// metricsLog records the lines of a replica's hypertune metrics file as
+// app_metrics events of the job directory (jobdir.AppMetrics), which the
+// console's job page draws as curves over the global step. Only the
+// chief's and the evaluator's are recorded (the job's progress and its
+// evaluation); a nil *metricsLog records nothing.
+type metricsLog struct {
+	jd      *jobDir
+	replica string
+	n       int  // lines of the file read
+	failed  bool // a write failed: logged once, then given up
+	// ext are the extremes of each tag read (the first maxAppEventTags).
+	ext map[string]workflows.MetricExtremes
+	// tokens are the events the bucket holds at time at; now is the clock.
+	tokens float64
+	at     time.Time
+	now    func() time.Time
+}
+
+// extremes are the extremes of each tag the file held, nil if none
+// (or l is nil).
+func (l *metricsLog) extremes() map[string]workflows.MetricExtremes {
+	if l == nil || len(l.ext) == 0 {
+		return nil
+	}
+	return l.ext
+}
+
+// observe adds the finite values of m to the extremes.
+func (l *metricsLog) observe(m app.Metric) {
+	if l.ext == nil {
+		l.ext = map[string]workflows.MetricExtremes{}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Values)) {
+		v := m.Values[k]
+		if math.IsNaN(v) || math.IsInf(v, 0) || len(k) > maxAppEventTag {
+			continue
+		}
+		e, ok := l.ext[k]
+		switch {
+		case !ok && len(l.ext) >= maxAppEventTags:
+			continue
+		case !ok:
+			e = workflows.MetricExtremes{Min: v, MinStep: m.Step, Max: v, MaxStep: m.Step}
+		case v < e.Min:
+			e.Min, e.MinStep = v, m.Step
+		case v > e.Max:
+			e.Max, e.MaxStep = v, m.Step
+		}
+		l.ext[k] = e
+	}
+}
+
+// newMetricsLog is the log of task's metrics, nil for a task whose
+// metrics are not recorded.
+func newMetricsLog(jd *jobDir, task app.Task) *metricsLog {
+	if task.Type != workflows.ReplicaChief && task.Type != workflows.ReplicaEvaluator {
+		return nil
+	}
+	return &metricsLog{jd: jd, replica: task.Name(), tokens: maxAppEventsBurst, now: time.Now}
+}
+
+// record records the lines of ms (the whole file, as read) beyond those
+// read before; a file that shrank (the program started it again) is
+// recorded from its start. Values that are not finite are left out (JSON
+// has no NaN).
+func (l *metricsLog) record(ctx context.Context, ms []app.Metric) {
+	if l == nil {
+		return
+	}
+	if len(ms) < l.n {
+		l.n = 0
+	}
+	fresh := ms[l.n:]
+	l.n = len(ms)
+	for _, m := range fresh {
+		l.observe(m)
+	}
+	if l.failed {
+		return
+	}
+	now := l.now()
+	if !l.at.IsZero() {
+		l.tokens = min(maxAppEventsBurst, l.tokens+now.Sub(l.at).Seconds()*appEventsPerSec)
+	}
+	l.at = now
+	k := min(len(fresh), int(l.tokens))
+	fresh = fresh[len(fresh)-k:]
+	l.tokens -= float64(k)
+	for _, m := range fresh {
+		vs := map[string]float64{}
+		for _, k := range slices.Sorted(maps.Keys(m.Values)) {
+			if v := m.Values[k]; len(vs) < maxAppEventTags && len(k) <= maxAppEventTag && !math.IsNaN(v) && !math.IsInf(v, 0) {
+				vs[k] = v
+			}
+		}
+		if err := l.jd.Event(ctx, jobdir.AppMetrics{Replica: l.replica, GlobalStep: m.Step, Metrics: vs}); err != nil {
+			activity.GetLogger(ctx).Warn("record the application's metrics; no more are recorded", "replica", l.replica, "error", err)
+			l.failed = true
+			return
+		}
+	}
 }
 
 // readOnlyPaths are the host paths a sandboxed application reads: its

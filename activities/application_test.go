@@ -1,9 +1,14 @@
 package activities
 
 import (
+	"context"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train/app"
 	"github.com/trainflow/trainflow/workflows"
@@ -48,5 +53,75 @@ func TestPrepareApplication(t *testing.T) {
 	v.Get(&prep)
 	if len(prep.Train) != 0 || prep.JobDir == "" {
 		t.Errorf("prepared %+v: an application job has no data of trainflow's", prep)
+	}
+}
+
+// TestMetricsLog: the chief's metrics file lines become app_metrics
+// events once each (a file that shrank is recorded from its start; values
+// that are not finite left out; at most maxAppEventsBurst at once, then
+// appEventsPerSec, the newest lines of a read first), and every line read
+// counts in the extremes; a worker's metrics are not recorded.
+func TestMetricsLog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d, err := jobdir.Open(ctx, dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	jd := newJobDir(d)
+	if ml := newMetricsLog(jd, app.Task{Type: workflows.ReplicaWorker}); ml != nil || ml.extremes() != nil {
+		t.Fatal("a worker's metrics are recorded")
+	}
+	ml := newMetricsLog(jd, app.Task{Type: workflows.ReplicaChief})
+	clock := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
+	ml.now = func() time.Time { return clock }
+	file := []app.Metric{{Step: 1, Values: map[string]float64{"accuracy": 0.5, "loss": math.NaN()}}, {Step: 2, Values: map[string]float64{"accuracy": 0.9}}}
+	ml.record(ctx, file)
+	file = append(file, app.Metric{Step: 3, Values: map[string]float64{"accuracy": 0.7}})
+	ml.record(ctx, file)
+	ml.record(ctx, file[:1]) // the program started its file again
+	var many []app.Metric
+	for i := range maxAppEventsBurst + 40 {
+		v := 0.1
+		if i == 0 {
+			v = 2 // a peak in a line left out of the events
+		}
+		many = append(many, app.Metric{Step: int64(10 + i), Values: map[string]float64{"accuracy": v}})
+	}
+	ml.record(ctx, append(file[:1:1], many[:maxAppEventsBurst+10]...)) // 4 of the burst are spent
+	clock = clock.Add(5 * time.Second)                                 // 10 more
+	ml.record(ctx, append(file[:1:1], many...))
+
+	evs, err := jobdir.ReadEvents(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int64
+	for _, ev := range evs {
+		m, ok := ev.Record.(*jobdir.AppMetrics)
+		if !ok || m.Replica != "chief-0" {
+			t.Fatalf("event %v", ev.Fields)
+		}
+		if _, ok := m.Metrics["loss"]; ok {
+			t.Errorf("step %d: a NaN recorded", m.GlobalStep)
+		}
+		steps = append(steps, m.GlobalStep)
+	}
+	want := []int64{1, 2, 3, 1}
+	for i := range maxAppEventsBurst - 4 { // the newest of the first read
+		want = append(want, int64(10+14+i))
+	}
+	for i := range 5 * appEventsPerSec { // the newest of the second
+		want = append(want, int64(10+maxAppEventsBurst+40-5*appEventsPerSec+i))
+	}
+	if fmt.Sprint(steps) != fmt.Sprint(want) {
+		t.Errorf("recorded steps %v, want %v", steps, want)
+	}
+	if got := ml.extremes()["accuracy"]; got != (workflows.MetricExtremes{Min: 0.1, MinStep: 11, Max: 2, MaxStep: 10}) {
+		t.Errorf("accuracy extremes %+v, want min 0.1 at 11, max 2 at 10", got)
+	}
+	if _, ok := ml.extremes()["loss"]; ok {
+		t.Error("a NaN counted in the extremes")
 	}
 }

@@ -54,6 +54,8 @@ func appRegistry(t *testing.T) string {
 	hpt, _ := filepath.Abs("testdata/apps/hpt.py")
 	logs, _ := filepath.Abs("testdata/apps/logs.py")
 	bundleApp, _ := filepath.Abs("testdata/apps/bundle.py")
+	evaluator, _ := filepath.Abs("testdata/apps/evaluator.py")
+	gate, _ := filepath.Abs("testdata/apps/gate.py")
 	trainer, _ := filepath.Abs("../examples/torch_census/trainer.py")
 	census := censusFiles(t)
 	reg := fmt.Sprintf(`{"applications":{
@@ -62,8 +64,10 @@ func appRegistry(t *testing.T) string {
 		"hpt":{"argv":[%q,%q]},
 		"logs":{"argv":[%q,%q]},
 		"bundle":{"argv":[%q,%q]},
+		"evaluator":{"argv":[%q,%q]},
+		"gate":{"argv":[%q,%q]},
 		"torch_census":{"argv":[%q,%q,"--train-files",%q,"--eval-files",%q]}}}`,
-		debianPython, tfconfig, debianPython, stall, debianPython, hpt, debianPython, logs, debianPython, bundleApp, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
+		debianPython, tfconfig, debianPython, stall, debianPython, hpt, debianPython, logs, debianPython, bundleApp, debianPython, evaluator, debianPython, gate, debianPython, trainer, filepath.Join(census, "adult.data"), filepath.Join(census, "adult.test"))
 	return reg
 }
 

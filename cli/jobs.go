@@ -233,7 +233,7 @@ func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var tail *jobs.LogTail
 	stop := make(chan struct{})
 	done := make(chan error, 1)
-	err = jobs.StreamEvents(ctx, j.client, j.id, func(e jobs.Event) error {
+	err = jobs.StreamEvents(ctx, j.client, j.conn.Namespace, j.id, func(e jobs.Event) error {
 		if e.JobDir != "" && tail == nil {
 			if t, err := jobs.NewLogTail(e.JobDir); err != nil {
 				fmt.Fprintf(stderr, "trainflow: the replicas' logs are not shown: %v\n", err)

@@ -130,6 +130,7 @@ func TestPackageJob(t *testing.T) {
 	if replicas != 3 {
 		t.Errorf("%d replicas scheduled, want 3", replicas)
 	}
+	recordApp(t, st, "pkg_custom", "application_package", inputProof(`"package":`))
 	p := appProgress(t, st, "pkg_custom")
 	if p.Phase != workflows.PhaseSucceeded || p.AppCluster == nil || len(p.AppCluster.Replicas) != 3 {
 		t.Fatalf("pkg_custom: progress %+v", p)

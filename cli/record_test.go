@@ -50,6 +50,11 @@ const historiesDir = "../workflows/testdata/histories"
 // (recordCurrentFlows, recordStrictFlows, recordEarlyStopAndSignedBatch)
 // record today's flows. A step whose history lacks the events of the path
 // it is meant to record (saveHistory's proofs) fails without writing it.
+//
+// Application jobs need the programs their tests register, so their
+// tests record them (recordApp) under the same variable:
+//
+//	TRAINFLOW_RECORD_HISTORIES=1 go test -run 'TestApplication|TestPackageJob$' ./cli
 func TestRecordHistories(t *testing.T) {
 	if os.Getenv("TRAINFLOW_RECORD_HISTORIES") == "" {
 		t.Skip("records histories only when TRAINFLOW_RECORD_HISTORIES=1 (see the doc comment)")
@@ -395,6 +400,18 @@ func versionProof(changeID string) proof {
 		}
 		for _, p := range a.GetDetails()["change-id"].GetPayloads() {
 			if bytes.Contains(p.GetData(), []byte(`"`+changeID+`"`)) {
+				return true
+			}
+		}
+		return false
+	}}
+}
+
+// inputProof holds for the start of a workflow whose input holds s.
+func inputProof(s string) proof {
+	return proof{"a start whose input holds " + s, func(e *historypb.HistoryEvent) bool {
+		for _, p := range e.GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads() {
+			if bytes.Contains(p.GetData(), []byte(s)) {
 				return true
 			}
 		}

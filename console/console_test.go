@@ -166,3 +166,49 @@ func openTestDir(t testing.TB, dir string) *jobStore {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// TestApplicationCharts: the metrics an application's chief and
+// evaluator reported (app_metrics events, as the AppReplica activity
+// records them) are curves of the job page's first chart, one per tag and
+// replica, over the global step; at most maxAppSeries of them.
+func TestApplicationCharts(t *testing.T) {
+	dir := t.TempDir()
+	var events strings.Builder
+	for s, acc := range []float64{0.75, 0.8, 0.85} {
+		fmt.Fprintf(&events, `{"event":"app_metrics","replica":"chief-0","global_step":%d,"metrics":{"accuracy":%g,"loss":%g}}`+"\n", 100*(s+1), acc, 1/float64(s+1))
+	}
+	events.WriteString(`{"event":"app_metrics","replica":"evaluator-0","global_step":300,"metrics":{"accuracy":0.8}}` + "\n")
+	write(t, dir, "events.jsonl", []byte(events.String()))
+	d := readJobDir(context.Background(), openTestDir(t, dir), DefaultMaxPageBytes, DefaultMaxPoints)
+	if got := fmt.Sprint(d.AppOrder); got != "[accuracy (chief-0) loss (chief-0) accuracy (evaluator-0)]" {
+		t.Fatalf("application series %s", got)
+	}
+	if got := fmt.Sprint(d.App["accuracy (chief-0)"].points()); got != "[{100 0.75} {200 0.8} {300 0.85}]" {
+		t.Errorf("accuracy (chief-0) points %s, want the three reports", got)
+	}
+	charts := jobCharts(d, slog.New(slog.DiscardHandler))
+	if len(charts) != 1 || fmt.Sprint(charts[0].Series) != "[accuracy (chief-0) loss (chief-0) accuracy (evaluator-0)]" {
+		t.Fatalf("charts %v, want one with the three application series", charts)
+	}
+	for _, s := range charts[0].Series {
+		if !strings.Contains(string(charts[0].SVG), ">"+s+"</text>") {
+			t.Errorf("chart: SVG has no legend text %q", s)
+		}
+	}
+
+	// A program reporting many tags: the first maxAppSeries, and a note.
+	var many strings.Builder
+	many.WriteString(`{"event":"app_metrics","replica":"chief-0","global_step":1,"metrics":{`)
+	for i := range 2 * maxAppSeries {
+		if i > 0 {
+			many.WriteString(",")
+		}
+		fmt.Fprintf(&many, `"t%02d":%d`, i, i)
+	}
+	many.WriteString("}}\n")
+	write(t, dir, "events.jsonl", []byte(many.String()))
+	d = readJobDir(context.Background(), openTestDir(t, dir), DefaultMaxPageBytes, DefaultMaxPoints)
+	if len(d.AppOrder) != maxAppSeries || d.AppOrder[0] != "t00 (chief-0)" || len(d.Truncated) != 1 || !strings.Contains(d.Truncated[0], "application metrics") {
+		t.Errorf("%d series (first %v), truncated %q; want %d and a note", len(d.AppOrder), d.AppOrder, d.Truncated, maxAppSeries)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -49,6 +50,7 @@ const (
 	maxAppLogs     = 64       // replicas' logs shown
 	maxAppLogRead  = 4 << 20  // of the budget: one replica's log
 	maxAppLogTail  = 8 << 10  // shown of one replica's log: its end
+	maxAppSeries   = 8        // curves of an application's reported metrics
 )
 
 // trainLogs is the directory of the chief's TensorBoard files.
@@ -95,6 +97,11 @@ type jobData struct {
 	nonzero         map[string]bool
 	Regressor       bool
 	Checkpoints     *downsampler
+	// App are the curves of the metrics an application's replicas
+	// reported (app_metrics events), by series name ("accuracy
+	// (chief-0)"), the first maxAppSeries in AppOrder.
+	App      map[string]*downsampler
+	AppOrder []string
 	// BytesRead is what the page read of the job directory.
 	BytesRead int64
 	Truncated []string // what was cut at a bound
@@ -154,6 +161,7 @@ type jobReader struct {
 	buf    *bufio.Reader
 	points int // buckets of a curve
 	roles  roleTracker
+	appCut bool // application series beyond maxAppSeries were left out
 }
 
 // readJobDir reads the job directory in st within maxBytes, drawing at
@@ -165,6 +173,7 @@ func readJobDir(ctx context.Context, st reader, maxBytes int64, maxPoints int) *
 	d := &jobData{
 		Loss: newDownsampler(buckets), Speed: newDownsampler(buckets), CkLoss: newDownsampler(buckets), CkSpeed: newDownsampler(buckets),
 		Checkpoints: newDownsampler(min(buckets, maxMarks)), Eval: map[string]*downsampler{}, nonzero: map[string]bool{},
+		App: map[string]*downsampler{},
 	}
 	for _, m := range evalMetrics {
 		d.Eval[m] = newDownsampler(buckets)
@@ -278,6 +287,9 @@ func (r *jobReader) events() {
 			d.CkLoss.add(c.GlobalStep, c.Loss)
 			d.CkSpeed.add(c.GlobalStep, c.ExamplesPerSec)
 		}
+		if m, ok := ev.Record.(*jobdir.AppMetrics); ok {
+			r.appMetrics(m)
+		}
 		r.roles.add(ev)
 		k := keptEvent{}
 		if len(line) > maxKeptLine {
@@ -333,6 +345,29 @@ func (r *jobReader) events() {
 		if ev, err := jobdir.ParseEvent(k.line); err == nil {
 			d.Events = append(d.Events, rowOf(ev.Fields))
 		}
+	}
+}
+
+// appMetrics adds an application replica's reported metrics to their
+// curves: one series per tag and replica, the first maxAppSeries seen
+// (the rest are noted as cut).
+func (r *jobReader) appMetrics(m *jobdir.AppMetrics) {
+	d := r.d
+	for _, tag := range slices.Sorted(maps.Keys(m.Metrics)) {
+		name := clip(tag) + " (" + clip(m.Replica) + ")"
+		ds, ok := d.App[name]
+		if !ok {
+			if len(d.AppOrder) >= maxAppSeries {
+				if !r.appCut {
+					r.appCut = true
+					r.cut("application metrics: the first %d series", maxAppSeries)
+				}
+				continue
+			}
+			ds = newDownsampler(r.points)
+			d.App[name], d.AppOrder = ds, append(d.AppOrder, name)
+		}
+		ds.add(m.GlobalStep, m.Metrics[tag])
 	}
 }
 

@@ -256,6 +256,19 @@ func (c *Console) job(ec echo.Context) error {
 		return c.fail(ec, http.StatusBadGateway, "jobs", "cannot read the job from Temporal: "+temporalError(err))
 	}
 	info := d.WorkflowExecutionInfo
+	if keyword(info.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName()) == workflows.PhaseDuplicate {
+		// A later start refused as a duplicate of the job: show the job's
+		// own run, as `jobs describe` does.
+		run, err := jobs.MeaningfulRun(ctx, cl, c.opts.Namespace, id)
+		if err == nil && run.GetExecution().GetRunId() != info.GetExecution().GetRunId() {
+			d, err = cl.DescribeWorkflowExecution(ctx, id, run.GetExecution().GetRunId())
+		}
+		if err != nil {
+			c.log.Warn("describe job", "job_id", id, "error", err)
+			return c.fail(ec, http.StatusBadGateway, "jobs", "cannot read the job from Temporal: "+temporalError(err))
+		}
+		info = d.WorkflowExecutionInfo
+	}
 	tuning := info.GetType().GetName() == workflows.HyperparameterTuningJobName
 	if info.GetType().GetName() != workflows.TrainingJobName && !tuning {
 		return c.fail(ec, http.StatusNotFound, "jobs", fmt.Sprintf("%s is not a %s or %s workflow", id, workflows.TrainingJobName, workflows.HyperparameterTuningJobName))
@@ -280,7 +293,7 @@ func (c *Console) job(ec echo.Context) error {
 	running := info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	if running {
 		qctx, qcancel := context.WithTimeout(ctx, 3*time.Second)
-		if v, err := cl.QueryWorkflow(qctx, id, "", workflows.ProgressQuery); err == nil {
+		if v, err := cl.QueryWorkflow(qctx, id, b.RunID, workflows.ProgressQuery); err == nil {
 			var p workflows.Progress
 			if v.Get(&p) == nil {
 				b.Progress = &p
@@ -289,7 +302,7 @@ func (c *Console) job(ec echo.Context) error {
 		qcancel()
 	} else {
 		var res workflows.JobResult
-		if err := cl.GetWorkflow(ctx, id, "").Get(ctx, &res); err != nil {
+		if err := cl.GetWorkflow(ctx, id, b.RunID).Get(ctx, &res); err != nil {
 			b.Error = err.Error()
 		} else {
 			b.Result = &res
@@ -400,6 +413,9 @@ func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
 			continue
 		}
 		curves = append(curves, series{Name: m + " (eval)", Points: d.Eval[m].points()})
+	}
+	for _, name := range d.AppOrder {
+		curves = append(curves, series{Name: name, Points: d.App[name].points()})
 	}
 	ckpts := d.Checkpoints.steps()
 	var exportSteps []float64

@@ -78,7 +78,7 @@
 // once per evaluation name and step; ScanEvals and Dir.ReadEvals read).
 // An event is a JSON object with "event" (an EventKind), "time" (RFC
 // 3339, UTC) and the fields of its kind's Record (Checkpoint, PSStart,
-// WorkerStart, WorkerResumed, PSRecovered, WorkerDone), keys in sorted
+// WorkerStart, WorkerResumed, PSRecovered, WorkerDone, AppMetrics), keys in sorted
 // order (Dir.Event writes, ParseEvent, ScanEvents and ReadEvents read).
 // testdata holds one fixture of each record. A line that is not a
 // record is never skipped in silence: the readers count it by line

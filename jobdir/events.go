@@ -34,6 +34,9 @@ const (
 	EventWorkerResumed EventKind = "worker_resumed"
 	// EventWorkerDone: a worker finished (WorkerDone).
 	EventWorkerDone EventKind = "worker_done"
+	// EventAppMetrics: an application replica reported metrics in its
+	// hypertune metrics file (AppMetrics).
+	EventAppMetrics EventKind = "app_metrics"
 )
 
 // The fields every event has: its kind and when it was recorded.
@@ -119,12 +122,22 @@ type WorkerDone struct {
 	PushSecs    float64 `json:"push_secs"`
 }
 
+// AppMetrics is an EventAppMetrics: application replica Replica
+// (chief-0, evaluator-0) reported Metrics (by tag) at GlobalStep, one
+// line of its hypertune metrics file.
+type AppMetrics struct {
+	Replica    string             `json:"replica"`
+	GlobalStep int64              `json:"global_step"`
+	Metrics    map[string]float64 `json:"metrics"`
+}
+
 func (Checkpoint) Kind() EventKind    { return EventCheckpoint }
 func (PSStart) Kind() EventKind       { return EventPSStart }
 func (WorkerStart) Kind() EventKind   { return EventWorkerStart }
 func (WorkerResumed) Kind() EventKind { return EventWorkerResumed }
 func (PSRecovered) Kind() EventKind   { return EventPSRecovered }
 func (WorkerDone) Kind() EventKind    { return EventWorkerDone }
+func (AppMetrics) Kind() EventKind    { return EventAppMetrics }
 
 // newRecord returns a new record of kind, nil for a kind this package
 // does not define.
@@ -142,6 +155,8 @@ func newRecord(kind EventKind) Record {
 		return &PSRecovered{}
 	case EventWorkerDone:
 		return &WorkerDone{}
+	case EventAppMetrics:
+		return &AppMetrics{}
 	}
 	return nil
 }

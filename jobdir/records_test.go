@@ -50,7 +50,7 @@ func TestEventFixtures(t *testing.T) {
 			t.Errorf("%s: encoded again\n got %s, %v\nwant %s", ev.Kind, got, err, line)
 		}
 	}
-	want := []jobdir.EventKind{jobdir.EventCheckpoint, jobdir.EventPSStart, jobdir.EventWorkerStart, jobdir.EventWorkerResumed, jobdir.EventPSRecovered, jobdir.EventWorkerDone}
+	want := []jobdir.EventKind{jobdir.EventCheckpoint, jobdir.EventPSStart, jobdir.EventWorkerStart, jobdir.EventWorkerResumed, jobdir.EventPSRecovered, jobdir.EventWorkerDone, jobdir.EventAppMetrics}
 	if !slices.Equal(kinds, want) {
 		t.Errorf("fixture kinds %v, want one of each: %v", kinds, want)
 	}

@@ -29,11 +29,16 @@ func Cancel(ctx context.Context, cl client.Client, id string) error {
 	return nil
 }
 
-// StreamEvents calls fn with each event a user follows of job id's latest
-// run, in order, waiting for new ones until the run ends (or ctx does, or
-// fn returns an error, which it returns).
-func StreamEvents(ctx context.Context, cl client.Client, id string, fn func(Event) error) error {
-	it := cl.GetWorkflowHistory(ctx, id, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+// StreamEvents calls fn with each event a user follows of job id's
+// meaningful run (its latest, unless that was refused as a duplicate of
+// the job: see MeaningfulRun), in order, waiting for new ones until the
+// run ends (or ctx does, or fn returns an error, which it returns).
+func StreamEvents(ctx context.Context, cl client.Client, namespace, id string, fn func(Event) error) error {
+	run, err := MeaningfulRun(ctx, cl, namespace, id)
+	if err != nil {
+		return err
+	}
+	it := cl.GetWorkflowHistory(ctx, id, run.GetExecution().GetRunId(), true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	st := &eventState{jobID: id, names: map[int64]string{}}
 	for it.HasNext() {
 		ev, err := it.Next()

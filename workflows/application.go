@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -165,6 +166,20 @@ type ReplicaResult struct {
 	// says why there is none (the bundle is refused, naming the file).
 	BundleDir   string `json:"bundle_dir,omitempty"`
 	BundleError string `json:"bundle_error,omitempty"`
+	// Extremes are, by tag, the lowest and highest values of the
+	// replica's metrics file (the chief's and the evaluator's; at most 32
+	// tags): the job's best metric, however few of the chief's lines its
+	// progress reports carried.
+	Extremes map[string]MetricExtremes `json:"extremes,omitempty"`
+}
+
+// MetricExtremes are the lowest value of a reported metric and its step,
+// and the highest and its step (of equal values, the first).
+type MetricExtremes struct {
+	Min     float64 `json:"min"`
+	MinStep int64   `json:"min_step"`
+	Max     float64 `json:"max"`
+	MaxStep int64   `json:"max_step"`
 }
 
 // AppReplicas lists the replicas of an application job's cluster: the
@@ -193,6 +208,69 @@ type appState struct {
 	cluster AppCluster
 	p       *Progress
 	key     ed25519.PublicKey // verifies the replicas' reports
+	// best follows the job's best metric (since appAttrsChange; nil
+	// before).
+	best *appBest
+}
+
+// appAttrsChange marks the best metric of an application job: the
+// TrainflowBestMetric search attribute and the progress's best, from
+// the chief's reports (runs recorded before it upserted no best).
+const appAttrsChange = "app-best-metric"
+
+// appBest is an application job's best metric: the metric of the spec's
+// best exporter (eval_spec.exporters; accuracy unless it names another)
+// with its goal, as the chief reports it in its hypertune metrics file
+// (its progress reports, its last line, and the extremes of its metrics
+// file).
+type appBest struct {
+	metric, goal string
+}
+
+// newAppBest is the best metric of spec: nil when its exporters have no
+// best exporter.
+func newAppBest(spec jobspec.JobSpec) *appBest {
+	for _, x := range spec.Eval.Exporters {
+		if x.Type == jobspec.ExporterBest {
+			return &appBest{metric: x.Metric, goal: x.Goal}
+		}
+	}
+	return nil
+}
+
+// observeExtremes takes the extremes of the chief's metrics file: the
+// lowest or highest value of the best metric (by its goal), as observe.
+func (s *appState) observeExtremes(ctx workflow.Context, ext map[string]MetricExtremes) {
+	if s.best == nil {
+		return
+	}
+	e, ok := ext[s.best.metric]
+	switch {
+	case !ok:
+	case s.best.goal == jobspec.GoalMinimize:
+		s.observe(ctx, e.MinStep, map[string]float64{s.best.metric: e.Min})
+	default:
+		s.observe(ctx, e.MaxStep, map[string]float64{s.best.metric: e.Max})
+	}
+}
+
+// observe takes the chief's metrics at step: a value of the best metric
+// that improves on the best so far becomes the progress's best and the
+// TrainflowBestMetric search attribute. Values that are not finite are
+// ignored.
+func (s *appState) observe(ctx workflow.Context, step int64, metrics map[string]float64) {
+	b := s.best
+	if b == nil {
+		return
+	}
+	v, ok := metrics[b.metric]
+	if !ok || math.IsNaN(v) || math.IsInf(v, 0) || !improves(v, s.p.BestMetric, b.goal) {
+		return
+	}
+	s.p.BestMetric, s.p.BestStep, s.p.BestMetricName = &v, step, b.metric
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchBestMetric.ValueSet(v)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
+	}
 }
 
 // validate checks a registration before it is accepted: this run, this
@@ -228,6 +306,9 @@ func (s *appState) find(typ string, index int) int {
 func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner, p *Progress, res JobResult) (JobResult, error) {
 	workflow.GetVersion(ctx, appChange, workflow.DefaultVersion, 1)
 	s := &appState{p: p}
+	if workflow.GetVersion(ctx, appAttrsChange, workflow.DefaultVersion, 1) >= 1 {
+		s.best = newAppBest(spec)
+	}
 	// A new key for each run, as for the built-in roles' reports.
 	kctx := workflow.WithActivityOptions(ctx, stepOptions(true, 10*time.Minute, "report key"))
 	k, err := acts.ReportKey.Run(kctx, ReportKeyInput{JobDir: prep.JobDir})
@@ -271,6 +352,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 					p.Loss = v
 				}
 			}
+			s.observe(ctx, ap.Step, ap.Metrics)
 		}
 	})
 	p.MaxSteps = 0 // the program's own business
@@ -294,6 +376,8 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			if acc, ok := chief.Metrics["accuracy"]; ok {
 				res.Metrics.Accuracy = acc
 			}
+			s.observeExtremes(ctx, chief.Extremes)
+			s.observe(ctx, chief.Step, chief.Metrics)
 			why := "the application wrote no trainflow bundle to its model dir"
 			if chief.Bundle {
 				why = "publishing a bundle an application wrote is not supported yet"

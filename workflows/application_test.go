@@ -2,10 +2,13 @@ package workflows
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
@@ -97,6 +100,92 @@ func TestApplicationGenerations(t *testing.T) {
 			}
 			if p := progress(t, env); p.Phase != PhaseSucceeded || p.AppCluster.Gen != tc.wantGens {
 				t.Errorf("progress %+v", p)
+			}
+		})
+	}
+}
+
+// TestApplicationSearchAttributes: an application job upserts its state
+// through its phases, its model and scale tier, and as its best metric
+// each value of the best exporter's metric (accuracy by default, or the
+// one eval_spec names, with its goal) that improves on the best so far,
+// from the chief's signed progress reports, the extremes of its metrics
+// file and its last metrics; a forged report moves nothing.
+func TestApplicationSearchAttributes(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		exporters []jobspec.ExporterSpec
+		metric    string
+		reports   []float64 // at steps 100, 200, 300…
+		last      float64   // the chief's last metrics, at step 1000
+		// ext are the extremes of the chief's metrics file (nil: a worker
+		// from before they were reported).
+		ext      map[string]MetricExtremes
+		forged   float64
+		wantBest []float64
+		wantStep int64
+	}{
+		{"accuracy by default", nil, "accuracy", []float64{0.8, 0.9, 0.85}, 0.86, nil, 0.99, []float64{0.8, 0.9}, 200},
+		{"the last metrics improve", nil, "accuracy", []float64{0.8}, 0.95, nil, 0.99, []float64{0.8, 0.95}, 1000},
+		{"log_loss minimized", []jobspec.ExporterSpec{{Type: jobspec.ExporterBest, Metric: "log_loss"}}, "log_loss", []float64{0.6, 0.7, 0.4}, 0.5, nil, 0.01, []float64{0.6, 0.4}, 300},
+		{"a peak between reports, from the extremes", nil, "accuracy", []float64{0.8}, 0.86,
+			map[string]MetricExtremes{"accuracy": {Min: 0.5, MinStep: 1, Max: 0.97, MaxStep: 450}}, 0.99, []float64{0.8, 0.97}, 450},
+		{"a low between reports, minimized", []jobspec.ExporterSpec{{Type: jobspec.ExporterBest, Metric: "log_loss"}}, "log_loss", []float64{0.6}, 0.5,
+			map[string]MetricExtremes{"log_loss": {Min: 0.2, MinStep: 700, Max: 0.9, MaxStep: 1}, "accuracy": {Max: 1, MaxStep: 5}}, 0.01, []float64{0.6, 0.2}, 700},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newEnv(t, "a")
+			registerStubs(env, acts.AppReplica)
+			env.OnActivity(PrepareJobActivity, mock.Anything, mock.Anything).Return(PrepareResult{JobDir: "/jobs/a"}, nil)
+			env.OnActivity(AppReplicaActivity, mock.Anything, mock.Anything).After(time.Hour).
+				Return(ReplicaResult{Type: ReplicaChief, Step: 1000, ModelDir: "/jobs/a/model", Metrics: map[string]float64{tc.metric: tc.last, "other": 7}, Extremes: tc.ext}, nil)
+			var mu sync.Mutex
+			var states, models, tiers []string
+			var best []float64
+			env.OnUpsertTypedSearchAttributes(mock.MatchedBy(func(sa temporal.SearchAttributes) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				if v, ok := sa.GetKeyword(SearchState); ok {
+					states = append(states, v)
+				}
+				if v, ok := sa.GetKeyword(SearchModel); ok {
+					models = append(models, v)
+				}
+				if v, ok := sa.GetKeyword(SearchScaleTier); ok {
+					tiers = append(tiers, v)
+				}
+				if v, ok := sa.GetFloat64(SearchBestMetric); ok {
+					best = append(best, v)
+				}
+				return true
+			})).Return(nil)
+			for i, v := range tc.reports {
+				ap := AppProgress{Step: int64(100 * (i + 1)), Metrics: map[string]float64{tc.metric: v, "other": 1}}
+				ap.Signature = ed25519.Sign(testReportKey, ProgressReportBytes("a", ap))
+				env.RegisterDelayedCallback(func() { env.SignalWorkflow(AppProgressSignal, ap) }, time.Duration(i+1)*time.Minute)
+			}
+			// Unsigned, then signed with another key.
+			_, other, _ := ed25519.GenerateKey(nil)
+			forged := AppProgress{Step: 999, Metrics: map[string]float64{tc.metric: tc.forged}}
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(AppProgressSignal, forged) }, 30*time.Minute)
+			forged.Signature = ed25519.Sign(other, ProgressReportBytes("a", forged))
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(AppProgressSignal, forged) }, 31*time.Minute)
+			env.ExecuteWorkflow(TrainingJobName, jobspec.JobSpec{JobID: "a", Application: &jobspec.ApplicationSpec{Name: "trainer"},
+				Eval: jobspec.EvalSpec{Exporters: tc.exporters}})
+			if err := env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if fmt.Sprint(states) != "[TRAINING SUCCEEDED]" || fmt.Sprint(models) != "[trainer]" || fmt.Sprint(tiers) != "[BASIC]" {
+				t.Errorf("upserted states %v, models %v, tiers %v; want [TRAINING SUCCEEDED], [trainer], [BASIC]", states, models, tiers)
+			}
+			if fmt.Sprint(best) != fmt.Sprint(tc.wantBest) {
+				t.Errorf("upserted best metrics %v, want %v", best, tc.wantBest)
+			}
+			p := progress(t, env)
+			if want := tc.wantBest[len(tc.wantBest)-1]; p.BestMetric == nil || *p.BestMetric != want || p.BestStep != tc.wantStep || p.BestMetricName != tc.metric {
+				t.Errorf("progress best %v at %d (%q), want %s %v at %d", p.BestMetric, p.BestStep, p.BestMetricName, tc.metric, want, tc.wantStep)
 			}
 		})
 	}

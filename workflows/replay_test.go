@@ -74,6 +74,13 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// A trial of a tuning job over an application (cli
 		// TestApplicationTuning).
 		"application_trial.json": false,
+		// A package job (application.package, in the sandbox of a worker
+		// with --allow-packages: cli TestPackageJob); an application that
+		// wrote a trainflow bundle, published (the app-publish marker:
+		// cli TestApplicationBundle); a chief, a worker and an evaluator
+		// whose chief's reports set the best metric (the app-best-metric
+		// marker and its upserts: cli TestApplicationEvaluator).
+		"application_package.json": false, "application_published.json": false, "application_evaluator.json": false,
 		// A job with bless and rollout sections that started its
 		// RolloutJob as a child (the rollout-after-bless marker), recorded
 		// by cli TestJobStartsRolloutOnRealStack.

@@ -59,8 +59,8 @@ const (
 	// PhaseTuning is a tuning job running its trials.
 	PhaseTuning = "TUNING"
 	// PhaseDuplicate marks a run started with the ID of an existing job:
-	// it is refused and ends at once; `jobs describe` and `jobs list`
-	// ignore such runs.
+	// it is refused and ends at once; `jobs describe`, `jobs list`,
+	// `jobs stream-logs` and the console's job page ignore such runs.
 	PhaseDuplicate = "DUPLICATE"
 )
 

@@ -13,6 +13,8 @@ import (
 
 func TestTFConfigExact(t *testing.T) {
 	job := JobInfo{JobID: "j", ScaleTier: "CUSTOM", WorkerCount: 2, ParameterServerCount: 1, Application: "a", Args: []string{"--x=1"}, JobDir: "/jobs/j"}
+	withEvaluator := job
+	withEvaluator.EvaluatorCount = 1
 	c := Cluster{Chief: []string{"h:1"}, Worker: []string{"h:2", "h:3"}, PS: []string{"h:4"}}
 	for _, tc := range []struct {
 		c     Cluster
@@ -28,8 +30,8 @@ func TestTFConfigExact(t *testing.T) {
 			`{"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"worker","index":1,"trial":"3"},"job":{"job_id":"j","scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
 		{c, Task{RoleChief, 0}, RoleMaster, "", job,
 			`{"cluster":{"master":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"master","index":0,"trial":""},"job":{"job_id":"j","scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
-		{c, Task{RoleEvaluator, 0}, RoleChief, "", job,
-			`{"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"evaluator","index":0,"trial":""},"job":{"job_id":"j","scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
+		{c, Task{RoleEvaluator, 0}, RoleChief, "", withEvaluator,
+			`{"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"evaluator","index":0,"trial":""},"job":{"job_id":"j","scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","evaluator_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
 	} {
 		got, err := TFConfig(tc.c, tc.task, tc.trial, tc.job, tc.chief)
 		if err != nil || got != tc.want {

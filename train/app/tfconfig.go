@@ -45,7 +45,10 @@ type JobInfo struct {
 	ScaleTier            string `json:"scale_tier"`
 	WorkerCount          int    `json:"worker_count,string"`
 	ParameterServerCount int    `json:"parameter_server_count,string"`
-	Application          string `json:"application,omitempty"`
+	// EvaluatorCount is the seeds' evaluator_count: 1 with an evaluator,
+	// left out without one.
+	EvaluatorCount int    `json:"evaluator_count,string,omitempty"`
+	Application    string `json:"application,omitempty"`
 	// PythonModule is a package job's module (the seeds' python_module),
 	// in place of Application.
 	PythonModule string   `json:"python_module,omitempty"`
