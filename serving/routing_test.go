@@ -400,8 +400,12 @@ func TestShadowQueueFullDrops(t *testing.T) {
 		}
 	}
 	w := serve(e.srv, http.MethodGet, "/metrics", "", nil)
-	if m := w.Body.String(); !strings.Contains(m, "\ntrainflow_serving_shadow_dropped_total 36\n") && !strings.Contains(m, "\ntrainflow_serving_shadow_dropped_total 35\n") {
-		t.Fatalf("metrics: want trainflow_serving_shadow_dropped_total 36 (100 copies, 64 queued); got:\n%s", grepLines(m, "shadow"))
+	m := w.Body.String()
+	if !strings.Contains(m, "\n"+`trainflow_serving_shadow_dropped_total{reason="queue_full"} 36`+"\n") && !strings.Contains(m, "\n"+`trainflow_serving_shadow_dropped_total{reason="queue_full"} 35`+"\n") {
+		t.Fatalf("metrics: want trainflow_serving_shadow_dropped_total{reason=\"queue_full\"} 36 (100 copies, 64 queued); got:\n%s", grepLines(m, "shadow"))
+	}
+	if !strings.Contains(m, "\n"+`trainflow_serving_shadow_dropped_total{reason="busy"} 0`+"\n") {
+		t.Fatalf("metrics: want no copy dropped as busy (the worker stopped, it was not waiting for a core); got:\n%s", grepLines(m, "shadow"))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -11,9 +12,75 @@ import (
 
 // shadowQueue bounds the copies of requests waiting for the shadow
 // version: a copy that finds the queue full is dropped (and counted in
-// trainflow_serving_shadow_dropped_total), so shadowing never holds up
-// an answer or grows without bound.
+// trainflow_serving_shadow_dropped_total, by reason), so shadowing never
+// holds up an answer or grows without bound.
 const shadowQueue = 64
+
+// Reasons a copy for the shadow version is dropped: the label values of
+// trainflow_serving_shadow_dropped_total.
+const (
+	// shadowDropBusy: the queue was full while the shadow worker waited
+	// for a spare core (live predictions held every core).
+	shadowDropBusy = "busy"
+	// shadowDropQueueFull: the queue was full while the shadow worker was
+	// answering copies (the shadow version is slower than the copies come).
+	shadowDropQueueFull = "queue_full"
+)
+
+// shadowCapacity decides when a copy may run: only while fewer than max
+// live predictions are in flight on this server, so that a copy takes a
+// core no live request is using. Live predictions are counted from the
+// end of their body's read to the end of their handler (begin, end); the
+// shadow worker waits in wait until the count is below max. Go schedules
+// goroutines without priorities and preempts a running one only after
+// 10 ms, so a copy that started beside live work holds its core until it
+// ends: the only way to keep copies off the answers' cores is not to
+// start them there. Safe for concurrent use.
+type shadowCapacity struct {
+	max     int64
+	n       atomic.Int64  // live predictions in flight
+	waiting atomic.Bool   // the worker is waiting for n < max
+	idle    chan struct{} // a token sent when n falls below max
+}
+
+func newShadowCapacity(max int) *shadowCapacity {
+	return &shadowCapacity{max: int64(max), idle: make(chan struct{}, 1)}
+}
+
+// begin counts a live prediction in flight.
+func (c *shadowCapacity) begin() { c.n.Add(1) }
+
+// end counts a live prediction done, and wakes the worker when a core
+// becomes spare: a token on idle, never blocking.
+func (c *shadowCapacity) end() {
+	if c.n.Add(-1) == c.max-1 && c.waiting.Load() {
+		select {
+		case c.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait returns true once fewer than max live predictions are in flight,
+// or false when done is closed first.
+func (c *shadowCapacity) wait(done <-chan struct{}) bool {
+	if c.n.Load() < c.max {
+		return true
+	}
+	c.waiting.Store(true)
+	defer c.waiting.Store(false)
+	// end reads waiting after its decrement, and we read n after setting
+	// waiting: either we see its decrement or it sees us waiting and
+	// sends a token. A stale token only makes us look again.
+	for c.n.Load() >= c.max {
+		select {
+		case <-c.idle:
+		case <-done:
+			return false
+		}
+	}
+	return true
+}
 
 // shadowJob is a copy of a routed :predict request (v1) or V2 infer
 // request (v2) for the shadow version sv: its body, and the live answer's
@@ -58,8 +125,11 @@ func (s *Server) answered(c echo.Context, sv *Servable, sc *scratch, n int, rout
 // shadow version, or drops it if the queue is full. It copies the body
 // and one number per instance.
 func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2 bool) {
-	if shadow.tel == nil || len(s.shadowQ) == cap(s.shadowQ) {
-		s.metrics.shadowDropped.Inc()
+	if shadow.tel == nil {
+		return
+	}
+	if len(s.shadowQ) == cap(s.shadowQ) {
+		s.dropShadow()
 		return
 	}
 	j := shadowJob{sv: shadow, body: append([]byte(nil), sc.body...), v2: v2}
@@ -78,19 +148,33 @@ func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2
 	select {
 	case s.shadowQ <- j:
 	default:
-		s.metrics.shadowDropped.Inc()
+		s.dropShadow()
+	}
+}
+
+// dropShadow counts a copy dropped because the queue is full, under
+// shadowDropBusy if the worker is waiting for a spare core, else
+// shadowDropQueueFull.
+func (s *Server) dropShadow() {
+	if s.capacity.waiting.Load() {
+		s.metrics.shadowDropped[shadowDropBusy].Inc()
+	} else {
+		s.metrics.shadowDropped[shadowDropQueueFull].Inc()
 	}
 }
 
 // runShadow answers the queued copies with their shadow version until
-// Close, counting them in the version's shadow counters; their answers
-// go nowhere.
+// Close, each once a core is spare (shadowCapacity), counting them in
+// the version's shadow counters; their answers go nowhere.
 func (s *Server) runShadow() {
 	for {
 		select {
 		case <-s.shadowDone:
 			return
 		case j := <-s.shadowQ:
+			if !s.capacity.wait(s.shadowDone) {
+				return
+			}
 			s.shadowOne(j)
 		}
 	}

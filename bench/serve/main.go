@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,13 +45,14 @@ func main() {
 	rounds := flag.Int("rounds", 5, "interleaved rounds per server and batch size, sharing -duration")
 	shadow := flag.Bool("shadow", false, "measure only what a shadow version adds to latency (model census needs two versions)")
 	shadowPercent := flag.Int("shadow-percent", 0, "with -shadow: the routing's shadow_percent (0: every request)")
+	shadowMaxLive := flag.Int("shadow-max-live", 0, "with -shadow: the server's ShadowMaxLive (0: its default, GOMAXPROCS)")
 	flag.Parse()
 	if *models == "" {
 		fmt.Fprintln(os.Stderr, "usage: serve --models DIR")
 		os.Exit(2)
 	}
 	if *shadow {
-		if err := runShadow(*models, *duration, *conc, *rounds, *shadowPercent); err != nil {
+		if err := runShadow(*models, *duration, *conc, *rounds, *shadowPercent, *shadowMaxLive); err != nil {
 			fmt.Fprintln(os.Stderr, "serve:", err)
 			os.Exit(1)
 		}
@@ -375,9 +377,11 @@ func median(rs []result) result {
 // runShadow measures the latency a shadow version adds: the Echo server
 // at half its peak rate (measured first, without routing), in interleaved
 // rounds without routing and with the default answering 100% and another
-// version shadowing it; percentiles over all rounds' requests. The
-// routing is written with SetRouting, as `trainflow models route` does.
-func runShadow(models string, d time.Duration, conc, rounds, percent int) error {
+// version shadowing it; percentiles over all rounds' requests, and the
+// share of the copies the shadow version answered (the others were
+// dropped, trainflow_serving_shadow_dropped_total). The routing is
+// written with SetRouting, as `trainflow models route` does.
+func runShadow(models string, d time.Duration, conc, rounds, percent, maxLive int) error {
 	ctx := context.Background()
 	repo, err := bundle.OpenRepository(ctx, models)
 	if err != nil {
@@ -397,11 +401,11 @@ func runShadow(models string, d time.Duration, conc, rounds, percent int) error 
 		other = vs[1]
 	}
 	reg := serving.NewRegistry(repo, nil, slog.New(slog.DiscardHandler))
-	srv := serving.New(reg, slog.New(slog.DiscardHandler), serving.Options{})
+	srv := serving.New(reg, slog.New(slog.DiscardHandler), serving.Options{ShadowMaxLive: maxLive})
 	defer srv.Close()
-	url, stop := listen(srv)
+	base, stop := listen(srv)
 	defer stop()
-	url += "/v1/models/census:predict"
+	url := base + "/v1/models/census:predict"
 	set := func(rt rollout.Routing) error {
 		if _, err := repo.SetRouting(ctx, model, rt, bundle.Cause{By: "bench"}, time.Now()); err != nil {
 			return err
@@ -435,5 +439,29 @@ func runShadow(models string, d time.Duration, conc, rounds, percent int) error 
 		fmt.Printf("%-16s p50 %s, p99 %s over %d requests\n", name, percentile(lat[i], 0.50).Round(time.Microsecond), p99[i].Round(time.Microsecond), len(lat[i]))
 	}
 	fmt.Printf("p99 with shadow / without: %.3f; non-2xx: %d\n", float64(p99[1])/float64(p99[0]), non2xx)
+	ran := reg.Telemetry("bench", model, time.Now()).Versions[bundle.VersionKey(other)].Shadow.Requests
+	fmt.Printf("copies answered by the shadow version: %d of %d shadowed requests (%.1f%%); %s\n",
+		ran, len(lat[1]), 100*float64(ran)/float64(max(len(lat[1]), 1)), droppedLines(base))
 	return nil
+}
+
+// droppedLines returns the server's trainflow_serving_shadow_dropped_total
+// series from its /metrics, on one line.
+func droppedLines(base string) string {
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "trainflow_serving_shadow_dropped_total") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, ", ")
 }
