@@ -56,9 +56,10 @@ type Options struct {
 	// once if it has none, so that one address cannot hold every slot.
 	MaxConnsPerClient int
 	// ShadowMaxLive bounds the live predictions in flight beside which a
-	// copy of a request for a shadow version may run (default
-	// GOMAXPROCS): the shadow worker starts a copy only while fewer are
-	// in flight, so copies use spare cores only (rollout.md#shadow).
+	// copy of a request for a shadow version may start: the shadow worker
+	// starts one only while fewer are in flight. The default,
+	// GOMAXPROCS-1 (at least 1), leaves a core free for the next request
+	// while a copy runs (rollout.md#shadow).
 	ShadowMaxLive int
 
 	// AuthToken, if not empty, must be sent as "Authorization: Bearer
@@ -101,6 +102,7 @@ type Server struct {
 	shadowQ    chan shadowJob  // copies of routed requests for the shadow version
 	shadowDone chan struct{}   // closed by Close: the shadow worker returns
 	capacity   *shadowCapacity // live predictions in flight, and the shadow worker's wait for a spare core
+	shadowHook func()          // tests: called as the shadow worker starts a copy; nil in production
 	closeOnce  sync.Once
 	feedback   *feedbackMemory
 }
@@ -119,7 +121,7 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	opts.IdleTimeout = cmp.Or(opts.IdleTimeout, DefaultIdleTimeout)
 	opts.MaxConns = cmp.Or(opts.MaxConns, DefaultMaxConns)
 	opts.MaxConnsPerClient = min(cmp.Or(opts.MaxConnsPerClient, DefaultMaxConnsPerClient), opts.MaxConns)
-	opts.ShadowMaxLive = cmp.Or(opts.ShadowMaxLive, runtime.GOMAXPROCS(0))
+	opts.ShadowMaxLive = cmp.Or(opts.ShadowMaxLive, max(runtime.GOMAXPROCS(0)-1, 1))
 	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg), ids: newRequestIDs(),
 		shadowQ: make(chan shadowJob, shadowQueue), shadowDone: make(chan struct{}), feedback: newFeedbackMemory(feedbackMemorySize),
 		capacity: newShadowCapacity(opts.ShadowMaxLive)}

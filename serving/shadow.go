@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -19,11 +20,12 @@ const shadowQueue = 64
 // Reasons a copy for the shadow version is dropped: the label values of
 // trainflow_serving_shadow_dropped_total.
 const (
-	// shadowDropBusy: the queue was full while the shadow worker waited
-	// for a spare core (live predictions held every core).
+	// shadowDropBusy: the queue was full while the shadow worker was not
+	// answering a copy: it waited for a spare core (live predictions held
+	// every core), or had not been given one yet.
 	shadowDropBusy = "busy"
 	// shadowDropQueueFull: the queue was full while the shadow worker was
-	// answering copies (the shadow version is slower than the copies come).
+	// answering a copy (the shadow version is slower than the copies come).
 	shadowDropQueueFull = "queue_full"
 )
 
@@ -40,6 +42,7 @@ type shadowCapacity struct {
 	max     int64
 	n       atomic.Int64  // live predictions in flight
 	waiting atomic.Bool   // the worker is waiting for n < max
+	running atomic.Bool   // the worker is answering a copy
 	idle    chan struct{} // a token sent when n falls below max
 }
 
@@ -62,9 +65,12 @@ func (c *shadowCapacity) end() {
 }
 
 // wait returns true once fewer than max live predictions are in flight,
-// or false when done is closed first.
+// looked at before and after yielding the processor (runtime.Gosched),
+// so that goroutines ready to run, such as a request being read, run
+// first and count if they become live predictions; or false when done is
+// closed first.
 func (c *shadowCapacity) wait(done <-chan struct{}) bool {
-	if c.n.Load() < c.max {
+	if c.spare() {
 		return true
 	}
 	c.waiting.Store(true)
@@ -72,7 +78,7 @@ func (c *shadowCapacity) wait(done <-chan struct{}) bool {
 	// end reads waiting after its decrement, and we read n after setting
 	// waiting: either we see its decrement or it sees us waiting and
 	// sends a token. A stale token only makes us look again.
-	for c.n.Load() >= c.max {
+	for !c.spare() {
 		select {
 		case <-c.idle:
 		case <-done:
@@ -80,6 +86,16 @@ func (c *shadowCapacity) wait(done <-chan struct{}) bool {
 		}
 	}
 	return true
+}
+
+// spare reports whether fewer than max live predictions are in flight,
+// before and after yielding the processor.
+func (c *shadowCapacity) spare() bool {
+	if c.n.Load() >= c.max {
+		return false
+	}
+	runtime.Gosched()
+	return c.n.Load() < c.max
 }
 
 // shadowJob is a copy of a routed :predict request (v1) or V2 infer
@@ -153,13 +169,13 @@ func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2
 }
 
 // dropShadow counts a copy dropped because the queue is full, under
-// shadowDropBusy if the worker is waiting for a spare core, else
-// shadowDropQueueFull.
+// shadowDropQueueFull if the worker is answering a copy, else
+// shadowDropBusy.
 func (s *Server) dropShadow() {
-	if s.capacity.waiting.Load() {
-		s.metrics.shadowDropped[shadowDropBusy].Inc()
-	} else {
+	if s.capacity.running.Load() {
 		s.metrics.shadowDropped[shadowDropQueueFull].Inc()
+	} else {
+		s.metrics.shadowDropped[shadowDropBusy].Inc()
 	}
 }
 
@@ -175,13 +191,18 @@ func (s *Server) runShadow() {
 			if !s.capacity.wait(s.shadowDone) {
 				return
 			}
+			s.capacity.running.Store(true)
 			s.shadowOne(j)
+			s.capacity.running.Store(false)
 		}
 	}
 }
 
 // shadowOne answers one copy. A panic is counted as a 500 and logged.
 func (s *Server) shadowOne(j shadowJob) {
+	if s.shadowHook != nil {
+		s.shadowHook()
+	}
 	start := time.Now()
 	sc := getScratch()
 	code := http.StatusOK

@@ -439,9 +439,9 @@ func runShadow(models string, d time.Duration, conc, rounds, percent, maxLive in
 		fmt.Printf("%-16s p50 %s, p99 %s over %d requests\n", name, percentile(lat[i], 0.50).Round(time.Microsecond), p99[i].Round(time.Microsecond), len(lat[i]))
 	}
 	fmt.Printf("p99 with shadow / without: %.3f; non-2xx: %d\n", float64(p99[1])/float64(p99[0]), non2xx)
-	ran := reg.Telemetry("bench", model, time.Now()).Versions[bundle.VersionKey(other)].Shadow.Requests
-	fmt.Printf("copies answered by the shadow version: %d of %d shadowed requests (%.1f%%); %s\n",
-		ran, len(lat[1]), 100*float64(ran)/float64(max(len(lat[1]), 1)), droppedLines(base))
+	sh := reg.Telemetry("bench", model, time.Now()).Versions[bundle.VersionKey(other)].Shadow
+	fmt.Printf("copies answered by the shadow version: %d of %d shadowed requests (%.1f%%), each in ≤ %.3g ms (p50), ≤ %.3g ms (p99); %s\n",
+		sh.Requests, len(lat[1]), 100*float64(sh.Requests)/float64(max(len(lat[1]), 1)), sh.Quantile(0.5), sh.Quantile(0.99), droppedLines(base))
 	return nil
 }
 
