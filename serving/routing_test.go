@@ -327,8 +327,10 @@ func TestShadowV2(t *testing.T) {
 	t.Logf("V2 shadow agreement of version 2 with 1: %d/%d", agree, n)
 }
 
-// TestShadowSampled copies a quarter of the routed requests: the shadow
-// sees 25% ± 5 of 1000 (σ ≈ 1.4 points).
+// TestShadowSampled copies a quarter of the routed requests: the copies
+// the shadow answered and those it dropped (at this pace most are: the
+// worker takes at most 5% of a core) are 25% ± 5 of 1000 (σ ≈ 1.4
+// points).
 func TestShadowSampled(t *testing.T) {
 	f := getFixture(t)
 	e := newEnv(t, serving.Options{}, 0, 1)
@@ -342,8 +344,8 @@ func TestShadowSampled(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	var last, sh rollout.Stats
 	for {
-		// The worker drains the queue; the count stops moving once it is
-		// empty (the queue is never full at this pace: nothing dropped).
+		// The worker drains the queue, a copy every millisecond or more;
+		// the count stops moving once it is empty.
 		sh = e.reg.Telemetry("srv_test", model, time.Now()).Versions["2"].Shadow
 		if sh.Requests == last.Requests && sh.Requests > 0 || time.Now().After(deadline) {
 			break
@@ -351,9 +353,33 @@ func TestShadowSampled(t *testing.T) {
 		last = sh
 		time.Sleep(20 * time.Millisecond) // polling a counter the shadow worker raises
 	}
-	if share := float64(sh.Requests) / n; share < 0.20 || share > 0.30 {
-		t.Fatalf("shadow copies: got %d of %d, want 25%% ± 5", sh.Requests, n)
+	busy, full := shadowDropped(t, e)
+	if share := float64(sh.Requests+busy+full) / n; share < 0.20 || share > 0.30 {
+		t.Fatalf("shadow copies: got %d answered, %d + %d dropped of %d, want 25%% ± 5", sh.Requests, busy, full, n)
 	}
+	t.Logf("copies: %d answered, %d dropped as busy, %d as queue_full", sh.Requests, busy, full)
+}
+
+// shadowDropped reads trainflow_serving_shadow_dropped_total of e's
+// server by reason.
+func shadowDropped(t *testing.T, e *env) (busy, queueFull int64) {
+	t.Helper()
+	m := serve(e.srv, http.MethodGet, "/metrics", "", nil).Body.String()
+	for _, c := range []struct {
+		reason string
+		n      *int64
+	}{{"busy", &busy}, {"queue_full", &queueFull}} {
+		prefix := fmt.Sprintf("\ntrainflow_serving_shadow_dropped_total{reason=%q} ", c.reason)
+		i := strings.Index(m, prefix)
+		if i < 0 {
+			t.Fatalf("metrics: no %s", strings.TrimSpace(prefix))
+		}
+		line, _, _ := strings.Cut(m[i+len(prefix):], "\n")
+		if _, err := fmt.Sscan(line, c.n); err != nil {
+			t.Fatalf("metrics: %s%s: %v", strings.TrimSpace(prefix), line, err)
+		}
+	}
+	return busy, queueFull
 }
 
 // TestFeedback gives the true label of routed predictions: a right one

@@ -121,7 +121,9 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	opts.IdleTimeout = cmp.Or(opts.IdleTimeout, DefaultIdleTimeout)
 	opts.MaxConns = cmp.Or(opts.MaxConns, DefaultMaxConns)
 	opts.MaxConnsPerClient = min(cmp.Or(opts.MaxConnsPerClient, DefaultMaxConnsPerClient), opts.MaxConns)
-	opts.ShadowMaxLive = cmp.Or(opts.ShadowMaxLive, max(runtime.GOMAXPROCS(0)-1, 1))
+	if opts.ShadowMaxLive <= 0 {
+		opts.ShadowMaxLive = max(runtime.GOMAXPROCS(0)-1, 1)
+	}
 	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg), ids: newRequestIDs(),
 		shadowQ: make(chan shadowJob, shadowQueue), shadowDone: make(chan struct{}), feedback: newFeedbackMemory(feedbackMemorySize),
 		capacity: newShadowCapacity(opts.ShadowMaxLive)}

@@ -179,21 +179,52 @@ func (s *Server) dropShadow() {
 	}
 }
 
+// shadowCoalesce is the shortest rest of the shadow worker between two
+// copies: copies that come meanwhile are queued with no receiver to wake.
+// Waking a parked goroutine from a request's handler (a channel send to
+// a waiting receiver) makes the runtime wake an idle thread for it, on
+// the answer's path; resting makes that at most once per shadowCoalesce.
+const shadowCoalesce = time.Millisecond
+
+// shadowShare is the share of one core's time, in percent, the shadow
+// worker's copies may take at most: after a copy that took d (wall
+// time), the worker rests d·(100−shadowShare)/shadowShare, at least
+// shadowCoalesce. A copy slowed by other work (the answers, other
+// processes) takes longer and so buys a longer rest: the busier the
+// machine, the fewer copies. Why 5: where the answers keep a fraction ρ
+// of the cores busy, queueing delays grow about as 1/(1−ρ); work taking
+// a further δ of the cores multiplies them by (1−ρ)/(1−ρ−δ), and 5% of
+// one core on two (δ = 0.025) at half of peak (ρ = 0.5) makes that 1.05,
+// the rollout's bound on the p99 (rollout.md#shadow).
+const shadowShare = 5
+
 // runShadow answers the queued copies with their shadow version until
-// Close, each once a core is spare (shadowCapacity), counting them in
-// the version's shadow counters; their answers go nowhere.
+// Close, each once a core is spare (shadowCapacity) and the worker has
+// rested after the one before (shadowShare), counting them in the
+// version's shadow counters; their answers go nowhere.
 func (s *Server) runShadow() {
+	rest := time.NewTimer(shadowCoalesce)
+	defer rest.Stop()
 	for {
+		var j shadowJob
 		select {
 		case <-s.shadowDone:
 			return
-		case j := <-s.shadowQ:
-			if !s.capacity.wait(s.shadowDone) {
-				return
-			}
-			s.capacity.running.Store(true)
-			s.shadowOne(j)
-			s.capacity.running.Store(false)
+		case j = <-s.shadowQ:
+		}
+		if !s.capacity.wait(s.shadowDone) {
+			return
+		}
+		s.capacity.running.Store(true)
+		start := time.Now()
+		s.shadowOne(j)
+		d := time.Since(start)
+		s.capacity.running.Store(false)
+		rest.Reset(max(d*(100-shadowShare)/shadowShare, shadowCoalesce))
+		select {
+		case <-s.shadowDone:
+			return
+		case <-rest.C:
 		}
 	}
 }
