@@ -21,17 +21,18 @@ const shadowQueue = 64
 // trainflow_serving_shadow_dropped_total.
 const (
 	// shadowDropBusy: the queue was full while the shadow worker was not
-	// answering a copy: it waited for a spare core (live predictions held
-	// every core), or had not been given one yet.
+	// answering a copy: it waited for a spare core (shadowCapacity), or
+	// rested after a copy (shadowShare), or had not been given a core yet.
 	shadowDropBusy = "busy"
 	// shadowDropQueueFull: the queue was full while the shadow worker was
 	// answering a copy (the shadow version is slower than the copies come).
 	shadowDropQueueFull = "queue_full"
 )
 
-// shadowCapacity decides when a copy may run: only while fewer than max
-// live predictions are in flight on this server, so that a copy takes a
-// core no live request is using. Live predictions are counted from the
+// shadowCapacity decides when a copy may start: only while fewer than max
+// live predictions are in flight on this server (Options.ShadowMaxLive,
+// by default one fewer than the cores, so that a core stays free for the
+// next request while a copy runs). Live predictions are counted from the
 // end of their body's read to the end of their handler (begin, end); the
 // shadow worker waits in wait until the count is below max. Go schedules
 // goroutines without priorities and preempts a running one only after

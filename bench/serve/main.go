@@ -376,12 +376,17 @@ func median(rs []result) result {
 
 // runShadow measures the latency a shadow version adds: the Echo server
 // at half its peak rate (measured first, without routing), in interleaved
-// rounds without routing, with the default answering 100% and another
-// version shadowing it on the server as configured (ShadowMaxLive
-// maxLive, 0: its default), and the same on a second server whose copies
-// start whatever the load (ShadowMaxLive 1<<20: as before the capacity
-// check); percentiles over all rounds' requests, and the share of the
-// copies each shadow version answered (the others were dropped,
+// rounds of four: without routing; with the default answering 100% and
+// another version shadowing it, on the server as configured
+// (ShadowMaxLive maxLive, 0: its default); the same on a second server
+// whose copies start whatever the live predictions in flight
+// (ShadowMaxLive 1<<20; its worker still rests between copies); and
+// without routing on the second server, whose difference from the first
+// round is the noise. It prints percentiles over all rounds' requests,
+// the median over rounds of each round's p99 ratio to the first's (each
+// round's four loads are seconds apart, so a change in the machine's
+// other load mostly hits all four), and the share of the copies each
+// shadow version answered (the others were dropped,
 // trainflow_serving_shadow_dropped_total). Each server has its own
 // registry, so its own shadow counters. The routing is written with
 // SetRouting, as `trainflow models route` does.
@@ -434,16 +439,16 @@ func runShadow(models string, d time.Duration, conc, rounds, percent, maxLive in
 		return err
 	}
 	peak := load(srvs[0].url, body(1), "", conc, d/time.Duration(rounds), 0, nil).rps
-	var lat [3][]time.Duration
-	var ratios [2][]float64 // per round: p99 with shadow (each server) / p99 without
+	var lat [4][]time.Duration
+	var ratios [3][]float64 // per round: p99 with shadow (each server), and without on server 2 (the noise), / p99 without on server 1
 	var non2xx int64
 	for range rounds {
-		var p99 [3]time.Duration
-		for i, rt := range []rollout.Routing{none, shadow, shadow} {
+		var p99 [4]time.Duration
+		for i, rt := range []rollout.Routing{none, shadow, shadow, none} {
 			if err := set(rt); err != nil {
 				return err
 			}
-			r := load(srvs[max(i-1, 0)].url, body(1), "", conc, d/time.Duration(rounds), peak/2, nil)
+			r := load(srvs[min(i, 2)/2].url, body(1), "", conc, d/time.Duration(rounds), peak/2, nil)
 			lat[i] = append(lat[i], r.lat...)
 			non2xx += r.non2xx
 			l := slices.Clone(r.lat)
@@ -456,8 +461,8 @@ func runShadow(models string, d time.Duration, conc, rounds, percent, maxLive in
 	}
 	fmt.Printf("bench/serve --shadow: %d clients, %.0f req/s offered (half of %.0f), %d interleaved rounds of %s each, GOMAXPROCS %s\n",
 		conc, peak/2, peak, rounds, d/time.Duration(rounds), os.Getenv("GOMAXPROCS"))
-	var p99 [3]time.Duration
-	for i, name := range []string{"no routing", shadow.String(), shadow.String() + ", every copy started"} {
+	var p99 [4]time.Duration
+	for i, name := range []string{"no routing", shadow.String(), shadow.String() + ", every copy started", "no routing (server 2)"} {
 		slices.Sort(lat[i])
 		p99[i] = percentile(lat[i], 0.99)
 		fmt.Printf("%-36s p50 %s, p99 %s over %d requests\n", name, percentile(lat[i], 0.50).Round(time.Microsecond), p99[i].Round(time.Microsecond), len(lat[i]))
@@ -466,8 +471,8 @@ func runShadow(models string, d time.Duration, conc, rounds, percent, maxLive in
 	for i := range ratios {
 		slices.Sort(ratios[i])
 	}
-	fmt.Printf("p99 with shadow / without in the same round, median of %d rounds: %.3f (every copy started: %.3f)\n",
-		rounds, ratios[0][rounds/2], ratios[1][rounds/2])
+	fmt.Printf("p99 with shadow / without in the same round, median of %d rounds: %.3f (every copy started: %.3f; no routing on server 2, the noise: %.3f)\n",
+		rounds, ratios[0][rounds/2], ratios[1][rounds/2], ratios[2][rounds/2])
 	for i, s := range srvs {
 		sh := s.reg.Telemetry("bench", model, time.Now()).Versions[bundle.VersionKey(other)].Shadow
 		fmt.Printf("server %d: copies answered by the shadow version: %d of %d shadowed requests (%.1f%%), each in ≤ %.3g ms (p50), ≤ %.3g ms (p99); %s\n",
