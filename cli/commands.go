@@ -95,6 +95,7 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 	readHeaderTimeout := fs.Duration("read-header-timeout", serving.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
 	readTimeout := fs.Duration("read-timeout", serving.DefaultReadTimeout, "time a client has to send a whole request, body included (a slow body is answered 408)")
 	idleTimeout := fs.Duration("idle-timeout", serving.DefaultIdleTimeout, "time a kept-alive connection may wait for its next request")
+	shadowMaxLive := fs.Int("shadow-max-live", 0, "a copy of a request for a shadow version starts only while fewer live predictions are in flight (0: GOMAXPROCS-1, at least 1; docs/rollout.md#shadow)")
 	tokenFile := fs.String("auth-token-file", envOr("TRAINFLOW_AUTH_TOKEN_FILE", ""), "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live; trainflow predict and models send it with the same flag) ($TRAINFLOW_AUTH_TOKEN_FILE); none: no auth")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
@@ -116,6 +117,9 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 	if *maxConnsPerClient < 1 {
 		return usageError{errors.New("--max-conns-per-client must be positive")}
 	}
+	if *shadowMaxLive < 0 {
+		return usageError{errors.New("--shadow-max-live must be ≥ 0")}
+	}
 	for _, f := range []struct {
 		name string
 		d    time.Duration
@@ -128,7 +132,7 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 		return usageError{errors.New("--tls-cert and --tls-key go together")}
 	}
 	opts := serving.Options{
-		MaxConns: *maxConns, MaxConnsPerClient: *maxConnsPerClient,
+		MaxConns: *maxConns, MaxConnsPerClient: *maxConnsPerClient, ShadowMaxLive: *shadowMaxLive,
 		ReadHeaderTimeout: *readHeaderTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
 	}

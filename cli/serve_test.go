@@ -13,7 +13,7 @@ import (
 )
 
 // TestServeSecurityFlags checks serve's --auth-token-file, --tls-cert,
-// --tls-key, --max-conns, --max-conns-per-client and the timeouts: bad values are usage errors naming the flag,
+// --tls-key, --max-conns, --max-conns-per-client, --shadow-max-live and the timeouts: bad values are usage errors naming the flag,
 // and with a token file the server answers 401 without the token, 200
 // with it.
 func TestServeSecurityFlags(t *testing.T) {
@@ -31,6 +31,7 @@ func TestServeSecurityFlags(t *testing.T) {
 		{[]string{"--tls-key", "k.pem"}, "--tls-cert and --tls-key"},
 		{[]string{"--max-conns", "0"}, "--max-conns"},
 		{[]string{"--max-conns-per-client", "0"}, "--max-conns-per-client"},
+		{[]string{"--shadow-max-live", "-1"}, "--shadow-max-live"},
 		{[]string{"--read-header-timeout", "0s"}, "--read-header-timeout"},
 		{[]string{"--read-timeout", "-1s"}, "--read-timeout"},
 		{[]string{"--idle-timeout", "0s"}, "--idle-timeout"},

@@ -115,8 +115,9 @@ func BenchmarkServe(b *testing.B) {
 // BenchmarkServeRouted measures what routing costs a :predict of one
 // instance through the whole server: no routing (the default answers),
 // a 50/50 split (pick, telemetry, feedback memory), and a 100% routing
-// with a shadow (plus the copy for the shadow queue; the shadow worker
-// runs beside, on another core if there is one).
+// with a shadow (plus the copy for the shadow queue, or counting it
+// dropped when the queue is full; the shadow worker runs beside, resting
+// between copies).
 func BenchmarkServeRouted(b *testing.B) {
 	f := getFixture(b)
 	body := []byte(mustJSON(b, map[string]any{"instances": f.instances[:1]}))

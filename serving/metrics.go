@@ -23,8 +23,9 @@ type metrics struct {
 	shed  *prometheus.CounterVec
 	conns atomic.Pointer[atomic.Int64]
 	// shadowDropped counts copies of requests not sent to a shadow
-	// version because its queue was full.
-	shadowDropped prometheus.Counter
+	// version because its queue was full, by reason (shadowDropBusy,
+	// shadowDropQueueFull).
+	shadowDropped map[string]prometheus.Counter
 
 	// series caches the children of requests and latency by label
 	// values, so that a request costs a map lookup, not the label hashing
@@ -61,14 +62,18 @@ func newMetrics(reg *Registry) *metrics {
 			Name: "trainflow_serving_connections_shed_total",
 			Help: "Connections closed to give their slot to a new client, by reason: idle (kept alive, idle), stalled (still sending headers or body), client_limit (a new connection over its address's limit).",
 		}, []string{"reason"}),
-		shadowDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "trainflow_serving_shadow_dropped_total",
-			Help: "Copies of routed requests dropped because the shadow queue was full.",
-		}),
 		series: map[seriesKey]series{},
 	}
 	for _, r := range []string{shedIdle, shedStalled, shedClient} {
 		m.shed.WithLabelValues(r)
+	}
+	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trainflow_serving_shadow_dropped_total",
+		Help: "Copies of routed requests not answered by the shadow version because its queue was full, by reason: busy (the shadow worker was waiting for a core no live prediction used), queue_full (the shadow version answered slower than copies came).",
+	}, []string{"reason"})
+	m.shadowDropped = map[string]prometheus.Counter{}
+	for _, r := range []string{shadowDropBusy, shadowDropQueueFull} {
+		m.shadowDropped[r] = dropped.WithLabelValues(r)
 	}
 	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "trainflow_serving_connections_open",
@@ -80,7 +85,7 @@ func newMetrics(reg *Registry) *metrics {
 		return 0
 	})
 	loaded := prometheus.NewDesc("trainflow_serving_model_versions_loaded", "Model versions loaded and serving.", []string{"model"}, nil)
-	m.reg.MustRegister(m.requests, m.latency, m.shed, m.shadowDropped, open, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+	m.reg.MustRegister(m.requests, m.latency, m.shed, dropped, open, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 		collectorFunc{desc: loaded, collect: func(ch chan<- prometheus.Metric) {
 			for _, name := range reg.Models() {
 				if vs, _, err := reg.Status(name); err == nil {

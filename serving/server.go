@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -54,6 +55,12 @@ type Options struct {
 	// of that address's own idle or stalled connection, or is closed at
 	// once if it has none, so that one address cannot hold every slot.
 	MaxConnsPerClient int
+	// ShadowMaxLive bounds the live predictions in flight beside which a
+	// copy of a request for a shadow version may start: the shadow worker
+	// starts one only while fewer are in flight. The default,
+	// GOMAXPROCS-1 (at least 1), leaves a core free for the next request
+	// while a copy runs (rollout.md#shadow).
+	ShadowMaxLive int
 
 	// AuthToken, if not empty, must be sent as "Authorization: Bearer
 	// TOKEN" on every route (metrics included) but the liveness probe
@@ -92,8 +99,10 @@ type Server struct {
 	ids     *requestIDs
 	token   *[sha256.Size]byte // SHA-256 of opts.AuthToken; nil: no auth
 
-	shadowQ    chan shadowJob // copies of routed requests for the shadow version
-	shadowDone chan struct{}  // closed by Close: the shadow worker returns
+	shadowQ    chan shadowJob  // copies of routed requests for the shadow version
+	shadowDone chan struct{}   // closed by Close: the shadow worker returns
+	capacity   *shadowCapacity // live predictions in flight, and the shadow worker's wait for a spare core
+	shadowHook func()          // tests: called as the shadow worker starts a copy; nil in production
 	closeOnce  sync.Once
 	feedback   *feedbackMemory
 }
@@ -112,8 +121,12 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 	opts.IdleTimeout = cmp.Or(opts.IdleTimeout, DefaultIdleTimeout)
 	opts.MaxConns = cmp.Or(opts.MaxConns, DefaultMaxConns)
 	opts.MaxConnsPerClient = min(cmp.Or(opts.MaxConnsPerClient, DefaultMaxConnsPerClient), opts.MaxConns)
+	if opts.ShadowMaxLive <= 0 {
+		opts.ShadowMaxLive = max(runtime.GOMAXPROCS(0)-1, 1)
+	}
 	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg), ids: newRequestIDs(),
-		shadowQ: make(chan shadowJob, shadowQueue), shadowDone: make(chan struct{}), feedback: newFeedbackMemory(feedbackMemorySize)}
+		shadowQ: make(chan shadowJob, shadowQueue), shadowDone: make(chan struct{}), feedback: newFeedbackMemory(feedbackMemorySize),
+		capacity: newShadowCapacity(opts.ShadowMaxLive)}
 	go s.runShadow()
 	if opts.AuthToken != "" {
 		sum := sha256.Sum256([]byte(opts.AuthToken))
@@ -323,6 +336,8 @@ func (s *Server) verb(c echo.Context) error {
 	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
+	s.capacity.begin()
+	defer s.capacity.end()
 	var n int
 	switch t.verb {
 	case verbPredict:

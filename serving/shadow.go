@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -11,9 +13,91 @@ import (
 
 // shadowQueue bounds the copies of requests waiting for the shadow
 // version: a copy that finds the queue full is dropped (and counted in
-// trainflow_serving_shadow_dropped_total), so shadowing never holds up
-// an answer or grows without bound.
+// trainflow_serving_shadow_dropped_total, by reason), so shadowing never
+// holds up an answer or grows without bound.
 const shadowQueue = 64
+
+// Reasons a copy for the shadow version is dropped: the label values of
+// trainflow_serving_shadow_dropped_total.
+const (
+	// shadowDropBusy: the queue was full while the shadow worker was not
+	// answering a copy: it waited for a spare core (shadowCapacity), or
+	// rested after a copy (shadowShare), or had not been given a core yet.
+	shadowDropBusy = "busy"
+	// shadowDropQueueFull: the queue was full while the shadow worker was
+	// answering a copy (the shadow version is slower than the copies come).
+	shadowDropQueueFull = "queue_full"
+)
+
+// shadowCapacity decides when a copy may start: only while fewer than max
+// live predictions are in flight on this server (Options.ShadowMaxLive,
+// by default one fewer than the cores, so that a core stays free for the
+// next request while a copy runs). Live predictions are counted from the
+// end of their body's read to the end of their handler (begin, end); the
+// shadow worker waits in wait until the count is below max. Go schedules
+// goroutines without priorities and preempts a running one only after
+// 10 ms, so a copy that started beside live work holds its core until it
+// ends: the only way to keep copies off the answers' cores is not to
+// start them there. Safe for concurrent use.
+type shadowCapacity struct {
+	max     int64
+	n       atomic.Int64  // live predictions in flight
+	waiting atomic.Bool   // the worker is waiting for n < max
+	running atomic.Bool   // the worker is answering a copy
+	idle    chan struct{} // a token sent when n falls below max
+}
+
+func newShadowCapacity(max int) *shadowCapacity {
+	return &shadowCapacity{max: int64(max), idle: make(chan struct{}, 1)}
+}
+
+// begin counts a live prediction in flight.
+func (c *shadowCapacity) begin() { c.n.Add(1) }
+
+// end counts a live prediction done, and wakes the worker when a core
+// becomes spare: a token on idle, never blocking.
+func (c *shadowCapacity) end() {
+	if c.n.Add(-1) == c.max-1 && c.waiting.Load() {
+		select {
+		case c.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait returns true once fewer than max live predictions are in flight,
+// looked at before and after yielding the processor (runtime.Gosched),
+// so that goroutines ready to run, such as a request being read, run
+// first and count if they become live predictions; or false when done is
+// closed first.
+func (c *shadowCapacity) wait(done <-chan struct{}) bool {
+	if c.spare() {
+		return true
+	}
+	c.waiting.Store(true)
+	defer c.waiting.Store(false)
+	// end reads waiting after its decrement, and we read n after setting
+	// waiting: either we see its decrement or it sees us waiting and
+	// sends a token. A stale token only makes us look again.
+	for !c.spare() {
+		select {
+		case <-c.idle:
+		case <-done:
+			return false
+		}
+	}
+	return true
+}
+
+// spare reports whether fewer than max live predictions are in flight,
+// before and after yielding the processor.
+func (c *shadowCapacity) spare() bool {
+	if c.n.Load() >= c.max {
+		return false
+	}
+	runtime.Gosched()
+	return c.n.Load() < c.max
+}
 
 // shadowJob is a copy of a routed :predict request (v1) or V2 infer
 // request (v2) for the shadow version sv: its body, and the live answer's
@@ -58,8 +142,11 @@ func (s *Server) answered(c echo.Context, sv *Servable, sc *scratch, n int, rout
 // shadow version, or drops it if the queue is full. It copies the body
 // and one number per instance.
 func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2 bool) {
-	if shadow.tel == nil || len(s.shadowQ) == cap(s.shadowQ) {
-		s.metrics.shadowDropped.Inc()
+	if shadow.tel == nil {
+		return
+	}
+	if len(s.shadowQ) == cap(s.shadowQ) {
+		s.dropShadow()
 		return
 	}
 	j := shadowJob{sv: shadow, body: append([]byte(nil), sc.body...), v2: v2}
@@ -78,26 +165,76 @@ func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2
 	select {
 	case s.shadowQ <- j:
 	default:
-		s.metrics.shadowDropped.Inc()
+		s.dropShadow()
 	}
 }
 
+// dropShadow counts a copy dropped because the queue is full, under
+// shadowDropQueueFull if the worker is answering a copy, else
+// shadowDropBusy.
+func (s *Server) dropShadow() {
+	if s.capacity.running.Load() {
+		s.metrics.shadowDropped[shadowDropQueueFull].Inc()
+	} else {
+		s.metrics.shadowDropped[shadowDropBusy].Inc()
+	}
+}
+
+// shadowCoalesce is the shortest rest of the shadow worker between two
+// copies: copies that come meanwhile are queued with no receiver to wake.
+// Waking a parked goroutine from a request's handler (a channel send to
+// a waiting receiver) makes the runtime wake an idle thread for it, on
+// the answer's path; resting makes that at most once per shadowCoalesce.
+const shadowCoalesce = time.Millisecond
+
+// shadowShare is the share of one core's time, in percent, the shadow
+// worker's copies may take at most: after a copy that took d (wall
+// time), the worker rests d·(100−shadowShare)/shadowShare, at least
+// shadowCoalesce. A copy slowed by other work (the answers, other
+// processes) takes longer and so buys a longer rest: the busier the
+// machine, the fewer copies. Why 5: where the answers keep a fraction ρ
+// of the cores busy, queueing delays grow about as 1/(1−ρ); work taking
+// a further δ of the cores multiplies them by (1−ρ)/(1−ρ−δ), and 5% of
+// one core on two (δ = 0.025) at half of peak (ρ = 0.5) makes that 1.05,
+// the rollout's bound on the p99 (rollout.md#shadow).
+const shadowShare = 5
+
 // runShadow answers the queued copies with their shadow version until
-// Close, counting them in the version's shadow counters; their answers
-// go nowhere.
+// Close, each once a core is spare (shadowCapacity) and the worker has
+// rested after the one before (shadowShare), counting them in the
+// version's shadow counters; their answers go nowhere.
 func (s *Server) runShadow() {
+	rest := time.NewTimer(shadowCoalesce)
+	defer rest.Stop()
 	for {
+		var j shadowJob
 		select {
 		case <-s.shadowDone:
 			return
-		case j := <-s.shadowQ:
-			s.shadowOne(j)
+		case j = <-s.shadowQ:
+		}
+		if !s.capacity.wait(s.shadowDone) {
+			return
+		}
+		s.capacity.running.Store(true)
+		start := time.Now()
+		s.shadowOne(j)
+		d := time.Since(start)
+		s.capacity.running.Store(false)
+		rest.Reset(max(d*(100-shadowShare)/shadowShare, shadowCoalesce))
+		select {
+		case <-s.shadowDone:
+			return
+		case <-rest.C:
 		}
 	}
 }
 
 // shadowOne answers one copy. A panic is counted as a 500 and logged.
 func (s *Server) shadowOne(j shadowJob) {
+	if s.shadowHook != nil {
+		s.shadowHook()
+	}
 	start := time.Now()
 	sc := getScratch()
 	code := http.StatusOK

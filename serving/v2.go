@@ -45,6 +45,8 @@ func (s *Server) v2Infer(c echo.Context) error {
 	if err := s.readJSONBody(c, sc); err != nil {
 		return err
 	}
+	s.capacity.begin()
+	defer s.capacity.end()
 	if h := c.Request().Header.Get(headerInferenceHeaderLength); h != "" {
 		if n, err := strconv.Atoi(h); err != nil || n != len(sc.body) {
 			return &httpError{code: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("%s %q: binary tensor data is not supported; send the data in JSON (tritonclient: binary_data=False)", headerInferenceHeaderLength, h)}

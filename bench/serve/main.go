@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,13 +45,14 @@ func main() {
 	rounds := flag.Int("rounds", 5, "interleaved rounds per server and batch size, sharing -duration")
 	shadow := flag.Bool("shadow", false, "measure only what a shadow version adds to latency (model census needs two versions)")
 	shadowPercent := flag.Int("shadow-percent", 0, "with -shadow: the routing's shadow_percent (0: every request)")
+	shadowMaxLive := flag.Int("shadow-max-live", 0, "with -shadow: the server's ShadowMaxLive (0: its default, GOMAXPROCS)")
 	flag.Parse()
 	if *models == "" {
 		fmt.Fprintln(os.Stderr, "usage: serve --models DIR")
 		os.Exit(2)
 	}
 	if *shadow {
-		if err := runShadow(*models, *duration, *conc, *rounds, *shadowPercent); err != nil {
+		if err := runShadow(*models, *duration, *conc, *rounds, *shadowPercent, *shadowMaxLive); err != nil {
 			fmt.Fprintln(os.Stderr, "serve:", err)
 			os.Exit(1)
 		}
@@ -374,10 +376,21 @@ func median(rs []result) result {
 
 // runShadow measures the latency a shadow version adds: the Echo server
 // at half its peak rate (measured first, without routing), in interleaved
-// rounds without routing and with the default answering 100% and another
-// version shadowing it; percentiles over all rounds' requests. The
-// routing is written with SetRouting, as `trainflow models route` does.
-func runShadow(models string, d time.Duration, conc, rounds, percent int) error {
+// rounds of four: without routing; with the default answering 100% and
+// another version shadowing it, on the server as configured
+// (ShadowMaxLive maxLive, 0: its default); the same on a second server
+// whose copies start whatever the live predictions in flight
+// (ShadowMaxLive 1<<20; its worker still rests between copies); and
+// without routing on the second server, whose difference from the first
+// round is the noise. It prints percentiles over all rounds' requests,
+// the median over rounds of each round's p99 ratio to the first's (each
+// round's four loads are seconds apart, so a change in the machine's
+// other load mostly hits all four), and the share of the copies each
+// shadow version answered (the others were dropped,
+// trainflow_serving_shadow_dropped_total). Each server has its own
+// registry, so its own shadow counters. The routing is written with
+// SetRouting, as `trainflow models route` does.
+func runShadow(models string, d time.Duration, conc, rounds, percent, maxLive int) error {
 	ctx := context.Background()
 	repo, err := bundle.OpenRepository(ctx, models)
 	if err != nil {
@@ -396,44 +409,95 @@ func runShadow(models string, d time.Duration, conc, rounds, percent int) error 
 	if other == def {
 		other = vs[1]
 	}
-	reg := serving.NewRegistry(repo, nil, slog.New(slog.DiscardHandler))
-	srv := serving.New(reg, slog.New(slog.DiscardHandler), serving.Options{})
-	defer srv.Close()
-	url, stop := listen(srv)
-	defer stop()
-	url += "/v1/models/census:predict"
+	type server struct {
+		reg       *serving.Registry
+		base, url string
+	}
+	var srvs [2]server
+	for i, ml := range []int{maxLive, 1 << 20} {
+		reg := serving.NewRegistry(repo, nil, slog.New(slog.DiscardHandler))
+		srv := serving.New(reg, slog.New(slog.DiscardHandler), serving.Options{ShadowMaxLive: ml})
+		defer srv.Close()
+		base, stop := listen(srv)
+		defer stop()
+		srvs[i] = server{reg: reg, base: base, url: base + "/v1/models/census:predict"}
+	}
 	set := func(rt rollout.Routing) error {
 		if _, err := repo.SetRouting(ctx, model, rt, bundle.Cause{By: "bench"}, time.Now()); err != nil {
 			return err
 		}
-		return reg.Reload()
+		for _, s := range srvs {
+			if err := s.reg.Reload(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	none, shadow := rollout.Routing{}, rollout.Routing{Weights: []rollout.Weight{{Version: def, Percent: 100}}, Shadow: other, ShadowPercent: percent}
 	defer set(none)
 	if err := set(none); err != nil {
 		return err
 	}
-	peak := load(url, body(1), "", conc, d/time.Duration(rounds), 0, nil).rps
-	var lat [2][]time.Duration
+	peak := load(srvs[0].url, body(1), "", conc, d/time.Duration(rounds), 0, nil).rps
+	var lat [4][]time.Duration
+	var ratios [3][]float64 // per round: p99 with shadow (each server), and without on server 2 (the noise), / p99 without on server 1
 	var non2xx int64
 	for range rounds {
-		for i, rt := range []rollout.Routing{none, shadow} {
+		var p99 [4]time.Duration
+		for i, rt := range []rollout.Routing{none, shadow, shadow, none} {
 			if err := set(rt); err != nil {
 				return err
 			}
-			r := load(url, body(1), "", conc, d/time.Duration(rounds), peak/2, nil)
+			r := load(srvs[min(i, 2)/2].url, body(1), "", conc, d/time.Duration(rounds), peak/2, nil)
 			lat[i] = append(lat[i], r.lat...)
 			non2xx += r.non2xx
+			l := slices.Clone(r.lat)
+			slices.Sort(l)
+			p99[i] = percentile(l, 0.99)
+		}
+		for i := range ratios {
+			ratios[i] = append(ratios[i], float64(p99[i+1])/float64(p99[0]))
 		}
 	}
-	fmt.Printf("bench/serve --shadow: %d clients, %.0f req/s offered (half of %.0f), %d interleaved rounds of %s, GOMAXPROCS %s\n",
+	fmt.Printf("bench/serve --shadow: %d clients, %.0f req/s offered (half of %.0f), %d interleaved rounds of %s each, GOMAXPROCS %s\n",
 		conc, peak/2, peak, rounds, d/time.Duration(rounds), os.Getenv("GOMAXPROCS"))
-	var p99 [2]time.Duration
-	for i, name := range []string{"no routing", shadow.String()} {
+	var p99 [4]time.Duration
+	for i, name := range []string{"no routing", shadow.String(), shadow.String() + ", every copy started", "no routing (server 2)"} {
 		slices.Sort(lat[i])
 		p99[i] = percentile(lat[i], 0.99)
-		fmt.Printf("%-16s p50 %s, p99 %s over %d requests\n", name, percentile(lat[i], 0.50).Round(time.Microsecond), p99[i].Round(time.Microsecond), len(lat[i]))
+		fmt.Printf("%-36s p50 %s, p99 %s over %d requests\n", name, percentile(lat[i], 0.50).Round(time.Microsecond), p99[i].Round(time.Microsecond), len(lat[i]))
 	}
-	fmt.Printf("p99 with shadow / without: %.3f; non-2xx: %d\n", float64(p99[1])/float64(p99[0]), non2xx)
+	fmt.Printf("p99 with shadow / without, over all rounds: %.3f (every copy started: %.3f); non-2xx: %d\n", float64(p99[1])/float64(p99[0]), float64(p99[2])/float64(p99[0]), non2xx)
+	for i := range ratios {
+		slices.Sort(ratios[i])
+	}
+	fmt.Printf("p99 with shadow / without in the same round, median of %d rounds: %.3f (every copy started: %.3f; no routing on server 2, the noise: %.3f)\n",
+		rounds, ratios[0][rounds/2], ratios[1][rounds/2], ratios[2][rounds/2])
+	for i, s := range srvs {
+		sh := s.reg.Telemetry("bench", model, time.Now()).Versions[bundle.VersionKey(other)].Shadow
+		fmt.Printf("server %d: copies answered by the shadow version: %d of %d shadowed requests (%.1f%%), each in ≤ %.3g ms (p50), ≤ %.3g ms (p99); %s\n",
+			i+1, sh.Requests, len(lat[i+1]), 100*float64(sh.Requests)/float64(max(len(lat[i+1]), 1)), sh.Quantile(0.5), sh.Quantile(0.99), droppedLines(s.base))
+	}
 	return nil
+}
+
+// droppedLines returns the server's trainflow_serving_shadow_dropped_total
+// series from its /metrics, on one line.
+func droppedLines(base string) string {
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "trainflow_serving_shadow_dropped_total") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, ", ")
 }
