@@ -317,8 +317,9 @@ func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen i
 	}
 }
 
-// follow waits for p to exit, reading the replica's metrics file: its
-// newest step goes into the heartbeat, and the chief's to the workflow
+// follow waits for p to exit, reading the replica's metrics file (and,
+// the chief's, the event files of its TensorBoard log dir while the
+// metrics file has no line: app.Reports): its newest step goes into the heartbeat, and the chief's to the workflow
 // (AppProgressSignal). A replica whose reported step has not moved for
 // the job's stall timeout, once it reported one, is stopped and lost. The
 // job ending stops p; follow then returns the context's error.
@@ -329,6 +330,11 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 	if stall <= 0 {
 		stall = jobspec.DefaultStallTimeout
 	}
+	events := "" // the job's log dir is the chief's to report from
+	if in.Type == workflows.ReplicaChief {
+		events = r.TensorBoardDir
+	}
+	reports := app.NewReports(r.MetricsFile(), events)
 	var last app.Metric
 	var moved, signalled time.Time
 	signalledStep := int64(-1)
@@ -336,7 +342,7 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 	for {
 		select {
 		case <-p.Done():
-			m, _ := a.latestMetric(r)
+			m, _ := reports.Latest()
 			if m.Step >= last.Step && m.Values != nil {
 				last = m
 			}
@@ -350,7 +356,7 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 			p.Stop(AppStopGrace)
 			return app.Exit{}, last, ctx.Err()
 		case now := <-t.C:
-			m, ok := a.latestMetric(r)
+			m, ok := reports.Latest()
 			if ok && (last.Values == nil || m.Step > last.Step) {
 				last, moved = m, now
 				hb.set(ctx, workflows.AppProgress{Step: m.Step, Metrics: m.Values})
@@ -369,15 +375,6 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 			}
 		}
 	}
-}
-
-// latestMetric is the newest line of the replica's metrics file.
-func (a *Activities) latestMetric(r app.Replica) (app.Metric, bool) {
-	ms, err := app.ReadMetricsFile(r.MetricsFile())
-	if err != nil {
-		return app.Metric{}, false
-	}
-	return app.Latest(ms)
 }
 
 // readOnlyPaths are the host paths a sandboxed application reads: its

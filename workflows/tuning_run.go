@@ -405,7 +405,7 @@ func (r *tuningRun) readFinishedCurves(ctx workflow.Context) {
 // and newest step of trials trs from their job dirs (the
 // TrialEvaluations activity).
 func (r *tuningRun) readEvals(ctx workflow.Context, trs []*Trial) error {
-	in := TrialEvaluationsInput{Metric: r.t.HyperparameterMetricTag, Name: r.spec.Eval.Name, Owner: r.owner}
+	in := TrialEvaluationsInput{Metric: r.t.HyperparameterMetricTag, Name: r.spec.Eval.Name, Owner: r.owner, Application: r.spec.Application != nil}
 	for _, tr := range trs {
 		in.Trials = append(in.Trials, TrialRef{Number: tr.Number, ID: tr.ID, JobDir: tr.JobDirSpec})
 	}

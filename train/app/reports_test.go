@@ -1,0 +1,60 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/trainflow/trainflow/internal/tfevents"
+)
+
+func writeEvents(t *testing.T, dir, writer string, step int64, tags []string, values []float64) {
+	t.Helper()
+	var b tfevents.Batch
+	b.Add(step, time.Unix(1700000000, 0), tags, values)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, tfevents.FileName(step, writer)), b.File(time.Unix(1700000000, 0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReportsFromEventFiles: a program that writes no hypertune file but
+// event files reports their newest step and each tag's newest value, its
+// curve of a tag is read from them; once it writes a hypertune line, the
+// file is what counts.
+func TestReportsFromEventFiles(t *testing.T) {
+	ws, logs := t.TempDir(), t.TempDir()
+	mf := filepath.Join(ws, MetricsFileName)
+	r := NewReports(mf, logs)
+	if _, ok := r.Latest(); ok {
+		t.Fatal("a report before the program wrote anything")
+	}
+	writeEvents(t, logs, "a", 10, []string{"accuracy", "loss"}, []float64{0.5, 1.25})
+	writeEvents(t, logs, "b", 20, []string{"accuracy"}, []float64{0.75})
+	writeEvents(t, filepath.Join(logs, "validation"), "c", 20, []string{"accuracy"}, []float64{0.625})
+	m, ok := r.Latest()
+	want := map[string]float64{"accuracy": 0.75, "loss": 1.25, "validation/accuracy": 0.625}
+	if !ok || m.Step != 20 || len(m.Values) != 3 || m.Values["accuracy"] != 0.75 || m.Values["loss"] != 1.25 || m.Values["validation/accuracy"] != 0.625 || m.Timestamp != 1700000000 {
+		t.Fatalf("latest %+v, want step 20 with %v", m, want)
+	}
+	c, err := Curve(mf, logs, "accuracy")
+	if err != nil || !slices.Equal(c, []Point{{10, 0.5}, {20, 0.75}}) {
+		t.Fatalf("curve %v, %v", c, err)
+	}
+	if c, _ := Curve(mf, "", "accuracy"); len(c) != 0 {
+		t.Fatalf("curve without the event dir: %v", c)
+	}
+	if err := os.WriteFile(mf, []byte(`{"global_step": "5", "accuracy": "0.125"}`+"\n"+`{"global_step": 7, "accuracy": 0.25}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := r.Latest(); !ok || m.Step != 7 || m.Values["accuracy"] != 0.25 || len(m.Values) != 1 {
+		t.Fatalf("with a hypertune file: %+v", m)
+	}
+	if c, err := Curve(mf, logs, "accuracy"); err != nil || !slices.Equal(c, []Point{{5, 0.125}, {7, 0.25}}) {
+		t.Fatalf("hypertune curve %v, %v", c, err)
+	}
+}
