@@ -96,7 +96,8 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 				if out.Unreadable == nil {
 					out.Unreadable = make([]string, len(in.Trials))
 				}
-				out.Unreadable[i] = err.Error()
+				msg := err.Error() // the program's bytes may be in it
+				out.Unreadable[i] = msg[:min(len(msg), 512)]
 			}
 			out.Evals[i] = ev
 			continue

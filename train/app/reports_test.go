@@ -1,9 +1,11 @@
 package app
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +58,43 @@ func TestReportsFromEventFiles(t *testing.T) {
 	}
 	if c, err := Curve(mf, logs, "accuracy"); err != nil || !slices.Equal(c, []Point{{5, 0.125}, {7, 0.25}}) {
 		t.Fatalf("hypertune curve %v, %v", c, err)
+	}
+}
+
+// TestReadMetricsFileIsBounded: a metrics file is the program's: a link
+// (to a secret, or to an endless device) is refused, not followed, and of
+// a file over MaxMetricsFile only its last whole lines are read.
+func TestReadMetricsFileIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte(`{"global_step": 1, "score": 42}`+"\n"), 0o600)
+	for _, target := range []string{secret, "/dev/zero"} {
+		link := filepath.Join(dir, "link")
+		os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		if ms, err := ReadMetricsFile(link); err == nil || len(ms) > 0 {
+			t.Errorf("a link to %s: %v, %v; want it refused", target, ms, err)
+		}
+	}
+	big := filepath.Join(dir, "big")
+	line := []byte(`{"global_step": 1, "pad": 0.` + strings.Repeat("0", 1000) + `1}` + "\n")
+	b := make([]byte, 0, MaxMetricsFile+2*len(line))
+	for len(b) < MaxMetricsFile+len(line)/2 {
+		b = append(b, line...)
+	}
+	b = append(b, `{"global_step": 99, "score": 0.5}`+"\n"...)
+	os.WriteFile(big, b, 0o644)
+	ms, err := ReadMetricsFile(big)
+	if m, ok := Latest(ms); err != nil || !ok || m.Step != 99 || m.Values["score"] != 0.5 {
+		t.Fatalf("big file: latest %+v, %v", m, err)
+	}
+	_, err = ReadMetrics(strings.NewReader(`{"global_step": 1, "` + strings.Repeat("k", 1<<20) + `": "` + strings.Repeat("v", 1<<20) + `"}` + "\n"))
+	if !errors.Is(err, ErrMetrics) || len(err.Error()) > 300 {
+		t.Errorf("a line of a huge key and value: an error of %d bytes, want ErrMetrics of a few hundred", len(err.Error()))
+	}
+	if len(ms) > MaxMetricsFile/len(line)+1 {
+		t.Errorf("%d lines read, more than its last %d bytes hold", len(ms), MaxMetricsFile)
 	}
 }
