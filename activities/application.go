@@ -319,8 +319,8 @@ func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen i
 
 // follow waits for p to exit, reading the replica's metrics file (and,
 // the chief's, the event files of its TensorBoard log dir while the
-// metrics file has no line: app.Reports): its newest step goes into the heartbeat, and the chief's to the workflow
-// (AppProgressSignal). A replica whose reported step has not moved for
+// metrics file has no line: app.Reports): its newest step goes into the
+// heartbeat, and the chief's to the workflow (AppProgressSignal). A replica whose reported step has not moved for
 // the job's stall timeout, once it reported one, is stopped and lost. The
 // job ending stops p; follow then returns the context's error.
 func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, in workflows.ReplicaInput, hb *beater, key ed25519.PrivateKey) (app.Exit, app.Metric, error) {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
@@ -27,7 +29,8 @@ import (
 // it reported, its program and the child process it started are gone
 // (by PID and process group), and the tuning job ends with the best
 // trial's objective exactly what its program wrote, its progress at the
-// program's last step.
+// program's last step. Then a job whose program writes only event files
+// shows its step and loss in the progress query while it runs.
 func TestApplicationTrialStoppedEarly(t *testing.T) {
 	if _, err := exec.LookPath(debianPython); err != nil {
 		realtest.Missing(t, debianPython+" is missing (apt-get install python3)")
@@ -91,4 +94,33 @@ func TestApplicationTrialStoppedEarly(t *testing.T) {
 			}
 		})
 	}
+	// A job whose program writes only event files: its step and loss
+	// reach the progress query while it runs.
+	t.Run("progress", func(t *testing.T) {
+		const id = "tb_progress"
+		run := startUIStyle(t, st.Client, id, `{"job_id":"tb_progress","application":{"name":"curve","args":["--format","tb","--lr","30"]}}`)
+		var p workflows.Progress
+		for deadline := time.Now().Add(2 * time.Minute); ; {
+			if p = appProgress(t, st, id); p.GlobalStep >= 3 {
+				break
+			}
+			if time.Now().After(deadline) || p.Phase == workflows.PhaseFailed || p.Phase == workflows.PhaseSucceeded {
+				t.Fatalf("progress %+v: never at step 3", p)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the query while the program writes
+		}
+		if math.Abs(p.Loss-0.95) > 1e-6 {
+			t.Errorf("progress loss %v, want the 0.95 the program wrote (a float32 simple_value)", p.Loss)
+		}
+		pid := readPID(t, filepath.Join(home, "jobs", id, "app", "work", "chief-0", "pid"))
+		if err := st.Client.CancelWorkflow(context.Background(), id, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := waitJob(t, run); err == nil {
+			t.Fatal("the cancelled job succeeded")
+		}
+		if app.Alive(pid) || len(app.GroupMembers(pid)) > 0 {
+			t.Errorf("process (group) %d of the cancelled job is alive", pid)
+		}
+	})
 }

@@ -8,9 +8,30 @@ import (
 	"github.com/trainflow/trainflow/internal/tfevents"
 )
 
-// MaxEventTags bounds the tags Reports keeps from event files: a program
-// writing more (untrusted) has the ones after left out.
-const MaxEventTags = 1000
+// Bounds of what Reports passes on (into heartbeats and signals, whose
+// payloads are limited): at most MaxReportTags tags of at most
+// MaxReportTag bytes each; a program reporting more (untrusted) has the
+// longer ones, and those after the first MaxReportTags in name order, left
+// out.
+const (
+	MaxReportTags = 100
+	MaxReportTag  = 200
+)
+
+// bounded is m within MaxReportTags and MaxReportTag.
+func bounded(m map[string]float64) map[string]float64 {
+	keys := slices.Sorted(maps.Keys(m))
+	out := make(map[string]float64, min(len(keys), MaxReportTags))
+	for _, k := range keys {
+		if len(out) == MaxReportTags {
+			break
+		}
+		if len(k) <= MaxReportTag {
+			out[k] = m[k]
+		}
+	}
+	return out
+}
 
 // Reports follows what one replica's program reports, for its progress:
 // its hypertune metrics file, or, while that holds no line, the
@@ -39,19 +60,23 @@ func NewReports(metricsFile, eventDir string) *Reports {
 
 // Latest is the program's newest report: the metrics file's newest line
 // (Latest) when the file has one; else, from the event files, their
-// highest step with each tag's value at its own highest step. It is false
+// highest step with each tag's value at its own highest step (within
+// MaxReportTags and MaxReportTag: the event files' first tags in the order
+// read). It is false
 // while neither has a metric. An unreadable or corrupt event file is left
 // out (the records before the corruption count).
 func (r *Reports) Latest() (Metric, bool) {
 	if ms, err := ReadMetricsFile(r.file); err == nil && len(ms) > 0 {
-		return Latest(ms)
+		m, ok := Latest(ms)
+		m.Values = bounded(m.Values)
+		return m, ok
 	}
 	if r.tail == nil {
 		return Metric{}, false
 	}
 	_ = r.tail.Read(func(s tfevents.Scalar) {
 		prev, ok := r.steps[s.Tag]
-		if (!ok && len(r.steps) >= MaxEventTags) || (ok && s.Step < prev) {
+		if (!ok && (len(r.steps) >= MaxReportTags || len(s.Tag) > MaxReportTag)) || (ok && s.Step < prev) {
 			return
 		}
 		r.steps[s.Tag], r.ev.Values[s.Tag] = s.Step, s.Value
@@ -63,7 +88,7 @@ func (r *Reports) Latest() (Metric, bool) {
 	if !r.seen {
 		return Metric{}, false
 	}
-	return Metric{Step: r.ev.Step, Timestamp: r.ev.Timestamp, Values: maps.Clone(r.ev.Values)}, true
+	return Metric{Step: r.ev.Step, Timestamp: r.ev.Timestamp, Values: bounded(r.ev.Values)}, true
 }
 
 // Point is one value of a metric at a step.

@@ -1,7 +1,9 @@
 package app
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,4 +99,40 @@ func TestReadMetricsFileIsBounded(t *testing.T) {
 	if len(ms) > MaxMetricsFile/len(line)+1 {
 		t.Errorf("%d lines read, more than its last %d bytes hold", len(ms), MaxMetricsFile)
 	}
+}
+
+// TestReportsAreBounded: what goes into heartbeats and signals is at most
+// MaxReportTags tags of at most MaxReportTag bytes, whatever the program
+// reports, from either source.
+func TestReportsAreBounded(t *testing.T) {
+	ws, logs := t.TempDir(), t.TempDir()
+	tags := []string{strings.Repeat("t", MaxReportTag+1)}
+	vals := []float64{1}
+	for i := range 150 {
+		tags = append(tags, fmt.Sprintf("tag%03d", i))
+		vals = append(vals, float64(i))
+	}
+	writeEvents(t, logs, "a", 1, tags, vals)
+	check := func(src string, m Metric, ok bool) {
+		t.Helper()
+		if !ok || len(m.Values) != MaxReportTags || m.Values["tag000"] != 0 || m.Values["tag099"] != 99 {
+			t.Errorf("%s: %d tags (ok %v), want the first %d", src, len(m.Values), ok, MaxReportTags)
+		}
+		for k := range m.Values {
+			if len(k) > MaxReportTag {
+				t.Errorf("%s: a tag of %d bytes", src, len(k))
+			}
+		}
+	}
+	r := NewReports(filepath.Join(ws, MetricsFileName), logs)
+	m, ok := r.Latest()
+	check("event files", m, ok)
+	line := map[string]any{"global_step": 1}
+	for i, tag := range tags {
+		line[tag] = vals[i]
+	}
+	b, _ := json.Marshal(line)
+	os.WriteFile(filepath.Join(ws, MetricsFileName), append(b, '\n'), 0o644)
+	m, ok = r.Latest()
+	check("metrics file", m, ok)
 }
