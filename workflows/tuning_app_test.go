@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -110,5 +112,24 @@ func TestTuningJobStopsALaggingApplicationTrial(t *testing.T) {
 	}
 	if args[0] != "--epochs 3 --x=0.1" {
 		t.Errorf("trial 1's args %q", args[0])
+	}
+}
+
+// TestApplicationEarlyStoppingBeforeItsVersion: a run recorded before
+// appEarlyStopChange refused early stopping of an application's trials,
+// and replays so.
+func TestApplicationEarlyStoppingBeforeItsVersion(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(HyperparameterTuningJob, workflow.RegisterOptions{Name: HyperparameterTuningJobName})
+	env.OnGetVersion(appEarlyStopChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: "hp_old"})
+	env.ExecuteWorkflow(HyperparameterTuningJobName, jobspec.JobSpec{JobID: "hp_old", Application: &jobspec.ApplicationSpec{Name: "trainer"}, Tuning: &jobspec.TuningSpec{
+		Goal: jobspec.TuningMaximize, HyperparameterMetricTag: "score", MaxTrials: 2, EnableTrialEarlyStopping: true,
+		Params: []jobspec.TuningParam{{ParameterName: "x", Type: jobspec.ParamDouble, MinValue: f64(0), MaxValue: f64(1)}},
+	}})
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != ErrTypeInvalidSpec || !strings.Contains(err.Error(), "enable_trial_early_stopping") {
+		t.Fatalf("%v, want InvalidSpec naming tuning.enable_trial_early_stopping", err)
 	}
 }
