@@ -325,11 +325,14 @@ func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen i
 	}
 }
 
-// follow waits for p to exit, reading the replica's metrics file: its
-// newest step goes into the heartbeat, and the chief's to the workflow
-// (AppProgressSignal). A replica whose reported step has not moved for
-// the job's stall timeout, once it reported one, is stopped and lost. The
-// job ending stops p; follow then returns the context's error.
+// follow waits for p to exit, reading the replica's metrics file (and,
+// the chief's, the event files of its TensorBoard log dir while the
+// metrics file has no line: app.Reports): its newest step goes into the
+// heartbeat, and the chief's to the workflow (AppProgressSignal); ml
+// records the file's lines (nil: not this replica's). A replica whose
+// reported step has not moved for the job's stall timeout, once it
+// reported one, is stopped and lost. The job ending stops p; follow then
+// returns the context's error.
 func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, in workflows.ReplicaInput, hb *beater, key ed25519.PrivateKey, ml *metricsLog) (app.Exit, app.Metric, error) {
 	t := time.NewTicker(appPoll)
 	defer t.Stop()
@@ -337,6 +340,11 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 	if stall <= 0 {
 		stall = jobspec.DefaultStallTimeout
 	}
+	events := "" // the job's log dir is the chief's to report from
+	if in.Type == workflows.ReplicaChief {
+		events = r.TensorBoardDir
+	}
+	reports := app.NewReports(r.MetricsFile(), events)
 	var last app.Metric
 	var moved, signalled time.Time
 	signalledStep := int64(-1)
@@ -344,7 +352,7 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 	for {
 		select {
 		case <-p.Done():
-			m, _ := a.latestMetric(ctx, r, ml)
+			m, _ := latestMetric(ctx, reports, ml)
 			if m.Step >= last.Step && m.Values != nil {
 				last = m
 			}
@@ -356,10 +364,10 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 			default:
 			}
 			p.Stop(AppStopGrace)
-			a.latestMetric(ctx, r, ml) // what it reported before it stopped
+			latestMetric(ctx, reports, ml) // what it reported before it stopped
 			return app.Exit{}, last, ctx.Err()
 		case now := <-t.C:
-			m, ok := a.latestMetric(ctx, r, ml)
+			m, ok := latestMetric(ctx, reports, ml)
 			if ok && (last.Values == nil || m.Step > last.Step) {
 				last, moved = m, now
 				hb.set(ctx, workflows.AppProgress{Step: m.Step, Metrics: m.Values})
@@ -380,15 +388,13 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 	}
 }
 
-// latestMetric is the newest line of the replica's metrics file; ml
-// (nil: none) records the lines it has not recorded yet.
-func (a *Activities) latestMetric(ctx context.Context, r app.Replica, ml *metricsLog) (app.Metric, bool) {
-	ms, err := app.ReadMetricsFile(r.MetricsFile())
-	ml.record(ctx, ms)
-	if err != nil {
-		return app.Metric{}, false
-	}
-	return app.Latest(ms)
+// latestMetric is the program's newest report (reports.Latest); ml
+// (nil: none) records the lines of its metrics file it has not recorded
+// yet.
+func latestMetric(ctx context.Context, reports *app.Reports, ml *metricsLog) (app.Metric, bool) {
+	m, ok := reports.Latest()
+	ml.record(ctx, reports.Lines())
+	return m, ok
 }
 
 // Bounds of the app_metrics events a replica records: a program that

@@ -17,6 +17,7 @@ import (
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/train/app"
 	"github.com/trainflow/trainflow/tuning"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -88,6 +89,19 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 			}
 			return out, err
 		}
+		if in.Application {
+			jd.Close()
+			ev, err := appTrialEvals(dir, in.Metric)
+			if err != nil { // the points read before a bad line or record still count
+				if out.Unreadable == nil {
+					out.Unreadable = make([]string, len(in.Trials))
+				}
+				msg := err.Error() // the program's bytes may be in it
+				out.Unreadable[i] = msg[:min(len(msg), 512)]
+			}
+			out.Evals[i] = ev
+			continue
+		}
 		evals, bad, err := jd.ReadEvals(ctx)
 		jd.Close()
 		if err != nil {
@@ -110,6 +124,23 @@ func (a *Activities) TrialEvaluations(ctx context.Context, in workflows.TrialEva
 		slices.SortFunc(out.Evals[i], func(a, b workflows.TrialEval) int { return cmp.Compare(a.Step, b.Step) })
 	}
 	return out, nil
+}
+
+// appTrialEvals is the curve of metric that an application trial's chief
+// reported (app.Curve): its hypertune metrics file, else the event files
+// of the job's TensorBoard log dir.
+func appTrialEvals(dir, metric string) ([]workflows.TrialEval, error) {
+	root, err := localDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	chief := app.Replica{Workspace: filepath.Join(root, filepath.FromSlash(jobdir.AppWorkspace(app.Task{Type: workflows.ReplicaChief}.Name())))}
+	curve, err := app.Curve(chief.MetricsFile(), filepath.Join(root, filepath.FromSlash(jobdir.AppTensorBoardDir)), metric)
+	var out []workflows.TrialEval
+	for _, p := range curve {
+		out = append(out, workflows.TrialEval{Step: p.Step, Value: p.Value})
+	}
+	return out, err
 }
 
 // TrialExport returns the newest complete bundle (one with its metadata)

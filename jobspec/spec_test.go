@@ -180,7 +180,6 @@ func TestApplicationTuningSpec(t *testing.T) {
 		{`"goal":"MAXIMIZE","hyperparameter_metric_tag":"score","params":[{"parameter_name":"model.learning_rate","type":"DOUBLE","min_value":0,"max_value":1}]`, "params[0].parameter_name"},
 		{`"goal":"MAXIMIZE","hyperparameter_metric_tag":"score","params":[{"parameter_name":"x;rm","type":"DOUBLE","min_value":0,"max_value":1}]`, "params[0].parameter_name"},
 		{`"goal":"MAXIMIZE","hyperparameter_metric_tag":"a b","params":[{"parameter_name":"x","type":"DOUBLE","min_value":0,"max_value":1}]`, "tuning.hyperparameter_metric_tag"},
-		{`"goal":"MAXIMIZE","enable_trial_early_stopping":true,"params":[{"parameter_name":"x","type":"DOUBLE","min_value":0,"max_value":1}]`, "tuning.enable_trial_early_stopping"},
 	} {
 		s, err := DecodeSpec([]byte(`{"job_id":"hp","application":{"name":"a"},"tuning":{` + tc.tuning + `}}`))
 		if err == nil {
@@ -190,5 +189,14 @@ func TestApplicationTuningSpec(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: %v, want ErrInvalid naming %s", tc.tuning, err, tc.field)
 		}
+	}
+	// An application's trials stop early on the curve its chief reports.
+	s, err = DecodeSpec([]byte(`{"job_id":"hp","application":{"name":"a"},"tuning":{"goal":"MAXIMIZE","hyperparameter_metric_tag":"accuracy","enable_trial_early_stopping":true,"params":[{"parameter_name":"x","type":"DOUBLE","min_value":0,"max_value":1}]}}`))
+	if err == nil {
+		s = s.WithDefaults()
+		err = s.Validate()
+	}
+	if err != nil {
+		t.Errorf("early stopping of an application's trials: %v", err)
 	}
 }

@@ -471,8 +471,6 @@ func (s *JobSpec) validateTuning() error {
 	switch {
 	case app && !appTag.MatchString(t.HyperparameterMetricTag):
 		return bad("hyperparameter_metric_tag %q: want the tag the application writes to its hypertune metrics file (letters, digits, '_', '-', '.', '/')", t.HyperparameterMetricTag)
-	case app && t.EnableTrialEarlyStopping:
-		return bad("enable_trial_early_stopping: not supported for an application yet")
 	case goal == "" && !app:
 		return bad("hyperparameter_metric_tag %q: want accuracy, auc, log_loss, rmse or mae", t.HyperparameterMetricTag)
 	case t.Goal != TuningMaximize && t.Goal != TuningMinimize:

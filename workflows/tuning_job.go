@@ -140,6 +140,10 @@ type TrialEvaluationsInput struct {
 	Metric string    `json:"metric"`
 	// Name is the evaluation name (eval_spec.name) to read.
 	Name string `json:"name"`
+	// Application marks the trials of an application: their evaluations
+	// are what the chief's program reported (its hypertune metrics file,
+	// else the event files of its TensorBoard log dir), not eval/.
+	Application bool `json:"application,omitempty"`
 }
 
 // TrialRef locates a trial's job dir: JobDir if the trial's spec set one,
@@ -283,8 +287,16 @@ func checkTuningSpec(ctx workflow.Context, spec jobspec.JobSpec) error {
 	if spec.SharedData != nil {
 		return invalid(fmt.Errorf("%w: shared_data: set by a tuning job in its trials' specs only, never in a tuning job's", jobspec.ErrInvalid))
 	}
+	// Runs recorded before appEarlyStopChange refused it.
+	if spec.Application != nil && spec.Tuning.EnableTrialEarlyStopping && workflow.GetVersion(ctx, appEarlyStopChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return invalid(fmt.Errorf("%w: tuning.enable_trial_early_stopping: not supported for an application yet", jobspec.ErrInvalid))
+	}
 	return nil
 }
+
+// appEarlyStopChange marks the early stopping of an application's trials
+// (from the curve its chief reports: TrialEvaluationsInput.Application).
+const appEarlyStopChange = "app-early-stopping"
 
 // ShouldStopTrial applies the median stopping rule (tuning.MedianStop)
 // to a running trial: its curve against those of the other finished

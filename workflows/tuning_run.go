@@ -299,6 +299,9 @@ func (r *tuningRun) trialDone(ctx workflow.Context, n int, res JobResult, err er
 	r.running--
 	delete(r.cancels, n)
 	tr.JobDir = res.JobDir
+	if err == nil && len(tr.Evals) > 0 && r.t.EnableTrialEarlyStopping && workflow.GetVersion(ctx, finishedCurveChange, workflow.DefaultVersion, 1) >= 1 {
+		tr.Evals = nil // read while it ran: readFinishedCurves reads its whole curve
+	}
 	switch {
 	case err == nil && r.spec.Application != nil: // the metric the program wrote to its hypertune file
 		v, ok := res.AppMetrics[r.t.HyperparameterMetricTag]
@@ -323,6 +326,11 @@ func (r *tuningRun) trialDone(ctx workflow.Context, n int, res JobResult, err er
 		tr.State, tr.Error = TrialFailed, err.Error()
 	}
 }
+
+// finishedCurveChange marks the reading of a succeeded trial's whole
+// curve even when a poll read part of it while it ran (before, that part
+// stood for its curve).
+const finishedCurveChange = "finished-trial-curve"
 
 // updateBest makes tr the best trial if it succeeded with a better
 // objective than the best so far.
@@ -405,7 +413,7 @@ func (r *tuningRun) readFinishedCurves(ctx workflow.Context) {
 // and newest step of trials trs from their job dirs (the
 // TrialEvaluations activity).
 func (r *tuningRun) readEvals(ctx workflow.Context, trs []*Trial) error {
-	in := TrialEvaluationsInput{Metric: r.t.HyperparameterMetricTag, Name: r.spec.Eval.Name, Owner: r.owner}
+	in := TrialEvaluationsInput{Metric: r.t.HyperparameterMetricTag, Name: r.spec.Eval.Name, Owner: r.owner, Application: r.spec.Application != nil}
 	for _, tr := range trs {
 		in.Trials = append(in.Trials, TrialRef{Number: tr.Number, ID: tr.ID, JobDir: tr.JobDirSpec})
 	}

@@ -3,7 +3,11 @@
 // the length, the bytes, masked CRC32C of the bytes), each holding an
 // Event protocol buffer encoded by hand with protowire. Only what scalar
 // curves need is written: the file version, then Events with a wall time,
-// a step and a Summary of {tag, simple_value} values.
+// a step and a Summary of {tag, simple_value} values. Reading takes both
+// forms of a scalar: simple_value, and the one-element tensor that TF2
+// and torch.utils.tensorboard's new_style scalars write. A Tail follows
+// the event files another program writes while it writes them, as
+// untrusted input.
 //
 // A Batch collects events in memory and is written whole, as one new file
 // (a temporary name renamed into place, or one object put), so a crash
@@ -253,15 +257,26 @@ func (s *Scanner) Err() error { return s.err }
 // Skipped is the number of records skipped for their length.
 func (s *Scanner) Skipped() int { return s.skipped }
 
-// Scalars calls f for the current record's step and each of its
-// {tag, simple_value} values, without copying: tag is valid only during
-// the call. A record that is not an Event with a summary calls f for
-// nothing.
+// Scalars calls f for the current record's step and each of its scalar
+// values (simple_value, or a one-element tensor: see scalarValue),
+// without copying: tag is valid only during the call. A record that is
+// not an Event with a summary calls f for nothing.
 func (s *Scanner) Scalars(f func(step int64, tag []byte, value float32)) error {
+	return eventScalars(s.rec, func(step int64, _ float64, tag []byte, v float64) { f(step, tag, float32(v)) })
+}
+
+// eventScalars calls f for the step, wall time and each scalar value of
+// the Event rec. Values that are not scalars (images,
+// histograms, text, tensors of more than one element) are left out.
+func eventScalars(rec []byte, f func(step int64, wall float64, tag []byte, value float64)) error {
 	// Two passes, so that nothing is held whatever the field order.
 	var step int64
-	err := fields(s.rec, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
-		if num == 2 && typ == protowire.VarintType {
+	var wall float64
+	err := fields(rec, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
+		switch {
+		case num == 1 && typ == protowire.Fixed64Type:
+			wall = math.Float64frombits(x)
+		case num == 2 && typ == protowire.VarintType:
 			step = int64(x)
 		}
 		return nil
@@ -269,7 +284,7 @@ func (s *Scanner) Scalars(f func(step int64, tag []byte, value float32)) error {
 	if err != nil {
 		return err
 	}
-	return fields(s.rec, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+	return fields(rec, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if num != 5 || typ != protowire.BytesType {
 			return nil
 		}
@@ -277,23 +292,145 @@ func (s *Scanner) Scalars(f func(step int64, tag []byte, value float32)) error {
 			if num != 1 || typ != protowire.BytesType {
 				return nil
 			}
-			var tag []byte
-			var val float32
-			err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
-				switch {
-				case num == 1 && typ == protowire.BytesType:
-					tag = v
-				case num == 2 && typ == protowire.Fixed32Type:
-					val = math.Float32frombits(uint32(x))
-				}
-				return nil
-			})
-			if err == nil {
-				f(step, tag, val)
+			tag, val, ok, err := scalarValue(v)
+			if err == nil && ok {
+				f(step, wall, tag, val)
 			}
 			return err
 		})
 	})
+}
+
+// TensorFlow's DataType values a scalar tensor may have here.
+const (
+	dtFloat  = 1
+	dtDouble = 2
+	dtInt32  = 3
+	dtInt64  = 9
+)
+
+// scalarValue decodes a Summary.Value: its tag, and its value when it is
+// a scalar, in either form writers use: simple_value (field 2: TF1,
+// tensorboardX, torch.utils.tensorboard by default), or a tensor (field
+// 8, a TensorProto) of one float, double, int32 or int64 element, held in
+// tensor_content (TF2's summary writer) or in float_val, double_val,
+// int_val or int64_val (torch's new_style scalars, the tensorboard
+// package's). ok is false for any other value.
+func scalarValue(b []byte) (tag []byte, val float64, ok bool, err error) {
+	err = fields(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			tag = v
+		case num == 2 && typ == protowire.Fixed32Type:
+			val, ok = float64(math.Float32frombits(uint32(x))), true
+		case num == 8 && typ == protowire.BytesType:
+			tv, tok, err := tensorScalar(v)
+			if err != nil {
+				return err
+			}
+			if tok {
+				val, ok = tv, true
+			}
+		}
+		return nil
+	})
+	return tag, val, ok && err == nil, err
+}
+
+// tensorScalar decodes a TensorProto holding exactly one float, double,
+// int32 or int64 element (shape [] or all dimensions 1); ok is false for
+// any other tensor.
+func tensorScalar(b []byte) (val float64, ok bool, err error) {
+	var dtype uint64
+	var content []byte
+	var vals []float64
+	dims := 0
+	err = fields(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			dtype = x
+		case num == 2 && typ == protowire.BytesType: // TensorShapeProto: dim = 2 {size = 1}
+			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+				if num != 2 || typ != protowire.BytesType {
+					return nil
+				}
+				return fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
+					if num == 1 && typ == protowire.VarintType && x != 1 {
+						dims++ // a dimension other than 1: not a scalar
+					}
+					return nil
+				})
+			})
+		case num == 4 && typ == protowire.BytesType:
+			content = v
+		case num == 5 || num == 6 || num == 7 || num == 10: // float_val, double_val, int_val, int64_val
+			return repeated(num, typ, v, x, func(f float64) {
+				if len(vals) < 2 { // two are enough to know it is no scalar
+					vals = append(vals, f)
+				}
+			})
+		}
+		return nil
+	})
+	if err != nil || dims > 0 {
+		return 0, false, err
+	}
+	if content != nil {
+		switch {
+		case dtype == dtFloat && len(content) == 4:
+			return float64(math.Float32frombits(binary.LittleEndian.Uint32(content))), true, nil
+		case dtype == dtDouble && len(content) == 8:
+			return math.Float64frombits(binary.LittleEndian.Uint64(content)), true, nil
+		case dtype == dtInt32 && len(content) == 4:
+			return float64(int32(binary.LittleEndian.Uint32(content))), true, nil
+		case dtype == dtInt64 && len(content) == 8:
+			return float64(int64(binary.LittleEndian.Uint64(content))), true, nil
+		}
+		return 0, false, nil
+	}
+	if len(vals) != 1 || (dtype != dtFloat && dtype != dtDouble && dtype != dtInt32 && dtype != dtInt64) {
+		return 0, false, nil
+	}
+	return vals[0], true, nil
+}
+
+// repeated decodes the elements of a repeated numeric field of a
+// TensorProto, packed (one bytes field) or not (one field each).
+func repeated(num protowire.Number, typ protowire.Type, v []byte, x uint64, f func(float64)) error {
+	one := func(x uint64) float64 {
+		switch num {
+		case 5:
+			return float64(math.Float32frombits(uint32(x)))
+		case 6:
+			return math.Float64frombits(x)
+		case 7:
+			return float64(int32(x))
+		}
+		return float64(int64(x))
+	}
+	if typ != protowire.BytesType {
+		f(one(x))
+		return nil
+	}
+	for len(v) > 0 {
+		var n int
+		switch num {
+		case 5:
+			var u uint32
+			u, n = protowire.ConsumeFixed32(v)
+			x = uint64(u)
+		case 6:
+			x, n = protowire.ConsumeFixed64(v)
+		default:
+			x, n = protowire.ConsumeVarint(v)
+		}
+		if n < 0 {
+			return fmt.Errorf("%w: %v", ErrCorrupt, protowire.ParseError(n))
+		}
+		f(one(x))
+		v = v[n:]
+	}
+	return nil
 }
 
 // fields calls f for each field of a message, or reports a malformed one.
@@ -341,29 +478,13 @@ func decodeEvent(b []byte) (Event, error) {
 			ev.Step = int64(x)
 		case num == 3 && typ == protowire.BytesType:
 			ev.Version = string(v)
-		case num == 5 && typ == protowire.BytesType:
-			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-				if num != 1 || typ != protowire.BytesType {
-					return nil
-				}
-				var tag string
-				var val float32
-				err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
-					switch {
-					case num == 1 && typ == protowire.BytesType:
-						tag = string(v)
-					case num == 2 && typ == protowire.Fixed32Type:
-						val = math.Float32frombits(uint32(x))
-					}
-					return nil
-				})
-				ev.Values[tag] = val
-				return err
-			})
 		}
 		return nil
 	})
-	return ev, err
+	if err != nil {
+		return ev, err
+	}
+	return ev, eventScalars(b, func(_ int64, _ float64, tag []byte, v float64) { ev.Values[string(tag)] = float32(v) })
 }
 
 // Scalars flattens events into scalars sorted by tag, then step.

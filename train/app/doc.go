@@ -108,4 +108,9 @@
 //
 // Values may be strings or numbers; every key besides global_step,
 // timestamp, trial and checkpoint_path is a metric tag.
+//
+// Reports follows a replica's reports for its progress: the metrics file,
+// or, while it has no line, the TensorBoard event files of the log dir
+// (read with tfevents.Tail); Curve is one tag's curve from the same
+// sources, for early stopping.
 package app

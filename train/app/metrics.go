@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"syscall"
 )
 
 // DefaultMetricTag is cloudml-hypertune's tag when the program names none.
@@ -61,18 +62,45 @@ func ReadMetrics(r io.Reader) ([]Metric, error) {
 	}
 }
 
+// MaxMetricsFile bounds what ReadMetricsFile reads of a metrics file: of
+// a larger one, the lines of its last MaxMetricsFile bytes.
+const MaxMetricsFile = 16 << 20
+
 // ReadMetricsFile reads the metrics file at path; a missing file has no
-// metrics.
+// metrics. The program wrote it (untrusted): it must be a regular file,
+// not a link (an error otherwise), and of a file over MaxMetricsFile only
+// the whole lines of its last MaxMetricsFile bytes are read.
 func ReadMetricsFile(path string) ([]Metric, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("metrics file: %w", err)
 	}
 	defer f.Close()
-	return ReadMetrics(f)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: metrics file %s is not a regular file", ErrMetrics, path)
+	}
+	r := io.Reader(io.LimitReader(f, st.Size()))
+	if st.Size() > MaxMetricsFile {
+		br := bufio.NewReader(io.NewSectionReader(f, st.Size()-MaxMetricsFile, MaxMetricsFile))
+		for { // skip the cut line the tail starts in
+			_, err := br.ReadSlice('\n')
+			if err == nil {
+				break
+			}
+			if err != bufio.ErrBufferFull {
+				return nil, nil // no whole line in the tail
+			}
+		}
+		r = br
+	}
+	return ReadMetrics(r)
 }
 
 func parseMetric(line []byte) (Metric, error) {
@@ -105,7 +133,7 @@ func parseMetric(line []byte) (Metric, error) {
 		default:
 			f, err := number(v)
 			if err != nil {
-				return Metric{}, fmt.Errorf("%s: %w", k, err)
+				return Metric{}, fmt.Errorf("%.64q: %w", k, err)
 			}
 			m.Values[k] = f
 		}
@@ -121,9 +149,13 @@ func number(v json.RawMessage) (float64, error) {
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
-		return 0, fmt.Errorf("%s is neither a number nor a string", v)
+		return 0, fmt.Errorf("%.64s is neither a number nor a string", v)
 	}
-	return strconv.ParseFloat(s, 64)
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil { // its own message holds the whole string
+		return 0, fmt.Errorf("%.64q is not a number", s)
+	}
+	return f, nil
 }
 
 // Latest is the metric with the highest global step (the last one of
