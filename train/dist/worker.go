@@ -257,6 +257,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 		n := len(m.Params())
 		w.params, w.grad, w.base, w.delta = m.Params(), make([]float64, n), make([]float64, n), make([]float64, n)
 		w.xb = make([]float64, cfg.BatchSize*data.Dim)
+		w.slots = map[string][]float64{}
 		if w.opt, err = train.NewOptimizer(cfg.Optimizer, n); err != nil {
 			return WorkerResult{}, err
 		}
@@ -420,6 +421,7 @@ type worker struct {
 	// pull (base, and base32 as they came when they travel as float32)
 	// and the delta it pushes (delta32 narrowed).
 	opt             train.Optimizer
+	slots           map[string][]float64
 	base, delta     []float64
 	base32, delta32 []float32
 	pos             Position
@@ -658,6 +660,16 @@ func (w *worker) round(ctx context.Context) error {
 	}
 	if i := train.NonFinite(w.delta); i >= 0 {
 		return fmt.Errorf("%w: worker %d: variable %d is %v after the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, i, w.params[i], step)
+	}
+	// The optimizer's state too, as a single process's checkpoint of it
+	// would be refused (train.Checkpoints.Save): Adam's second moments
+	// overflow before the variables do.
+	clear(w.slots)
+	w.opt.Save(w.slots)
+	for name, v := range w.slots {
+		if i := train.NonFinite(v); i >= 0 {
+			return fmt.Errorf("%w: worker %d: optimizer slot %s[%d] is %v after the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, name, i, v[i], step)
+		}
 	}
 	w.mu.Lock()
 	if r, ok := w.m.(rngModel); ok {
