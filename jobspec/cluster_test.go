@@ -16,6 +16,8 @@ func TestClusterSpecDefaultsAndTiers(t *testing.T) {
 		{ClusterSpec{ScaleTier: TierStandard1}, 5, 3, true, true},
 		{ClusterSpec{ScaleTier: TierPremium1}, 20, 11, true, true},
 		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 2, ParameterServerCount: 2, Evaluator: new(bool)}, 3, 2, true, false},
+		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: 8}, 2, 1, true, true},
+		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: MaxLocalSteps}, 2, 1, true, true},
 	} {
 		s := JobSpec{JobID: "j", Cluster: c.in}.WithDefaults()
 		if err := s.Validate(); err != nil {
@@ -41,6 +43,9 @@ func TestClusterSpecErrorsNameTheField(t *testing.T) {
 		{ClusterSpec{ScaleTier: TierCustom, ParameterServerCount: 1, Update: "eventually"}, `cluster.update "eventually"`},
 		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, BackupWorkers: 1}, "cluster.backup_workers needs update"},
 		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, Update: UpdateSync, BackupWorkers: 2}, "cluster.backup_workers = 2"},
+		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: -1}, "cluster.local_steps = -1 is out of range"},
+		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: MaxLocalSteps + 1}, "cluster.local_steps = 10001 is out of range"},
+		{ClusterSpec{LocalSteps: 8}, "cluster.local_steps 8 needs parameter servers"},
 		{ClusterSpec{HeartbeatTimeoutSecs: 1}, "cluster.heartbeat_timeout_secs = 1"},
 		{ClusterSpec{StallTimeoutSecs: 1}, "cluster.stall_timeout_secs = 1"},
 		{ClusterSpec{StallTimeoutSecs: -5}, "cluster.stall_timeout_secs = -5"},
