@@ -169,10 +169,11 @@ type Hooks struct {
 	Resumed func(p Position, source string)
 	// Moved is called after every step with the worker's position.
 	Moved func(Position)
-	// Stepped is called after every step this worker pushed.
+	// Stepped is called after every step this worker pushed (with
+	// LocalSteps: every delta, its stats those of the round).
 	Stepped func(StepStats)
-	// Computed is called after each gradient is computed, before it is
-	// pushed.
+	// Computed is called after each gradient (with LocalSteps: each
+	// round's delta) is computed, before it is pushed.
 	Computed func()
 	// Recovered is called after the worker lost its parameter servers and
 	// found them again: err says why it lost them, lastStep is the global
@@ -196,7 +197,8 @@ type WorkerResult struct {
 	// Step is the global step at the end (MaxSteps when training finished).
 	Step int64 `json:"step"`
 	// Steps counts the gradients this worker pushed; Applied those the
-	// parameter servers used.
+	// parameter servers used. With LocalSteps both count batches: each
+	// delta pushed (used) adds LocalSteps.
 	Steps   int64 `json:"steps"`
 	Applied int64 `json:"applied"`
 	// Loss is the chief's mean loss since its last checkpoint.
