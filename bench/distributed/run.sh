@@ -6,16 +6,24 @@
 # and on parameter servers + workers over loopback gRPC in one process:
 # async and sync, 1 and 2 workers, 1 and 2 parameter servers, pushing every
 # step's gradient or (/local=8) local SGD, a parameter delta every 8 local
-# steps (cluster.local_steps). Rounds are interleaved by -count; the
-# scaling ratios come from the same run.
+# steps (cluster.local_steps). Rounds are interleaved (each runs every
+# configuration once); the scaling ratios come from the same run.
 # Usage: bench/distributed/run.sh [count] [steps per run]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 count=${1:-5}
 steps=${2:-400}
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-go test -run '^$' -bench FashionMLP -benchtime "${steps}x" -count "$count" ./train/dist | tee "$out"
+bin=$(mktemp)
+trap 'rm -f "$out" "$bin"' EXIT
+go test -c -o "$bin" ./train/dist
+# One round runs every configuration once; -count would run each one
+# count times in a row, so a change of load between them would skew the
+# ratios.
+for r in $(seq "$count"); do
+	echo "round $r: load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	(cd train/dist && "$bin" -test.run '^$' -test.bench FashionMLP -test.benchtime "${steps}x" -test.count 1) | tee -a "$out"
+done
 # Median examples/s per configuration and the ratios that matter.
 med() { # med NAME [UNIT]: median examples/s (or UNIT) of the configuration
 	awk -v n="$1" -v u="${2:-examples/s}" '$1 ~ "^BenchmarkFashionMLP/"n"-[0-9]+$" { for (i = 2; i < NF; i++) if ($(i+1) == u) print $i }' "$out" |
@@ -39,5 +47,5 @@ awk -v l="$local" -v l1="$(med local/threads=1)" -v o="$one" -v a1="$(med async/
 }'
 # Time to the training-engine bar (test accuracy 0.865), local vs clusters.
 # Each cluster's line gives its time as a multiple of local's.
-TRAINFLOW_BENCH_ACCURACY=1 go test -count=1 -run TestTimeToAccuracy -v -timeout 30m ./train/dist | grep -E 'reached|ok|FAIL'
+(cd train/dist && TRAINFLOW_BENCH_ACCURACY=1 "$bin" -test.run TestTimeToAccuracy -test.v -test.timeout 30m) | grep -E 'reached|PASS|FAIL'
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -216,3 +216,22 @@ func TestShardCutsPastTheCutStep(t *testing.T) {
 		s.Committed(want, 0)
 	}
 }
+
+// TestWireRefusesMalformedDeltas: a push of a negative step count, or a
+// delta with a clipping factor (which would scale it on the server), is
+// refused by the decoder.
+func TestWireRefusesMalformedDeltas(t *testing.T) {
+	for _, in := range []*pushRequest{
+		{Worker: 0, Steps: -1, Grad: []float64{1, 2}},
+		{Worker: 0, Steps: 8, Clip: 0.5, Grad: []float64{1, 2}},
+	} {
+		bs, err := codec{}.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out pushRequest
+		if err := (codec{}).Unmarshal(bs, &out); !errors.Is(err, errWire) {
+			t.Fatalf("push of %d steps with factor %v: %v, want errWire", in.Steps, in.Clip, err)
+		}
+	}
+}
