@@ -90,10 +90,10 @@ func TestLocalStepsOfOneAgree(t *testing.T) {
 }
 
 // deltaShard is a shard of the 4 variables of linearMeta(3) taking deltas
-// of 3 local steps.
-func deltaShard(t *testing.T, sync bool, replicas int, maxSteps, save int64) *Shard {
+// of 3 local steps from workers workers.
+func deltaShard(t *testing.T, workers int, sync bool, replicas int, maxSteps, save int64) *Shard {
 	t.Helper()
-	s, err := NewShard(ShardConfig{Tasks: 1, Workers: 3, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 1},
+	s, err := NewShard(ShardConfig{Tasks: 1, Workers: workers, Meta: linearMeta(3), Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 1},
 		MaxSteps: maxSteps, SaveSteps: save, Sync: sync, Replicas: replicas, LocalSteps: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -101,33 +101,33 @@ func deltaShard(t *testing.T, sync bool, replicas int, maxSteps, save int64) *Sh
 	return s
 }
 
-// TestShardAddsDeltas: async adds each delta as it comes, sync the mean of
-// the step's deltas; either advances the step by LocalSteps, never past
-// MaxSteps, and leaves the optimizer alone (Adam at rate 1 would move
-// every variable by about 1).
+// TestShardAddsDeltas: async adds each delta divided by the workers as it
+// comes, sync the mean of the step's deltas; either advances the step by
+// LocalSteps, never past MaxSteps, and leaves the optimizer alone (Adam at
+// rate 1 would move every variable by about 1).
 func TestShardAddsDeltas(t *testing.T) {
 	ctx := context.Background()
 	params := func(s *Shard) []float64 { p := make([]float64, s.Len()); s.Pull(p); return p }
-	s := deltaShard(t, false, 0, 7, 1000)
+	s := deltaShard(t, 2, false, 0, 7, 1000)
 	p0 := params(s)
-	if r, err := s.PushDelta(ctx, 0, 0, 3, []float64{1, 2, 3, 4}, []float64{0, 96}); err != nil || r.Step != 3 || !r.Applied {
+	if r, err := s.PushDelta(ctx, 0, 0, 3, []float64{2, 4, 6, 8}, []float64{0, 96}); err != nil || r.Step != 3 || !r.Applied {
 		t.Fatalf("first delta: %+v, %v; want applied at step 3", r, err)
 	}
-	if r, err := s.PushDelta(ctx, 1, 0, 3, []float64{1, 0, 0, 0}, nil); err != nil || r.Step != 6 || !r.Applied {
+	if r, err := s.PushDelta(ctx, 1, 0, 3, []float64{2, 0, 0, 0}, nil); err != nil || r.Step != 6 || !r.Applied {
 		t.Fatalf("second delta: %+v, %v; want applied at step 6", r, err)
 	}
-	if r, err := s.PushDelta(ctx, 2, 3, 3, []float64{0, 0, 0, 1}, nil); err != nil || r.Step != 7 || !r.Done {
+	if r, err := s.PushDelta(ctx, 1, 3, 3, []float64{0, 0, 0, 2}, nil); err != nil || r.Step != 7 || !r.Done {
 		t.Fatalf("third delta: %+v, %v; want step 7 (MaxSteps), done", r, err)
 	}
 	want := []float64{p0[0] + 2, p0[1] + 2, p0[2] + 3, p0[3] + 5}
 	if got := params(s); !slices.Equal(got, want) {
-		t.Fatalf("async variables %v, want %v (the deltas added)", got, want)
+		t.Fatalf("async variables %v, want %v (the deltas added, halved: 2 workers)", got, want)
 	}
 	if c := s.Cursor(0); !slices.Equal(c, []float64{0, 96}) {
 		t.Fatalf("cursor %v, want the one pushed with the delta", c)
 	}
 
-	s = deltaShard(t, true, 2, 100, 1000)
+	s = deltaShard(t, 3, true, 2, 100, 1000)
 	p0 = params(s)
 	done := make(chan PushResult)
 	go func() {
@@ -153,7 +153,7 @@ func TestShardAddsDeltas(t *testing.T) {
 // refused with nothing applied.
 func TestShardRefusesTheWrongKind(t *testing.T) {
 	ctx := context.Background()
-	deltas := deltaShard(t, false, 0, 10, 1000)
+	deltas := deltaShard(t, 3, false, 0, 10, 1000)
 	grads := sgdShard(t, 0, 1, false, 0)
 	for _, c := range []struct {
 		name string
@@ -182,7 +182,7 @@ func TestShardCutsPastTheCutStep(t *testing.T) {
 	ctx := context.Background()
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	s := deltaShard(t, false, 0, 14, 5)
+	s := deltaShard(t, 1, false, 0, 14, 5)
 	var p0 [4]float64
 	s.Pull(p0[:])
 	d := []float64{0.5, 0, 0, 0}

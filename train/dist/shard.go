@@ -66,8 +66,11 @@ type ShardConfig struct {
 	// instead of gradients (local SGD with periodic averaging, see
 	// WorkerConfig.LocalSteps): each push is what a worker's LocalSteps
 	// local optimizer steps moved its copy of the variables since its
-	// last pull. Async adds each delta as it arrives; sync adds the mean
-	// of Replicas deltas tagged with the current step. Either way the
+	// last pull. Async adds each delta divided by Workers as it arrives
+	// (model averaging without a barrier: deltas of the same variables
+	// from every worker add up to their mean; elastic averaging with a
+	// moving rate of 1/Workers); sync adds the mean of Replicas deltas
+	// tagged with the current step. Either way the
 	// global step advances by LocalSteps (at most to MaxSteps), so it
 	// keeps counting batches as with gradients, and the shard's
 	// optimizer is not used (its slots stay as initialised). Gradient
@@ -337,8 +340,8 @@ var ErrKind = errors.New("dist: wrong kind of push")
 // optimizer steps, from the variables of step tag, added to them (see
 // ShardConfig.LocalSteps; steps must be LocalSteps). It is Push with
 // the delta added to the variables instead of the gradient given to the
-// optimizer, and the step advanced by steps: async adds it at once, sync
-// adds the mean of the Replicas deltas of the step, and stragglers,
+// optimizer, and the step advanced by steps: async adds delta/Workers at
+// once, sync adds the mean of the Replicas deltas of the step, and stragglers,
 // waits, refusals and rollbacks are as for Push.
 func (s *Shard) PushDelta(ctx context.Context, worker int, tag int64, steps int, delta, cursor []float64) (PushResult, error) {
 	if steps < 1 {
@@ -442,8 +445,12 @@ func (s *Shard) push(ctx context.Context, worker int, tag int64, steps int, grad
 // variables. Call with mu held.
 func (s *Shard) apply(u []float64) {
 	if s.cfg.LocalSteps > 0 {
+		f := 1.0 // sync: u is the mean of the step's deltas
+		if !s.cfg.Sync {
+			f = 1 / float64(s.cfg.Workers)
+		}
 		for i, d := range u {
-			s.params[i] += d
+			s.params[i] += f * d
 		}
 		return
 	}
