@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/trainflow/trainflow/train"
 )
 
 func TestClusterSpecDefaultsAndTiers(t *testing.T) {
@@ -55,6 +57,16 @@ func TestClusterSpecErrorsNameTheField(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an invalid-spec error containing %q", c.in, err, c.want)
 		}
+	}
+	// Local steps need an optimizer that starts from the variables given.
+	s := JobSpec{JobID: "j", Model: ModelSpec{Optimizer: train.FTRLOptimizer},
+		Cluster: ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: 8}}.WithDefaults()
+	if err := s.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cluster.local_steps with model.optimizer \"ftrl\"") {
+		t.Errorf("local steps with FTRL: got %v, want an invalid-spec error naming cluster.local_steps and model.optimizer", err)
+	}
+	s.Cluster.LocalSteps = 0
+	if err := s.Validate(); err != nil {
+		t.Errorf("FTRL without local steps: %v", err)
 	}
 }
 

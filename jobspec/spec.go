@@ -856,6 +856,11 @@ func (s *JobSpec) Validate() error {
 	if err := s.Cluster.validate(s.Application != nil); err != nil {
 		return err
 	}
+	if s.Cluster.LocalSteps > 0 && s.Model.Optimizer == train.FTRLOptimizer {
+		// FTRL computes its variables from its own state (z, n), so a
+		// worker's round could not start from the averaged variables.
+		return fmt.Errorf("%w: cluster.local_steps with model.optimizer %q: FTRL keeps the variables in its own state and would ignore the averaged ones; use adam, adagrad or sgd", ErrInvalid, s.Model.Optimizer)
+	}
 	switch t := s.Train; {
 	case t.NumEpochs > 0 && t.MaxSteps > 0:
 		return fmt.Errorf("%w: train.num_epochs %d and train.max_steps %d: set one, not both", ErrInvalid, t.NumEpochs, t.MaxSteps)

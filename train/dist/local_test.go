@@ -235,3 +235,22 @@ func TestWireRefusesMalformedDeltas(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerRefusesWhatLocalStepsCannotDo: local steps with Overlap (a
+// round has no gradient to send ahead) or with FTRL (which computes the
+// variables from its own state, ignoring the pulled ones) are refused
+// before the worker talks to anyone.
+func TestWorkerRefusesWhatLocalStepsCannotDo(t *testing.T) {
+	data, _ := trainAndHeldOut()
+	adam := train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.05}
+	for _, cfg := range []WorkerConfig{
+		{LocalSteps: 8, Overlap: true, Optimizer: adam},
+		{LocalSteps: 8, Optimizer: train.OptimizerConfig{Name: train.FTRLOptimizer, LearningRate: 0.05}},
+		{LocalSteps: -1, Optimizer: adam},
+	} {
+		cfg.Meta, cfg.BatchSize, cfg.SaveSteps, cfg.MaxSteps = linearMeta(8), 32, 50, 100
+		if _, err := RunWorker(context.Background(), cfg, data, nil, Hooks{}); !errors.Is(err, train.ErrShape) {
+			t.Fatalf("%+v: %v, want train.ErrShape", cfg, err)
+		}
+	}
+}

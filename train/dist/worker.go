@@ -244,8 +244,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	if err != nil {
 		return WorkerResult{}, err
 	}
-	if cfg.LocalSteps < 0 || cfg.LocalSteps > 0 && cfg.Overlap {
-		return WorkerResult{}, fmt.Errorf("%w: worker %d: local steps %d with overlap %v: want local steps ≥ 0, and no overlap with local steps", train.ErrShape, cfg.Task, cfg.LocalSteps, cfg.Overlap)
+	if cfg.LocalSteps < 0 || cfg.LocalSteps > 0 && (cfg.Overlap || cfg.Optimizer.Name == train.FTRLOptimizer) {
+		// FTRL computes the variables from its own state: a round could
+		// not start from the pulled ones.
+		return WorkerResult{}, fmt.Errorf("%w: worker %d: local steps %d with overlap %v and optimizer %q: want local steps ≥ 0, and neither overlap nor FTRL with local steps", train.ErrShape, cfg.Task, cfg.LocalSteps, cfg.Overlap, cfg.Optimizer.Name)
 	}
 	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
 	m32, ok := m.(train.Float32Model)
