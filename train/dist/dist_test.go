@@ -479,7 +479,8 @@ func TestBackupWorkersDropTheStraggler(t *testing.T) {
 			for i := range 3 {
 				var h Hooks
 				if i == 2 { // a deliberately slow worker
-					h.Computed = func() { time.Sleep(5 * time.Millisecond) }
+					// 5 ms per batch: per round of local steps, 5 ms each.
+					h.Computed = func() { time.Sleep(time.Duration(max(c.local, 1)) * 5 * time.Millisecond) }
 				}
 				wg.Go(func() { res[i], errs[i] = cl.worker(context.Background(), data, i, 3, h) })
 			}

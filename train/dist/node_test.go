@@ -667,9 +667,13 @@ func TestNodeRolesOverLoopback(t *testing.T) {
 		mode  string
 		ps    int
 		local int // local SGD's local steps
-	}{{"async", 2, 0}, {"sync", 1, 0}, {"async-local8", 1, 8}} {
+		steps int64
+	}{{"async", 2, 0, steps}, {"sync", 1, 0, steps}, {"async-local8", 1, 8, 8 * steps}} {
+		// Local SGD pushes every 8 steps: 8 times the steps give each
+		// worker rounds to push (with 20, one worker could take them all).
+		steps := c.steps
 		dir, ck := t.TempDir(), t.TempDir()
-		common := []string{"-workers", "2", "-tasks", strconv.Itoa(c.ps), "-steps", strconv.Itoa(steps), "-secrets", dir, "-config", c.mode, "-round", "1"}
+		common := []string{"-workers", "2", "-tasks", strconv.Itoa(c.ps), "-steps", strconv.FormatInt(steps, 10), "-secrets", dir, "-config", c.mode, "-round", "1"}
 		if c.mode == "sync" {
 			common = append(common, "-sync")
 		}
@@ -731,7 +735,7 @@ func TestNodeRolesOverLoopback(t *testing.T) {
 		if c.mode == "sync" {
 			want = 2 * steps // both replicas' gradients make one step
 		}
-		if c.local > 0 { // deltas count their batches: 3 of 8 to pass step 20
+		if c.local > 0 { // deltas count their batches, up to the round that passes the last step
 			want = (steps + int64(c.local) - 1) / int64(c.local) * int64(c.local)
 		}
 		if applied != want {
