@@ -78,7 +78,7 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	}
 	s := setup(in, jd)
 	shard, err := dist.NewShard(dist.ShardConfig{Task: in.Task, Tasks: in.Cluster.ParameterServerCount, Workers: in.Cluster.Workers(), Meta: s.meta, Seed: in.Train.Seed, Models: a.ModelTypes,
-		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), Sync: s.replicas > 0, Replicas: s.replicas})
+		Optimizer: s.opt, MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), Sync: s.replicas > 0, Replicas: s.replicas, LocalSteps: in.Cluster.LocalSteps})
 	if err != nil {
 		return workflows.WorkerResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
 	}
@@ -429,7 +429,8 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 	cfg := dist.WorkerConfig{Task: in.Task, Meta: s.meta, Models: a.ModelTypes, Seed: seed, BatchSize: in.Model.BatchSize, ClipNorm: in.Model.ClipNorm,
 		MaxSteps: in.Train.MaxSteps, SaveSteps: distSaveSteps(in.Train), SaveEvery: time.Duration(in.Train.SaveCheckpointsSecs) * time.Second,
 		KeepMax: in.Train.KeepCheckpointMax, Checkpoints: s.ckpts,
-		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers()}
+		BatchesPerStep: max(s.replicas, 1), Backups: s.replicas > 0 && s.replicas < in.Cluster.Workers(),
+		LocalSteps: in.Cluster.LocalSteps, Optimizer: s.opt}
 	r, err := dist.RunWorker(ctx, cfg, data, c, hooks)
 	res := workflows.WorkerResult{Task: in.Task, Step: r.Step, Steps: r.Steps, Applied: r.Applied, Loss: r.Loss,
 		ComputeSecs: r.Compute.Seconds(), PullSecs: r.Pull.Seconds(), PushSecs: r.Push.Seconds()}

@@ -259,10 +259,17 @@ func checkCommits(t *testing.T, evs []jobdir.Event) []int64 {
 
 func TestDistributedJobOnThreeProcesses(t *testing.T) {
 	c := newProcessCluster(t, 3)
-	for _, mode := range []string{jobspec.UpdateAsync, jobspec.UpdateSync} {
-		t.Run(mode, func(t *testing.T) {
-			id := "dist_" + mode
-			cl := fmt.Sprintf(`{"scale_tier":"CUSTOM","worker_count":2,"parameter_server_count":2,"update":%q,"heartbeat_timeout_secs":4}`, mode)
+	for _, tc := range []struct {
+		mode  string
+		local int // cluster.local_steps
+	}{{jobspec.UpdateAsync, 0}, {jobspec.UpdateSync, 0}, {jobspec.UpdateAsync, 8}} {
+		name := tc.mode
+		if tc.local > 0 {
+			name += fmt.Sprintf("_local%d", tc.local)
+		}
+		t.Run(name, func(t *testing.T) {
+			id := "dist_" + name
+			cl := fmt.Sprintf(`{"scale_tier":"CUSTOM","worker_count":2,"parameter_server_count":2,"update":%q,"heartbeat_timeout_secs":4,"local_steps":%d}`, tc.mode, tc.local)
 			start := time.Now()
 			res, err := waitJob(t, startUIStyle(t, c.st.Client, id, distributedInput(t, id, cl, 4000, 400)))
 			if err != nil {
@@ -277,7 +284,7 @@ func TestDistributedJobOnThreeProcesses(t *testing.T) {
 			for _, pid := range rolePIDs(evs) {
 				pids[pid] = true
 			}
-			t.Logf("%s: accuracy %.4f at step %d in %s; commits %v; roles ran in %d processes", mode, res.Metrics.Accuracy, res.GlobalStep, time.Since(start).Round(time.Millisecond), commits, len(pids))
+			t.Logf("%s: accuracy %.4f at step %d in %s; commits %v; roles ran in %d processes", name, res.Metrics.Accuracy, res.GlobalStep, time.Since(start).Round(time.Millisecond), commits, len(pids))
 			if len(pids) != 3 {
 				t.Fatalf("5 roles ran in %d processes, want all 3 (each runs at most 2)", len(pids))
 			}
@@ -303,20 +310,35 @@ func TestDistributedJobOnThreeProcesses(t *testing.T) {
 // random steps), then the process running parameter server 0, restarting
 // each. The job completes, the committed step never goes back, a restart
 // loses at most one checkpoint interval, and the accuracy stays within 0.5
-// points of an undisturbed run of the same job.
+// points of an undisturbed run of the same job. It runs with gradients and
+// with local SGD (cluster.local_steps 8).
 func TestDistributedJobSurvivesKills(t *testing.T) {
 	if testing.Short() {
-		t.Skip("kills and restarts worker processes (about 2 minutes); the fast suite runs TestDistributedJobOnThreeProcesses")
+		t.Skip("kills and restarts worker processes (about 2 minutes per mode, gradients and local SGD); the fast suite runs TestDistributedJobOnThreeProcesses")
 	}
 	c := newProcessCluster(t, 3)
 	const maxSteps, save = 16000, 400
-	cl := `{"scale_tier":"CUSTOM","worker_count":2,"parameter_server_count":2,"update":"async","heartbeat_timeout_secs":4}`
-	base, err := waitJob(t, startUIStyle(t, c.st.Client, "undisturbed", distributedInput(t, "undisturbed", cl, maxSteps, save)))
+	// local_steps 8 trains by local SGD (docs/distributed.md): killed
+	// workers resume from the parameter servers' state as with gradients.
+	for _, local := range []int{0, 8} {
+		name := "gradients"
+		if local > 0 {
+			name = fmt.Sprintf("local%d", local)
+		}
+		t.Run(name, func(t *testing.T) { survivesKills(t, c, name, local, maxSteps, save) })
+	}
+}
+
+// survivesKills is TestDistributedJobSurvivesKills with cluster.local_steps
+// local, on cluster c.
+func survivesKills(t *testing.T, c *cluster, name string, local int, maxSteps, save int64) {
+	cl := fmt.Sprintf(`{"scale_tier":"CUSTOM","worker_count":2,"parameter_server_count":2,"update":"async","heartbeat_timeout_secs":4,"local_steps":%d}`, local)
+	base, err := waitJob(t, startUIStyle(t, c.st.Client, "undisturbed_"+name, distributedInput(t, "undisturbed_"+name, cl, int(maxSteps), int(save))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := "disturbed"
-	run := startUIStyle(t, c.st.Client, id, distributedInput(t, id, cl, maxSteps, save))
+	id := "disturbed_" + name
+	run := startUIStyle(t, c.st.Client, id, distributedInput(t, id, cl, int(maxSteps), int(save)))
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
 	// victim picks a process running (or not) a parameter server; ps are
 	// the PIDs of the parameter servers' latest starts.
@@ -357,8 +379,8 @@ func TestDistributedJobSurvivesKills(t *testing.T) {
 	if psStarts <= 2 || retried == 0 {
 		t.Fatalf("%d parameter-server starts and %d worker retries: the kills did not hit the roles", psStarts, retried)
 	}
-	if maxLost > save {
-		t.Fatalf("a restart lost %d steps, more than one checkpoint interval (%d)", maxLost, save)
+	if maxLost > save+int64(local) { // a cut lands up to a round of local steps past its step
+		t.Fatalf("a restart lost %d steps, more than one checkpoint interval (%d) and a round of local steps (%d)", maxLost, save, local)
 	}
 	if d := base.Metrics.Accuracy - res.Metrics.Accuracy; d > 0.005 {
 		t.Fatalf("accuracy %.4f is %.4f below the undisturbed run's %.4f", res.Metrics.Accuracy, d, base.Metrics.Accuracy)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/trainflow/trainflow/train"
 )
 
 func TestClusterSpecDefaultsAndTiers(t *testing.T) {
@@ -16,6 +18,8 @@ func TestClusterSpecDefaultsAndTiers(t *testing.T) {
 		{ClusterSpec{ScaleTier: TierStandard1}, 5, 3, true, true},
 		{ClusterSpec{ScaleTier: TierPremium1}, 20, 11, true, true},
 		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 2, ParameterServerCount: 2, Evaluator: new(bool)}, 3, 2, true, false},
+		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: 8}, 2, 1, true, true},
+		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: MaxLocalSteps}, 2, 1, true, true},
 	} {
 		s := JobSpec{JobID: "j", Cluster: c.in}.WithDefaults()
 		if err := s.Validate(); err != nil {
@@ -41,6 +45,9 @@ func TestClusterSpecErrorsNameTheField(t *testing.T) {
 		{ClusterSpec{ScaleTier: TierCustom, ParameterServerCount: 1, Update: "eventually"}, `cluster.update "eventually"`},
 		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, BackupWorkers: 1}, "cluster.backup_workers needs update"},
 		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, Update: UpdateSync, BackupWorkers: 2}, "cluster.backup_workers = 2"},
+		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: -1}, "cluster.local_steps = -1 is out of range"},
+		{ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: MaxLocalSteps + 1}, "cluster.local_steps = 10001 is out of range"},
+		{ClusterSpec{LocalSteps: 8}, "cluster.local_steps 8 needs parameter servers"},
 		{ClusterSpec{HeartbeatTimeoutSecs: 1}, "cluster.heartbeat_timeout_secs = 1"},
 		{ClusterSpec{StallTimeoutSecs: 1}, "cluster.stall_timeout_secs = 1"},
 		{ClusterSpec{StallTimeoutSecs: -5}, "cluster.stall_timeout_secs = -5"},
@@ -50,6 +57,16 @@ func TestClusterSpecErrorsNameTheField(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an invalid-spec error containing %q", c.in, err, c.want)
 		}
+	}
+	// Local steps need an optimizer that starts from the variables given.
+	s := JobSpec{JobID: "j", Model: ModelSpec{Optimizer: train.FTRLOptimizer},
+		Cluster: ClusterSpec{ScaleTier: TierCustom, WorkerCount: 1, ParameterServerCount: 1, LocalSteps: 8}}.WithDefaults()
+	if err := s.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cluster.local_steps with model.optimizer \"ftrl\"") {
+		t.Errorf("local steps with FTRL: got %v, want an invalid-spec error naming cluster.local_steps and model.optimizer", err)
+	}
+	s.Cluster.LocalSteps = 0
+	if err := s.Validate(); err != nil {
+		t.Errorf("FTRL without local steps: %v", err)
 	}
 }
 

@@ -299,6 +299,17 @@ type ClusterSpec struct {
 	// many workers sent their gradient; stragglers' late gradients are
 	// dropped.
 	BackupWorkers int `json:"backup_workers,omitempty"`
+	// LocalSteps, if positive, trains by local SGD with periodic model
+	// averaging (docs/distributed.md): each worker takes this many
+	// optimizer steps on its own copy of the variables, with its own
+	// optimizer state, then sends the change of its variables to the
+	// parameter servers, which add it (async) or the mean of one per
+	// worker (sync), and pulls the result. Each such update advances the
+	// global step by local_steps, so steps count batches as without it
+	// (max_steps, num_epochs and save_checkpoints_steps mean the same; a
+	// checkpoint is cut at the first step at or past each interval's).
+	// 0 (default): every step's gradient goes to the parameter servers.
+	LocalSteps int `json:"local_steps,omitempty"`
 	// HeartbeatTimeoutSecs bounds how long a dead process running a role
 	// goes unnoticed before Temporal retries the role elsewhere. Default 30.
 	HeartbeatTimeoutSecs int `json:"heartbeat_timeout_secs,omitempty"`
@@ -310,6 +321,9 @@ type ClusterSpec struct {
 	// before). Default 300.
 	StallTimeoutSecs int `json:"stall_timeout_secs,omitempty"`
 }
+
+// MaxLocalSteps bounds cluster.local_steps.
+const MaxLocalSteps = 10000
 
 // DefaultStallTimeout is cluster.stall_timeout_secs's default.
 const DefaultStallTimeout = 300 * time.Second
@@ -842,6 +856,11 @@ func (s *JobSpec) Validate() error {
 	if err := s.Cluster.validate(s.Application != nil); err != nil {
 		return err
 	}
+	if s.Cluster.LocalSteps > 0 && s.Model.Optimizer == train.FTRLOptimizer {
+		// FTRL computes its variables from its own state (z, n), so a
+		// worker's round could not start from the averaged variables.
+		return fmt.Errorf("%w: cluster.local_steps with model.optimizer %q: FTRL keeps the variables in its own state and would ignore the averaged ones; use adam, adagrad or sgd", ErrInvalid, s.Model.Optimizer)
+	}
 	switch t := s.Train; {
 	case t.NumEpochs > 0 && t.MaxSteps > 0:
 		return fmt.Errorf("%w: train.num_epochs %d and train.max_steps %d: set one, not both", ErrInvalid, t.NumEpochs, t.MaxSteps)
@@ -1038,6 +1057,12 @@ func (c ClusterSpec) validate(application bool) error {
 		return bad("backup_workers = %d: want 0 ≤ backup_workers < %d workers", c.BackupWorkers, c.Workers())
 	case c.BackupWorkers > 0 && c.Update != UpdateSync:
 		return bad("backup_workers needs update \"sync\"")
+	case c.LocalSteps < 0 || c.LocalSteps > MaxLocalSteps:
+		return bad("local_steps = %d is out of range [0, %d]", c.LocalSteps, MaxLocalSteps)
+	case c.LocalSteps > 0 && application:
+		return bad("local_steps is for the built-in trainer's parameter servers: an application trains its own way")
+	case c.LocalSteps > 0 && !c.Distributed():
+		return bad("local_steps %d needs parameter servers (parameter_server_count ≥ 1): one process takes every step locally anyway", c.LocalSteps)
 	case c.HeartbeatTimeoutSecs < 2 || c.HeartbeatTimeoutSecs > 3600:
 		return bad("heartbeat_timeout_secs = %d is out of range [2, 3600]", c.HeartbeatTimeoutSecs)
 	case c.StallTimeoutSecs < 2 || c.StallTimeoutSecs > 7*24*3600:
@@ -1069,7 +1094,9 @@ func exporterNames(es []ExporterSpec) []string {
 //	distributed: ⌈E × trainRows / (batch_size × b)⌉, b batches per
 //	             global step: 1 in async mode, workers − backup_workers in
 //	             sync mode (E passes in total over the workers' shares,
-//	             each worker's own pass ending with a partial batch)
+//	             each worker's own pass ending with a partial batch);
+//	             the same with cluster.local_steps, whose updates
+//	             advance the global step by local_steps
 //
 // and at least 1.
 func (s JobSpec) StepsFor(trainRows int64) int64 {

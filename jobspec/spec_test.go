@@ -123,6 +123,7 @@ func TestApplicationSpec(t *testing.T) {
 		{`{"job_id":"x","application":{"package":"","module":"trainer.task"}}`, "application.package"},
 		{`{"job_id":"x","application":{"package":"not base64!","module":"trainer.task"}}`, "application"},
 		{`{"job_id":"x","application":{"name":"a","module":"trainer.task"}}`, "application.module"},
+		{`{"job_id":"x","application":{"name":"a"},"cluster":{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1,"local_steps":8}}`, "cluster.local_steps is for the built-in trainer"},
 		{fmt.Sprintf(`{"job_id":"x","application":{"package":%q,"module":"trainer.task"}}`, base64.StdEncoding.EncodeToString(make([]byte, MaxPackageBytes+1))), "application.package"},
 	} {
 		s, err := DecodeSpec([]byte(tc.spec))

@@ -1,31 +1,51 @@
 #!/usr/bin/env bash
 # bench/distributed: training examples/s of the Fashion-MNIST DNN
 # (784-128-64-10, Adam, batch 128, float32 passes as jobs train it) on one goroutine (local, the baseline,
-# gathering batches of shuffled rows as the workers do)
+# gathering batches of shuffled rows as the workers do; local/threads=1: the
+# same on one thread, GOMAXPROCS=1)
 # and on parameter servers + workers over loopback gRPC in one process:
-# async and sync, 1 and 2 workers, 1 and 2 parameter servers. Rounds are
-# interleaved by -count; the scaling ratios come from the same run.
+# async and sync, 1 and 2 workers, 1 and 2 parameter servers, pushing every
+# step's gradient or (/local=8) local SGD, a parameter delta every 8 local
+# steps (cluster.local_steps). Rounds are interleaved (each runs every
+# configuration once); the scaling ratios come from the same run.
 # Usage: bench/distributed/run.sh [count] [steps per run]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 count=${1:-5}
 steps=${2:-400}
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-go test -run '^$' -bench FashionMLP -benchtime "${steps}x" -count "$count" ./train/dist | tee "$out"
+bin=$(mktemp)
+trap 'rm -f "$out" "$bin"' EXIT
+go test -c -o "$bin" ./train/dist
+# One round runs every configuration once; -count would run each one
+# count times in a row, so a change of load between them would skew the
+# ratios.
+for r in $(seq "$count"); do
+	echo "round $r: load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	(cd train/dist && "$bin" -test.run '^$' -test.bench FashionMLP -test.benchtime "${steps}x" -test.count 1) | tee -a "$out"
+done
 # Median examples/s per configuration and the ratios that matter.
 med() { # med NAME [UNIT]: median examples/s (or UNIT) of the configuration
 	awk -v n="$1" -v u="${2:-examples/s}" '$1 ~ "^BenchmarkFashionMLP/"n"-[0-9]+$" { for (i = 2; i < NF; i++) if ($(i+1) == u) print $i }' "$out" |
 		sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR+1)/2)]; else print 0 }'
 }
+echo "load average before the summary: $(cut -d' ' -f1-3 /proc/loadavg)"
 local=$(med local)
-for c in local async/workers=1/ps=1 async/workers=2/ps=1 sync/workers=2/ps=1 async/workers=2/ps=2 sync/workers=2/ps=2; do
-	printf '%-22s median %8.0f examples/s %6.1f CPU µs/example\n' "$c" "$(med "$c")" "$(med "$c" cpu-µs/example)"
+for c in local local/threads=1 async/workers=1/ps=1 async/workers=2/ps=1 sync/workers=2/ps=1 async/workers=2/ps=2 sync/workers=2/ps=2 \
+	async/workers=1/ps=1/local=8 async/workers=2/ps=1/local=8 sync/workers=2/ps=1/local=8; do
+	printf '%-30s median %8.0f examples/s %6.1f CPU µs/example\n' "$c" "$(med "$c")" "$(med "$c" cpu-µs/example)"
 done
 one=$(med async/workers=1/ps=1)
-awk -v l="$local" -v o="$one" -v a1="$(med async/workers=2/ps=1)" -v s1="$(med sync/workers=2/ps=1)" -v a2="$(med async/workers=2/ps=2)" -v s2="$(med sync/workers=2/ps=2)" 'BEGIN {
+awk -v l="$local" -v l1="$(med local/threads=1)" -v o="$one" -v a1="$(med async/workers=2/ps=1)" -v s1="$(med sync/workers=2/ps=1)" -v a2="$(med async/workers=2/ps=2)" -v s2="$(med sync/workers=2/ps=2)" \
+	-v lo="$(med async/workers=1/ps=1/local=8)" -v la="$(med async/workers=2/ps=1/local=8)" -v ls="$(med sync/workers=2/ps=1/local=8)" 'BEGIN {
+	best = (l > l1 ? l : l1)
 	printf "2 workers vs 1 (same cluster code): async 1 ps %.2fx, sync 1 ps %.2fx, async 2 ps %.2fx, sync 2 ps %.2fx\n", a1/o, s1/o, a2/o, s2/o
 	printf "1 worker + 1 ps vs local: %.2fx; best 2-worker cluster vs local: %.2fx\n", o/l, (a2 > s2 ? a2 : s2)/l
+	printf "local SGD (local=8): 1 worker + 1 ps vs local %.2fx; 2 workers async %.2fx, sync %.2fx of local, %.2fx, %.2fx of local/threads=1\n", lo/l, la/l, ls/l, la/l1, ls/l1
+	b2 = a1; if (s1 > b2) b2 = s1; if (a2 > b2) b2 = a2; if (s2 > b2) b2 = s2; if (la > b2) b2 = la; if (ls > b2) b2 = ls
+	printf "best 2-worker cluster vs best single process (local or local/threads=1): %.2fx\n", b2/best
 }'
 # Time to the training-engine bar (test accuracy 0.865), local vs clusters.
-TRAINFLOW_BENCH_ACCURACY=1 go test -count=1 -run TestTimeToAccuracy -v -timeout 30m ./train/dist | grep -E 'reached|ok|FAIL'
+# Each cluster's line gives its time as a multiple of local's.
+(cd train/dist && TRAINFLOW_BENCH_ACCURACY=1 "$bin" -test.run TestTimeToAccuracy -test.v -test.timeout 30m) | grep -E 'reached|PASS|FAIL'
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -29,9 +30,11 @@ func fashionTrain(b *testing.B) train.Data {
 // DNN (784-128-64-10, Adam, batch 128, passes in float32 as jobs compute
 // them, fashionMeta): "local" is one goroutine calling
 // train.Step on its own model on batches of shuffled rows it gathers, as
-// the workers gather theirs, the baseline; the others run parameter
-// servers and workers in this process over loopback gRPC, async or sync,
-// with 1 or 2 workers. Besides examples/s it reports the CPU time per
+// the workers gather theirs, the baseline ("local/threads=1": the same
+// with GOMAXPROCS=1, the model's passes on one core); the others run
+// parameter servers and workers in this process over loopback gRPC,
+// async or sync, with 1 or 2 workers, pushing each step's gradient or,
+// with /local=8, local SGD: a parameter delta every 8 local steps. Besides examples/s it reports the CPU time per
 // example (every goroutine of the process: workers and parameter servers
 // alike, whatever else the machine runs) and the share of the workers'
 // time spent computing gradients, pulling and pushing (with Overlap the
@@ -42,21 +45,43 @@ func BenchmarkFashionMLP(b *testing.B) {
 	data := fashionTrain(b)
 	meta := fashionMeta()
 	const batch = 128
-	b.Run("local", func(b *testing.B) {
+	local := func(b *testing.B) {
 		start, cpu := time.Now(), cpuTime()
 		i := localLoop(data, meta, batch, b.Loop)
 		b.ReportMetric(float64(i*batch)/time.Since(start).Seconds(), "examples/s")
 		b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(i*batch), "cpu-µs/example")
+	}
+	b.Run("local", local)
+	// The same loop on one thread (GOMAXPROCS=1: the model's passes do
+	// not split batches across cores), the other single-process figure.
+	b.Run("local/threads=1", func(b *testing.B) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		local(b)
 	})
 	for _, c := range []struct {
 		mode    string
 		workers int
 		ps      int
-	}{{"async", 1, 1}, {"async", 2, 1}, {"sync", 2, 1}, {"async", 2, 2}, {"sync", 2, 2}} {
-		b.Run(fmt.Sprintf("%s/workers=%d/ps=%d", c.mode, c.workers, c.ps), func(b *testing.B) {
-			benchCluster(b, data, meta, c.mode == "sync", c.workers, c.ps, batch)
+		local   int // LocalSteps: local SGD, 0: gradients
+	}{{"async", 1, 1, 0}, {"async", 2, 1, 0}, {"sync", 2, 1, 0}, {"async", 2, 2, 0}, {"sync", 2, 2, 0},
+		{"async", 1, 1, benchLocalSteps}, {"async", 2, 1, benchLocalSteps}, {"sync", 2, 1, benchLocalSteps}} {
+		b.Run(clusterName(c.mode, c.workers, c.ps, c.local), func(b *testing.B) {
+			benchCluster(b, data, meta, c.mode == "sync", c.workers, c.ps, batch, c.local)
 		})
 	}
+}
+
+// benchLocalSteps is the LocalSteps of the benchmarks' local-SGD runs.
+const benchLocalSteps = 8
+
+// clusterName names a benchmark's cluster: mode/workers=W/ps=P, and
+// /local=K with local steps.
+func clusterName(mode string, workers, ps, local int) string {
+	n := fmt.Sprintf("%s/workers=%d/ps=%d", mode, workers, ps)
+	if local > 0 {
+		n += fmt.Sprintf("/local=%d", local)
+	}
+	return n
 }
 
 // localLoop is the baseline of the distributed benchmarks: one goroutine
@@ -84,7 +109,7 @@ func localLoop(data train.Data, meta train.CheckpointMeta, batch int, more func(
 	return i
 }
 
-func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, syncMode bool, workers, tasks, batch int) {
+func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, syncMode bool, workers, tasks, batch, local int) {
 	steps := int64(max(b.N, 2))
 	replicas := 0
 	if syncMode {
@@ -92,7 +117,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	}
 	cl := &cluster{ckdir: b.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, tasks)}, servers: make([]*Server, tasks)}
 	cl.cfg = ShardConfig{Tasks: tasks, Workers: workers, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
-		MaxSteps: steps, SaveSteps: steps, Sync: syncMode, Replicas: replicas}
+		MaxSteps: steps, SaveSteps: steps, Sync: syncMode, Replicas: replicas, LocalSteps: local}
 	for i := range tasks {
 		if err := cl.startB(i); err != nil {
 			b.Fatal(err)
@@ -115,14 +140,21 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	}
 	res := make([]WorkerResult, workers)
 	errs := make([]error, workers)
+	// Each worker's share of the data, split before the clock starts (as
+	// a job's worker reads its shards before it trains).
+	parts := make([]train.Data, workers)
+	for i := range parts {
+		parts[i] = split(data, i, workers)
+	}
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	start, cpu := time.Now(), cpuTime()
 	for i := range workers {
 		cfg := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: steps, SaveSteps: steps, KeepMax: 1,
-			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !syncMode}
+			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !syncMode && local == 0,
+			LocalSteps: local, Optimizer: cl.cfg.Optimizer}
 		wg.Go(func() {
-			res[i], errs[i] = RunWorker(context.Background(), cfg, split(data, i, workers), clients[i], Hooks{})
+			res[i], errs[i] = RunWorker(context.Background(), cfg, parts[i], clients[i], Hooks{})
 		})
 	}
 	wg.Wait()
@@ -215,30 +247,41 @@ func TestTimeToAccuracy(t *testing.T) {
 	test := fashionSplit(t, "t10k")
 	meta := fashionMeta()
 	const batch, bar, every = 128, 0.865, 469 // every ≈ one epoch of batches
+	var local time.Duration
 	{
 		dir := t.TempDir()
 		ctx, cancel := context.WithCancel(context.Background())
 		w := newBarWatch(test, bar, cancel)
 		cfg := train.Config{BatchSize: batch, MaxSteps: 20 * every, LearningRate: 1e-3, Seed: 1, SaveSteps: every, KeepMax: 1, CheckpointDir: dir, Meta: meta}
 		train.Run(ctx, cfg, data, func(p train.Progress) error { w.check(dir, p.Step); return nil })
-		w.report(t, "local")
+		w.report(t, "local", 0)
+		local = w.reached
 	}
 	for _, c := range []struct {
-		name           string
-		sync           bool
-		workers, tasks int
-	}{{"async/workers=1/ps=1", false, 1, 1}, {"async/workers=2/ps=2", false, 2, 2}, {"sync/workers=2/ps=2", true, 2, 2}} {
+		sync                  bool
+		workers, tasks, local int
+	}{{false, 1, 1, 0}, {false, 2, 2, 0}, {true, 2, 2, 0},
+		{false, 1, 1, benchLocalSteps}, {false, 2, 1, benchLocalSteps}, {true, 2, 1, benchLocalSteps}} {
+		mode := "async"
+		if c.sync {
+			mode = "sync"
+		}
+		name := clusterName(mode, c.workers, c.tasks, c.local)
 		cl := &cluster{ckdir: t.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, c.tasks)}, servers: make([]*Server, c.tasks)}
 		replicas := 0
 		if c.sync {
 			replicas = c.workers
 		}
 		cl.cfg = ShardConfig{Tasks: c.tasks, Workers: c.workers, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
-			MaxSteps: 20 * every, SaveSteps: every, Sync: c.sync, Replicas: replicas}
+			MaxSteps: 20 * every, SaveSteps: every, Sync: c.sync, Replicas: replicas, LocalSteps: c.local}
 		for i := range c.tasks {
 			if err := cl.startB(i); err != nil {
 				t.Fatal(err)
 			}
+		}
+		parts := make([]train.Data, c.workers)
+		for i := range parts {
+			parts[i] = split(data, i, c.workers)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		w := newBarWatch(test, bar, cancel)
@@ -246,7 +289,8 @@ func TestTimeToAccuracy(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range c.workers {
 			wc := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: 20 * every, SaveSteps: every, KeepMax: 1,
-				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !c.sync}
+				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !c.sync && c.local == 0,
+				LocalSteps: c.local, Optimizer: cl.cfg.Optimizer}
 			h := Hooks{}
 			if i == 0 {
 				h = hooks
@@ -257,7 +301,7 @@ func TestTimeToAccuracy(t *testing.T) {
 					return
 				}
 				defer cli.Close()
-				RunWorker(ctx, wc, split(data, i, c.workers), cli, h)
+				RunWorker(ctx, wc, parts[i], cli, h)
 			})
 		}
 		wg.Wait()
@@ -265,7 +309,7 @@ func TestTimeToAccuracy(t *testing.T) {
 		for _, s := range cl.servers {
 			s.Stop()
 		}
-		w.report(t, c.name)
+		w.report(t, name, local)
 	}
 }
 
@@ -301,8 +345,14 @@ func (w *barWatch) check(dir string, step int64) {
 	}
 }
 
-func (w *barWatch) report(t *testing.T, name string) {
-	t.Logf("%-22s reached %.4f at global step %d after %.1f s of training", name, w.acc, w.atStep, w.reached.Seconds())
+// report logs when the bar was reached, and the ratio to local's time
+// (when local is not 0).
+func (w *barWatch) report(t *testing.T, name string, local time.Duration) {
+	ratio := ""
+	if local > 0 && w.reached > 0 {
+		ratio = fmt.Sprintf(" (%.2fx local's time)", w.reached.Seconds()/local.Seconds())
+	}
+	t.Logf("%-30s reached %.4f at global step %d after %.1f s of training%s", name, w.acc, w.atStep, w.reached.Seconds(), ratio)
 }
 
 // fashionMeta is the Fashion-MNIST DNN (784-128-64-10) as a job trains

@@ -238,7 +238,21 @@ func (c *Client) pull(ctx context.Context, params vars) (step int64, done bool, 
 // Pull, with the worker's data cursor after the batch, and returns shard
 // 0's answer (Done only when every shard is done).
 func (c *Client) Push(ctx context.Context, worker int, grad, cursor []float64) (PushResult, error) {
-	return c.push(ctx, worker, vars{f64: grad}, 0, cursor)
+	return c.push(ctx, worker, vars{f64: grad}, 0, 0, cursor)
+}
+
+// PushDelta is Push of a parameter delta (local SGD, see
+// ShardConfig.LocalSteps): delta (len n) is what steps local optimizer
+// steps added to the variables of the last Pull.
+func (c *Client) PushDelta(ctx context.Context, worker int, delta []float64, steps int, cursor []float64) (PushResult, error) {
+	return c.push(ctx, worker, vars{f64: delta}, 0, steps, cursor)
+}
+
+// PushDelta32 is PushDelta of a delta narrowed to float32 (what a float32
+// model's worker sends: the servers widen it and add it to their float64
+// variables).
+func (c *Client) PushDelta32(ctx context.Context, worker int, delta []float32, steps int, cursor []float64) (PushResult, error) {
+	return c.push(ctx, worker, vars{f32: delta}, 0, steps, cursor)
 }
 
 // Push32 is Push of a float32 gradient, which the parameter servers
@@ -246,15 +260,16 @@ func (c *Client) Push(ctx context.Context, worker int, grad, cursor []float64) (
 // global norm; 0 or 1 for none): what they apply is exactly what Push of the
 // widened gradient, scaled in float64, would apply.
 func (c *Client) Push32(ctx context.Context, worker int, grad []float32, scale float64, cursor []float64) (PushResult, error) {
-	return c.push(ctx, worker, vars{f32: grad}, scale, cursor)
+	return c.push(ctx, worker, vars{f32: grad}, scale, 0, cursor)
 }
 
-func (c *Client) push(ctx context.Context, worker int, grad vars, scale float64, cursor []float64) (PushResult, error) {
+// push pushes grad, a gradient (steps 0) or a delta of steps local steps.
+func (c *Client) push(ctx context.Context, worker int, grad vars, scale float64, steps int, cursor []float64) (PushResult, error) {
 	res := make([]pushResponse, c.tasks)
 	err := c.each(func(i int) error {
 		lo, hi := Range(c.n, c.tasks, i)
 		g := grad.slice(lo, hi)
-		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[i], Cursor: cursor, Clip: scale, Grad: g.f64, Grad32: g.f32}
+		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[i], Steps: int64(steps), Cursor: cursor, Clip: scale, Grad: g.f64, Grad32: g.f32}
 		return c.call(ctx, i, "Push", &req, &res[i])
 	})
 	done := true
@@ -276,19 +291,30 @@ func (c *Client) push(ctx context.Context, worker int, grad vars, scale float64,
 // waited forever for the gradient it needed to reach that step, which the
 // chief needed to commit it.
 func (c *Client) PushAdmitted(ctx context.Context, worker int, grad, cursor []float64) (PushResult, error) {
-	return c.pushAdmitted(ctx, worker, vars{f64: grad}, 0, cursor)
+	return c.pushAdmitted(ctx, worker, vars{f64: grad}, 0, 0, cursor)
 }
 
 // PushAdmitted32 is PushAdmitted of a float32 gradient (see Push32).
 func (c *Client) PushAdmitted32(ctx context.Context, worker int, grad []float32, scale float64, cursor []float64) (PushResult, error) {
-	return c.pushAdmitted(ctx, worker, vars{f32: grad}, scale, cursor)
+	return c.pushAdmitted(ctx, worker, vars{f32: grad}, scale, 0, cursor)
 }
 
-func (c *Client) pushAdmitted(ctx context.Context, worker int, grad vars, scale float64, cursor []float64) (PushResult, error) {
+// PushDeltaAdmitted is PushAdmitted of a parameter delta (see PushDelta).
+func (c *Client) PushDeltaAdmitted(ctx context.Context, worker int, delta []float64, steps int, cursor []float64) (PushResult, error) {
+	return c.pushAdmitted(ctx, worker, vars{f64: delta}, 0, steps, cursor)
+}
+
+// PushDeltaAdmitted32 is PushAdmitted of a float32 parameter delta (see
+// PushDelta32).
+func (c *Client) PushDeltaAdmitted32(ctx context.Context, worker int, delta []float32, steps int, cursor []float64) (PushResult, error) {
+	return c.pushAdmitted(ctx, worker, vars{f32: delta}, 0, steps, cursor)
+}
+
+func (c *Client) pushAdmitted(ctx context.Context, worker int, grad vars, scale float64, steps int, cursor []float64) (PushResult, error) {
 	lo, hi := Range(c.n, c.tasks, 0)
 	var first pushResponse
 	g := grad.slice(lo, hi)
-	req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[0], Cursor: cursor, Clip: scale, Grad: g.f64, Grad32: g.f32}
+	req := pushRequest{header: c.header(), Worker: int64(worker), Tag: c.steps[0], Steps: int64(steps), Cursor: cursor, Clip: scale, Grad: g.f64, Grad32: g.f32}
 	if err := c.call(ctx, 0, "Push", &req, &first); err != nil {
 		return PushResult{}, err
 	}
@@ -304,7 +330,7 @@ func (c *Client) pushAdmitted(ctx context.Context, worker int, grad vars, scale 
 		}
 		lo, hi := Range(c.n, c.tasks, i)
 		g := grad.slice(lo, hi)
-		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: tag, Clip: scale, Grad: g.f64, Grad32: g.f32}
+		req := pushRequest{header: c.header(), Worker: int64(worker), Tag: tag, Steps: int64(steps), Clip: scale, Grad: g.f64, Grad32: g.f32}
 		return c.call(ctx, i, "Push", &req, &res[i])
 	})
 	done := first.Done

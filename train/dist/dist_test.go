@@ -67,9 +67,15 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T, tasks int, sync bool, replicas int, maxSteps int64) *cluster {
+	return newModeCluster(t, tasks, sync, replicas, maxSteps, 0)
+}
+
+// newModeCluster is newCluster whose workers and parameter servers train
+// with local steps (0: gradients).
+func newModeCluster(t *testing.T, tasks int, sync bool, replicas int, maxSteps int64, local int) *cluster {
 	c := &cluster{t: t, ckdir: t.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, tasks)}, servers: make([]*Server, tasks)}
 	c.cfg = ShardConfig{Tasks: tasks, Workers: 3, Meta: linearMeta(8), Seed: 3, Optimizer: train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.05},
-		MaxSteps: maxSteps, SaveSteps: 50, Sync: sync, Replicas: replicas}
+		MaxSteps: maxSteps, SaveSteps: 50, Sync: sync, Replicas: replicas, LocalSteps: local}
 	for i := range tasks {
 		c.start(i, nil, 1)
 	}
@@ -163,7 +169,8 @@ func (c *cluster) worker(ctx context.Context, data train.Data, task, tasks int, 
 	}
 	defer cl.Close()
 	cfg := WorkerConfig{Task: task, Meta: c.cfg.Meta, Seed: uint64(100 + task), BatchSize: 32, MaxSteps: c.cfg.MaxSteps,
-		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir, Backups: c.cfg.Sync && c.cfg.Replicas < tasks, Overlap: !c.cfg.Sync}
+		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir, Backups: c.cfg.Sync && c.cfg.Replicas < tasks, Overlap: !c.cfg.Sync && c.cfg.LocalSteps == 0,
+		LocalSteps: c.cfg.LocalSteps, Optimizer: c.cfg.Optimizer}
 	return RunWorker(ctx, cfg, split(data, task, tasks), cl, hooks)
 }
 
@@ -180,25 +187,39 @@ func accuracy(t *testing.T, ckdir string, d train.Data) (float64, int64) {
 	return train.Evaluate(m, d.X, d.Y, 256).Accuracy, ck.Step
 }
 
+// localSteps is the LocalSteps of the tests' local-SGD runs: 8 does not
+// divide the checkpoint interval (50), so cuts land past the cut steps
+// (56, 104, …, at the first multiple of 8 from there).
+const localSteps = 8
+
+// modes are the tests' kinds of training: gradients, and local SGD.
+var modes = []struct {
+	name  string
+	local int
+}{{"gradients", 0}, {"local", localSteps}}
+
 func TestDistributedTraining(t *testing.T) {
 	data, held := trainAndHeldOut()
 	for _, c := range []struct {
 		name     string
 		sync     bool
 		replicas int
-	}{{"async", false, 0}, {"sync", true, 3}} {
+		workers  int
+		local    int
+	}{{"async", false, 0, 3, 0}, {"sync", true, 3, 3, 0},
+		{"async/local", false, 0, 2, localSteps}, {"sync/local", true, 2, 2, localSteps}, {"async/local=1", false, 0, 3, 1}} {
 		t.Run(c.name, func(t *testing.T) {
-			cl := newCluster(t, 2, c.sync, c.replicas, 400)
+			cl := newModeCluster(t, 2, c.sync, c.replicas, 400, c.local)
 			var committed []int64
 			var wg sync.WaitGroup
-			res := make([]WorkerResult, 3)
-			errs := make([]error, 3)
-			for i := range 3 {
+			res := make([]WorkerResult, c.workers)
+			errs := make([]error, c.workers)
+			for i := range c.workers {
 				hooks := Hooks{}
 				if i == 0 {
 					hooks.Committed = func(p train.Progress) error { committed = append(committed, p.Step); return nil }
 				}
-				wg.Go(func() { res[i], errs[i] = cl.worker(context.Background(), data, i, 3, hooks) })
+				wg.Go(func() { res[i], errs[i] = cl.worker(context.Background(), data, i, c.workers, hooks) })
 			}
 			wg.Wait()
 			if err := errors.Join(errs...); err != nil {
@@ -219,16 +240,18 @@ func TestDistributedTraining(t *testing.T) {
 				}
 				applied += r.Applied
 			}
-			// Async applies every gradient once; sync applies 3 per step.
+			// Async applies every batch's gradient (or delta) once; sync
+			// applies one per worker and step. With local steps a delta
+			// counts its batches, and the global step advances by as many.
 			want := int64(400)
 			if c.sync {
-				want = 3 * 400
+				want = int64(c.workers) * 400
 			}
 			if applied != want {
-				t.Fatalf("%d gradients applied, want %d", applied, want)
+				t.Fatalf("%d batches applied, want %d", applied, want)
 			}
 			for i := 1; i < len(committed); i++ {
-				if committed[i] <= committed[i-1] || committed[i]-committed[i-1] > 50+3 {
+				if committed[i] <= committed[i-1] || committed[i]-committed[i-1] > 50+int64(max(c.workers, c.local)) {
 					t.Fatalf("commits %v: not increasing or further apart than the interval", committed)
 				}
 			}
@@ -237,76 +260,80 @@ func TestDistributedTraining(t *testing.T) {
 }
 
 func TestParameterServerRestartRollsBack(t *testing.T) {
-	data, held := trainAndHeldOut()
-	cl := newCluster(t, 2, false, 0, 600)
-	kill := make(chan int64, 1)
-	var mu sync.Mutex
-	var committed []int64
-	var recovered []string
-	hooks := func(i int) Hooks {
-		h := Hooks{Recovered: func(err error, c Cluster, _ int64) {
-			mu.Lock()
-			recovered = append(recovered, err.Error())
-			mu.Unlock()
-		}}
-		if i == 0 {
-			h.Committed = func(p train.Progress) error {
-				mu.Lock()
-				committed = append(committed, p.Step)
-				mu.Unlock()
-				return nil
-			}
-		}
-		if i == 1 {
-			h.Moved = func(p Position) {
-				if p.GlobalStep >= 230 {
-					select {
-					case kill <- p.GlobalStep:
-					default:
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			data, held := trainAndHeldOut()
+			cl := newModeCluster(t, 2, false, 0, 600, mode.local)
+			kill := make(chan int64, 1)
+			var mu sync.Mutex
+			var committed []int64
+			var recovered []string
+			hooks := func(i int) Hooks {
+				h := Hooks{Recovered: func(err error, c Cluster, _ int64) {
+					mu.Lock()
+					recovered = append(recovered, err.Error())
+					mu.Unlock()
+				}}
+				if i == 0 {
+					h.Committed = func(p train.Progress) error {
+						mu.Lock()
+						committed = append(committed, p.Step)
+						mu.Unlock()
+						return nil
 					}
 				}
+				if i == 1 {
+					h.Moved = func(p Position) {
+						if p.GlobalStep >= 230 {
+							select {
+							case kill <- p.GlobalStep:
+							default:
+							}
+						}
+					}
+				}
+				return h
 			}
-		}
-		return h
-	}
-	var lost int64
-	restarted := make(chan struct{})
-	go func() {
-		defer close(restarted)
-		<-kill
-		lost = cl.restart(1)
-	}()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i := range 2 {
-		wg.Go(func() { _, errs[i] = cl.worker(context.Background(), data, i, 2, hooks(i)) })
-	}
-	wg.Wait()
-	<-restarted
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	acc, step := accuracy(t, cl.ckdir, held)
-	t.Logf("accuracy %.4f at step %d; lost %d steps; commits %v; recoveries %q", acc, step, lost, committed, recovered)
-	if step != 600 || acc < 0.95 {
-		t.Fatalf("finished at step %d with accuracy %.4f, want 600 and ≥ 0.95", step, acc)
-	}
-	if len(recovered) == 0 {
-		t.Fatal("no worker noticed the restart")
-	}
-	if lost < 0 || lost > 50 {
-		t.Fatalf("lost %d steps, want at most one checkpoint interval (50)", lost)
-	}
-	for i := 1; i < len(committed); i++ {
-		if committed[i] <= committed[i-1] {
-			t.Fatalf("committed steps went backwards: %v", committed)
-		}
-	}
-	// Every shard rolled back to the same generation.
-	for i, s := range cl.servers {
-		if _, gen := s.shard.Step(); gen != 2 {
-			t.Fatalf("shard %d ended at generation %d, want 2", i, gen)
-		}
+			var lost int64
+			restarted := make(chan struct{})
+			go func() {
+				defer close(restarted)
+				<-kill
+				lost = cl.restart(1)
+			}()
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			for i := range 2 {
+				wg.Go(func() { _, errs[i] = cl.worker(context.Background(), data, i, 2, hooks(i)) })
+			}
+			wg.Wait()
+			<-restarted
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			acc, step := accuracy(t, cl.ckdir, held)
+			t.Logf("accuracy %.4f at step %d; lost %d steps; commits %v; recoveries %q", acc, step, lost, committed, recovered)
+			if step != 600 || acc < 0.95 {
+				t.Fatalf("finished at step %d with accuracy %.4f, want 600 and ≥ 0.95", step, acc)
+			}
+			if len(recovered) == 0 {
+				t.Fatal("no worker noticed the restart")
+			}
+			if lost < 0 || lost > 50+int64(mode.local) {
+				t.Fatalf("lost %d steps, want at most one checkpoint interval (50, and a round of local steps past it)", lost)
+			}
+			for i := 1; i < len(committed); i++ {
+				if committed[i] <= committed[i-1] {
+					t.Fatalf("committed steps went backwards: %v", committed)
+				}
+			}
+			// Every shard rolled back to the same generation.
+			for i, s := range cl.servers {
+				if _, gen := s.shard.Step(); gen != 2 {
+					t.Fatalf("shard %d ended at generation %d, want 2", i, gen)
+				}
+			}
+		})
 	}
 }
 
@@ -318,113 +345,121 @@ func TestParameterServerRestartRollsBack(t *testing.T) {
 // every shard that training is over and return, not retry a stale Finish
 // forever (a hang of TestParameterServerRestartRollsBack in make test).
 func TestChiefStalledThroughRestartFinishes(t *testing.T) {
-	data, held := trainAndHeldOut()
-	cl := newCluster(t, 2, false, 0, 600)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	stalled, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	var mu sync.Mutex
-	var committed []int64
-	chief := Hooks{
-		Computed: func() {
-			once.Do(func() {
-				close(stalled)
-				select {
-				case <-release:
-				case <-ctx.Done():
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			data, held := trainAndHeldOut()
+			cl := newModeCluster(t, 2, false, 0, 600, mode.local)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			stalled, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			var mu sync.Mutex
+			var committed []int64
+			chief := Hooks{
+				Computed: func() {
+					once.Do(func() {
+						close(stalled)
+						select {
+						case <-release:
+						case <-ctx.Done():
+						}
+					})
+				},
+				Committed: func(p train.Progress) error {
+					mu.Lock()
+					committed = append(committed, p.Step)
+					mu.Unlock()
+					if p.Step == 600 {
+						close(release)
+					}
+					return nil
+				},
+			}
+			var lost int64
+			var restartOnce sync.Once
+			other := Hooks{Moved: func(p Position) {
+				if p.GlobalStep >= 230 {
+					restartOnce.Do(func() {
+						<-stalled
+						lost = cl.restart(1)
+					})
 				}
-			})
-		},
-		Committed: func(p train.Progress) error {
-			mu.Lock()
-			committed = append(committed, p.Step)
-			mu.Unlock()
-			if p.Step == 600 {
-				close(release)
+			}}
+			type result struct {
+				r   WorkerResult
+				err error
 			}
-			return nil
-		},
-	}
-	var lost int64
-	var restartOnce sync.Once
-	other := Hooks{Moved: func(p Position) {
-		if p.GlobalStep >= 230 {
-			restartOnce.Do(func() {
-				<-stalled
-				lost = cl.restart(1)
-			})
-		}
-	}}
-	type result struct {
-		r   WorkerResult
-		err error
-	}
-	done := make([]chan result, 2)
-	for i, h := range []Hooks{chief, other} {
-		done[i] = make(chan result, 1)
-		go func() {
-			r, err := cl.worker(ctx, data, i, 2, h)
-			done[i] <- result{r, err}
-		}()
-	}
-	for i, d := range done {
-		select {
-		case res := <-d:
-			if res.err != nil || res.r.Step != 600 {
-				mu.Lock()
-				defer mu.Unlock()
-				t.Fatalf("worker %d: %+v, %v; want step 600 (commits %v)", i, res.r, res.err, committed)
+			done := make([]chan result, 2)
+			for i, h := range []Hooks{chief, other} {
+				done[i] = make(chan result, 1)
+				go func() {
+					r, err := cl.worker(ctx, data, i, 2, h)
+					done[i] <- result{r, err}
+				}()
 			}
-		case <-time.After(45 * time.Second):
-			t.Fatalf("worker %d never returned (a chief spinning on a stale Finish?)", i)
-		}
-	}
-	for i, s := range cl.servers {
-		select {
-		case <-s.shard.Finished():
-		default:
-			t.Fatalf("shard %d was never told that training is over", i)
-		}
-		if _, gen := s.shard.Step(); gen != 2 {
-			t.Fatalf("shard %d ended at generation %d, want 2", i, gen)
-		}
-	}
-	acc, step := accuracy(t, cl.ckdir, held)
-	t.Logf("accuracy %.4f at step %d; lost %d steps", acc, step, lost)
-	if step != 600 || acc < 0.95 || lost < 0 || lost > 50 {
-		t.Fatalf("finished at step %d with accuracy %.4f, lost %d steps; want 600, ≥ 0.95, at most 50", step, acc, lost)
+			for i, d := range done {
+				select {
+				case res := <-d:
+					if res.err != nil || res.r.Step != 600 {
+						mu.Lock()
+						defer mu.Unlock()
+						t.Fatalf("worker %d: %+v, %v; want step 600 (commits %v)", i, res.r, res.err, committed)
+					}
+				case <-time.After(45 * time.Second):
+					t.Fatalf("worker %d never returned (a chief spinning on a stale Finish?)", i)
+				}
+			}
+			for i, s := range cl.servers {
+				select {
+				case <-s.shard.Finished():
+				default:
+					t.Fatalf("shard %d was never told that training is over", i)
+				}
+				if _, gen := s.shard.Step(); gen != 2 {
+					t.Fatalf("shard %d ended at generation %d, want 2", i, gen)
+				}
+			}
+			acc, step := accuracy(t, cl.ckdir, held)
+			t.Logf("accuracy %.4f at step %d; lost %d steps", acc, step, lost)
+			if step != 600 || acc < 0.95 || lost < 0 || lost > 50+int64(mode.local) {
+				t.Fatalf("finished at step %d with accuracy %.4f, lost %d steps; want 600, ≥ 0.95, at most 50 (and a round of local steps)", step, acc, lost)
+			}
+		})
 	}
 }
 
 func TestWorkerResumesWhereItStopped(t *testing.T) {
-	data, _ := trainAndHeldOut()
-	cl := newCluster(t, 1, false, 0, 300)
-	var last Position
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { cl.worker(context.Background(), data, 0, 2, Hooks{}) })
-	_, err := cl.worker(ctx, data, 1, 2, Hooks{Moved: func(p Position) {
-		last = p
-		if p.GlobalStep >= 100 {
-			cancel() // worker 1 dies after this push
-		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("stopped worker: %v, want context.Canceled", err)
-	}
-	var resumed Position
-	first := true
-	if _, err := cl.worker(context.Background(), data, 1, 2, Hooks{Resumed: func(p Position, _ string) {
-		if first {
-			resumed, first = p, false
-		}
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if resumed.Epoch != last.Epoch || resumed.Cursor != last.Cursor || resumed.Cursor == 0 {
-		t.Fatalf("resumed at epoch %d cursor %d, want where it stopped: epoch %d cursor %d", resumed.Epoch, resumed.Cursor, last.Epoch, last.Cursor)
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			data, _ := trainAndHeldOut()
+			cl := newModeCluster(t, 1, false, 0, 300, mode.local)
+			var last Position
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Go(func() { cl.worker(context.Background(), data, 0, 2, Hooks{}) })
+			_, err := cl.worker(ctx, data, 1, 2, Hooks{Moved: func(p Position) {
+				last = p
+				if p.GlobalStep >= 100 {
+					cancel() // worker 1 dies after this push
+				}
+			}})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("stopped worker: %v, want context.Canceled", err)
+			}
+			var resumed Position
+			first := true
+			if _, err := cl.worker(context.Background(), data, 1, 2, Hooks{Resumed: func(p Position, _ string) {
+				if first {
+					resumed, first = p, false
+				}
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if resumed.Epoch != last.Epoch || resumed.Cursor != last.Cursor || resumed.Cursor == 0 {
+				t.Fatalf("resumed at epoch %d cursor %d, want where it stopped: epoch %d cursor %d", resumed.Epoch, resumed.Cursor, last.Epoch, last.Cursor)
+			}
+		})
 	}
 }
 
@@ -433,16 +468,19 @@ func TestBackupWorkersDropTheStraggler(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		replicas int
-	}{{"backup", 2}, {"no backup", 3}} {
+		local    int
+		steps    int64
+	}{{"backup", 2, 0, 150}, {"no backup", 3, 0, 150}, {"backup/local", 2, localSteps, 160}, {"no backup/local", 3, localSteps, 160}} {
 		t.Run(c.name, func(t *testing.T) {
-			cl := newCluster(t, 2, true, c.replicas, 150)
+			cl := newModeCluster(t, 2, true, c.replicas, c.steps, c.local)
 			res := make([]WorkerResult, 3)
 			errs := make([]error, 3)
 			var wg sync.WaitGroup
 			for i := range 3 {
 				var h Hooks
 				if i == 2 { // a deliberately slow worker
-					h.Computed = func() { time.Sleep(5 * time.Millisecond) }
+					// 5 ms per batch: per round of local steps, 5 ms each.
+					h.Computed = func() { time.Sleep(time.Duration(max(c.local, 1)) * 5 * time.Millisecond) }
 				}
 				wg.Go(func() { res[i], errs[i] = cl.worker(context.Background(), data, i, 3, h) })
 			}
@@ -452,22 +490,22 @@ func TestBackupWorkersDropTheStraggler(t *testing.T) {
 			}
 			acc, step := accuracy(t, cl.ckdir, held)
 			t.Logf("accuracy %.4f at step %d; results %+v", acc, step, res)
-			if step != 150 || acc < 0.9 {
+			if step != c.steps || acc < 0.9 {
 				t.Fatalf("step %d accuracy %.4f", step, acc)
 			}
 			var applied int64
 			for _, r := range res {
 				applied += r.Applied
 			}
-			if applied != int64(c.replicas)*150 {
+			if applied != int64(c.replicas)*c.steps {
 				t.Fatalf("%d gradients applied, want %d per step", applied, c.replicas)
 			}
 			slow := res[2]
-			if c.replicas == 2 && (slow.Steps >= 150 || slow.Applied*2 > slow.Steps) {
+			if c.replicas == 2 && (slow.Steps >= c.steps || slow.Applied*2 > slow.Steps) {
 				t.Fatalf("with a backup, the slow worker made %d steps with %d gradients applied; want few, mostly dropped", slow.Steps, slow.Applied)
 			}
-			if c.replicas == 3 && slow.Applied != 150 {
-				t.Fatalf("without backups every step waits for the slow worker: %d applied, want 150", slow.Applied)
+			if c.replicas == 3 && slow.Applied != c.steps {
+				t.Fatalf("without backups every step waits for the slow worker: %d applied, want %d", slow.Applied, c.steps)
 			}
 		})
 	}
@@ -508,38 +546,49 @@ func (m *memCheckpoints) Newest(context.Context) (int64, error) {
 // a checkpoint durable but before the shards, held at that step, heard of
 // it: the new chief releases them and training completes.
 func TestChiefRestartAfterSaveBeforeRelease(t *testing.T) {
-	data, _ := trainAndHeldOut()
-	cl := newCluster(t, 1, false, 0, 200)
-	ctx, cancel := context.WithCancel(context.Background())
-	ckpts := &memCheckpoints{crashAt: 100, crash: cancel}
-	chief := func(ctx context.Context) (WorkerResult, error) {
-		c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
-		if err != nil {
-			return WorkerResult{}, err
-		}
-		defer c.Close()
-		cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 200, SaveSteps: 50, Checkpoints: ckpts}
-		return RunWorker(ctx, cfg, split(data, 0, 2), c, Hooks{})
-	}
-	var wg sync.WaitGroup
-	var otherErr error
-	wg.Go(func() { _, otherErr = cl.worker(context.Background(), data, 1, 2, Hooks{}) })
-	if _, err := chief(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("crashed chief: %v, want context.Canceled", err)
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	r, err := chief(ctx)
-	if err != nil {
-		t.Fatalf("restarted chief: %v (the shards held at step 100 were never released?)", err)
-	}
-	wg.Wait()
-	if otherErr != nil {
-		t.Fatal(otherErr)
-	}
-	t.Logf("saved steps %v; restarted chief ended at %d", ckpts.steps, r.Step)
-	if r.Step != 200 || !slices.Equal(ckpts.steps, []int64{50, 100, 150, 200}) {
-		t.Fatalf("ended at %d with checkpoints %v, want 200 with 50, 100, 150, 200", r.Step, ckpts.steps)
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			data, _ := trainAndHeldOut()
+			cl := newModeCluster(t, 1, false, 0, 200, mode.local)
+			ctx, cancel := context.WithCancel(context.Background())
+			// The cuts after 50, 100 and 150: with local steps, at the first
+			// multiple of 8 from there.
+			want := []int64{50, 100, 150, 200}
+			if mode.local > 0 {
+				want = []int64{56, 104, 152, 200}
+			}
+			ckpts := &memCheckpoints{crashAt: want[1], crash: cancel}
+			chief := func(ctx context.Context) (WorkerResult, error) {
+				c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
+				if err != nil {
+					return WorkerResult{}, err
+				}
+				defer c.Close()
+				cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 200, SaveSteps: 50, Checkpoints: ckpts,
+					LocalSteps: mode.local, Optimizer: cl.cfg.Optimizer}
+				return RunWorker(ctx, cfg, split(data, 0, 2), c, Hooks{})
+			}
+			var wg sync.WaitGroup
+			var otherErr error
+			wg.Go(func() { _, otherErr = cl.worker(context.Background(), data, 1, 2, Hooks{}) })
+			if _, err := chief(ctx); !errors.Is(err, context.Canceled) {
+				t.Fatalf("crashed chief: %v, want context.Canceled", err)
+			}
+			ctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			r, err := chief(ctx)
+			if err != nil {
+				t.Fatalf("restarted chief: %v (the shards held at step %d were never released?)", err, want[1])
+			}
+			wg.Wait()
+			if otherErr != nil {
+				t.Fatal(otherErr)
+			}
+			t.Logf("saved steps %v; restarted chief ended at %d", ckpts.steps, r.Step)
+			if r.Step != 200 || !slices.Equal(ckpts.steps, want) {
+				t.Fatalf("ended at %d with checkpoints %v, want 200 with %v", r.Step, ckpts.steps, want)
+			}
+		})
 	}
 }
 
@@ -551,43 +600,47 @@ func TestChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 // round must now finish within its deadline with one consistent set of
 // gradients per step.
 func TestSyncBackupWorkersTwoShardsNoHang(t *testing.T) {
-	data, _ := trainAndHeldOut()
-	for round := range 5 {
-		cl := newCluster(t, 2, true, 2, 400)
-		// A hang never ends; the bound only needs to outlast a slow run
-		// (400 steps took 30 s under -race with the machine's 2 cores busy).
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		errs := make([]error, 3)
-		res := make([]WorkerResult, 3)
-		var wg sync.WaitGroup
-		for i := range 3 {
-			wg.Go(func() { res[i], errs[i] = cl.worker(ctx, data, i, 3, Hooks{}) })
-		}
-		wg.Wait()
-		cancel()
-		if err := errors.Join(errs...); err != nil {
-			var at []string
-			for i, s := range cl.servers {
-				step, _ := s.shard.Step()
-				s.shard.mu.Lock()
-				at = append(at, fmt.Sprintf("shard %d at step %d (committed %d, %d gradients summed)", i, step, s.shard.committed, len(s.shard.accFrom)))
-				s.shard.mu.Unlock()
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			data, _ := trainAndHeldOut()
+			for round := range 5 {
+				cl := newModeCluster(t, 2, true, 2, 400, mode.local)
+				// A hang never ends; the bound only needs to outlast a slow run
+				// (400 steps took 30 s under -race with the machine's 2 cores busy).
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				errs := make([]error, 3)
+				res := make([]WorkerResult, 3)
+				var wg sync.WaitGroup
+				for i := range 3 {
+					wg.Go(func() { res[i], errs[i] = cl.worker(ctx, data, i, 3, Hooks{}) })
+				}
+				wg.Wait()
+				cancel()
+				if err := errors.Join(errs...); err != nil {
+					var at []string
+					for i, s := range cl.servers {
+						step, _ := s.shard.Step()
+						s.shard.mu.Lock()
+						at = append(at, fmt.Sprintf("shard %d at step %d (committed %d, %d gradients summed)", i, step, s.shard.committed, len(s.shard.accFrom)))
+						s.shard.mu.Unlock()
+					}
+					t.Fatalf("round %d: %v; %v; workers %+v", round, err, at, res)
+				}
+				var applied int64
+				for _, r := range res {
+					applied += r.Applied
+				}
+				// Every shard averaged the same 2 gradients per step.
+				if applied != 2*400 {
+					t.Fatalf("round %d: %d gradients applied, want 2 per step (800)", round, applied)
+				}
+				for i, s := range cl.servers {
+					if step, _ := s.shard.Step(); step != 400 {
+						t.Fatalf("round %d: shard %d ended at step %d, want 400", round, i, step)
+					}
+				}
 			}
-			t.Fatalf("round %d: %v; %v; workers %+v", round, err, at, res)
-		}
-		var applied int64
-		for _, r := range res {
-			applied += r.Applied
-		}
-		// Every shard averaged the same 2 gradients per step.
-		if applied != 2*400 {
-			t.Fatalf("round %d: %d gradients applied, want 2 per step (800)", round, applied)
-		}
-		for i, s := range cl.servers {
-			if step, _ := s.shard.Step(); step != 400 {
-				t.Fatalf("round %d: shard %d ended at step %d, want 400", round, i, step)
-			}
-		}
+		})
 	}
 }
 

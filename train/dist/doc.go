@@ -18,7 +18,13 @@
 // variables, batch and gradient in float32 and they travel so (Pull32,
 // Push32: see wire.go); the shards stay float64. With Overlap (async) the
 // push of one gradient and the pull after it run while the next gradient
-// is computed. Shard
+// is computed. With LocalSteps (local SGD with periodic averaging) a
+// worker instead takes LocalSteps optimizer steps on its own copy of the
+// variables, with its own optimizer, between a pull and a push of the
+// delta of its variables (PushDelta, same message as a gradient with its
+// step count); the shards add it divided by the workers (async) or the
+// mean of the step's deltas (sync) and advance the global step by
+// LocalSteps. Shard
 // 0 records the position with the update, so positions and variables are
 // checkpointed together and a restarted worker continues where its last
 // counted batch ended. Worker 0, the chief, commits checkpoints

@@ -118,6 +118,7 @@ func nodeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ckdir := fs.String("ckdir", "", "worker: checkpoint directory shared by the cluster (the chief commits there)")
 	syncMode := fs.Bool("sync", false, "sync training (replicas = workers); default async")
 	overlap := fs.Bool("overlap", true, "async: WorkerConfig.Overlap, as BenchmarkFashionMLP (jobs leave it off for now)")
+	local := fs.Int("local", 0, "local SGD: LocalSteps of the workers and parameter servers (cluster.local_steps; 0: gradients, and no overlap otherwise)")
 	steps := fs.Int64("steps", 300, "global steps (local: steps)")
 	batch := fs.Int("batch", 128, "batch size")
 	dataDir := fs.String("data", fashionDir, "Fashion-MNIST IDX directory")
@@ -136,8 +137,8 @@ func nodeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	n := &node{index: *index, listen: *listen, workers: *workers, tasks: *tasks, secrets: *secrets, ckdir: *ckdir, sync: *syncMode, overlap: *overlap && !*syncMode,
-		steps: *steps, batch: *batch, ready: *ready, goFile: *goFile, cpuprofile: *cpuprofile, linger: *linger,
+	n := &node{index: *index, listen: *listen, workers: *workers, tasks: *tasks, secrets: *secrets, ckdir: *ckdir, sync: *syncMode, overlap: *overlap && !*syncMode && *local == 0,
+		localSteps: *local, steps: *steps, batch: *batch, ready: *ready, goFile: *goFile, cpuprofile: *cpuprofile, linger: *linger,
 		res: nodeResult{Role: *role, Index: *index, Config: *config, Round: *round, Batch: *batch, GOMAXPROCS: runtime.GOMAXPROCS(0)}}
 	if *psList != "" {
 		n.addrs = strings.Split(*psList, ",")
@@ -216,6 +217,8 @@ func (n *node) check(role string, rows int) error {
 		return fmt.Errorf("-ps names %d parameter servers, -tasks says %d", len(n.addrs), n.tasks)
 	case n.steps < 1:
 		return fmt.Errorf("-steps %d: want at least 1", n.steps)
+	case n.localSteps < 0:
+		return fmt.Errorf("-local %d: want 0 (gradients) or more", n.localSteps)
 	case n.batch < 1:
 		return fmt.Errorf("-batch %d: want at least 1", n.batch)
 	case rows < 0:
@@ -236,6 +239,7 @@ type node struct {
 	addrs                 []string
 	ckdir                 string
 	sync, overlap         bool
+	localSteps            int
 	steps                 int64
 	batch                 int
 	ready, goFile         string
@@ -253,6 +257,10 @@ func (n *node) replicas() int {
 
 func (n *node) mode() string {
 	switch {
+	case n.localSteps > 0 && n.sync:
+		return fmt.Sprintf("sync-local%d", n.localSteps)
+	case n.localSteps > 0:
+		return fmt.Sprintf("async-local%d", n.localSteps)
 	case n.sync:
 		return "sync"
 	case !n.overlap:
@@ -304,7 +312,7 @@ func (n *node) rates(steps int) {
 
 func (n *node) shardConfig() ShardConfig {
 	return ShardConfig{Task: n.index, Tasks: n.tasks, Workers: n.workers, Meta: fashionMeta(), Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
-		MaxSteps: n.steps, SaveSteps: n.steps, Sync: n.sync, Replicas: n.replicas()}
+		MaxSteps: n.steps, SaveSteps: n.steps, Sync: n.sync, Replicas: n.replicas(), LocalSteps: n.localSteps}
 }
 
 // secretFile and addrFile are where parameter server i leaves its secret
@@ -444,7 +452,7 @@ func (n *node) worker(ctx context.Context, data train.Data) error {
 		}
 	}
 	cfg := WorkerConfig{Task: n.index, Meta: meta, Seed: uint64(n.index + 1), BatchSize: n.batch, MaxSteps: n.steps, SaveSteps: n.steps, KeepMax: 1,
-		CheckpointDir: n.ckdir, BatchesPerStep: max(n.replicas(), 1), Overlap: n.overlap}
+		CheckpointDir: n.ckdir, BatchesPerStep: max(n.replicas(), 1), Overlap: n.overlap, LocalSteps: n.localSteps, Optimizer: n.shardConfig().Optimizer}
 	s0, r0 := c.WireBytes()
 	tx0, rx0 := netdevBytes()
 	var r WorkerResult
@@ -656,13 +664,21 @@ func TestNodeRolesOverLoopback(t *testing.T) {
 	}
 	var lines bytes.Buffer
 	for _, c := range []struct {
-		mode string
-		ps   int
-	}{{"async", 2}, {"sync", 1}} {
+		mode  string
+		ps    int
+		local int // local SGD's local steps
+		steps int64
+	}{{"async", 2, 0, steps}, {"sync", 1, 0, steps}, {"async-local8", 1, 8, 8 * steps}} {
+		// Local SGD pushes every 8 steps: 8 times the steps give each
+		// worker rounds to push (with 20, one worker could take them all).
+		steps := c.steps
 		dir, ck := t.TempDir(), t.TempDir()
-		common := []string{"-workers", "2", "-tasks", strconv.Itoa(c.ps), "-steps", strconv.Itoa(steps), "-secrets", dir, "-config", c.mode, "-round", "1"}
+		common := []string{"-workers", "2", "-tasks", strconv.Itoa(c.ps), "-steps", strconv.FormatInt(steps, 10), "-secrets", dir, "-config", c.mode, "-round", "1"}
 		if c.mode == "sync" {
 			common = append(common, "-sync")
+		}
+		if c.local > 0 {
+			common = append(common, "-local", strconv.Itoa(c.local))
 		}
 		var ps, ws []*exec.Cmd
 		var psOut, wOut []*bytes.Buffer
@@ -694,14 +710,18 @@ func TestNodeRolesOverLoopback(t *testing.T) {
 				t.Errorf("%s worker %d: no work measured: %+v", c.mode, i, r)
 			}
 			// A pull brings the float32 variables, a push sends the
-			// float32 gradient (and a cursor), every step.
-			if r.GRPCSentPerStep < 4*vars || r.GRPCRecvPerStep < 4*vars || r.GRPCSentPerStep > 5*vars || r.GRPCRecvPerStep > 5*vars {
-				t.Errorf("%s worker %d: %.0f bytes sent and %.0f received per step, want a float32 model's %d each", c.mode, i, r.GRPCSentPerStep, r.GRPCRecvPerStep, 4*vars)
+			// float32 gradient (and a cursor), every step; with local
+			// SGD, every local steps (a delta). The last pull, which says
+			// training is done, pushes nothing.
+			pushes := float64(r.Steps) / float64(max(c.local, 1))
+			sent, recv := r.GRPCSentPerStep*float64(r.Steps), r.GRPCRecvPerStep*float64(r.Steps)
+			if sent < 4*vars*pushes || sent > 5*vars*pushes || recv < 4*vars*pushes || recv > 5*vars*(pushes+1) {
+				t.Errorf("%s worker %d: %.0f bytes sent and %.0f received in %v pushes, want a float32 model's %d each per push (and a pull)", c.mode, i, sent, recv, pushes, 4*vars)
 			}
 			// Wait: without Overlap every pull and push blocks the loop;
 			// with it, at most the flights' time (the computing hides the rest).
-			if c.mode == "sync" && math.Abs(r.WaitMs-(r.PullMs+r.PushMs)) > 0.01*(r.PullMs+r.PushMs) {
-				t.Errorf("sync worker %d: waited %.3f ms per step, pulled %.3f and pushed %.3f", i, r.WaitMs, r.PullMs, r.PushMs)
+			if c.mode != "async" && math.Abs(r.WaitMs-(r.PullMs+r.PushMs)) > 0.01*(r.PullMs+r.PushMs) {
+				t.Errorf("%s worker %d: waited %.3f ms per step, pulled %.3f and pushed %.3f", c.mode, i, r.WaitMs, r.PullMs, r.PushMs)
 			}
 			if c.mode == "async" && (r.WaitMs <= 0 || r.WaitMs > r.PullMs+r.PushMs) {
 				t.Errorf("async worker %d: waited %.3f ms per step, pulled %.3f and pushed %.3f", i, r.WaitMs, r.PullMs, r.PushMs)
@@ -711,12 +731,15 @@ func TestNodeRolesOverLoopback(t *testing.T) {
 			}
 			applied += r.Applied
 		}
-		perStep := int64(1)
+		want := int64(steps)
 		if c.mode == "sync" {
-			perStep = 2 // both replicas' gradients make one step
+			want = 2 * steps // both replicas' gradients make one step
 		}
-		if applied != steps*perStep {
-			t.Errorf("%s: the workers' applied gradients add up to %d, want %d", c.mode, applied, steps*perStep)
+		if c.local > 0 { // deltas count their batches, up to the round that passes the last step
+			want = (steps + int64(c.local) - 1) / int64(c.local) * int64(c.local)
+		}
+		if applied != want {
+			t.Errorf("%s: the workers' applied batches add up to %d, want %d", c.mode, applied, want)
 		}
 		if ckpt, err := train.LatestCheckpoint(ck); err != nil || ckpt == nil || ckpt.Step != steps {
 			t.Errorf("%s: the chief's checkpoint: %v, %v; want step %d", c.mode, ckpt, err, steps)
@@ -759,6 +782,7 @@ func TestNodeRefusesBadFlags(t *testing.T) {
 		{"-role local -rows 100", "-rows 100"},
 		{"-role worker -ps a:1,b:1 -tasks 3", "-ps names 2"},
 		{"-role worker -steps 0", "-steps 0"},
+		{"-role worker -local -1", "-local -1"},
 	} {
 		var out, errs bytes.Buffer
 		if rc := nodeMain(strings.Fields(c.args), nil, &out, &errs); rc != 2 || out.Len() != 0 || !strings.Contains(errs.String(), c.flag) {

@@ -185,7 +185,13 @@ func (s *Server) push(ctx context.Context, req *pushRequest) (*pushResponse, err
 	if err := s.catchUp(ctx, req.header); err != nil {
 		return nil, err
 	}
-	r, err := s.shard.Push(ctx, int(req.Worker), req.Tag, req.Grad, req.Cursor)
+	var r PushResult
+	var err error
+	if req.Steps > 0 {
+		r, err = s.shard.PushDelta(ctx, int(req.Worker), req.Tag, int(min(req.Steps, 1<<30)), req.Grad, req.Cursor)
+	} else {
+		r, err = s.shard.Push(ctx, int(req.Worker), req.Tag, req.Grad, req.Cursor)
+	}
 	req.release()
 	switch {
 	case errors.Is(err, ErrUnknownWorker):

@@ -62,6 +62,20 @@ type ShardConfig struct {
 	// applies every gradient as it arrives.
 	Sync     bool
 	Replicas int
+	// LocalSteps, if positive, makes the shard take parameter deltas
+	// instead of gradients (local SGD with periodic averaging, see
+	// WorkerConfig.LocalSteps): each push is what a worker's LocalSteps
+	// local optimizer steps moved its copy of the variables since its
+	// last pull. Async adds each delta divided by Workers as it arrives
+	// (model averaging without a barrier: deltas of the same variables
+	// from every worker add up to their mean; elastic averaging with a
+	// moving rate of 1/Workers); sync adds the mean of Replicas deltas
+	// tagged with the current step. Either way the
+	// global step advances by LocalSteps (at most to MaxSteps), so it
+	// keeps counting batches as with gradients, and the shard's
+	// optimizer is not used (its slots stay as initialised). Gradient
+	// pushes are refused.
+	LocalSteps int
 }
 
 // PushResult is a shard's answer to a gradient.
@@ -121,8 +135,8 @@ func (s *Shard) fallbackCut(step int64) int64 {
 // NewShard returns shard cfg.Task at step 0 holding its slice of the
 // initial model.
 func NewShard(cfg ShardConfig) (*Shard, error) {
-	if cfg.Tasks < 1 || cfg.Task < 0 || cfg.Task >= cfg.Tasks || cfg.Workers < 1 || cfg.MaxSteps < 1 || cfg.SaveSteps < 1 || (cfg.Sync && cfg.Replicas < 1) {
-		return nil, fmt.Errorf("%w: shard %d of %d, %d workers, max steps %d, save steps %d, replicas %d", train.ErrShape, cfg.Task, cfg.Tasks, cfg.Workers, cfg.MaxSteps, cfg.SaveSteps, cfg.Replicas)
+	if cfg.Tasks < 1 || cfg.Task < 0 || cfg.Task >= cfg.Tasks || cfg.Workers < 1 || cfg.MaxSteps < 1 || cfg.SaveSteps < 1 || (cfg.Sync && cfg.Replicas < 1) || cfg.LocalSteps < 0 {
+		return nil, fmt.Errorf("%w: shard %d of %d, %d workers, max steps %d, save steps %d, replicas %d, local steps %d", train.ErrShape, cfg.Task, cfg.Tasks, cfg.Workers, cfg.MaxSteps, cfg.SaveSteps, cfg.Replicas, cfg.LocalSteps)
 	}
 	m, err := cfg.Models.Initial(cfg.Meta, cfg.Seed)
 	if err != nil {
@@ -260,11 +274,15 @@ func (s *Shard) advance() {
 	s.advanced = make(chan struct{})
 }
 
-// stepped records a new step: a cut at checkpoint steps, and wakes
-// waiters. Call with mu held.
-func (s *Shard) stepped() {
-	s.step++
-	if s.step == s.next || s.step == s.cfg.MaxSteps {
+// stepped advances the step by n (at most to MaxSteps), records a cut
+// when it reaches or passes the next cut step or MaxSteps, and wakes
+// waiters. Call with mu held. With n > 1 (LocalSteps) every push
+// advances every shard by the same n, so the shards cut at the same step:
+// the first one at or past the cut step.
+func (s *Shard) stepped(n int64) {
+	prev := s.step
+	s.step = min(s.step+n, s.cfg.MaxSteps)
+	if prev < s.next && s.step >= s.next || s.step == s.cfg.MaxSteps {
 		s.cuts = append(s.cuts, s.stateLocked())
 		if len(s.cuts) > keepCuts {
 			s.cuts = slices.Delete(s.cuts, 0, len(s.cuts)-keepCuts)
@@ -307,10 +325,43 @@ func (s *Shard) doneLocked() bool { return s.finished || s.step >= s.cfg.MaxStep
 // Refused, with nothing applied: a push that waited while the shard was
 // restored to another generation (ErrStale), a worker outside the cluster
 // (ErrUnknownWorker), a gradient of the wrong length (train.ErrShape) or
-// holding a NaN or an infinity (train.ErrNonFinite), a malformed cursor.
+// holding a NaN or an infinity (train.ErrNonFinite), a malformed cursor,
+// and any gradient to a shard of LocalSteps (ErrKind).
 func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []float64) (PushResult, error) {
+	return s.push(ctx, worker, tag, 0, grad, cursor)
+}
+
+// ErrKind is returned for a push of the wrong kind: a gradient to a shard
+// that takes deltas (ShardConfig.LocalSteps), a delta to one that takes
+// gradients, or a delta of another number of steps.
+var ErrKind = errors.New("dist: wrong kind of push")
+
+// PushDelta offers worker's parameter delta (len Len): what steps local
+// optimizer steps, from the variables of step tag, added to them (see
+// ShardConfig.LocalSteps; steps must be LocalSteps). It is Push with
+// the delta added to the variables instead of the gradient given to the
+// optimizer, and the step advanced by steps: async adds delta/Workers at
+// once, sync adds the mean of the Replicas deltas of the step, and stragglers,
+// waits, refusals and rollbacks are as for Push.
+func (s *Shard) PushDelta(ctx context.Context, worker int, tag int64, steps int, delta, cursor []float64) (PushResult, error) {
+	if steps < 1 {
+		return PushResult{}, fmt.Errorf("%w: delta of %d steps", ErrKind, steps)
+	}
+	return s.push(ctx, worker, tag, steps, delta, cursor)
+}
+
+// push is Push (steps 0: grad is a gradient) or PushDelta (steps > 0).
+func (s *Shard) push(ctx context.Context, worker int, tag int64, steps int, grad, cursor []float64) (PushResult, error) {
 	if err := s.checkWorker(worker); err != nil {
 		return PushResult{}, err
+	}
+	switch {
+	case steps == 0 && s.cfg.LocalSteps > 0:
+		return PushResult{}, fmt.Errorf("%w: a gradient from worker %d, shard %d takes deltas of %d local steps", ErrKind, worker, s.cfg.Task, s.cfg.LocalSteps)
+	case steps > 0 && s.cfg.LocalSteps == 0:
+		return PushResult{}, fmt.Errorf("%w: a delta from worker %d, shard %d takes gradients", ErrKind, worker, s.cfg.Task)
+	case steps != s.cfg.LocalSteps:
+		return PushResult{}, fmt.Errorf("%w: a delta of %d steps from worker %d, shard %d takes deltas of %d", ErrKind, steps, worker, s.cfg.Task, s.cfg.LocalSteps)
 	}
 	if len(grad) != s.Len() {
 		return PushResult{}, fmt.Errorf("%w: gradient has %d values, shard %d holds %d", train.ErrShape, len(grad), s.cfg.Task, s.Len())
@@ -329,7 +380,7 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 		if s.doneLocked() || s.gen != gen {
 			return false
 		}
-		held := s.step == s.next && s.step > s.committed
+		held := s.step >= s.next && s.step > s.committed
 		return held || (s.cfg.Sync && tag > s.step)
 	}); err != nil {
 		return PushResult{}, err
@@ -348,10 +399,9 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 	}
 	if !s.cfg.Sync {
 		defer s.mu.Unlock()
-		s.setRate()
-		s.opt.Update(s.params, grad)
+		s.apply(grad)
 		s.setCursor(worker, cursor)
-		s.stepped()
+		s.stepped(s.stride())
 		return PushResult{Step: s.step, Applied: true, Done: s.doneLocked()}, nil
 	}
 	if tag != s.step {
@@ -370,14 +420,13 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 			for i := range s.acc {
 				s.acc[i] *= inv
 			}
-			s.setRate()
-			s.opt.Update(s.params, s.acc)
+			s.apply(s.acc)
 			clear(s.acc)
 			for w, c := range s.accFrom {
 				s.cursors[w] = c
 			}
 			clear(s.accFrom)
-			s.stepped()
+			s.stepped(s.stride())
 			defer s.mu.Unlock()
 			return PushResult{Step: s.step, Applied: true, Done: s.doneLocked()}, nil
 		}
@@ -390,6 +439,28 @@ func (s *Shard) Push(ctx context.Context, worker int, tag int64, grad, cursor []
 	defer s.mu.Unlock()
 	return PushResult{Step: s.step, Applied: !dup && s.gen == gen, Done: s.doneLocked()}, nil
 }
+
+// apply applies an update of the shard's kind: a gradient through the
+// optimizer, at the rate of the current step, or a delta added to the
+// variables. Call with mu held.
+func (s *Shard) apply(u []float64) {
+	if s.cfg.LocalSteps > 0 {
+		f := 1.0 // sync: u is the mean of the step's deltas
+		if !s.cfg.Sync {
+			f = 1 / float64(s.cfg.Workers)
+		}
+		for i, d := range u {
+			s.params[i] += f * d
+		}
+		return
+	}
+	s.setRate()
+	s.opt.Update(s.params, u)
+}
+
+// stride is how far an update advances the global step: one batch per
+// gradient, LocalSteps per delta.
+func (s *Shard) stride() int64 { return int64(max(s.cfg.LocalSteps, 1)) }
 
 // checkWorker refuses a worker ID outside the cluster.
 func (s *Shard) checkWorker(worker int) error {

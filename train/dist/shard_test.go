@@ -291,7 +291,7 @@ func TestShardRefusesAPushAcrossARollback(t *testing.T) {
 }
 
 func TestWireRoundTripAcrossSegments(t *testing.T) {
-	in := &pushRequest{header: header{Gen: 3, RestoreStep: 400}, Worker: 2, Tag: 401, Cursor: []float64{1, 2, 3}, Grad: []float64{0.5, -1, 1e-300, 7}}
+	in := &pushRequest{header: header{Gen: 3, RestoreStep: 400}, Worker: 2, Tag: 401, Steps: 8, Cursor: []float64{1, 2, 3}, Grad: []float64{0.5, -1, 1e-300, 7}}
 	bs, err := codec{}.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +306,7 @@ func TestWireRoundTripAcrossSegments(t *testing.T) {
 	if err := (codec{}).Unmarshal(segs, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.header != in.header || out.Worker != 2 || out.Tag != 401 || !slices.Equal(out.Cursor, in.Cursor) || !slices.Equal(out.Grad, in.Grad) {
+	if out.header != in.header || out.Worker != 2 || out.Tag != 401 || out.Steps != 8 || !slices.Equal(out.Cursor, in.Cursor) || !slices.Equal(out.Grad, in.Grad) {
 		t.Fatalf("decoded %+v, want %+v", out, in)
 	}
 	// A truncated frame is refused, not read past.

@@ -28,7 +28,10 @@ import (
 // would narrow itself); a push says which width it sends, with the
 // float64 factor that clipping to a global norm multiplies the widened
 // gradient by on the server (0: none), so a float32 gradient is applied
-// bit for bit as its float64 form, clipped, would be. Shards, their
+// bit for bit as its float64 form, clipped, would be. A push also says
+// how many local steps it covers: 0 for a gradient, LocalSteps for a
+// parameter delta of local SGD (ShardConfig.LocalSteps; its factor is
+// always 0), which travels as a gradient does. Shards, their
 // optimizer state and checkpoints stay float64. The codec is registered
 // as "trainflow-ps"; both ends of a cluster run the same binary, and a
 // change of layout changes this comment and TestWireRoundTripAcrossSegments.
@@ -469,7 +472,10 @@ func (m *pullResponse) decode(d *decoder) {
 type pushRequest struct {
 	header
 	Worker, Tag int64
-	Cursor      []float64
+	// Steps is 0 for a gradient, the local steps a parameter delta covers
+	// for a delta (local SGD).
+	Steps  int64
+	Cursor []float64
 	// Clip multiplies the gradient once widened: the factor in (0, 1] of
 	// clipping to a global norm, 0 for none.
 	Clip float64
@@ -480,7 +486,7 @@ type pushRequest struct {
 }
 
 func (m *pushRequest) size() int {
-	return 45 + floatsSize(m.Cursor) + 8*len(m.Grad) + 4*len(m.Grad32)
+	return 53 + floatsSize(m.Cursor) + 8*len(m.Grad) + 4*len(m.Grad32)
 }
 
 // gradBuffers recycles the gradients parameter servers receive.
@@ -490,6 +496,7 @@ func (m *pushRequest) encode(e *encoder) {
 	m.header.encode(e)
 	e.i64(m.Worker)
 	e.i64(m.Tag)
+	e.i64(m.Steps)
 	e.floats(m.Cursor)
 	e.f64(m.Clip)
 	if m.Grad32 != nil {
@@ -501,11 +508,14 @@ func (m *pushRequest) encode(e *encoder) {
 
 func (m *pushRequest) decode(d *decoder) {
 	m.header.decode(d)
-	m.Worker, m.Tag = d.i64(), d.i64()
+	m.Worker, m.Tag, m.Steps = d.i64(), d.i64(), d.i64()
 	m.Cursor = d.floats()
 	m.Clip = d.f64()
 	if d.err == nil && !(m.Clip >= 0 && m.Clip <= 1) {
 		d.err = fmt.Errorf("%w: clipping factor %v, want 0 (none) or in (0, 1]", errWire, m.Clip)
+	}
+	if d.err == nil && (m.Steps < 0 || m.Steps > 0 && m.Clip != 0) {
+		d.err = fmt.Errorf("%w: push of %d local steps with clipping factor %v, want 0 steps (a gradient) or a delta without a factor", errWire, m.Steps, m.Clip)
 	}
 	if m.Grad == nil {
 		if p, ok := gradBuffers.Get().(*[]float64); ok {

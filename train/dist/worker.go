@@ -62,6 +62,18 @@ type WorkerConfig struct {
 	// anyway), and a worker's computing no longer waits for the network
 	// or the parameter servers' updates.
 	Overlap bool
+	// LocalSteps, if positive, trains by local SGD with periodic
+	// averaging: the worker keeps its own copy of the variables and its
+	// own Optimizer state, takes LocalSteps optimizer steps on its own
+	// batches (train.Step, as single-process training does), pushes the
+	// delta of its variables since its last pull (Client.PushDelta) and
+	// pulls the new ones. The parameter servers must have the same
+	// ShardConfig.LocalSteps. Not with Overlap.
+	LocalSteps int
+	// Optimizer is the worker's own optimizer with LocalSteps (its
+	// learning rate follows the schedule at the global step of the pull
+	// plus the local step); unused otherwise.
+	Optimizer train.OptimizerConfig
 	// wire64, in tests, keeps a float32 model's variables and gradients
 	// float64 in the worker and on the wire (the reference of the float32
 	// wire).
@@ -157,10 +169,11 @@ type Hooks struct {
 	Resumed func(p Position, source string)
 	// Moved is called after every step with the worker's position.
 	Moved func(Position)
-	// Stepped is called after every step this worker pushed.
+	// Stepped is called after every step this worker pushed (with
+	// LocalSteps: every delta, its stats those of the round).
 	Stepped func(StepStats)
-	// Computed is called after each gradient is computed, before it is
-	// pushed.
+	// Computed is called after each gradient (with LocalSteps: each
+	// round's delta) is computed, before it is pushed.
 	Computed func()
 	// Recovered is called after the worker lost its parameter servers and
 	// found them again: err says why it lost them, lastStep is the global
@@ -184,7 +197,8 @@ type WorkerResult struct {
 	// Step is the global step at the end (MaxSteps when training finished).
 	Step int64 `json:"step"`
 	// Steps counts the gradients this worker pushed; Applied those the
-	// parameter servers used.
+	// parameter servers used. With LocalSteps both count batches: each
+	// delta pushed (used) adds LocalSteps.
 	Steps   int64 `json:"steps"`
 	Applied int64 `json:"applied"`
 	// Loss is the chief's mean loss since its last checkpoint.
@@ -230,13 +244,36 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	if err != nil {
 		return WorkerResult{}, err
 	}
+	if cfg.LocalSteps < 0 || cfg.LocalSteps > 0 && (cfg.Overlap || cfg.Optimizer.Name == train.FTRLOptimizer) {
+		// FTRL computes the variables from its own state: a round could
+		// not start from the pulled ones.
+		return WorkerResult{}, fmt.Errorf("%w: worker %d: local steps %d with overlap %v and optimizer %q: want local steps ≥ 0, and neither overlap nor FTRL with local steps", train.ErrShape, cfg.Task, cfg.LocalSteps, cfg.Overlap, cfg.Optimizer.Name)
+	}
 	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
-	if m32, ok := m.(train.Float32Model); ok && m32.Float32() && !cfg.wire64 {
+	m32, ok := m.(train.Float32Model)
+	wire32 := ok && m32.Float32() && !cfg.wire64
+	switch {
+	case cfg.LocalSteps > 0:
+		// Local steps run train.Step on the model's own float64 variables,
+		// as single-process training does (a float32 model narrows them
+		// for its passes itself); a float32 model's variables and deltas
+		// travel as float32.
+		n := len(m.Params())
+		w.params, w.grad, w.base, w.delta = m.Params(), make([]float64, n), make([]float64, n), make([]float64, n)
+		w.xb = make([]float64, cfg.BatchSize*data.Dim)
+		w.slots = map[string][]float64{}
+		if w.opt, err = train.NewOptimizer(cfg.Optimizer, n); err != nil {
+			return WorkerResult{}, err
+		}
+		if wire32 {
+			w.base32, w.delta32 = make([]float32, n), make([]float32, n)
+		}
+	case wire32:
 		// The model computes in float32: its variables, gradient and
 		// batches stay float32 from the wire to the kernels and back.
 		w.m32, w.params32, w.grad32 = m32, make([]float32, len(m.Params())), make([]float32, len(m.Params()))
 		w.xb32 = make([]float32, cfg.BatchSize*data.Dim)
-	} else {
+	default:
 		w.params, w.grad = m.Params(), make([]float64, len(m.Params()))
 		w.xb = make([]float64, cfg.BatchSize*data.Dim)
 	}
@@ -332,9 +369,12 @@ func (w *worker) train(ctx context.Context) error {
 	}
 	for {
 		var err error
-		if w.cfg.Overlap {
+		switch {
+		case w.cfg.LocalSteps > 0:
+			err = w.round(ctx)
+		case w.cfg.Overlap:
 			err = w.pipeline(ctx)
-		} else {
+		default:
 			err = w.step(ctx)
 		}
 		switch {
@@ -381,9 +421,16 @@ type worker struct {
 	in32, send32 []float32
 	xb, yb       []float64
 	xb32         []float32
-	pos          Position
-	perm         []int
-	permOf       int64 // epoch perm was drawn for; -1 none
+	// With LocalSteps: the worker's optimizer, the variables of its last
+	// pull (base, and base32 as they came when they travel as float32)
+	// and the delta it pushes (delta32 narrowed).
+	opt             train.Optimizer
+	slots           map[string][]float64
+	base, delta     []float64
+	base32, delta32 []float32
+	pos             Position
+	perm            []int
+	permOf          int64 // epoch perm was drawn for; -1 none
 	// mu guards what the chief's commit loop shares with training.
 	mu  sync.Mutex
 	res WorkerResult
@@ -562,6 +609,118 @@ func (w *worker) step(ctx context.Context) error {
 	}
 	if w.hooks.Stepped != nil {
 		w.hooks.Stepped(StepStats{GlobalStep: r.Step, Loss: loss, Examples: len(y), Pull: t1.Sub(t0), Compute: t2.Sub(t1), Push: time.Since(t2)})
+	}
+	if r.Done {
+		return errDone
+	}
+	return nil
+}
+
+// round runs one round of local SGD (LocalSteps): pull the variables,
+// take LocalSteps optimizer steps on the next batches, push the delta of
+// the variables with the position after the last batch; errDone when
+// training is over. The worker's optimizer state carries over from
+// round to round (and is lost with the worker: a restarted one starts
+// its optimizer afresh from the variables it pulls). A round whose push
+// fails is dropped as a failed step's gradient is: the worker resumes
+// after the last batch shard 0 counted.
+func (w *worker) round(ctx context.Context) error {
+	t0 := time.Now()
+	var step int64
+	var done bool
+	var err error
+	if w.base32 != nil {
+		if step, done, err = w.c.Pull32(ctx, w.base32); err == nil {
+			kernel.Widen(w.base, w.base32)
+		}
+	} else {
+		step, done, err = w.c.Pull(ctx, w.base)
+	}
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	if done {
+		return w.over(step)
+	}
+	copy(w.params, w.base)
+	k := w.cfg.LocalSteps
+	var loss float64
+	examples := 0
+	for i := range k {
+		x, _, y := w.batch()
+		if !w.cfg.Optimizer.Schedule.Constant() {
+			w.opt.SetLearningRate(w.cfg.Optimizer.RateAt(step+int64(i), w.cfg.MaxSteps))
+		}
+		l := train.Step(w.m, w.opt, w.grad, x, y, w.cfg.ClipNorm)
+		if l-l != 0 {
+			return fmt.Errorf("%w: worker %d: loss %v at local step %d of the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, l, i+1, step)
+		}
+		loss += l
+		examples += len(y)
+	}
+	for i, p := range w.params {
+		w.delta[i] = p - w.base[i]
+	}
+	if i := train.NonFinite(w.delta); i >= 0 {
+		return fmt.Errorf("%w: worker %d: variable %d is %v after the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, i, w.params[i], step)
+	}
+	// The optimizer's state too, as a single process's checkpoint of it
+	// would be refused (train.Checkpoints.Save): Adam's second moments
+	// overflow before the variables do.
+	clear(w.slots)
+	w.opt.Save(w.slots)
+	for name, v := range w.slots {
+		if i := train.NonFinite(v); i >= 0 {
+			return fmt.Errorf("%w: worker %d: optimizer slot %s[%d] is %v after the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, name, i, v[i], step)
+		}
+	}
+	w.mu.Lock()
+	if r, ok := w.m.(rngModel); ok {
+		w.pos.RNG = r.RNGState()
+	}
+	w.mu.Unlock()
+	if w.hooks.Computed != nil {
+		w.hooks.Computed()
+	}
+	t2 := time.Now()
+	var r PushResult
+	cursor := w.pos.encode()
+	switch {
+	case w.delta32 != nil:
+		kernel.Narrow(w.delta32, w.delta)
+		if w.cfg.Backups {
+			r, err = w.c.PushDeltaAdmitted32(ctx, w.cfg.Task, w.delta32, k, cursor)
+		} else {
+			r, err = w.c.PushDelta32(ctx, w.cfg.Task, w.delta32, k, cursor)
+		}
+	case w.cfg.Backups:
+		r, err = w.c.PushDeltaAdmitted(ctx, w.cfg.Task, w.delta, k, cursor)
+	default:
+		r, err = w.c.PushDelta(ctx, w.cfg.Task, w.delta, k, cursor)
+	}
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.res.Pull += t1.Sub(t0)
+	w.res.Compute += t2.Sub(t1)
+	w.res.Push += time.Since(t2)
+	w.res.Wait += t1.Sub(t0) + time.Since(t2)
+	w.pos.GlobalStep = r.Step
+	w.res.Step = r.Step
+	w.res.Steps += int64(k)
+	if r.Applied {
+		w.res.Applied += int64(k)
+	}
+	w.lossSum += loss
+	w.lossN += k
+	w.mu.Unlock()
+	if w.hooks.Moved != nil {
+		w.hooks.Moved(w.pos)
+	}
+	if w.hooks.Stepped != nil {
+		w.hooks.Stepped(StepStats{GlobalStep: r.Step, Loss: loss / float64(k), Examples: examples, Pull: t1.Sub(t0), Compute: t2.Sub(t1), Push: time.Since(t2)})
 	}
 	if r.Done {
 		return errDone

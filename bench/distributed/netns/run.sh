@@ -12,7 +12,8 @@
 #   WORKERS  instead of CONFIGS: worker counts, each with PS parameter servers
 #            (default PS=1), e.g. WORKERS="1 2 4 8" PS=2 on a 16-core machine
 #   MODES    "async sync" (default both; async runs with Overlap as the bench);
-#            add "async-no-overlap" for async as jobs run it now (Overlap off)
+#            add "async-no-overlap" for async as jobs run it now (Overlap off),
+#            "async-local8" / "sync-local8" for local SGD (cluster.local_steps 8)
 #   RTT_MS   round trip between two nodes, ms (default 0.1)
 #   RATE     every node's link rate each way, a tc rate (default 10gbit)
 #   CPUS     CPU ids to pin to (default all online CPUs); PIN=0: no pinning
@@ -159,7 +160,9 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 	sync) common+=(-sync) ;;
 	async) ;;
 	async-no-overlap) common+=(-overlap=false) ;;
-	*) echo "run.sh: mode $mode: want async, sync or async-no-overlap" >&2; exit 1 ;;
+	async-local*) common+=(-local="${mode#async-local}") ;; # local SGD: cluster.local_steps
+	sync-local*) common+=(-sync -local="${mode#sync-local}") ;;
+	*) echo "run.sh: mode $mode: want async, sync, async-no-overlap, async-localK or sync-localK" >&2; exit 1 ;;
 	esac
 	local addrs="" ps_pids=() w_pids=() k j prof=""
 	if [ -n "${PROFILE:-}" ] && [ -z "$profiled" ] && [ "$mode" = async ] && [ "$w" = 1 ]; then
