@@ -329,7 +329,7 @@ func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen i
 // the chief's, the event files of its TensorBoard log dir while the
 // metrics file has no line: app.Reports): its newest step goes into the
 // heartbeat, and the chief's to the workflow (AppProgressSignal); ml
-// records the file's lines (nil: not this replica's). A replica whose
+// records what it reports, from either source (nil: not this replica's). A replica whose
 // reported step has not moved for the job's stall timeout, once it
 // reported one, is stopped and lost. The job ending stops p; follow then
 // returns the context's error.
@@ -389,18 +389,18 @@ func (a *Activities) follow(ctx context.Context, p *app.Process, r app.Replica, 
 }
 
 // latestMetric is the program's newest report (reports.Latest); ml
-// (nil: none) records the lines of its metrics file it has not recorded
-// yet.
+// (nil: none) records the new points that read gave (reports.Points: the
+// metrics file's new lines, or the event files' new scalars by step).
 func latestMetric(ctx context.Context, reports *app.Reports, ml *metricsLog) (app.Metric, bool) {
 	m, ok := reports.Latest()
-	ml.record(ctx, reports.Lines())
+	ml.record(ctx, reports.Points())
 	return m, ok
 }
 
 // Bounds of the app_metrics events a replica records: a program that
 // reports every step would otherwise grow the events log as fast as its
 // own file. Events are taken from a bucket of maxAppEventsBurst that
-// refills at appEventsPerSec; a read records its newest new lines that
+// refills at appEventsPerSec; a read records its newest new points that
 // the bucket holds, and leaves the older ones out (they still count in
 // the extremes).
 const (
@@ -410,15 +410,16 @@ const (
 	maxAppEventTag    = 128 // bytes of a tag; longer ones are left out
 )
 
-// metricsLog records the lines of a replica's hypertune metrics file as
-// app_metrics events of the job directory (jobdir.AppMetrics), which the
-// console's job page draws as curves over the global step. Only the
+// metricsLog records what a replica's program reports (app.Reports'
+// points: the lines of its hypertune metrics file, or the scalars of its
+// TensorBoard event files by step) as app_metrics events of the job
+// directory (jobdir.AppMetrics), which the console's job page draws as
+// curves over the global step, and keeps their extremes. Only the
 // chief's and the evaluator's are recorded (the job's progress and its
 // evaluation); a nil *metricsLog records nothing.
 type metricsLog struct {
 	jd      *jobDir
 	replica string
-	n       int  // lines of the file read
 	failed  bool // a write failed: logged once, then given up
 	// ext are the extremes of each tag read (the first maxAppEventTags).
 	ext map[string]workflows.MetricExtremes
@@ -428,8 +429,8 @@ type metricsLog struct {
 	now    func() time.Time
 }
 
-// extremes are the extremes of each tag the file held, nil if none
-// (or l is nil).
+// extremes are the extremes of each tag the program reported, nil if
+// none (or l is nil).
 func (l *metricsLog) extremes() map[string]workflows.MetricExtremes {
 	if l == nil || len(l.ext) == 0 {
 		return nil
@@ -471,19 +472,14 @@ func newMetricsLog(jd *jobDir, task app.Task) *metricsLog {
 	return &metricsLog{jd: jd, replica: task.Name(), tokens: maxAppEventsBurst, now: time.Now}
 }
 
-// record records the lines of ms (the whole file, as read) beyond those
-// read before; a file that shrank (the program started it again) is
-// recorded from its start. Values that are not finite are left out (JSON
-// has no NaN).
-func (l *metricsLog) record(ctx context.Context, ms []app.Metric) {
+// record records fresh, the points a read gave that no read before had
+// (app.Reports.Points), within the bucket's bounds, and adds them all to
+// the extremes. Values that are not finite are left out (JSON has no
+// NaN).
+func (l *metricsLog) record(ctx context.Context, fresh []app.Metric) {
 	if l == nil {
 		return
 	}
-	if len(ms) < l.n {
-		l.n = 0
-	}
-	fresh := ms[l.n:]
-	l.n = len(ms)
 	for _, m := range fresh {
 		l.observe(m)
 	}

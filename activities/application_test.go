@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/trainflow/trainflow/internal/tfevents"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train/app"
@@ -78,8 +81,7 @@ func TestMetricsLog(t *testing.T) {
 	ml.now = func() time.Time { return clock }
 	file := []app.Metric{{Step: 1, Values: map[string]float64{"accuracy": 0.5, "loss": math.NaN()}}, {Step: 2, Values: map[string]float64{"accuracy": 0.9}}}
 	ml.record(ctx, file)
-	file = append(file, app.Metric{Step: 3, Values: map[string]float64{"accuracy": 0.7}})
-	ml.record(ctx, file)
+	ml.record(ctx, []app.Metric{{Step: 3, Values: map[string]float64{"accuracy": 0.7}}})
 	ml.record(ctx, file[:1]) // the program started its file again
 	var many []app.Metric
 	for i := range maxAppEventsBurst + 40 {
@@ -89,9 +91,9 @@ func TestMetricsLog(t *testing.T) {
 		}
 		many = append(many, app.Metric{Step: int64(10 + i), Values: map[string]float64{"accuracy": v}})
 	}
-	ml.record(ctx, append(file[:1:1], many[:maxAppEventsBurst+10]...)) // 4 of the burst are spent
-	clock = clock.Add(5 * time.Second)                                 // 10 more
-	ml.record(ctx, append(file[:1:1], many...))
+	ml.record(ctx, many[:maxAppEventsBurst+10]) // 4 of the burst are spent
+	clock = clock.Add(5 * time.Second)          // 10 more
+	ml.record(ctx, many[maxAppEventsBurst+10:])
 
 	evs, err := jobdir.ReadEvents(ctx, dir)
 	if err != nil {
@@ -123,5 +125,58 @@ func TestMetricsLog(t *testing.T) {
 	}
 	if _, ok := ml.extremes()["loss"]; ok {
 		t.Error("a NaN counted in the extremes")
+	}
+}
+
+// TestMetricsLogFromEventFiles: a chief whose program reports only
+// through TensorBoard event files has its scalars recorded as app_metrics
+// events, one a step, each once, and their extremes kept (a peak between
+// two reads included), as hypertune lines are.
+func TestMetricsLogFromEventFiles(t *testing.T) {
+	ctx := context.Background()
+	dir, ws, logs := t.TempDir(), t.TempDir(), t.TempDir()
+	d, err := jobdir.Open(ctx, dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ml := newMetricsLog(newJobDir(d), app.Task{Type: workflows.ReplicaChief})
+	reports := app.NewReports(filepath.Join(ws, app.MetricsFileName), logs)
+	at := time.Unix(1700000000, 0)
+	write := func(writer string, steps []int64, acc []float64) {
+		t.Helper()
+		var b tfevents.Batch
+		for i, s := range steps {
+			b.Add(s, at, []string{"accuracy", "loss"}, []float64{acc[i], 1 - acc[i]})
+		}
+		if err := os.WriteFile(filepath.Join(logs, tfevents.FileName(steps[0], writer)), b.File(at), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a", []int64{1, 2, 3}, []float64{0.5, 0.875, 0.625})
+	if m, ok := latestMetric(ctx, reports, ml); !ok || m.Step != 3 || m.Values["accuracy"] != 0.625 {
+		t.Fatalf("latest %+v, want step 3", m)
+	}
+	latestMetric(ctx, reports, ml) // nothing new
+	write("b", []int64{4}, []float64{0.75})
+	latestMetric(ctx, reports, ml)
+
+	evs, err := jobdir.ReadEvents(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range evs {
+		m, ok := ev.Record.(*jobdir.AppMetrics)
+		if !ok || m.Replica != "chief-0" {
+			t.Fatalf("event %v", ev.Fields)
+		}
+		got = append(got, fmt.Sprintf("%d:%g/%g", m.GlobalStep, m.Metrics["accuracy"], m.Metrics["loss"]))
+	}
+	if want := "[1:0.5/0.5 2:0.875/0.125 3:0.625/0.375 4:0.75/0.25]"; fmt.Sprint(got) != want {
+		t.Errorf("recorded %v, want %s", got, want)
+	}
+	if e := ml.extremes()["accuracy"]; e != (workflows.MetricExtremes{Min: 0.5, MinStep: 1, Max: 0.875, MaxStep: 2}) {
+		t.Errorf("accuracy extremes %+v, want min 0.5 at 1, max 0.875 at 2", e)
 	}
 }

@@ -81,6 +81,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// whose chief's reports set the best metric (the app-best-metric
 		// marker and its upserts: cli TestApplicationEvaluator).
 		"application_package.json": false, "application_published.json": false, "application_evaluator.json": false,
+		// A tuning job over an application with early stopping (cli
+		// TestApplicationTrialStoppedEarly, recordAppEarlyStop): the
+		// app-early-stopping and finished-trial-curve markers, the poll
+		// timer, TrialEvaluations and the stopped trial's child cancelled.
+		"application_early_stop.json": false,
 		// A job with bless and rollout sections that started its
 		// RolloutJob as a child (the rollout-after-bless marker), recorded
 		// by cli TestJobStartsRolloutOnRealStack.

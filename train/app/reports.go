@@ -45,8 +45,10 @@ type Reports struct {
 	ev    Metric
 	steps map[string]int64
 	seen  bool
-	// lines are the metrics file's lines as Latest last read them.
-	lines []Metric
+	// n are the metrics file's lines already passed on by Points; points
+	// are what Latest last read that Points had not passed on.
+	n      int
+	points []Metric
 }
 
 // NewReports follows the metrics file metricsFile and, when eventDir is
@@ -68,12 +70,16 @@ func NewReports(metricsFile, eventDir string) *Reports {
 // while neither has a metric. An unreadable or corrupt event file is left
 // out (the records before the corruption count).
 func (r *Reports) Latest() (Metric, bool) {
+	r.points = nil
 	ms, err := ReadMetricsFile(r.file)
-	r.lines = nil
-	if err == nil {
-		r.lines = ms
-	}
-	if len(r.lines) > 0 {
+	if err == nil && len(ms) > 0 {
+		if len(ms) < r.n { // the program started its file again
+			r.n = 0
+		}
+		if r.n < len(ms) {
+			r.points = ms[r.n:]
+		}
+		r.n = len(ms)
 		m, ok := Latest(ms)
 		m.Values = bounded(m.Values)
 		return m, ok
@@ -81,26 +87,48 @@ func (r *Reports) Latest() (Metric, bool) {
 	if r.tail == nil {
 		return Metric{}, false
 	}
+	at := map[int64]*Metric{} // the scalars read now, by step
 	_ = r.tail.Read(func(s tfevents.Scalar) {
 		prev, ok := r.steps[s.Tag]
-		if (!ok && (len(r.steps) >= MaxReportTags || len(s.Tag) > MaxReportTag)) || (ok && s.Step < prev) {
+		if !ok && (len(r.steps) >= MaxReportTags || len(s.Tag) > MaxReportTag) {
+			return
+		}
+		var t float64
+		if !s.Time.IsZero() {
+			t = float64(s.Time.UnixNano()) / 1e9
+		}
+		p := at[s.Step]
+		if p == nil {
+			p = &Metric{Step: s.Step, Values: map[string]float64{}}
+			at[s.Step] = p
+		}
+		p.Values[s.Tag], p.Timestamp = s.Value, max(p.Timestamp, t)
+		if ok && s.Step < prev {
 			return
 		}
 		r.steps[s.Tag], r.ev.Values[s.Tag] = s.Step, s.Value
 		r.ev.Step, r.seen = max(r.ev.Step, s.Step), true
-		if t := float64(s.Time.UnixNano()) / 1e9; !s.Time.IsZero() && t > r.ev.Timestamp {
-			r.ev.Timestamp = t
-		}
+		r.ev.Timestamp = max(r.ev.Timestamp, t)
 	})
+	for _, s := range slices.Sorted(maps.Keys(at)) {
+		r.points = append(r.points, *at[s])
+	}
 	if !r.seen {
 		return Metric{}, false
 	}
 	return Metric{Step: r.ev.Step, Timestamp: r.ev.Timestamp, Values: bounded(r.ev.Values)}, true
 }
 
-// Lines are the lines of the metrics file as Latest last read it: nil
-// while it has none or cannot be read.
-func (r *Reports) Lines() []Metric { return r.lines }
+// Points are the reports Latest last read that no call before had read,
+// ordered as reported: the metrics file's lines beyond those read before
+// (all of them when the file shrank: the program started it again), or,
+// when Latest read the event files, the scalars read from them by that
+// call, one Metric a step in step order (its Timestamp the latest
+// wall_time of its scalars, each tag the last value read at that step;
+// the tags within MaxReportTags and MaxReportTag as for Latest, scalars
+// of a step lower than their tag's highest included). Nil when there are
+// none.
+func (r *Reports) Points() []Metric { return r.points }
 
 // Point is one value of a metric at a step.
 type Point struct {

@@ -45,8 +45,19 @@ func TestReportsFromEventFiles(t *testing.T) {
 	if !ok || m.Step != 20 || len(m.Values) != 3 || m.Values["accuracy"] != 0.75 || m.Values["loss"] != 1.25 || m.Values["validation/accuracy"] != 0.625 || m.Timestamp != 1700000000 {
 		t.Fatalf("latest %+v, want step 20 with %v", m, want)
 	}
+	// The points to record: what was read, by step, once.
+	if got, want := fmt.Sprint(r.Points()), "[{10 1.7e+09  map[accuracy:0.5 loss:1.25]} {20 1.7e+09  map[accuracy:0.75 validation/accuracy:0.625]}]"; got != want {
+		t.Fatalf("points from the event files %s, want %s", got, want)
+	}
+	if _, ok := r.Latest(); !ok || r.Points() != nil {
+		t.Fatalf("points again from event files read before: %v", r.Points())
+	}
+	writeEvents(t, logs, "d", 30, []string{"accuracy"}, []float64{0.875})
+	if _, ok := r.Latest(); !ok || fmt.Sprint(r.Points()) != "[{30 1.7e+09  map[accuracy:0.875]}]" {
+		t.Fatalf("points of a new event file %v, want step 30 only", r.Points())
+	}
 	c, err := Curve(mf, logs, "accuracy")
-	if err != nil || !slices.Equal(c, []Point{{10, 0.5}, {20, 0.75}}) {
+	if err != nil || !slices.Equal(c, []Point{{10, 0.5}, {20, 0.75}, {30, 0.875}}) {
 		t.Fatalf("curve %v, %v", c, err)
 	}
 	if c, _ := Curve(mf, "", "accuracy"); len(c) != 0 {
@@ -58,7 +69,19 @@ func TestReportsFromEventFiles(t *testing.T) {
 	if m, ok := r.Latest(); !ok || m.Step != 7 || m.Values["accuracy"] != 0.25 || len(m.Values) != 1 {
 		t.Fatalf("with a hypertune file: %+v", m)
 	}
-	if c, err := Curve(mf, logs, "accuracy"); err != nil || !slices.Equal(c, []Point{{5, 0.125}, {7, 0.25}}) {
+	if p := r.Points(); len(p) != 2 || p[0].Step != 5 || p[1].Step != 7 {
+		t.Fatalf("points of the hypertune file %v, want its 2 lines", p)
+	}
+	if r.Latest(); r.Points() != nil {
+		t.Fatalf("points again from lines read before: %v", r.Points())
+	}
+	if err := os.WriteFile(mf, []byte(`{"global_step": 1, "accuracy": 0.5}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r.Latest(); len(r.Points()) != 1 || r.Points()[0].Step != 1 {
+		t.Fatalf("points of a file started again %v, want its line", r.Points())
+	}
+	if c, err := Curve(mf, logs, "accuracy"); err != nil || !slices.Equal(c, []Point{{1, 0.5}}) {
 		t.Fatalf("hypertune curve %v, %v", c, err)
 	}
 }
