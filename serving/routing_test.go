@@ -542,6 +542,22 @@ func TestShadowQueueFullDrops(t *testing.T) {
 			t.Fatalf("metrics: want %s (100 copies: 1 answering, 64 queued); got:\n%s", want, grepLines(m, "shadow_dropped"))
 		}
 	}
+	// The drops reach version 2's shadow telemetry, through the model
+	// repository as the rollout reads it.
+	ctx := context.Background()
+	if err := e.repo.WriteTelemetry(ctx, model, e.reg.Telemetry("srv_a", model, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := e.repo.Telemetry(ctx, model)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("telemetry records: got %+v, %v", recs, err)
+	}
+	if d := recs[0].Versions["2"].Shadow.Dropped; len(d) != 1 || d[rollout.ShadowDropQueueFull] != 35 {
+		t.Fatalf("version 2's shadow telemetry: got dropped %v, want queue_full 35 only", d)
+	}
+	if d := recs[0].Versions["1"]; d.Live.Dropped != nil || d.Shadow.Dropped != nil {
+		t.Fatalf("version 1 (live) counts drops: %+v", d)
+	}
 	close(release)
 	if sh := waitShadowRequests(t, e, 65); sh.Requests != 65 {
 		t.Fatalf("shadow counters after the worker was let go: got %+v, want 65 requests", sh)
@@ -579,6 +595,9 @@ func TestShadowBusyDrops(t *testing.T) {
 	}
 	if busy < 0 || !strings.Contains(m, "\n"+`trainflow_serving_shadow_dropped_total{reason="queue_full"} 0`+"\n") {
 		t.Fatalf("metrics: want 35 or 36 copies dropped as busy and none as queue_full; got:\n%s", grepLines(m, "shadow_dropped"))
+	}
+	if d := e.reg.Telemetry("srv_test", model, time.Now()).Versions["2"].Shadow.Dropped; len(d) != 1 || d[rollout.ShadowDropBusy] != int64(busy) {
+		t.Fatalf("version 2's shadow telemetry: got dropped %v, want busy %d only (as the metric)", d, busy)
 	}
 	release()
 	if sh := waitShadowRequests(t, e, int64(100-busy)); sh.Requests != int64(100-busy) || sh.Errors != 0 {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/trainflow/trainflow/rollout"
 )
 
 // shadowQueue bounds the copies of requests waiting for the shadow
@@ -18,15 +20,16 @@ import (
 const shadowQueue = 64
 
 // Reasons a copy for the shadow version is dropped: the label values of
-// trainflow_serving_shadow_dropped_total.
+// trainflow_serving_shadow_dropped_total and the keys of the shadow
+// version's telemetry (rollout.Stats.Dropped), owned by rollout.
 const (
 	// shadowDropBusy: the queue was full while the shadow worker was not
 	// answering a copy: it waited for a spare core (shadowCapacity), or
 	// rested after a copy (shadowShare), or had not been given a core yet.
-	shadowDropBusy = "busy"
+	shadowDropBusy = rollout.ShadowDropBusy
 	// shadowDropQueueFull: the queue was full while the shadow worker was
 	// answering a copy (the shadow version is slower than the copies come).
-	shadowDropQueueFull = "queue_full"
+	shadowDropQueueFull = rollout.ShadowDropQueueFull
 )
 
 // shadowCapacity decides when a copy may start: only while fewer than max
@@ -146,7 +149,7 @@ func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2
 		return
 	}
 	if len(s.shadowQ) == cap(s.shadowQ) {
-		s.dropShadow()
+		s.dropShadow(shadow)
 		return
 	}
 	j := shadowJob{sv: shadow, body: append([]byte(nil), sc.body...), v2: v2}
@@ -165,19 +168,20 @@ func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2
 	select {
 	case s.shadowQ <- j:
 	default:
-		s.dropShadow()
+		s.dropShadow(shadow)
 	}
 }
 
-// dropShadow counts a copy dropped because the queue is full, under
-// shadowDropQueueFull if the worker is answering a copy, else
-// shadowDropBusy.
-func (s *Server) dropShadow() {
+// dropShadow counts a copy for shadow dropped because the queue is full,
+// under shadowDropQueueFull if the worker is answering a copy, else
+// shadowDropBusy, in the metrics and in shadow's telemetry.
+func (s *Server) dropShadow(shadow *Servable) {
+	reason := shadowDropBusy
 	if s.capacity.running.Load() {
-		s.metrics.shadowDropped[shadowDropQueueFull].Inc()
-	} else {
-		s.metrics.shadowDropped[shadowDropBusy].Inc()
+		reason = shadowDropQueueFull
 	}
+	s.metrics.shadowDropped[reason].Inc()
+	shadow.tel.shadow.drop(reason)
 }
 
 // shadowCoalesce is the shortest rest of the shadow worker between two
