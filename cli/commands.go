@@ -183,6 +183,15 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 			log.Error("sync models", "store", *models, "error", err)
 		}
 	}
+	// Every replica of the repository signs feedback request IDs with
+	// its key (the store's, not this server's mirror's).
+	keys := repo
+	if store != nil {
+		keys = store
+	}
+	if opts.FeedbackKey, err = keys.FeedbackKey(ctx); err != nil {
+		return fmt.Errorf("--models: %w", err)
+	}
 	reg := serving.NewRegistry(repo, types, log)
 	if err := reg.Reload(); err != nil {
 		return err

@@ -118,6 +118,10 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		return nil, err
 	}
 	s.repo = repo
+	feedbackKey, err := repo.FeedbackKey(ctx)
+	if err != nil {
+		return nil, err
+	}
 	s.Registry = serving.NewRegistry(repo, cfg.ModelTypes, log)
 	if err := s.Registry.Reload(); err != nil {
 		return nil, err
@@ -157,7 +161,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := serving.New(s.Registry, log, serving.Options{Routes: con.Routes, ShadowMaxLive: cfg.ShadowMaxLive})
+	srv := serving.New(s.Registry, log, serving.Options{Routes: con.Routes, ShadowMaxLive: cfg.ShadowMaxLive, FeedbackKey: feedbackKey})
 	go func() { s.served <- srv.Serve(sctx, ln) }()
 	go s.Registry.Watch(sctx, 2*time.Second)
 	go s.Registry.ReportTelemetry(sctx, repo, serving.NewServerID("dev"), time.Second)

@@ -127,15 +127,22 @@ func (s *Server) pick(c echo.Context, model string, version int64, label string)
 }
 
 // answered counts the n rows sv answered in sc, and, for a routed
-// request, remembers its predictions under its request ID for feedback.
+// request, makes feedback on it countable: with Options.FeedbackKey its
+// request ID becomes a signed one (signID), else this server remembers
+// its predictions under its request ID.
 func (s *Server) answered(c echo.Context, sv *Servable, sc *scratch, n int, routed bool) {
 	if sv.tel == nil {
 		return
 	}
 	sv.tel.live.answers(sv, sc, n)
 	if routed {
-		if id := c.Response().Header()[echo.HeaderXRequestID]; len(id) == 1 {
-			s.feedback.remember(id[0], sv, sc, n)
+		h := c.Response().Header()
+		if id := h[echo.HeaderXRequestID]; len(id) == 1 {
+			if signed, ok := s.signID(id[0], sv, sc, n); ok {
+				h[echo.HeaderXRequestID] = []string{signed}
+			} else {
+				s.feedback.remember(id[0], sv, sc, n)
+			}
 		}
 	}
 }
