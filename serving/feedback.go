@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"net/http"
 	"strconv"
 	"strings"
@@ -110,13 +111,22 @@ func (s *Server) signID(base string, sv *Servable, sc *scratch, n int) (string, 
 	return string(append(b, s.idMAC(sv.Model, b[:len(b)-1])...)), true
 }
 
-// idMAC is the MAC of a signed request ID's signed part for model.
+// idMAC is the MAC of a signed request ID's signed part for model, its
+// HMACs pooled in s.macs.
 func (s *Server) idMAC(model string, signed []byte) string {
-	m := hmac.New(sha256.New, s.opts.FeedbackKey)
+	m, _ := s.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, s.opts.FeedbackKey)
+	}
+	m.Reset()
 	m.Write([]byte(model))
 	m.Write([]byte{0})
 	m.Write(signed)
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
+	var sum [sha256.Size]byte
+	var out [signedMACLen]byte
+	base64.RawURLEncoding.Encode(out[:], m.Sum(sum[:0])[:16])
+	s.macs.Put(m)
+	return string(out[:])
 }
 
 // signedPrediction is what a signed request ID says: the version that

@@ -112,7 +112,8 @@ type Server struct {
 	shadowHook func()          // tests: called as the shadow worker starts a copy; nil in production
 	closeOnce  sync.Once
 	feedback   *feedbackMemory
-	seen       *seenSet // signed request IDs counted here
+	seen       *seenSet  // signed request IDs counted here
+	macs       sync.Pool // of HMAC-SHA256 under Options.FeedbackKey (idMAC)
 }
 
 // New builds the server's routes over reg.
