@@ -156,3 +156,42 @@ func TestRolloutFollowsModelOwners(t *testing.T) {
 		t.Fatalf("under an open rule: %v", err)
 	}
 }
+
+// TestShadowGateNamesDroppedCopies: in the shadow step, a window short
+// of min_requests because the servers dropped copies for the candidate
+// (as their telemetry in the repository records) waits, and its verdict
+// — what the RolloutJob's status shows — says how many were dropped and
+// why.
+func TestShadowGateNamesDroppedCopies(t *testing.T) {
+	a := rolloutActs(t)
+	ctx := context.Background()
+	store := a.Models.(*bundle.Store)
+	boot := time.Unix(1000, 0).UTC()
+	tel := func(at time.Duration, shadowReq, busy int64) rollout.Telemetry {
+		return rollout.Telemetry{Server: "s1", Boot: boot, Time: boot.Add(at), Versions: map[string]rollout.VersionStats{
+			"2": {Live: rollout.Stats{Requests: 1000 + shadowReq + busy, Rows: 1000 + shadowReq + busy, Classes: map[string]int64{"a": 1000 + shadowReq + busy}}},
+			"1": {Shadow: rollout.Stats{Requests: shadowReq, Rows: shadowReq, Classes: map[string]int64{"a": shadowReq}, Dropped: map[string]int64{rollout.ShadowDropBusy: busy}}},
+		}}
+	}
+	if err := store.WriteTelemetry(ctx, "census", tel(0, 5, 7)); err != nil {
+		t.Fatal(err)
+	}
+	set, err := a.SetRouting(ctx, workflows.SetRoutingInput{Model: "census", Routing: rollout.Routing{Weights: []rollout.Weight{{Version: 2, Percent: 100}}, Shadow: 1},
+		Cause: workflows.RoutingCause{By: "test", JobID: "rollout_census", Step: "shadow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.WriteTelemetry(ctx, "census", tel(time.Second, 65, 307)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.EvaluateGates(ctx, workflows.EvaluateGatesInput{Model: "census", Baseline: 2, Candidate: 1, Shadow: true, Start: set.Start, Gates: rollout.Gates{MinRequests: 100}})
+	if err != nil || res.Verdict.Outcome != rollout.Wait {
+		t.Fatalf("60 shadow answers: got %+v %v, want wait", res, err)
+	}
+	if got := strings.Join(res.Verdict.Reasons, "; "); !strings.Contains(got, "60 candidate requests") || !strings.Contains(got, "300 copies dropped (busy)") {
+		t.Fatalf("reasons: got %q, want 60 requests and 300 copies dropped (busy)", got)
+	}
+	if d := res.Verdict.Values.Dropped[rollout.ShadowDropBusy]; d != 300 {
+		t.Fatalf("values: got dropped %v, want busy 300", res.Verdict.Values.Dropped)
+	}
+}

@@ -74,6 +74,23 @@ func runWorker(ctx context.Context, types *train.Registry, args []string, stderr
 	return nil
 }
 
+// shadowFlags are the prediction server's shadow flags, shared by serve
+// and dev.
+type shadowFlags struct{ maxLive int }
+
+// register defines --shadow-max-live on fs.
+func (f *shadowFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.maxLive, "shadow-max-live", 0, "a copy of a request for a shadow version starts only while fewer live predictions are in flight (0: GOMAXPROCS-1, at least 1; docs/rollout.md#shadow)")
+}
+
+// check returns a usage error naming the flag if a value is out of range.
+func (f *shadowFlags) check() error {
+	if f.maxLive < 0 {
+		return usageError{errors.New("--shadow-max-live must be ≥ 0")}
+	}
+	return nil
+}
+
 func runServe(ctx context.Context, types *train.Registry, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -95,7 +112,8 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 	readHeaderTimeout := fs.Duration("read-header-timeout", serving.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
 	readTimeout := fs.Duration("read-timeout", serving.DefaultReadTimeout, "time a client has to send a whole request, body included (a slow body is answered 408)")
 	idleTimeout := fs.Duration("idle-timeout", serving.DefaultIdleTimeout, "time a kept-alive connection may wait for its next request")
-	shadowMaxLive := fs.Int("shadow-max-live", 0, "a copy of a request for a shadow version starts only while fewer live predictions are in flight (0: GOMAXPROCS-1, at least 1; docs/rollout.md#shadow)")
+	var shadow shadowFlags
+	shadow.register(fs)
 	tokenFile := fs.String("auth-token-file", envOr("TRAINFLOW_AUTH_TOKEN_FILE", ""), "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live; trainflow predict and models send it with the same flag) ($TRAINFLOW_AUTH_TOKEN_FILE); none: no auth")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
@@ -117,8 +135,8 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 	if *maxConnsPerClient < 1 {
 		return usageError{errors.New("--max-conns-per-client must be positive")}
 	}
-	if *shadowMaxLive < 0 {
-		return usageError{errors.New("--shadow-max-live must be ≥ 0")}
+	if err := shadow.check(); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string
@@ -132,7 +150,7 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 		return usageError{errors.New("--tls-cert and --tls-key go together")}
 	}
 	opts := serving.Options{
-		MaxConns: *maxConns, MaxConnsPerClient: *maxConnsPerClient, ShadowMaxLive: *shadowMaxLive,
+		MaxConns: *maxConns, MaxConnsPerClient: *maxConnsPerClient, ShadowMaxLive: shadow.maxLive,
 		ReadHeaderTimeout: *readHeaderTimeout, ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout,
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
 	}
@@ -164,6 +182,15 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 		if _, err := bundle.Sync(ctx, store, repo); err != nil {
 			log.Error("sync models", "store", *models, "error", err)
 		}
+	}
+	// Every replica of the repository signs feedback request IDs with
+	// its key (the store's, not this server's mirror's).
+	keys := repo
+	if store != nil {
+		keys = store
+	}
+	if opts.FeedbackKey, err = keys.FeedbackKey(ctx); err != nil {
+		return fmt.Errorf("--models: %w", err)
 	}
 	reg := serving.NewRegistry(repo, types, log)
 	if err := reg.Reload(); err != nil {

@@ -103,3 +103,29 @@ func TestServeSecurityFlags(t *testing.T) {
 		t.Errorf("predict with a bad token file: exit %d, %q; want a usage error without the file's content", code, stderr)
 	}
 }
+
+// TestDevShadowMaxLiveFlag: dev takes --shadow-max-live as serve does,
+// from the one definition both share (the same help line), and refuses a
+// negative value as a usage error naming the flag before starting
+// anything.
+func TestDevShadowMaxLiveFlag(t *testing.T) {
+	code, _, stderr := cli(t, "dev", "--home", t.TempDir(), "--http", "127.0.0.1:0", "--temporal", "127.0.0.1:0", "--ui", "", "--shadow-max-live", "-1")
+	if code != exitUsage || !strings.Contains(stderr, "--shadow-max-live must be ≥ 0") {
+		t.Fatalf("dev --shadow-max-live -1: exit %d, %q; want %d naming --shadow-max-live", code, stderr, exitUsage)
+	}
+	helpLine := func(cmd string) string {
+		_, _, help := cli(t, cmd, "-h")
+		i := strings.Index(help, "-shadow-max-live")
+		if i < 0 {
+			t.Fatalf("%s -h lists no -shadow-max-live:\n%s", cmd, help)
+		}
+		rest := help[i:]
+		if j := strings.Index(rest, "\n  -"); j >= 0 {
+			rest = rest[:j]
+		}
+		return rest
+	}
+	if dev, serve := helpLine("dev"), helpLine("serve"); dev != serve {
+		t.Fatalf("dev's --shadow-max-live differs from serve's:\n%s\nvs\n%s", dev, serve)
+	}
+}

@@ -52,6 +52,9 @@ type stackConfig struct {
 	// ModelTypes are the model types the worker trains and the server
 	// serves (nil: the built-in ones).
 	ModelTypes *train.Registry
+	// ShadowMaxLive is the prediction server's serving.Options.ShadowMaxLive
+	// (dev --shadow-max-live; 0: its default).
+	ShadowMaxLive int
 	// SuggestContinueAsNewEvents lowers the history length at which jobs
 	// continue as new (tests).
 	SuggestContinueAsNewEvents int
@@ -115,6 +118,10 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		return nil, err
 	}
 	s.repo = repo
+	feedbackKey, err := repo.FeedbackKey(ctx)
+	if err != nil {
+		return nil, err
+	}
 	s.Registry = serving.NewRegistry(repo, cfg.ModelTypes, log)
 	if err := s.Registry.Reload(); err != nil {
 		return nil, err
@@ -154,7 +161,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := serving.New(s.Registry, log, serving.Options{Routes: con.Routes})
+	srv := serving.New(s.Registry, log, serving.Options{Routes: con.Routes, ShadowMaxLive: cfg.ShadowMaxLive, FeedbackKey: feedbackKey})
 	go func() { s.served <- srv.Serve(sctx, ln) }()
 	go s.Registry.Watch(sctx, 2*time.Second)
 	go s.Registry.ReportTelemetry(sctx, repo, serving.NewServerID("dev"), time.Second)

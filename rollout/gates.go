@@ -2,8 +2,10 @@ package rollout
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Gates are the bars a rollout step's window must pass, on the
@@ -103,6 +105,30 @@ type Values struct {
 	Labelled  int64   `json:"labelled"`
 	Agreement float64 `json:"agreement"`
 	Compared  int64   `json:"compared"`
+	// Dropped are the copies of requests for the candidate the servers
+	// dropped in the shadow step's window, by reason (Stats.Dropped).
+	Dropped map[string]int64 `json:"dropped,omitempty"`
+}
+
+// DroppedString lists dropped copies by reason, in ShadowDropReasons
+// order then any other reason sorted, as "40 copies dropped (busy), 3
+// copies dropped (queue_full)"; "" when none was dropped.
+func DroppedString(dropped map[string]int64) string {
+	reasons := slices.Clone(ShadowDropReasons)
+	var other []string
+	for r := range dropped {
+		if !slices.Contains(ShadowDropReasons, r) {
+			other = append(other, r)
+		}
+	}
+	slices.Sort(other)
+	var parts []string
+	for _, r := range append(reasons, other...) {
+		if n := dropped[r]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d copies dropped (%s)", n, r))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // String lists v for people (models history, the console): the counts,
@@ -115,7 +141,11 @@ func (v Values) String() string {
 	if v.QuantileShift >= 0 {
 		s += fmt.Sprintf(", p%g shift %.4f", 100*v.ShiftAt, v.QuantileShift)
 	}
-	return s + fmt.Sprintf(", accuracy %.4f (%d labelled), agreement %.4f", v.Accuracy, v.Labelled, v.Agreement)
+	s += fmt.Sprintf(", accuracy %.4f (%d labelled), agreement %.4f", v.Accuracy, v.Labelled, v.Agreement)
+	if d := DroppedString(v.Dropped); d != "" {
+		s += ", " + d
+	}
+	return s
 }
 
 // Verdict is the judgement of one window: Outcome Pass, Fail or Wait,
@@ -138,6 +168,9 @@ func Evaluate(g Gates, base, cand Stats) Verdict {
 		Requests: cand.Requests, BaselineRequests: base.Requests,
 		ErrorRate: cand.ErrorRate(), P99Ms: cand.Quantile(0.99),
 		ClassShift: -1, MeanShift: -1, QuantileShift: -1, Labelled: cand.Labelled, Compared: cand.Compared,
+	}
+	if cand.DroppedTotal() > 0 {
+		v.Dropped = maps.Clone(cand.Dropped)
 	}
 	if math.IsInf(v.P99Ms, 1) {
 		v.P99Ms = math.MaxFloat64
@@ -164,6 +197,9 @@ func Evaluate(g Gates, base, cand Stats) Verdict {
 	if cand.Requests < g.MinRequests {
 		out.Outcome = Wait
 		out.Reasons = append(out.Reasons, fmt.Sprintf("%d candidate requests in the window, want %d", cand.Requests, g.MinRequests))
+		if d := DroppedString(cand.Dropped); d != "" {
+			out.Reasons = append(out.Reasons, d+": the servers answer shadow copies only on spare capacity")
+		}
 	}
 	if g.MinAccuracy > 0 && cand.Labelled < g.MinLabels {
 		out.Outcome = Wait

@@ -307,3 +307,60 @@ func TestValuesString(t *testing.T) {
 		t.Errorf("regressor: got %q, want its mean and p90 shifts", got)
 	}
 }
+
+// TestShadowWaitNamesDroppedCopies: a shadow window short of
+// min_requests because the servers dropped copies says so, counted by
+// reason over the window (Window subtracts the start's drops), in the
+// verdict's reasons and values; a window that drops none does not, and a
+// record from before Stats.Dropped reads as none dropped.
+func TestShadowWaitNamesDroppedCopies(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	shadow := func(req, busy, full int64) map[string]VersionStats {
+		return map[string]VersionStats{"2": {Shadow: Stats{Requests: req, Rows: req, Classes: map[string]int64{"a": req},
+			Dropped: map[string]int64{ShadowDropBusy: busy, ShadowDropQueueFull: full}}}}
+	}
+	start := []Telemetry{{Server: "a", Boot: t0, Versions: shadow(10, 5, 1)}}
+	end := []Telemetry{{Server: "a", Boot: t0, Versions: shadow(40, 45, 4)}, {Server: "b", Boot: t0, Versions: shadow(20, 15, 0)}}
+	cand := Window(start, end)["2"].Shadow
+	if cand.Dropped[ShadowDropBusy] != 55 || cand.Dropped[ShadowDropQueueFull] != 3 || cand.DroppedTotal() != 58 {
+		t.Fatalf("window's dropped copies: got %v, want busy 55, queue_full 3", cand.Dropped)
+	}
+	base := Stats{Requests: 500, Rows: 500, Classes: map[string]int64{"a": 500}}
+	v := Evaluate(Gates{MinRequests: 100}, base, cand)
+	if v.Outcome != Wait {
+		t.Fatalf("50 of 100 requests: got %s, want wait", v.Outcome)
+	}
+	want := "55 copies dropped (busy), 3 copies dropped (queue_full)"
+	if got := strings.Join(v.Reasons, "; "); !strings.Contains(got, "50 candidate requests in the window, want 100") || !strings.Contains(got, want) {
+		t.Fatalf("reasons: got %q, want the request count and %q", got, want)
+	}
+	if got := v.Values.String(); !strings.Contains(got, want) {
+		t.Fatalf("values: got %q, want %q", got, want)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Verdict
+	if err := json.Unmarshal(b, &back); err != nil || back.Values.Dropped[ShadowDropBusy] != 55 {
+		t.Fatalf("verdict round trip of %s: got %+v, %v", b, back.Values.Dropped, err)
+	}
+
+	// Nothing dropped in the window: the wait names only the requests.
+	none := Window(end, end)["2"].Shadow
+	if v := Evaluate(Gates{MinRequests: 100}, base, none); v.Outcome != Wait || len(v.Reasons) != 1 || v.Values.Dropped != nil {
+		t.Fatalf("no drops: got %+v", v)
+	}
+	// A record written before the field: no drops, and it subtracts.
+	const old = `{"server":"a","boot":"1970-01-01T00:16:40Z","time":"1970-01-01T00:17:00Z","versions":{"2":{"live":{"requests":0,"errors":0,"rows":0},"shadow":{"requests":7,"errors":0,"rows":7}}}}`
+	var tel Telemetry
+	if err := json.Unmarshal([]byte(old), &tel); err != nil {
+		t.Fatal(err)
+	}
+	if d := tel.Versions["2"].Shadow.Dropped; d != nil {
+		t.Fatalf("old record: got dropped %v", d)
+	}
+	if got := Window([]Telemetry{tel}, end[:1])["2"].Shadow; got.Requests != 33 || got.Dropped[ShadowDropBusy] != 45 {
+		t.Fatalf("window from an old record: got %+v", got)
+	}
+}

@@ -47,7 +47,10 @@ func LatencyBucket(d time.Duration) int {
 // the end); Agreed the rows of a shadow answer whose class (or value,
 // within 1e-6 relative) equals the live answer's, out of Compared;
 // Labelled the rows given a true label through the feedback endpoint and
-// Correct those it predicted right.
+// Correct those it predicted right; Dropped, in a version's Shadow
+// counters, the copies of requests meant for it as the shadow version
+// that the server dropped, by reason (ShadowDropReasons; absent from
+// records of servers older than it).
 type Stats struct {
 	Requests int64            `json:"requests"`
 	Errors   int64            `json:"errors"`
@@ -61,6 +64,34 @@ type Stats struct {
 	Agreed   int64            `json:"agreed,omitempty"`
 	Labelled int64            `json:"labelled,omitempty"`
 	Correct  int64            `json:"correct,omitempty"`
+	Dropped  map[string]int64 `json:"dropped,omitempty"`
+}
+
+// Reasons a server drops a copy of a request for the shadow version
+// rather than queue it: the keys of Stats.Dropped, and the reason label
+// of the servers' trainflow_serving_shadow_dropped_total.
+const (
+	// ShadowDropBusy: the copies' queue was full while the shadow worker
+	// was not answering a copy: it waited for a spare core, or rested
+	// after a copy, or had not been given a core yet.
+	ShadowDropBusy = "busy"
+	// ShadowDropQueueFull: the queue was full while the shadow worker was
+	// answering a copy (the shadow version answers slower than copies
+	// come).
+	ShadowDropQueueFull = "queue_full"
+)
+
+// ShadowDropReasons are the reasons of Stats.Dropped, in the order
+// people read them.
+var ShadowDropReasons = []string{ShadowDropBusy, ShadowDropQueueFull}
+
+// DroppedTotal is the sum of s.Dropped over its reasons.
+func (s Stats) DroppedTotal() int64 {
+	var n int64
+	for _, d := range s.Dropped {
+		n += d
+	}
+	return n
 }
 
 // Add adds o to s (sign 1) or subtracts it (sign -1).
@@ -86,6 +117,14 @@ func (s *Stats) add(o Stats, sign int64) {
 		}
 		if s.Values[b] += sign * n; s.Values[b] == 0 {
 			delete(s.Values, b)
+		}
+	}
+	for r, n := range o.Dropped {
+		if s.Dropped == nil {
+			s.Dropped = map[string]int64{}
+		}
+		if s.Dropped[r] += sign * n; s.Dropped[r] == 0 {
+			delete(s.Dropped, r)
 		}
 	}
 	s.Sum += float64(sign) * o.Sum

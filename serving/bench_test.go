@@ -114,7 +114,8 @@ func BenchmarkServe(b *testing.B) {
 
 // BenchmarkServeRouted measures what routing costs a :predict of one
 // instance through the whole server: no routing (the default answers),
-// a 50/50 split (pick, telemetry, feedback memory), and a 100% routing
+// a 50/50 split (pick, telemetry, feedback memory), the same split with
+// a feedback key (a signed request ID in place of the memory), and a 100% routing
 // with a shadow (plus the copy for the shadow queue, or counting it
 // dropped when the queue is full; the shadow worker runs beside, resting
 // between copies).
@@ -124,13 +125,15 @@ func BenchmarkServeRouted(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		rt   rollout.Routing
+		key  []byte
 	}{
-		{"none", rollout.Routing{}},
-		{"split", rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 50}, {Version: 2, Percent: 50}}}},
-		{"shadow", rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 100}}, Shadow: 2}},
+		{"none", rollout.Routing{}, nil},
+		{"split", rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 50}, {Version: 2, Percent: 50}}}, nil},
+		{"split_signed", rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 50}, {Version: 2, Percent: 50}}}, bytes.Repeat([]byte{1}, 32)},
+		{"shadow", rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 100}}, Shadow: 2}, nil},
 	} {
 		b.Run("routing="+tc.name, func(b *testing.B) {
-			e := newEnv(b, serving.Options{}, 0, 1)
+			e := newEnv(b, serving.Options{FeedbackKey: tc.key}, 0, 1)
 			b.Cleanup(e.srv.Close)
 			e.route(b, tc.rt)
 			b.ReportAllocs()

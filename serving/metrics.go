@@ -9,6 +9,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/trainflow/trainflow/rollout"
 )
 
 // metrics are the server's Prometheus metrics, in a registry of its own so
@@ -72,7 +74,7 @@ func newMetrics(reg *Registry) *metrics {
 		Help: "Copies of routed requests not answered by the shadow version because its queue was full, by reason: busy (the shadow worker was waiting for a core no live prediction used), queue_full (the shadow version answered slower than copies came).",
 	}, []string{"reason"})
 	m.shadowDropped = map[string]prometheus.Counter{}
-	for _, r := range []string{shadowDropBusy, shadowDropQueueFull} {
+	for _, r := range rollout.ShadowDropReasons {
 		m.shadowDropped[r] = dropped.WithLabelValues(r)
 	}
 	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

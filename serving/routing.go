@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,6 +112,7 @@ type telCounters struct {
 	requests, errors, rows atomic.Int64
 	compared, agreed       atomic.Int64
 	labelled, correct      atomic.Int64
+	dropped                [2]atomic.Int64  // by reason, as rollout.ShadowDropReasons
 	latency                [65]atomic.Int64 // len(rollout.LatencyBounds)+1
 	classes                []atomic.Int64   // by class index
 	momentsMu              sync.Mutex
@@ -143,6 +145,14 @@ func (c *telCounters) observe(code int, d time.Duration) {
 		c.errors.Add(1)
 	}
 	c.latency[rollout.LatencyBucket(d)].Add(1)
+}
+
+// drop counts a copy for the shadow version dropped for reason (one of
+// rollout.ShadowDropReasons).
+func (c *telCounters) drop(reason string) {
+	if i := slices.Index(rollout.ShadowDropReasons, reason); i >= 0 && i < len(c.dropped) {
+		c.dropped[i].Add(1)
+	}
 }
 
 // answers counts the n rows of sc after predict.
@@ -195,6 +205,14 @@ func (c *telCounters) stats(names []string) rollout.Stats {
 	}
 	for i := range c.latency {
 		s.Latency[i] = c.latency[i].Load()
+	}
+	for i := range c.dropped {
+		if n := c.dropped[i].Load(); n > 0 {
+			if s.Dropped == nil {
+				s.Dropped = map[string]int64{}
+			}
+			s.Dropped[rollout.ShadowDropReasons[i]] = n
+		}
 	}
 	for i := range c.classes {
 		if n := c.classes[i].Load(); n > 0 {

@@ -1,10 +1,12 @@
 package serving_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -542,6 +544,22 @@ func TestShadowQueueFullDrops(t *testing.T) {
 			t.Fatalf("metrics: want %s (100 copies: 1 answering, 64 queued); got:\n%s", want, grepLines(m, "shadow_dropped"))
 		}
 	}
+	// The drops reach version 2's shadow telemetry, through the model
+	// repository as the rollout reads it.
+	ctx := context.Background()
+	if err := e.repo.WriteTelemetry(ctx, model, e.reg.Telemetry("srv_a", model, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := e.repo.Telemetry(ctx, model)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("telemetry records: got %+v, %v", recs, err)
+	}
+	if d := recs[0].Versions["2"].Shadow.Dropped; len(d) != 1 || d[rollout.ShadowDropQueueFull] != 35 {
+		t.Fatalf("version 2's shadow telemetry: got dropped %v, want queue_full 35 only", d)
+	}
+	if d := recs[0].Versions["1"]; d.Live.Dropped != nil || d.Shadow.Dropped != nil {
+		t.Fatalf("version 1 (live) counts drops: %+v", d)
+	}
 	close(release)
 	if sh := waitShadowRequests(t, e, 65); sh.Requests != 65 {
 		t.Fatalf("shadow counters after the worker was let go: got %+v, want 65 requests", sh)
@@ -580,6 +598,9 @@ func TestShadowBusyDrops(t *testing.T) {
 	if busy < 0 || !strings.Contains(m, "\n"+`trainflow_serving_shadow_dropped_total{reason="queue_full"} 0`+"\n") {
 		t.Fatalf("metrics: want 35 or 36 copies dropped as busy and none as queue_full; got:\n%s", grepLines(m, "shadow_dropped"))
 	}
+	if d := e.reg.Telemetry("srv_test", model, time.Now()).Versions["2"].Shadow.Dropped; len(d) != 1 || d[rollout.ShadowDropBusy] != int64(busy) {
+		t.Fatalf("version 2's shadow telemetry: got dropped %v, want busy %d only (as the metric)", d, busy)
+	}
 	release()
 	if sh := waitShadowRequests(t, e, int64(100-busy)); sh.Requests != int64(100-busy) || sh.Errors != 0 {
 		t.Fatalf("shadow counters once the cores were spare: got %+v, want %d requests", sh, 100-busy)
@@ -609,4 +630,105 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestFeedbackAnyReplica runs two servers on one repository, each with
+// the repository's feedback key (created once, mode 0600, by the first
+// to ask): feedback on a routed prediction counts on the replica that did
+// not answer it, in the answering version's online accuracy there, once
+// per replica; an ID whose version, class or signature was changed, one
+// signed with another key, or one of another model, is a 400 naming
+// request_id, and counts nothing.
+func TestFeedbackAnyReplica(t *testing.T) {
+	f := getFixture(t)
+	ctx := context.Background()
+	e := newEnv(t, serving.Options{}, 0, 1)
+	key, err := e.repo.FeedbackKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(e.repo.Root, bundle.FeedbackKeyFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, %v; want mode 0600", fi, err)
+	}
+	newReplica := func() (*serving.Registry, *serving.Server) {
+		k, err := e.repo.FeedbackKey(ctx) // the second ask reads the same key
+		if err != nil || !bytes.Equal(k, key) {
+			t.Fatalf("feedback key: %v, same %v", err, bytes.Equal(k, key))
+		}
+		reg := serving.NewRegistry(e.repo.Store, nil, slog.New(slog.DiscardHandler))
+		srv := serving.New(reg, slog.New(slog.DiscardHandler), serving.Options{FeedbackKey: k})
+		t.Cleanup(srv.Close)
+		return reg, srv
+	}
+	e.route(t, rollout.Routing{Weights: []rollout.Weight{{Version: 1, Percent: 50}, {Version: 2, Percent: 50}}})
+	regA, a := newReplica()
+	regB, b := newReplica()
+	for _, r := range []*serving.Registry{regA, regB} {
+		if err := r.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := mustJSON(t, map[string]any{"instances": f.instances[:2]})
+	w := post(a, predictURL, body)
+	id, version := w.Header().Get("X-Request-Id"), w.Header().Get("X-Model-Version")
+	preds := decodePredictions(t, w)
+	if w.Code != http.StatusOK || !strings.Contains(id, "."+version+".") {
+		t.Fatalf("replica a: %d, request ID %q: want 200 and an ID naming version %s", w.Code, id, version)
+	}
+	fb := "/v1/models/census/feedback"
+	right := mustJSON(t, map[string]any{"request_id": id, "label": preds[1].Class, "instance": 1})
+	if w := post(b, fb, right); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"correct":true`) || !strings.Contains(w.Body.String(), `"model_version":"`+version+`"`) {
+		t.Fatalf("feedback on replica b: got %d %s, want 200, correct, version %s", w.Code, w.Body, version)
+	}
+	if w := post(b, fb, right); w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "already counted") {
+		t.Fatalf("the same ID again on b: got %d %s, want 404 already counted", w.Code, w.Body)
+	}
+	other := "1"
+	if version == "1" {
+		other = "2"
+	}
+	i := strings.LastIndexByte(id, '.')
+	mac := id[i+1:]
+	flipped := []byte(mac)
+	flipped[0] ^= 1
+	k2 := bytes.Repeat([]byte{7}, bundle.FeedbackKeyBytes)
+	alien := serving.New(regB, slog.New(slog.DiscardHandler), serving.Options{FeedbackKey: k2})
+	t.Cleanup(alien.Close)
+	alienID := post(alien, predictURL, body).Header().Get("X-Request-Id")
+	for name, bad := range map[string]string{
+		"version changed":   strings.Replace(id, "."+version+".", "."+other+".", 1),
+		"class changed":     id[:strings.LastIndexByte(id[:i], '.')+1] + "5-5." + mac,
+		"signature changed": id[:i+1] + string(flipped),
+		"unsigned":          "nosuch",
+		"another key":       alienID,
+	} {
+		w := post(b, fb, mustJSON(t, map[string]any{"request_id": bad, "label": preds[0].Class}))
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "request_id") {
+			t.Errorf("%s (%s): got %d %s, want 400 naming request_id", name, bad, w.Code, w.Body)
+		}
+	}
+	if w := post(b, "/v1/models/other/feedback", mustJSON(t, map[string]any{"request_id": id, "label": "x"})); w.Code != http.StatusBadRequest {
+		t.Errorf("another model's feedback: got %d %s, want 400", w.Code, w.Body)
+	}
+	labelled := func(reg *serving.Registry) (l, c int64) {
+		for _, vs := range reg.Telemetry("srv_test", model, time.Now()).Versions {
+			l, c = l+vs.Live.Labelled, c+vs.Live.Correct
+		}
+		return l, c
+	}
+	if l, c := labelled(regB); l != 1 || c != 1 || regB.Telemetry("srv_test", model, time.Now()).Versions[version].Live.Correct != 1 {
+		t.Fatalf("replica b: %d labelled, %d correct; want 1 and 1, in version %s", l, c, version)
+	}
+	// Replica a counts the same ID once too (each replica keeps its own
+	// seen-set: docs/rollout.md#feedback), and then no more.
+	if w := post(a, fb, right); w.Code != http.StatusOK {
+		t.Fatalf("feedback on replica a: got %d %s", w.Code, w.Body)
+	}
+	if w := post(a, fb, right); w.Code != http.StatusNotFound {
+		t.Fatalf("again on replica a: got %d %s, want 404", w.Code, w.Body)
+	}
+	if l, _ := labelled(regA); l != 1 {
+		t.Fatalf("replica a: %d labelled, want 1", l)
+	}
 }

@@ -61,6 +61,13 @@ type Options struct {
 	// GOMAXPROCS-1 (at least 1), leaves a core free for the next request
 	// while a copy runs (rollout.md#shadow).
 	ShadowMaxLive int
+	// FeedbackKey, if set (bundle.Store.FeedbackKey, shared by every
+	// server of the repository), makes the request ID of a routed
+	// classifier answer carry the answering version and predicted classes
+	// under an HMAC with it, so that any server with the key counts
+	// feedback on it (rollout.md#feedback); without it only the server
+	// that answered does.
+	FeedbackKey []byte
 
 	// AuthToken, if not empty, must be sent as "Authorization: Bearer
 	// TOKEN" on every route (metrics included) but the liveness probe
@@ -105,6 +112,8 @@ type Server struct {
 	shadowHook func()          // tests: called as the shadow worker starts a copy; nil in production
 	closeOnce  sync.Once
 	feedback   *feedbackMemory
+	seen       *seenSet  // signed request IDs counted here
+	macs       sync.Pool // of HMAC-SHA256 under Options.FeedbackKey (idMAC)
 }
 
 // New builds the server's routes over reg.
@@ -125,7 +134,7 @@ func New(reg *Registry, log *slog.Logger, opts Options) *Server {
 		opts.ShadowMaxLive = max(runtime.GOMAXPROCS(0)-1, 1)
 	}
 	s := &Server{reg: reg, log: log.With("component", "serving"), opts: opts, echo: echo.New(), metrics: newMetrics(reg), ids: newRequestIDs(),
-		shadowQ: make(chan shadowJob, shadowQueue), shadowDone: make(chan struct{}), feedback: newFeedbackMemory(feedbackMemorySize),
+		shadowQ: make(chan shadowJob, shadowQueue), shadowDone: make(chan struct{}), feedback: newFeedbackMemory(feedbackMemorySize), seen: newSeenSet(feedbackMemorySize),
 		capacity: newShadowCapacity(opts.ShadowMaxLive)}
 	go s.runShadow()
 	if opts.AuthToken != "" {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/trainflow/trainflow/rollout"
 )
 
 // shadowQueue bounds the copies of requests waiting for the shadow
@@ -18,15 +20,16 @@ import (
 const shadowQueue = 64
 
 // Reasons a copy for the shadow version is dropped: the label values of
-// trainflow_serving_shadow_dropped_total.
+// trainflow_serving_shadow_dropped_total and the keys of the shadow
+// version's telemetry (rollout.Stats.Dropped), owned by rollout.
 const (
 	// shadowDropBusy: the queue was full while the shadow worker was not
 	// answering a copy: it waited for a spare core (shadowCapacity), or
 	// rested after a copy (shadowShare), or had not been given a core yet.
-	shadowDropBusy = "busy"
+	shadowDropBusy = rollout.ShadowDropBusy
 	// shadowDropQueueFull: the queue was full while the shadow worker was
 	// answering a copy (the shadow version is slower than the copies come).
-	shadowDropQueueFull = "queue_full"
+	shadowDropQueueFull = rollout.ShadowDropQueueFull
 )
 
 // shadowCapacity decides when a copy may start: only while fewer than max
@@ -124,15 +127,22 @@ func (s *Server) pick(c echo.Context, model string, version int64, label string)
 }
 
 // answered counts the n rows sv answered in sc, and, for a routed
-// request, remembers its predictions under its request ID for feedback.
+// request, makes feedback on it countable: with Options.FeedbackKey its
+// request ID becomes a signed one (signID), else this server remembers
+// its predictions under its request ID.
 func (s *Server) answered(c echo.Context, sv *Servable, sc *scratch, n int, routed bool) {
 	if sv.tel == nil {
 		return
 	}
 	sv.tel.live.answers(sv, sc, n)
 	if routed {
-		if id := c.Response().Header()[echo.HeaderXRequestID]; len(id) == 1 {
-			s.feedback.remember(id[0], sv, sc, n)
+		h := c.Response().Header()
+		if id := h[echo.HeaderXRequestID]; len(id) == 1 {
+			if signed, ok := s.signID(id[0], sv, sc, n); ok {
+				h[echo.HeaderXRequestID] = []string{signed}
+			} else {
+				s.feedback.remember(id[0], sv, sc, n)
+			}
 		}
 	}
 }
@@ -146,7 +156,7 @@ func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2
 		return
 	}
 	if len(s.shadowQ) == cap(s.shadowQ) {
-		s.dropShadow()
+		s.dropShadow(shadow)
 		return
 	}
 	j := shadowJob{sv: shadow, body: append([]byte(nil), sc.body...), v2: v2}
@@ -165,19 +175,20 @@ func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2
 	select {
 	case s.shadowQ <- j:
 	default:
-		s.dropShadow()
+		s.dropShadow(shadow)
 	}
 }
 
-// dropShadow counts a copy dropped because the queue is full, under
-// shadowDropQueueFull if the worker is answering a copy, else
-// shadowDropBusy.
-func (s *Server) dropShadow() {
+// dropShadow counts a copy for shadow dropped because the queue is full,
+// under shadowDropQueueFull if the worker is answering a copy, else
+// shadowDropBusy, in the metrics and in shadow's telemetry.
+func (s *Server) dropShadow(shadow *Servable) {
+	reason := shadowDropBusy
 	if s.capacity.running.Load() {
-		s.metrics.shadowDropped[shadowDropQueueFull].Inc()
-	} else {
-		s.metrics.shadowDropped[shadowDropBusy].Inc()
+		reason = shadowDropQueueFull
 	}
+	s.metrics.shadowDropped[reason].Inc()
+	shadow.tel.shadow.drop(reason)
 }
 
 // shadowCoalesce is the shortest rest of the shadow worker between two
