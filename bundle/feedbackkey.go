@@ -6,10 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
-
-	"github.com/trainflow/trainflow/internal/atomicfile"
 )
 
 // FeedbackKeyFile is the repository's feedback key, <root>/feedback.key:
@@ -35,7 +31,7 @@ func (r *Store) FeedbackKey(ctx context.Context) ([]byte, error) {
 		key := make([]byte, FeedbackKeyBytes)
 		rand.Read(key)
 		if root, ok := r.st.LocalDir(); ok {
-			err = createExclusivePerm(root, FeedbackKeyFile, key, 0o600)
+			err = createExclusive(root, FeedbackKeyFile, key, 0o600)
 			if errors.Is(err, fs.ErrExist) {
 				err = nil
 			}
@@ -54,31 +50,4 @@ func (r *Store) FeedbackKey(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("feedback key %s: %d bytes, want %d", FeedbackKeyFile, len(b), FeedbackKeyBytes)
 	}
 	return b, nil
-}
-
-// createExclusivePerm is createExclusive for a file of mode perm, which
-// the content has from its temporary file on.
-func createExclusivePerm(dir, name string, b []byte, perm os.FileMode) error {
-	f, err := atomicfile.CreateTemp(dir)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	err = f.Chmod(perm)
-	if err == nil {
-		_, err = f.Write(b)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Link(f.Name(), filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	return atomicfile.SyncDir(dir)
 }

@@ -207,7 +207,7 @@ func (r *Store) claimModel(ctx context.Context, model string, by Publisher) (Pub
 	b, _ := json.Marshal(by)
 	key := model + "/" + OwnerFile
 	if root, ok := r.st.LocalDir(); ok {
-		err := createExclusive(filepath.Join(root, model), OwnerFile, b)
+		err := createExclusive(filepath.Join(root, model), OwnerFile, b, 0)
 		if err != nil && !errors.Is(err, fs.ErrExist) {
 			return Publisher{}, fmt.Errorf("publish: claim model %s: %w", model, err)
 		}
@@ -223,8 +223,10 @@ func (r *Store) claimModel(ctx context.Context, model string, by Publisher) (Pub
 
 // createExclusive writes dir/name with b, complete, unless it exists
 // (fs.ErrExist): the content goes to a temporary file first, which is
-// then linked to the name (link fails on an existing name).
-func createExclusive(dir, name string, b []byte) error {
+// then linked to the name (link fails on an existing name). A perm other
+// than 0 is the file's mode, set before the content is written (a
+// secret is never readable by others); 0 leaves atomicfile.CreateTemp's.
+func createExclusive(dir, name string, b []byte, perm os.FileMode) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -233,7 +235,13 @@ func createExclusive(dir, name string, b []byte) error {
 		return err
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err == nil {
+	if perm != 0 {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

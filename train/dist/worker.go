@@ -590,6 +590,13 @@ func (w *worker) step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return w.pushed(r, 1, loss, len(y), t0, t1, t2)
+}
+
+// pushed accounts for a push of k steps' work whose losses sum to loss
+// over examples examples, timed from t0 (pull), t1 (compute) and t2
+// (push) to now; errDone when training is over.
+func (w *worker) pushed(r PushResult, k int, loss float64, examples int, t0, t1, t2 time.Time) error {
 	w.mu.Lock()
 	w.res.Pull += t1.Sub(t0)
 	w.res.Compute += t2.Sub(t1)
@@ -597,18 +604,18 @@ func (w *worker) step(ctx context.Context) error {
 	w.res.Wait += t1.Sub(t0) + time.Since(t2)
 	w.pos.GlobalStep = r.Step
 	w.res.Step = r.Step
-	w.res.Steps++
+	w.res.Steps += int64(k)
 	if r.Applied {
-		w.res.Applied++
+		w.res.Applied += int64(k)
 	}
 	w.lossSum += loss
-	w.lossN++
+	w.lossN += k
 	w.mu.Unlock()
 	if w.hooks.Moved != nil {
 		w.hooks.Moved(w.pos)
 	}
 	if w.hooks.Stepped != nil {
-		w.hooks.Stepped(StepStats{GlobalStep: r.Step, Loss: loss, Examples: len(y), Pull: t1.Sub(t0), Compute: t2.Sub(t1), Push: time.Since(t2)})
+		w.hooks.Stepped(StepStats{GlobalStep: r.Step, Loss: loss / float64(k), Examples: examples, Pull: t1.Sub(t0), Compute: t2.Sub(t1), Push: time.Since(t2)})
 	}
 	if r.Done {
 		return errDone
@@ -702,30 +709,7 @@ func (w *worker) round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.res.Pull += t1.Sub(t0)
-	w.res.Compute += t2.Sub(t1)
-	w.res.Push += time.Since(t2)
-	w.res.Wait += t1.Sub(t0) + time.Since(t2)
-	w.pos.GlobalStep = r.Step
-	w.res.Step = r.Step
-	w.res.Steps += int64(k)
-	if r.Applied {
-		w.res.Applied += int64(k)
-	}
-	w.lossSum += loss
-	w.lossN += k
-	w.mu.Unlock()
-	if w.hooks.Moved != nil {
-		w.hooks.Moved(w.pos)
-	}
-	if w.hooks.Stepped != nil {
-		w.hooks.Stepped(StepStats{GlobalStep: r.Step, Loss: loss / float64(k), Examples: examples, Pull: t1.Sub(t0), Compute: t2.Sub(t1), Push: time.Since(t2)})
-	}
-	if r.Done {
-		return errDone
-	}
-	return nil
+	return w.pushed(r, k, loss, examples, t0, t1, t2)
 }
 
 // pull pulls the variables into params32 or params.
