@@ -355,13 +355,17 @@ func processesWith(t *testing.T, s string) []int {
 // program allocating for ever gets MemoryError below the limit; one
 // spinning for ever is killed after its CPU seconds.
 func TestSandboxMemoryAndCPU(t *testing.T) {
-	sb := newTestSandbox(t, SandboxConfig{MemoryBytes: 512 << 20, CPUSeconds: 1})
+	// The memory hog has CPU seconds to spare: touching 448 MiB took over
+	// a second of CPU on the loaded 2-core CI machine, and SIGKILL then
+	// came from the CPU limit, after the MemoryError.
+	sb := newTestSandbox(t, SandboxConfig{MemoryBytes: 512 << 20, CPUSeconds: 60})
 	ws := sandboxTempDir(t)
 	got, err := runProbe(t, sb, ws, nil, "memhog")
 	var mib int
 	if _, serr := fmt.Sscanf(got, "memoryerror %d", &mib); err != nil || serr != nil || mib >= 512 || mib < 64 {
 		t.Errorf("memory hog: %q (err %v); want MemoryError between 64 and 512 MiB", got, err)
 	}
+	sb = newTestSandbox(t, SandboxConfig{MemoryBytes: 512 << 20, CPUSeconds: 1})
 	start := time.Now()
 	got, err = runProbe(t, sb, ws, nil, "spin")
 	var ee *exec.ExitError
