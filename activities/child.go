@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -252,13 +253,26 @@ func (t *tail) lastLine() string {
 
 // lineWith returns the rest of the last line the tail holds from the
 // first occurrence of s on it, "" if none has it. Errors raised inside a
-// DoFn come back on lines of the runner's own.
+// DoFn come back on lines of the runner's own, as a quoted value of a
+// log line (error="…"): then the rest of that value, unquoted.
 func (t *tail) lineWith(s string) string {
 	lines := strings.Split(string(t.buf), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		if k := strings.Index(lines[i], s); k >= 0 {
-			return lines[i][k:]
+		line := lines[i]
+		k := strings.Index(line, s)
+		if k < 0 {
+			continue
 		}
+		if q := strings.LastIndex(line[:k], `="`); q >= 0 {
+			if v, err := strconv.QuotedPrefix(line[q+1:]); err == nil && q+1+len(v) > k {
+				if u, err := strconv.Unquote(v); err == nil {
+					if j := strings.Index(u, s); j >= 0 {
+						return u[j:]
+					}
+				}
+			}
+		}
+		return line[k:]
 	}
 	return ""
 }

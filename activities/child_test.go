@@ -211,3 +211,29 @@ func TestChildDeathIsClassified(t *testing.T) {
 		})
 	}
 }
+
+// TestTailLineWith: the ceiling's message is found on a line of its own
+// and inside a runner's log line, where the error is a quoted value whose
+// quotes must not reach the job's error (it names data.schema column
+// "workclass", quotes and all).
+func TestTailLineWith(t *testing.T) {
+	const msg = `preprocess: shards over the worker's ceiling: mostly data.schema column "workclass" hash_buckets 1048576`
+	for _, c := range []struct{ name, out string }{
+		{"plain", "starting\n" + msg + "\n"},
+		{"prefixed", "starting\nerror: " + msg + "\n"},
+		{"log value", "starting\n" + `time=2026-11-26T09:11:34Z level=ERROR msg="stage failed" error=` + strconv.Quote("transform: "+msg) + " stage=3\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var tl tail
+			tl.Write([]byte(c.out))
+			if got := tl.lineWith("preprocess: shards over the worker's ceiling"); got != msg {
+				t.Errorf("lineWith: got %q, want %q", got, msg)
+			}
+		})
+	}
+	var tl tail
+	tl.Write([]byte("nothing here\n"))
+	if got := tl.lineWith("preprocess: shards"); got != "" {
+		t.Errorf("lineWith without the message: %q, want none", got)
+	}
+}
