@@ -220,7 +220,21 @@ func (p *Process) Stop(grace time.Duration) Exit {
 	})
 	ex := p.Wait()
 	_ = syscall.Kill(-p.PID(), syscall.SIGKILL) // stragglers of the group
+	waitGroupGone(p.PID(), groupGoneLimit)
 	return ex
+}
+
+// groupGoneLimit bounds how long Stop waits for the killed group to die.
+const groupGoneLimit = 2 * time.Second
+
+// waitGroupGone waits, for at most limit, until group pgid has no live
+// member: a process dies some time after its SIGKILL (on a loaded
+// machine, after Stop's Wait of the leader returned), and Stop promises
+// that none is left when it returns.
+func waitGroupGone(pgid int, limit time.Duration) {
+	for deadline := time.Now().Add(limit); len(GroupMembers(pgid)) > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond) // polling /proc: the kernel tells no one when a group is gone
+	}
 }
 
 // cappedLog writes at most left bytes to f and keeps the last TailBytes
