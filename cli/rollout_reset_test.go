@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -131,13 +130,5 @@ func TestRolloutResetWithTemporalCLI(t *testing.T) {
 	if want := []string{"50", "rollback", "50", "rollback", "50", "100", "promote"}; !slices.Equal(got, want) {
 		t.Fatalf("history steps: %v, want %v", got, want)
 	}
-	l.halt()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, a := range l.answers {
-		if a.code != http.StatusOK || (a.version != "1" && a.version != "2") {
-			t.Fatalf("answer %+v: want 2xx from version 1 or 2", a)
-		}
-	}
-	t.Logf("%d answers, all 2xx from the baseline or the candidate", len(l.answers))
+	l.allFromBaselineOrCandidate(t)
 }

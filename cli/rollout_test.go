@@ -81,6 +81,22 @@ func (l *load) halt() {
 	l.done.Wait()
 }
 
+// allFromBaselineOrCandidate halts the load and fails t unless every
+// answer it saw was a 2xx from version 1 (the baseline) or 2 (the
+// candidate).
+func (l *load) allFromBaselineOrCandidate(t *testing.T) {
+	t.Helper()
+	l.halt()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range l.answers {
+		if a.code != http.StatusOK || (a.version != "1" && a.version != "2") {
+			t.Fatalf("answer %+v: want 2xx from version 1 or 2", a)
+		}
+	}
+	t.Logf("%d answers, all 2xx from the baseline or the candidate", len(l.answers))
+}
+
 // between returns the answers received in [from, to).
 func (l *load) between(from, to time.Time) []answer {
 	l.mu.Lock()
@@ -419,15 +435,7 @@ func TestRolloutSurvivesWorkerKill(t *testing.T) {
 	if !slices.Equal(steps, []string{"5", "50", "100", "promote"}) {
 		t.Fatalf("history steps: got %v, want each step once, in order", steps)
 	}
-	l.halt()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, a := range l.answers {
-		if a.code != http.StatusOK || (a.version != "1" && a.version != "2") {
-			t.Fatalf("answer %+v: want 2xx from version 1 or 2", a)
-		}
-	}
-	t.Logf("%d answers, all 2xx from the baseline or the candidate", len(l.answers))
+	l.allFromBaselineOrCandidate(t)
 }
 
 // TestRolloutSurvivesStackRestart stops the whole dev stack (Temporal,
