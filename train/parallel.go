@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // parter is work split into numbered parts that may run concurrently, in
@@ -24,6 +25,7 @@ type parts struct {
 	// both at once: a helper late for one call never claims a part of
 	// the next one twice.
 	call atomic.Uint64
+	left atomic.Int64 // parts of the current call not yet done
 	wg   sync.WaitGroup
 }
 
@@ -36,7 +38,38 @@ func (st *parts) claim() {
 			return
 		}
 		st.p.part(int(i))
+		st.left.Add(-1)
 		st.wg.Done()
+	}
+}
+
+// partSpin is how long a helper that finished a part, and a caller whose
+// parts are running elsewhere, poll for the next call (or for the parts'
+// end) before parking (the way OpenMP's runtimes spin before they sleep,
+// GOMP_SPINCOUNT). A training step calls runParts four times or more
+// (narrowing, the parts' gradients, their sum, the optimizer's update)
+// about a millisecond apart; waking a parked thread takes a futex call
+// on each side, and on a virtual machine the woken core may have halted:
+// on the 2-core machine of issue #30, futex wake-ups were 6% of a 2-thread
+// step's CPU and the second core ran less than a third of the time
+// (bench/train/RESULTS-dnn-split.md). Spinning costs at most partSpin of
+// a core after the last call; between two steps of a training loop it
+// replaces a park and a wake.
+const partSpin = 200 * time.Microsecond
+
+// spin polls done every iteration, yielding the processor between polls
+// (runtime.Gosched: other goroutines of the process still run), until it
+// returns true or partSpin has passed; it reports whether done did.
+func spin(done func() bool) bool {
+	deadline := time.Now().Add(partSpin)
+	for i := 0; ; i++ {
+		if done() {
+			return true
+		}
+		if i%64 == 63 && time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -48,23 +81,48 @@ func (st *parts) claim() {
 var partPool struct {
 	once  sync.Once
 	tasks chan *parts
+	// pending is a call offered to a spinning helper (spinning counts
+	// them), which takes it without a wake-up.
+	pending  atomic.Pointer[parts]
+	spinning atomic.Int32
+	taken    atomic.Int64 // calls a spinning helper took (tests)
 }
 
 func startPartPool() {
 	partPool.tasks = make(chan *parts) // unbuffered: a send finds an idle helper or fails
 	for range min(runtime.NumCPU()-1, 64) {
-		go func() {
-			for st := range partPool.tasks {
-				st.claim()
+		go partHelper()
+	}
+}
+
+// partHelper runs the calls it is handed, polling for the next one for
+// partSpin after each (spin) before it parks on the channel.
+func partHelper() {
+	for st := range partPool.tasks {
+		for st != nil {
+			st.claim()
+			st = nil
+			partPool.spinning.Add(1)
+			spin(func() bool { st = partPool.pending.Swap(nil); return st != nil })
+			partPool.spinning.Add(-1)
+			if st == nil {
+				// a call offered as we stopped spinning: take it too
+				st = partPool.pending.Swap(nil)
 			}
-		}()
+			if st != nil {
+				partPool.taken.Add(1)
+			}
+		}
 	}
 }
 
 // runParts runs st.p.part(i) for i in [0, n) and returns when all are
-// done, on the calling goroutine and on up to GOMAXPROCS-1 idle helpers.
-// A helper that wakes after the caller has claimed every part does
-// nothing (or claims parts of the caller's next call, which is as good).
+// done, on the calling goroutine and on up to GOMAXPROCS-1 helpers: one
+// that spins takes the call without a wake-up (partPool.pending), others
+// are handed it if idle. A helper that comes after the caller has claimed
+// every part does nothing (or claims parts of the caller's next call,
+// which is as good), so an offer nobody took costs nothing. The caller
+// then polls for the parts' end for partSpin before it parks.
 func runParts(st *parts, n int) {
 	procs := runtime.GOMAXPROCS(0)
 	if n <= 1 || procs <= 1 {
@@ -75,8 +133,12 @@ func runParts(st *parts, n int) {
 	}
 	partPool.once.Do(startPartPool)
 	st.wg.Add(n)
+	st.left.Store(int64(n))
 	st.call.Store(uint64(n) << 32) // publishes the call to helpers, late ones included
 	for range min(n, procs) - 1 {
+		if partPool.spinning.Load() > 0 && partPool.pending.CompareAndSwap(nil, st) {
+			continue
+		}
 		select {
 		case partPool.tasks <- st:
 			continue
@@ -85,6 +147,7 @@ func runParts(st *parts, n int) {
 		break
 	}
 	st.claim()
+	spin(func() bool { return st.left.Load() == 0 })
 	st.wg.Wait()
 }
 

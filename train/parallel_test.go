@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // countParts counts how often each part ran.
@@ -35,4 +36,40 @@ func TestRunPartsEachOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// slowParts busies each part for about d, counting the parts.
+type slowParts struct {
+	d    time.Duration
+	runs atomic.Int64
+}
+
+func (c *slowParts) part(int) {
+	for t := time.Now(); time.Since(t) < c.d; {
+	}
+	c.runs.Add(1)
+}
+
+// TestRunPartsSpinningHelperTakesCalls checks that calls coming one
+// after another under GOMAXPROCS 2 are taken by a helper spinning after
+// its last part (partPool.pending), not only by waking a parked one, and
+// still run every part once. On a machine busy with other tests a helper
+// may be descheduled now and then, so it asks for one such call in 300.
+func TestRunPartsSpinningHelperTakesCalls(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	c := &slowParts{d: 20 * time.Microsecond}
+	st := &parts{p: c}
+	before := partPool.taken.Load()
+	const calls = 300
+	for range calls {
+		runParts(st, 2)
+	}
+	if got := c.runs.Load(); got != 2*calls {
+		t.Fatalf("%d parts ran, want %d", got, 2*calls)
+	}
+	taken := partPool.taken.Load() - before
+	if taken == 0 {
+		t.Fatalf("no call of %d was taken by a spinning helper: every call woke a parked one", calls)
+	}
+	t.Logf("%d of %d calls taken by a spinning helper", taken, calls)
 }

@@ -83,7 +83,8 @@ func BenchmarkDgemm(b *testing.B) {
 }
 
 // BenchmarkParallel times Sgemm on the MLP's shapes split into 1 and
-// GOMAXPROCS parts (run with -cpu 1,2 to see the pool's gain; parts=1
+// GOMAXPROCS parts (run with GOMAXPROCS=2 in the environment to see the
+// pool's gain, not -cpu 1,2, which does not reach sub-benchmarks; parts=1
 // is the serial baseline).
 func BenchmarkParallel(b *testing.B) {
 	for _, s := range benchShapes {
