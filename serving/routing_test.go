@@ -331,7 +331,7 @@ func TestShadowV2(t *testing.T) {
 
 // TestShadowSampled copies a quarter of the routed requests: the copies
 // the shadow answered and those it dropped (at this pace most are: the
-// worker takes at most 5% of a core) are 25% ± 5 of 1000 (σ ≈ 1.4
+// worker takes at most 2% of a core) are 25% ± 5 of 1000 (σ ≈ 1.4
 // points).
 func TestShadowSampled(t *testing.T) {
 	f := getFixture(t)

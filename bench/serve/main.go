@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +32,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"gonum.org/v1/gonum/stat"
+	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/rollout"
@@ -382,7 +386,8 @@ func median(rs []result) result {
 // whose copies start whatever the live predictions in flight
 // (ShadowMaxLive 1<<20; its worker still rests between copies); and
 // without routing on the second server, whose difference from the first
-// round is the noise. It prints percentiles over all rounds' requests,
+// round is the noise. Odd rounds run the four in reverse order, so that
+// no configuration gains from its place in a round. It prints percentiles over all rounds' requests,
 // the median over rounds of each round's p99 ratio to the first's (each
 // round's four loads are seconds apart, so a change in the machine's
 // other load mostly hits all four), and the share of the copies each
@@ -442,9 +447,14 @@ func runShadow(models string, d time.Duration, conc, rounds, percent, maxLive in
 	var lat [4][]time.Duration
 	var ratios [3][]float64 // per round: p99 with shadow (each server), and without on server 2 (the noise), / p99 without on server 1
 	var non2xx int64
-	for range rounds {
+	for round := range rounds {
 		var p99 [4]time.Duration
-		for i, rt := range []rollout.Routing{none, shadow, shadow, none} {
+		for k := range 4 {
+			i := k // odd rounds run the four loads in reverse (ABBA), so none gains from its place
+			if round%2 == 1 {
+				i = 3 - k
+			}
+			rt := []rollout.Routing{none, shadow, shadow, none}[i]
 			if err := set(rt); err != nil {
 				return err
 			}
@@ -473,6 +483,10 @@ func runShadow(models string, d time.Duration, conc, rounds, percent, maxLive in
 	}
 	fmt.Printf("p99 with shadow / without in the same round, median of %d rounds: %.3f (every copy started: %.3f; no routing on server 2, the noise: %.3f)\n",
 		rounds, ratios[0][rounds/2], ratios[1][rounds/2], ratios[2][rounds/2])
+	for i, name := range []string{"with shadow", "every copy started", "no routing on server 2 (the noise)"} {
+		m, lo, hi := geoMeanCI(ratios[i])
+		fmt.Printf("p99 / p99 without in the same round, geometric mean of %d rounds (95%% CI): %s %.3f [%.3f, %.3f]\n", rounds, name, m, lo, hi)
+	}
 	for i, s := range srvs {
 		sh := s.reg.Telemetry("bench", model, time.Now()).Versions[bundle.VersionKey(other)].Shadow
 		fmt.Printf("server %d: copies answered by the shadow version: %d of %d shadowed requests (%.1f%%), each in ≤ %.3g ms (p50), ≤ %.3g ms (p99); %s\n",
@@ -500,4 +514,21 @@ func droppedLines(base string) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// geoMeanCI returns the geometric mean of the ratios and its 95%
+// confidence interval, from the mean and standard error of their logs
+// (Student's t with n−1 degrees of freedom).
+func geoMeanCI(ratios []float64) (mean, lo, hi float64) {
+	logs := make([]float64, len(ratios))
+	for i, r := range ratios {
+		logs[i] = math.Log(r)
+	}
+	m, sd := stat.MeanStdDev(logs, nil)
+	if len(logs) < 2 {
+		return math.Exp(m), math.NaN(), math.NaN()
+	}
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(len(logs) - 1)}.Quantile(0.975)
+	h := t * sd / math.Sqrt(float64(len(logs)))
+	return math.Exp(m), math.Exp(m - h), math.Exp(m + h)
 }
