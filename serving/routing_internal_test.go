@@ -16,6 +16,10 @@ func HoldLive(s *Server, n int) (release func()) {
 	}
 }
 
+// ShadowPending returns the copies s queued for its shadow worker and
+// has not answered yet.
+func ShadowPending(s *Server) int64 { return s.shadowPending.Load() }
+
 // BlockShadow makes s's shadow worker, as it starts each copy, send on
 // started and wait until release is closed. Call it before the first
 // shadowed request.

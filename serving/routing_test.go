@@ -343,18 +343,18 @@ func TestShadowSampled(t *testing.T) {
 	for range n {
 		post(e.srv, predictURL, body)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	var last, sh rollout.Stats
-	for {
-		// The worker drains the queue, a copy every millisecond or more;
-		// the count stops moving once it is empty.
-		sh = e.reg.Telemetry("srv_test", model, time.Now()).Versions["2"].Shadow
-		if sh.Requests == last.Requests && sh.Requests > 0 || time.Now().After(deadline) {
-			break
+	// The worker drains the queue, a copy every millisecond or more (its
+	// rest grows with the copy's time: under -race, tens of
+	// milliseconds); every copy is answered or dropped once none is
+	// pending.
+	deadline := time.Now().Add(60 * time.Second)
+	for serving.ShadowPending(e.srv) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d shadow copies still pending after 60 s", serving.ShadowPending(e.srv))
 		}
-		last = sh
-		time.Sleep(20 * time.Millisecond) // polling a counter the shadow worker raises
+		time.Sleep(10 * time.Millisecond) // polling a counter the shadow worker lowers
 	}
+	sh := e.reg.Telemetry("srv_test", model, time.Now()).Versions["2"].Shadow
 	busy, full := shadowDropped(t, e)
 	if share := float64(sh.Requests+busy+full) / n; share < 0.20 || share > 0.30 {
 		t.Fatalf("shadow copies: got %d answered, %d + %d dropped of %d, want 25%% ± 5", sh.Requests, busy, full, n)

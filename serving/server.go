@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -110,10 +111,14 @@ type Server struct {
 	shadowDone chan struct{}   // closed by Close: the shadow worker returns
 	capacity   *shadowCapacity // live predictions in flight, and the shadow worker's wait for a spare core
 	shadowHook func()          // tests: called as the shadow worker starts a copy; nil in production
-	closeOnce  sync.Once
-	feedback   *feedbackMemory
-	seen       *seenSet  // signed request IDs counted here
-	macs       sync.Pool // of HMAC-SHA256 under Options.FeedbackKey (idMAC)
+	// shadowPending counts the copies queued and not yet answered (the
+	// one the worker holds included), so that tests can wait until every
+	// copy is answered or dropped.
+	shadowPending atomic.Int64
+	closeOnce     sync.Once
+	feedback      *feedbackMemory
+	seen          *seenSet  // signed request IDs counted here
+	macs          sync.Pool // of HMAC-SHA256 under Options.FeedbackKey (idMAC)
 }
 
 // New builds the server's routes over reg.

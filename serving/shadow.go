@@ -172,9 +172,11 @@ func (s *Server) enqueueShadow(shadow, primary *Servable, sc *scratch, n int, v2
 			j.values[i] = sc.logits[i*k]
 		}
 	}
+	s.shadowPending.Add(1)
 	select {
 	case s.shadowQ <- j:
 	default:
+		s.shadowPending.Add(-1)
 		s.dropShadow(shadow)
 	}
 }
@@ -234,6 +236,7 @@ func (s *Server) runShadow() {
 		s.shadowOne(j)
 		d := time.Since(start)
 		s.capacity.running.Store(false)
+		s.shadowPending.Add(-1)
 		rest.Reset(max(d*(100-shadowShare)/shadowShare, shadowCoalesce))
 		select {
 		case <-s.shadowDone:
