@@ -89,6 +89,7 @@ type Result struct {
 // error wrapping ErrNonFinite when the loss or the weights stop being
 // finite (no checkpoint of a diverged model is written).
 func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error) (Result, error) {
+	defer Training()()
 	n := len(data.Y)
 	if n == 0 || cfg.BatchSize < 1 || cfg.MaxSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim || (cfg.SaveSteps < 1 && cfg.SaveEvery <= 0) {
 		return Result{}, fmt.Errorf("%w: %d rows of dim %d, batch %d, max steps %d, model dim %d, save every %d steps or %v",

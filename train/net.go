@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 
 	"gonum.org/v1/gonum/blas"
@@ -454,7 +453,8 @@ func modelLoss(classes, k int, dz, z, y, p []float64) float64 {
 // a batch is larger than any before; not safe for concurrent use.
 //
 // A batch of at least batchParts·partRows rows is split into netParts
-// parts of consecutive rows (one under GOMAXPROCS=1, where Gradient is
+// parts of consecutive rows (one under GOMAXPROCS=1, or while as many
+// training loops run in the process as it has cores, where Gradient is
 // the unsplit pass), each with its own workspace and gradient, run on as
 // many cores (runParts); the matrix products inside a part do not split
 // further. With dropout, each hidden
@@ -463,7 +463,7 @@ func modelLoss(classes, k int, dz, z, y, p []float64) float64 {
 // over the whole batch, so the logits, the loss and the random source's
 // state are those of the unsplit pass. Only the gradients of the
 // variables differ from it, by rounding: they are the sum of the parts'
-// sums over their rows, the same for the same GOMAXPROCS.
+// sums over their rows, the same for the same number of parts.
 func (n *Net) Gradient(grad, x, y []float64) float64 {
 	if n.f32 {
 		g := &n.grad32
@@ -496,11 +496,12 @@ func (n *Net) Gradient32(grad, w, x []float32, y []float64) float64 {
 }
 
 // netParts is the number of parts a Net splits a batch of at least
-// batchParts·partRows rows into: one per core it may use (GOMAXPROCS),
-// at most batchParts. Splitting on one core would only shrink the
-// products (each part packs the weights again and computes a weight
-// gradient of its own to sum).
-func netParts() int { return min(runtime.GOMAXPROCS(0), batchParts) }
+// batchParts·partRows rows into: one per core it may use (cores:
+// GOMAXPROCS shared among the training loops running), at most
+// batchParts. Splitting on one core would only shrink the products (each
+// part packs the weights again and computes a weight gradient of its own
+// to sum).
+func netParts() int { return min(cores(), batchParts) }
 
 // netGrad is Gradient's state, computing in T: a workspace per part of
 // the batch and the batch-wide logits and their gradient.
@@ -562,7 +563,7 @@ func netPasses[T float](n *Net, g *netGrad[T], w []T, x []float64, x32 []T, y []
 		if r := g.lo[i+1] - g.lo[i]; ws.n < r || ws.d0 == nil || ws.g == nil && (i > 0 || grad == nil) {
 			newWorkspace(n, ws, r, true, i > 0 || grad == nil)
 		}
-		ws.serial = g.n > 1
+		ws.serial = serialProducts(g.n)
 	}
 	if g.net == nil || len(g.z64) < rows*n.k {
 		g.net = n

@@ -26,7 +26,10 @@ type parts struct {
 	// the next one twice.
 	call atomic.Uint64
 	left atomic.Int64 // parts of the current call not yet done
-	wg   sync.WaitGroup
+	// taken counts the times a spinning helper took a call of these
+	// parts from partPool.pending (tests).
+	taken atomic.Int64
+	wg    sync.WaitGroup
 }
 
 // claim runs parts until none is left.
@@ -85,7 +88,6 @@ var partPool struct {
 	// them), which takes it without a wake-up.
 	pending  atomic.Pointer[parts]
 	spinning atomic.Int32
-	taken    atomic.Int64 // calls a spinning helper took (tests)
 }
 
 func startPartPool() {
@@ -96,35 +98,71 @@ func startPartPool() {
 }
 
 // partHelper runs the calls it is handed, polling for the next one for
-// partSpin after each (spin) before it parks on the channel.
+// partSpin after each (spin) before it parks on the channel. It counts
+// as spinning (partPool.spinning) from when it is handed a call until it
+// parks, its own parts included, so that a call made while it finishes
+// one is offered to it too (pending) and taken as soon as it is done.
 func partHelper() {
 	for st := range partPool.tasks {
+		partPool.spinning.Add(1)
 		for st != nil {
 			st.claim()
 			st = nil
-			partPool.spinning.Add(1)
-			spin(func() bool { st = partPool.pending.Swap(nil); return st != nil })
-			partPool.spinning.Add(-1)
-			if st == nil {
-				// a call offered as we stopped spinning: take it too
-				st = partPool.pending.Swap(nil)
+			if spin(func() bool { st = partPool.pending.Swap(nil); return st != nil }) {
+				st.taken.Add(1)
+				continue
 			}
-			if st != nil {
-				partPool.taken.Add(1)
+			partPool.spinning.Add(-1)
+			// a call offered as we stopped spinning: take it too
+			if st = partPool.pending.Swap(nil); st != nil {
+				partPool.spinning.Add(1)
+				st.taken.Add(1)
 			}
 		}
 	}
 }
 
+// trainers counts the training loops running in this process (Training).
+var trainers atomic.Int32
+
+// Training counts a training loop running in this process (Run, a
+// distributed worker's RunWorker) until done is called. While k loops
+// run, each uses GOMAXPROCS/k cores (cores), at least one, for its
+// batch's parts, its elementwise work and its matrix products: k workers
+// of a cluster, or trials of a tuning job, in one process on k cores
+// then each compute on a core of their own, instead of each splitting
+// its work over every core and taking turns.
+func Training() (done func()) {
+	trainers.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { trainers.Add(-1) }) }
+}
+
+// cores is the number of cores one training loop's passes may use:
+// GOMAXPROCS shared among the training loops running (Training), at
+// least one.
+func cores() int {
+	p := runtime.GOMAXPROCS(0)
+	if t := int(trainers.Load()); t > 1 {
+		p = max(1, p/t)
+	}
+	return p
+}
+
+// serialProducts reports whether the matrix products of a pass split
+// into parts parts run on the calling goroutine: when the pass is split
+// (its parts share the cores), or when the loop has one core (cores).
+func serialProducts(parts int) bool { return parts > 1 || cores() == 1 }
+
 // runParts runs st.p.part(i) for i in [0, n) and returns when all are
-// done, on the calling goroutine and on up to GOMAXPROCS-1 helpers: one
+// done, on the calling goroutine and on up to cores()-1 helpers: one
 // that spins takes the call without a wake-up (partPool.pending), others
 // are handed it if idle. A helper that comes after the caller has claimed
 // every part does nothing (or claims parts of the caller's next call,
 // which is as good), so an offer nobody took costs nothing. The caller
 // then polls for the parts' end for partSpin before it parks.
 func runParts(st *parts, n int) {
-	procs := runtime.GOMAXPROCS(0)
+	procs := cores()
 	if n <= 1 || procs <= 1 {
 		for i := range n {
 			st.p.part(i)
@@ -211,7 +249,7 @@ type splitPredict struct {
 func (p *splitPredict) part(i int) {
 	lo, hi := p.lo[i], p.lo[i+1]
 	k, c := p.k, p.classes
-	z := p.m.predictRows(&p.ws[i], p.x[lo*p.dim:hi*p.dim], hi-lo, p.n > 1)
+	z := p.m.predictRows(&p.ws[i], p.x[lo*p.dim:hi*p.dim], hi-lo, serialProducts(p.n))
 	if p.logits != nil {
 		copy(p.logits[lo*k:hi*k], z)
 	}
@@ -299,7 +337,7 @@ func (c *vecCall) part(i int) { c.f(c, c.n*i/c.parts, c.n*(i+1)/c.parts) }
 func (c *vecCall) do(f func(c *vecCall, lo, hi int), n int) {
 	c.f, c.n, c.parts, c.run.p = f, n, 1, c
 	if n >= vecSplitMin {
-		c.parts = min(runtime.GOMAXPROCS(0), batchParts)
+		c.parts = min(cores(), batchParts)
 	}
 	runParts(&c.run, c.parts)
 	c.a, c.b, c.m, c.v, c.x = nil, nil, nil, nil, nil

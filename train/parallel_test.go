@@ -40,36 +40,84 @@ func TestRunPartsEachOnce(t *testing.T) {
 
 // slowParts busies each part for about d, counting the parts.
 type slowParts struct {
-	d    time.Duration
-	runs atomic.Int64
+	d          time.Duration
+	runs       atomic.Int64
+	active     atomic.Int32 // parts running now
+	overlapped atomic.Bool  // two parts ran at the same time
 }
 
 func (c *slowParts) part(int) {
+	if c.active.Add(1) > 1 {
+		c.overlapped.Store(true)
+	}
 	for t := time.Now(); time.Since(t) < c.d; {
 	}
+	c.active.Add(-1)
 	c.runs.Add(1)
 }
 
 // TestRunPartsSpinningHelperTakesCalls checks that calls coming one
 // after another under GOMAXPROCS 2 are taken by a helper spinning after
 // its last part (partPool.pending), not only by waking a parked one, and
-// still run every part once. On a machine busy with other tests a helper
-// may be descheduled now and then, so it asks for one such call in 300.
+// still run every part once. On a machine busy with other tests (or
+// under -race) the helper may be descheduled for a while, so it makes
+// calls until one is taken that way, for at most 30 s.
 func TestRunPartsSpinningHelperTakesCalls(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	c := &slowParts{d: 20 * time.Microsecond}
 	st := &parts{p: c}
-	before := partPool.taken.Load()
-	const calls = 300
-	for range calls {
+	deadline := time.Now().Add(30 * time.Second)
+	calls := int64(0)
+	for st.taken.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no call of %d in 30 s was taken by a spinning helper: every call woke a parked one", calls)
+		}
 		runParts(st, 2)
+		calls++
 	}
 	if got := c.runs.Load(); got != 2*calls {
-		t.Fatalf("%d parts ran, want %d", got, 2*calls)
+		t.Fatalf("%d parts ran in %d calls, want %d", got, calls, 2*calls)
 	}
-	taken := partPool.taken.Load() - before
-	if taken == 0 {
-		t.Fatalf("no call of %d was taken by a spinning helper: every call woke a parked one", calls)
+	t.Logf("the first call taken by a spinning helper: call %d", calls)
+}
+
+// TestTrainingSharesCores checks that the training loops running in the
+// process share its cores: under GOMAXPROCS 2 one loop splits a batch in
+// two (netParts 2) with serial products, two loops each compute on one
+// core (netParts 1, serial products, a call's parts one after the other
+// on its caller), and the count goes back when a loop's done is called,
+// once however often it is called.
+func TestTrainingSharesCores(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	if got := netParts(); got != 2 {
+		t.Fatalf("no loop running: netParts %d, want 2", got)
 	}
-	t.Logf("%d of %d calls taken by a spinning helper", taken, calls)
+	if serialProducts(1) {
+		t.Fatal("no loop running: an unsplit pass's products are serial, want them split over the kernels' pool")
+	}
+	done1 := Training()
+	if got := netParts(); got != 2 || !serialProducts(2) {
+		t.Fatalf("one loop: netParts %d, serial products of 2 parts %v; want 2, true", got, serialProducts(2))
+	}
+	done2 := Training()
+	if got := netParts(); got != 1 || !serialProducts(1) {
+		t.Fatalf("two loops on 2 cores: netParts %d, serial products of 1 part %v; want 1, true", got, serialProducts(1))
+	}
+	c := &slowParts{d: 20 * time.Microsecond}
+	st := &parts{p: c}
+	for range 100 {
+		runParts(st, 2)
+	}
+	if got := c.runs.Load(); got != 200 {
+		t.Fatalf("%d parts ran, want 200", got)
+	}
+	if c.overlapped.Load() {
+		t.Fatal("two loops on 2 cores: a call's parts ran at the same time, want them one after the other on the caller")
+	}
+	done2()
+	done2()
+	if got := netParts(); got != 2 {
+		t.Fatalf("one loop again (done called twice): netParts %d, want 2", got)
+	}
+	done1()
 }

@@ -931,7 +931,7 @@ func seqPasses[T float](s *Sequential, g *seqGrad[T], w []T, x []float64, x32 []
 		if r := g.lo[i+1] - g.lo[i]; ws.n < r || ws.d0 == nil {
 			newSeqWorkspace(s, ws, r, true)
 		}
-		ws.serial = n > 1
+		ws.serial = serialProducts(n)
 	}
 	if g.s == nil || len(g.z64) < rows*s.k {
 		g.s = s

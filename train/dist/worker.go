@@ -236,6 +236,7 @@ type rngModel interface {
 // variables, ends the worker at once with an error wrapping
 // train.ErrNonFinite; no checkpoint of the diverged model is committed.
 func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client, hooks Hooks) (WorkerResult, error) {
+	defer train.Training()()
 	n := len(data.Y)
 	if n == 0 || cfg.BatchSize < 1 || cfg.SaveSteps < 1 || data.Dim != cfg.Meta.Dim || len(data.X) != n*data.Dim {
 		return WorkerResult{}, fmt.Errorf("%w: worker %d: %d rows of dim %d, batch %d, save steps %d, model dim %d", train.ErrShape, cfg.Task, n, data.Dim, cfg.BatchSize, cfg.SaveSteps, cfg.Meta.Dim)
