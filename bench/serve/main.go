@@ -387,8 +387,8 @@ func median(rs []result) result {
 // (ShadowMaxLive 1<<20; its worker still rests between copies); and
 // without routing on the second server, whose difference from the first
 // round is the noise. Odd rounds run the four in reverse order, so that
-// no configuration gains from its place in a round. It prints percentiles over all rounds' requests,
-// the median over rounds of each round's p99 ratio to the first's (each
+// no configuration gains from its place in a round. It prints
+// percentiles over all rounds' requests, the median over rounds of each round's p99 ratio to the first's (each
 // round's four loads are seconds apart, so a change in the machine's
 // other load mostly hits all four), and the share of the copies each
 // shadow version answered (the others were dropped,
@@ -447,15 +447,15 @@ func runShadow(models string, d time.Duration, conc, rounds, percent, maxLive in
 	var lat [4][]time.Duration
 	var ratios [3][]float64 // per round: p99 with shadow (each server), and without on server 2 (the noise), / p99 without on server 1
 	var non2xx int64
+	order := [4]rollout.Routing{none, shadow, shadow, none}
 	for round := range rounds {
 		var p99 [4]time.Duration
-		for k := range 4 {
+		for k := range order {
 			i := k // odd rounds run the four loads in reverse (ABBA), so none gains from its place
 			if round%2 == 1 {
-				i = 3 - k
+				i = len(order) - 1 - k
 			}
-			rt := []rollout.Routing{none, shadow, shadow, none}[i]
-			if err := set(rt); err != nil {
+			if err := set(order[i]); err != nil {
 				return err
 			}
 			r := load(srvs[min(i, 2)/2].url, body(1), "", conc, d/time.Duration(rounds), peak/2, nil)
