@@ -573,8 +573,9 @@ func workerData(dataDir string, dim int, mine []preprocess.ShardResult, byRow bo
 }
 
 // firstTimedCut is the step of a distributed job's first checkpoint with
-// train.save_checkpoints_secs: the chief times the later ones from the
-// global step rate it measures up to there (dist.WorkerConfig.SaveEvery).
+// train.save_checkpoints_secs, and the interval its chief's first commit
+// announces: the chief times the later ones from the global step rate it
+// measures between its own commits (dist.WorkerConfig.SaveEvery).
 const firstTimedCut = 100
 
 // distSaveSteps is the parameter servers' and workers' SaveSteps for t.

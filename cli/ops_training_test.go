@@ -77,9 +77,12 @@ func TestEpochsAndTimedCheckpointsBasic(t *testing.T) {
 
 // TestDistributedTimedCheckpoints trains a CUSTOM job (sync updates, a
 // backup worker, 2 parameter servers) with save_checkpoints_secs 1 and no
-// step interval: the first checkpoint is cut at step 100, the later ones
-// where the chief's measured step rate reaches 1 s later (so not every 100
-// steps, and no more of them than seconds passed), and the job completes
+// step interval: the first checkpoints are cut at steps 100 and 200, the
+// later ones where the chief's measured step rate reaches 1 s later (so
+// not every 100 steps, and no more of them than seconds passed; with the
+// rate measured from the chief's start, a chief that started after the
+// other workers reached step 100 once measured 100 steps in milliseconds
+// and cut next at max_steps), and the job completes
 // with its final checkpoint at max_steps. Where the cuts fall is tested on
 // a fake clock in package dist.
 func TestDistributedTimedCheckpoints(t *testing.T) {
@@ -112,8 +115,8 @@ func TestDistributedTimedCheckpoints(t *testing.T) {
 		gaps = append(gaps, at[i].Sub(at[i-1]).Round(10*time.Millisecond))
 	}
 	t.Logf("step %d in %s, commits %v, intervals %v (target 1s)", res.GlobalStep, took.Round(time.Millisecond), commits, gaps)
-	if res.GlobalStep != 8000 || commits[0] != 100 || commits[len(commits)-1] != 8000 {
-		t.Fatalf("ended at step %d with commits %v, want the first at 100 and the last at 8000", res.GlobalStep, commits)
+	if res.GlobalStep != 8000 || len(commits) < 2 || commits[0] != 100 || commits[1] != 200 || commits[len(commits)-1] != 8000 {
+		t.Fatalf("ended at step %d with commits %v, want the first at 100 and 200 and the last at 8000", res.GlobalStep, commits)
 	}
 	if len(commits) < 3 || len(commits) > int(took/time.Second)+3 {
 		t.Fatalf("%d commits in %s (%v): want several, about one a second, not one every 100 steps", len(commits), took, commits)

@@ -646,10 +646,12 @@ func TestSyncBackupWorkersTwoShardsNoHang(t *testing.T) {
 
 // TestTimedCheckpointsFollowTheClock runs a chief with SaveEvery on a
 // clock driven by the global step: 10 ms a step up to step 150, 40 ms a
-// step after. The first cut is at SaveSteps (50); every later one is where
-// the step rate measured since the previous commit reaches 1 s later: 100
-// steps apart while fast, 25 once slow, and always one at MaxSteps (by
-// steps they would have been every 50).
+// step after. The first cut is at SaveSteps (50), and so is the one its
+// first commit announces (100: it has measured no interval of its own);
+// every later one is where the step rate measured since the previous
+// commit reaches 1 s later: 100 steps apart while fast, 40 over the change
+// of speed, 25 once slow, and always one at MaxSteps (by steps they would
+// have been every 50).
 func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 	data, _ := trainAndHeldOut()
 	for _, c := range []struct {
@@ -660,10 +662,7 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newCluster(t, 2, c.sync, c.replicas, 400)
 			base := time.Unix(1_000_000, 0)
-			started := make(chan struct{})
-			var once sync.Once
 			clock := func() time.Time {
-				once.Do(func() { close(started) })
 				step, _ := cl.servers[0].shard.Step()
 				d := time.Duration(step) * 10 * time.Millisecond
 				if step > 150 {
@@ -696,7 +695,6 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 					},
 					Committed: func(p train.Progress) error { committed = append(committed, p.Step); return nil }})
 			})
-			<-started // the chief's clock starts at step 0
 			for i := 1; i < 3; i++ {
 				wg.Go(func() { _, errs[i] = cl.worker(ctx, data, i, 3, Hooks{}) })
 			}
@@ -710,18 +708,18 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 				}
 				t.Fatalf("%v; commits %v; %v", err, committed, at)
 			}
-			want := []int64{50, 150, 250, 275, 300, 325, 350, 375, 400}
+			want := []int64{50, 100, 200, 240, 265, 290, 315, 340, 365, 390, 400}
 			if !slices.Equal(committed, want) || !slices.Equal(saving, want) {
 				t.Fatalf("commits at %v, BeforeSave at %v, want %v", committed, saving, want)
 			}
 			// Each checkpoint records the cut announced with it, which a
 			// restarted parameter server resumes from.
-			ck, err := train.ReadCheckpoint(filepath.Join(cl.ckdir, train.CheckpointName(250)))
+			ck, err := train.ReadCheckpoint(filepath.Join(cl.ckdir, train.CheckpointName(240)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := ck.Tensors[CutTensor]; !slices.Equal(got, []float64{275}) {
-				t.Fatalf("checkpoint 250 records next cut %v, want [275]", got)
+			if got := ck.Tensors[CutTensor]; !slices.Equal(got, []float64{265}) {
+				t.Fatalf("checkpoint 240 records next cut %v, want [265]", got)
 			}
 			sh, err := NewShard(cl.cfg)
 			if err != nil {
@@ -730,8 +728,8 @@ func TestTimedCheckpointsFollowTheClock(t *testing.T) {
 			if err := sh.Restore(ck, 2); err != nil {
 				t.Fatal(err)
 			}
-			if got := sh.NextCut(); got != 275 {
-				t.Fatalf("shard restored from checkpoint 250 cuts next at %d, want 275", got)
+			if got := sh.NextCut(); got != 265 {
+				t.Fatalf("shard restored from checkpoint 240 cuts next at %d, want 265", got)
 			}
 		})
 	}
@@ -767,22 +765,20 @@ func (m *diskCrashCheckpoints) Save(ctx context.Context, ck *train.Checkpoint, k
 }
 
 // TestTimedChiefRestartAfterSaveBeforeRelease restarts a timed chief
-// after it saved checkpoint 150 but before the shards heard of it: the new
+// after it saved checkpoint 200 but before the shards heard of it: the new
 // chief does not know the cut it announced, the shards read it from the
-// checkpoint (250), and training completes with the same cuts.
+// checkpoint (300), and training completes; the restarted chief's first
+// commit announces the step cut (350), as any chief's first does.
 func TestTimedChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 	data, _ := trainAndHeldOut()
 	cl := newCluster(t, 2, false, 0, 400)
 	base := time.Unix(1_000_000, 0)
-	started := make(chan struct{})
-	var once sync.Once
 	clock := func() time.Time {
-		once.Do(func() { close(started) })
 		step, _ := cl.servers[0].shard.Step()
 		return base.Add(time.Duration(step) * 10 * time.Millisecond)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ckpts := &diskCrashCheckpoints{Checkpoints: train.NewCheckpoints(train.Dir(cl.ckdir), ""), crashAt: 150, crash: cancel}
+	ckpts := &diskCrashCheckpoints{Checkpoints: train.NewCheckpoints(train.Dir(cl.ckdir), ""), crashAt: 200, crash: cancel}
 	chief := func(ctx context.Context) (WorkerResult, error) {
 		c, err := Dial(ctx, cl.resolve, cl.cfg.Meta.Dim+1, cl.cfg.Tasks)
 		if err != nil {
@@ -800,7 +796,6 @@ func TestTimedChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 	var crashErr error
 	crashed := make(chan struct{})
 	go func() { _, crashErr = chief(ctx); close(crashed) }()
-	<-started // the chief's clock starts at step 0
 	wg.Go(func() { _, otherErr = cl.worker(wctx, data, 1, 2, Hooks{}) })
 	<-crashed
 	if err := crashErr; !errors.Is(err, context.Canceled) {
@@ -808,14 +803,14 @@ func TestTimedChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 	}
 	r, err := chief(wctx)
 	if err != nil {
-		t.Fatalf("restarted chief: %v (the shards held at step 150 were never released?)", err)
+		t.Fatalf("restarted chief: %v (the shards held at step 200 were never released?)", err)
 	}
 	wg.Wait()
 	if otherErr != nil {
 		t.Fatal(otherErr)
 	}
 	t.Logf("saved steps %v; restarted chief ended at %d", ckpts.steps, r.Step)
-	if want := []int64{50, 150, 250, 350, 400}; r.Step != 400 || !slices.Equal(ckpts.steps, want) {
+	if want := []int64{50, 100, 200, 300, 350, 400}; r.Step != 400 || !slices.Equal(ckpts.steps, want) {
 		t.Fatalf("ended at %d with checkpoints %v, want 400 with %v", r.Step, ckpts.steps, want)
 	}
 }

@@ -35,9 +35,12 @@ type WorkerConfig struct {
 	// MaxSteps, keeping the newest KeepMax.
 	SaveSteps int64
 	// SaveEvery, if set, times checkpoints instead: after each commit the
-	// chief announces the next cut at the step the measured global step
-	// rate reaches SaveEvery later (SaveSteps is then only the first cut
-	// after step 0 and the fallback of a shard told nothing).
+	// chief announces the next cut at the step the global step rate it
+	// measured since its previous commit reaches SaveEvery later. SaveSteps
+	// is then the first cut, the cut announced by a chief's first commit
+	// after it starts (it has measured no interval itself: the other
+	// workers may have run up to the cut before it started) and the
+	// fallback of a shard told nothing.
 	SaveEvery time.Duration
 	// Now is the clock of SaveEvery; nil means time.Now.
 	Now           func() time.Time
@@ -299,7 +302,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 			return WorkerResult{}, err
 		}
 		defer cc.Close()
-		w.since, w.cutAt = time.Now(), w.now()
+		w.since = time.Now()
 		go func() {
 			err := w.commitLoop(ctx, cc)
 			committed <- err
@@ -440,7 +443,7 @@ type worker struct {
 	lossSum   float64
 	lossN     int
 	since     time.Time
-	cutAt     time.Time // when the chief started or last committed (SaveEvery clock)
+	cutAt     time.Time // when the chief last committed (SaveEvery clock); zero before its first commit
 }
 
 func (w *worker) now() time.Time {
@@ -457,9 +460,13 @@ func (w *worker) stepCut(step int64) int64 {
 }
 
 // timedCut is the cut the chief announces after committing step: where
-// the global step rate measured since the previous commit (or its start)
-// gets SaveEvery later, at least one step on, at most MaxSteps.
+// the global step rate measured since its previous commit gets SaveEvery
+// later, at least one step on, at most MaxSteps. Before its first commit
+// it has no interval of its own, so it announces the step cut.
 func (w *worker) timedCut(step int64, now time.Time) int64 {
+	if w.cutAt.IsZero() {
+		return w.stepCut(step)
+	}
 	elapsed := now.Sub(w.cutAt)
 	steps := int64(1)
 	if elapsed > 0 && step > w.committed {
