@@ -37,6 +37,7 @@ case ",$models," in *,mlp,*) mlp=1 ;; esac
 case ",$models," in *,cnn,*) cnn=1 ;; esac
 
 go test -c -o "$out/kernel.test" ./train/
+go test -c -o "$out/gemm.test" ./train/internal/kernel/
 backends=(kernel)
 if [ "$mlp" = 0 ]; then
 	: # the CNN part runs the default build only
@@ -59,6 +60,7 @@ bench1='TrainMLP/batch=128$|TrainMLP/float32/batch=128$|TrainCensusLinear/batch=
 : >"$out/torch.txt"
 : >"$out/torch2.txt"
 : >"$out/kernel2.txt"
+: >"$out/gemm.txt"
 for b in "${backends[@]}"; do : >"$out/$b.txt"; done
 for f in cnn1 cnn2 torchcnn1 torchcnn2; do : >"$out/$f.txt"; done
 features=115
@@ -81,6 +83,11 @@ for r in $(seq "$rounds"); do
 		(cd train && GOMAXPROCS=1 "$out/$b.test" -test.run '^$' -test.bench "$bench1" \
 			-test.benchmem -test.benchtime "${secs}s" -test.count 1) >>"$out/$b.txt"
 	done
+	# The GEMM alone on the MLP step's five products, next to the FMA
+	# peak measured in the same moment (a boosting core runs above the
+	# nominal clock): one line of each per round.
+	(cd train/internal/kernel && GOMAXPROCS=1 "$out/gemm.test" -test.run '^$' -test.bench 'FMAPeak|Sgemm/./x/impl=avx2' \
+		-test.benchtime 1s -test.count 1) >>"$out/gemm.txt"
 	if [ "$cpus" -ge 2 ]; then
 		(cd train && GOMAXPROCS=2 "$out/kernel.test" -test.run '^$' -test.bench 'TrainMLP/float32/batch=128$' \
 			-test.benchmem -test.benchtime "${secs}s" -test.count 1) >>"$out/kernel2.txt"
@@ -164,6 +171,26 @@ awk -v e1="$mlp32" -v e2="$mlp2" -v f="$flop" -v ghz="$ghz" 'BEGIN {
 	if (e1 != "-") printf "  1 thread:  %.1f GFLOP/s of %.1f peak (%.0f%%)\n", e1 * f / 1e9, peak, 100 * e1 * f / 1e9 / peak
 	if (e2 != "-") printf "  2 threads: %.1f GFLOP/s of %.1f peak (%.0f%%)\n", e2 * f / 1e9, 2 * peak, 100 * e2 * f / 1e9 / (2 * peak)
 }'
+
+# Per round: the five products' FLOP over their time (one product each,
+# as a step runs them), divided by the FMA peak measured in that round.
+echo
+echo "the GEMM alone (train/internal/kernel BenchmarkSgemm, the MLP step's five products, 1 thread) against the FMA peak measured in the same round (BenchmarkFMAPeak):"
+awk '
+	/^BenchmarkFMAPeak/ { for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") peak[++np] = $i }
+	/^BenchmarkSgemm\// {
+		split($1, f, "/"); split(f[3], d, "x")
+		flop[np + 1] += 2 * d[1] * d[2] * d[3]; ns[np + 1] += $3
+		if (f[2] "/" f[3] == "NN/128x128x784") big[np + 1] = 2 * d[1] * d[2] * d[3] / $3
+	}
+	END {
+		for (r = 1; r <= np; r++) if (ns[r] > 0) {
+			g = flop[r] / ns[r]; e[r] = g / peak[r]
+			printf "  round %d: %.1f GFLOP/s over the five, NN/128x128x784 %.1f, FMA peak %.1f: %.0f%% of peak\n", r, g, big[r], peak[r], 100 * e[r]
+			printf "%.2f\n", 100 * e[r] >eff
+		}
+	}' eff="$out/gemm-eff.txt" "$out/gemm.txt"
+[ -s "$out/gemm-eff.txt" ] && echo "  median: $(median <"$out/gemm-eff.txt")% of the measured peak (issue #30 goal: 75%)"
 
 echo
 echo "where a float32 MLP step's time goes (GOMAXPROCS=1, pprof -top):"

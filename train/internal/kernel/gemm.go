@@ -15,10 +15,17 @@ type Float interface{ ~float32 | ~float64 }
 // row-major with row stride ldc. beta == 0 means C is not read.
 type micro[T Float] func(k int, a, b, c []T, ldc int, alpha, beta T)
 
+// microRows is micro reading mr rows of a row-major A in place
+// (a[r·lda+p]) instead of a packed panel.
+type microRows[T Float] func(k int, a []T, lda int, b, c []T, ldc int, alpha, beta T)
+
 // gemmKernel is one micro-kernel with its tile and block sizes: kc rows of
 // op(B) and mc rows of op(A) are packed at a time (mc a multiple of mr).
+// rows, if set, computes whole tiles of a non-transposed op(A) without
+// packing it: only a last panel of fewer than mr rows is packed.
 type gemmKernel[T Float] struct {
 	f              micro[T]
+	rows           microRows[T]
 	mr, nr, kc, mc int
 }
 
@@ -211,12 +218,14 @@ func grow[T Float](s []T, n int) []T {
 // goroutine, for arguments checkGemm accepted with m, n, k, alpha ≠ 0.
 func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	mr, nr := kn.mr, kn.nr
-	kc := min(kn.kc, k)
+	blocks := (k + kn.kc - 1) / kn.kc
+	kc := (k + blocks - 1) / blocks // at most kn.kc, evened out: k = 784 is 4×196, not 3×256 and a 16
 	mc := min(kn.mc, (m+mr-1)/mr*mr)
 	ncPad := (n + nr - 1) / nr * nr
 	s.a = grow(s.a, mc*kc)
 	s.b = grow(s.b, kc*ncPad)
 	s.tile = grow(s.tile, mr*nr)
+	inPlace := !ta && kn.rows != nil // op(A)'s whole panels are read where they lie
 	for pc := 0; pc < k; pc += kc {
 		kb := min(kc, k-pc)
 		bet := beta
@@ -226,7 +235,13 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 		packB(s.b, b, ldb, tb, pc, kb, n, nr)
 		for ic := 0; ic < m; ic += mc {
 			mb := min(mc, m-ic)
-			packA(s.a, a, lda, ta, ic, mb, pc, kb, mr)
+			full := mb / mr * mr // rows in whole panels
+			switch {
+			case !inPlace:
+				packA(s.a, a, lda, ta, ic, mb, pc, kb, mr)
+			case full < mb: // the last, partial panel only, at s.a[full·kb:]
+				packA(s.a[full*kb:], a, lda, ta, ic+full, mb-full, pc, kb, mr)
+			}
 			for jr := 0; jr < n; jr += nr {
 				cols := min(nr, n-jr)
 				bp := s.b[jr*kb : (jr+nr)*kb]
@@ -234,11 +249,21 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 					rows := min(mr, mb-ir)
 					ap := s.a[ir*kb : (ir+mr)*kb]
 					ci := (ic+ir)*ldc + jr
+					direct := inPlace && rows == mr
+					ar := a[min((ic+ir)*lda+pc, len(a)):] // the panel's first row, where direct
 					if rows == mr && cols == nr {
-						kn.f(kb, ap, bp, c[ci:], ldc, alpha, bet)
+						if direct {
+							kn.rows(kb, ar, lda, bp, c[ci:], ldc, alpha, bet)
+						} else {
+							kn.f(kb, ap, bp, c[ci:], ldc, alpha, bet)
+						}
 						continue
 					}
-					kn.f(kb, ap, bp, s.tile, nr, alpha, 0)
+					if direct {
+						kn.rows(kb, ar, lda, bp, s.tile, nr, alpha, 0)
+					} else {
+						kn.f(kb, ap, bp, s.tile, nr, alpha, 0)
+					}
 					for r := range rows {
 						dst, src := c[ci+r*ldc:ci+r*ldc+cols], s.tile[r*nr:r*nr+cols]
 						if bet == 0 {
@@ -310,12 +335,46 @@ func packB[T Float](dst, b []T, ldb int, tb bool, p0, kb, n, nr int) {
 	for jr := 0; jr < n; jr += nr {
 		cols := min(nr, n-jr)
 		d := dst[jr*kb : (jr+nr)*kb]
+		if !tb && cols == 16 && nr == 16 { // the AVX2 float32 tile: one 64-byte move per p, no copy call
+			for p := range kb {
+				*(*[16]T)(d[p*16:]) = *(*[16]T)(b[(p0+p)*ldb+jr:])
+			}
+			continue
+		}
+		if !tb && cols == 8 && nr == 8 { // the AVX2 float64 tile
+			for p := range kb {
+				*(*[8]T)(d[p*8:]) = *(*[8]T)(b[(p0+p)*ldb+jr:])
+			}
+			continue
+		}
 		if !tb { // op(B)[p, j] = b[p·ldb + j]: nr contiguous values per p
 			for p := range kb {
 				src := b[(p0+p)*ldb+jr:]
 				dp := d[p*nr : p*nr+nr]
 				copy(dp, src[:cols])
 				clear(dp[cols:])
+			}
+			continue
+		}
+		if cols == nr && (nr == 16 || nr == 8) { // the AVX2 tiles: nr rows of b read in step, written in order
+			var rs [16][]T
+			for j := range nr {
+				rs[j] = b[(jr+j)*ldb+p0:][:kb:kb]
+			}
+			if nr == 8 {
+				r0, r1, r2, r3, r4, r5, r6, r7 := rs[0], rs[1], rs[2], rs[3], rs[4], rs[5], rs[6], rs[7]
+				for p := range kb {
+					dp := (*[8]T)(d[8*p:])
+					dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p], r6[p], r7[p]
+				}
+				continue
+			}
+			for h := 0; h < 16; h += 8 { // eight rows at a time: sixteen slices would spill
+				r0, r1, r2, r3, r4, r5, r6, r7 := rs[h], rs[h+1], rs[h+2], rs[h+3], rs[h+4], rs[h+5], rs[h+6], rs[h+7]
+				for p := range kb {
+					dp := (*[8]T)(d[16*p+h:])
+					dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p], r6[p], r7[p]
+				}
 			}
 			continue
 		}

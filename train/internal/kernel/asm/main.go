@@ -43,8 +43,11 @@ var (
 
 func main() {
 	ConstraintExpr("!purego")
-	gemmKernel("gemmAVX2F32", f32)
-	gemmKernel("gemmAVX2F64", f64)
+	gemmKernel("gemmAVX2F32", f32, false)
+	gemmKernel("gemmAVX2F64", f64, false)
+	gemmKernel("gemmRowsAVX2F32", f32, true)
+	gemmKernel("gemmRowsAVX2F64", f64, true)
+	fmaPeak()
 	adam()
 	convert()
 	Generate()
@@ -54,20 +57,60 @@ func main() {
 //
 //	C[0:6, 0:nr] = alpha·Σₚ A[p]ᵀ·B[p] + beta·C   (beta == ±0: C is not read)
 //
-// where A holds k packed columns of 6 values (a[6p+r]), B holds k packed
-// rows of nr = 2·lanes values (b[nr·p+j]) and C is row-major with row
-// stride ldc elements. The Go side checks that the slices are long enough.
-func gemmKernel(name string, t prec) {
+// where B holds k packed rows of nr = 2·lanes values (b[nr·p+j]) and C is
+// row-major with row stride ldc elements. A holds k packed columns of 6
+// values (a[6p+r]), or with rows six rows of a row-major matrix read in
+// place (a[r·lda+p]), which spares packing a non-transposed op(A): the six
+// broadcasts of a step then read six rows, from two base registers (rows
+// 0 and 3) indexed by lda and 2·lda. The Go side checks that the slices
+// are long enough.
+func gemmKernel(name string, t prec, rows bool) {
 	nr := 2 * t.lanes
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(k int, a, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name))
+	sig := fmt.Sprintf("func(k int, a, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
+	doc := fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from packed A and B (see gemmKernel in asm/main.go).", name, mr, nr)
+	if rows {
+		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
+		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six rows of A in place (row stride lda) and packed B (see gemmKernel in asm/main.go).", name, mr, nr)
+	}
+	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from packed A and B (see gemmKernel in asm/main.go).", name, mr, nr))
+	Doc(doc)
 	k := Load(Param("k"), GP64())
 	a := Load(Param("a").Base(), GP64())
 	b := Load(Param("b").Base(), GP64())
 	c := Load(Param("c").Base(), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(log2(t.size)), ldc)
+	// aAt is the address of A's element (r, p) relative to a (and a3).
+	aAt := func(r, p int) Mem { return Mem{Base: a, Disp: (p*mr + r) * t.size} }
+	aStep := mr * t.size // bytes a advances per step
+	var a3 Register
+	if rows {
+		lda := Load(Param("lda"), GP64())
+		SHLQ(U8(log2(t.size)), lda)
+		a3 = GP64()
+		LEAQ(Mem{Base: lda, Index: lda, Scale: 2}, a3)
+		ADDQ(a, a3)
+		aAt = func(r, p int) Mem {
+			base := a
+			if r >= 3 {
+				base, r = a3, r-3
+			}
+			m := Mem{Base: base, Disp: p * t.size}
+			if r > 0 {
+				m.Index, m.Scale = lda, uint8(r)
+			}
+			return m
+		}
+		aStep = t.size
+	}
+	advance := func(steps int) {
+		ADDQ(U32(steps*aStep), a)
+		if rows {
+			ADDQ(U32(steps*aStep), a3)
+		}
+		ADDQ(U32(steps*nr*t.size), b)
+	}
 
 	acc := [mr][2]VecPhysical{}
 	ys := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11}
@@ -84,7 +127,7 @@ func gemmKernel(name string, t prec) {
 		t.movu(Mem{Base: b, Disp: p * nr * t.size}, b0)
 		t.movu(Mem{Base: b, Disp: p*nr*t.size + 32}, b1)
 		for r := range mr {
-			t.bcast(Mem{Base: a, Disp: (p*mr + r) * t.size}, av)
+			t.bcast(aAt(r, p), av)
 			t.fma(b0, av, acc[r][0])
 			t.fma(b1, av, acc[r][1])
 		}
@@ -97,16 +140,14 @@ func gemmKernel(name string, t prec) {
 	for p := range unroll {
 		step(p)
 	}
-	ADDQ(U32(unroll*mr*t.size), a)
-	ADDQ(U32(unroll*nr*t.size), b)
+	advance(unroll)
 	SUBQ(U8(unroll), k)
 	JMP(LabelRef(name + "_loop4"))
 	Label(name + "_tail")
 	TESTQ(k, k)
 	JE(LabelRef(name + "_store"))
 	step(0)
-	ADDQ(U32(mr*t.size), a)
-	ADDQ(U32(nr*t.size), b)
+	advance(1)
 	DECQ(k)
 	JMP(LabelRef(name + "_tail"))
 
@@ -147,6 +188,35 @@ func gemmKernel(name string, t prec) {
 			ADDQ(ldc, c)
 		}
 	}
+	VZEROUPPER()
+	RET()
+}
+
+// fmaPeak emits a loop of n·24 independent float32 FMAs on twelve YMM
+// registers (n·768 FLOP) with no memory operand: the FMA units' peak at
+// the clock the core runs now, which BenchmarkFMAPeak measures so that a
+// GEMM's efficiency is not taken against the nominal clock.
+func fmaPeak() {
+	TEXT("fmaPeakAVX2", NOSPLIT, "func(n int)")
+	Doc("fmaPeakAVX2 runs n iterations of 24 independent YMM float32 FMAs (see fmaPeak in asm/main.go).")
+	n := Load(Param("n"), GP64())
+	ys := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11}
+	for _, y := range ys {
+		VXORPS(y, y, y)
+	}
+	VXORPS(Y12, Y12, Y12)
+	VXORPS(Y13, Y13, Y13)
+	Label("fmapeak_loop")
+	TESTQ(n, n)
+	JE(LabelRef("fmapeak_done"))
+	for range 2 {
+		for _, y := range ys {
+			VFMADD231PS(Y12, Y13, y)
+		}
+	}
+	DECQ(n)
+	JMP(LabelRef("fmapeak_loop"))
+	Label("fmapeak_done")
 	VZEROUPPER()
 	RET()
 }
