@@ -30,12 +30,9 @@ func benchmarkSteps(b *testing.B, meta train.CheckpointMeta, data train.Data, ba
 		if pos+batch > len(perm) {
 			pos = 0
 		}
-		for i, r := range perm[pos : pos+batch] {
-			copy(xb[i*data.Dim:(i+1)*data.Dim], data.X[r*data.Dim:(r+1)*data.Dim])
-			yb[i] = data.Y[r]
-		}
+		rows := perm[pos : pos+batch]
 		pos += batch
-		train.Step(m, opt, grad, xb, yb, 0)
+		train.StepRows(m, opt, grad, data, rows, xb, yb, 0) // as train.Run steps
 	}
 	step() // size the model's scratch
 	b.ReportAllocs()

@@ -144,14 +144,10 @@ func Run(ctx context.Context, cfg Config, data Data, report func(Progress) error
 		}
 		lo := int(step%perEpoch) * b
 		rows := perm[lo:min(lo+b, n)]
-		for i, r := range rows {
-			copy(xb[i*data.Dim:(i+1)*data.Dim], data.X[r*data.Dim:(r+1)*data.Dim])
-			yb[i] = data.Y[r]
-		}
 		if !oc.Schedule.Constant() {
 			opt.SetLearningRate(oc.RateAt(step, cfg.MaxSteps))
 		}
-		loss := Step(m, opt, grad, xb[:len(rows)*data.Dim], yb[:len(rows)], cfg.ClipNorm)
+		loss := StepRows(m, opt, grad, data, rows, xb, yb, cfg.ClipNorm)
 		if loss-loss != 0 {
 			return res, fmt.Errorf("%w: loss %v at step %d (lower the learning rate, or clip gradients with clip_norm)", ErrNonFinite, loss, step+1)
 		}
@@ -216,6 +212,41 @@ func Step(m Model, opt Optimizer, grad, x, y []float64, clipNorm float64) float6
 	}
 	opt.Update(m.Params(), grad)
 	return loss
+}
+
+// StepRows is Step on the batch of data's rows rows (in that order),
+// gathered into xb and yb (len(rows)·data.Dim and len(rows) at least).
+// A model that reads its rows itself (a float32 Net: each part of a split
+// batch gathers and narrows its own rows, on its own core) skips the
+// float64 copy into xb; its gradient is the same, bit for bit.
+func StepRows(m Model, opt Optimizer, grad []float64, data Data, rows []int, xb, yb []float64, clipNorm float64) float64 {
+	yb = yb[:len(rows)]
+	for i, r := range rows {
+		yb[i] = data.Y[r]
+	}
+	var loss float64
+	if g, ok := m.(rowGatherer); ok && g.gathersRows() {
+		loss = g.gradientRows(grad, data.X, data.Dim, rows, yb)
+	} else {
+		xb = xb[:len(rows)*data.Dim]
+		for i, r := range rows {
+			copy(xb[i*data.Dim:(i+1)*data.Dim], data.X[r*data.Dim:(r+1)*data.Dim])
+		}
+		loss = m.Gradient(grad, xb, yb)
+	}
+	if clipNorm > 0 {
+		ClipByGlobalNorm(grad, clipNorm)
+	}
+	opt.Update(m.Params(), grad)
+	return loss
+}
+
+// rowGatherer is a model whose Gradient can read its batch's rows from
+// the dataset itself (gradientRows: the rows rows of dim-feature x, with
+// targets y), when gathersRows says it does.
+type rowGatherer interface {
+	gathersRows() bool
+	gradientRows(grad, x []float64, dim int, rows []int, y []float64) float64
 }
 
 // rngModel is a model with a checkpointed random source (dropout).

@@ -481,6 +481,28 @@ func (n *Net) Gradient(grad, x, y []float64) float64 {
 	return loss
 }
 
+// gathersRows reports that gradientRows reads the batch itself: in
+// float32, where each part narrows its rows anyway.
+func (n *Net) gathersRows() bool { return n.f32 }
+
+// gradientRows is Gradient on the rows rows of the dim-feature rows x
+// (targets y), each part gathering and narrowing its own rows: the same
+// gradient and loss as Gradient on the gathered batch, bit for bit,
+// without the float64 copy of the batch. Float32 networks only.
+func (n *Net) gradientRows(grad, x []float64, dim int, rows []int, y []float64) float64 {
+	g := &n.grad32
+	if len(g.wbuf) != len(n.params) {
+		g.wbuf = make([]float32, len(n.params))
+	}
+	g.vec.x, g.vec.a = g.wbuf, n.params
+	g.vec.do(vecNarrow, len(n.params))
+	g.rows = rows
+	loss := netPasses(n, g, g.wbuf, x, nil, y, nil)
+	g.rows = nil
+	netSum(g, grad)
+	return loss
+}
+
 // Float32 reports whether Gradient computes in float32 (Spec.Float32).
 func (n *Net) Float32() bool { return n.f32 }
 
@@ -516,6 +538,9 @@ type netGrad[T float] struct {
 	x   []float64
 	x32 []T
 	g0  []T
+	// rows, if set, are the batch's rows of x (gradientRows), which each
+	// part gathers itself
+	rows []int
 	rowSplit
 	z64, dz64 []float64 // rows×Outputs
 	p         []float64 // the loss's scratch
@@ -534,7 +559,11 @@ func (g *netGrad[T]) part(i int) {
 	lo, hi := g.lo[i], g.lo[i+1]
 	rows, k, dim := hi-lo, n.k, n.meta.Dim
 	if !g.backward {
-		if g.from == 0 {
+		switch {
+		case g.from > 0:
+		case g.rows != nil:
+			ws.in = gatherRowsIn(ws.x, g.x, g.rows[lo:hi], dim)
+		default:
 			ws.in = partRowsIn(ws.x, g.x, g.x32, lo, hi, dim)
 		}
 		if z := forwardLayers(n, ws, g.w, rows, g.from, g.to, g.drop); z != nil {

@@ -342,3 +342,77 @@ func TestAdamSplitIsExact(t *testing.T) {
 		t.Errorf("the split update allocates %v times per call: %v", n, where)
 	}
 }
+
+// TestStepRowsIsStepOnTheGatheredBatch trains two copies of each Net
+// (float64 and float32, split into parts and not) for steps on batches
+// of random rows of one dataset: one through Step on the batch gathered
+// by hand, one through StepRows, where a float32 Net's parts gather and
+// narrow their own rows. Losses, variables, optimizer slots and the
+// dropout source stay bit-identical, and the float32 Nets did take the
+// gathering path.
+func TestStepRowsIsStepOnTheGatheredBatch(t *testing.T) {
+	defer func(r int) { partRows = r }(partRows)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, tt := range netSplitCases {
+		for _, f32 := range []bool{false, true} {
+			for _, split := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/float32=%v/split=%v", tt.name, f32, split), func(t *testing.T) {
+					meta := tt.meta
+					spec := meta.spec()
+					spec.Float32 = f32
+					meta.Spec = &spec
+					procs := 1
+					partRows = 1 << 30
+					if split {
+						partRows, procs = 4, 2
+					}
+					runtime.GOMAXPROCS(procs)
+					data := Data{Dim: meta.Dim}
+					data.X, data.Y = netSplitBatch(meta, rand.New(rand.NewPCG(9, 9)), 200)
+					var models [2]*Net
+					var opts [2]Optimizer
+					for i := range models {
+						m, err := NewNet(meta, rand.New(rand.NewPCG(8, 8)))
+						if err != nil {
+							t.Fatal(err)
+						}
+						models[i], opts[i] = m, NewAdam(1e-2, len(m.Params()))
+					}
+					grad := make([]float64, len(models[0].Params()))
+					xb, yb := make([]float64, 23*meta.Dim), make([]float64, 23)
+					r := rand.New(rand.NewPCG(10, 10))
+					for step := range 5 {
+						rows := r.Perm(len(data.Y))[:19+step%3] // parts of 9 and 10 rows and more
+						for i, row := range rows {
+							copy(xb[i*meta.Dim:(i+1)*meta.Dim], data.X[row*meta.Dim:(row+1)*meta.Dim])
+							yb[i] = data.Y[row]
+						}
+						want := Step(models[0], opts[0], grad, xb[:len(rows)*meta.Dim], slices.Clone(yb[:len(rows)]), 0)
+						clear(xb) // StepRows may not read what the hand-gathered batch left
+						got := StepRows(models[1], opts[1], grad, data, rows, xb, yb, 0)
+						if math.Float64bits(got) != math.Float64bits(want) {
+							t.Fatalf("step %d: loss %v, want %v", step, got, want)
+						}
+						if f32 && models[1].grad32.rows != nil {
+							t.Fatal("gradientRows left its rows set")
+						}
+					}
+					if f32 != !slices.ContainsFunc(xb, func(v float64) bool { return v != 0 }) {
+						t.Fatalf("float32=%v: StepRows gathered into xb=%v (a float32 Net's parts gather themselves; others need xb)", f32, !f32)
+					}
+					if !slices.Equal(models[1].Params(), models[0].Params()) || !slices.Equal(models[1].RNGState(), models[0].RNGState()) {
+						t.Fatal("variables or dropout source differ after StepRows")
+					}
+					a, b := map[string][]float64{}, map[string][]float64{}
+					opts[0].Save(a)
+					opts[1].Save(b)
+					for k := range a {
+						if !slices.Equal(a[k], b[k]) {
+							t.Fatalf("optimizer slot %s differs after StepRows", k)
+						}
+					}
+				})
+			}
+		}
+	}
+}

@@ -853,6 +853,16 @@ func partRowsIn[T float](buf []T, x []float64, x32 []T, lo, hi, dim int) []T {
 	return fromFloat64(buf, x[lo*dim:hi*dim])
 }
 
+// gatherRowsIn writes the rows rows of the dim-feature rows x into buf
+// (len(rows)·dim at least), narrowed for float32, and returns them.
+func gatherRowsIn[T float](buf []T, x []float64, rows []int, dim int) []T {
+	buf = buf[:len(rows)*dim]
+	for i, r := range rows {
+		fromFloat64Into(buf[i*dim:(i+1)*dim], x[r*dim:(r+1)*dim])
+	}
+	return buf
+}
+
 // fromFloat64Into writes src into dst, narrowed for float32.
 func fromFloat64Into[T float](dst []T, src []float64) {
 	switch d := any(dst).(type) {
