@@ -13,8 +13,8 @@ var asm = func() *kernels {
 	}
 	return &kernels{
 		name:   "avx2",
-		s:      gemmKernel[float32]{f: gemmF32, rows: gemmRowsF32, mr: 6, nr: 16, kc: 256, mc: 96},
-		d:      gemmKernel[float64]{f: gemmF64, rows: gemmRowsF64, mr: 6, nr: 8, kc: 256, mc: 72},
+		s:      gemmKernel[float32]{f: gemmF32, rows: gemmRowsF32, cols: gemmColsF32, mr: 6, nr: 16, kc: 256, mc: 96},
+		d:      gemmKernel[float64]{f: gemmF64, rows: gemmRowsF64, cols: gemmColsF64, mr: 6, nr: 8, kc: 256, mc: 72},
 		adam:   adamAVX2,
 		narrow: narrowAVX2,
 		widen:  widenAVX2,
@@ -55,4 +55,22 @@ func gemmRowsF64(k int, a []float64, lda int, b, c []float64, ldc int, alpha, be
 		panic("kernel: micro-kernel out of bounds")
 	}
 	gemmRowsAVX2F64(k, a, lda, b, c, ldc, alpha, beta)
+}
+
+// gemmColsF32 calls the 6×16 assembly micro-kernel that reads six
+// columns of Aᵀ in place (A[r, p] = a[p·lda+r]) after checking that every
+// address it touches lies inside its slices.
+func gemmColsF32(k int, a []float32, lda int, b, c []float32, ldc int, alpha, beta float32) {
+	if k < 1 || lda < 6 || len(a) < (k-1)*lda+6 || len(b) < 16*k || ldc < 16 || len(c) < 5*ldc+16 {
+		panic("kernel: micro-kernel out of bounds")
+	}
+	gemmColsAVX2F32(k, a, lda, b, c, ldc, alpha, beta)
+}
+
+// gemmColsF64 is gemmColsF32's 6×8 float64 kernel.
+func gemmColsF64(k int, a []float64, lda int, b, c []float64, ldc int, alpha, beta float64) {
+	if k < 1 || lda < 6 || len(a) < (k-1)*lda+6 || len(b) < 8*k || ldc < 8 || len(c) < 5*ldc+8 {
+		panic("kernel: micro-kernel out of bounds")
+	}
+	gemmColsAVX2F64(k, a, lda, b, c, ldc, alpha, beta)
 }

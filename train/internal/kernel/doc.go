@@ -18,10 +18,11 @@
 // are 6×16 (float32) and 6×8 (float64): twelve YMM accumulators fed by one
 // broadcast of A and two vectors of B per step of the inner dimension. A
 // tile that overhangs C is computed into scratch and added in Go.
-// Transposed operands differ only in how they are packed. A non-transposed
-// op(A) is not packed at all: a second pair of micro-kernels broadcasts
-// from six rows of A where they lie (only a last panel of fewer than six
-// rows is packed): packing it took a fifth of the MLP's largest product. The k blocks are evened out (784 is 4×196, not 3×256 and a 16).
+// Transposed operands differ only in how they are packed, and op(A) is
+// not packed at all: two more pairs of micro-kernels broadcast from six
+// rows of A, or six columns of Aᵀ, where they lie (only a last panel of
+// fewer than six rows is packed); packing A took a fifth of the MLP's
+// largest product. The k blocks are evened out (784 is 4×196, not 3×256 and a 16).
 // BenchmarkFMAPeak measures the core's FMA peak at the clock it runs, the
 // denominator of a GEMM's efficiency (bench/train/run.sh prints it).
 //

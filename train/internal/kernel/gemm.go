@@ -15,17 +15,19 @@ type Float interface{ ~float32 | ~float64 }
 // row-major with row stride ldc. beta == 0 means C is not read.
 type micro[T Float] func(k int, a, b, c []T, ldc int, alpha, beta T)
 
-// microRows is micro reading mr rows of a row-major A in place
-// (a[r·lda+p]) instead of a packed panel.
-type microRows[T Float] func(k int, a []T, lda int, b, c []T, ldc int, alpha, beta T)
+// microInPlace is micro reading mr rows of op(A) where they lie, with
+// stride lda: rows of a row-major A (a[r·lda+p]) or columns of a
+// row-major Aᵀ (a[p·lda+r]), instead of a packed panel.
+type microInPlace[T Float] func(k int, a []T, lda int, b, c []T, ldc int, alpha, beta T)
 
 // gemmKernel is one micro-kernel with its tile and block sizes: kc rows of
 // op(B) and mc rows of op(A) are packed at a time (mc a multiple of mr).
-// rows, if set, computes whole tiles of a non-transposed op(A) without
-// packing it: only a last panel of fewer than mr rows is packed.
+// rows and cols, if set, compute whole tiles of a non-transposed or
+// transposed op(A) without packing it: only a last panel of fewer than mr
+// rows is packed.
 type gemmKernel[T Float] struct {
 	f              micro[T]
-	rows           microRows[T]
+	rows, cols     microInPlace[T]
 	mr, nr, kc, mc int
 }
 
@@ -225,7 +227,10 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 	s.a = grow(s.a, mc*kc)
 	s.b = grow(s.b, kc*ncPad)
 	s.tile = grow(s.tile, mr*nr)
-	inPlace := !ta && kn.rows != nil // op(A)'s whole panels are read where they lie
+	inPlace := kn.rows // op(A)'s whole panels are read where they lie, if not nil
+	if ta {
+		inPlace = kn.cols
+	}
 	for pc := 0; pc < k; pc += kc {
 		kb := min(kc, k-pc)
 		bet := beta
@@ -237,7 +242,7 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 			mb := min(mc, m-ic)
 			full := mb / mr * mr // rows in whole panels
 			switch {
-			case !inPlace:
+			case inPlace == nil:
 				packA(s.a, a, lda, ta, ic, mb, pc, kb, mr)
 			case full < mb: // the last, partial panel only, at s.a[full·kb:]
 				packA(s.a[full*kb:], a, lda, ta, ic+full, mb-full, pc, kb, mr)
@@ -249,18 +254,23 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 					rows := min(mr, mb-ir)
 					ap := s.a[ir*kb : (ir+mr)*kb]
 					ci := (ic+ir)*ldc + jr
-					direct := inPlace && rows == mr
-					ar := a[min((ic+ir)*lda+pc, len(a)):] // the panel's first row, where direct
+					direct := inPlace != nil && rows == mr
+					var ar []T // the panel's first element, where direct
+					if direct && ta {
+						ar = a[pc*lda+ic+ir:]
+					} else if direct {
+						ar = a[(ic+ir)*lda+pc:]
+					}
 					if rows == mr && cols == nr {
 						if direct {
-							kn.rows(kb, ar, lda, bp, c[ci:], ldc, alpha, bet)
+							inPlace(kb, ar, lda, bp, c[ci:], ldc, alpha, bet)
 						} else {
 							kn.f(kb, ap, bp, c[ci:], ldc, alpha, bet)
 						}
 						continue
 					}
 					if direct {
-						kn.rows(kb, ar, lda, bp, s.tile, nr, alpha, 0)
+						inPlace(kb, ar, lda, bp, s.tile, nr, alpha, 0)
 					} else {
 						kn.f(kb, ap, bp, s.tile, nr, alpha, 0)
 					}

@@ -43,34 +43,49 @@ var (
 
 func main() {
 	ConstraintExpr("!purego")
-	gemmKernel("gemmAVX2F32", f32, false)
-	gemmKernel("gemmAVX2F64", f64, false)
-	gemmKernel("gemmRowsAVX2F32", f32, true)
-	gemmKernel("gemmRowsAVX2F64", f64, true)
+	gemmKernel("gemmAVX2F32", f32, packed)
+	gemmKernel("gemmAVX2F64", f64, packed)
+	gemmKernel("gemmRowsAVX2F32", f32, inRows)
+	gemmKernel("gemmRowsAVX2F64", f64, inRows)
+	gemmKernel("gemmColsAVX2F32", f32, inCols)
+	gemmKernel("gemmColsAVX2F64", f64, inCols)
 	fmaPeak()
 	adam()
 	convert()
 	Generate()
 }
 
+// aLayout is where a micro-kernel reads A's element (r, p).
+type aLayout int
+
+const (
+	packed aLayout = iota // a[6p+r]: a packed panel
+	inRows                // a[r·lda+p]: six rows of a row-major A in place
+	inCols                // a[p·lda+r]: six columns of a row-major Aᵀ in place
+)
+
 // gemmKernel emits the micro-kernel
 //
 //	C[0:6, 0:nr] = alpha·Σₚ A[p]ᵀ·B[p] + beta·C   (beta == ±0: C is not read)
 //
 // where B holds k packed rows of nr = 2·lanes values (b[nr·p+j]) and C is
-// row-major with row stride ldc elements. A holds k packed columns of 6
-// values (a[6p+r]), or with rows six rows of a row-major matrix read in
-// place (a[r·lda+p]), which spares packing a non-transposed op(A): the six
-// broadcasts of a step then read six rows, from two base registers (rows
-// 0 and 3) indexed by lda and 2·lda. The Go side checks that the slices
-// are long enough.
-func gemmKernel(name string, t prec, rows bool) {
+// row-major with row stride ldc elements. A is laid out as layout says:
+// packed, or read in place, which spares packing op(A). In place, the
+// addresses come from two base registers indexed by lda and 2·lda: rows 0
+// and 3 (inRows), or the steps 0 and 3 of an unrolled iteration (inCols,
+// whose six values of a step are contiguous). The Go side checks that the
+// slices are long enough.
+func gemmKernel(name string, t prec, layout aLayout) {
 	nr := 2 * t.lanes
 	sig := fmt.Sprintf("func(k int, a, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
 	doc := fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from packed A and B (see gemmKernel in asm/main.go).", name, mr, nr)
-	if rows {
+	switch layout {
+	case inRows:
 		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
-		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six rows of A in place (row stride lda) and packed B (see gemmKernel in asm/main.go).", name, mr, nr)
+		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six rows of A in place (A[r, p] = a[r·lda+p]) and packed B (see gemmKernel in asm/main.go).", name, mr, nr)
+	case inCols:
+		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
+		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and packed B (see gemmKernel in asm/main.go).", name, mr, nr)
 	}
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
@@ -81,36 +96,54 @@ func gemmKernel(name string, t prec, rows bool) {
 	c := Load(Param("c").Base(), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(log2(t.size)), ldc)
-	// aAt is the address of A's element (r, p) relative to a (and a3).
+	// aAt is the address of A's element (r, p) relative to a (and a3),
+	// p the step within an unrolled iteration.
 	aAt := func(r, p int) Mem { return Mem{Base: a, Disp: (p*mr + r) * t.size} }
-	aStep := mr * t.size // bytes a advances per step
-	var a3 Register
-	if rows {
-		lda := Load(Param("lda"), GP64())
+	// advance moves a (and a3) on by steps steps.
+	advance := func(steps int) { ADDQ(U32(steps*mr*t.size), a) }
+	// indexed is the address at offset i·lda (i < 6) from a, plus disp.
+	var lda, a3 GPVirtual
+	indexed := func(i, disp int) Mem {
+		base := a
+		if i >= 3 {
+			base, i = a3, i-3
+		}
+		m := Mem{Base: base, Disp: disp}
+		if i > 0 {
+			m.Index, m.Scale = lda, uint8(i)
+		}
+		return m
+	}
+	if layout != packed {
+		lda = GP64()
+		Load(Param("lda"), lda)
 		SHLQ(U8(log2(t.size)), lda)
 		a3 = GP64()
 		LEAQ(Mem{Base: lda, Index: lda, Scale: 2}, a3)
 		ADDQ(a, a3)
-		aAt = func(r, p int) Mem {
-			base := a
-			if r >= 3 {
-				base, r = a3, r-3
-			}
-			m := Mem{Base: base, Disp: p * t.size}
-			if r > 0 {
-				m.Index, m.Scale = lda, uint8(r)
-			}
-			return m
-		}
-		aStep = t.size
 	}
-	advance := func(steps int) {
-		ADDQ(U32(steps*aStep), a)
-		if rows {
-			ADDQ(U32(steps*aStep), a3)
+	switch layout {
+	case inRows:
+		aAt = func(r, p int) Mem { return indexed(r, p*t.size) }
+		advance = func(steps int) {
+			ADDQ(U32(steps*t.size), a)
+			ADDQ(U32(steps*t.size), a3)
 		}
-		ADDQ(U32(steps*nr*t.size), b)
+	case inCols:
+		lda4 := GP64()
+		MOVQ(lda, lda4)
+		SHLQ(U8(2), lda4)
+		aAt = func(r, p int) Mem { return indexed(p, r*t.size) }
+		advance = func(steps int) {
+			by := lda4
+			if steps == 1 {
+				by = lda
+			}
+			ADDQ(by, a)
+			ADDQ(by, a3)
+		}
 	}
+	advanceB := func(steps int) { ADDQ(U32(steps*nr*t.size), b) }
 
 	acc := [mr][2]VecPhysical{}
 	ys := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11}
@@ -141,6 +174,7 @@ func gemmKernel(name string, t prec, rows bool) {
 		step(p)
 	}
 	advance(unroll)
+	advanceB(unroll)
 	SUBQ(U8(unroll), k)
 	JMP(LabelRef(name + "_loop4"))
 	Label(name + "_tail")
@@ -148,6 +182,7 @@ func gemmKernel(name string, t prec, rows bool) {
 	JE(LabelRef(name + "_store"))
 	step(0)
 	advance(1)
+	advanceB(1)
 	DECQ(k)
 	JMP(LabelRef(name + "_tail"))
 
