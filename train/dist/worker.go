@@ -258,7 +258,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	wire32 := ok && m32.Float32() && !cfg.wire64
 	switch {
 	case cfg.LocalSteps > 0:
-		// Local steps run train.Step on the model's own float64 variables,
+		// Local steps run train.StepRows on the model's own float64 variables,
 		// as single-process training does (a float32 model narrows them
 		// for its passes itself); a float32 model's variables and deltas
 		// travel as float32.
@@ -545,15 +545,8 @@ func (w *worker) recover(ctx context.Context, cause error) error {
 // batch fills xb (or, for a float32 model, xb32, narrowing as it
 // gathers) and yb with the next batch and advances the position.
 func (w *worker) batch() (x []float64, x32 []float32, y []float64) {
-	n, dim, b := len(w.data.Y), w.data.Dim, w.cfg.BatchSize
-	if w.pos.Cursor >= int64(n) {
-		w.pos.Epoch, w.pos.Cursor = w.pos.Epoch+1, 0
-	}
-	if w.permOf != w.pos.Epoch {
-		w.perm = rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.pos.Epoch))).Perm(n)
-		w.permOf = w.pos.Epoch
-	}
-	rows := w.perm[w.pos.Cursor:min(int(w.pos.Cursor)+b, n)]
+	dim := w.data.Dim
+	rows := w.batchRows()
 	for i, r := range rows {
 		if w.m32 != nil {
 			kernel.Narrow(w.xb32[i*dim:(i+1)*dim], w.data.X[r*dim:(r+1)*dim])
@@ -562,11 +555,26 @@ func (w *worker) batch() (x []float64, x32 []float32, y []float64) {
 		}
 		w.yb[i] = w.data.Y[r]
 	}
-	w.pos.Cursor += int64(len(rows))
 	if w.m32 != nil {
 		return nil, w.xb32[:len(rows)*dim], w.yb[:len(rows)]
 	}
 	return w.xb[:len(rows)*dim], nil, w.yb[:len(rows)]
+}
+
+// batchRows returns the rows of the next batch of the worker's data and
+// moves its position past them.
+func (w *worker) batchRows() []int {
+	n, b := len(w.data.Y), w.cfg.BatchSize
+	if w.pos.Cursor >= int64(n) {
+		w.pos.Epoch, w.pos.Cursor = w.pos.Epoch+1, 0
+	}
+	if w.permOf != w.pos.Epoch {
+		w.perm = rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.pos.Epoch))).Perm(n)
+		w.permOf = w.pos.Epoch
+	}
+	rows := w.perm[w.pos.Cursor:min(int(w.pos.Cursor)+b, n)]
+	w.pos.Cursor += int64(len(rows))
+	return rows
 }
 
 // step runs one pull → gradient → push; errDone when training is over.
@@ -663,16 +671,16 @@ func (w *worker) round(ctx context.Context) error {
 	var loss float64
 	examples := 0
 	for i := range k {
-		x, _, y := w.batch()
+		rows := w.batchRows()
 		if !w.cfg.Optimizer.Schedule.Constant() {
 			w.opt.SetLearningRate(w.cfg.Optimizer.RateAt(step+int64(i), w.cfg.MaxSteps))
 		}
-		l := train.Step(w.m, w.opt, w.grad, x, y, w.cfg.ClipNorm)
+		l := train.StepRows(w.m, w.opt, w.grad, w.data, rows, w.xb, w.yb, w.cfg.ClipNorm)
 		if l-l != 0 {
 			return fmt.Errorf("%w: worker %d: loss %v at local step %d of the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, l, i+1, step)
 		}
 		loss += l
-		examples += len(y)
+		examples += len(rows)
 	}
 	for i, p := range w.params {
 		w.delta[i] = p - w.base[i]
