@@ -85,8 +85,9 @@ func clusterName(mode string, workers, ps, local int) string {
 }
 
 // localLoop is the baseline of the distributed benchmarks: one goroutine
-// calling train.Step on its own model (Adam 1e-3) over data's consecutive
-// batches while more() holds; it returns the steps taken.
+// calling train.StepRows, as train.Run does, on its own model (Adam 1e-3)
+// over data's consecutive batches while more() holds; it returns the
+// steps taken.
 func localLoop(data train.Data, meta train.CheckpointMeta, batch int, more func() bool) int {
 	m, _ := train.Initial(meta, 1)
 	opt, _ := train.NewOptimizer(train.OptimizerConfig{LearningRate: 1e-3}, len(m.Params()))
@@ -99,11 +100,7 @@ func localLoop(data train.Data, meta train.CheckpointMeta, batch int, more func(
 	i := 0
 	for more() {
 		lo := (i % n) * batch
-		for j, r := range perm[lo : lo+batch] {
-			copy(xb[j*dim:(j+1)*dim], data.X[r*dim:(r+1)*dim])
-			yb[j] = data.Y[r]
-		}
-		train.Step(m, opt, grad, xb, yb, 0)
+		train.StepRows(m, opt, grad, data, perm[lo:lo+batch], xb, yb, 0)
 		i++
 	}
 	return i
