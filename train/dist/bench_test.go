@@ -62,11 +62,13 @@ func BenchmarkFashionMLP(b *testing.B) {
 		mode    string
 		workers int
 		ps      int
-		local   int // LocalSteps: local SGD, 0: gradients
-	}{{"async", 1, 1, 0}, {"async", 2, 1, 0}, {"sync", 2, 1, 0}, {"async", 2, 2, 0}, {"sync", 2, 2, 0},
-		{"async", 1, 1, benchLocalSteps}, {"async", 2, 1, benchLocalSteps}, {"sync", 2, 1, benchLocalSteps}} {
-		b.Run(clusterName(c.mode, c.workers, c.ps, c.local), func(b *testing.B) {
-			benchCluster(b, data, meta, c.mode == "sync", c.workers, c.ps, batch, c.local)
+		local   int  // LocalSteps: local SGD, 0: gradients
+		overlap bool // local SGD rounds overlap their exchange (async)
+	}{{"async", 1, 1, 0, false}, {"async", 2, 1, 0, false}, {"sync", 2, 1, 0, false}, {"async", 2, 2, 0, false}, {"sync", 2, 2, 0, false},
+		{"async", 1, 1, benchLocalSteps, false}, {"async", 2, 1, benchLocalSteps, false}, {"sync", 2, 1, benchLocalSteps, false},
+		{"async", 1, 1, benchLocalSteps, true}, {"async", 2, 1, benchLocalSteps, true}} {
+		b.Run(clusterName(c.mode, c.workers, c.ps, c.local, c.overlap), func(b *testing.B) {
+			benchCluster(b, data, meta, c.mode == "sync", c.workers, c.ps, batch, c.local, c.overlap)
 		})
 	}
 }
@@ -75,11 +77,15 @@ func BenchmarkFashionMLP(b *testing.B) {
 const benchLocalSteps = 8
 
 // clusterName names a benchmark's cluster: mode/workers=W/ps=P, and
-// /local=K with local steps.
-func clusterName(mode string, workers, ps, local int) string {
+// /local=K with local steps, /overlap when their rounds overlap their
+// exchange.
+func clusterName(mode string, workers, ps, local int, overlap bool) string {
 	n := fmt.Sprintf("%s/workers=%d/ps=%d", mode, workers, ps)
 	if local > 0 {
 		n += fmt.Sprintf("/local=%d", local)
+		if overlap {
+			n += "/overlap"
+		}
 	}
 	return n
 }
@@ -106,7 +112,7 @@ func localLoop(data train.Data, meta train.CheckpointMeta, batch int, more func(
 	return i
 }
 
-func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, syncMode bool, workers, tasks, batch, local int) {
+func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, syncMode bool, workers, tasks, batch, local int, overlap bool) {
 	steps := int64(max(b.N, 2))
 	replicas := 0
 	if syncMode {
@@ -148,7 +154,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	start, cpu := time.Now(), cpuTime()
 	for i := range workers {
 		cfg := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: steps, SaveSteps: steps, KeepMax: 1,
-			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !syncMode && local == 0,
+			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !syncMode && (local == 0 || overlap),
 			LocalSteps: local, Optimizer: cl.cfg.Optimizer}
 		wg.Go(func() {
 			res[i], errs[i] = RunWorker(context.Background(), cfg, parts[i], clients[i], Hooks{})
@@ -261,13 +267,15 @@ func TestTimeToAccuracy(t *testing.T) {
 	for _, c := range []struct {
 		sync                  bool
 		workers, tasks, local int
-	}{{false, 1, 1, 0}, {false, 2, 2, 0}, {true, 2, 2, 0},
-		{false, 1, 1, benchLocalSteps}, {false, 2, 1, benchLocalSteps}, {true, 2, 1, benchLocalSteps}} {
+		overlap               bool
+	}{{false, 1, 1, 0, false}, {false, 2, 2, 0, false}, {true, 2, 2, 0, false},
+		{false, 1, 1, benchLocalSteps, false}, {false, 2, 1, benchLocalSteps, false}, {true, 2, 1, benchLocalSteps, false},
+		{false, 1, 1, benchLocalSteps, true}, {false, 2, 1, benchLocalSteps, true}} {
 		mode := "async"
 		if c.sync {
 			mode = "sync"
 		}
-		name := clusterName(mode, c.workers, c.tasks, c.local)
+		name := clusterName(mode, c.workers, c.tasks, c.local, c.overlap)
 		cl := &cluster{ckdir: t.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, c.tasks)}, servers: make([]*Server, c.tasks)}
 		replicas := 0
 		if c.sync {
@@ -290,7 +298,7 @@ func TestTimeToAccuracy(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range c.workers {
 			wc := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: 20 * epoch, SaveSteps: every, KeepMax: 1,
-				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !c.sync && c.local == 0,
+				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !c.sync && (c.local == 0 || c.overlap),
 				LocalSteps: c.local, Optimizer: cl.cfg.Optimizer}
 			h := Hooks{}
 			if i == 0 {

@@ -64,6 +64,9 @@ type cluster struct {
 	mu      sync.Mutex
 	view    Cluster
 	servers []*Server
+	// overlap: async workers overlap their local-SGD rounds' exchange
+	// with the next round (gradient workers always overlap in these tests)
+	overlap bool
 }
 
 func newCluster(t *testing.T, tasks int, sync bool, replicas int, maxSteps int64) *cluster {
@@ -169,7 +172,7 @@ func (c *cluster) worker(ctx context.Context, data train.Data, task, tasks int, 
 	}
 	defer cl.Close()
 	cfg := WorkerConfig{Task: task, Meta: c.cfg.Meta, Seed: uint64(100 + task), BatchSize: 32, MaxSteps: c.cfg.MaxSteps,
-		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir, Backups: c.cfg.Sync && c.cfg.Replicas < tasks, Overlap: !c.cfg.Sync && c.cfg.LocalSteps == 0,
+		SaveSteps: 50, KeepMax: 3, CheckpointDir: c.ckdir, Backups: c.cfg.Sync && c.cfg.Replicas < tasks, Overlap: !c.cfg.Sync && (c.cfg.LocalSteps == 0 || c.overlap),
 		LocalSteps: c.cfg.LocalSteps, Optimizer: c.cfg.Optimizer}
 	return RunWorker(ctx, cfg, split(data, task, tasks), cl, hooks)
 }
@@ -192,11 +195,13 @@ func accuracy(t *testing.T, ckdir string, d train.Data) (float64, int64) {
 // (56, 104, …, at the first multiple of 8 from there).
 const localSteps = 8
 
-// modes are the tests' kinds of training: gradients, and local SGD.
+// modes are the tests' kinds of training: gradients, local SGD, and
+// local SGD whose rounds overlap their exchange (async only).
 var modes = []struct {
-	name  string
-	local int
-}{{"gradients", 0}, {"local", localSteps}}
+	name    string
+	local   int
+	overlap bool
+}{{"gradients", 0, false}, {"local", localSteps, false}, {"local/overlap", localSteps, true}}
 
 func TestDistributedTraining(t *testing.T) {
 	data, held := trainAndHeldOut()
@@ -206,10 +211,13 @@ func TestDistributedTraining(t *testing.T) {
 		replicas int
 		workers  int
 		local    int
-	}{{"async", false, 0, 3, 0}, {"sync", true, 3, 3, 0},
-		{"async/local", false, 0, 2, localSteps}, {"sync/local", true, 2, 2, localSteps}, {"async/local=1", false, 0, 3, 1}} {
+		overlap  bool
+	}{{"async", false, 0, 3, 0, false}, {"sync", true, 3, 3, 0, false},
+		{"async/local", false, 0, 2, localSteps, false}, {"sync/local", true, 2, 2, localSteps, false}, {"async/local=1", false, 0, 3, 1, false},
+		{"async/local/overlap", false, 0, 2, localSteps, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newModeCluster(t, 2, c.sync, c.replicas, 400, c.local)
+			cl.overlap = c.overlap
 			var committed []int64
 			var wg sync.WaitGroup
 			res := make([]WorkerResult, c.workers)
@@ -264,6 +272,7 @@ func TestParameterServerRestartRollsBack(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			data, held := trainAndHeldOut()
 			cl := newModeCluster(t, 2, false, 0, 600, mode.local)
+			cl.overlap = mode.overlap
 			kill := make(chan int64, 1)
 			var mu sync.Mutex
 			var committed []int64
@@ -349,6 +358,7 @@ func TestChiefStalledThroughRestartFinishes(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			data, held := trainAndHeldOut()
 			cl := newModeCluster(t, 2, false, 0, 600, mode.local)
+			cl.overlap = mode.overlap
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			stalled, release := make(chan struct{}), make(chan struct{})
@@ -433,6 +443,7 @@ func TestWorkerResumesWhereItStopped(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			data, _ := trainAndHeldOut()
 			cl := newModeCluster(t, 1, false, 0, 300, mode.local)
+			cl.overlap = mode.overlap
 			var last Position
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
@@ -550,6 +561,7 @@ func TestChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			data, _ := trainAndHeldOut()
 			cl := newModeCluster(t, 1, false, 0, 200, mode.local)
+			cl.overlap = mode.overlap
 			ctx, cancel := context.WithCancel(context.Background())
 			// The cuts after 50, 100 and 150: with local steps, at the first
 			// multiple of 8 from there.
@@ -565,7 +577,7 @@ func TestChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 				}
 				defer c.Close()
 				cfg := WorkerConfig{Task: 0, Meta: cl.cfg.Meta, Seed: 100, BatchSize: 32, MaxSteps: 200, SaveSteps: 50, Checkpoints: ckpts,
-					LocalSteps: mode.local, Optimizer: cl.cfg.Optimizer}
+					LocalSteps: mode.local, Overlap: mode.overlap, Optimizer: cl.cfg.Optimizer}
 				return RunWorker(ctx, cfg, split(data, 0, 2), c, Hooks{})
 			}
 			var wg sync.WaitGroup
@@ -601,6 +613,9 @@ func TestChiefRestartAfterSaveBeforeRelease(t *testing.T) {
 // gradients per step.
 func TestSyncBackupWorkersTwoShardsNoHang(t *testing.T) {
 	for _, mode := range modes {
+		if mode.overlap {
+			continue // sync rounds never overlap: the same run as "local"
+		}
 		t.Run(mode.name, func(t *testing.T) {
 			data, _ := trainAndHeldOut()
 			for round := range 5 {

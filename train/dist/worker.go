@@ -63,7 +63,9 @@ type WorkerConfig struct {
 	// pulled before: each gradient is applied one update later than it
 	// would be otherwise (one more step of staleness than async has
 	// anyway), and a worker's computing no longer waits for the network
-	// or the parameter servers' updates.
+	// or the parameter servers' updates. With LocalSteps, each round's
+	// delta is pushed and the variables after it pulled while the next
+	// round runs (one round more staleness; see localPipeline).
 	Overlap bool
 	// LocalSteps, if positive, trains by local SGD with periodic
 	// averaging: the worker keeps its own copy of the variables and its
@@ -71,7 +73,7 @@ type WorkerConfig struct {
 	// batches (train.Step, as single-process training does), pushes the
 	// delta of its variables since its last pull (Client.PushDelta) and
 	// pulls the new ones. The parameter servers must have the same
-	// ShardConfig.LocalSteps. Not with Overlap.
+	// ShardConfig.LocalSteps.
 	LocalSteps int
 	// Optimizer is the worker's own optimizer with LocalSteps (its
 	// learning rate follows the schedule at the global step of the pull
@@ -248,10 +250,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, data train.Data, c *Client
 	if err != nil {
 		return WorkerResult{}, err
 	}
-	if cfg.LocalSteps < 0 || cfg.LocalSteps > 0 && (cfg.Overlap || cfg.Optimizer.Name == train.FTRLOptimizer) {
+	if cfg.LocalSteps < 0 || cfg.LocalSteps > 0 && cfg.Optimizer.Name == train.FTRLOptimizer {
 		// FTRL computes the variables from its own state: a round could
 		// not start from the pulled ones.
-		return WorkerResult{}, fmt.Errorf("%w: worker %d: local steps %d with overlap %v and optimizer %q: want local steps ≥ 0, and neither overlap nor FTRL with local steps", train.ErrShape, cfg.Task, cfg.LocalSteps, cfg.Overlap, cfg.Optimizer.Name)
+		return WorkerResult{}, fmt.Errorf("%w: worker %d: local steps %d with optimizer %q: want local steps ≥ 0, and no FTRL with local steps", train.ErrShape, cfg.Task, cfg.LocalSteps, cfg.Optimizer.Name)
 	}
 	w := &worker{cfg: cfg, data: data, c: c, hooks: hooks, m: m, yb: make([]float64, cfg.BatchSize), ckpts: cfg.Checkpoints}
 	m32, ok := m.(train.Float32Model)
@@ -374,6 +376,8 @@ func (w *worker) train(ctx context.Context) error {
 	for {
 		var err error
 		switch {
+		case w.cfg.LocalSteps > 0 && w.cfg.Overlap:
+			err = w.localPipeline(ctx)
 		case w.cfg.LocalSteps > 0:
 			err = w.round(ctx)
 		case w.cfg.Overlap:
@@ -649,16 +653,7 @@ func (w *worker) pushed(r PushResult, k int, loss float64, examples int, t0, t1,
 // after the last batch shard 0 counted.
 func (w *worker) round(ctx context.Context) error {
 	t0 := time.Now()
-	var step int64
-	var done bool
-	var err error
-	if w.base32 != nil {
-		if step, done, err = w.c.Pull32(ctx, w.base32); err == nil {
-			kernel.Widen(w.base, w.base32)
-		}
-	} else {
-		step, done, err = w.c.Pull(ctx, w.base)
-	}
+	step, done, err := w.pullBase(ctx, w.base, w.base32)
 	if err != nil {
 		return err
 	}
@@ -667,36 +662,9 @@ func (w *worker) round(ctx context.Context) error {
 		return w.over(step)
 	}
 	copy(w.params, w.base)
-	k := w.cfg.LocalSteps
-	var loss float64
-	examples := 0
-	for i := range k {
-		rows := w.batchRows()
-		if !w.cfg.Optimizer.Schedule.Constant() {
-			w.opt.SetLearningRate(w.cfg.Optimizer.RateAt(step+int64(i), w.cfg.MaxSteps))
-		}
-		l := train.StepRows(w.m, w.opt, w.grad, w.data, rows, w.xb, w.yb, w.cfg.ClipNorm)
-		if l-l != 0 {
-			return fmt.Errorf("%w: worker %d: loss %v at local step %d of the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, l, i+1, step)
-		}
-		loss += l
-		examples += len(rows)
-	}
-	for i, p := range w.params {
-		w.delta[i] = p - w.base[i]
-	}
-	if i := train.NonFinite(w.delta); i >= 0 {
-		return fmt.Errorf("%w: worker %d: variable %d is %v after the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, i, w.params[i], step)
-	}
-	// The optimizer's state too, as a single process's checkpoint of it
-	// would be refused (train.Checkpoints.Save): Adam's second moments
-	// overflow before the variables do.
-	clear(w.slots)
-	w.opt.Save(w.slots)
-	for name, v := range w.slots {
-		if i := train.NonFinite(v); i >= 0 {
-			return fmt.Errorf("%w: worker %d: optimizer slot %s[%d] is %v after the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, name, i, v[i], step)
-		}
+	loss, examples, err := w.localSteps(step)
+	if err != nil {
+		return err
 	}
 	w.mu.Lock()
 	if r, ok := w.m.(rngModel); ok {
@@ -707,25 +675,207 @@ func (w *worker) round(ctx context.Context) error {
 		w.hooks.Computed()
 	}
 	t2 := time.Now()
-	var r PushResult
-	cursor := w.pos.encode()
-	switch {
-	case w.delta32 != nil:
-		kernel.Narrow(w.delta32, w.delta)
-		if w.cfg.Backups {
-			r, err = w.c.PushDeltaAdmitted32(ctx, w.cfg.Task, w.delta32, k, cursor)
-		} else {
-			r, err = w.c.PushDelta32(ctx, w.cfg.Task, w.delta32, k, cursor)
-		}
-	case w.cfg.Backups:
-		r, err = w.c.PushDeltaAdmitted(ctx, w.cfg.Task, w.delta, k, cursor)
-	default:
-		r, err = w.c.PushDelta(ctx, w.cfg.Task, w.delta, k, cursor)
-	}
+	r, err := w.pushDelta(ctx, w.delta, w.delta32, w.pos.encode())
 	if err != nil {
 		return err
 	}
-	return w.pushed(r, k, loss, examples, t0, t1, t2)
+	return w.pushed(r, w.cfg.LocalSteps, loss, examples, t0, t1, t2)
+}
+
+// pullBase pulls the variables into base (through base32, widened, when
+// they travel as float32).
+func (w *worker) pullBase(ctx context.Context, base []float64, base32 []float32) (step int64, done bool, err error) {
+	if base32 == nil {
+		return w.c.Pull(ctx, base)
+	}
+	if step, done, err = w.c.Pull32(ctx, base32); err == nil {
+		kernel.Widen(base, base32)
+	}
+	return step, done, err
+}
+
+// pushDelta pushes a round's delta of LocalSteps steps (narrowed into
+// delta32 when deltas travel as float32) with cursor.
+func (w *worker) pushDelta(ctx context.Context, delta []float64, delta32 []float32, cursor []float64) (PushResult, error) {
+	k := w.cfg.LocalSteps
+	switch {
+	case delta32 != nil:
+		kernel.Narrow(delta32, delta)
+		if w.cfg.Backups {
+			return w.c.PushDeltaAdmitted32(ctx, w.cfg.Task, delta32, k, cursor)
+		}
+		return w.c.PushDelta32(ctx, w.cfg.Task, delta32, k, cursor)
+	case w.cfg.Backups:
+		return w.c.PushDeltaAdmitted(ctx, w.cfg.Task, delta, k, cursor)
+	}
+	return w.c.PushDelta(ctx, w.cfg.Task, delta, k, cursor)
+}
+
+// localSteps takes a round's LocalSteps optimizer steps on the next
+// batches from the variables in params (pulled at global step, the
+// schedule's origin), leaves their change since base in delta and returns
+// the summed loss and the examples. It refuses a round that left a loss,
+// a variable or an optimizer slot non-finite.
+func (w *worker) localSteps(step int64) (loss float64, examples int, err error) {
+	for i := range w.cfg.LocalSteps {
+		rows := w.batchRows()
+		if !w.cfg.Optimizer.Schedule.Constant() {
+			w.opt.SetLearningRate(w.cfg.Optimizer.RateAt(step+int64(i), w.cfg.MaxSteps))
+		}
+		l := train.StepRows(w.m, w.opt, w.grad, w.data, rows, w.xb, w.yb, w.cfg.ClipNorm)
+		if l-l != 0 {
+			return loss, examples, fmt.Errorf("%w: worker %d: loss %v at local step %d of the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, l, i+1, step)
+		}
+		loss += l
+		examples += len(rows)
+	}
+	for i, p := range w.params {
+		w.delta[i] = p - w.base[i]
+	}
+	if i := train.NonFinite(w.delta); i >= 0 {
+		return loss, examples, fmt.Errorf("%w: worker %d: variable %d is %v after the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, i, w.params[i], step)
+	}
+	// The optimizer's state too, as a single process's checkpoint of it
+	// would be refused (train.Checkpoints.Save): Adam's second moments
+	// overflow before the variables do.
+	clear(w.slots)
+	w.opt.Save(w.slots)
+	for name, v := range w.slots {
+		if i := train.NonFinite(v); i >= 0 {
+			return loss, examples, fmt.Errorf("%w: worker %d: optimizer slot %s[%d] is %v after the round from global step %d (lower the learning rate, or clip gradients with clip_norm)", train.ErrNonFinite, w.cfg.Task, name, i, v[i], step)
+		}
+	}
+	return loss, examples, nil
+}
+
+// localPipeline trains by local SGD with Overlap (async only) until an
+// error, or errDone when training is over: each round's delta is pushed,
+// and the variables after it pulled, while the next round's local steps
+// run. Round r+1 starts from the variables pulled after round r-1's push
+// plus round r's own delta, at that pull's global step plus LocalSteps
+// (one worker: exactly where and when the round would start without
+// overlap, up to the rounding of deltas sent as float32), so a delta is
+// computed on variables one round staler than without overlap, and the
+// computing never waits for the network or the parameter servers. A round computed when the flight before it
+// fails or ends training is dropped, as a failed push's round is: the
+// worker resumes after the last round shard 0 counted.
+func (w *worker) localPipeline(ctx context.Context) error {
+	if w.in == nil {
+		w.in, w.send = make([]float64, len(w.params)), make([]float64, len(w.params))
+		if w.base32 != nil {
+			w.in32, w.send32 = make([]float32, len(w.params)), make([]float32, len(w.params))
+		}
+	}
+	t0 := time.Now()
+	step, done, err := w.pullBase(ctx, w.base, w.base32)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.res.Pull += time.Since(t0)
+	w.res.Wait += time.Since(t0)
+	w.mu.Unlock()
+	if done {
+		return w.over(step)
+	}
+	copy(w.params, w.base)
+	landed := make(chan flight, 1)
+	inFlight := false
+	for {
+		t1 := time.Now()
+		loss, examples, cerr := w.localSteps(step)
+		computed := time.Since(t1)
+		if inFlight {
+			inFlight = false
+			t2 := time.Now()
+			f := <-landed
+			f.wait = time.Since(t2)
+			if err := w.landDelta(f); err != nil {
+				return err
+			}
+			// The next round starts from the pulled variables plus this
+			// round's delta, at the global step they will have then.
+			step = f.step + int64(w.cfg.LocalSteps)
+			if cerr == nil {
+				for i, v := range w.in {
+					w.base[i] = v + w.delta[i]
+				}
+			}
+		} else if cerr == nil {
+			step += int64(w.cfg.LocalSteps)
+			copy(w.base, w.params)
+		}
+		if cerr != nil {
+			return cerr
+		}
+		w.mu.Lock()
+		if r, ok := w.m.(rngModel); ok {
+			w.pos.RNG = r.RNGState()
+		}
+		pos := w.pos
+		pos.RNG = slices.Clone(pos.RNG)
+		w.mu.Unlock()
+		if w.hooks.Computed != nil {
+			w.hooks.Computed()
+		}
+		copy(w.send, w.delta)
+		inFlight = true
+		go w.flyDelta(ctx, flight{pos: pos, loss: loss, examples: examples, compute: computed}, pos.encode(), landed)
+		copy(w.params, w.base)
+	}
+}
+
+// flyDelta pushes the delta in send (through send32 when deltas travel as
+// float32), then pulls the variables after it into in, and reports on
+// landed.
+func (w *worker) flyDelta(ctx context.Context, f flight, cursor []float64, landed chan<- flight) {
+	t0 := time.Now()
+	f.r, f.pushErr = w.pushDelta(ctx, w.send, w.send32, cursor)
+	t1 := time.Now()
+	f.push = t1.Sub(t0)
+	if f.pushErr == nil && !f.r.Done {
+		f.step, f.done, f.pullErr = w.pullBase(ctx, w.in, w.in32)
+		f.pull = time.Since(t1)
+	}
+	landed <- f
+}
+
+// landDelta records a round's flight as pushed records a round: its
+// push, its steps and its position; errDone when training is over.
+func (w *worker) landDelta(f flight) error {
+	if f.pushErr != nil {
+		return f.pushErr
+	}
+	k := int64(w.cfg.LocalSteps)
+	w.mu.Lock()
+	w.res.Compute += f.compute
+	w.res.Push += f.push
+	w.res.Pull += f.pull
+	w.res.Wait += f.wait
+	w.pos.GlobalStep, w.res.Step = f.r.Step, f.r.Step
+	w.res.Steps += k
+	if f.r.Applied {
+		w.res.Applied += k
+	}
+	w.lossSum += f.loss
+	w.lossN += int(k)
+	w.mu.Unlock()
+	f.pos.GlobalStep = f.r.Step
+	if w.hooks.Moved != nil {
+		w.hooks.Moved(f.pos)
+	}
+	if w.hooks.Stepped != nil {
+		w.hooks.Stepped(StepStats{GlobalStep: f.r.Step, Loss: f.loss / float64(k), Examples: f.examples, Pull: f.pull, Compute: f.compute, Push: f.push})
+	}
+	switch {
+	case f.r.Done:
+		return errDone
+	case f.pullErr != nil:
+		return f.pullErr
+	case f.done:
+		return w.over(f.step)
+	}
+	return nil
 }
 
 // pull pulls the variables into params32 or params.
