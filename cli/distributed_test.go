@@ -382,7 +382,14 @@ func survivesKills(t *testing.T, c *cluster, name string, local int, maxSteps, s
 	if maxLost > save+int64(local) { // a cut lands up to a round of local steps past its step
 		t.Fatalf("a restart lost %d steps, more than one checkpoint interval (%d) and a round of local steps (%d)", maxLost, save, local)
 	}
-	if d := base.Metrics.Accuracy - res.Metrics.Accuracy; d > 0.005 {
+	// Async training orders its updates differently from run to run, so
+	// two runs differ even undisturbed. Measured over 50 runs of the
+	// gradients case on generated rows (5,000 eval rows, 2026-11-26):
+	// undisturbed minus disturbed had mean +0.0001 and sd 0.0017, at most
+	// +0.0048; of the 2,500 undisturbed/disturbed pairs across runs 0.7%
+	// differed by more than 0.005 (the old bound, which CI once failed at
+	// 0.0050) and none by more than 0.0068. 0.008 is the mean + 4.7 sd.
+	if d := base.Metrics.Accuracy - res.Metrics.Accuracy; d > 0.008 {
 		t.Fatalf("accuracy %.4f is %.4f below the undisturbed run's %.4f", res.Metrics.Accuracy, d, base.Metrics.Accuracy)
 	}
 }
