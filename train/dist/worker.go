@@ -597,14 +597,7 @@ func (w *worker) step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	if r, ok := w.m.(rngModel); ok {
-		w.pos.RNG = r.RNGState()
-	}
-	w.mu.Unlock()
-	if w.hooks.Computed != nil {
-		w.hooks.Computed()
-	}
+	w.computed()
 	t2 := time.Now()
 	r, err := w.push(ctx, w.grad, w.grad32, clip, w.pos.encode())
 	if err != nil {
@@ -666,14 +659,7 @@ func (w *worker) round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	if r, ok := w.m.(rngModel); ok {
-		w.pos.RNG = r.RNGState()
-	}
-	w.mu.Unlock()
-	if w.hooks.Computed != nil {
-		w.hooks.Computed()
-	}
+	w.computed()
 	t2 := time.Now()
 	r, err := w.pushDelta(ctx, w.delta, w.delta32, w.pos.encode())
 	if err != nil {
@@ -756,9 +742,10 @@ func (w *worker) localSteps(step int64) (loss float64, examples int, err error) 
 // (one worker: exactly where and when the round would start without
 // overlap, up to the rounding of deltas sent as float32), so a delta is
 // computed on variables one round staler than without overlap, and the
-// computing never waits for the network or the parameter servers. A round computed when the flight before it
-// fails or ends training is dropped, as a failed push's round is: the
-// worker resumes after the last round shard 0 counted.
+// computing never waits for the network or the parameter servers. A
+// round computed when the flight before it fails or ends training is
+// dropped, as a failed push's round is: the worker resumes after the
+// last round shard 0 counted.
 func (w *worker) localPipeline(ctx context.Context) error {
 	if w.in == nil {
 		w.in, w.send = make([]float64, len(w.params)), make([]float64, len(w.params))
@@ -790,7 +777,7 @@ func (w *worker) localPipeline(ctx context.Context) error {
 			t2 := time.Now()
 			f := <-landed
 			f.wait = time.Since(t2)
-			if err := w.landDelta(f); err != nil {
+			if err := w.record(f, int64(w.cfg.LocalSteps)); err != nil {
 				return err
 			}
 			// The next round starts from the pulled variables plus this
@@ -808,16 +795,7 @@ func (w *worker) localPipeline(ctx context.Context) error {
 		if cerr != nil {
 			return cerr
 		}
-		w.mu.Lock()
-		if r, ok := w.m.(rngModel); ok {
-			w.pos.RNG = r.RNGState()
-		}
-		pos := w.pos
-		pos.RNG = slices.Clone(pos.RNG)
-		w.mu.Unlock()
-		if w.hooks.Computed != nil {
-			w.hooks.Computed()
-		}
+		pos := w.computed()
 		copy(w.send, w.delta)
 		inFlight = true
 		go w.flyDelta(ctx, flight{pos: pos, loss: loss, examples: examples, compute: computed}, pos.encode(), landed)
@@ -838,44 +816,6 @@ func (w *worker) flyDelta(ctx context.Context, f flight, cursor []float64, lande
 		f.pull = time.Since(t1)
 	}
 	landed <- f
-}
-
-// landDelta records a round's flight as pushed records a round: its
-// push, its steps and its position; errDone when training is over.
-func (w *worker) landDelta(f flight) error {
-	if f.pushErr != nil {
-		return f.pushErr
-	}
-	k := int64(w.cfg.LocalSteps)
-	w.mu.Lock()
-	w.res.Compute += f.compute
-	w.res.Push += f.push
-	w.res.Pull += f.pull
-	w.res.Wait += f.wait
-	w.pos.GlobalStep, w.res.Step = f.r.Step, f.r.Step
-	w.res.Steps += k
-	if f.r.Applied {
-		w.res.Applied += k
-	}
-	w.lossSum += f.loss
-	w.lossN += int(k)
-	w.mu.Unlock()
-	f.pos.GlobalStep = f.r.Step
-	if w.hooks.Moved != nil {
-		w.hooks.Moved(f.pos)
-	}
-	if w.hooks.Stepped != nil {
-		w.hooks.Stepped(StepStats{GlobalStep: f.r.Step, Loss: f.loss / float64(k), Examples: f.examples, Pull: f.pull, Compute: f.compute, Push: f.push})
-	}
-	switch {
-	case f.r.Done:
-		return errDone
-	case f.pullErr != nil:
-		return f.pullErr
-	case f.done:
-		return w.over(f.step)
-	}
-	return nil
 }
 
 // pull pulls the variables into params32 or params.
@@ -981,16 +921,7 @@ func (w *worker) pipeline(ctx context.Context) error {
 		if gerr != nil {
 			return gerr
 		}
-		w.mu.Lock()
-		if r, ok := w.m.(rngModel); ok {
-			w.pos.RNG = r.RNGState()
-		}
-		pos := w.pos
-		pos.RNG = slices.Clone(pos.RNG)
-		w.mu.Unlock()
-		if w.hooks.Computed != nil {
-			w.hooks.Computed()
-		}
+		pos := w.computed()
 		w.grad, w.send = w.send, w.grad
 		w.grad32, w.send32 = w.send32, w.grad32
 		inFlight = true
@@ -998,9 +929,41 @@ func (w *worker) pipeline(ctx context.Context) error {
 	}
 }
 
+// computed records the model's random state (dropout) in the worker's
+// position after a batch or round was computed, calls the Computed hook
+// and returns a copy of the position to push with it.
+func (w *worker) computed() Position {
+	w.mu.Lock()
+	if r, ok := w.m.(rngModel); ok {
+		w.pos.RNG = r.RNGState()
+	}
+	pos := w.pos
+	pos.RNG = slices.Clone(pos.RNG)
+	w.mu.Unlock()
+	if w.hooks.Computed != nil {
+		w.hooks.Computed()
+	}
+	return pos
+}
+
 // land records a flight's push and takes up the variables it pulled; it
 // returns errDone when training is over.
 func (w *worker) land(f flight) error {
+	if err := w.record(f, 1); err != nil {
+		return err
+	}
+	if w.m32 != nil {
+		w.params32, w.in32 = w.in32, w.params32
+	} else {
+		copy(w.params, w.in) // the model's own variables
+	}
+	return nil
+}
+
+// record records a flight's push of k batches (a gradient, or a round of
+// local steps): its times, steps, loss and position; it returns errDone
+// when training is over, or the flight's error.
+func (w *worker) record(f flight, k int64) error {
 	if f.pushErr != nil {
 		return f.pushErr
 	}
@@ -1010,19 +973,19 @@ func (w *worker) land(f flight) error {
 	w.res.Pull += f.pull
 	w.res.Wait += f.wait
 	w.pos.GlobalStep, w.res.Step = f.r.Step, f.r.Step
-	w.res.Steps++
+	w.res.Steps += k
 	if f.r.Applied {
-		w.res.Applied++
+		w.res.Applied += k
 	}
 	w.lossSum += f.loss
-	w.lossN++
+	w.lossN += int(k)
 	w.mu.Unlock()
 	f.pos.GlobalStep = f.r.Step
 	if w.hooks.Moved != nil {
 		w.hooks.Moved(f.pos)
 	}
 	if w.hooks.Stepped != nil {
-		w.hooks.Stepped(StepStats{GlobalStep: f.r.Step, Loss: f.loss, Examples: f.examples, Pull: f.pull, Compute: f.compute, Push: f.push})
+		w.hooks.Stepped(StepStats{GlobalStep: f.r.Step, Loss: f.loss / float64(k), Examples: f.examples, Pull: f.pull, Compute: f.compute, Push: f.push})
 	}
 	switch {
 	case f.r.Done:
@@ -1031,11 +994,6 @@ func (w *worker) land(f flight) error {
 		return f.pullErr
 	case f.done:
 		return w.over(f.step)
-	}
-	if w.m32 != nil {
-		w.params32, w.in32 = w.in32, w.params32
-	} else {
-		copy(w.params, w.in) // the model's own variables
 	}
 	return nil
 }
