@@ -45,6 +45,30 @@ func runOneOverlap(t *testing.T, meta train.CheckpointMeta, opt train.OptimizerC
 	return ck
 }
 
+// sameModel fails t unless checkpoints x and y of meta hold variables
+// within tol of each other, moved from the initial model by 0.1 or more
+// (something was trained), and the same data position of worker 0.
+func sameModel(t *testing.T, meta train.CheckpointMeta, x, y *train.Checkpoint, tol float64) {
+	t.Helper()
+	a, b := x.Tensors["params"], y.Tensors["params"]
+	initial, _ := train.Initial(meta, 3)
+	worst, moved := 0.0, 0.0
+	for i := range a {
+		worst = max(worst, math.Abs(a[i]-b[i]))
+		moved = max(moved, math.Abs(a[i]-initial.Params()[i]))
+	}
+	t.Logf("largest difference %.3g; the variables moved up to %.3g", worst, moved)
+	if len(a) != len(b) || worst > tol {
+		t.Fatalf("variables differ by up to %.3g, want ≤ %g", worst, tol)
+	}
+	if moved < 0.1 {
+		t.Fatalf("the variables moved only %.3g from the initial model: nothing was trained", moved)
+	}
+	if !slices.Equal(x.Tensors[cursorPrefix+"0"], y.Tensors[cursorPrefix+"0"]) {
+		t.Fatalf("data positions %v and %v, want the same", x.Tensors[cursorPrefix+"0"], y.Tensors[cursorPrefix+"0"])
+	}
+}
+
 // TestLocalStepsOfOneAgree: one worker taking one local step per round
 // (LocalSteps 1) trains the same model as one worker pushing gradients.
 // Both compute the gradient of the same batches on the same variables
@@ -71,25 +95,7 @@ func TestLocalStepsOfOneAgree(t *testing.T) {
 			train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.01, Schedule: decay}, 1e-6},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			grads := runOne(t, c.meta, c.opt, data, 200, 0)
-			local := runOne(t, c.meta, c.opt, data, 200, 1)
-			a, b := grads.Tensors["params"], local.Tensors["params"]
-			initial, _ := train.Initial(c.meta, 3)
-			worst, moved := 0.0, 0.0
-			for i := range a {
-				worst = max(worst, math.Abs(a[i]-b[i]))
-				moved = max(moved, math.Abs(a[i]-initial.Params()[i]))
-			}
-			t.Logf("largest difference %.3g; the variables moved up to %.3g", worst, moved)
-			if len(a) != len(b) || worst > c.tol {
-				t.Fatalf("variables differ by up to %.3g, want ≤ %g", worst, c.tol)
-			}
-			if moved < 0.1 {
-				t.Fatalf("the variables moved only %.3g from the initial model: nothing was trained", moved)
-			}
-			if !slices.Equal(grads.Tensors[cursorPrefix+"0"], local.Tensors[cursorPrefix+"0"]) {
-				t.Fatalf("data positions %v and %v, want the same", grads.Tensors[cursorPrefix+"0"], local.Tensors[cursorPrefix+"0"])
-			}
+			sameModel(t, c.meta, runOne(t, c.meta, c.opt, data, 200, 0), runOne(t, c.meta, c.opt, data, 200, 1), c.tol)
 		})
 	}
 }
@@ -119,25 +125,7 @@ func TestOverlappedRoundsOfOneWorkerAgree(t *testing.T) {
 			train.OptimizerConfig{Name: train.AdamOptimizer, LearningRate: 0.01, Schedule: decay}, 1e-5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			plain := runOneOverlap(t, c.meta, c.opt, data, 200, localSteps, false)
-			overlapped := runOneOverlap(t, c.meta, c.opt, data, 200, localSteps, true)
-			a, b := plain.Tensors["params"], overlapped.Tensors["params"]
-			initial, _ := train.Initial(c.meta, 3)
-			worst, moved := 0.0, 0.0
-			for i := range a {
-				worst = max(worst, math.Abs(a[i]-b[i]))
-				moved = max(moved, math.Abs(a[i]-initial.Params()[i]))
-			}
-			t.Logf("largest difference %.3g; the variables moved up to %.3g", worst, moved)
-			if len(a) != len(b) || worst > c.tol {
-				t.Fatalf("variables differ by up to %.3g, want ≤ %g", worst, c.tol)
-			}
-			if moved < 0.1 {
-				t.Fatalf("the variables moved only %.3g from the initial model: nothing was trained", moved)
-			}
-			if !slices.Equal(plain.Tensors[cursorPrefix+"0"], overlapped.Tensors[cursorPrefix+"0"]) {
-				t.Fatalf("data positions %v and %v, want the same", plain.Tensors[cursorPrefix+"0"], overlapped.Tensors[cursorPrefix+"0"])
-			}
+			sameModel(t, c.meta, runOneOverlap(t, c.meta, c.opt, data, 200, localSteps, false), runOneOverlap(t, c.meta, c.opt, data, 200, localSteps, true), c.tol)
 		})
 	}
 }
