@@ -70,7 +70,7 @@ type WorkerConfig struct {
 	// LocalSteps, if positive, trains by local SGD with periodic
 	// averaging: the worker keeps its own copy of the variables and its
 	// own Optimizer state, takes LocalSteps optimizer steps on its own
-	// batches (train.Step, as single-process training does), pushes the
+	// batches (train.StepRows, as single-process training does), pushes the
 	// delta of its variables since its last pull (Client.PushDelta) and
 	// pulls the new ones. The parameter servers must have the same
 	// ShardConfig.LocalSteps.
