@@ -207,11 +207,17 @@ func Initial(meta CheckpointMeta, seed uint64) (Model, error) {
 // allocates nothing once m has seen a batch this large.
 func Step(m Model, opt Optimizer, grad, x, y []float64, clipNorm float64) float64 {
 	loss := m.Gradient(grad, x, y)
+	update(m, opt, grad, clipNorm)
+	return loss
+}
+
+// update clips grad to global norm clipNorm if positive and applies it to
+// m's variables with opt: the end of Step and StepRows.
+func update(m Model, opt Optimizer, grad []float64, clipNorm float64) {
 	if clipNorm > 0 {
 		ClipByGlobalNorm(grad, clipNorm)
 	}
 	opt.Update(m.Params(), grad)
-	return loss
 }
 
 // StepRows is Step on the batch of data's rows rows (in that order),
@@ -224,29 +230,24 @@ func StepRows(m Model, opt Optimizer, grad []float64, data Data, rows []int, xb,
 	for i, r := range rows {
 		yb[i] = data.Y[r]
 	}
-	var loss float64
 	if g, ok := m.(rowGatherer); ok && g.gathersRows() {
-		loss = g.gradientRows(grad, data.X, data.Dim, rows, yb)
-	} else {
-		xb = xb[:len(rows)*data.Dim]
-		for i, r := range rows {
-			copy(xb[i*data.Dim:(i+1)*data.Dim], data.X[r*data.Dim:(r+1)*data.Dim])
-		}
-		loss = m.Gradient(grad, xb, yb)
+		loss := g.gradientRows(grad, data.X, rows, yb)
+		update(m, opt, grad, clipNorm)
+		return loss
 	}
-	if clipNorm > 0 {
-		ClipByGlobalNorm(grad, clipNorm)
+	xb = xb[:len(rows)*data.Dim]
+	for i, r := range rows {
+		copy(xb[i*data.Dim:(i+1)*data.Dim], data.X[r*data.Dim:(r+1)*data.Dim])
 	}
-	opt.Update(m.Params(), grad)
-	return loss
+	return Step(m, opt, grad, xb, yb, clipNorm)
 }
 
 // rowGatherer is a model whose Gradient can read its batch's rows from
-// the dataset itself (gradientRows: the rows rows of dim-feature x, with
-// targets y), when gathersRows says it does.
+// the dataset itself (gradientRows: the rows rows of the dataset's
+// features x, with targets y), when gathersRows says it does.
 type rowGatherer interface {
 	gathersRows() bool
-	gradientRows(grad, x []float64, dim int, rows []int, y []float64) float64
+	gradientRows(grad, x []float64, rows []int, y []float64) float64
 }
 
 // rngModel is a model with a checkpointed random source (dropout).

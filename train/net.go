@@ -466,15 +466,7 @@ func modelLoss(classes, k int, dz, z, y, p []float64) float64 {
 // sums over their rows, the same for the same number of parts.
 func (n *Net) Gradient(grad, x, y []float64) float64 {
 	if n.f32 {
-		g := &n.grad32
-		if len(g.wbuf) != len(n.params) {
-			g.wbuf = make([]float32, len(n.params))
-		}
-		g.vec.x, g.vec.a = g.wbuf, n.params
-		g.vec.do(vecNarrow, len(n.params))
-		loss := netPasses(n, g, g.wbuf, x, nil, y, nil)
-		netSum(g, grad)
-		return loss
+		return n.gradientRows(grad, x, nil, y)
 	}
 	loss := netPasses(n, &n.grad, n.params, x, nil, y, grad)
 	netSum(&n.grad, nil)
@@ -485,11 +477,12 @@ func (n *Net) Gradient(grad, x, y []float64) float64 {
 // float32, where each part narrows its rows anyway.
 func (n *Net) gathersRows() bool { return n.f32 }
 
-// gradientRows is Gradient on the rows rows of the dim-feature rows x
-// (targets y), each part gathering and narrowing its own rows: the same
-// gradient and loss as Gradient on the gathered batch, bit for bit,
-// without the float64 copy of the batch. Float32 networks only.
-func (n *Net) gradientRows(grad, x []float64, dim int, rows []int, y []float64) float64 {
+// gradientRows is Gradient in float32 (Float32 networks only) on the
+// rows rows of the dataset x, each part gathering and narrowing its own
+// rows, without a float64 copy of the batch; rows nil means x is the
+// batch itself. Gathered or not, the gradient and loss are the same, bit
+// for bit.
+func (n *Net) gradientRows(grad, x []float64, rows []int, y []float64) float64 {
 	g := &n.grad32
 	if len(g.wbuf) != len(n.params) {
 		g.wbuf = make([]float32, len(n.params))
