@@ -597,43 +597,23 @@ func (w *worker) step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.computed()
+	pos := w.computed()
 	t2 := time.Now()
-	r, err := w.push(ctx, w.grad, w.grad32, clip, w.pos.encode())
+	r, err := w.push(ctx, w.grad, w.grad32, clip, pos.encode())
 	if err != nil {
 		return err
 	}
-	return w.pushed(r, 1, loss, len(y), t0, t1, t2)
+	return w.pushed(pos, r, 1, loss, len(y), t0, t1, t2)
 }
 
-// pushed accounts for a push of k steps' work whose losses sum to loss
-// over examples examples, timed from t0 (pull), t1 (compute) and t2
-// (push) to now; errDone when training is over.
-func (w *worker) pushed(r PushResult, k int, loss float64, examples int, t0, t1, t2 time.Time) error {
-	w.mu.Lock()
-	w.res.Pull += t1.Sub(t0)
-	w.res.Compute += t2.Sub(t1)
-	w.res.Push += time.Since(t2)
-	w.res.Wait += t1.Sub(t0) + time.Since(t2)
-	w.pos.GlobalStep = r.Step
-	w.res.Step = r.Step
-	w.res.Steps += int64(k)
-	if r.Applied {
-		w.res.Applied += int64(k)
-	}
-	w.lossSum += loss
-	w.lossN += k
-	w.mu.Unlock()
-	if w.hooks.Moved != nil {
-		w.hooks.Moved(w.pos)
-	}
-	if w.hooks.Stepped != nil {
-		w.hooks.Stepped(StepStats{GlobalStep: r.Step, Loss: loss / float64(k), Examples: examples, Pull: t1.Sub(t0), Compute: t2.Sub(t1), Push: time.Since(t2)})
-	}
-	if r.Done {
-		return errDone
-	}
-	return nil
+// pushed records, as a flight is recorded, the push of k steps' work
+// from position pos whose losses sum to loss over examples examples,
+// timed from t0 (pull), t1 (compute) and t2 (push) to now; errDone when
+// training is over.
+func (w *worker) pushed(pos Position, r PushResult, k int, loss float64, examples int, t0, t1, t2 time.Time) error {
+	push := time.Since(t2)
+	return w.record(flight{pos: pos, loss: loss, examples: examples, compute: t2.Sub(t1), r: r,
+		push: push, pull: t1.Sub(t0), wait: t1.Sub(t0) + push}, int64(k))
 }
 
 // round runs one round of local SGD (LocalSteps): pull the variables,
@@ -659,13 +639,13 @@ func (w *worker) round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.computed()
+	pos := w.computed()
 	t2 := time.Now()
-	r, err := w.pushDelta(ctx, w.delta, w.delta32, w.pos.encode())
+	r, err := w.pushDelta(ctx, w.delta, w.delta32, pos.encode())
 	if err != nil {
 		return err
 	}
-	return w.pushed(r, w.cfg.LocalSteps, loss, examples, t0, t1, t2)
+	return w.pushed(pos, r, w.cfg.LocalSteps, loss, examples, t0, t1, t2)
 }
 
 // pullBase pulls the variables into base (through base32, widened, when
@@ -758,10 +738,7 @@ func (w *worker) localPipeline(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.res.Pull += time.Since(t0)
-	w.res.Wait += time.Since(t0)
-	w.mu.Unlock()
+	w.waitedPull(time.Since(t0))
 	if done {
 		return w.over(step)
 	}
@@ -798,24 +775,9 @@ func (w *worker) localPipeline(ctx context.Context) error {
 		pos := w.computed()
 		copy(w.send, w.delta)
 		inFlight = true
-		go w.flyDelta(ctx, flight{pos: pos, loss: loss, examples: examples, compute: computed}, pos.encode(), landed)
+		go w.fly(ctx, flight{pos: pos, loss: loss, examples: examples, compute: computed}, 0, pos.encode(), landed)
 		copy(w.params, w.base)
 	}
-}
-
-// flyDelta pushes the delta in send (through send32 when deltas travel as
-// float32), then pulls the variables after it into in, and reports on
-// landed.
-func (w *worker) flyDelta(ctx context.Context, f flight, cursor []float64, landed chan<- flight) {
-	t0 := time.Now()
-	f.r, f.pushErr = w.pushDelta(ctx, w.send, w.send32, cursor)
-	t1 := time.Now()
-	f.push = t1.Sub(t0)
-	if f.pushErr == nil && !f.r.Done {
-		f.step, f.done, f.pullErr = w.pullBase(ctx, w.in, w.in32)
-		f.pull = time.Since(t1)
-	}
-	landed <- f
 }
 
 // pull pulls the variables into params32 or params.
@@ -859,16 +821,27 @@ type flight struct {
 	wait time.Duration
 }
 
-// fly pushes the gradient in send or send32 and, unless that ends
-// training, pulls the variables into in or in32; it delivers f, filled
-// in, on landed.
+// fly pushes the gradient in send or send32 (with LocalSteps, the
+// round's delta in send, through send32 when deltas travel as float32)
+// and, unless that ends training, pulls the variables into in or in32
+// (with LocalSteps, into in, widened from in32 when they travel as
+// float32); it delivers f, filled in, on landed.
 func (w *worker) fly(ctx context.Context, f flight, clip float64, cursor []float64, landed chan<- flight) {
+	local := w.cfg.LocalSteps > 0
 	t0 := time.Now()
-	f.r, f.pushErr = w.push(ctx, w.send, w.send32, clip, cursor)
+	if local {
+		f.r, f.pushErr = w.pushDelta(ctx, w.send, w.send32, cursor)
+	} else {
+		f.r, f.pushErr = w.push(ctx, w.send, w.send32, clip, cursor)
+	}
 	t1 := time.Now()
 	f.push = t1.Sub(t0)
 	if f.pushErr == nil && !f.r.Done {
-		f.step, f.done, f.pullErr = w.pull(ctx, w.in, w.in32)
+		if local {
+			f.step, f.done, f.pullErr = w.pullBase(ctx, w.in, w.in32)
+		} else {
+			f.step, f.done, f.pullErr = w.pull(ctx, w.in, w.in32)
+		}
 		f.pull = time.Since(t1)
 	}
 	landed <- f
@@ -894,10 +867,7 @@ func (w *worker) pipeline(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.res.Pull += time.Since(t0)
-	w.res.Wait += time.Since(t0)
-	w.mu.Unlock()
+	w.waitedPull(time.Since(t0))
 	if done {
 		return w.over(tag)
 	}
@@ -927,6 +897,15 @@ func (w *worker) pipeline(ctx context.Context) error {
 		inFlight = true
 		go w.fly(ctx, flight{pos: pos, loss: loss, examples: len(y), compute: computed}, clip, pos.encode(), landed)
 	}
+}
+
+// waitedPull accounts for a pull of d that computing waited for (the
+// first pull of a pipeline).
+func (w *worker) waitedPull(d time.Duration) {
+	w.mu.Lock()
+	w.res.Pull += d
+	w.res.Wait += d
+	w.mu.Unlock()
 }
 
 // computed records the model's random state (dropout) in the worker's
