@@ -46,6 +46,7 @@ func BenchmarkFashionMLP(b *testing.B) {
 	meta := fashionMeta()
 	const batch = 128
 	local := func(b *testing.B) {
+		runtime.GC() // no collection of earlier runs' garbage on the clock
 		start, cpu := time.Now(), cpuTime()
 		i := localLoop(data, meta, batch, b.Loop)
 		b.ReportMetric(float64(i*batch)/time.Since(start).Seconds(), "examples/s")
@@ -149,6 +150,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	for i := range parts {
 		parts[i] = split(data, i, workers)
 	}
+	runtime.GC() // the setup's garbage collected before the clock starts, as local's
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	start, cpu := time.Now(), cpuTime()
@@ -167,10 +169,10 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 		b.Fatal(err)
 	}
 	var applied int64
-	var compute, pull, push time.Duration
+	var compute, pull, push, wait time.Duration
 	for _, r := range res {
 		applied += r.Applied
-		compute, pull, push = compute+r.Compute, pull+r.Pull, push+r.Push
+		compute, pull, push, wait = compute+r.Compute, pull+r.Pull, push+r.Push, wait+r.Wait
 	}
 	total := (compute + pull + push).Seconds()
 	b.ReportMetric(float64(applied*int64(batch))/elapsed.Seconds(), "examples/s")
@@ -178,6 +180,9 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	b.ReportMetric(compute.Seconds()/total, "compute-share")
 	b.ReportMetric(pull.Seconds()/total, "pull-share")
 	b.ReportMetric(push.Seconds()/total, "push-share")
+	// The time workers stood waiting for their flights (Overlap), per
+	// second of the run and worker.
+	b.ReportMetric(wait.Seconds()/elapsed.Seconds()/float64(workers), "wait-share")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -256,6 +261,7 @@ func TestTimeToAccuracy(t *testing.T) {
 	const every = epoch / 4
 	var local time.Duration
 	{
+		runtime.GC()
 		dir := t.TempDir()
 		ctx, cancel := context.WithCancel(context.Background())
 		w := newBarWatch(test, bar, cancel)
@@ -292,6 +298,7 @@ func TestTimeToAccuracy(t *testing.T) {
 		for i := range parts {
 			parts[i] = split(data, i, c.workers)
 		}
+		runtime.GC() // the split's garbage collected before the clock starts
 		ctx, cancel := context.WithCancel(context.Background())
 		w := newBarWatch(test, bar, cancel)
 		hooks := Hooks{Committed: func(p train.Progress) error { w.check(cl.ckdir, p.Step); return nil }}
