@@ -170,6 +170,9 @@ func (a *Activities) PrepareJob(ctx context.Context, in workflows.PrepareInput) 
 	if err := a.checkCeilings(spec.Train); err != nil {
 		return workflows.PrepareResult{}, err
 	}
+	if err := a.checkPublisher(ctx, spec); err != nil {
+		return workflows.PrepareResult{}, err
+	}
 	var dir string
 	var err error
 	switch {
@@ -1078,6 +1081,28 @@ func (a *Activities) exportInChild(ctx context.Context, hb *beater, jd *jobDir, 
 		return err
 	case final.Kind == "error":
 		return childError(final)
+	}
+	return nil
+}
+
+// checkPublisher refuses (ModelOwned, not retried), before a directory is
+// claimed or a step trained, a spec whose version is to take traffic
+// (promote true or "if_blessed", or a rollout section) in a model whose
+// owner is another job that the operator's rule does not let promote, or
+// that is to publish at all where the rule lets the owner alone:
+// Publish, which stays the check that counts, would refuse it after
+// training.
+func (a *Activities) checkPublisher(ctx context.Context, spec jobspec.JobSpec) error {
+	if spec.Publish == jobspec.PublishNone || a.Models == nil {
+		return nil
+	}
+	o, owned, err := a.Models.Owner(ctx, spec.ModelName)
+	if err != nil {
+		return fmt.Errorf("owner of model %s: %w", spec.ModelName, err)
+	}
+	promote := spec.Promote != jobspec.PromoteNever || spec.Rollout != nil
+	if err := bundle.CheckPublisher(spec.ModelName, o, owned, spec.JobID, a.ModelOwners.For(spec.ModelName), promote); err != nil {
+		return nonRetryable(workflows.ErrTypeModelOwned, err)
 	}
 	return nil
 }

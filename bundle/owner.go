@@ -187,6 +187,25 @@ func (r *Store) checkOwner(ctx context.Context, model string, vs []int64, by Pub
 	if o.is(by) || rule.allows(by.JobID, promote) {
 		return nil
 	}
+	return notOwner(model, o, rule, by.JobID)
+}
+
+// CheckPublisher reports, without writing anything, whether job jobID may
+// publish into model (with promote: and give the version traffic) under
+// rule, given the model's owner o (owned false: nobody owns it yet, and
+// the job's first publish would claim it). If not, the error wraps
+// ErrNotOwner, worded as PublishAs words its refusal. PrepareJob asks it
+// of a spec that promotes or rolls out, so that a job that could never do
+// so is refused before it trains; PublishAs stays the check that counts.
+func CheckPublisher(model string, o Publisher, owned bool, jobID string, rule Rule, promote bool) error {
+	if !owned || o.JobID == jobID || rule.allows(jobID, promote) {
+		return nil
+	}
+	return notOwner(model, o, rule, jobID)
+}
+
+// notOwner is the refusal of job jobID by model's owner o under rule.
+func notOwner(model string, o Publisher, rule Rule, jobID string) error {
 	var shown string
 	switch {
 	case len(rule.Jobs) > 0:
@@ -197,7 +216,7 @@ func (r *Store) checkOwner(ctx context.Context, model string, vs []int64, by Pub
 		shown = "lets any job add versions but its owner alone promote (publish without promote to add a version)"
 	}
 	return fmt.Errorf("%w: model %s belongs to job %s; the operator's rule for it %s, not job %s (worker --model-owners %s=PATTERN|open allows more)",
-		ErrNotOwner, model, o.JobID, shown, by.JobID, model)
+		ErrNotOwner, model, o.JobID, shown, jobID, model)
 }
 
 // claimModel writes model's owner record for by unless one exists (a

@@ -123,6 +123,11 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if len(h) == 0 {
+		if vs, err := repo.Versions(ctx, fs.Arg(0)); err == nil && len(vs) == 0 {
+			return notFoundError{fmt.Errorf("model %s has no versions in %s", fs.Arg(0), repo.Location())}
+		}
+	}
 	if *output == "json" {
 		return writeJSON(stdout, struct {
 			Changes []bundle.Change `json:"changes"`
@@ -143,6 +148,11 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	return nil
 }
+
+// rolloutPrepareWait bounds how long `models rollout` without --wait
+// waits for the rollout's checks (PrepareRollout, retried on transient
+// errors) before it reports the start.
+const rolloutPrepareWait = 30 * time.Second
 
 func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("models rollout", flag.ContinueOnError)
@@ -194,10 +204,23 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if !*wait {
+		// A rollout refused by its checks (the model, the candidate, the
+		// operator's rule) fails in PrepareRollout at once: say so, rather
+		// than that it started.
+		pctx, cancel := context.WithTimeout(ctx, rolloutPrepareWait)
+		err := jobs.RolloutPrepared(pctx, cl, run)
+		cancel()
+		note := ""
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			note = fmt.Sprintf(" (still preparing after %s: see models rollout-status %s)", rolloutPrepareWait, in.Model)
+		case err != nil:
+			return fmt.Errorf("rollout %s refused: %w", run.GetID(), err)
+		}
 		if c.output == "json" {
 			return writeJSON(stdout, map[string]string{"workflow_id": run.GetID(), "run_id": run.GetRunID()})
 		}
-		fmt.Fprintf(stdout, "started rollout %s (run %s)\n", run.GetID(), run.GetRunID())
+		fmt.Fprintf(stdout, "started rollout %s (run %s)%s\n", run.GetID(), run.GetRunID(), note)
 		return nil
 	}
 	var st workflows.RolloutStatus
@@ -211,7 +234,20 @@ func printRollout(w io.Writer, output string, st workflows.RolloutStatus) error 
 	if output == "json" {
 		return writeJSON(w, st)
 	}
-	fmt.Fprintf(w, "%s: %s at step %s, baseline %d, candidate %d, routing %s\n", st.Model, st.State, st.StepName, st.Baseline, st.Candidate, st.Routing)
+	line := st.Model + ": " + st.State
+	if st.StepName != "" {
+		line += " at step " + st.StepName
+	}
+	if st.Baseline != 0 { // known once PrepareRollout ran
+		line += fmt.Sprintf(", baseline %d", st.Baseline)
+	}
+	if st.Candidate != 0 {
+		line += fmt.Sprintf(", candidate %d", st.Candidate)
+	}
+	if st.StepName != "" || st.State == workflows.RolloutPromoted || st.State == workflows.RolloutRolledBack { // else it set none
+		line += ", routing " + st.Routing.String()
+	}
+	fmt.Fprintln(w, line)
 	if st.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", st.Reason)
 	}
@@ -240,12 +276,8 @@ func runRolloutStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer cl.Close()
-	v, err := cl.QueryWorkflow(ctx, workflows.RolloutWorkflowID(fs.Arg(0)), "", workflows.RolloutStatusQuery)
+	st, err := jobs.RolloutState(ctx, cl, fs.Arg(0))
 	if err != nil {
-		return fmt.Errorf("rollout of %s: %w", fs.Arg(0), err)
-	}
-	var st workflows.RolloutStatus
-	if err := v.Get(&st); err != nil {
 		return err
 	}
 	return printRollout(stdout, c.output, st)

@@ -320,6 +320,44 @@ func TestRolloutOnRealStack(t *testing.T) {
 		t.Fatalf("%d of %d answers non-2xx or from a version that is neither baseline nor candidate", bad, len(l.answers))
 	}
 	t.Logf("%d answers, all 2xx from the baseline or the candidate", len(l.answers))
+
+	// The CLI, as a user drives it. A rollout its checks refuse (an
+	// unknown version) says so at once, without --wait, rather than that
+	// it started, and rollout-status shows it FAILED with the reason.
+	addr := st.Temporal.FrontendAddr()
+	code, out, errs := cli(t, "models", "rollout", "census", "--candidate", "v9", "--temporal", addr)
+	if code != exitError || strings.Contains(out, "started") || !strings.Contains(errs, "refused") || !strings.Contains(errs, "candidate 9 is not a version of census") {
+		t.Errorf("models rollout --candidate v9: exit %d, %q %q; want refused naming the candidate", code, out, errs)
+	}
+	code, out, errs = cli(t, "models", "rollout-status", "census", "--temporal", addr)
+	if code != exitOK || !strings.HasPrefix(out, "census: FAILED\n") || !strings.Contains(out, "reason: ") || !strings.Contains(out, "candidate 9 is not a version of census") {
+		t.Errorf("rollout-status of the refused rollout: exit %d, %q %q; want FAILED and why", code, out, errs)
+	}
+	// One it starts holds its first step; an abort signal rolls it back.
+	code, out, errs = cli(t, "models", "rollout", "census", "--candidate", "v1", "--steps", "50,100", "--hold", "1h", "--temporal", addr)
+	if code != exitOK || !strings.HasPrefix(out, "started rollout rollout_census (run ") || strings.Contains(out, "still preparing") {
+		t.Fatalf("models rollout --candidate v1: exit %d, %q %q; want started", code, out, errs)
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		code, out, errs = cli(t, "models", "rollout-status", "census", "--temporal", addr)
+		if strings.HasPrefix(out, "census: HOLDING at step 50, baseline 2, candidate 1, routing ") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the status a user reads, not a synchronisation
+	}
+	if code != exitOK || !strings.HasPrefix(out, "census: HOLDING at step 50, baseline 2, candidate 1, routing ") {
+		t.Fatalf("rollout-status while the 50%% step holds: exit %d, %q %q", code, out, errs)
+	}
+	if code, out, errs = cli(t, "models", "rollout-signal", "census", "abort", "--reason", "cli test", "--temporal", addr); code != exitOK {
+		t.Fatalf("rollout-signal abort: exit %d, %q %q", code, out, errs)
+	}
+	if err := st.Client.GetWorkflow(ctx, workflows.RolloutWorkflowID("census"), "").Get(wctx, &res); err != nil || res.State != workflows.RolloutRolledBack {
+		t.Fatalf("the aborted rollout: %+v, %v; want ROLLED_BACK", res, err)
+	}
+	code, out, errs = cli(t, "models", "rollout-status", "census", "--temporal", addr)
+	if code != exitOK || !strings.HasPrefix(out, "census: ROLLED_BACK at step 50, baseline 2, candidate 1, routing default\n") || !strings.Contains(out, "reason: aborted: cli test") {
+		t.Errorf("rollout-status of the aborted rollout: exit %d, %q %q", code, out, errs)
+	}
 }
 
 // TestModelsRouteCommand sets and clears a routing with `models route`,
@@ -356,6 +394,9 @@ func TestModelsRouteCommand(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != exitOK || len(lines) != 2 || !strings.Contains(lines[0], "alice") || !strings.Contains(lines[1], "alice: done") {
 		t.Fatalf("history: exit %d, %q %q; want the two changes by alice", code, out, errs)
+	}
+	if code, out, errs := runCmd("models", "history", "nomodel"); code != exitNotFound || !strings.Contains(errs, "model nomodel has no versions") {
+		t.Fatalf("history of a model that does not exist: exit %d, %q %q; want exit %d (not found)", code, out, errs, exitNotFound)
 	}
 }
 

@@ -132,7 +132,8 @@ func DroppedString(dropped map[string]int64) string {
 }
 
 // String lists v for people (models history, the console): the counts,
-// the rates and every shift that could be computed.
+// the rates, every shift that could be computed, and the accuracy and
+// agreement where labels or shadow answers were counted.
 func (v Values) String() string {
 	s := fmt.Sprintf("requests %d, errors %.4f, p99 %.3g ms, class shift %.4f", v.Requests, v.ErrorRate, v.P99Ms, v.ClassShift)
 	if v.MeanShift >= 0 {
@@ -141,7 +142,12 @@ func (v Values) String() string {
 	if v.QuantileShift >= 0 {
 		s += fmt.Sprintf(", p%g shift %.4f", 100*v.ShiftAt, v.QuantileShift)
 	}
-	s += fmt.Sprintf(", accuracy %.4f (%d labelled), agreement %.4f", v.Accuracy, v.Labelled, v.Agreement)
+	if v.Labelled > 0 { // no feedback: no accuracy to show
+		s += fmt.Sprintf(", accuracy %.4f (%d labelled)", v.Accuracy, v.Labelled)
+	}
+	if v.Compared > 0 { // only a shadow step compares answers
+		s += fmt.Sprintf(", agreement %.4f", v.Agreement)
+	}
 	if d := DroppedString(v.Dropped); d != "" {
 		s += ", " + d
 	}

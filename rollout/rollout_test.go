@@ -296,11 +296,18 @@ func TestTelemetryJSONWithoutValues(t *testing.T) {
 }
 
 // TestValuesString: the history's gate values name every shift that was
-// computed (a regressor's mean and quantile shift), and only those.
+// computed (a regressor's mean and quantile shift), and the online
+// accuracy and shadow agreement only where something was measured.
 func TestValuesString(t *testing.T) {
-	cls := Values{Requests: 10, ErrorRate: 0.1, P99Ms: 2, ClassShift: 0.25, MeanShift: -1, QuantileShift: -1, Accuracy: 0.9, Labelled: 4, Agreement: 1}
+	cls := Values{Requests: 10, ErrorRate: 0.1, P99Ms: 2, ClassShift: 0.25, MeanShift: -1, QuantileShift: -1, Accuracy: 0.9, Labelled: 4, Agreement: 1, Compared: 8}
 	if got, want := cls.String(), "requests 10, errors 0.1000, p99 2 ms, class shift 0.2500, accuracy 0.9000 (4 labelled), agreement 1.0000"; got != want {
 		t.Errorf("classifier: got %q, want %q", got, want)
+	}
+	// A canary step without feedback compares nothing and has no labels:
+	// no accuracy or agreement of 0 that was never measured.
+	canary := Values{Requests: 10, ErrorRate: 0, P99Ms: 2, ClassShift: 0.25, MeanShift: -1, QuantileShift: -1}
+	if got, want := canary.String(), "requests 10, errors 0.0000, p99 2 ms, class shift 0.2500"; got != want {
+		t.Errorf("canary without feedback: got %q, want %q", got, want)
 	}
 	reg := Values{Requests: 10, ClassShift: -1, MeanShift: 0.5, QuantileShift: 1.25, ShiftAt: 0.9}
 	if got := reg.String(); !strings.Contains(got, "mean shift 0.5000, p90 shift 1.2500") {

@@ -1,0 +1,85 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainflow/trainflow/workflows"
+)
+
+// RolloutPrepared waits until rollout run has passed PrepareRollout (the
+// checks of its model, candidate and the operator's rule; its first step
+// comes next) or has ended before, reading the run's history as it grows.
+// It returns nil once PrepareRollout completed, and an error with the
+// run's failure (an InvalidSpec or ModelOwned refusal) if the run ended
+// first; ctx bounds the wait.
+func RolloutPrepared(ctx context.Context, cl client.Client, run client.WorkflowRun) error {
+	it := cl.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	names := map[int64]string{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return err
+		}
+		switch {
+		case ev.GetActivityTaskScheduledEventAttributes() != nil:
+			names[ev.EventId] = ev.GetActivityTaskScheduledEventAttributes().ActivityType.GetName()
+		case ev.GetActivityTaskCompletedEventAttributes() != nil:
+			if names[ev.GetActivityTaskCompletedEventAttributes().ScheduledEventId] == workflows.PrepareRolloutActivity {
+				return nil
+			}
+		case ev.GetWorkflowExecutionFailedEventAttributes() != nil:
+			return errors.New(FailureMessage(ev.GetWorkflowExecutionFailedEventAttributes().Failure))
+		case ev.GetWorkflowExecutionCompletedEventAttributes() != nil:
+			return nil
+		case ev.GetWorkflowExecutionTerminatedEventAttributes() != nil:
+			return fmt.Errorf("terminated: %s", ev.GetWorkflowExecutionTerminatedEventAttributes().Reason)
+		case ev.GetWorkflowExecutionCanceledEventAttributes() != nil:
+			return errors.New("cancelled")
+		case ev.GetWorkflowExecutionTimedOutEventAttributes() != nil:
+			return errors.New("timed out")
+		}
+	}
+	return ctx.Err()
+}
+
+// RolloutState is the status of model's latest RolloutJob: the status
+// query's answer while it runs, its result once it ended. A run that
+// ended without a result (refused before its first step, failed,
+// terminated, timed out, cancelled) has State the run's status (FAILED,
+// TERMINATED, …) and Reason why. A model that never had a rollout is
+// ErrNotFound.
+func RolloutState(ctx context.Context, cl client.Client, model string) (workflows.RolloutStatus, error) {
+	id := workflows.RolloutWorkflowID(model)
+	st := workflows.RolloutStatus{Model: model}
+	d, err := cl.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return st, notFound(fmt.Errorf("no rollout of %s", model))
+	}
+	if err != nil {
+		return st, fmt.Errorf("rollout of %s: %w", model, err)
+	}
+	info := d.GetWorkflowExecutionInfo()
+	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		v, err := cl.QueryWorkflow(ctx, id, info.GetExecution().GetRunId(), workflows.RolloutStatusQuery)
+		if err == nil {
+			err = v.Get(&st)
+		}
+		if err != nil {
+			return st, fmt.Errorf("rollout of %s: %w", model, err)
+		}
+		return st, nil
+	}
+	if err := cl.GetWorkflow(ctx, id, info.GetExecution().GetRunId()).Get(ctx, &st); err != nil {
+		st.Model = model
+		st.State = StatusName(info.GetStatus())
+		st.Reason = FailureText(err)
+	}
+	return st, nil
+}
