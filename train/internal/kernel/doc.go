@@ -22,7 +22,11 @@
 // not packed at all: two more pairs of micro-kernels broadcast from six
 // rows of A, or six columns of Aᵀ, where they lie (only a last panel of
 // fewer than six rows is packed); packing A took a fifth of the MLP's
-// largest product. The k blocks are evened out (784 is 4×196, not 3×256 and a 16).
+// largest product. Nor is a non-transposed op(B): every micro-kernel takes
+// B's row stride, so whole panels of B are read where they lie (a packed
+// panel is the stride nr), and only a transposed B, a last panel of fewer
+// than nr columns, or a B whose k block spans more than maxDirectBSpan
+// bytes is packed. The k blocks are evened out (784 is 4×196, not 3×256 and a 16).
 // BenchmarkFMAPeak measures the core's FMA peak at the clock it runs, the
 // denominator of a GEMM's efficiency (bench/train/run.sh prints it).
 //

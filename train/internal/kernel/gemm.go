@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"gonum.org/v1/gonum/blas"
 )
@@ -11,14 +12,16 @@ import (
 type Float interface{ ~float32 | ~float64 }
 
 // micro computes one mr×nr tile of C = alpha·A·B + beta·C from k packed
-// columns of A (a[mr·p+r]) and k packed rows of B (b[nr·p+j]); C is
-// row-major with row stride ldc. beta == 0 means C is not read.
-type micro[T Float] func(k int, a, b, c []T, ldc int, alpha, beta T)
+// columns of A (a[mr·p+r]) and k rows of B with row stride ldb (b[ldb·p+j]:
+// a packed panel has ldb = nr, a row-major B read in place its own
+// stride); C is row-major with row stride ldc. beta == 0 means C is not
+// read.
+type micro[T Float] func(k int, a, b []T, ldb int, c []T, ldc int, alpha, beta T)
 
 // microInPlace is micro reading mr rows of op(A) where they lie, with
 // stride lda: rows of a row-major A (a[r·lda+p]) or columns of a
 // row-major Aᵀ (a[p·lda+r]), instead of a packed panel.
-type microInPlace[T Float] func(k int, a []T, lda int, b, c []T, ldc int, alpha, beta T)
+type microInPlace[T Float] func(k int, a []T, lda int, b []T, ldb int, c []T, ldc int, alpha, beta T)
 
 // gemmKernel is one micro-kernel with its tile and block sizes: kc rows of
 // op(B) and mc rows of op(A) are packed at a time (mc a multiple of mr).
@@ -216,6 +219,11 @@ func grow[T Float](s []T, n int) []T {
 	return s[:n]
 }
 
+// maxDirectBSpan is the most bytes a k block of a B read in place may
+// span (kc rows of its stride): beyond it, packing B costs less than the
+// pages a panel's rows would touch.
+const maxDirectBSpan = 256 << 10
+
 // gemmSerial computes C = alpha·op(A)·op(B) + beta·C on the calling
 // goroutine, for arguments checkGemm accepted with m, n, k, alpha ≠ 0.
 func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
@@ -231,13 +239,24 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 	if ta {
 		inPlace = kn.cols
 	}
+	// A non-transposed B's whole panels are read where they lie too, when
+	// a k block of its rows spans few enough pages; only a last panel of
+	// fewer than nr columns is packed.
+	var z T
+	directB := !tb && kc*ldb*int(unsafe.Sizeof(z)) <= maxDirectBSpan
+	fullN := n / nr * nr // columns in whole panels
 	for pc := 0; pc < k; pc += kc {
 		kb := min(kc, k-pc)
 		bet := beta
 		if pc > 0 {
 			bet = 1
 		}
-		packB(s.b, b, ldb, tb, pc, kb, n, nr)
+		switch {
+		case !directB:
+			packB(s.b, b, ldb, tb, pc, kb, n, nr)
+		case fullN < n:
+			packB(s.b[fullN*kb:], b[fullN:], ldb, false, pc, kb, n-fullN, nr)
+		}
 		for ic := 0; ic < m; ic += mc {
 			mb := min(mc, m-ic)
 			full := mb / mr * mr // rows in whole panels
@@ -249,7 +268,10 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 			}
 			for jr := 0; jr < n; jr += nr {
 				cols := min(nr, n-jr)
-				bp := s.b[jr*kb : (jr+nr)*kb]
+				bp, bs := s.b[jr*kb:(jr+nr)*kb], nr
+				if directB && cols == nr {
+					bp, bs = b[pc*ldb+jr:], ldb
+				}
 				for ir := 0; ir < mb; ir += mr {
 					rows := min(mr, mb-ir)
 					ap := s.a[ir*kb : (ir+mr)*kb]
@@ -263,16 +285,16 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 					}
 					if rows == mr && cols == nr {
 						if direct {
-							inPlace(kb, ar, lda, bp, c[ci:], ldc, alpha, bet)
+							inPlace(kb, ar, lda, bp, bs, c[ci:], ldc, alpha, bet)
 						} else {
-							kn.f(kb, ap, bp, c[ci:], ldc, alpha, bet)
+							kn.f(kb, ap, bp, bs, c[ci:], ldc, alpha, bet)
 						}
 						continue
 					}
 					if direct {
-						inPlace(kb, ar, lda, bp, s.tile, nr, alpha, 0)
+						inPlace(kb, ar, lda, bp, bs, s.tile, nr, alpha, 0)
 					} else {
-						kn.f(kb, ap, bp, s.tile, nr, alpha, 0)
+						kn.f(kb, ap, bp, bs, s.tile, nr, alpha, 0)
 					}
 					for r := range rows {
 						dst, src := c[ci+r*ldc:ci+r*ldc+cols], s.tile[r*nr:r*nr+cols]

@@ -176,7 +176,8 @@ func TestGemmEdges(t *testing.T) {
 
 // TestGemmShapes covers the shapes of the MLP's training step (batch 128,
 // 784-128-64-10: forward x·W, backward xᵀ·dZ and dZ·Wᵀ), blocks larger
-// than kc and mc, degenerate sizes and alpha 0, serially and in parts.
+// than kc and mc, a B read in place and one too wide for it, degenerate
+// sizes and alpha 0, serially and in parts.
 func TestGemmShapes(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	cases := []gemmCase{
@@ -188,6 +189,9 @@ func TestGemmShapes(t *testing.T) {
 		{tA: blas.NoTrans, tB: blas.Trans, m: 128, n: 64, k: 10, alpha: 1},
 		{tA: blas.Trans, tB: blas.Trans, m: 97, n: 203, k: 300, alpha: -1.5, beta: 0.5, pad: true},
 		{tA: blas.NoTrans, tB: blas.NoTrans, m: 301, n: 37, k: 517, alpha: 0.5, beta: -1, pad: true},
+		// a k block of B spans more than maxDirectBSpan: B is packed
+		{tA: blas.NoTrans, tB: blas.NoTrans, m: 13, n: 600, k: 300, alpha: 1, beta: 0.5},
+		{tA: blas.Trans, tB: blas.NoTrans, m: 13, n: 600, k: 300, alpha: 1},
 		{tA: blas.NoTrans, tB: blas.NoTrans, m: 0, n: 5, k: 3, alpha: 1},
 		{tA: blas.NoTrans, tB: blas.NoTrans, m: 5, n: 0, k: 3, alpha: 1},
 		{tA: blas.NoTrans, tB: blas.NoTrans, m: 5, n: 7, k: 0, alpha: 1, beta: 0.5},

@@ -50,11 +50,11 @@ func Impl() string { return impl.name }
 // microGo is the generic micro-kernel, 2×4 with the tile in locals: the
 // largest tile that the Go compiler keeps in registers (4×4 spills and
 // runs at half the speed).
-func microGo[T Float](k int, a, b, c []T, ldc int, alpha, beta T) {
-	a, b = a[:2*k], b[:4*k]
+func microGo[T Float](k int, a, b []T, ldb int, c []T, ldc int, alpha, beta T) {
+	a = a[:2*k]
 	var c00, c01, c02, c03, c10, c11, c12, c13 T
 	for p := range k {
-		ap, bp := a[2*p:2*p+2:2*p+2], b[4*p:4*p+4:4*p+4]
+		ap, bp := a[2*p:2*p+2:2*p+2], b[ldb*p:ldb*p+4:ldb*p+4]
 		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
 		a0, a1 := ap[0], ap[1]
 		c00 += a0 * b0

@@ -68,24 +68,26 @@ const (
 //
 //	C[0:6, 0:nr] = alpha·Σₚ A[p]ᵀ·B[p] + beta·C   (beta == ±0: C is not read)
 //
-// where B holds k packed rows of nr = 2·lanes values (b[nr·p+j]) and C is
-// row-major with row stride ldc elements. A is laid out as layout says:
-// packed, or read in place, which spares packing op(A). In place, the
-// addresses come from two base registers indexed by lda and 2·lda: rows 0
-// and 3 (inRows), or the steps 0 and 3 of an unrolled iteration (inCols,
-// whose six values of a step are contiguous). The Go side checks that the
-// slices are long enough.
+// where B holds k rows of nr = 2·lanes values with row stride ldb
+// elements (b[ldb·p+j]: a packed panel has ldb = nr, a row-major B read in
+// place its own row stride) and C is row-major with row stride ldc
+// elements. A is laid out as layout says: packed, or read in place, which
+// spares packing op(A). In place, the addresses come from two base
+// registers indexed by lda and 2·lda: rows 0 and 3 (inRows), or the steps
+// 0 and 3 of an unrolled iteration (inCols, whose six values of a step are
+// contiguous). B's rows p of an unrolled iteration are at b, b+ldb, b+2·ldb
+// and b+3·ldb. The Go side checks that the slices are long enough.
 func gemmKernel(name string, t prec, layout aLayout) {
 	nr := 2 * t.lanes
-	sig := fmt.Sprintf("func(k int, a, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
-	doc := fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from packed A and B (see gemmKernel in asm/main.go).", name, mr, nr)
+	sig := fmt.Sprintf("func(k int, a, b []%[1]s, ldb int, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
+	doc := fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from packed A and rows of B with stride ldb (see gemmKernel in asm/main.go).", name, mr, nr)
 	switch layout {
 	case inRows:
-		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
-		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six rows of A in place (A[r, p] = a[r·lda+p]) and packed B (see gemmKernel in asm/main.go).", name, mr, nr)
+		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b []%[1]s, ldb int, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
+		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).", name, mr, nr)
 	case inCols:
-		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
-		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and packed B (see gemmKernel in asm/main.go).", name, mr, nr)
+		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b []%[1]s, ldb int, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
+		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).", name, mr, nr)
 	}
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
@@ -96,6 +98,10 @@ func gemmKernel(name string, t prec, layout aLayout) {
 	c := Load(Param("c").Base(), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(log2(t.size)), ldc)
+	ldb := Load(Param("ldb"), GP64())
+	SHLQ(U8(log2(t.size)), ldb)
+	ldb3 := GP64()
+	LEAQ(Mem{Base: ldb, Index: ldb, Scale: 2}, ldb3)
 	// aAt is the address of A's element (r, p) relative to a (and a3),
 	// p the step within an unrolled iteration.
 	aAt := func(r, p int) Mem { return Mem{Base: a, Disp: (p*mr + r) * t.size} }
@@ -143,7 +149,23 @@ func gemmKernel(name string, t prec, layout aLayout) {
 			ADDQ(by, a3)
 		}
 	}
-	advanceB := func(steps int) { ADDQ(U32(steps*nr*t.size), b) }
+	// bAt is the address of B's row p of an unrolled iteration, plus disp.
+	bAt := func(p, disp int) Mem {
+		switch p {
+		case 0:
+			return Mem{Base: b, Disp: disp}
+		case 3:
+			return Mem{Base: b, Index: ldb3, Scale: 1, Disp: disp}
+		}
+		return Mem{Base: b, Index: ldb, Scale: uint8(p), Disp: disp}
+	}
+	advanceB := func(steps int) {
+		if steps == 1 {
+			ADDQ(ldb, b)
+			return
+		}
+		LEAQ(Mem{Base: b, Index: ldb, Scale: uint8(steps)}, b)
+	}
 
 	acc := [mr][2]VecPhysical{}
 	ys := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11}
@@ -157,8 +179,8 @@ func gemmKernel(name string, t prec, layout aLayout) {
 
 	// step multiplies packed column/row p (offsets relative to a and b).
 	step := func(p int) {
-		t.movu(Mem{Base: b, Disp: p * nr * t.size}, b0)
-		t.movu(Mem{Base: b, Disp: p*nr*t.size + 32}, b1)
+		t.movu(bAt(p, 0), b0)
+		t.movu(bAt(p, 32), b1)
 		for r := range mr {
 			t.bcast(aAt(r, p), av)
 			t.fma(b0, av, acc[r][0])
