@@ -23,6 +23,9 @@ func RolloutPrepared(ctx context.Context, cl client.Client, run client.WorkflowR
 	names := map[int64]string{}
 	for it.HasNext() {
 		ev, err := it.Next()
+		if ctx.Err() != nil {
+			return ctx.Err() // the wait's end, whatever the long poll made of it
+		}
 		if err != nil {
 			return err
 		}
