@@ -1091,14 +1091,18 @@ func (a *Activities) exportInChild(ctx context.Context, hb *beater, jd *jobDir, 
 // owner is another job that the operator's rule does not let promote, or
 // that is to publish at all where the rule lets the owner alone:
 // Publish, which stays the check that counts, would refuse it after
-// training.
+// training. A repository it cannot read is left to Publish.
 func (a *Activities) checkPublisher(ctx context.Context, spec jobspec.JobSpec) error {
 	if spec.Publish == jobspec.PublishNone || a.Models == nil {
 		return nil
 	}
 	o, owned, err := a.Models.Owner(ctx, spec.ModelName)
 	if err != nil {
-		return fmt.Errorf("owner of model %s: %w", spec.ModelName, err)
+		// An early look only: a repository this cannot read now is
+		// Publish's to report, after its retries (the job may train
+		// meanwhile, as it did before this check).
+		activity.GetLogger(ctx).Warn("owner of the model not readable before training; Publish will check", "model", spec.ModelName, "error", err)
+		return nil
 	}
 	promote := spec.Promote != jobspec.PromoteNever || spec.Rollout != nil
 	if err := bundle.CheckPublisher(spec.ModelName, o, owned, spec.JobID, a.ModelOwners.For(spec.ModelName), promote); err != nil {

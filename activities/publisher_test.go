@@ -20,7 +20,8 @@ import (
 // refused by PrepareJob (ModelOwned, not retried, naming the model, its
 // owner and the flag) before a directory is claimed, instead of by
 // Publish after it trained. Adding a version without promote, the owner's
-// own job, a job the rule names and a model nobody owns go through.
+// own job, a job the rule names, a model nobody owns and one whose
+// directory cannot be read (Publish reports that) go through.
 func TestPrepareRefusesATakeoverItCouldNeverPublish(t *testing.T) {
 	acts := newActs(t)
 	e := env(acts)
@@ -29,6 +30,9 @@ func TestPrepareRefusesATakeoverItCouldNeverPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(owned, bundle.OwnerFile), []byte(`{"job_id":"census_1","first_run_id":"r1"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(acts.Home, "models", "blocked"), []byte("a file where the model's directory goes"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	mk := func(id, model string, promote jobspec.Promote, rollout bool) jobspec.JobSpec {
@@ -56,6 +60,9 @@ func TestPrepareRefusesATakeoverItCouldNeverPublish(t *testing.T) {
 		{"the owner", mk("census_1", "census", jobspec.PromoteAlways, false), nil, false},
 		{"a job the rule names", mk("retrain_1", "census", jobspec.PromoteIfBlessed, false), bundle.Rules{"census": {Jobs: []string{"retrain_*"}}}, false},
 		{"a model nobody owns", mk("fresh_1", "fresh", jobspec.PromoteAlways, false), nil, false},
+		// a repository it cannot read is Publish's to report, after its
+		// retries (cli.TestResetEveryPhase blocks a model's directory so)
+		{"an unreadable model", mk("blocked_1", "blocked", jobspec.PromoteAlways, false), nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			acts.ModelOwners = c.rules
