@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/trainflow/trainflow/internal/ident"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -68,19 +69,17 @@ func (c *Console) rolloutOf(ctx context.Context, model string, now time.Time) (*
 	if info.CloseTime != nil {
 		b.End = info.CloseTime.AsTime().UTC().Format(time.RFC3339)
 	}
-	var st workflows.RolloutStatus
-	if b.Running {
-		qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		v, err := cl.QueryWorkflow(qctx, id, "", workflows.RolloutStatusQuery)
-		cancel()
-		if err == nil {
-			err = v.Get(&st)
-		}
-		if err != nil {
-			b.Error = "status query: " + temporalError(err)
-			return b, nil
-		}
-	} else if err := cl.GetWorkflow(ctx, id, "").Get(ctx, &st); err != nil {
+	qctx, cancel := ctx, context.CancelFunc(func() {})
+	if b.Running { // a query waits for a worker: not longer than this
+		qctx, cancel = context.WithTimeout(ctx, 3*time.Second)
+	}
+	st, err := jobs.RolloutStatusOf(qctx, cl, id, "", b.Running)
+	cancel()
+	switch {
+	case err != nil && b.Running:
+		b.Error = "status query: " + temporalError(err)
+		return b, nil
+	case err != nil:
 		b.Error = err.Error()
 		return b, nil
 	}

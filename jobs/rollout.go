@@ -51,38 +51,47 @@ func RolloutPrepared(ctx context.Context, cl client.Client, run client.WorkflowR
 	return ctx.Err()
 }
 
-// RolloutState is the status of model's latest RolloutJob: the status
-// query's answer while it runs, its result once it ended. A run that
-// ended without a result (refused before its first step, failed,
-// terminated, timed out, cancelled) has State the run's status (FAILED,
-// TERMINATED, …) and Reason why. A model that never had a rollout is
-// ErrNotFound.
+// RolloutState is the status of model's latest RolloutJob (RolloutStatusOf).
+// A run that ended without a result (refused before its first step,
+// failed, terminated, timed out, cancelled) has State the run's status
+// (FAILED, TERMINATED, …) and Reason why. A model that never had a
+// rollout is ErrNotFound.
 func RolloutState(ctx context.Context, cl client.Client, model string) (workflows.RolloutStatus, error) {
 	id := workflows.RolloutWorkflowID(model)
-	st := workflows.RolloutStatus{Model: model}
 	d, err := cl.DescribeWorkflowExecution(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return st, notFound(fmt.Errorf("no rollout of %s", model))
+		return workflows.RolloutStatus{Model: model}, notFound(fmt.Errorf("no rollout of %s", model))
 	}
 	if err != nil {
-		return st, fmt.Errorf("rollout of %s: %w", model, err)
+		return workflows.RolloutStatus{Model: model}, fmt.Errorf("rollout of %s: %w", model, err)
 	}
 	info := d.GetWorkflowExecutionInfo()
-	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		v, err := cl.QueryWorkflow(ctx, id, info.GetExecution().GetRunId(), workflows.RolloutStatusQuery)
-		if err == nil {
-			err = v.Get(&st)
-		}
-		if err != nil {
-			return st, fmt.Errorf("rollout of %s: %w", model, err)
-		}
-		return st, nil
-	}
-	if err := cl.GetWorkflow(ctx, id, info.GetExecution().GetRunId()).Get(ctx, &st); err != nil {
-		st.Model = model
-		st.State = StatusName(info.GetStatus())
-		st.Reason = FailureText(err)
+	running := info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	st, err := RolloutStatusOf(ctx, cl, id, info.GetExecution().GetRunId(), running)
+	switch {
+	case err != nil && running:
+		return st, fmt.Errorf("rollout of %s: %w", model, err)
+	case err != nil:
+		st = workflows.RolloutStatus{Model: model, State: StatusName(info.GetStatus()), Reason: FailureText(err)}
 	}
 	return st, nil
+}
+
+// RolloutStatusOf reads run runID ("" the latest) of rollout workflow id:
+// the status query's answer while it runs (running), else the run's
+// result. Its error is the query's, or the ended run's own failure (a
+// run refused, failed, terminated, …). `models rollout-status` and the
+// console's rollout page both read a rollout through it.
+func RolloutStatusOf(ctx context.Context, cl client.Client, id, runID string, running bool) (workflows.RolloutStatus, error) {
+	var st workflows.RolloutStatus
+	if !running {
+		err := cl.GetWorkflow(ctx, id, runID).Get(ctx, &st)
+		return st, err
+	}
+	v, err := cl.QueryWorkflow(ctx, id, runID, workflows.RolloutStatusQuery)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	return st, err
 }
