@@ -81,6 +81,51 @@ func TestRunPartsSpinningHelperTakesCalls(t *testing.T) {
 	t.Logf("the first call taken by a spinning helper: call %d", calls)
 }
 
+// TestTrainingHelpersPollThroughAPause checks that while a training loop
+// runs (Training), a helper still polls after a pause longer than
+// partSpin, such as a distributed worker's exchange between two rounds:
+// of 50 calls each made 1 ms after the last, at least 40 are taken by a
+// spinning helper, not by waking a parked one. With helpers polling
+// partSpin (200 µs) whatever runs, only a helper woken late for a call
+// takes the next one that way (1–5 of 50 here). A helper may be
+// descheduled on a busy machine, so it tries batches of 50 for at most
+// 30 s.
+func TestTrainingHelpersPollThroughAPause(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	defer Training()()
+	if helperSpin() != partSpinTraining || partSpinTraining < 5*partSpin {
+		t.Fatalf("helperSpin %v while training, want partSpinTraining (%v), well above partSpin %v", helperSpin(), partSpinTraining, partSpin)
+	}
+	c := &slowParts{d: 20 * time.Microsecond}
+	st := &parts{p: c}
+	deadline := time.Now().Add(30 * time.Second)
+	const batch, want = 50, 40
+	var best, calls int64
+	for {
+		st.taken.Store(0)
+		for range batch {
+			runParts(st, 2)
+			calls++
+			// the pause under test, on the caller's core as a worker's
+			// exchange runs (not a sleep: a parked caller would free
+			// the core for the helper's spin anyway)
+			for p := time.Now(); time.Since(p) < time.Millisecond; {
+			}
+		}
+		best = max(best, st.taken.Load())
+		if best >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("in 30 s no %d calls each made 1 ms after the last had %d taken by a spinning helper (at best %d)", batch, want, best)
+		}
+	}
+	if got := c.runs.Load(); got != 2*calls {
+		t.Fatalf("%d parts ran in %d calls, want %d", got, calls, 2*calls)
+	}
+	t.Logf("%d of %d calls after a pause taken by a spinning helper", best, batch)
+}
+
 // TestTrainingSharesCores checks that the training loops running in the
 // process share its cores: under GOMAXPROCS 2 one loop splits a batch in
 // two (netParts 2) with serial products, two loops each compute on one
