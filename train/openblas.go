@@ -86,6 +86,12 @@ func widen(dst []float64, src []float32) {
 	}
 }
 
+func add32(dst, src []float32) {
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
 // openBLAS is gonum's pure-Go BLAS with Dgemm and Sgemm replaced by
 // OpenBLAS's.
 type openBLAS struct{ gonum.Implementation }

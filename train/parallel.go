@@ -383,9 +383,7 @@ func vecAdam(c *vecCall, lo, hi int) {
 func vecSum32(c *vecCall, lo, hi int) {
 	dst := c.x[lo:hi]
 	for p := 1; p < c.srcs; p++ {
-		for j, v := range c.src32[p][lo:hi] {
-			dst[j] += v
-		}
+		add32(dst, c.src32[p][lo:hi])
 	}
 	if c.a != nil {
 		widen(c.a[lo:hi], dst)

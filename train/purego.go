@@ -25,9 +25,10 @@ func adamStep(params, grad, m, v []float64, b1, b2, lr, s, eps float64) {
 }
 
 // narrow and widen convert between the float64 variables and a float32
-// computation.
+// computation; add32 is dst += src.
 func narrow(dst []float32, src []float64) { kernel.Narrow(dst, src) }
 func widen(dst []float64, src []float32)  { kernel.Widen(dst, src) }
+func add32(dst, src []float32)            { kernel.Add(dst, src) }
 
 // gemm is blas64.Gemm, C = alpha·op(A)·op(B) + beta·C, through
 // kernel.Dgemm.

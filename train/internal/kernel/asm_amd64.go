@@ -18,6 +18,7 @@ var asm = func() *kernels {
 		adam:   adamAVX2,
 		narrow: narrowAVX2,
 		widen:  widenAVX2,
+		add:    addAVX2,
 	}
 }()
 

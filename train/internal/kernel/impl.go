@@ -15,11 +15,12 @@ type kernels struct {
 	name string
 	s    gemmKernel[float32]
 	d    gemmKernel[float64]
-	// adam, narrow and widen do a prefix of their slices and return its
-	// length; the Go loops finish the rest.
+	// adam, narrow, widen and add do a prefix of their slices and
+	// return its length; the Go loops finish the rest.
 	adam   func(p, g, m, v []float64, b1, b2, lr, s, eps float64) int
 	narrow func(dst []float32, src []float64) int
 	widen  func(dst []float64, src []float32) int
+	add    func(dst, src []float32) int
 }
 
 // generic is the portable implementation: a 2×4 micro-kernel in Go.
@@ -30,6 +31,7 @@ var generic = kernels{
 	adam:   func(p, g, m, v []float64, b1, b2, lr, s, eps float64) int { return 0 },
 	narrow: func([]float32, []float64) int { return 0 },
 	widen:  func([]float64, []float32) int { return 0 },
+	add:    func([]float32, []float32) int { return 0 },
 }
 
 // impl is the implementation in use, chosen at start.
@@ -106,6 +108,15 @@ func Narrow(dst []float32, src []float64) {
 	dst = dst[:len(src)]
 	for i := impl.narrow(dst, src); i < len(src); i++ {
 		dst[i] = float32(src[i])
+	}
+}
+
+// Add sets dst[i] += src[i] for i < len(src); dst is at least as long
+// as src.
+func Add(dst, src []float32) {
+	dst = dst[:len(src)]
+	for i := impl.add(dst, src); i < len(src); i++ {
+		dst[i] += src[i]
 	}
 }
 

@@ -80,6 +80,39 @@ func TestNarrowWiden(t *testing.T) {
 	}
 }
 
+// TestAdd checks dst += src against Go's addition, including ±Inf, NaN
+// and rounding, for lengths around the vector width, and that it writes
+// nothing past len(src).
+func TestAdd(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, ks := range impls(t) {
+		for _, n := range []int{0, 1, 15, 16, 17, 31, 32, 33, 100} {
+			dst, src := make([]float32, n+1), make([]float32, n)
+			for i := range src {
+				dst[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(20)-10)))
+				src[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(20)-10)))
+			}
+			if n > 3 {
+				dst[0], src[1], dst[2], src[2] = float32(math.NaN()), float32(math.Inf(1)), math.MaxFloat32, math.MaxFloat32
+			}
+			dst[n] = 42
+			want := make([]float32, n)
+			for i := range want {
+				want[i] = dst[i] + src[i]
+			}
+			withImpl(t, ks, func() { Add(dst, src) })
+			if dst[n] != 42 {
+				t.Fatalf("%s n=%d: Add wrote past len(src)", ks.name, n)
+			}
+			for i, w := range want {
+				if dst[i] != w && !(w != w && dst[i] != dst[i]) {
+					t.Fatalf("%s n=%d: element %d = %v, want %v", ks.name, n, i, dst[i], w)
+				}
+			}
+		}
+	}
+}
+
 // TestChoose checks that TRAINFLOW_KERNELS=generic forces the portable
 // kernels and that otherwise the CPU decides.
 func TestChoose(t *testing.T) {

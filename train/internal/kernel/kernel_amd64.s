@@ -1473,3 +1473,32 @@ widen_done:
 	MOVQ DX, ret+48(FP)
 	VZEROUPPER
 	RET
+
+// func addAVX2(dst []float32, src []float32) int
+// Requires: AVX, CMOV
+TEXT ·addAVX2(SB), NOSPLIT, $0-56
+	MOVQ    dst_base+0(FP), AX
+	MOVQ    src_base+24(FP), CX
+	MOVQ    dst_len+8(FP), DX
+	MOVQ    src_len+32(FP), BX
+	CMPQ    BX, DX
+	CMOVQLT BX, DX
+	ANDQ    $-16, DX
+	XORQ    BX, BX
+
+add_loop:
+	CMPQ    BX, DX
+	JGE     add_done
+	VMOVUPS (AX)(BX*4), Y0
+	VMOVUPS 32(AX)(BX*4), Y1
+	VADDPS  (CX)(BX*4), Y0, Y0
+	VADDPS  32(CX)(BX*4), Y1, Y1
+	VMOVUPS Y0, (AX)(BX*4)
+	VMOVUPS Y1, 32(AX)(BX*4)
+	ADDQ    $0x10, BX
+	JMP     add_loop
+
+add_done:
+	MOVQ DX, ret+48(FP)
+	VZEROUPPER
+	RET

@@ -51,3 +51,8 @@ func narrowAVX2(dst []float32, src []float64) int
 //
 //go:noescape
 func widenAVX2(dst []float64, src []float32) int
+
+// addAVX2 adds src into dst for the first min(len) &^ 15 elements and returns that count.
+//
+//go:noescape
+func addAVX2(dst []float32, src []float32) int

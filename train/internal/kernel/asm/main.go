@@ -52,6 +52,7 @@ func main() {
 	fmaPeak()
 	adam()
 	convert()
+	add()
 	Generate()
 }
 
@@ -416,4 +417,40 @@ func addr(name string) Mem {
 		panic(err)
 	}
 	return b.Addr
+}
+
+// add emits dst += src over the first n - n%16 elements of
+// min(len(dst), len(src)), returning that count: the sum of a batch's
+// parts' float32 gradients (train's vecSum32).
+func add() {
+	TEXT("addAVX2", NOSPLIT, "func(dst, src []float32) int")
+	Pragma("noescape")
+	Doc("addAVX2 adds src into dst for the first min(len) &^ 15 elements and returns that count.")
+	dst := Load(Param("dst").Base(), GP64())
+	src := Load(Param("src").Base(), GP64())
+	n := Load(Param("dst").Len(), GP64())
+	ns := Load(Param("src").Len(), GP64())
+	CMPQ(ns, n)
+	CMOVQLT(ns, n)
+	ANDQ(I32(^15), n)
+	i := GP64()
+	XORQ(i, i)
+	Label("add_loop")
+	CMPQ(i, n)
+	JGE(LabelRef("add_done"))
+	y0, y1 := YMM(), YMM()
+	// dst + src, the order of Go's dst[i] += src[i] (IEEE addition
+	// commutes anyway)
+	VMOVUPS(Mem{Base: dst, Index: i, Scale: 4}, y0)
+	VMOVUPS(Mem{Base: dst, Index: i, Scale: 4, Disp: 32}, y1)
+	VADDPS(Mem{Base: src, Index: i, Scale: 4}, y0, y0)
+	VADDPS(Mem{Base: src, Index: i, Scale: 4, Disp: 32}, y1, y1)
+	VMOVUPS(y0, Mem{Base: dst, Index: i, Scale: 4})
+	VMOVUPS(y1, Mem{Base: dst, Index: i, Scale: 4, Disp: 32})
+	ADDQ(U8(16), i)
+	JMP(LabelRef("add_loop"))
+	Label("add_done")
+	Store(n, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
 }
