@@ -345,57 +345,52 @@ func adam() {
 // first n - n%8 elements of min(len(dst), len(src)), returning that count.
 func convert() {
 	// float64 → float32: two VCVTPD2PSY per 8 elements.
-	TEXT("narrowAVX2", NOSPLIT, "func(dst []float32, src []float64) int")
+	elementwise("narrowAVX2", "func(dst []float32, src []float64) int",
+		"narrowAVX2 converts src to float32 into dst for the first min(len) &^ 7 elements and returns that count.",
+		"narrow", 8, func(dst, src, i Register) {
+			x0, x1 := XMM(), XMM()
+			VCVTPD2PSY(Mem{Base: src, Index: i, Scale: 8}, x0)
+			VCVTPD2PSY(Mem{Base: src, Index: i, Scale: 8, Disp: 32}, x1)
+			VMOVUPS(x0, Mem{Base: dst, Index: i, Scale: 4})
+			VMOVUPS(x1, Mem{Base: dst, Index: i, Scale: 4, Disp: 16})
+		})
+	// float32 → float64: two VCVTPS2PD per 8 elements.
+	elementwise("widenAVX2", "func(dst []float64, src []float32) int",
+		"widenAVX2 converts src to float64 into dst for the first min(len) &^ 7 elements and returns that count.",
+		"widen", 8, func(dst, src, i Register) {
+			y0, y1 := YMM(), YMM()
+			VCVTPS2PD(Mem{Base: src, Index: i, Scale: 4}, y0)
+			VCVTPS2PD(Mem{Base: src, Index: i, Scale: 4, Disp: 16}, y1)
+			VMOVUPD(y0, Mem{Base: dst, Index: i, Scale: 8})
+			VMOVUPD(y1, Mem{Base: dst, Index: i, Scale: 8, Disp: 32})
+		})
+}
+
+// elementwise emits the function name (signature sig, documented by doc)
+// of two slices dst and src that runs body on elements i…i+step-1 for i
+// = 0, step, 2·step, … below min(len(dst), len(src)) rounded down to a
+// multiple of step (a power of two) and returns that count; label
+// prefixes its loop's labels.
+func elementwise(name, sig, doc, label string, step int, body func(dst, src, i Register)) {
+	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc("narrowAVX2 converts src to float32 into dst for the first min(len) &^ 7 elements and returns that count.")
+	Doc(doc)
 	dst := Load(Param("dst").Base(), GP64())
 	src := Load(Param("src").Base(), GP64())
 	n := Load(Param("dst").Len(), GP64())
 	ns := Load(Param("src").Len(), GP64())
 	CMPQ(ns, n)
 	CMOVQLT(ns, n)
-	ANDQ(I32(^7), n)
+	ANDQ(I32(int32(^(step - 1))), n)
 	i := GP64()
 	XORQ(i, i)
-	Label("narrow_loop")
+	Label(label + "_loop")
 	CMPQ(i, n)
-	JGE(LabelRef("narrow_done"))
-	x0, x1 := XMM(), XMM()
-	VCVTPD2PSY(Mem{Base: src, Index: i, Scale: 8}, x0)
-	VCVTPD2PSY(Mem{Base: src, Index: i, Scale: 8, Disp: 32}, x1)
-	VMOVUPS(x0, Mem{Base: dst, Index: i, Scale: 4})
-	VMOVUPS(x1, Mem{Base: dst, Index: i, Scale: 4, Disp: 16})
-	ADDQ(U8(8), i)
-	JMP(LabelRef("narrow_loop"))
-	Label("narrow_done")
-	Store(n, ReturnIndex(0))
-	VZEROUPPER()
-	RET()
-
-	// float32 → float64: two VCVTPS2PD per 8 elements.
-	TEXT("widenAVX2", NOSPLIT, "func(dst []float64, src []float32) int")
-	Pragma("noescape")
-	Doc("widenAVX2 converts src to float64 into dst for the first min(len) &^ 7 elements and returns that count.")
-	dst = Load(Param("dst").Base(), GP64())
-	src = Load(Param("src").Base(), GP64())
-	n = Load(Param("dst").Len(), GP64())
-	ns = Load(Param("src").Len(), GP64())
-	CMPQ(ns, n)
-	CMOVQLT(ns, n)
-	ANDQ(I32(^7), n)
-	i = GP64()
-	XORQ(i, i)
-	Label("widen_loop")
-	CMPQ(i, n)
-	JGE(LabelRef("widen_done"))
-	y0, y1 := YMM(), YMM()
-	VCVTPS2PD(Mem{Base: src, Index: i, Scale: 4}, y0)
-	VCVTPS2PD(Mem{Base: src, Index: i, Scale: 4, Disp: 16}, y1)
-	VMOVUPD(y0, Mem{Base: dst, Index: i, Scale: 8})
-	VMOVUPD(y1, Mem{Base: dst, Index: i, Scale: 8, Disp: 32})
-	ADDQ(U8(8), i)
-	JMP(LabelRef("widen_loop"))
-	Label("widen_done")
+	JGE(LabelRef(label + "_done"))
+	body(dst, src, i)
+	ADDQ(U8(step), i)
+	JMP(LabelRef(label + "_loop"))
+	Label(label + "_done")
 	Store(n, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
@@ -423,34 +418,17 @@ func addr(name string) Mem {
 // min(len(dst), len(src)), returning that count: the sum of a batch's
 // parts' float32 gradients (train's vecSum32).
 func add() {
-	TEXT("addAVX2", NOSPLIT, "func(dst, src []float32) int")
-	Pragma("noescape")
-	Doc("addAVX2 adds src into dst for the first min(len) &^ 15 elements and returns that count.")
-	dst := Load(Param("dst").Base(), GP64())
-	src := Load(Param("src").Base(), GP64())
-	n := Load(Param("dst").Len(), GP64())
-	ns := Load(Param("src").Len(), GP64())
-	CMPQ(ns, n)
-	CMOVQLT(ns, n)
-	ANDQ(I32(^15), n)
-	i := GP64()
-	XORQ(i, i)
-	Label("add_loop")
-	CMPQ(i, n)
-	JGE(LabelRef("add_done"))
-	y0, y1 := YMM(), YMM()
-	// dst + src, the order of Go's dst[i] += src[i] (IEEE addition
-	// commutes anyway)
-	VMOVUPS(Mem{Base: dst, Index: i, Scale: 4}, y0)
-	VMOVUPS(Mem{Base: dst, Index: i, Scale: 4, Disp: 32}, y1)
-	VADDPS(Mem{Base: src, Index: i, Scale: 4}, y0, y0)
-	VADDPS(Mem{Base: src, Index: i, Scale: 4, Disp: 32}, y1, y1)
-	VMOVUPS(y0, Mem{Base: dst, Index: i, Scale: 4})
-	VMOVUPS(y1, Mem{Base: dst, Index: i, Scale: 4, Disp: 32})
-	ADDQ(U8(16), i)
-	JMP(LabelRef("add_loop"))
-	Label("add_done")
-	Store(n, ReturnIndex(0))
-	VZEROUPPER()
-	RET()
+	elementwise("addAVX2", "func(dst, src []float32) int",
+		"addAVX2 adds src into dst for the first min(len) &^ 15 elements and returns that count.",
+		"add", 16, func(dst, src, i Register) {
+			y0, y1 := YMM(), YMM()
+			// dst + src, the order of Go's dst[i] += src[i] (IEEE
+			// addition commutes anyway)
+			VMOVUPS(Mem{Base: dst, Index: i, Scale: 4}, y0)
+			VMOVUPS(Mem{Base: dst, Index: i, Scale: 4, Disp: 32}, y1)
+			VADDPS(Mem{Base: src, Index: i, Scale: 4}, y0, y0)
+			VADDPS(Mem{Base: src, Index: i, Scale: 4, Disp: 32}, y1, y1)
+			VMOVUPS(y0, Mem{Base: dst, Index: i, Scale: 4})
+			VMOVUPS(y1, Mem{Base: dst, Index: i, Scale: 4, Disp: 32})
+		})
 }
