@@ -67,8 +67,8 @@ const partSpin = 200 * time.Microsecond
 // in bench/distributed), a loop saves checkpoints and logs. A helper
 // parked during such a pause is not awake for the next step: on the
 // 2-core machine of issue #30 the first step of each local-SGD round of
-// one worker took 1.7–1.9 ms against 1.0–1.2 ms for its other steps,
-// which a helper polling 5 ms removed (1 worker + 1 ps, 4,000 steps, 3
+// one worker took 1.7–1.9 ms (its other steps 0.7–1.1 ms), and 1.0–1.2
+// ms with a helper polling 5 ms (1 worker + 1 ps, 4,000 steps, 3
 // interleaved runs: 79–88k examples/s with 200 µs, 93–106k with 5 ms).
 // Polling yields the processor (spin), so the goroutines that do the
 // exchange still run; OpenMP runtimes poll far longer by default
