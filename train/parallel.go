@@ -46,18 +46,18 @@ func (st *parts) claim() {
 	}
 }
 
-// partSpin is how long a helper that finished a part, and a caller whose
-// parts are running elsewhere, poll for the next call (or for the parts'
-// end) before parking (the way OpenMP's runtimes spin before they sleep,
-// GOMP_SPINCOUNT). A training step calls runParts four times or more
+// partSpin is how long a caller whose parts are running elsewhere polls
+// for their end, and a helper that finished a part polls for the next
+// call while no training loop runs (helperSpin), before parking (the way
+// OpenMP's runtimes spin before they sleep, GOMP_SPINCOUNT). A training step calls runParts four times or more
 // (narrowing, the parts' gradients, their sum, the optimizer's update)
 // about a millisecond apart; waking a parked thread takes a futex call
 // on each side, and on a virtual machine the woken core may have halted:
 // on the 2-core machine of issue #30, futex wake-ups were 6% of a 2-thread
 // step's CPU and the second core ran less than a third of the time
 // (bench/train/RESULTS-dnn-split.md). Spinning costs at most partSpin of
-// a core after the last call; between two steps of a training loop it
-// replaces a park and a wake.
+// a core after the last call (partSpinTraining while a loop trains);
+// between two steps of a training loop it replaces a park and a wake.
 const partSpin = 200 * time.Microsecond
 
 // partSpinTraining is how long a helper polls for the next call while a

@@ -50,10 +50,15 @@ func (c *slowParts) part(int) {
 	if c.active.Add(1) > 1 {
 		c.overlapped.Store(true)
 	}
-	for t := time.Now(); time.Since(t) < c.d; {
-	}
+	busy(c.d)
 	c.active.Add(-1)
 	c.runs.Add(1)
+}
+
+// busy keeps the calling goroutine's core busy for d.
+func busy(d time.Duration) {
+	for t := time.Now(); time.Since(t) < d; {
+	}
 }
 
 // TestRunPartsSpinningHelperTakesCalls checks that calls coming one
@@ -109,8 +114,7 @@ func TestTrainingHelpersPollThroughAPause(t *testing.T) {
 			// the pause under test, on the caller's core as a worker's
 			// exchange runs (not a sleep: a parked caller would free
 			// the core for the helper's spin anyway)
-			for p := time.Now(); time.Since(p) < time.Millisecond; {
-			}
+			busy(time.Millisecond)
 		}
 		best = max(best, st.taken.Load())
 		if best >= want {
