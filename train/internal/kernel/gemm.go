@@ -18,10 +18,12 @@ type Float interface{ ~float32 | ~float64 }
 // read.
 type micro[T Float] func(k int, a, b []T, ldb int, c []T, ldc int, alpha, beta T)
 
-// microInPlace is micro reading mr rows of op(A) where they lie, with
-// stride lda: rows of a row-major A (a[r·lda+p]) or columns of a
-// row-major Aᵀ (a[p·lda+r]), instead of a packed panel.
-type microInPlace[T Float] func(k int, a []T, lda int, b []T, ldb int, c []T, ldc int, alpha, beta T)
+// microInPlace is micro reading op(A) where it lies, with stride lda:
+// rows of a row-major A (a[r·lda+p]) or columns of a row-major Aᵀ
+// (a[p·lda+r]), instead of a packed panel; it computes panels ≥ 1 tiles
+// one under the other (mr·panels rows of op(A) and C) on the same rows of
+// B, so that a column of tiles costs one call.
+type microInPlace[T Float] func(k int, a []T, lda int, b []T, ldb int, c []T, ldc int, alpha, beta T, panels int)
 
 // gemmKernel is one micro-kernel with its tile and block sizes: kc rows of
 // op(B) and mc rows of op(A) are packed at a time (mc a multiple of mr).
@@ -272,7 +274,17 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 				if directB && cols == nr {
 					bp, bs = b[pc*ldb+jr:], ldb
 				}
-				for ir := 0; ir < mb; ir += mr {
+				ir0 := 0 // the first panel left to the loop below
+				if inPlace != nil && cols == nr && full > 0 {
+					// the column's whole panels in one call
+					at := ic*lda + pc
+					if ta {
+						at = pc*lda + ic
+					}
+					inPlace(kb, a[at:], lda, bp, bs, c[ic*ldc+jr:], ldc, alpha, bet, full/mr)
+					ir0 = full
+				}
+				for ir := ir0; ir < mb; ir += mr {
 					rows := min(mr, mb-ir)
 					ap := s.a[ir*kb : (ir+mr)*kb]
 					ci := (ic+ir)*ldc + jr
@@ -285,14 +297,14 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 					}
 					if rows == mr && cols == nr {
 						if direct {
-							inPlace(kb, ar, lda, bp, bs, c[ci:], ldc, alpha, bet)
+							inPlace(kb, ar, lda, bp, bs, c[ci:], ldc, alpha, bet, 1)
 						} else {
 							kn.f(kb, ap, bp, bs, c[ci:], ldc, alpha, bet)
 						}
 						continue
 					}
 					if direct {
-						inPlace(kb, ar, lda, bp, bs, s.tile, nr, alpha, 0)
+						inPlace(kb, ar, lda, bp, bs, s.tile, nr, alpha, 0, 1)
 					} else {
 						kn.f(kb, ap, bp, bs, s.tile, nr, alpha, 0)
 					}

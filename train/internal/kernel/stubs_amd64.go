@@ -14,25 +14,25 @@ func gemmAVX2F32(k int, a []float32, b []float32, ldb int, c []float32, ldc int,
 //go:noescape
 func gemmAVX2F64(k int, a []float64, b []float64, ldb int, c []float64, ldc int, alpha float64, beta float64)
 
-// gemmRowsAVX2F32 computes a 6×16 tile of C = alpha·A·B + beta·C from six rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+// gemmRowsAVX2F32 computes panels 6×16 tiles, one under the other, of C = alpha·A·B + beta·C from rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
 //
 //go:noescape
-func gemmRowsAVX2F32(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32)
+func gemmRowsAVX2F32(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
 
-// gemmRowsAVX2F64 computes a 6×8 tile of C = alpha·A·B + beta·C from six rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+// gemmRowsAVX2F64 computes panels 6×8 tiles, one under the other, of C = alpha·A·B + beta·C from rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
 //
 //go:noescape
-func gemmRowsAVX2F64(k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int, alpha float64, beta float64)
+func gemmRowsAVX2F64(k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int, alpha float64, beta float64, panels int)
 
-// gemmColsAVX2F32 computes a 6×16 tile of C = alpha·A·B + beta·C from six columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+// gemmColsAVX2F32 computes panels 6×16 tiles, one under the other, of C = alpha·A·B + beta·C from columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
 //
 //go:noescape
-func gemmColsAVX2F32(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32)
+func gemmColsAVX2F32(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
 
-// gemmColsAVX2F64 computes a 6×8 tile of C = alpha·A·B + beta·C from six columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+// gemmColsAVX2F64 computes panels 6×8 tiles, one under the other, of C = alpha·A·B + beta·C from columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
 //
 //go:noescape
-func gemmColsAVX2F64(k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int, alpha float64, beta float64)
+func gemmColsAVX2F64(k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int, alpha float64, beta float64, panels int)
 
 // fmaPeakAVX2 runs n iterations of 24 independent YMM float32 FMAs (see fmaPeak in asm/main.go).
 func fmaPeakAVX2(n int)

@@ -77,25 +77,33 @@ const (
 // registers indexed by lda and 2·lda: rows 0 and 3 (inRows), or the steps
 // 0 and 3 of an unrolled iteration (inCols, whose six values of a step are
 // contiguous). B's rows p of an unrolled iteration are at b, b+ldb, b+2·ldb
-// and b+3·ldb. The Go side checks that the slices are long enough.
+// and b+3·ldb. In place, one call computes panels tiles one under the
+// other (see below). The Go side checks that the slices are long enough.
 func gemmKernel(name string, t prec, layout aLayout) {
 	nr := 2 * t.lanes
 	sig := fmt.Sprintf("func(k int, a, b []%[1]s, ldb int, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
 	doc := fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from packed A and rows of B with stride ldb (see gemmKernel in asm/main.go).", name, mr, nr)
 	switch layout {
 	case inRows:
-		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b []%[1]s, ldb int, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
-		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).", name, mr, nr)
+		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b []%[1]s, ldb int, c []%[1]s, ldc int, alpha, beta %[1]s, panels int)", t.name)
+		doc = fmt.Sprintf("%s computes panels %d×%d tiles, one under the other, of C = alpha·A·B + beta·C from rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).", name, mr, nr)
 	case inCols:
-		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b []%[1]s, ldb int, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
-		doc = fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from six columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).", name, mr, nr)
+		sig = fmt.Sprintf("func(k int, a []%[1]s, lda int, b []%[1]s, ldb int, c []%[1]s, ldc int, alpha, beta %[1]s, panels int)", t.name)
+		doc = fmt.Sprintf("%s computes panels %d×%d tiles, one under the other, of C = alpha·A·B + beta·C from columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).", name, mr, nr)
 	}
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
 	Doc(doc)
-	k := Load(Param("k"), GP64())
-	a := Load(Param("a").Base(), GP64())
-	b := Load(Param("b").Base(), GP64())
+	// In place, the kernel loops over panels ≥ 1 tiles down C, on the same
+	// rows of B: tile q reads A's rows (or Aᵀ's columns) 6q…6q+5 and
+	// writes C's rows 6q…6q+5. One call per column of tiles, not per tile.
+	var panels, aPanel GPVirtual
+	if layout != packed {
+		panels, aPanel = GP64(), GP64()
+		Load(Param("panels"), panels)
+		Load(Param("a").Base(), aPanel)
+	}
+	k, a, b := GP64(), GP64(), GP64()
 	c := Load(Param("c").Base(), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(log2(t.size)), ldc)
@@ -126,8 +134,6 @@ func gemmKernel(name string, t prec, layout aLayout) {
 		Load(Param("lda"), lda)
 		SHLQ(U8(log2(t.size)), lda)
 		a3 = GP64()
-		LEAQ(Mem{Base: lda, Index: lda, Scale: 2}, a3)
-		ADDQ(a, a3)
 	}
 	switch layout {
 	case inRows:
@@ -168,6 +174,18 @@ func gemmKernel(name string, t prec, layout aLayout) {
 		LEAQ(Mem{Base: b, Index: ldb, Scale: uint8(steps)}, b)
 	}
 
+	// A panel (a tile, in place) starts here: k, a (and a3) and b at the
+	// start of their operands.
+	Label(name + "_panel")
+	Load(Param("k"), k)
+	Load(Param("b").Base(), b)
+	if layout == packed {
+		Load(Param("a").Base(), a)
+	} else {
+		MOVQ(aPanel, a)
+		LEAQ(Mem{Base: lda, Index: lda, Scale: 2}, a3)
+		ADDQ(a, a3)
+	}
 	acc := [mr][2]VecPhysical{}
 	ys := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11}
 	for r := range mr {
@@ -235,8 +253,7 @@ func gemmKernel(name string, t prec, layout aLayout) {
 			ADDQ(ldc, c)
 		}
 	}
-	VZEROUPPER()
-	RET()
+	JMP(LabelRef(name + "_next"))
 	Label(name + "_overwrite")
 	for r := range mr {
 		for v := range 2 {
@@ -245,6 +262,22 @@ func gemmKernel(name string, t prec, layout aLayout) {
 		if r < mr-1 {
 			ADDQ(ldc, c)
 		}
+	}
+	Label(name + "_next")
+	if layout != packed {
+		Comment("The next panel: C's row 6q+6 (c is at row 6q+5), A's row or column 6q+6.")
+		ADDQ(ldc, c)
+		switch layout {
+		case inRows:
+			next := GP64()
+			LEAQ(Mem{Base: lda, Index: lda, Scale: 2}, next)
+			SHLQ(U8(1), next)
+			ADDQ(next, aPanel)
+		case inCols:
+			ADDQ(U32(mr*t.size), aPanel)
+		}
+		DECQ(panels)
+		JNE(LabelRef(name + "_panel"))
 	}
 	VZEROUPPER()
 	RET()
