@@ -12,9 +12,17 @@ var asm = func() *kernels {
 		return nil
 	}
 	return &kernels{
-		name:   "avx2",
-		s:      gemmKernel[float32]{f: gemmF32, rows: gemmRowsF32, cols: gemmColsF32, mr: 6, nr: 16, kc: 256, mc: 96},
-		d:      gemmKernel[float64]{f: gemmF64, rows: gemmRowsF64, cols: gemmColsF64, mr: 6, nr: 8, kc: 256, mc: 72},
+		name: "avx2",
+		s: gemmKernel[float32]{f: gemmF32, mr: 6, nr: 16, kc: 256, mc: 96,
+			rows:     inRows(gemmRowsAVX2F32, 6, 16),
+			cols:     inCols(gemmColsAVX2F32, 6, 16),
+			rowsEdge: [6]microInPlace[float32]{nil, inRows(gemmRowsAVX2F32x1, 1, 16), inRows(gemmRowsAVX2F32x2, 2, 16), inRows(gemmRowsAVX2F32x3, 3, 16), inRows(gemmRowsAVX2F32x4, 4, 16), inRows(gemmRowsAVX2F32x5, 5, 16)},
+			colsEdge: [6]microInPlace[float32]{nil, inCols(gemmColsAVX2F32x1, 1, 16), inCols(gemmColsAVX2F32x2, 2, 16), inCols(gemmColsAVX2F32x3, 3, 16), inCols(gemmColsAVX2F32x4, 4, 16), inCols(gemmColsAVX2F32x5, 5, 16)},
+		},
+		d: gemmKernel[float64]{f: gemmF64, mr: 6, nr: 8, kc: 256, mc: 72,
+			rows: inRows(gemmRowsAVX2F64, 6, 8),
+			cols: inCols(gemmColsAVX2F64, 6, 8),
+		},
 		adam:   adamAVX2,
 		narrow: narrowAVX2,
 		widen:  widenAVX2,
@@ -44,57 +52,32 @@ func gemmF64(k int, a, b []float64, ldb int, c []float64, ldc int, alpha, beta f
 // lb elements, or overlap.
 func badB(k, lb, ldb, nr int) bool { return ldb < nr || k > 0 && lb < (k-1)*ldb+nr }
 
-// gemmRowsF32 calls the 6×16 assembly kernel that reads rows of A in
-// place, for panels tiles one under the other (rows 0…6·panels-1 of A and
-// C), after checking that every address it touches lies inside its slices.
-func gemmRowsF32(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha, beta float32, panels int) {
-	if badRows(k, len(a), lda, len(b), ldb, 16, len(c), ldc, panels) {
-		panic("kernel: micro-kernel out of bounds")
+// inRows wraps an assembly kernel that reads mr rows of A in place per
+// tile (nr columns wide), for panels tiles one under the other (rows
+// 0…mr·panels-1 of A and C), in a check that every address it touches
+// lies inside its slices.
+func inRows[T Float](f microInPlace[T], mr, nr int) microInPlace[T] {
+	return func(k int, a []T, lda int, b []T, ldb int, c []T, ldc int, alpha, beta T, panels int) {
+		if k < 0 || badC(len(c), ldc, mr, nr, panels) || lda < k || len(a) < (mr*panels-1)*lda+k || badB(k, len(b), ldb, nr) {
+			panic("kernel: micro-kernel out of bounds")
+		}
+		f(k, a, lda, b, ldb, c, ldc, alpha, beta, panels)
 	}
-	gemmRowsAVX2F32(k, a, lda, b, ldb, c, ldc, alpha, beta, panels)
 }
 
-// gemmRowsF64 is gemmRowsF32's 6×8 float64 kernel.
-func gemmRowsF64(k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int, alpha, beta float64, panels int) {
-	if badRows(k, len(a), lda, len(b), ldb, 8, len(c), ldc, panels) {
-		panic("kernel: micro-kernel out of bounds")
+// inCols is inRows for a kernel that reads columns of Aᵀ in place
+// (A[r, p] = a[p·lda+r]): k rows of mr·panels values with stride lda.
+func inCols[T Float](f microInPlace[T], mr, nr int) microInPlace[T] {
+	return func(k int, a []T, lda int, b []T, ldb int, c []T, ldc int, alpha, beta T, panels int) {
+		if k < 1 || badC(len(c), ldc, mr, nr, panels) || lda < mr*panels || len(a) < (k-1)*lda+mr*panels || badB(k, len(b), ldb, nr) {
+			panic("kernel: micro-kernel out of bounds")
+		}
+		f(k, a, lda, b, ldb, c, ldc, alpha, beta, panels)
 	}
-	gemmRowsAVX2F64(k, a, lda, b, ldb, c, ldc, alpha, beta, panels)
 }
 
-// gemmColsF32 calls the 6×16 assembly kernel that reads columns of Aᵀ in
-// place (A[r, p] = a[p·lda+r]), for panels tiles one under the other
-// (columns 0…6·panels-1 of Aᵀ, rows of C), after checking that every
-// address it touches lies inside its slices.
-func gemmColsF32(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha, beta float32, panels int) {
-	if badCols(k, len(a), lda, len(b), ldb, 16, len(c), ldc, panels) {
-		panic("kernel: micro-kernel out of bounds")
-	}
-	gemmColsAVX2F32(k, a, lda, b, ldb, c, ldc, alpha, beta, panels)
-}
-
-// gemmColsF64 is gemmColsF32's 6×8 float64 kernel.
-func gemmColsF64(k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int, alpha, beta float64, panels int) {
-	if badCols(k, len(a), lda, len(b), ldb, 8, len(c), ldc, panels) {
-		panic("kernel: micro-kernel out of bounds")
-	}
-	gemmColsAVX2F64(k, a, lda, b, ldb, c, ldc, alpha, beta, panels)
-}
-
-// badC reports that 6·panels rows of nr values with row stride ldc do not
-// fit in lc elements, or overlap, or that panels < 1.
-func badC(lc, ldc, nr, panels int) bool {
-	return panels < 1 || ldc < nr || lc < (6*panels-1)*ldc+nr
-}
-
-// badRows reports that the in-place rows kernel's operands are out of
-// bounds: 6·panels rows of k values of A with stride lda, k rows of B, C.
-func badRows(k, la, lda, lb, ldb, nr, lc, ldc, panels int) bool {
-	return k < 0 || badC(lc, ldc, nr, panels) || lda < k || la < (6*panels-1)*lda+k || badB(k, lb, ldb, nr)
-}
-
-// badCols reports that the in-place columns kernel's operands are out of
-// bounds: k rows of 6·panels values of Aᵀ with stride lda, k rows of B, C.
-func badCols(k, la, lda, lb, ldb, nr, lc, ldc, panels int) bool {
-	return k < 1 || badC(lc, ldc, nr, panels) || lda < 6*panels || la < (k-1)*lda+6*panels || badB(k, lb, ldb, nr)
+// badC reports that mr·panels rows of nr values with row stride ldc do
+// not fit in lc elements, or overlap, or that panels < 1.
+func badC(lc, ldc, mr, nr, panels int) bool {
+	return panels < 1 || ldc < nr || lc < (mr*panels-1)*ldc+nr
 }

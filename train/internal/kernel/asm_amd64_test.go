@@ -2,25 +2,33 @@
 
 package kernel
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
-// TestInPlaceKernels runs the in-place kernels over several tiles of C in
-// one call (panels > 1) on operands of exactly the size they need, against
+// TestInPlaceKernels runs the in-place kernels, the six-row ones and the
+// float32 ones for a last panel of one to five rows, over several tiles of
+// C in one call (panels > 1) on operands of exactly the size they need, against
 // a plain triple loop, and checks that each operand one element shorter,
 // or panels < 1, panics instead of reading or writing past its slice.
 func TestInPlaceKernels(t *testing.T) {
 	if asm == nil {
 		t.Skip("no AVX2+FMA on this CPU: the in-place kernels do not run here")
 	}
-	testInPlace(t, "rows/f32", 16, false, gemmRowsF32)
-	testInPlace(t, "cols/f32", 16, true, gemmColsF32)
-	testInPlace(t, "rows/f64", 8, false, gemmRowsF64)
-	testInPlace(t, "cols/f64", 8, true, gemmColsF64)
+	testInPlace(t, "rows/f32", 6, 16, false, asm.s.rows)
+	testInPlace(t, "cols/f32", 6, 16, true, asm.s.cols)
+	testInPlace(t, "rows/f64", 6, 8, false, asm.d.rows)
+	testInPlace(t, "cols/f64", 6, 8, true, asm.d.cols)
+	for mr := 1; mr < 6; mr++ {
+		testInPlace(t, fmt.Sprintf("rows%d/f32", mr), mr, 16, false, asm.s.rowsEdge[mr])
+		testInPlace(t, fmt.Sprintf("cols%d/f32", mr), mr, 16, true, asm.s.colsEdge[mr])
+	}
 }
 
-func testInPlace[T Float](t *testing.T, name string, nr int, ta bool, f microInPlace[T]) {
+func testInPlace[T Float](t *testing.T, name string, mr, nr int, ta bool, f microInPlace[T]) {
 	const panels, k, pad = 3, 5, 3
-	m := 6 * panels
+	m := mr * panels
 	lda, ldb, ldc := k+pad, nr+pad, nr+pad
 	la := (m-1)*lda + k // A m×k
 	if ta {

@@ -34,6 +34,10 @@ type gemmKernel[T Float] struct {
 	f              micro[T]
 	rows, cols     microInPlace[T]
 	mr, nr, kc, mc int
+	// rowsEdge[r] and colsEdge[r], if set, are rows and cols for a last
+	// panel of r < mr rows: it is then read in place too, not packed and
+	// computed as a whole tile.
+	rowsEdge, colsEdge [6]microInPlace[T]
 }
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major float32
@@ -237,9 +241,9 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 	s.a = grow(s.a, mc*kc)
 	s.b = grow(s.b, kc*ncPad)
 	s.tile = grow(s.tile, mr*nr)
-	inPlace := kn.rows // op(A)'s whole panels are read where they lie, if not nil
+	inPlace, edges := kn.rows, &kn.rowsEdge // op(A)'s whole panels are read where they lie, if not nil
 	if ta {
-		inPlace = kn.cols
+		inPlace, edges = kn.cols, &kn.colsEdge
 	}
 	// A non-transposed B's whole panels are read where they lie too, when
 	// a k block of its rows spans few enough pages; only a last panel of
@@ -261,11 +265,15 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 		}
 		for ic := 0; ic < m; ic += mc {
 			mb := min(mc, m-ic)
-			full := mb / mr * mr // rows in whole panels
+			full := mb / mr * mr     // rows in whole panels
+			var edge microInPlace[T] // the last, partial panel's in-place kernel, if any
+			if inPlace != nil && full < mb {
+				edge = edges[mb-full]
+			}
 			switch {
 			case inPlace == nil:
 				packA(s.a, a, lda, ta, ic, mb, pc, kb, mr)
-			case full < mb: // the last, partial panel only, at s.a[full·kb:]
+			case full < mb && edge == nil: // the last, partial panel only, at s.a[full·kb:]
 				packA(s.a[full*kb:], a, lda, ta, ic+full, mb-full, pc, kb, mr)
 			}
 			for jr := 0; jr < n; jr += nr {
@@ -288,23 +296,26 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 					rows := min(mr, mb-ir)
 					ap := s.a[ir*kb : (ir+mr)*kb]
 					ci := (ic+ir)*ldc + jr
-					direct := inPlace != nil && rows == mr
+					direct := inPlace // the panel's in-place kernel; nil: packed
+					if rows < mr {
+						direct = edge
+					}
 					var ar []T // the panel's first element, where direct
-					if direct && ta {
+					if direct != nil && ta {
 						ar = a[pc*lda+ic+ir:]
-					} else if direct {
+					} else if direct != nil {
 						ar = a[(ic+ir)*lda+pc:]
 					}
-					if rows == mr && cols == nr {
-						if direct {
-							inPlace(kb, ar, lda, bp, bs, c[ci:], ldc, alpha, bet, 1)
+					if cols == nr && (rows == mr || direct != nil) { // C's rows, as many as the panel's
+						if direct != nil {
+							direct(kb, ar, lda, bp, bs, c[ci:], ldc, alpha, bet, 1)
 						} else {
 							kn.f(kb, ap, bp, bs, c[ci:], ldc, alpha, bet)
 						}
 						continue
 					}
-					if direct {
-						inPlace(kb, ar, lda, bp, bs, s.tile, nr, alpha, 0, 1)
+					if direct != nil {
+						direct(kb, ar, lda, bp, bs, s.tile, nr, alpha, 0, 1)
 					} else {
 						kn.f(kb, ap, bp, bs, s.tile, nr, alpha, 0)
 					}

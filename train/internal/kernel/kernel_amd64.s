@@ -656,13 +656,12 @@ gemmRowsAVX2F32_overwrite:
 	VMOVUPS Y11, 32(DI)
 
 gemmRowsAVX2F32_next:
-	// The next panel: C's row 6q+6 (c is at row 6q+5), A's row or column 6q+6.
-	ADDQ R8, DI
-	LEAQ (R11)(R11*2), DX
-	SHLQ $0x01, DX
-	ADDQ DX, CX
-	DECQ AX
-	JNE  gemmRowsAVX2F32_panel
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ   R8, DI
+	IMUL3Q $0x00000006, R11, DX
+	ADDQ   DX, CX
+	DECQ   AX
+	JNE    gemmRowsAVX2F32_panel
 	VZEROUPPER
 	RET
 
@@ -888,13 +887,12 @@ gemmRowsAVX2F64_overwrite:
 	VMOVUPD Y11, 32(DI)
 
 gemmRowsAVX2F64_next:
-	// The next panel: C's row 6q+6 (c is at row 6q+5), A's row or column 6q+6.
-	ADDQ R8, DI
-	LEAQ (R11)(R11*2), DX
-	SHLQ $0x01, DX
-	ADDQ DX, CX
-	DECQ AX
-	JNE  gemmRowsAVX2F64_panel
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ   R8, DI
+	IMUL3Q $0x00000006, R11, DX
+	ADDQ   DX, CX
+	DECQ   AX
+	JNE    gemmRowsAVX2F64_panel
 	VZEROUPPER
 	RET
 
@@ -1122,7 +1120,7 @@ gemmColsAVX2F32_overwrite:
 	VMOVUPS Y11, 32(DI)
 
 gemmColsAVX2F32_next:
-	// The next panel: C's row 6q+6 (c is at row 6q+5), A's row or column 6q+6.
+	// The next panel: C's row after c's, A's row or column after the panel's.
 	ADDQ R8, DI
 	ADDQ $0x00000018, CX
 	DECQ AX
@@ -1354,11 +1352,1516 @@ gemmColsAVX2F64_overwrite:
 	VMOVUPD Y11, 32(DI)
 
 gemmColsAVX2F64_next:
-	// The next panel: C's row 6q+6 (c is at row 6q+5), A's row or column 6q+6.
+	// The next panel: C's row after c's, A's row or column after the panel's.
 	ADDQ R8, DI
 	ADDQ $0x00000030, CX
 	DECQ AX
 	JNE  gemmColsAVX2F64_panel
+	VZEROUPPER
+	RET
+
+// func gemmRowsAVX2F32x1(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmRowsAVX2F32x1(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+
+gemmRowsAVX2F32x1_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmRowsAVX2F32x1_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmRowsAVX2F32x1_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS 12(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000010, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmRowsAVX2F32x1_loop4
+
+gemmRowsAVX2F32x1_tail:
+	TESTQ        DX, DX
+	JE           gemmRowsAVX2F32x1_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	ADDQ         $0x00000004, BX
+	ADDQ         $0x00000004, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmRowsAVX2F32x1_tail
+
+gemmRowsAVX2F32x1_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmRowsAVX2F32x1_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	JMP          gemmRowsAVX2F32x1_next
+
+gemmRowsAVX2F32x1_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+
+gemmRowsAVX2F32x1_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ   R8, DI
+	IMUL3Q $0x00000001, R11, DX
+	ADDQ   DX, CX
+	DECQ   AX
+	JNE    gemmRowsAVX2F32x1_panel
+	VZEROUPPER
+	RET
+
+// func gemmColsAVX2F32x1(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmColsAVX2F32x1(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+	MOVQ R11, R13
+	SHLQ $0x02, R13
+
+gemmColsAVX2F32x1_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmColsAVX2F32x1_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmColsAVX2F32x1_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS (R12), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	ADDQ         R13, BX
+	ADDQ         R13, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmColsAVX2F32x1_loop4
+
+gemmColsAVX2F32x1_tail:
+	TESTQ        DX, DX
+	JE           gemmColsAVX2F32x1_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	ADDQ         R11, BX
+	ADDQ         R11, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmColsAVX2F32x1_tail
+
+gemmColsAVX2F32x1_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmColsAVX2F32x1_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	JMP          gemmColsAVX2F32x1_next
+
+gemmColsAVX2F32x1_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+
+gemmColsAVX2F32x1_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ R8, DI
+	ADDQ $0x00000004, CX
+	DECQ AX
+	JNE  gemmColsAVX2F32x1_panel
+	VZEROUPPER
+	RET
+
+// func gemmRowsAVX2F32x2(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmRowsAVX2F32x2(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+
+gemmRowsAVX2F32x2_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmRowsAVX2F32x2_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmRowsAVX2F32x2_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 8(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS 12(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 12(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000010, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmRowsAVX2F32x2_loop4
+
+gemmRowsAVX2F32x2_tail:
+	TESTQ        DX, DX
+	JE           gemmRowsAVX2F32x2_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	ADDQ         $0x00000004, BX
+	ADDQ         $0x00000004, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmRowsAVX2F32x2_tail
+
+gemmRowsAVX2F32x2_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	VMULPS       Y14, Y2, Y2
+	VMULPS       Y14, Y3, Y3
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmRowsAVX2F32x2_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y2
+	VMOVUPS      Y2, (DI)
+	VFMADD231PS  32(DI), Y15, Y3
+	VMOVUPS      Y3, 32(DI)
+	JMP          gemmRowsAVX2F32x2_next
+
+gemmRowsAVX2F32x2_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+
+gemmRowsAVX2F32x2_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ   R8, DI
+	IMUL3Q $0x00000002, R11, DX
+	ADDQ   DX, CX
+	DECQ   AX
+	JNE    gemmRowsAVX2F32x2_panel
+	VZEROUPPER
+	RET
+
+// func gemmColsAVX2F32x2(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmColsAVX2F32x2(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+	MOVQ R11, R13
+	SHLQ $0x02, R13
+
+gemmColsAVX2F32x2_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmColsAVX2F32x2_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmColsAVX2F32x2_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS (R12), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(R12), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	ADDQ         R13, BX
+	ADDQ         R13, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmColsAVX2F32x2_loop4
+
+gemmColsAVX2F32x2_tail:
+	TESTQ        DX, DX
+	JE           gemmColsAVX2F32x2_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	ADDQ         R11, BX
+	ADDQ         R11, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmColsAVX2F32x2_tail
+
+gemmColsAVX2F32x2_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	VMULPS       Y14, Y2, Y2
+	VMULPS       Y14, Y3, Y3
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmColsAVX2F32x2_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y2
+	VMOVUPS      Y2, (DI)
+	VFMADD231PS  32(DI), Y15, Y3
+	VMOVUPS      Y3, 32(DI)
+	JMP          gemmColsAVX2F32x2_next
+
+gemmColsAVX2F32x2_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+
+gemmColsAVX2F32x2_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ R8, DI
+	ADDQ $0x00000008, CX
+	DECQ AX
+	JNE  gemmColsAVX2F32x2_panel
+	VZEROUPPER
+	RET
+
+// func gemmRowsAVX2F32x3(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmRowsAVX2F32x3(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+
+gemmRowsAVX2F32x3_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmRowsAVX2F32x3_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmRowsAVX2F32x3_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 4(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 8(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS 12(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 12(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 12(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000010, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmRowsAVX2F32x3_loop4
+
+gemmRowsAVX2F32x3_tail:
+	TESTQ        DX, DX
+	JE           gemmRowsAVX2F32x3_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	ADDQ         $0x00000004, BX
+	ADDQ         $0x00000004, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmRowsAVX2F32x3_tail
+
+gemmRowsAVX2F32x3_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	VMULPS       Y14, Y2, Y2
+	VMULPS       Y14, Y3, Y3
+	VMULPS       Y14, Y4, Y4
+	VMULPS       Y14, Y5, Y5
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmRowsAVX2F32x3_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y2
+	VMOVUPS      Y2, (DI)
+	VFMADD231PS  32(DI), Y15, Y3
+	VMOVUPS      Y3, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y4
+	VMOVUPS      Y4, (DI)
+	VFMADD231PS  32(DI), Y15, Y5
+	VMOVUPS      Y5, 32(DI)
+	JMP          gemmRowsAVX2F32x3_next
+
+gemmRowsAVX2F32x3_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+
+gemmRowsAVX2F32x3_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ   R8, DI
+	IMUL3Q $0x00000003, R11, DX
+	ADDQ   DX, CX
+	DECQ   AX
+	JNE    gemmRowsAVX2F32x3_panel
+	VZEROUPPER
+	RET
+
+// func gemmColsAVX2F32x3(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmColsAVX2F32x3(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+	MOVQ R11, R13
+	SHLQ $0x02, R13
+
+gemmColsAVX2F32x3_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmColsAVX2F32x3_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmColsAVX2F32x3_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS (R12), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(R12), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(R12), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	ADDQ         R13, BX
+	ADDQ         R13, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmColsAVX2F32x3_loop4
+
+gemmColsAVX2F32x3_tail:
+	TESTQ        DX, DX
+	JE           gemmColsAVX2F32x3_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	ADDQ         R11, BX
+	ADDQ         R11, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmColsAVX2F32x3_tail
+
+gemmColsAVX2F32x3_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	VMULPS       Y14, Y2, Y2
+	VMULPS       Y14, Y3, Y3
+	VMULPS       Y14, Y4, Y4
+	VMULPS       Y14, Y5, Y5
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmColsAVX2F32x3_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y2
+	VMOVUPS      Y2, (DI)
+	VFMADD231PS  32(DI), Y15, Y3
+	VMOVUPS      Y3, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y4
+	VMOVUPS      Y4, (DI)
+	VFMADD231PS  32(DI), Y15, Y5
+	VMOVUPS      Y5, 32(DI)
+	JMP          gemmColsAVX2F32x3_next
+
+gemmColsAVX2F32x3_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+
+gemmColsAVX2F32x3_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ R8, DI
+	ADDQ $0x0000000c, CX
+	DECQ AX
+	JNE  gemmColsAVX2F32x3_panel
+	VZEROUPPER
+	RET
+
+// func gemmRowsAVX2F32x4(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmRowsAVX2F32x4(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+
+gemmRowsAVX2F32x4_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmRowsAVX2F32x4_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmRowsAVX2F32x4_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS (R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 4(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 4(R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 8(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 8(R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS 12(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 12(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 12(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000010, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmRowsAVX2F32x4_loop4
+
+gemmRowsAVX2F32x4_tail:
+	TESTQ        DX, DX
+	JE           gemmRowsAVX2F32x4_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS (R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	ADDQ         $0x00000004, BX
+	ADDQ         $0x00000004, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmRowsAVX2F32x4_tail
+
+gemmRowsAVX2F32x4_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	VMULPS       Y14, Y2, Y2
+	VMULPS       Y14, Y3, Y3
+	VMULPS       Y14, Y4, Y4
+	VMULPS       Y14, Y5, Y5
+	VMULPS       Y14, Y6, Y6
+	VMULPS       Y14, Y7, Y7
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmRowsAVX2F32x4_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y2
+	VMOVUPS      Y2, (DI)
+	VFMADD231PS  32(DI), Y15, Y3
+	VMOVUPS      Y3, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y4
+	VMOVUPS      Y4, (DI)
+	VFMADD231PS  32(DI), Y15, Y5
+	VMOVUPS      Y5, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y6
+	VMOVUPS      Y6, (DI)
+	VFMADD231PS  32(DI), Y15, Y7
+	VMOVUPS      Y7, 32(DI)
+	JMP          gemmRowsAVX2F32x4_next
+
+gemmRowsAVX2F32x4_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y6, (DI)
+	VMOVUPS Y7, 32(DI)
+
+gemmRowsAVX2F32x4_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ   R8, DI
+	IMUL3Q $0x00000004, R11, DX
+	ADDQ   DX, CX
+	DECQ   AX
+	JNE    gemmRowsAVX2F32x4_panel
+	VZEROUPPER
+	RET
+
+// func gemmColsAVX2F32x4(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmColsAVX2F32x4(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+	MOVQ R11, R13
+	SHLQ $0x02, R13
+
+gemmColsAVX2F32x4_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmColsAVX2F32x4_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmColsAVX2F32x4_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(BX), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS (R12), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(R12), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(R12), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	ADDQ         R13, BX
+	ADDQ         R13, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmColsAVX2F32x4_loop4
+
+gemmColsAVX2F32x4_tail:
+	TESTQ        DX, DX
+	JE           gemmColsAVX2F32x4_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(BX), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	ADDQ         R11, BX
+	ADDQ         R11, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmColsAVX2F32x4_tail
+
+gemmColsAVX2F32x4_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	VMULPS       Y14, Y2, Y2
+	VMULPS       Y14, Y3, Y3
+	VMULPS       Y14, Y4, Y4
+	VMULPS       Y14, Y5, Y5
+	VMULPS       Y14, Y6, Y6
+	VMULPS       Y14, Y7, Y7
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmColsAVX2F32x4_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y2
+	VMOVUPS      Y2, (DI)
+	VFMADD231PS  32(DI), Y15, Y3
+	VMOVUPS      Y3, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y4
+	VMOVUPS      Y4, (DI)
+	VFMADD231PS  32(DI), Y15, Y5
+	VMOVUPS      Y5, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y6
+	VMOVUPS      Y6, (DI)
+	VFMADD231PS  32(DI), Y15, Y7
+	VMOVUPS      Y7, 32(DI)
+	JMP          gemmColsAVX2F32x4_next
+
+gemmColsAVX2F32x4_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y6, (DI)
+	VMOVUPS Y7, 32(DI)
+
+gemmColsAVX2F32x4_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ R8, DI
+	ADDQ $0x00000010, CX
+	DECQ AX
+	JNE  gemmColsAVX2F32x4_panel
+	VZEROUPPER
+	RET
+
+// func gemmRowsAVX2F32x5(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmRowsAVX2F32x5(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+
+gemmRowsAVX2F32x5_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmRowsAVX2F32x5_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmRowsAVX2F32x5_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS (R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS (R12)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 4(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 4(R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS 4(R12)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 8(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 8(R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS 8(R12)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS 12(BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 12(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 12(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS 12(R12)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	ADDQ         $0x00000010, BX
+	ADDQ         $0x00000010, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmRowsAVX2F32x5_loop4
+
+gemmRowsAVX2F32x5_tail:
+	TESTQ        DX, DX
+	JE           gemmRowsAVX2F32x5_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS (R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS (R12)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	ADDQ         $0x00000004, BX
+	ADDQ         $0x00000004, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmRowsAVX2F32x5_tail
+
+gemmRowsAVX2F32x5_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	VMULPS       Y14, Y2, Y2
+	VMULPS       Y14, Y3, Y3
+	VMULPS       Y14, Y4, Y4
+	VMULPS       Y14, Y5, Y5
+	VMULPS       Y14, Y6, Y6
+	VMULPS       Y14, Y7, Y7
+	VMULPS       Y14, Y8, Y8
+	VMULPS       Y14, Y9, Y9
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmRowsAVX2F32x5_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y2
+	VMOVUPS      Y2, (DI)
+	VFMADD231PS  32(DI), Y15, Y3
+	VMOVUPS      Y3, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y4
+	VMOVUPS      Y4, (DI)
+	VFMADD231PS  32(DI), Y15, Y5
+	VMOVUPS      Y5, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y6
+	VMOVUPS      Y6, (DI)
+	VFMADD231PS  32(DI), Y15, Y7
+	VMOVUPS      Y7, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y8
+	VMOVUPS      Y8, (DI)
+	VFMADD231PS  32(DI), Y15, Y9
+	VMOVUPS      Y9, 32(DI)
+	JMP          gemmRowsAVX2F32x5_next
+
+gemmRowsAVX2F32x5_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y6, (DI)
+	VMOVUPS Y7, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, 32(DI)
+
+gemmRowsAVX2F32x5_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ   R8, DI
+	IMUL3Q $0x00000005, R11, DX
+	ADDQ   DX, CX
+	DECQ   AX
+	JNE    gemmRowsAVX2F32x5_panel
+	VZEROUPPER
+	RET
+
+// func gemmColsAVX2F32x5(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+// Requires: AVX, FMA3
+TEXT ·gemmColsAVX2F32x5(SB), NOSPLIT, $0-120
+	MOVQ panels+112(FP), AX
+	MOVQ a_base+8(FP), CX
+	MOVQ c_base+72(FP), DI
+	MOVQ ldc+96(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ldb+64(FP), R9
+	SHLQ $0x02, R9
+	LEAQ (R9)(R9*2), R10
+	MOVQ lda+32(FP), R11
+	SHLQ $0x02, R11
+	MOVQ R11, R13
+	SHLQ $0x02, R13
+
+gemmColsAVX2F32x5_panel:
+	MOVQ   k+0(FP), DX
+	MOVQ   b_base+40(FP), SI
+	MOVQ   CX, BX
+	LEAQ   (R11)(R11*2), R12
+	ADDQ   BX, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+
+	// Four rank-1 updates per iteration, then one at a time.
+gemmColsAVX2F32x5_loop4:
+	CMPQ         DX, $0x04
+	JL           gemmColsAVX2F32x5_tail
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(BX), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS 16(BX), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	VMOVUPS      (SI)(R9*1), Y12
+	VMOVUPS      32(SI)(R9*1), Y13
+	VBROADCASTSS (BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS 16(BX)(R11*1), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	VMOVUPS      (SI)(R9*2), Y12
+	VMOVUPS      32(SI)(R9*2), Y13
+	VBROADCASTSS (BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS 16(BX)(R11*2), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	VMOVUPS      (SI)(R10*1), Y12
+	VMOVUPS      32(SI)(R10*1), Y13
+	VBROADCASTSS (R12), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(R12), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(R12), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(R12), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS 16(R12), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	ADDQ         R13, BX
+	ADDQ         R13, R12
+	LEAQ         (SI)(R9*4), SI
+	SUBQ         $0x04, DX
+	JMP          gemmColsAVX2F32x5_loop4
+
+gemmColsAVX2F32x5_tail:
+	TESTQ        DX, DX
+	JE           gemmColsAVX2F32x5_store
+	VMOVUPS      (SI), Y12
+	VMOVUPS      32(SI), Y13
+	VBROADCASTSS (BX), Y14
+	VFMADD231PS  Y12, Y14, Y0
+	VFMADD231PS  Y13, Y14, Y1
+	VBROADCASTSS 4(BX), Y14
+	VFMADD231PS  Y12, Y14, Y2
+	VFMADD231PS  Y13, Y14, Y3
+	VBROADCASTSS 8(BX), Y14
+	VFMADD231PS  Y12, Y14, Y4
+	VFMADD231PS  Y13, Y14, Y5
+	VBROADCASTSS 12(BX), Y14
+	VFMADD231PS  Y12, Y14, Y6
+	VFMADD231PS  Y13, Y14, Y7
+	VBROADCASTSS 16(BX), Y14
+	VFMADD231PS  Y12, Y14, Y8
+	VFMADD231PS  Y13, Y14, Y9
+	ADDQ         R11, BX
+	ADDQ         R11, R12
+	ADDQ         R9, SI
+	DECQ         DX
+	JMP          gemmColsAVX2F32x5_tail
+
+gemmColsAVX2F32x5_store:
+	// Scale by alpha; add beta·C unless beta is ±0.
+	VBROADCASTSS alpha+104(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	VMULPS       Y14, Y2, Y2
+	VMULPS       Y14, Y3, Y3
+	VMULPS       Y14, Y4, Y4
+	VMULPS       Y14, Y5, Y5
+	VMULPS       Y14, Y6, Y6
+	VMULPS       Y14, Y7, Y7
+	VMULPS       Y14, Y8, Y8
+	VMULPS       Y14, Y9, Y9
+	MOVL         beta+108(FP), DX
+	SHLL         $0x01, DX
+	JE           gemmColsAVX2F32x5_overwrite
+	VBROADCASTSS beta+108(FP), Y15
+	VFMADD231PS  (DI), Y15, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD231PS  32(DI), Y15, Y1
+	VMOVUPS      Y1, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y2
+	VMOVUPS      Y2, (DI)
+	VFMADD231PS  32(DI), Y15, Y3
+	VMOVUPS      Y3, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y4
+	VMOVUPS      Y4, (DI)
+	VFMADD231PS  32(DI), Y15, Y5
+	VMOVUPS      Y5, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y6
+	VMOVUPS      Y6, (DI)
+	VFMADD231PS  32(DI), Y15, Y7
+	VMOVUPS      Y7, 32(DI)
+	ADDQ         R8, DI
+	VFMADD231PS  (DI), Y15, Y8
+	VMOVUPS      Y8, (DI)
+	VFMADD231PS  32(DI), Y15, Y9
+	VMOVUPS      Y9, 32(DI)
+	JMP          gemmColsAVX2F32x5_next
+
+gemmColsAVX2F32x5_overwrite:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y6, (DI)
+	VMOVUPS Y7, 32(DI)
+	ADDQ    R8, DI
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, 32(DI)
+
+gemmColsAVX2F32x5_next:
+	// The next panel: C's row after c's, A's row or column after the panel's.
+	ADDQ R8, DI
+	ADDQ $0x00000014, CX
+	DECQ AX
+	JNE  gemmColsAVX2F32x5_panel
 	VZEROUPPER
 	RET
 

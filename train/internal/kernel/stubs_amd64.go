@@ -34,6 +34,56 @@ func gemmColsAVX2F32(k int, a []float32, lda int, b []float32, ldb int, c []floa
 //go:noescape
 func gemmColsAVX2F64(k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int, alpha float64, beta float64, panels int)
 
+// gemmRowsAVX2F32x1 computes panels 1×16 tiles, one under the other, of C = alpha·A·B + beta·C from rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmRowsAVX2F32x1(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
+// gemmColsAVX2F32x1 computes panels 1×16 tiles, one under the other, of C = alpha·A·B + beta·C from columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmColsAVX2F32x1(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
+// gemmRowsAVX2F32x2 computes panels 2×16 tiles, one under the other, of C = alpha·A·B + beta·C from rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmRowsAVX2F32x2(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
+// gemmColsAVX2F32x2 computes panels 2×16 tiles, one under the other, of C = alpha·A·B + beta·C from columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmColsAVX2F32x2(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
+// gemmRowsAVX2F32x3 computes panels 3×16 tiles, one under the other, of C = alpha·A·B + beta·C from rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmRowsAVX2F32x3(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
+// gemmColsAVX2F32x3 computes panels 3×16 tiles, one under the other, of C = alpha·A·B + beta·C from columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmColsAVX2F32x3(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
+// gemmRowsAVX2F32x4 computes panels 4×16 tiles, one under the other, of C = alpha·A·B + beta·C from rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmRowsAVX2F32x4(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
+// gemmColsAVX2F32x4 computes panels 4×16 tiles, one under the other, of C = alpha·A·B + beta·C from columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmColsAVX2F32x4(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
+// gemmRowsAVX2F32x5 computes panels 5×16 tiles, one under the other, of C = alpha·A·B + beta·C from rows of A in place (A[r, p] = a[r·lda+p]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmRowsAVX2F32x5(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
+// gemmColsAVX2F32x5 computes panels 5×16 tiles, one under the other, of C = alpha·A·B + beta·C from columns of Aᵀ in place (A[r, p] = a[p·lda+r]) and rows of B with stride ldb (see gemmKernel in asm/main.go).
+//
+//go:noescape
+func gemmColsAVX2F32x5(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, alpha float32, beta float32, panels int)
+
 // fmaPeakAVX2 runs n iterations of 24 independent YMM float32 FMAs (see fmaPeak in asm/main.go).
 func fmaPeakAVX2(n int)
 

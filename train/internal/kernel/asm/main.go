@@ -43,12 +43,19 @@ var (
 
 func main() {
 	ConstraintExpr("!purego")
-	gemmKernel("gemmAVX2F32", f32, packed)
-	gemmKernel("gemmAVX2F64", f64, packed)
-	gemmKernel("gemmRowsAVX2F32", f32, inRows)
-	gemmKernel("gemmRowsAVX2F64", f64, inRows)
-	gemmKernel("gemmColsAVX2F32", f32, inCols)
-	gemmKernel("gemmColsAVX2F64", f64, inCols)
+	gemmKernel("gemmAVX2F32", f32, packed, mr)
+	gemmKernel("gemmAVX2F64", f64, packed, mr)
+	gemmKernel("gemmRowsAVX2F32", f32, inRows, mr)
+	gemmKernel("gemmRowsAVX2F64", f64, inRows, mr)
+	gemmKernel("gemmColsAVX2F32", f32, inCols, mr)
+	gemmKernel("gemmColsAVX2F64", f64, inCols, mr)
+	// The last rows of an op(A) whose rows are not a multiple of six, in
+	// float32 (the DNNs' precision): without them that panel is packed,
+	// padded with zeros and computed as a whole tile.
+	for rows := 1; rows < mr; rows++ {
+		gemmKernel(fmt.Sprintf("gemmRowsAVX2F32x%d", rows), f32, inRows, rows)
+		gemmKernel(fmt.Sprintf("gemmColsAVX2F32x%d", rows), f32, inCols, rows)
+	}
 	fmaPeak()
 	adam()
 	convert()
@@ -67,10 +74,10 @@ const (
 
 // gemmKernel emits the micro-kernel
 //
-//	C[0:6, 0:nr] = alpha·Σₚ A[p]ᵀ·B[p] + beta·C   (beta == ±0: C is not read)
+//	C[0:mr, 0:nr] = alpha·Σₚ A[p]ᵀ·B[p] + beta·C   (beta == ±0: C is not read)
 //
-// where B holds k rows of nr = 2·lanes values with row stride ldb
-// elements (b[ldb·p+j]: a packed panel has ldb = nr, a row-major B read in
+// for mr ≤ 6 rows (packed: 6), where B holds k rows of nr = 2·lanes
+// values with row stride ldb elements (b[ldb·p+j]: a packed panel has ldb = nr, a row-major B read in
 // place its own row stride) and C is row-major with row stride ldc
 // elements. A is laid out as layout says: packed, or read in place, which
 // spares packing op(A). In place, the addresses come from two base
@@ -79,7 +86,7 @@ const (
 // contiguous). B's rows p of an unrolled iteration are at b, b+ldb, b+2·ldb
 // and b+3·ldb. In place, one call computes panels tiles one under the
 // other (see below). The Go side checks that the slices are long enough.
-func gemmKernel(name string, t prec, layout aLayout) {
+func gemmKernel(name string, t prec, layout aLayout, mr int) {
 	nr := 2 * t.lanes
 	sig := fmt.Sprintf("func(k int, a, b []%[1]s, ldb int, c []%[1]s, ldc int, alpha, beta %[1]s)", t.name)
 	doc := fmt.Sprintf("%s computes a %d×%d tile of C = alpha·A·B + beta·C from packed A and rows of B with stride ldb (see gemmKernel in asm/main.go).", name, mr, nr)
@@ -186,7 +193,7 @@ func gemmKernel(name string, t prec, layout aLayout) {
 		LEAQ(Mem{Base: lda, Index: lda, Scale: 2}, a3)
 		ADDQ(a, a3)
 	}
-	acc := [mr][2]VecPhysical{}
+	acc := make([][2]VecPhysical, mr)
 	ys := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11}
 	for r := range mr {
 		for v := range 2 {
@@ -265,13 +272,12 @@ func gemmKernel(name string, t prec, layout aLayout) {
 	}
 	Label(name + "_next")
 	if layout != packed {
-		Comment("The next panel: C's row 6q+6 (c is at row 6q+5), A's row or column 6q+6.")
+		Comment("The next panel: C's row after c's, A's row or column after the panel's.")
 		ADDQ(ldc, c)
 		switch layout {
 		case inRows:
 			next := GP64()
-			LEAQ(Mem{Base: lda, Index: lda, Scale: 2}, next)
-			SHLQ(U8(1), next)
+			IMUL3Q(U32(mr), lda, next)
 			ADDQ(next, aPanel)
 		case inCols:
 			ADDQ(U32(mr*t.size), aPanel)
