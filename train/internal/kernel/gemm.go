@@ -29,7 +29,7 @@ type microInPlace[T Float] func(k int, a []T, lda int, b []T, ldb int, c []T, ld
 // op(B) and mc rows of op(A) are packed at a time (mc a multiple of mr).
 // rows and cols, if set, compute whole tiles of a non-transposed or
 // transposed op(A) without packing it: only a last panel of fewer than mr
-// rows is packed.
+// rows is packed, unless rowsEdge or colsEdge has a kernel for its height.
 type gemmKernel[T Float] struct {
 	f              micro[T]
 	rows, cols     microInPlace[T]
