@@ -11,6 +11,7 @@ import (
 
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/train"
+	"github.com/trainflow/trainflow/train/internal/kernel"
 )
 
 // legacy is a job directory written by trainflow before the job-dir store
@@ -76,7 +77,13 @@ func TestResumeFromLegacyJobDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := os.ReadFile(filepath.Join(legacy, "ckpt-150.want"))
-	if len(want) == 0 || !bytes.Equal(got, want) {
+	switch {
+	case kernel.Impl() != "avx2":
+		// ckpt-150.want holds the AVX2 kernels' FMA roundings, which the
+		// portable kernels (-tags purego, TRAINFLOW_KERNELS=generic) do
+		// not reproduce bit for bit; the rest of the test still runs.
+		t.Logf("kernels %q: checkpoint 150's bytes not compared with the AVX2-written fixture", kernel.Impl())
+	case len(want) == 0 || !bytes.Equal(got, want):
 		t.Fatal("checkpoint 150 resumed through the job-dir store differs from the one the old code wrote uninterrupted")
 	}
 	if steps, err := train.ListCheckpoints(filepath.Join(dir, "checkpoints")); err != nil || !slices.Equal(steps, []int64{125, 150}) {
