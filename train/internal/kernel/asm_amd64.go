@@ -13,13 +13,13 @@ var asm = func() *kernels {
 	}
 	return &kernels{
 		name: "avx2",
-		s: gemmKernel[float32]{f: gemmF32, mr: 6, nr: 16, kc: 256, mc: 96,
+		s: gemmKernel[float32]{f: packed(gemmAVX2F32, 16), mr: 6, nr: 16, kc: 256, mc: 96,
 			rows:     inRows(gemmRowsAVX2F32, 6, 16),
 			cols:     inCols(gemmColsAVX2F32, 6, 16),
 			rowsEdge: [6]microInPlace[float32]{nil, inRows(gemmRowsAVX2F32x1, 1, 16), inRows(gemmRowsAVX2F32x2, 2, 16), inRows(gemmRowsAVX2F32x3, 3, 16), inRows(gemmRowsAVX2F32x4, 4, 16), inRows(gemmRowsAVX2F32x5, 5, 16)},
 			colsEdge: [6]microInPlace[float32]{nil, inCols(gemmColsAVX2F32x1, 1, 16), inCols(gemmColsAVX2F32x2, 2, 16), inCols(gemmColsAVX2F32x3, 3, 16), inCols(gemmColsAVX2F32x4, 4, 16), inCols(gemmColsAVX2F32x5, 5, 16)},
 		},
-		d: gemmKernel[float64]{f: gemmF64, mr: 6, nr: 8, kc: 256, mc: 72,
+		d: gemmKernel[float64]{f: packed(gemmAVX2F64, 8), mr: 6, nr: 8, kc: 256, mc: 72,
 			rows: inRows(gemmRowsAVX2F64, 6, 8),
 			cols: inCols(gemmColsAVX2F64, 6, 8),
 		},
@@ -30,22 +30,16 @@ var asm = func() *kernels {
 	}
 }()
 
-// gemmF32 calls the 6×16 assembly micro-kernel after checking that every
-// address it touches lies inside its slices.
-func gemmF32(k int, a, b []float32, ldb int, c []float32, ldc int, alpha, beta float32) {
-	if k < 0 || len(a) < 6*k || badB(k, len(b), ldb, 16) || ldc < 16 || len(c) < 5*ldc+16 {
-		panic("kernel: micro-kernel out of bounds")
+// packed wraps an assembly kernel that computes one 6×nr tile from a
+// packed panel of A in a check that every address it touches lies inside
+// its slices.
+func packed[T Float](f micro[T], nr int) micro[T] {
+	return func(k int, a, b []T, ldb int, c []T, ldc int, alpha, beta T) {
+		if k < 0 || len(a) < 6*k || badB(k, len(b), ldb, nr) || badC(len(c), ldc, 6, nr, 1) {
+			panic("kernel: micro-kernel out of bounds")
+		}
+		f(k, a, b, ldb, c, ldc, alpha, beta)
 	}
-	gemmAVX2F32(k, a, b, ldb, c, ldc, alpha, beta)
-}
-
-// gemmF64 calls the 6×8 assembly micro-kernel after checking that every
-// address it touches lies inside its slices.
-func gemmF64(k int, a, b []float64, ldb int, c []float64, ldc int, alpha, beta float64) {
-	if k < 0 || len(a) < 6*k || badB(k, len(b), ldb, 8) || ldc < 8 || len(c) < 5*ldc+8 {
-		panic("kernel: micro-kernel out of bounds")
-	}
-	gemmAVX2F64(k, a, b, ldb, c, ldc, alpha, beta)
 }
 
 // badB reports that k rows of nr values with row stride ldb do not fit in

@@ -285,11 +285,7 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 				ir0 := 0 // the first panel left to the loop below
 				if inPlace != nil && cols == nr && full > 0 {
 					// the column's whole panels in one call
-					at := ic*lda + pc
-					if ta {
-						at = pc*lda + ic
-					}
-					inPlace(kb, a[at:], lda, bp, bs, c[ic*ldc+jr:], ldc, alpha, bet, full/mr)
+					inPlace(kb, aFrom(a, lda, ta, ic, pc), lda, bp, bs, c[ic*ldc+jr:], ldc, alpha, bet, full/mr)
 					ir0 = full
 				}
 				for ir := ir0; ir < mb; ir += mr {
@@ -301,10 +297,8 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 						direct = edge
 					}
 					var ar []T // the panel's first element, where direct
-					if direct != nil && ta {
-						ar = a[pc*lda+ic+ir:]
-					} else if direct != nil {
-						ar = a[(ic+ir)*lda+pc:]
+					if direct != nil {
+						ar = aFrom(a, lda, ta, ic+ir, pc)
 					}
 					if cols == nr && (rows == mr || direct != nil) { // C's rows, as many as the panel's
 						if direct != nil {
@@ -333,6 +327,16 @@ func gemmSerial[T Float](kn *gemmKernel[T], s *scratch[T], ta, tb bool, m, n, k 
 			}
 		}
 	}
+}
+
+// aFrom returns op(A) from its element (i, p) on, as the in-place kernels
+// read it: a row-major A's row i from column p, or a row-major Aᵀ's row p
+// from column i.
+func aFrom[T Float](a []T, lda int, ta bool, i, p int) []T {
+	if ta {
+		return a[p*lda+i:]
+	}
+	return a[i*lda+p:]
 }
 
 // packA writes rows i0…i0+mb-1, columns p0…p0+kb-1 of op(A) into dst as

@@ -77,12 +77,12 @@ const (
 //	C[0:mr, 0:nr] = alpha·Σₚ A[p]ᵀ·B[p] + beta·C   (beta == ±0: C is not read)
 //
 // for mr ≤ 6 rows (packed: 6), where B holds k rows of nr = 2·lanes
-// values with row stride ldb elements (b[ldb·p+j]: a packed panel has ldb = nr, a row-major B read in
-// place its own row stride) and C is row-major with row stride ldc
-// elements. A is laid out as layout says: packed, or read in place, which
+// values with row stride ldb elements (b[ldb·p+j]: a packed panel has
+// ldb = nr, a row-major B read in place its own row stride) and C is
+// row-major with row stride ldc elements. A is laid out as layout says: packed, or read in place, which
 // spares packing op(A). In place, the addresses come from two base
 // registers indexed by lda and 2·lda: rows 0 and 3 (inRows), or the steps
-// 0 and 3 of an unrolled iteration (inCols, whose six values of a step are
+// 0 and 3 of an unrolled iteration (inCols, whose mr values of a step are
 // contiguous). B's rows p of an unrolled iteration are at b, b+ldb, b+2·ldb
 // and b+3·ldb. In place, one call computes panels tiles one under the
 // other (see below). The Go side checks that the slices are long enough.
@@ -102,8 +102,9 @@ func gemmKernel(name string, t prec, layout aLayout, mr int) {
 	Pragma("noescape")
 	Doc(doc)
 	// In place, the kernel loops over panels ≥ 1 tiles down C, on the same
-	// rows of B: tile q reads A's rows (or Aᵀ's columns) 6q…6q+5 and
-	// writes C's rows 6q…6q+5. One call per column of tiles, not per tile.
+	// rows of B: tile q reads A's rows (or Aᵀ's columns) mr·q…mr·q+mr-1
+	// and writes the same rows of C. One call per column of tiles, not per
+	// tile.
 	var panels, aPanel GPVirtual
 	if layout != packed {
 		panels, aPanel = GP64(), GP64()
