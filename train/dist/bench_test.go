@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -270,13 +271,34 @@ func TestTimeToAccuracy(t *testing.T) {
 		w.report(t, "local", 0)
 		local = w.reached
 	}
-	for _, c := range []struct {
+	type config struct {
 		sync                  bool
 		workers, tasks, local int
 		overlap               bool
-	}{{false, 1, 1, 0, false}, {false, 2, 2, 0, false}, {true, 2, 2, 0, false},
+	}
+	configs := []config{{false, 1, 1, 0, false}, {false, 2, 2, 0, false}, {true, 2, 2, 0, false},
 		{false, 1, 1, benchLocalSteps, false}, {false, 2, 1, benchLocalSteps, false}, {true, 2, 1, benchLocalSteps, false},
-		{false, 1, 1, benchLocalSteps, true}, {false, 2, 1, benchLocalSteps, true}} {
+		{false, 1, 1, benchLocalSteps, true}, {false, 2, 1, benchLocalSteps, true}}
+	// On a machine with more cores: TRAINFLOW_BENCH_WORKERS="1 2 4 8"
+	// (TRAINFLOW_BENCH_PS parameter servers, default 1) runs local SGD,
+	// async with overlapped rounds and sync, at each worker count instead.
+	if ws := os.Getenv("TRAINFLOW_BENCH_WORKERS"); ws != "" {
+		ps := 1
+		if s := os.Getenv("TRAINFLOW_BENCH_PS"); s != "" {
+			if _, err := fmt.Sscan(s, &ps); err != nil || ps < 1 {
+				t.Fatalf("TRAINFLOW_BENCH_PS=%q: want a count of parameter servers", s)
+			}
+		}
+		configs = nil
+		for _, f := range strings.Fields(ws) {
+			var w int
+			if _, err := fmt.Sscan(f, &w); err != nil || w < 1 {
+				t.Fatalf("TRAINFLOW_BENCH_WORKERS=%q: %q is not a worker count", ws, f)
+			}
+			configs = append(configs, config{false, w, ps, benchLocalSteps, true}, config{true, w, ps, benchLocalSteps, false})
+		}
+	}
+	for _, c := range configs {
 		mode := "async"
 		if c.sync {
 			mode = "sync"
@@ -388,9 +410,15 @@ func fashionSplit(t *testing.T, split string) train.Data {
 }
 
 // readFashion reads split ("train" or "t10k") of Debian's
-// dataset-fashion-mnist, pixels scaled to [0, 1].
+// dataset-fashion-mnist, pixels scaled to [0, 1], or of the IDX files in
+// $TRAINFLOW_FASHION_DIR where that is set (a machine without the
+// package, such as the 16-core one of bench/distributed/RESULTS-16core.md).
 func readFashion(split string) (train.Data, error) {
-	return readFashionDir(fashionDir, split)
+	dir := fashionDir
+	if d := os.Getenv("TRAINFLOW_FASHION_DIR"); d != "" {
+		dir = d
+	}
+	return readFashionDir(dir, split)
 }
 
 // fashionDir is where Debian's dataset-fashion-mnist puts the IDX files.

@@ -13,7 +13,9 @@
 #            (default PS=1), e.g. WORKERS="1 2 4 8" PS=2 on a 16-core machine
 #   MODES    "async sync" (default both; async runs with Overlap as the bench);
 #            add "async-no-overlap" for async as jobs run it now (Overlap off),
-#            "async-local8" / "sync-local8" for local SGD (cluster.local_steps 8)
+#            "async-local8" / "sync-local8" for local SGD (cluster.local_steps 8),
+#            "async-local8-overlap" with each round's exchange beside the next
+#            round's steps (BenchmarkFashionMLP's local=8/overlap)
 #   RTT_MS   round trip between two nodes, ms (default 0.1)
 #   RATE     every node's link rate each way, a tc rate (default 10gbit)
 #   CPUS     CPU ids to pin to (default all online CPUs); PIN=0: no pinning
@@ -23,6 +25,15 @@
 #            of the first async 1-worker run (go tool pprof -top FILE)
 #   DATA     Fashion-MNIST IDX directory (default Debian's; generated rows
 #            if unreadable)
+#   NODE     a node binary built beforehand (go test -c ./train/dist), for a
+#            machine without Go; default: build it
+#   NETNS=0  no namespaces and no shaping: every node in this namespace over
+#            loopback (ps k on 127.0.0.1:7070+k), pinned as above; for a
+#            machine whose kernel or tools lack netns, veth, bridge or tc
+#            (net_tx/net_rx then count this namespace's other interfaces)
+#   LOCAL_THREADS  thread counts of the local baseline (default 1): each T
+#            runs the local loop pinned to T CPUs (GOMAXPROCS T), named
+#            local (T = 1) or local/threads=T; the best single process
 #
 # Topology: namespace <p>-br holds bridge br0; node k is namespace <p>-k with
 # eth0 = 10.77.0.(k+1)/24, its veth peer pk enslaved to br0. Each packet
@@ -35,7 +46,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 rounds=${1:-3}
 steps=${2:-300}
-[ "$(id -u)" = 0 ] || { echo "run.sh: needs root (ip netns, tc)" >&2; exit 1; }
+netns=${NETNS:-1}
+[ "$netns" = 0 ] || [ "$(id -u)" = 0 ] || { echo "run.sh: needs root (ip netns, tc); NETNS=0 runs over loopback without" >&2; exit 1; }
 modes=${MODES:-async sync}
 if [ -n "${WORKERS:-}" ]; then
 	configs=""
@@ -57,15 +69,19 @@ cleanup() {
 	local rc=$?
 	for pid in $(jobs -p); do kill "$pid" 2>/dev/null || true; done # the nodes still running
 	wait 2>/dev/null || true
-	for ns in $(ip netns list | awk -v p="$p-" 'index($1, p) == 1 { print $1 }'); do ip netns del "$ns" || true; done
+	[ "$netns" = 0 ] || for ns in $(ip netns list | awk -v p="$p-" 'index($1, p) == 1 { print $1 }'); do ip netns del "$ns" || true; done
 	rm -rf "$work"
 	exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "building the node (train/dist's test binary)..."
-go test -c -o "$work/node" ./train/dist
+if [ -n "${NODE:-}" ]; then
+	cp "$NODE" "$work/node"
+else
+	echo "building the node (train/dist's test binary)..."
+	go test -c -o "$work/node" ./train/dist
+fi
 
 # Namespaces: workers in nodes 0..maxw-1, parameter servers after them.
 maxw=0 maxp=0
@@ -97,32 +113,36 @@ shape() {
 		tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" limit 4mb
 	fi
 }
-ip netns add "$p-br"
-ip -n "$p-br" link add name br0 type bridge
-ip -n "$p-br" link set br0 up
-ip -n "$p-br" link set lo up
-burst=$(tc -n "$p-br" qdisc add dev br0 root tbf rate "$rate" burst 64kb limit 4mb 2>/dev/null; tc -n "$p-br" -j qdisc show dev br0 |
-	jq -r '.[0].options.rate // empty' 2>/dev/null || true)
-tc -n "$p-br" qdisc del dev br0 root 2>/dev/null || true
-burst=$(awk -v r="${burst:-0}" 'BEGIN { b = r * 1e-4; if (b < 65536) b = 65536; printf "%db", b }')
-for ((k = 0; k < nodes; k++)); do
-	ns=$p-$k
-	ip netns add "$ns"
-	ip -n "$ns" link set lo up
-	ip -n "$ns" link add name eth0 type veth peer name "p$k" netns "$p-br"
-	ip -n "$ns" addr add "10.77.0.$((k + 1))/24" dev eth0
-	ip -n "$ns" link set eth0 up
-	ip -n "$p-br" link set "p$k" master br0 up
-	shape "$ns" eth0
-	shape "$p-br" "p$k"
-done
-ip netns add "$p-local"
-ip -n "$p-local" link set lo up
-shaping=$(tc -n "$p-0" qdisc show dev eth0 | head -1)
+if [ "$netns" != 0 ]; then
+	ip netns add "$p-br"
+	ip -n "$p-br" link add name br0 type bridge
+	ip -n "$p-br" link set br0 up
+	ip -n "$p-br" link set lo up
+	burst=$(tc -n "$p-br" qdisc add dev br0 root tbf rate "$rate" burst 64kb limit 4mb 2>/dev/null; tc -n "$p-br" -j qdisc show dev br0 |
+		jq -r '.[0].options.rate // empty' 2>/dev/null || true)
+	tc -n "$p-br" qdisc del dev br0 root 2>/dev/null || true
+	burst=$(awk -v r="${burst:-0}" 'BEGIN { b = r * 1e-4; if (b < 65536) b = 65536; printf "%db", b }')
+	for ((k = 0; k < nodes; k++)); do
+		ns=$p-$k
+		ip netns add "$ns"
+		ip -n "$ns" link set lo up
+		ip -n "$ns" link add name eth0 type veth peer name "p$k" netns "$p-br"
+		ip -n "$ns" addr add "10.77.0.$((k + 1))/24" dev eth0
+		ip -n "$ns" link set eth0 up
+		ip -n "$p-br" link set "p$k" master br0 up
+		shape "$ns" eth0
+		shape "$p-br" "p$k"
+	done
+	ip netns add "$p-local"
+	ip -n "$p-local" link set lo up
+	shaping=$(tc -n "$p-0" qdisc show dev eth0 | head -1)
+fi
 
 echo "date:      $(date -u +%FT%TZ)  host $(hostname)  $(nproc) CPUs  $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 echo "load:      $(uptime)"
-if [ "$qdisc" = netem ]; then
+if [ "$netns" = 0 ]; then
+	echo "shaping:   none: every node in this namespace over loopback (NETNS=0)"
+elif [ "$qdisc" = netem ]; then
 	echo "shaping:   every egress (node eth0 and bridge port): ${shaping#qdisc }  => RTT ${rtt} ms, ${rate} each way per node"
 else
 	echo "shaping:   every egress (node eth0 and bridge port): ${shaping#qdisc }  => ${rate} each way per node, no added delay (no netem in this kernel)"
@@ -142,13 +162,19 @@ cpuset() {
 		(IFS=,; echo "${cpus[*]:i*cores:cores}")
 	fi
 }
-echo "pinning local: $(cpuset 0 1)"
+echo "pinning local: $(cpuset 0 1)${LOCAL_THREADS:+ (local/threads=T: the first T CPUs)}"
 results=$work/results.jsonl
 : >"$results"
 node() { # node NS CPUSET ARGS... &: the node binary in namespace NS pinned to CPUSET, as this (background) subshell, so $! is its pid
 	local ns=$1 set=$2
 	shift 2
+	if [ "$netns" = 0 ]; then
+		TRAINFLOW_DIST_NODE=1 exec taskset -c "$set" "$work/node" -data "$data" -timeout 10m "$@"
+	fi
 	TRAINFLOW_DIST_NODE=1 exec ip netns exec "$ns" taskset -c "$set" "$work/node" -data "$data" -timeout 10m "$@"
+}
+ps_addr() { # ps_addr K: where parameter server K listens
+	if [ "$netns" = 0 ]; then echo "127.0.0.1:$((7070 + $1))"; else echo "10.77.0.$((maxw + $1 + 1)):7070"; fi
 }
 profiled=""
 run_cluster() { # run_cluster ROUND MODE WORKERS PS
@@ -160,16 +186,17 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 	sync) common+=(-sync) ;;
 	async) ;;
 	async-no-overlap) common+=(-overlap=false) ;;
+	async-local*-overlap) k=${mode#async-local} && common+=(-local="${k%-overlap}" -local-overlap) ;; # rounds overlap their exchange
 	async-local*) common+=(-local="${mode#async-local}") ;; # local SGD: cluster.local_steps
 	sync-local*) common+=(-sync -local="${mode#sync-local}") ;;
-	*) echo "run.sh: mode $mode: want async, sync, async-no-overlap, async-localK or sync-localK" >&2; exit 1 ;;
+	*) echo "run.sh: mode $mode: want async, sync, async-no-overlap, async-localK, async-localK-overlap or sync-localK" >&2; exit 1 ;;
 	esac
 	local addrs="" ps_pids=() w_pids=() k j prof=""
 	if [ -n "${PROFILE:-}" ] && [ -z "$profiled" ] && [ "$mode" = async ] && [ "$w" = 1 ]; then
 		prof=$PROFILE
 		profiled=1
 	fi
-	for ((k = 0; k < s; k++)); do addrs="$addrs${addrs:+,}10.77.0.$((maxw + k + 1)):7070"; done
+	for ((k = 0; k < s; k++)); do addrs="$addrs${addrs:+,}$(ps_addr "$k")"; done
 	if [ "$round" = 1 ]; then
 		local pin="" set
 		for ((k = 0; k < w; k++)); do pin="$pin worker$k@$(cpuset "$k" "$n")"; done
@@ -179,7 +206,7 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 	for ((k = 0; k < s; k++)); do
 		local extra=()
 		if [ -n "$prof" ] && [ "$k" = 0 ]; then extra=(-cpuprofile "$prof-ps.pprof"); fi
-		node "$p-$((maxw + k))" "$(cpuset $((w + k)) "$n")" -role ps -index "$k" -listen "10.77.0.$((maxw + k + 1)):7070" -linger 30s \
+		node "$p-$((maxw + k))" "$(cpuset $((w + k)) "$n")" -role ps -index "$k" -listen "$(ps_addr "$k")" -linger 30s \
 			"${extra[@]}" "${common[@]}" >"$dir/ps-$k.out" 2>&1 &
 		ps_pids+=($!)
 	done
@@ -215,8 +242,12 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 	rm -rf "$dir"
 }
 for ((round = 1; round <= rounds; round++)); do
-	node "$p-local" "$(cpuset 0 1)" -role local -steps "$steps" -config local -round "$round" >>"$results" &
-	wait $!
+	for t in ${LOCAL_THREADS:-1}; do
+		name=local
+		if [ "$t" != 1 ]; then name=local/threads=$t; fi
+		(IFS=,; node "$p-local" "${cpus[*]:0:t}" -role local -steps "$steps" -config "$name" -round "$round") >>"$results" &
+		wait $!
+	done
 	for mode in $modes; do
 		for c in $configs; do
 			run_cluster "$round" "$mode" "${c%x*}" "${c#*x}"
