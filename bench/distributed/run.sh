@@ -10,6 +10,10 @@
 # push and pull overlapping the next round. Rounds are interleaved (each runs every
 # configuration once); the scaling ratios come from the same run.
 # Usage: bench/distributed/run.sh [count] [steps per run]
+# Environment: BIN, train/dist's test binary built beforehand (go test -c
+# ./train/dist), for a machine without Go; TRAINFLOW_FASHION_DIR, the
+# Fashion-MNIST IDX files where Debian's package is not installed. Run it
+# under taskset -c 0,1 for the two-core figures on a larger machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 count=${1:-5}
@@ -17,7 +21,7 @@ steps=${2:-400}
 out=$(mktemp)
 bin=$(mktemp)
 trap 'rm -f "$out" "$bin"' EXIT
-go test -c -o "$bin" ./train/dist
+if [ -n "${BIN:-}" ]; then cp "$BIN" "$bin" && chmod +x "$bin"; else go test -c -o "$bin" ./train/dist; fi
 # One round runs every configuration once; -count would run each one
 # count times in a row, so a change of load between them would skew the
 # ratios.
