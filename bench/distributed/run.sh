@@ -21,7 +21,12 @@ steps=${2:-400}
 out=$(mktemp)
 bin=$(mktemp)
 trap 'rm -f "$out" "$bin"' EXIT
-if [ -n "${BIN:-}" ]; then cp "$BIN" "$bin" && chmod +x "$bin"; else go test -c -o "$bin" ./train/dist; fi
+if [ -n "${BIN:-}" ]; then
+	cp "$BIN" "$bin"
+	chmod +x "$bin"
+else
+	go test -c -o "$bin" ./train/dist
+fi
 # One round runs every configuration once; -count would run each one
 # count times in a row, so a change of load between them would skew the
 # ratios.

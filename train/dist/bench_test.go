@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -255,6 +256,34 @@ func TestTimeToAccuracy(t *testing.T) {
 	if os.Getenv("TRAINFLOW_BENCH_ACCURACY") == "" {
 		t.Skip("a measurement of minutes, not a check: set TRAINFLOW_BENCH_ACCURACY=1 (bench/distributed/run.sh does)")
 	}
+	type config struct {
+		sync                  bool
+		workers, tasks, local int
+		overlap               bool
+	}
+	configs := []config{{false, 1, 1, 0, false}, {false, 2, 2, 0, false}, {true, 2, 2, 0, false},
+		{false, 1, 1, benchLocalSteps, false}, {false, 2, 1, benchLocalSteps, false}, {true, 2, 1, benchLocalSteps, false},
+		{false, 1, 1, benchLocalSteps, true}, {false, 2, 1, benchLocalSteps, true}}
+	// On a machine with more cores: TRAINFLOW_BENCH_WORKERS="1 2 4 8"
+	// (TRAINFLOW_BENCH_PS parameter servers, default 1) runs local SGD,
+	// async with overlapped rounds and sync, at each worker count instead.
+	if ws := os.Getenv("TRAINFLOW_BENCH_WORKERS"); ws != "" {
+		ps := 1
+		if s := os.Getenv("TRAINFLOW_BENCH_PS"); s != "" {
+			var err error
+			if ps, err = strconv.Atoi(s); err != nil || ps < 1 {
+				t.Fatalf("TRAINFLOW_BENCH_PS=%q: want a count of parameter servers", s)
+			}
+		}
+		configs = nil
+		for _, f := range strings.Fields(ws) {
+			w, err := strconv.Atoi(f)
+			if err != nil || w < 1 {
+				t.Fatalf("TRAINFLOW_BENCH_WORKERS=%q: %q is not a worker count", ws, f)
+			}
+			configs = append(configs, config{false, w, ps, benchLocalSteps, true}, config{true, w, ps, benchLocalSteps, false})
+		}
+	}
 	data := fashionSplit(t, "train")
 	test := fashionSplit(t, "t10k")
 	meta := fashionMeta()
@@ -270,33 +299,6 @@ func TestTimeToAccuracy(t *testing.T) {
 		train.Run(ctx, cfg, data, func(p train.Progress) error { w.check(dir, p.Step); return nil })
 		w.report(t, "local", 0)
 		local = w.reached
-	}
-	type config struct {
-		sync                  bool
-		workers, tasks, local int
-		overlap               bool
-	}
-	configs := []config{{false, 1, 1, 0, false}, {false, 2, 2, 0, false}, {true, 2, 2, 0, false},
-		{false, 1, 1, benchLocalSteps, false}, {false, 2, 1, benchLocalSteps, false}, {true, 2, 1, benchLocalSteps, false},
-		{false, 1, 1, benchLocalSteps, true}, {false, 2, 1, benchLocalSteps, true}}
-	// On a machine with more cores: TRAINFLOW_BENCH_WORKERS="1 2 4 8"
-	// (TRAINFLOW_BENCH_PS parameter servers, default 1) runs local SGD,
-	// async with overlapped rounds and sync, at each worker count instead.
-	if ws := os.Getenv("TRAINFLOW_BENCH_WORKERS"); ws != "" {
-		ps := 1
-		if s := os.Getenv("TRAINFLOW_BENCH_PS"); s != "" {
-			if _, err := fmt.Sscan(s, &ps); err != nil || ps < 1 {
-				t.Fatalf("TRAINFLOW_BENCH_PS=%q: want a count of parameter servers", s)
-			}
-		}
-		configs = nil
-		for _, f := range strings.Fields(ws) {
-			var w int
-			if _, err := fmt.Sscan(f, &w); err != nil || w < 1 {
-				t.Fatalf("TRAINFLOW_BENCH_WORKERS=%q: %q is not a worker count", ws, f)
-			}
-			configs = append(configs, config{false, w, ps, benchLocalSteps, true}, config{true, w, ps, benchLocalSteps, false})
-		}
 	}
 	for _, c := range configs {
 		mode := "async"

@@ -243,6 +243,10 @@ run_cluster() { # run_cluster ROUND MODE WORKERS PS
 }
 for ((round = 1; round <= rounds; round++)); do
 	for t in ${LOCAL_THREADS:-1}; do
+		if ((t > ${#cpus[@]})); then
+			[ "$round" != 1 ] || echo "LOCAL_THREADS: $t threads on ${#cpus[@]} CPUs: runs local/threads=${#cpus[@]}" >&2
+			t=${#cpus[@]}
+		fi
 		name=local
 		if [ "$t" != 1 ]; then name=local/threads=$t; fi
 		(IFS=,; node "$p-local" "${cpus[*]:0:t}" -role local -steps "$steps" -config "$name" -round "$round") >>"$results" &
