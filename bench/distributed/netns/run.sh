@@ -33,7 +33,8 @@
 #            (net_tx/net_rx then count this namespace's other interfaces)
 #   LOCAL_THREADS  thread counts of the local baseline (default 1): each T
 #            runs the local loop pinned to T CPUs (GOMAXPROCS T), named
-#            local (T = 1) or local/threads=T; the best single process
+#            local (T = 1) or local/threads=T (the best of them is the best
+#            single process; vs_local stays against local)
 #
 # Topology: namespace <p>-br holds bridge br0; node k is namespace <p>-k with
 # eth0 = 10.77.0.(k+1)/24, its veth peer pk enslaved to br0. Each packet
