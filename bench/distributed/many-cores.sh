@@ -14,7 +14,8 @@
 # gradients, the local loop on 1–16 threads; (2) time to 0.865 test
 # accuracy with 1/2/4/8 workers; (3) #30's two-core figures under
 # taskset -c 0,1: the MLP step at 1 and 2 threads, the GEMM beside the FMA
-# peak, bench/distributed/run.sh. About 9 minutes on 16 cores.
+# peak, bench/distributed/run.sh. About 6 minutes on 16 cores (the sum of
+# its parts as timed on the machine of netns/RESULTS.md; not yet run as one).
 # Environment: ROUNDS (default 3), STEPS (global steps of (1), default
 # 1200), WORKERS (default "1 2 4 8").
 set -uo pipefail
