@@ -411,16 +411,21 @@ func fashionSplit(t *testing.T, split string) train.Data {
 	return d
 }
 
-// readFashion reads split ("train" or "t10k") of Debian's
-// dataset-fashion-mnist, pixels scaled to [0, 1], or of the IDX files in
-// $TRAINFLOW_FASHION_DIR where that is set (a machine without the
-// package, such as the 16-core one of bench/distributed/RESULTS-16core.md).
+// readFashion reads split ("train" or "t10k") of Fashion-MNIST
+// (fashionData), pixels scaled to [0, 1].
 func readFashion(split string) (train.Data, error) {
-	dir := fashionDir
+	return readFashionDir(fashionData(), split)
+}
+
+// fashionData is where the benchmarks and the bench's nodes (-data) read
+// Fashion-MNIST: $TRAINFLOW_FASHION_DIR where that is set (a machine
+// without the Debian package, such as the 16-core one of
+// bench/distributed/netns/RESULTS.md), else fashionDir.
+func fashionData() string {
 	if d := os.Getenv("TRAINFLOW_FASHION_DIR"); d != "" {
-		dir = d
+		return d
 	}
-	return readFashionDir(dir, split)
+	return fashionDir
 }
 
 // fashionDir is where Debian's dataset-fashion-mnist puts the IDX files.

@@ -122,7 +122,7 @@ func nodeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	localOverlap := fs.Bool("local-overlap", false, "async local SGD: the rounds' exchange overlaps the next round's steps (WorkerConfig.Overlap with -local, BenchmarkFashionMLP's /overlap)")
 	steps := fs.Int64("steps", 300, "global steps (local: steps)")
 	batch := fs.Int("batch", 128, "batch size")
-	dataDir := fs.String("data", fashionDir, "Fashion-MNIST IDX directory")
+	dataDir := fs.String("data", fashionData(), "Fashion-MNIST IDX directory")
 	rows := fs.Int("rows", 0, "train on this many generated rows instead of Fashion-MNIST (also used when -data is unreadable: 60000)")
 	ready := fs.String("ready", "", "worker: file to create once data is loaded and every parameter server answered")
 	goFile := fs.String("go", "", "worker: file whose appearance starts training (a start line for all workers)")

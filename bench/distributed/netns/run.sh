@@ -23,8 +23,8 @@
 #            goroutines a core beside its gradient, on a machine with room)
 #   PROFILE  a path prefix: CPU profiles PROFILE-worker.pprof and PROFILE-ps.pprof
 #            of the first async 1-worker run (go tool pprof -top FILE)
-#   DATA     Fashion-MNIST IDX directory (default Debian's; generated rows
-#            if unreadable)
+#   DATA     Fashion-MNIST IDX directory (default $TRAINFLOW_FASHION_DIR, else
+#            Debian's; generated rows if unreadable)
 #   NODE     a node binary built beforehand (go test -c ./train/dist), for a
 #            machine without Go; default: build it
 #   NETNS=0  no namespaces and no shaping: every node in this namespace over
@@ -62,7 +62,8 @@ cores=${CORES:-1}
 delay_us=$(awk -v r="$rtt" 'BEGIN { printf "%.1f", r * 1000 / 4 }')
 if [ -n "${CPUS:-}" ]; then read -r -a cpus <<<"${CPUS//,/ }"; else mapfile -t cpus < <(seq 0 $(($(nproc --all) - 1))); fi
 all_cpus=$(IFS=,; echo "${cpus[*]}")
-data=${DATA:-/usr/share/datasets/fashion-mnist}
+data=() # the node's -data; unset DATA leaves the node's default (train/dist's fashionData)
+if [ -n "${DATA:-}" ]; then data=(-data "$DATA"); fi
 
 p=tfn$$
 work=$(mktemp -d /tmp/tfnetns.XXXXXX)
@@ -170,9 +171,9 @@ node() { # node NS CPUSET ARGS... &: the node binary in namespace NS pinned to C
 	local ns=$1 set=$2
 	shift 2
 	if [ "$netns" = 0 ]; then
-		TRAINFLOW_DIST_NODE=1 exec taskset -c "$set" "$work/node" -data "$data" -timeout 10m "$@"
+		TRAINFLOW_DIST_NODE=1 exec taskset -c "$set" "$work/node" "${data[@]}" -timeout 10m "$@"
 	fi
-	TRAINFLOW_DIST_NODE=1 exec ip netns exec "$ns" taskset -c "$set" "$work/node" -data "$data" -timeout 10m "$@"
+	TRAINFLOW_DIST_NODE=1 exec ip netns exec "$ns" taskset -c "$set" "$work/node" "${data[@]}" -timeout 10m "$@"
 }
 ps_addr() { # ps_addr K: where parameter server K listens
 	if [ "$netns" = 0 ]; then echo "127.0.0.1:$((7070 + $1))"; else echo "10.77.0.$((maxw + $1 + 1)):7070"; fi
