@@ -8,7 +8,10 @@
 #   1 thread:  default build GOMAXPROCS=1 (MLP in float64 and in float32,
 #              the DNN default), OpenBLAS, torch.set_num_threads(1)
 #   2 threads: default build GOMAXPROCS=2 (the kernels split large GEMMs
-#              across a worker pool) vs torch.set_num_threads(2)
+#              across a worker pool) vs torch.set_num_threads(2), and
+#              two GOMAXPROCS=1 processes side by side: the machine's
+#              two-core capacity for the step in that round (on a shared
+#              virtual machine it moves from round to round)
 #
 # and (issue #28) the two CNN presets, float32, Adam 1e-3, on the
 # Fashion-MNIST images: fashion_mnist_cnn (jobspec.FashionCNN, batch 64)
@@ -60,6 +63,7 @@ bench1='TrainMLP/batch=128$|TrainMLP/float32/batch=128$|TrainCensusLinear/batch=
 : >"$out/torch.txt"
 : >"$out/torch2.txt"
 : >"$out/kernel2.txt"
+: >"$out/pair.txt"
 : >"$out/gemm.txt"
 for b in "${backends[@]}"; do : >"$out/$b.txt"; done
 for f in cnn1 cnn2 torchcnn1 torchcnn2; do : >"$out/$f.txt"; done
@@ -91,6 +95,16 @@ for r in $(seq "$rounds"); do
 	if [ "$cpus" -ge 2 ]; then
 		(cd train && GOMAXPROCS=2 "$out/kernel.test" -test.run '^$' -test.bench 'TrainMLP/float32/batch=128$' \
 			-test.benchmem -test.benchtime "${secs}s" -test.count 1) >>"$out/kernel2.txt"
+		# The machine's two cores for this step: two 1-thread processes
+		# side by side, nothing shared but the caches, memory and host;
+		# their sum is what no 2-thread process can beat in that round.
+		for k in a b; do
+			(cd train && GOMAXPROCS=1 "$out/kernel.test" -test.run '^$' -test.bench 'TrainMLP/float32/batch=128$' \
+				-test.benchtime "${secs}s" -test.count 1 >"$out/pair-$k.tmp") &
+		done
+		wait
+		cat "$out/pair-a.tmp" "$out/pair-b.tmp" | awk '/^BenchmarkTrainMLP/ { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") s += $i }
+			END { printf "BenchmarkTrainMLP/float32/batch=128/pair 1 0 ns/op %.0f examples/s\n", s }' >>"$out/pair.txt"
 	fi
 	features=$(awk '/CensusLinear/ { for (i = 1; i < NF; i++) if ($(i+1) == "features") printf "%d\n", $i }' "$out/kernel.txt" | tail -1)
 	if [ "$torch" = 1 ]; then
@@ -115,6 +129,9 @@ gorounds() { awk -v pat="$2" '$1 ~ pat { for (i = 1; i < NF; i++) if ($(i+1) == 
 trounds() { awk -v pat="$2" '$0 ~ pat { for (i = 1; i <= NF; i++) if ($i ~ /^examples\/s=/) { sub("examples/s=", "", $i); print $i } }' "$out/$1.txt"; }
 rratio() { paste <(echo "$1") <(echo "$2") | awk 'NF == 2 && $2 > 0 { printf "%.4f\n", $1 / $2 }' | sort -n |
 	awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) printf "%.2f", v[(NR+1)/2]; else printf "%.2f", (v[NR/2] + v[NR/2+1]) / 2 }'; }
+# the lowest and highest of the per-round ratios of two runs
+rrange() { paste <(echo "$1") <(echo "$2") | awk 'NF == 2 && $2 > 0 { r = $1 / $2; if (n++ == 0 || r < lo) lo = r; if (r > hi) hi = r }
+	END { if (n) printf "%.2f–%.2f", lo, hi; else print "-" }'; }
 
 if [ "$cnn" = 1 ]; then
 	echo
@@ -157,6 +174,10 @@ if [ "$cpus" -ge 2 ]; then
 	echo "  mlp float32: trainflow GOMAXPROCS=2 / GOMAXPROCS=1 = $(rratio "$(gorounds kernel2 'TrainMLP/float32/batch=128')" "$(gorounds kernel 'TrainMLP/float32/batch=128')")," \
 		"trainflow GOMAXPROCS=2 / torch 2 threads = $(rratio "$(gorounds kernel2 'TrainMLP/float32/batch=128')" "$(trounds torch2 'torch mlp')")," \
 		"torch 2 threads / 1 = $(rratio "$(trounds torch2 'torch mlp')" "$(trounds torch 'torch mlp')")"
+	one=$(gorounds kernel 'TrainMLP/float32/batch=128'); two=$(gorounds kernel2 'TrainMLP/float32/batch=128'); pair=$(gorounds pair '/pair$')
+	echo "  rounds' range of GOMAXPROCS=2 / GOMAXPROCS=1: $(rrange "$two" "$one")"
+	echo "  the machine: two 1-thread processes side by side / one alone (same round) = $(rratio "$pair" "$one") (range $(rrange "$pair" "$one"));" \
+		"GOMAXPROCS=2 / that pair = $(rratio "$two" "$pair") (range $(rrange "$two" "$pair")): the share of the two cores' capacity one process gets"
 fi
 
 # GEMM work of one MLP example: forward 2·Σ in·out over the three layers,
