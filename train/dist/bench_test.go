@@ -61,36 +61,81 @@ func BenchmarkFashionMLP(b *testing.B) {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 		local(b)
 	})
-	for _, c := range []struct {
-		mode    string
-		workers int
-		ps      int
-		local   int  // LocalSteps: local SGD, 0: gradients
-		overlap bool // local SGD rounds overlap their exchange (async)
-	}{{"async", 1, 1, 0, false}, {"async", 2, 1, 0, false}, {"sync", 2, 1, 0, false}, {"async", 2, 2, 0, false}, {"sync", 2, 2, 0, false},
-		{"async", 1, 1, benchLocalSteps, false}, {"async", 2, 1, benchLocalSteps, false}, {"sync", 2, 1, benchLocalSteps, false},
-		{"async", 1, 1, benchLocalSteps, true}, {"async", 2, 1, benchLocalSteps, true}} {
-		b.Run(clusterName(c.mode, c.workers, c.ps, c.local, c.overlap), func(b *testing.B) {
-			benchCluster(b, data, meta, c.mode == "sync", c.workers, c.ps, batch, c.local, c.overlap)
-		})
+	for _, c := range []benchConfig{{false, 1, 1, 0, false}, {false, 2, 1, 0, false}, {true, 2, 1, 0, false}, {false, 2, 2, 0, false}, {true, 2, 2, 0, false},
+		{false, 1, 1, benchLocalSteps, false}, {false, 2, 1, benchLocalSteps, false}, {true, 2, 1, benchLocalSteps, false},
+		{false, 1, 1, benchLocalSteps, true}, {false, 2, 1, benchLocalSteps, true}} {
+		b.Run(c.name(), func(b *testing.B) { benchCluster(b, data, meta, c, batch) })
 	}
 }
 
 // benchLocalSteps is the LocalSteps of the benchmarks' local-SGD runs.
 const benchLocalSteps = 8
 
-// clusterName names a benchmark's cluster: mode/workers=W/ps=P, and
-// /local=K with local steps, /overlap when their rounds overlap their
-// exchange.
-func clusterName(mode string, workers, ps, local int, overlap bool) string {
-	n := fmt.Sprintf("%s/workers=%d/ps=%d", mode, workers, ps)
-	if local > 0 {
-		n += fmt.Sprintf("/local=%d", local)
-		if overlap {
+// benchConfig is a cluster of the distributed benchmarks: sync or async,
+// workers workers and tasks parameter servers, gradients (local 0) or
+// local SGD with local steps, with overlap its rounds overlapping their
+// exchange (async only).
+type benchConfig struct {
+	sync                  bool
+	workers, tasks, local int
+	overlap               bool
+}
+
+// name names the cluster: mode/workers=W/ps=P, and /local=K with local
+// steps, /overlap when their rounds overlap their exchange.
+func (c benchConfig) name() string {
+	mode := "async"
+	if c.sync {
+		mode = "sync"
+	}
+	n := fmt.Sprintf("%s/workers=%d/ps=%d", mode, c.workers, c.tasks)
+	if c.local > 0 {
+		n += fmt.Sprintf("/local=%d", c.local)
+		if c.overlap {
 			n += "/overlap"
 		}
 	}
 	return n
+}
+
+// replicas is the sync replicas (every worker), 0 when async.
+func (c benchConfig) replicas() int {
+	if c.sync {
+		return c.workers
+	}
+	return 0
+}
+
+// start starts the cluster's parameter servers (Adam 1e-3, steps
+// MaxSteps, a checkpoint every save steps) on loopback, each worker's
+// every-k-th rows of data split off before any clock starts (as a job's
+// worker reads its shards before it trains), and returns them.
+func (c benchConfig) start(tb testing.TB, data train.Data, meta train.CheckpointMeta, steps, save int64) (*cluster, []train.Data) {
+	cl := &cluster{ckdir: tb.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, c.tasks)}, servers: make([]*Server, c.tasks)}
+	cl.cfg = ShardConfig{Tasks: c.tasks, Workers: c.workers, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
+		MaxSteps: steps, SaveSteps: save, Sync: c.sync, Replicas: c.replicas(), LocalSteps: c.local}
+	for i := range c.tasks {
+		if err := cl.startB(i); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	tb.Cleanup(func() {
+		for _, s := range cl.servers {
+			s.Stop()
+		}
+	})
+	parts := make([]train.Data, c.workers)
+	for i := range parts {
+		parts[i] = split(data, i, c.workers)
+	}
+	return cl, parts
+}
+
+// worker is worker i's configuration on cluster cl.
+func (c benchConfig) worker(cl *cluster, i int, meta train.CheckpointMeta, batch int) WorkerConfig {
+	return WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: cl.cfg.MaxSteps, SaveSteps: cl.cfg.SaveSteps, KeepMax: 1,
+		CheckpointDir: cl.ckdir, BatchesPerStep: max(c.replicas(), 1), Overlap: !c.sync && (c.local == 0 || c.overlap),
+		LocalSteps: c.local, Optimizer: cl.cfg.Optimizer}
 }
 
 // localLoop is the baseline of the distributed benchmarks: one goroutine
@@ -115,51 +160,27 @@ func localLoop(data train.Data, meta train.CheckpointMeta, batch int, more func(
 	return i
 }
 
-func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, syncMode bool, workers, tasks, batch, local int, overlap bool) {
+func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, c benchConfig, batch int) {
 	steps := int64(max(b.N, 2))
-	replicas := 0
-	if syncMode {
-		replicas = workers
-	}
-	cl := &cluster{ckdir: b.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, tasks)}, servers: make([]*Server, tasks)}
-	cl.cfg = ShardConfig{Tasks: tasks, Workers: workers, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
-		MaxSteps: steps, SaveSteps: steps, Sync: syncMode, Replicas: replicas, LocalSteps: local}
-	for i := range tasks {
-		if err := cl.startB(i); err != nil {
-			b.Fatal(err)
-		}
-	}
-	defer func() {
-		for _, s := range cl.servers {
-			s.Stop()
-		}
-	}()
+	cl, parts := c.start(b, data, meta, steps, steps)
 	m, _ := train.Initial(meta, 1)
-	clients := make([]*Client, workers)
+	clients := make([]*Client, c.workers)
 	for i := range clients {
-		c, err := Dial(context.Background(), cl.resolve, len(m.Params()), tasks)
+		cli, err := Dial(context.Background(), cl.resolve, len(m.Params()), c.tasks)
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close()
-		clients[i] = c
+		defer cli.Close()
+		clients[i] = cli
 	}
-	res := make([]WorkerResult, workers)
-	errs := make([]error, workers)
-	// Each worker's share of the data, split before the clock starts (as
-	// a job's worker reads its shards before it trains).
-	parts := make([]train.Data, workers)
-	for i := range parts {
-		parts[i] = split(data, i, workers)
-	}
+	res := make([]WorkerResult, c.workers)
+	errs := make([]error, c.workers)
 	runtime.GC() // the setup's garbage collected before the clock starts, as local's
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	start, cpu := time.Now(), cpuTime()
-	for i := range workers {
-		cfg := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: steps, SaveSteps: steps, KeepMax: 1,
-			CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !syncMode && (local == 0 || overlap),
-			LocalSteps: local, Optimizer: cl.cfg.Optimizer}
+	for i := range c.workers {
+		cfg := c.worker(cl, i, meta, batch)
 		wg.Go(func() {
 			res[i], errs[i] = RunWorker(context.Background(), cfg, parts[i], clients[i], Hooks{})
 		})
@@ -184,7 +205,7 @@ func benchCluster(b *testing.B, data train.Data, meta train.CheckpointMeta, sync
 	b.ReportMetric(push.Seconds()/total, "push-share")
 	// The time workers stood waiting for their flights (Overlap), per
 	// second of the run and worker.
-	b.ReportMetric(wait.Seconds()/elapsed.Seconds()/float64(workers), "wait-share")
+	b.ReportMetric(wait.Seconds()/elapsed.Seconds()/float64(c.workers), "wait-share")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -256,12 +277,7 @@ func TestTimeToAccuracy(t *testing.T) {
 	if os.Getenv("TRAINFLOW_BENCH_ACCURACY") == "" {
 		t.Skip("a measurement of minutes, not a check: set TRAINFLOW_BENCH_ACCURACY=1 (bench/distributed/run.sh does)")
 	}
-	type config struct {
-		sync                  bool
-		workers, tasks, local int
-		overlap               bool
-	}
-	configs := []config{{false, 1, 1, 0, false}, {false, 2, 2, 0, false}, {true, 2, 2, 0, false},
+	configs := []benchConfig{{false, 1, 1, 0, false}, {false, 2, 2, 0, false}, {true, 2, 2, 0, false},
 		{false, 1, 1, benchLocalSteps, false}, {false, 2, 1, benchLocalSteps, false}, {true, 2, 1, benchLocalSteps, false},
 		{false, 1, 1, benchLocalSteps, true}, {false, 2, 1, benchLocalSteps, true}}
 	// On a machine with more cores: TRAINFLOW_BENCH_WORKERS="1 2 4 8"
@@ -281,7 +297,7 @@ func TestTimeToAccuracy(t *testing.T) {
 			if err != nil || w < 1 {
 				t.Fatalf("TRAINFLOW_BENCH_WORKERS=%q: %q is not a worker count", ws, f)
 			}
-			configs = append(configs, config{false, w, ps, benchLocalSteps, true}, config{true, w, ps, benchLocalSteps, false})
+			configs = append(configs, benchConfig{false, w, ps, benchLocalSteps, true}, benchConfig{true, w, ps, benchLocalSteps, false})
 		}
 	}
 	data := fashionSplit(t, "train")
@@ -301,36 +317,14 @@ func TestTimeToAccuracy(t *testing.T) {
 		local = w.reached
 	}
 	for _, c := range configs {
-		mode := "async"
-		if c.sync {
-			mode = "sync"
-		}
-		name := clusterName(mode, c.workers, c.tasks, c.local, c.overlap)
-		cl := &cluster{ckdir: t.TempDir(), view: Cluster{Gen: 1, Addrs: make([]string, c.tasks)}, servers: make([]*Server, c.tasks)}
-		replicas := 0
-		if c.sync {
-			replicas = c.workers
-		}
-		cl.cfg = ShardConfig{Tasks: c.tasks, Workers: c.workers, Meta: meta, Seed: 1, Optimizer: train.OptimizerConfig{LearningRate: 1e-3},
-			MaxSteps: 20 * epoch, SaveSteps: every, Sync: c.sync, Replicas: replicas, LocalSteps: c.local}
-		for i := range c.tasks {
-			if err := cl.startB(i); err != nil {
-				t.Fatal(err)
-			}
-		}
-		parts := make([]train.Data, c.workers)
-		for i := range parts {
-			parts[i] = split(data, i, c.workers)
-		}
+		cl, parts := c.start(t, data, meta, 20*epoch, every)
 		runtime.GC() // the split's garbage collected before the clock starts
 		ctx, cancel := context.WithCancel(context.Background())
 		w := newBarWatch(test, bar, cancel)
 		hooks := Hooks{Committed: func(p train.Progress) error { w.check(cl.ckdir, p.Step); return nil }}
 		var wg sync.WaitGroup
 		for i := range c.workers {
-			wc := WorkerConfig{Task: i, Meta: meta, Seed: uint64(i + 1), BatchSize: batch, MaxSteps: 20 * epoch, SaveSteps: every, KeepMax: 1,
-				CheckpointDir: cl.ckdir, BatchesPerStep: max(replicas, 1), Overlap: !c.sync && (c.local == 0 || c.overlap),
-				LocalSteps: c.local, Optimizer: cl.cfg.Optimizer}
+			wc := c.worker(cl, i, meta, batch)
 			h := Hooks{}
 			if i == 0 {
 				h = hooks
@@ -349,7 +343,7 @@ func TestTimeToAccuracy(t *testing.T) {
 		for _, s := range cl.servers {
 			s.Stop()
 		}
-		w.report(t, name, local)
+		w.report(t, c.name(), local)
 	}
 }
 
