@@ -96,15 +96,20 @@ for r in $(seq "$rounds"); do
 		(cd train && GOMAXPROCS=2 "$out/kernel.test" -test.run '^$' -test.bench 'TrainMLP/float32/batch=128$' \
 			-test.benchmem -test.benchtime "${secs}s" -test.count 1) >>"$out/kernel2.txt"
 		# The machine's two cores for this step: two 1-thread processes
-		# side by side, nothing shared but the caches, memory and host;
-		# their sum is what no 2-thread process can beat in that round.
+		# side by side, sharing nothing but the caches, memory and host.
+		# Their sum is what two cores gave independent steps in that
+		# round, the 2-thread run's yardstick (taken seconds apart, so
+		# either can catch a busier moment of the host).
+		pids=()
 		for k in a b; do
 			(cd train && GOMAXPROCS=1 "$out/kernel.test" -test.run '^$' -test.bench 'TrainMLP/float32/batch=128$' \
 				-test.benchtime "${secs}s" -test.count 1 >"$out/pair-$k.tmp") &
+			pids+=($!)
 		done
-		wait
-		cat "$out/pair-a.tmp" "$out/pair-b.tmp" | awk '/^BenchmarkTrainMLP/ { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") s += $i }
-			END { printf "BenchmarkTrainMLP/float32/batch=128/pair 1 0 ns/op %.0f examples/s\n", s }' >>"$out/pair.txt"
+		for pid in "${pids[@]}"; do wait "$pid"; done # set -e: a failed run stops the script
+		cat "$out/pair-a.tmp" "$out/pair-b.tmp" | awk '/^BenchmarkTrainMLP/ { for (i = 1; i < NF; i++) if ($(i+1) == "examples/s") { s += $i; n++ } }
+			END { if (n != 2) exit 1; printf "BenchmarkTrainMLP/float32/batch=128/pair 1 0 ns/op %.0f examples/s\n", s }' >>"$out/pair.txt"
+		rm -f "$out/pair-a.tmp" "$out/pair-b.tmp"
 	fi
 	features=$(awk '/CensusLinear/ { for (i = 1; i < NF; i++) if ($(i+1) == "features") printf "%d\n", $i }' "$out/kernel.txt" | tail -1)
 	if [ "$torch" = 1 ]; then
