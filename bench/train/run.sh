@@ -176,10 +176,10 @@ printf '%-40s %12s %12s %10s\n' "mlp float32, OpenBLAS, 1 thread" "$ob" "$tmlp" 
 printf '%-40s %12s %12s %10s\n' "census linear ($features f), batch 64" "$lin" "$tlin" "$(ratio "$lin" "$tlin")"
 if [ "$cpus" -ge 2 ]; then
 	# issue #30's goals: the first two ≥ 1.6 (medians of the rounds' ratios)
-	echo "  mlp float32: trainflow GOMAXPROCS=2 / GOMAXPROCS=1 = $(rratio "$(gorounds kernel2 'TrainMLP/float32/batch=128')" "$(gorounds kernel 'TrainMLP/float32/batch=128')")," \
-		"trainflow GOMAXPROCS=2 / torch 2 threads = $(rratio "$(gorounds kernel2 'TrainMLP/float32/batch=128')" "$(trounds torch2 'torch mlp')")," \
-		"torch 2 threads / 1 = $(rratio "$(trounds torch2 'torch mlp')" "$(trounds torch 'torch mlp')")"
 	one=$(gorounds kernel 'TrainMLP/float32/batch=128'); two=$(gorounds kernel2 'TrainMLP/float32/batch=128'); pair=$(gorounds pair '/pair$')
+	echo "  mlp float32: trainflow GOMAXPROCS=2 / GOMAXPROCS=1 = $(rratio "$two" "$one")," \
+		"trainflow GOMAXPROCS=2 / torch 2 threads = $(rratio "$two" "$(trounds torch2 'torch mlp')")," \
+		"torch 2 threads / 1 = $(rratio "$(trounds torch2 'torch mlp')" "$(trounds torch 'torch mlp')")"
 	echo "  rounds' range of GOMAXPROCS=2 / GOMAXPROCS=1: $(rrange "$two" "$one")"
 	echo "  the machine: two 1-thread processes side by side / one alone (same round) = $(rratio "$pair" "$one") (range $(rrange "$pair" "$one"));" \
 		"GOMAXPROCS=2 / that pair = $(rratio "$two" "$pair") (range $(rrange "$two" "$pair")): the share of the two cores' capacity one process gets"

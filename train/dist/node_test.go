@@ -142,7 +142,7 @@ func nodeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	n := &node{index: *index, listen: *listen, workers: *workers, tasks: *tasks, secrets: *secrets, ckdir: *ckdir, sync: *syncMode, overlap: !*syncMode && (*overlap && *local == 0 || *localOverlap && *local > 0),
+	n := &node{index: *index, listen: *listen, workers: *workers, tasks: *tasks, secrets: *secrets, ckdir: *ckdir, sync: *syncMode, overlap: *localOverlap || !*syncMode && *overlap && *local == 0, // -local-overlap: -local without -sync (refused above otherwise)
 		localSteps: *local, steps: *steps, batch: *batch, ready: *ready, goFile: *goFile, cpuprofile: *cpuprofile, linger: *linger,
 		res: nodeResult{Role: *role, Index: *index, Config: *config, Round: *round, Batch: *batch, GOMAXPROCS: runtime.GOMAXPROCS(0)}}
 	if *psList != "" {
