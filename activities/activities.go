@@ -39,6 +39,10 @@ import (
 // Activities holds what the job's steps need. Its exported methods are the
 // registered activities; their names are wire API.
 type Activities struct {
+	// Private are directories of the worker's own secrets (its result
+	// keys' directory): no spec location may name anything inside one,
+	// whatever the roots allow.
+	Private []string
 	// Home is the worker's home directory: default job dirs are
 	// Home/jobs/<job_id> unless Jobs is set, and the cache of job dirs in
 	// object storage is Home/cache/<job_id>.
@@ -997,7 +1001,9 @@ func canonicalStep(s string) bool {
 
 // Export writes the bundle of the checkpoint at in.Step to
 // export/<exporter>/<step>/ (see package bundle): idempotent, so a retry
-// finds the bundle the first attempt wrote. A model larger than
+// finds the bundle the first attempt wrote. The step and metrics claimed
+// are checked first against the job's committed checkpoints, recorded
+// evaluations and spec (checkExportClaim). A model larger than
 // exportInProcessBytes is exported by a child process, as Train and
 // Evaluate run theirs (this process reads only the checkpoint's head).
 func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (workflows.ExportResult, error) {
@@ -1008,6 +1014,9 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 		return workflows.ExportResult{}, err
 	}
 	defer jd.Close()
+	if err := a.checkExportClaim(ctx, jd, in); err != nil {
+		return workflows.ExportResult{}, err
+	}
 	key := jobdir.ExportKey(in.Exporter, in.Step)
 	done := workflows.ExportResult{Dir: jd.Location(key), Version: in.Step}
 	if ok, err := jd.st.Exists(ctx, path.Join(key, bundle.MetadataFile)); err != nil || ok {
@@ -1024,6 +1033,147 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 		return done, jd.export(ctx, in) // a small model (or a meta Load refuses anyway): no child's start
 	}
 	return done, a.exportInChild(ctx, hb, jd, in)
+}
+
+// checkExportClaim checks what the workflow claims of the export in
+// against what the job directory and the run's start hold, before
+// anything is written. The step and metrics in come from workflow state
+// (Train's result, Evaluate's results, checkpoint reports) that a client
+// could forge by completing those activities by ID: Train completed as
+// {"step": 300000} on a 30M-step job must not export and publish that
+// early checkpoint as the job's final model. Checked, every refusal
+// non-retryable (InvalidSpec):
+//
+//   - the step is a committed checkpoint of this job: positive and at
+//     most the step the checkpoint pointer names (train.Checkpoints.Newest:
+//     a checkpoint object past the pointer was never committed). One
+//     retention deleted since stays the CheckpointGone error of export;
+//   - the metrics written into the bundle's metadata are the ones the
+//     Evaluate activity recorded for that step (eval/metrics.jsonl; of the
+//     spec's evaluation name when the spec is known): the workflow
+//     evaluates every step before it exports it;
+//   - for a final exporter (of type final in the spec; named "final" when
+//     the spec is not known), the step is the newest committed checkpoint
+//     and, with the spec, the job's last step: train.max_steps, or the
+//     steps of num_epochs over the training rows of the job's manifest
+//     (jobspec.StepsFor), where training always commits;
+//   - for a best exporter (with the spec), no earlier evaluation recorded
+//     under the same name is better by the exporter's metric and goal.
+//
+// The spec is the run's start input as the Temporal server recorded it
+// (runStart), never the workflow's; without a client (tests, tools) the
+// checks that need it are skipped. Not checked: that the workflow
+// exported every step it should have, or that the best exporter's step is
+// the best of all (a later, better evaluation is the next export's).
+func (a *Activities) checkExportClaim(ctx context.Context, jd *jobDir, in workflows.ExportInput) error {
+	refuse := func(format string, args ...any) error {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("export %s step %d of job %s: %s: refusing", in.Exporter, in.Step, in.JobID, fmt.Sprintf(format, args...)))
+	}
+	newest, err := jd.Checkpoints().Newest(ctx)
+	if err != nil {
+		return err
+	}
+	if in.Step <= 0 || in.Step > newest {
+		return refuse("not a committed checkpoint of the job (newest committed step: %d)", newest)
+	}
+	rs, err := a.runStart(ctx)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	var spec *jobspec.JobSpec
+	if rs != nil && rs.Decoded {
+		s := rs.Spec.WithDefaults()
+		spec = &s
+	}
+	exporter := jobspec.ExporterSpec{Name: in.Exporter}
+	if in.Exporter == jobspec.ExporterFinal {
+		exporter.Type = jobspec.ExporterFinal // also the exporter of runs before evaluatorChange
+	}
+	if spec != nil {
+		for _, e := range spec.Eval.Exporters {
+			if e.Name == in.Exporter {
+				exporter = e
+			}
+		}
+	}
+
+	evals, _, err := jd.ReadEvals(ctx)
+	if err != nil {
+		return err
+	}
+	sameEval := func(r jobdir.EvalRecord) bool {
+		return spec == nil || r.Name == spec.Eval.Name || (jobdir.IsDefaultEval(r.Name) && jobdir.IsDefaultEval(spec.Eval.Name))
+	}
+	recorded := false
+	for _, r := range evals {
+		recorded = recorded || (r.GlobalStep == in.Step && sameEval(r) && r.Metrics == in.Metrics)
+	}
+	if !recorded {
+		return refuse("its metrics %+v are not an evaluation of it recorded in %s", in.Metrics, jobdir.EvalMetricsFile)
+	}
+
+	switch exporter.Type {
+	case jobspec.ExporterFinal:
+		if in.Step != newest {
+			return refuse("the final export must be of the newest committed checkpoint, step %d", newest)
+		}
+		if spec == nil {
+			return nil
+		}
+		last, err := jd.lastStep(ctx, *spec)
+		if err != nil {
+			return err
+		}
+		if in.Step < last {
+			return refuse("training ends at step %d: step %d is not the job's final checkpoint", last, in.Step)
+		}
+	case jobspec.ExporterBest:
+		// Not checked against earlier evaluations: eval/metrics.jsonl keeps
+		// every run's (a reset run's and the run it was reset from), and a
+		// reset run's best is judged among its own (workflow state).
+	}
+	return nil
+}
+
+// lastStep is the step the training of spec (with its defaults) ends at
+// in the job directory: train.max_steps, or the steps of num_epochs over
+// the training rows of its manifest (jobspec.StepsFor, as the workflow
+// computes them). Training always commits a checkpoint there.
+func (j *jobDir) lastStep(ctx context.Context, spec jobspec.JobSpec) (int64, error) {
+	if spec.Train.NumEpochs <= 0 {
+		return spec.Train.MaxSteps, nil
+	}
+	m, _, err := j.readManifest(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return spec.StepsFor(m.TrainRows), nil
+}
+
+// checkTrained refuses (InvalidSpec, not retried) to publish the bundle b
+// of a TrainingJob (rs, its run's start) whose training has not committed
+// its last step (lastStep) in the job directory: a Train result forged as
+// an early step must not publish any export, the best-so-far's included.
+// An application's job (its program decides when it is done), a tuning
+// job (its trials are other runs) and a run whose start is not known
+// (rs nil: no client) are not checked.
+func (j *jobDir) checkTrained(ctx context.Context, rs *runStart, b *bundle.Bundle) error {
+	if rs == nil || !rs.Decoded || rs.Type != workflows.TrainingJobName || rs.Spec.Application != nil {
+		return nil
+	}
+	spec := rs.Spec.WithDefaults()
+	last, err := j.lastStep(ctx, spec)
+	if err != nil {
+		return err
+	}
+	newest, err := j.Checkpoints().Newest(ctx)
+	if err != nil {
+		return err
+	}
+	if newest < last {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("publish %s: job %s has committed step %d of its %d: training has not finished: refusing to publish", b.Dir, spec.JobID, newest, last))
+	}
+	return nil
 }
 
 // exportInProcessBytes is the largest model (its variables, as
@@ -1120,23 +1270,49 @@ func (a *Activities) checkPublisher(ctx context.Context, spec jobspec.JobSpec) e
 // into: the first publish of a model makes the job its owner, a later one
 // by another job, or its promote, needs the operator's rule for the model
 // (ModelOwners); otherwise it fails, not retried, naming the model and
-// the rule. A Bless step's record (in.Blessing) is stored with the
-// version right after it is published (a retry publishes nothing new and
-// stores it again).
+// the rule.
+//
+// A TrainingJob's bundle is published only once its training has
+// finished (checkTrained). When the job's spec blesses before publishing
+// (a bless section: see publishBlessRule; both read the spec from the
+// run's start as the Temporal server recorded it, runStart), the bundle
+// must carry the record its
+// Bless step stored with it (bundle.ReadCandidateBlessing): of this very
+// bundle (its content hash), for this model and job, and blessed if the
+// publish promotes under "if_blessed" (candidateBlessing); otherwise the
+// publish is refused, not retried, before anything is published. That
+// record, not the workflow's copy (in.Blessing, an activity result a
+// client can forge: checked to judge the bundle, never stored), is stored
+// with the version right after it is published (a retry publishes
+// nothing new and stores it again).
 func (a *Activities) Publish(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
 	defer keepAlive(ctx).Stop()
-	jd, _, err := a.openExport(ctx, "bundle", in.Bundle, in.Owner, ownOrTrial)
+	jd, key, err := a.openExport(ctx, "bundle", in.Bundle, in.Owner, ownOrTrial)
 	if err != nil {
 		return workflows.PublishResult{}, err
 	}
-	jd.Close()
+	defer jd.Close()
 	b, err := bundle.Read(ctx, in.Bundle, a.ModelTypes)
 	if err != nil {
 		return workflows.PublishResult{}, fmt.Errorf("publish: %w", err)
 	}
+	rs, err := a.runStart(ctx)
+	if err != nil {
+		return workflows.PublishResult{}, fmt.Errorf("publish: %w", err)
+	}
+	if err := jd.checkTrained(ctx, rs, b); err != nil {
+		return workflows.PublishResult{}, err
+	}
+	rule := publishBlessRule(rs, in)
+	// Both checked before anything is published.
+	if len(in.Blessing) > 0 {
+		if _, err = a.checkBlessing(b, in.Blessing); err != nil {
+			return workflows.PublishResult{}, err
+		}
+	}
 	var blessing *bundle.Blessing
-	if len(in.Blessing) > 0 { // checked before anything is published
-		if blessing, err = a.checkBlessing(b, in.Blessing); err != nil {
+	if rule.required {
+		if blessing, err = a.candidateBlessing(ctx, jd.st.Sub(key), b, in, rule); err != nil {
 			return workflows.PublishResult{}, err
 		}
 	}

@@ -214,15 +214,34 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		return res, err
 	}
 
-	lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
+	info := activity.GetInfo(ctx)
+	host, _ := os.Hostname()
+	listen, listenHost, advertiseHost, wrapper, oneHost := net.Listen, a.psListenHost(), a.psAdvertiseHost(), a.AppSandbox, ""
+	if ap.Sandbox {
+		// The job's own network on this host (docs/sandbox.md): the port is
+		// reserved there, and 127.0.0.1:PORT is what its peers dial.
+		jobNet, err := app.JobNetworks.Acquire(app.NetworkName(info.WorkflowExecution.ID, info.WorkflowExecution.RunID))
+		switch {
+		case err == nil:
+			defer jobNet.Release() // after the program ended (and lis closed)
+			listen, listenHost, advertiseHost, oneHost = jobNet.Listen, "127.0.0.1", "127.0.0.1", host
+			wrapper = app.OnNetwork(a.AppSandbox, jobNet)
+		case errors.Is(err, app.ErrNoNetwork) && len(workflows.AppReplicas(in.Cluster)) == 1:
+			// No peers to reach: the sandbox's network of its own will do.
+		case errors.Is(err, app.ErrNoNetwork):
+			return res, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%s: a sandboxed job of %d replicas needs a network of its own, which this worker cannot make: %w",
+				task.Name(), len(workflows.AppReplicas(in.Cluster)), err))
+		default:
+			return res, retryable(workflows.ErrTypeReplicaLost, fmt.Errorf("%s: %w", task.Name(), err))
+		}
+	}
+	lis, err := listen("tcp", net.JoinHostPort(listenHost, "0"))
 	if err != nil {
 		return res, fmt.Errorf("%s: reserve a port: %w", task.Name(), err)
 	}
 	defer lis.Close()
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
-	host, _ := os.Hostname()
-	info := activity.GetInfo(ctx)
-	reg := workflows.ReplicaRegistration{Gen: in.Gen, Type: in.Type, Index: in.Index, Addr: net.JoinHostPort(a.psAdvertiseHost(), port),
+	reg := workflows.ReplicaRegistration{Gen: in.Gen, Type: in.Type, Index: in.Index, Addr: net.JoinHostPort(advertiseHost, port),
 		Host: host, PID: os.Getpid(), RunID: info.WorkflowExecution.RunID}
 	if key != nil {
 		reg.Signature = ed25519.Sign(key, workflows.ReplicaReportBytes(info.WorkflowExecution.ID, reg))
@@ -235,9 +254,12 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	if err := h.Get(ctx, nil); err != nil {
 		return res, fmt.Errorf("%s: register: %w", task.Name(), err)
 	}
-	cl, err := a.awaitCluster(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.Gen)
+	cl, hosts, err := a.awaitCluster(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.Gen)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", task.Name(), err)
+	}
+	if err := app.OneHost(oneHost, hosts); oneHost != "" && err != nil {
+		return res, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%s: %w", task.Name(), err))
 	}
 	r.Cluster = cl
 
@@ -252,7 +274,7 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		cmd.Dir = r.Workspace
 	}
 	if ap.Sandbox {
-		if cmd, err = a.AppSandbox.Wrap(cmd); err != nil {
+		if cmd, err = wrapper.Wrap(cmd); err != nil {
 			return res, fmt.Errorf("%s: sandbox: %w", task.Name(), err)
 		}
 	}
@@ -271,10 +293,11 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	}
 	switch {
 	case ex.Success():
-		if _, err := os.Stat(filepath.Join(r.ModelDir, bundle.MetadataFile)); err == nil {
+		// Lstat: a link there is a bundle to refuse, with the reason.
+		if _, err := os.Lstat(filepath.Join(r.ModelDir, bundle.MetadataFile)); err == nil {
 			res.Bundle = true
 			if task.Type == workflows.ReplicaChief {
-				res.BundleDir, res.BundleError = a.exportAppBundle(ctx, in, r.ModelDir, last.Step)
+				res.BundleDir, res.BundleError = a.exportAppBundle(ctx, in, root, last.Step)
 			}
 		}
 		return res, nil
@@ -287,25 +310,28 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 }
 
 // awaitCluster waits until every replica of generation gen registered,
-// and returns the cluster's addresses by role.
-func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen int64) (app.Cluster, error) {
+// and returns the cluster's addresses by role and the host each replica
+// registered from, by name (app.Task.Name).
+func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen int64) (app.Cluster, map[string]string, error) {
 	t := time.NewTicker(appPoll)
 	defer t.Stop()
 	for {
 		v, err := a.Client.QueryWorkflow(ctx, wfID, runID, workflows.AppClusterQuery)
 		if err != nil {
-			return app.Cluster{}, fmt.Errorf("wait for the cluster: %w", err)
+			return app.Cluster{}, nil, fmt.Errorf("wait for the cluster: %w", err)
 		}
 		var cs workflows.AppCluster
 		if err := v.Get(&cs); err != nil {
-			return app.Cluster{}, err
+			return app.Cluster{}, nil, err
 		}
 		if cs.Gen != gen {
-			return app.Cluster{}, retryable(workflows.ErrTypeReplicaLost, fmt.Errorf("generation %d ended while waiting for the cluster (now %d)", gen, cs.Gen))
+			return app.Cluster{}, nil, retryable(workflows.ErrTypeReplicaLost, fmt.Errorf("generation %d ended while waiting for the cluster (now %d)", gen, cs.Gen))
 		}
 		if cs.Complete() {
 			var c app.Cluster
+			hosts := map[string]string{}
 			for _, r := range cs.Replicas {
+				hosts[app.Task{Type: r.Type, Index: r.Index}.Name()] = r.Host
 				switch r.Type {
 				case workflows.ReplicaChief:
 					c.Chief = append(c.Chief, r.Addr)
@@ -315,11 +341,11 @@ func (a *Activities) awaitCluster(ctx context.Context, wfID, runID string, gen i
 					c.PS = append(c.PS, r.Addr)
 				}
 			}
-			return c, nil
+			return c, hosts, nil
 		}
 		select {
 		case <-ctx.Done():
-			return app.Cluster{}, ctx.Err()
+			return app.Cluster{}, nil, ctx.Err()
 		case <-t.C:
 		}
 	}
@@ -531,12 +557,14 @@ func readOnlyPaths(ap app.Application) []string {
 }
 
 // exportAppBundle verifies the bundle the application wrote to its model
-// dir (untrusted: bundle.ReadDir with the worker's model types) and
-// copies what it verified to the job directory's export/app/<step>,
+// dir, jobdir.AppModelDir under the job directory's local root (untrusted:
+// bundle.ReadUntrusted with the worker's model types and the default
+// bundle.ReadLimits, so no link is followed and no file is read unsized)
+// and copies what it verified to the job directory's export/app/<step>,
 // which Publish takes like any other export. It returns the copy's
 // location, or why the bundle was refused.
-func (a *Activities) exportAppBundle(ctx context.Context, in workflows.ReplicaInput, modelDir string, step int64) (dir, refused string) {
-	b, err := bundle.ReadDir(modelDir, a.ModelTypes)
+func (a *Activities) exportAppBundle(ctx context.Context, in workflows.ReplicaInput, root string, step int64) (dir, refused string) {
+	b, err := bundle.ReadUntrusted(root, jobdir.AppModelDir, a.ModelTypes, bundle.ReadLimits{})
 	if err != nil {
 		return "", fmt.Sprintf("the bundle in the model dir is refused: %v", err)
 	}

@@ -31,9 +31,20 @@ func TestBatchPredictActivity(t *testing.T) {
 	s := spec("bp_train")
 	ev, x := trainAndExport(t, e, acts, s)
 	// The raw evaluation rows the job staged (CSV in the schema's order),
-	// as many as the evaluation counted.
+	// as many as the evaluation counted, copied into a data root: a job
+	// reads no other job's files (TestDataNeverAnotherJobsPrivateFiles).
 	jobDir := filepath.Join(acts.Home, "jobs", s.JobID)
-	input := filepath.Join(jobDir, filepath.FromSlash(jobdir.RawFile(preprocess.SplitEval)))
+	raw, err := os.ReadFile(filepath.Join(jobDir, filepath.FromSlash(jobdir.RawFile(preprocess.SplitEval))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(t.TempDir(), "eval.csv")
+	if err := os.WriteFile(input, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acts.locateData("input_paths[0]", filepath.Join(jobDir, filepath.FromSlash(jobdir.RawFile(preprocess.SplitEval)))); errType(err) != workflows.ErrTypeInvalidSpec {
+		t.Fatalf("input_paths in the training job's directory: %v; want InvalidSpec", err)
+	}
 	rows := ev.Examples
 	out := filepath.Join(t.TempDir(), "predictions")
 	ps := jobspec.PredictionSpec{JobID: "bp_1", ModelDir: x.Dir, InputPaths: []string{input}, OutputPath: out, DataFormat: jobspec.FormatCSV}.WithDefaults()

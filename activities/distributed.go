@@ -224,6 +224,9 @@ type reportKeyFile struct {
 // is written to the job directory only: the run's trainers and parameter
 // servers sign their checkpoint reports and registrations with it, and
 // the workflow verifies them, so a namespace client can forge neither.
+// The public half returned is derived from the private half read back
+// from the job directory after writing it, never from memory alone: it is
+// the key the signers will use.
 func (a *Activities) ReportKey(ctx context.Context, in workflows.ReportKeyInput) (workflows.ReportKeyResult, error) {
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
@@ -235,41 +238,95 @@ func (a *Activities) ReportKey(ctx context.Context, in workflows.ReportKeyInput)
 }
 
 // newReportKey makes run's report key, unless the job directory already
-// holds it (a retried ReportKey), and returns its public half.
+// holds it (a retried ReportKey), and returns its public half as derived
+// from the private half it reads back: if another run replaced the file
+// in between (a reset racing a retry), it fails rather than hand the
+// workflow a key no signer holds.
 func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKey, error) {
-	var f reportKeyFile
-	b, err := j.st.Read(ctx, jobdir.ReportKeyFile)
+	f, err := j.readReportKey(ctx)
 	switch {
-	case err == nil && json.Unmarshal(b, &f) == nil && f.RunID == run && len(f.Seed) == ed25519.SeedSize:
+	case err == nil && f.RunID == run:
 		// A retry: the key this run already has.
-	case err == nil || errors.Is(err, fs.ErrNotExist):
+	case err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, errBadReportKey):
 		f = reportKeyFile{RunID: run, Seed: make([]byte, ed25519.SeedSize)}
 		crand.Read(f.Seed)
 		b, _ := json.Marshal(f)
 		if err := j.WritePrivate(ctx, jobdir.ReportKeyFile, b); err != nil {
 			return nil, fmt.Errorf("write report key: %w", err)
 		}
+		if f, err = j.readReportKey(ctx); err != nil {
+			return nil, err
+		}
+		if f.RunID != run {
+			return nil, fmt.Errorf("report key: %s was replaced by another run's key while run %s made its own", jobdir.ReportKeyFile, run)
+		}
 	default:
-		return nil, fmt.Errorf("read report key: %w", err)
+		return nil, err
 	}
 	return ed25519.NewKeyFromSeed(f.Seed).Public().(ed25519.PublicKey), nil
+}
+
+// errBadReportKey is wrapped by readReportKey's error for a file that is
+// not a report key.
+var errBadReportKey = errors.New("malformed " + jobdir.ReportKeyFile)
+
+// readReportKey reads and decodes the report key file; a missing one
+// matches fs.ErrNotExist, a malformed one errBadReportKey. The error
+// never holds the file's content.
+func (j *jobDir) readReportKey(ctx context.Context) (reportKeyFile, error) {
+	b, err := j.st.Read(ctx, jobdir.ReportKeyFile)
+	if err != nil {
+		return reportKeyFile{}, fmt.Errorf("read report key: %w", err)
+	}
+	var f reportKeyFile
+	if err := json.Unmarshal(b, &f); err != nil || len(f.Seed) != ed25519.SeedSize {
+		return reportKeyFile{}, fmt.Errorf("read report key: %w", errBadReportKey)
+	}
+	return f, nil
 }
 
 // reportKey reads the report key, or nil if there is none (a run from
 // before signed reports).
 func (j *jobDir) reportKey(ctx context.Context) (ed25519.PrivateKey, error) {
-	b, err := j.st.Read(ctx, jobdir.ReportKeyFile)
+	f, err := j.readReportKey(ctx)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read report key: %w", err)
-	}
-	var f reportKeyFile
-	if err := json.Unmarshal(b, &f); err != nil || len(f.Seed) != ed25519.SeedSize {
-		return nil, errors.New("read report key: malformed " + jobdir.ReportKeyFile)
+		return nil, err
 	}
 	return ed25519.NewKeyFromSeed(f.Seed), nil
+}
+
+// errTypeReportKeyMismatch marks a step refused because the public
+// report key its workflow holds is not the public half of the private key
+// in the job directory (checkReportKey).
+const errTypeReportKeyMismatch = "ReportKeyMismatch"
+
+// checkReportKey checks pub, the public report key a workflow holds (the
+// ReportKey activity's result as its history recorded it, which a client
+// that completes activities could have written), against the public half
+// derived from the private key in the job directory: the only key the
+// activities sign with. A mismatch (a forged ReportKey completion, or a
+// key file replaced by another run) is refused for good, naming neither
+// key. A nil pub (a run from before signed reports, or an input that
+// carries none) and a job directory without a key pass only together.
+func (j *jobDir) checkReportKey(ctx context.Context, pub []byte) error {
+	key, err := j.reportKey(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case key == nil && len(pub) == 0:
+		return nil
+	case key == nil:
+		return nonRetryable(errTypeReportKeyMismatch, fmt.Errorf("report key: the workflow holds one, but job directory %s has none (%s)", j.uri, jobdir.ReportKeyFile))
+	case len(pub) == 0:
+		return nil // the input carries no key to compare (a workflow version before it did)
+	case !key.Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(pub)):
+		return nonRetryable(errTypeReportKeyMismatch, fmt.Errorf("report key: the public key the workflow holds is not the public half of %s in job directory %s; reports would not verify (a forged ReportKey result, or the key replaced by another run)", jobdir.ReportKeyFile, j.uri))
+	}
+	return nil
 }
 
 // signRegistration signs r for job jobID with the report key, if any.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/workflows"
@@ -32,7 +33,25 @@ func TestPreprocessOnPortableRunner(t *testing.T) {
 	acts.BeamRunners = []string{jobspec.RunnerUniversal}
 	e := env(acts)
 
+	// The rows a generated job would make, in a data root: both runs
+	// below read the same files (a job reads no other job's files).
 	s := spec("portable_1")
+	rows := t.TempDir()
+	for i, out := range []*[]string{&s.Data.Train, &s.Data.Eval} {
+		n, test := s.Data.GeneratedRows, i == 1
+		if test {
+			n = max(1, n/4)
+		}
+		f, err := os.Create(filepath.Join(rows, strconv.Itoa(i)+".csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := datagen.Census(f, n, s.Train.Seed+uint64(i), test); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		*out = []string{f.Name()}
+	}
 	s.Data.Runner, s.Data.RunnerEndpoint, s.Data.EnvironmentType = jobspec.RunnerUniversal, endpoint, jobspec.EnvLoopback
 	s = s.WithDefaults()
 	if err := s.Validate(); err != nil {

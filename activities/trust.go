@@ -144,9 +144,156 @@ func (a *Activities) locate(field, loc string, strict bool) (string, error) {
 }
 
 // locateData is locate for data a job only reads (data.dir, data.train,
-// data.eval): inside the job root, DataRoots or ReadRoots.
+// data.eval, bless.eval_data, input_paths): inside the job root,
+// DataRoots or ReadRoots, and in no job directory (checkJobFiles): a
+// spec names data, not a job's files.
 func (a *Activities) locateData(field, loc string) (string, error) {
-	return a.locateIn(field, loc, false, true)
+	return a.locateDataOf(field, loc, "")
+}
+
+// locateDataOf is locateData for a step of the job whose directory is own
+// (as locate returns it; "" for none): data may also lie among the job's
+// own files (the rows PrepareJob generated), its private files excepted.
+func (a *Activities) locateDataOf(field, loc, own string) (string, error) {
+	out, err := a.locateIn(field, loc, false, true)
+	if err != nil {
+		return "", err
+	}
+	if err := a.checkJobFiles(field, loc, out, own); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// checkJobFiles refuses, for good and naming field, a data location (loc
+// as the spec spells it, located as locate resolved it: symbolic links
+// followed) that lies
+//
+//   - in a job's private files, whichever job's, own included: inside
+//     the cluster/ of a job directory (jobdir.IsPrivate), or ending in a
+//     private file's key anywhere (jobdir.EndsInPrivateFile), or a
+//     pattern that may match one in object storage;
+//   - inside a job directory other than own. A local job directory is a
+//     directory holding a claim (jobdir.ClaimFile) or any directory
+//     directly inside a local job root; in object storage, the first
+//     level below a job root URI. (Job directories a spec put in a data
+//     root in object storage are not told apart here: that costs a
+//     request per parent, and their private files are refused by name.)
+//
+// The reason for the rule: a job's outputs, bad records and served model
+// are its own; data read from another job's directory would carry that
+// job's files (its report key, its parameter servers' secrets) to
+// whoever can query the model or read the outputs.
+func (a *Activities) checkJobFiles(field, loc, located, own string) error {
+	refuse := func(format string, args ...any) error {
+		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", jobspec.ErrInvalid, field, loc, fmt.Sprintf(format, args...)))
+	}
+	const private = "a job's private files (report key, parameter-server secrets) are never data"
+	other := func(dir string) error {
+		if own == "" {
+			return refuse("inside the job directory %s; a job reads only its own files and the data roots", dir)
+		}
+		return refuse("inside the job directory %s of another job; a job reads only its own files and the data roots", dir)
+	}
+	if p, ok := localOf(located); ok {
+		if jobdir.EndsInPrivateFile(filepath.ToSlash(p)) {
+			return refuse("%s", private)
+		}
+		if o, ok := localOf(own); ok && within(o, p, false) {
+			if rel, _ := filepath.Rel(o, p); jobdir.IsPrivate(filepath.ToSlash(rel)) {
+				return refuse("inside this job's %s/: %s", jobdir.ClusterDir, private)
+			}
+			return nil
+		}
+		dir := a.localJobDir(p)
+		if dir == "" {
+			return nil
+		}
+		if rel, _ := filepath.Rel(dir, p); jobdir.IsPrivate(filepath.ToSlash(rel)) {
+			return refuse("inside %s of the job directory %s: %s", jobdir.ClusterDir, dir, private)
+		}
+		return other(dir)
+	}
+	u, err := url.Parse(located)
+	if err != nil {
+		return refuse("not a URI: %v", err)
+	}
+	scheme, bucket, key := strings.ToLower(u.Scheme), u.Host, strings.Trim(path.Clean("/"+u.Path), "/")
+	if jobdir.EndsInPrivateFile(key) || path.Base(path.Dir(key)) == jobdir.ClusterDir && strings.ContainsAny(path.Base(key), `*?[\`) {
+		return refuse("%s", private)
+	}
+	inside := func(dir, key string) (string, bool) {
+		if dir == "" {
+			return key, true
+		}
+		rel, ok := strings.CutPrefix(key, dir+"/")
+		return rel, ok
+	}
+	if o, err := url.Parse(own); own != "" && err == nil && strings.EqualFold(o.Scheme, scheme) && o.Host == bucket {
+		if rel, ok := inside(strings.Trim(path.Clean("/"+o.Path), "/"), key); ok {
+			if jobdir.IsPrivate(rel) {
+				return refuse("inside this job's %s/: %s", jobdir.ClusterDir, private)
+			}
+			return nil
+		}
+	}
+	r, err := parseRoot(a.jobRoot())
+	if err != nil || !r.isURI || r.local != "" || r.scheme != scheme || r.bucket != bucket {
+		return nil
+	}
+	rel, ok := inside(r.prefix, key)
+	name, rest, deeper := strings.Cut(rel, "/")
+	if !ok || !deeper { // not below the job root, or a file beside its job directories
+		return nil
+	}
+	dir := scheme + "://" + path.Join(bucket, r.prefix, name)
+	if jobdir.IsPrivate(rest) {
+		return refuse("inside %s of the job directory %s: %s", jobdir.ClusterDir, dir, private)
+	}
+	return other(dir)
+}
+
+// localOf returns the local path of a location as locate returns it (a
+// resolved path, or a file:// URI of one), and false for object storage
+// or "".
+func localOf(located string) (string, bool) {
+	if located == "" {
+		return "", false
+	}
+	if !isURI(located) {
+		return located, true
+	}
+	u, err := url.Parse(located)
+	if err != nil || !strings.EqualFold(u.Scheme, "file") {
+		return "", false
+	}
+	return fileURIPath(u), true
+}
+
+// localJobDir returns the job directory that the resolved local path p is
+// or lies in, or "": the nearest of p and its parents that holds a claim
+// (jobdir.ClaimFile) or is a directory directly inside the local job
+// root.
+func (a *Activities) localJobDir(p string) string {
+	jobs := ""
+	if r, err := parseRoot(a.jobRoot()); err == nil {
+		jobs = r.local
+	}
+	for q := p; ; q = filepath.Dir(q) {
+		parent := filepath.Dir(q)
+		if parent == q {
+			return ""
+		}
+		if parent == jobs { // a directory (or a name yet to be one), not a file beside them
+			if fi, err := os.Stat(q); err == nil && !fi.IsDir() {
+				return ""
+			}
+			return q
+		}
+		if fi, err := os.Stat(filepath.Join(q, jobdir.ClaimFile)); err == nil && fi.Mode().IsRegular() {
+			return q
+		}
+	}
 }
 
 func (a *Activities) locateIn(field, loc string, strict, read bool) (string, error) {
@@ -208,6 +355,11 @@ func (a *Activities) locateIn(field, loc string, strict, read bool) (string, err
 	p, err := resolveLocal(local)
 	if err != nil {
 		return "", refuse("%v", err)
+	}
+	for _, d := range a.Private {
+		if rd, err := resolveLocal(d); err == nil && within(rd, p, false) {
+			return "", refuse("inside the worker's private directory %s (its keys): never a job's to read or write", rd)
+		}
 	}
 	for _, r := range roots {
 		if r.local == "" || !within(r.local, p, strict) {
@@ -288,12 +440,14 @@ func containsFold(list []string, s string) bool {
 
 // checkPreprocess checks a Preprocess input again, whatever workflow
 // version built it: its Beam options, and its job directory and inputs
-// inside the roots.
+// inside the roots, the inputs in no job directory but its own and never
+// among private files (checkJobFiles).
 func (a *Activities) checkPreprocess(in workflows.PreprocessInput) error {
 	if err := a.checkBeamArgs(in.BeamArgs); err != nil {
 		return err
 	}
-	if _, err := a.locate("job_dir", in.JobDir, false); err != nil {
+	own, err := a.locate("job_dir", in.JobDir, false)
+	if err != nil {
 		return err
 	}
 	for _, split := range []struct {
@@ -301,7 +455,7 @@ func (a *Activities) checkPreprocess(in workflows.PreprocessInput) error {
 		files []string
 	}{{"data.train", in.Request.Train}, {"data.eval", in.Request.Eval}} {
 		for i, f := range split.files {
-			if _, err := a.locateData(fmt.Sprintf("%s[%d]", split.field, i), f); err != nil {
+			if _, err := a.locateDataOf(fmt.Sprintf("%s[%d]", split.field, i), f, own); err != nil {
 				return err
 			}
 		}

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+
+	"github.com/trainflow/trainflow/internal/storage"
 )
 
 // BlessingFile is a version's blessing record, <model>/<version>/blessing.json:
@@ -181,6 +184,72 @@ func (r *Store) WriteBlessing(ctx context.Context, model string, version int64, 
 	}
 	if err := r.st.Write(ctx, versionKey(model, version)+"/"+BlessingFile, raw); err != nil {
 		return fmt.Errorf("write blessing of %s/%d: %w", model, version, err)
+	}
+	return nil
+}
+
+// A candidate's blessing is the record the Bless step made of a bundle
+// before it was published: BlessingFile in the bundle's own directory
+// (export/<exporter>/<step>/blessing.json of the job directory), beside
+// the bundle's files and not one of them (metadata.json does not list it,
+// so it changes neither the bundle's ID nor what Publish copies; Delete
+// removes it with the bundle). Only the Bless activity writes it, after
+// its checks ran; Publish reads it from there — never from the workflow,
+// whose copy of the verdict is an activity result any Temporal client can
+// complete — and stores it with the published version.
+
+// maxBlessingBytes bounds a blessing record as ReadCandidateBlessing reads
+// it: a record is a few KB (one entry per metric and slice value).
+const maxBlessingBytes = 4 << 20
+
+// WriteCandidateBlessing stores b as the blessing of the candidate bundle
+// in st (a store opened at the bundle), in one atomic write that replaces
+// an earlier one (a retried Bless writes it again).
+func WriteCandidateBlessing(ctx context.Context, st *storage.Store, b *Blessing) error {
+	raw, err := b.Marshal()
+	if err != nil {
+		return fmt.Errorf("write candidate blessing: %w", err)
+	}
+	if err := st.Write(ctx, BlessingFile, raw); err != nil {
+		return fmt.Errorf("write candidate blessing: %w", err)
+	}
+	return nil
+}
+
+// ReadCandidateBlessing reads the blessing the Bless step stored with the
+// candidate bundle in st (a store opened at the bundle). A bundle without
+// one is an error wrapping ErrNotFound; a record that does not decode, or
+// is larger than any record, one wrapping ErrBundle. The caller checks
+// that it judges the bundle it publishes (CheckCandidate).
+func ReadCandidateBlessing(ctx context.Context, st *storage.Store) (*Blessing, error) {
+	r, err := st.NewReader(ctx, BlessingFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s has no %s", ErrNotFound, st.URI(), BlessingFile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read candidate blessing: %w", err)
+	}
+	defer r.Close()
+	raw, err := io.ReadAll(io.LimitReader(r, maxBlessingBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read candidate blessing: %w", err)
+	}
+	if len(raw) > maxBlessingBytes {
+		return nil, fmt.Errorf("%w: %s: larger than %d bytes", ErrBundle, BlessingFile, maxBlessingBytes)
+	}
+	return ParseBlessing(raw)
+}
+
+// CheckCandidate reports whether b is a blessing of the bundle c as a
+// version of model: it names c's ID (its content: the same bytes judged)
+// and model. A record of another bundle or model is an error that names
+// both; the verdict (b.Blessed) is the caller's to weigh.
+func (b *Blessing) CheckCandidate(c *Bundle, model string) error {
+	switch {
+	case b.CandidateID != c.ID():
+		return fmt.Errorf("the blessing judged bundle %q, not %s (%s)", b.CandidateID, c.Dir, c.ID())
+	case b.Model != model:
+		return fmt.Errorf("the blessing of %s judged it as a version of model %q, not %q", c.Dir, b.Model, model)
 	}
 	return nil
 }

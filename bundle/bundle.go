@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
+	"github.com/trainflow/trainflow/internal/safefile"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/preprocess"
 	"github.com/trainflow/trainflow/train"
@@ -226,9 +227,37 @@ func Read(ctx context.Context, loc string, models *train.Registry) (*Bundle, err
 }
 
 // ReadDir reads and verifies the bundle in the local directory dir, its
-// model built by models (see Read).
+// model built by models (see Read). dir and its files are trusted (a
+// bundle this worker wrote, e.g. in its model repository): links are
+// followed and the files read whole; a bundle a program wrote is read by
+// ReadUntrusted.
 func ReadDir(dir string, models *train.Registry) (*Bundle, error) {
 	return read(dir, models, func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, name)) })
+}
+
+// ReadLimits bound what ReadUntrusted reads of a bundle a program wrote:
+// the size of each file and of all of them together (zero fields: 256
+// MiB and 1 GiB, safefile.DefaultFile and safefile.DefaultTotal; the
+// bundles of the built-in model types are far smaller).
+type ReadLimits = safefile.Limits
+
+// ReadUntrusted reads and verifies the bundle that an untrusted program
+// wrote in the directory dir (slash-separated, relative to root, e.g. a
+// job directory's jobdir.AppModelDir), its model built by models (see
+// Read). root is the operator's and trusted; nothing under it is: every
+// component of dir and every file of the bundle is opened without
+// following a link (a link, a named pipe, a device or a hard-linked file
+// is refused unread, never blocking), and each file is sized against lim
+// before it is read. Its errors name the file and why (see package
+// safefile), never its content. Bundle.Dir is root joined with dir.
+func ReadUntrusted(root, dir string, models *train.Registry, lim ReadLimits) (*Bundle, error) {
+	loc := filepath.Join(root, filepath.FromSlash(dir))
+	d, err := safefile.OpenDir(root, dir, lim)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBundle, loc, err)
+	}
+	defer d.Close()
+	return read(loc, models, d.ReadFile)
 }
 
 // ReadStore reads and verifies the bundle in st (a store opened at the
@@ -248,6 +277,10 @@ func read(loc string, models *train.Registry, file func(name string) ([]byte, er
 	}
 	b := &Bundle{Dir: loc, Files: map[string][]byte{}, metadata: mb}
 	if err := json.Unmarshal(mb, &b.Meta); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) { // its text quotes a byte of the file
+			return nil, fmt.Errorf("%w: %s: metadata: not JSON (at byte %d)", ErrBundle, loc, se.Offset)
+		}
 		return nil, fmt.Errorf("%w: %s: metadata: %v", ErrBundle, loc, err)
 	}
 	if b.Meta.FormatVersion != FormatVersion {

@@ -23,6 +23,15 @@
 // is keyed by its version (the global step of its checkpoint), so writing
 // the same one twice leaves the first.
 //
+// Read, ReadDir and ReadStore read bundles this worker or its peers wrote.
+// A bundle a user's program wrote (an application's model dir) is
+// untrusted and read with ReadUntrusted, through package
+// internal/safefile: no link is followed, on the way to the bundle or to
+// any of its files; a file that is not a regular file of its own (a pipe,
+// a device, a hard link) is refused unread; and every file is sized
+// against ReadLimits (256 MiB a file, 1 GiB a bundle by default) before
+// it is read.
+//
 // # Model repository
 //
 // A repository holds the served versions of every model, in a local

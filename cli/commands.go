@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -44,6 +45,7 @@ func runWorker(ctx context.Context, types *train.Registry, args []string, stderr
 	psListen := fs.String("ps-listen", "", "interface the parameter servers of distributed jobs listen on (default: 127.0.0.1 when --temporal is on this machine, else 0.0.0.0)")
 	maxRoles := fs.Int("max-roles", 0, "run at most this many distributed-training roles (parameter servers, workers) at once, so jobs spread over worker processes; 0: no bound")
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics of this worker (steps, examples, loss, evaluation metrics, parameter-server latency, checkpoint commits, role restarts, preprocessing rows) at http://ADDR/metrics; empty: off")
+	resultKeys := fs.String("result-keys", "", "the operator's key file activity results are signed and checked with, mode 0600, lines \"<id> <32-byte secret in hex>\", the first signing (docs/security.md); every worker of the namespace needs the same file (default HOME/keys/results.key, made if missing)")
 	psAdvertise := fs.String("ps-advertise", "", "host name workers dial to reach this process's parameter servers (default: this host's name, or the -ps-listen address when it is a specific one)")
 	var trust trustFlags
 	trust.register(fs)
@@ -61,9 +63,18 @@ func runWorker(ctx context.Context, types *train.Registry, args []string, stderr
 	if err != nil {
 		return err
 	}
+	if !tc.Secured() {
+		// A worker of a dev stack's home presents the stack's worker
+		// token (worker.TokenFile), which its server asks of workers.
+		if tok, err := worker.Token(*home, false); err == nil {
+			opts.Credentials, opts.ConnectionOptions.TLSDisabled = client.NewAPIKeyStaticCredentials(tok), true
+		} else if !errors.Is(err, iofs.ErrNotExist) {
+			return err
+		}
+	}
 	w, err := worker.Start(ctx, worker.Config{
 		Temporal: opts, Home: *home, Jobs: *jobs, Models: *models,
-		PSListen: *psListen, PSAdvertise: *psAdvertise, MaxRoles: *maxRoles, MetricsAddr: *metricsAddr,
+		PSListen: *psListen, PSAdvertise: *psAdvertise, MaxRoles: *maxRoles, MetricsAddr: *metricsAddr, ResultKeys: *resultKeys,
 		Limits: trust.limits(), Logger: log, ModelTypes: types, Applications: trust.applications, Packages: trust.packages(),
 	})
 	if err != nil {

@@ -91,6 +91,17 @@ func TestComposeFile(t *testing.T) {
 	if c := names["serve"].DependsOn["minio-setup"].Condition; c != types.ServiceConditionCompletedSuccessfully {
 		t.Errorf("serve starts on minio-setup %q, want the bucket created first (service_completed_successfully)", c)
 	}
+	// Workers, and only they, hold the result key, from a secret only
+	// their user may read.
+	if k := flagValue(names["worker"].Command, "--result-keys"); k != "/run/secrets/results.key" {
+		t.Errorf("worker --result-keys %q, want the secret /run/secrets/results.key", k)
+	}
+	if s := names["worker"].Secrets; len(s) != 1 || s[0].Source != "result_keys" || s[0].Target != "results.key" || s[0].Mode == nil || *s[0].Mode&0o077 != 0 {
+		t.Errorf("worker secrets %+v, want result_keys at results.key, mode 0400", s)
+	}
+	if s := names["serve"].Secrets; len(s) != 0 {
+		t.Errorf("serve gets secrets %+v: only workers hold the result key", s)
+	}
 	for _, n := range []string{"worker", "serve"} {
 		if v := names[n].Volumes; len(v) > 0 {
 			t.Errorf("service %s mounts %v, want no shared disk", n, v)

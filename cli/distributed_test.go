@@ -17,8 +17,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/worker"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -32,6 +34,7 @@ type cluster struct {
 	homes   []string // each process's --home
 	procs   []*exec.Cmd
 	metrics []string // each process's --metrics-listen address
+	keys    string   // every process's --result-keys
 }
 
 // clusterOptions configures the worker processes of a cluster.
@@ -72,6 +75,13 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	}
 	c := &cluster{t: t, st: st, home: home, opts: opts, homes: make([]string, opts.Workers), procs: make([]*exec.Cmd, opts.Workers),
 		metrics: make([]string, opts.Workers)}
+	// One result key for every process, as an operator gives each machine
+	// the same file (docs/security.md); made here, before any process
+	// could make its own.
+	c.keys = filepath.Join(home, "keys", "results.key")
+	if _, _, err := resultsig.LoadOrGenerate(c.keys); err != nil {
+		t.Fatal(err)
+	}
 	for i := range opts.Workers {
 		c.homes[i] = home
 		if opts.OwnHomes {
@@ -92,9 +102,16 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 func (c *cluster) start(i int) {
 	exe, _ := os.Executable()
 	args := []string{"worker", "--temporal", c.st.Temporal.FrontendAddr(), "--home", c.homes[i], "--log-level", "warn",
-		"--ps-listen", "127.0.0.1", "--max-roles", strconv.Itoa(c.opts.MaxRoles)}
+		"--ps-listen", "127.0.0.1", "--max-roles", strconv.Itoa(c.opts.MaxRoles), "--result-keys", c.keys}
 	if c.opts.Jobs != "" {
 		args = append(args, "--jobs", c.opts.Jobs)
+	}
+	if c.homes[i] != c.home { // the stack's worker token, as an operator hands it to each machine
+		tok, err := worker.Token(c.home, false)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		args = append(args, "--api-key", tok, "--tls=false")
 	}
 	args = append(args, testTrustArgs()...)
 	if c.opts.DataRoots != "" {

@@ -221,14 +221,7 @@ func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer)
 	logLine := func(replica, line string) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if j.conn.output == "json" {
-			return writeJSONLine(stdout, struct {
-				Replica string `json:"replica"`
-				Line    string `json:"line"`
-			}{replica, line})
-		}
-		_, err := fmt.Fprintf(stdout, "%s| %s\n", replica, jobs.Clean(line))
-		return err
+		return writeLogLine(stdout, j.conn.output, replica, line)
 	}
 	var tail *jobs.LogTail
 	stop := make(chan struct{})
@@ -236,7 +229,7 @@ func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer)
 	err = jobs.StreamEvents(ctx, j.client, j.conn.Namespace, j.id, func(e jobs.Event) error {
 		if e.JobDir != "" && tail == nil {
 			if t, err := jobs.NewLogTail(e.JobDir); err != nil {
-				fmt.Fprintf(stderr, "trainflow: the replicas' logs are not shown: %v\n", err)
+				fmt.Fprintf(stderr, "trainflow: the replicas' logs are not shown: %s\n", jobs.Clean(err.Error()))
 			} else {
 				tail = t
 				go func() { done <- followLogs(tail, stop, logLine) }()
@@ -244,11 +237,7 @@ func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if j.conn.output == "json" {
-			return writeJSONLine(stdout, e)
-		}
-		fmt.Fprintf(stdout, "%s  %-22s %s\n", e.Time.Format("15:04:05.000"), e.Event, e.Detail)
-		return nil
+		return writeEvent(stdout, j.conn.output, e)
 	})
 	if tail == nil {
 		return err
@@ -257,6 +246,34 @@ func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if lerr := <-done; err == nil {
 		err = lerr
 	}
+	return err
+}
+
+// writeLogLine prints one line of a replica's log: a JSON object, or the
+// text "replica| line". The line is what the user's program printed and
+// the replica's name comes from the job directory: in text both are
+// cleaned (jobs.Clean), so no program moves the cursor, retitles the
+// terminal or forges a line; JSON escapes them itself.
+func writeLogLine(w io.Writer, output, replica, line string) error {
+	if output == "json" {
+		return writeJSONLine(w, struct {
+			Replica string `json:"replica"`
+			Line    string `json:"line"`
+		}{replica, line})
+	}
+	_, err := fmt.Fprintf(w, "%s| %s\n", jobs.Clean(replica), jobs.Clean(line))
+	return err
+}
+
+// writeEvent prints one event a user follows: a JSON object, or a text
+// line whose event and detail are cleaned (jobs.Clean): a detail holds
+// failure messages, worker identities and a termination's reason, which
+// any Temporal client or the job's own program can choose.
+func writeEvent(w io.Writer, output string, e jobs.Event) error {
+	if output == "json" {
+		return writeJSONLine(w, e)
+	}
+	_, err := fmt.Fprintf(w, "%s  %-22s %s\n", e.Time.Format("15:04:05.000"), jobs.Clean(e.Event), jobs.Clean(e.Detail))
 	return err
 }
 

@@ -155,19 +155,28 @@ func runWith(args []string, stdout, stderr io.Writer, opts Options) int {
 		fmt.Fprintf(stderr, "trainflow: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
 	}
+	return printError(stderr, cmd, err)
+}
+
+// printError prints err, a command's error, on stderr and returns the
+// command's exit code (exitOK for none). An error's text may hold a job's
+// failure message, a server's answer or a spec's field: it is cleaned
+// (jobs.Clean), on one line, except a usage error's, whose lines (a usage
+// message) are kept and each cleaned (jobs.CleanLines).
+func printError(stderr io.Writer, cmd string, err error) int {
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, new(usageError)), errors.Is(err, worker.ErrConfig):
-		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
+		fmt.Fprintf(stderr, "trainflow %s: %s\n", cmd, jobs.CleanLines(err.Error()))
 		return exitUsage
 	case errors.As(err, new(notFoundError)), errors.Is(err, jobs.ErrNotFound), errors.Is(err, predictapi.ErrNotFound):
-		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
+		fmt.Fprintf(stderr, "trainflow %s: %s\n", cmd, jobs.Clean(err.Error()))
 		return exitNotFound
 	default:
-		fmt.Fprintf(stderr, "trainflow %s: %v\n", cmd, err)
+		fmt.Fprintf(stderr, "trainflow %s: %s\n", cmd, jobs.Clean(err.Error()))
 		return exitError
 	}
 }

@@ -65,7 +65,7 @@ func runModels(ctx context.Context, types *train.Registry, args []string, stdout
 			}{models})
 		}
 		for _, m := range models {
-			fmt.Fprintf(stdout, "%s\tdefault %d\tversions %v\n", m.Name, m.Default, m.Versions)
+			fmt.Fprintf(stdout, "%s\tdefault %d\tversions %v\n", jobs.Clean(m.Name), m.Default, m.Versions)
 		}
 		return nil
 	}
@@ -138,7 +138,7 @@ func describeText(w io.Writer, name string, v int64, meta map[string]any) {
 		return
 	}
 	if job, ok := tf["job_id"].(string); ok {
-		fmt.Fprintf(w, "job %s, global step %v\n", jobs.Clean(job), tf["global_step"])
+		fmt.Fprintf(w, "job %s, global step %s\n", jobs.Clean(job), jobs.Clean(fmt.Sprint(tf["global_step"])))
 	}
 	if m, ok := tf["metrics"].(map[string]any); ok {
 		var parts []string

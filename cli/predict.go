@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/trainflow/trainflow/internal/predictapi"
+	"github.com/trainflow/trainflow/jobs"
 )
 
 func runPredict(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -56,10 +57,11 @@ func runPredict(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	for i, p := range out.Predictions {
 		if v, ok := p["value"]; ok { // a regressor
-			fmt.Fprintf(stdout, "%d\tvalue %v\n", i, v)
+			fmt.Fprintf(stdout, "%d\tvalue %s\n", i, jobs.Clean(fmt.Sprint(v)))
 			continue
 		}
-		fmt.Fprintf(stdout, "%d\tclass %v\tprobabilities %v\n", i, p["class"], p["probabilities"])
+		// The server's answer: a class may be any string of its model.
+		fmt.Fprintf(stdout, "%d\tclass %s\tprobabilities %s\n", i, jobs.Clean(fmt.Sprint(p["class"])), jobs.Clean(fmt.Sprint(p["probabilities"])))
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func runSubmitPrediction(ctx context.Context, args []string, stdout, stderr io.W
 	if c.output == "json" {
 		return writeJSON(stdout, res)
 	}
-	fmt.Fprintf(stdout, "job %s succeeded: %d predictions, %d errors, %d shards in %s\n", res.JobID, res.Predictions, res.Errors, res.Shards, res.OutputPath)
+	fmt.Fprintf(stdout, "job %s succeeded: %d predictions, %d errors, %d shards in %s\n", jobs.Clean(res.JobID), res.Predictions, res.Errors, res.Shards, jobs.Clean(res.OutputPath))
 	return nil
 }
 

@@ -99,7 +99,7 @@ func runRoute(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: %s → %s\n", model, ch.Old, ch.New)
+	fmt.Fprintf(stdout, "%s: %s → %s\n", jobs.Clean(model), jobs.Clean(ch.Old.String()), jobs.Clean(ch.New.String()))
 	return nil
 }
 
@@ -133,6 +133,16 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			Changes []bundle.Change `json:"changes"`
 		}{h})
 	}
+	writeHistory(stdout, h)
+	return nil
+}
+
+// writeHistory prints a model's routing changes, one line each. Who made
+// a change (by), its job, step and reason come from whoever wrote the
+// repository's history (a client's --by, a rollout's spec): each is
+// cleaned (jobs.Clean), so none moves the cursor, recolours the terminal
+// or forges a line.
+func writeHistory(w io.Writer, h []bundle.Change) {
 	for _, ch := range h {
 		cause := ch.Cause.By
 		if ch.Cause.JobID != "" {
@@ -144,9 +154,8 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if g := ch.Cause.Gates; g != nil {
 			cause += " [" + g.String() + "]"
 		}
-		fmt.Fprintf(stdout, "%s\t%s\t%s\n", ch.Time.Format(time.RFC3339), ch.What(), cause)
+		fmt.Fprintf(w, "%s\t%s\t%s\n", ch.Time.Format(time.RFC3339), jobs.Clean(ch.What()), jobs.Clean(cause))
 	}
-	return nil
 }
 
 // rolloutPrepareWait bounds how long `models rollout` without --wait
@@ -247,12 +256,13 @@ func printRollout(w io.Writer, output string, st workflows.RolloutStatus) error 
 	if st.StepName != "" || st.State == workflows.RolloutPromoted || st.State == workflows.RolloutRolledBack { // else it set none
 		line += ", routing " + st.Routing.String()
 	}
-	fmt.Fprintln(w, line)
+	// The status is a workflow's answer: every string in it is cleaned.
+	fmt.Fprintln(w, jobs.Clean(line))
 	if st.Reason != "" {
-		fmt.Fprintf(w, "reason: %s\n", st.Reason)
+		fmt.Fprintf(w, "reason: %s\n", jobs.Clean(st.Reason))
 	}
 	if st.Last != nil {
-		fmt.Fprintf(w, "last gates: %s %v %+v\n", st.Last.Outcome, st.Last.Reasons, st.Last.Values)
+		fmt.Fprintf(w, "last gates: %s %s %s\n", jobs.Clean(st.Last.Outcome), jobs.Clean(fmt.Sprint(st.Last.Reasons)), jobs.Clean(fmt.Sprintf("%+v", st.Last.Values)))
 	}
 	return nil
 }

@@ -99,16 +99,24 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 			s.Stop()
 		}
 	}()
+	// Only callers with the home's worker token may act as workers
+	// (poll, complete activities): docs/security.md.
+	token, err := worker.Token(home, true)
+	if err != nil {
+		return nil, fmt.Errorf("worker token: %w", err)
+	}
 	s.Temporal, err = devserver.Start(ctx, devserver.Options{
 		Home: filepath.Join(home, "temporal"), Database: cfg.TemporalDB, FrontendAddr: cfg.FrontendAddr, UIAddr: cfg.UIAddr,
 		SearchAttributes: worker.SearchAttributes, Logger: log, SuggestContinueAsNewEvents: cfg.SuggestContinueAsNewEvents,
+		WorkerTokens: []string{token},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
 	s.Client, err = client.Dial(client.Options{
 		HostPort: s.Temporal.FrontendAddr(), Namespace: s.Temporal.Namespace(),
-		Logger: sdklog.NewStructuredLogger(log.With("component", "temporal-client")),
+		Logger:      sdklog.NewStructuredLogger(log.With("component", "temporal-client")),
+		Credentials: client.NewAPIKeyStaticCredentials(token), ConnectionOptions: client.ConnectionOptions{TLSDisabled: true},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to temporal: %w", err)

@@ -5,14 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/workflows"
 )
 
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -114,25 +113,30 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if c.output == "json" {
 		return writeJSON(stdout, res)
 	}
-	if t := res.Tuning; t != nil && t.BestObjective != nil && res.Note != "" { // over an application
-		fmt.Fprintf(stdout, "tuning job %s succeeded: best trial %d of %d, %s %.4f; artifact %s; %s\n",
-			res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, res.Export, res.Note)
-		return nil
+	// The result is the job's: its strings (an application's metric
+	// names and note, the artifact's location) are cleaned.
+	fmt.Fprintln(stdout, jobs.Clean(succeededLine(&res)))
+	return nil
+}
+
+// succeededLine is the line `jobs submit --wait` ends a succeeded job
+// with: its best trial (tuning) or steps and metrics line, then what it
+// published or why nothing (jobs.OutcomeOf, as `jobs describe` and the
+// console say it). The result is the job's: the caller cleans it.
+func succeededLine(res *workflows.JobResult) string {
+	o := jobs.OutcomeOf(res)
+	what := o.PublishText()
+	if o.Published {
+		what = fmt.Sprintf("model %s version %d", o.Model, o.Version)
+	} else if o.Artifact != "" {
+		what = "artifact " + o.Artifact + "; " + what
 	}
 	if t := res.Tuning; t != nil && t.BestObjective != nil {
-		fmt.Fprintf(stdout, "tuning job %s succeeded: best trial %d of %d, %s %.4f; model %s version %d\n",
-			res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, res.Model, res.Version)
-		return nil
+		return fmt.Sprintf("tuning job %s succeeded: best trial %d of %d, %s %.4f; %s", res.JobID, t.BestTrial, len(t.Trials), t.Metric, *t.BestObjective, what)
 	}
-	if res.Note != "" { // an application job: its artifact, nothing published
-		var ms []string
-		for _, k := range slices.Sorted(maps.Keys(res.AppMetrics)) {
-			ms = append(ms, fmt.Sprintf("%s %.4f", k, res.AppMetrics[k]))
-		}
-		fmt.Fprintf(stdout, "job %s succeeded: %d steps, %s; artifact %s; %s\n", res.JobID, res.GlobalStep, strings.Join(ms, ", "), res.Export, res.Note)
-		return nil
+	metrics := o.Metrics
+	if metrics == "" {
+		metrics = "metrics " + jobs.NoMetrics
 	}
-	fmt.Fprintf(stdout, "job %s succeeded: %d steps, %s; model %s version %d\n",
-		res.JobID, res.GlobalStep, res.Metrics.Summary(), res.Model, res.Version)
-	return nil
+	return fmt.Sprintf("job %s succeeded: %d steps, %s; %s", res.JobID, res.GlobalStep, metrics, what)
 }

@@ -194,6 +194,15 @@ func TestOfficialTemporalCLI(t *testing.T) {
 			start(t, workflows.TrainingJobName, id, fmt.Sprintf(`{"job_id":%q,"preset":"census","train":{"max_steps":100000000}%s}`, id, c.extra))
 			tc.waitProgress(t, id, func(p workflows.Progress) bool { return p.LastEvalStep > 0 })
 			tc.must(t, "workflow", "signal", "--workflow-id", id, "--name", workflows.EvaluateNowSignal)
+			if c.name == "default" {
+				// A user's CLI cannot act as a worker: completing a step by
+				// its ID is refused by the server (docs/temporal-cli.md).
+				act := startedActivity(t, st, id, workflows.TrainActivity)
+				out, err := tc.run(t, "activity", "complete", "--workflow-id", id, "--activity-id", act, "--result", `{"step":300000}`, "--identity", "user")
+				if err == nil || !strings.Contains(err.Error(), "nauthorized") && !strings.Contains(err.Error(), "only trainflow workers") {
+					t.Errorf("temporal activity complete: %v, %s; want refused by the server", err, out)
+				}
+			}
 
 			tc.must(t, "workflow", "cancel", "--workflow-id", id)
 			if s := tc.waitClosed(t, id); !strings.Contains(strings.ToUpper(s), "CANCELED") {

@@ -51,11 +51,11 @@ type trustFlags struct {
 	applications     *app.Registry
 	// allowPackages is --allow-packages; the sandbox flags bound its
 	// sandbox (and that of applications registered with "sandbox": true).
-	allowPackages                       bool
-	sandboxMemory, sandboxTmp           sizeFlag
-	sandboxCPUSeconds, sandboxProcesses uint64
-	sandboxReadOnly                     listFlag
-	packageInstallTimeout               time.Duration
+	allowPackages                          bool
+	sandboxMemory, sandboxTmp, sandboxDisk sizeFlag
+	sandboxCPUSeconds, sandboxProcesses    uint64
+	sandboxReadOnly                        listFlag
+	packageInstallTimeout                  time.Duration
 }
 
 func (t *trustFlags) register(fs *flag.FlagSet) {
@@ -91,9 +91,10 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&t.applicationsFile, "applications", "", "a JSON file of the programs jobs may run as their training application (application.name in a spec): name, argv prefix, working directory, environment variables passed through, sandbox; see docs/applications.md (default: none)")
 	fs.BoolVar(&t.allowPackages, "allow-packages", false, "let jobs bring their own Python package (application.package, `jobs submit training --package-path`): each replica installs it with pip (no index) into a virtual environment and runs it, always inside the sandbox; see docs/sandbox.md (default: off, such a job is refused)")
-	fs.Var(&t.sandboxMemory, "sandbox-memory", "the address space (RLIMIT_AS) of each process in the sandbox, e.g. 8GiB (default "+activities.FormatBytes(app.DefaultMemoryBytes)+")")
+	fs.Var(&t.sandboxMemory, "sandbox-memory", "the memory of a sandboxed job on this worker, all its processes together (its cgroup; the kernel kills one of them over it and the job fails naming this flag), and the address space (RLIMIT_AS) of each of them, e.g. 8GiB (default "+activities.FormatBytes(app.DefaultMemoryBytes)+")")
 	fs.Uint64Var(&t.sandboxCPUSeconds, "sandbox-cpu-seconds", 0, fmt.Sprintf("the CPU time (RLIMIT_CPU) of each process in the sandbox, in seconds (default %d)", app.DefaultCPUSeconds))
-	fs.Uint64Var(&t.sandboxProcesses, "sandbox-processes", 0, fmt.Sprintf("the processes and threads (RLIMIT_NPROC) of a sandbox (default %d)", app.DefaultProcesses))
+	fs.Uint64Var(&t.sandboxProcesses, "sandbox-processes", 0, fmt.Sprintf("the processes and threads of a sandboxed job on this worker, all its sandboxes together (its cgroup's pids.max), and of each sandbox (RLIMIT_NPROC) (default %d)", app.DefaultProcesses))
+	fs.Var(&t.sandboxDisk, "sandbox-disk", "the disk a sandboxed job's writable directories (model, checkpoints, logs, workspaces, its package's environment) may use on this worker, summed every second; over it the job's processes are killed and the job fails naming this flag (default "+activities.FormatBytes(app.DefaultDiskBytes)+")")
 	fs.Var(&t.sandboxTmp, "sandbox-tmp", "the size of a sandbox's own /tmp and, apart, of its /dev/shm, in memory (default "+activities.FormatBytes(app.DefaultTmpBytes)+")")
 	fs.Var(&t.sandboxReadOnly, "sandbox-read-only", "host paths (absolute, comma-separated) every sandbox sees read-only at the same path, e.g. a data set directory (default none)")
 	fs.DurationVar(&t.packageInstallTimeout, "package-install-timeout", 0, fmt.Sprintf("how long a replica's virtual environment and pip install of a job's package may take (default %s)", app.DefaultInstallTimeout))
@@ -161,7 +162,7 @@ func (t *trustFlags) loadApplications() error {
 // packages is the flags as the worker's PackageConfig (and sandbox).
 func (t *trustFlags) packages() app.PackageConfig {
 	return app.PackageConfig{Enabled: t.allowPackages, InstallTimeout: t.packageInstallTimeout,
-		Sandbox: app.SandboxConfig{MemoryBytes: uint64(t.sandboxMemory), TmpBytes: uint64(t.sandboxTmp),
+		Sandbox: app.SandboxConfig{MemoryBytes: uint64(t.sandboxMemory), TmpBytes: uint64(t.sandboxTmp), DiskBytes: uint64(t.sandboxDisk),
 			CPUSeconds: t.sandboxCPUSeconds, Processes: t.sandboxProcesses, ReadOnly: t.sandboxReadOnly}}
 }
 

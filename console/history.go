@@ -7,6 +7,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -55,7 +56,7 @@ func (c *Console) preparedDir(ctx context.Context, id, runID string) (dir, first
 				continue
 			}
 			var res workflows.PrepareResult
-			if err := dc.FromPayloads(a.GetResult(), &res); err != nil {
+			if err := dc.FromPayloads(resultsig.Unwrap(a.GetResult()), &res); err != nil {
 				return "", first, err
 			}
 			return res.JobDir, first, nil

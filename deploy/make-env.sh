@@ -14,6 +14,11 @@ MINIO_ROOT_PASSWORD=$(secret)
 # The account workers and the prediction server use: the trainflow bucket only.
 TRAINFLOW_S3_ACCESS_KEY=trainflow-$(secret | cut -c1-8)
 TRAINFLOW_S3_SECRET_KEY=$(secret)
+# The key every worker signs and checks activity results with (--result-keys,
+# docs/security.md): "<key id> <32 bytes in hex>". To rotate, put a new line
+# first in the file the secret becomes and keep the old one until running
+# jobs end.
+TRAINFLOW_RESULT_KEYS="k$(secret | cut -c1-8) $(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 # Interface published ports bind to (Temporal 7233, UI 8233, MinIO 9000/9001,
 # predictions 8080). 127.0.0.1 keeps them on this host.
 TRAINFLOW_BIND=127.0.0.1

@@ -59,6 +59,13 @@
 //	cluster/ps-<task>.secret         PSSecretFile                private (WritePrivate)
 //	cluster/report.key               ReportKeyFile               private (WritePrivate)
 //
+// Private files (IsPrivate: cluster/ and everything in it) are never
+// data: the activities refuse a spec location inside any job's cluster/
+// (or ending in a private file's key, EndsInPrivateFile) after resolving
+// symbolic links, whichever job names it. A spec's data may lie in its
+// own job directory's other files (the rows PrepareJob generates), never
+// in another job's directory.
+//
 // A tuning job's job_dir, when its spec names one, holds no files of its
 // own, only job directories of its children, each laid out as above:
 //

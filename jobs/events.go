@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -95,12 +96,13 @@ func (st *eventState) eventOf(ev *historypb.HistoryEvent) *Event {
 	case ev.GetActivityTaskCompletedEventAttributes() != nil:
 		a := ev.GetActivityTaskCompletedEventAttributes()
 		l.Event, l.Detail = "step completed", names[a.ScheduledEventId]
+		res := resultsig.Unwrap(a.Result)
 		var k workflows.ReportKeyResult
-		if names[a.ScheduledEventId] == workflows.ReportKeyActivity && len(a.Result.GetPayloads()) == 1 && dc.FromPayload(a.Result.Payloads[0], &k) == nil {
+		if names[a.ScheduledEventId] == workflows.ReportKeyActivity && len(res.GetPayloads()) == 1 && dc.FromPayload(res.Payloads[0], &k) == nil {
 			st.key = k.PublicKey
 		}
 		var prep workflows.PrepareResult
-		if names[a.ScheduledEventId] == workflows.PrepareJobActivity && len(a.Result.GetPayloads()) == 1 && dc.FromPayload(a.Result.Payloads[0], &prep) == nil {
+		if names[a.ScheduledEventId] == workflows.PrepareJobActivity && len(res.GetPayloads()) == 1 && dc.FromPayload(res.Payloads[0], &prep) == nil {
 			l.JobDir = prep.JobDir
 		}
 	case ev.GetActivityTaskFailedEventAttributes() != nil:

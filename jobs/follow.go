@@ -46,11 +46,11 @@ func Follow(ctx context.Context, cl client.Client, run client.WorkflowRun, spec 
 				continue
 			}
 			line := ProgressLine(p, spec.Model.BatchSize)
-			switch {
+			switch { // the phase and metric are the workflow's answer: cleaned (printf)
 			case tty:
-				fmt.Fprintf(w, "\r%-100s", line)
+				printf(w, "\r%-100s", line)
 			case line != last:
-				fmt.Fprintln(w, line)
+				printf(w, "%s\n", line)
 			}
 			last = line
 		}

@@ -40,6 +40,21 @@ func Clean(s string) string {
 	return b.String()
 }
 
+// CleanLines is Clean of s with its newlines and tabs kept: for text
+// meant to span lines (a usage message) that may hold untrusted parts.
+// Every other control character is escaped as Clean escapes it.
+func CleanLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		cells := strings.Split(l, "\t")
+		for j, c := range cells {
+			cells[j] = Clean(c)
+		}
+		lines[i] = strings.Join(cells, "\t")
+	}
+	return strings.Join(lines, "\n")
+}
+
 // unsafeRune reports whether r must not reach a terminal as it is.
 func unsafeRune(r rune) bool {
 	return unicode.IsControl(r) || // C0 (tab and newline included), DEL, C1

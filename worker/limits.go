@@ -13,6 +13,7 @@ import (
 	"github.com/trainflow/trainflow/internal/errmark"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/workflows"
 )
 
 // ErrConfig is matched (errors.Is) by Start's errors about its Config: a
@@ -72,6 +73,11 @@ type Limits struct {
 	// model another job owns (activities.Activities ModelOwners;
 	// --model-owners).
 	ModelOwners bundle.Rules
+	// MaxParallelTrials caps the trials one tuning job runs at once: a
+	// spec asking more runs this many, with a warning in its trials table
+	// (workflows.SetMaxParallelTrials, which holds it for the process's
+	// tuning workflows); 0 means workflows.DefaultMaxParallelTrials.
+	MaxParallelTrials int
 }
 
 // apply checks l and sets it on acts: runner names lower case,
@@ -109,7 +115,7 @@ func (l Limits) apply(acts *activities.Activities) error {
 		flag string
 		v    int64
 	}{{"--child-memory", l.ChildMemory}, {"--max-heavy", int64(l.MaxHeavy)}, {"--max-steps", l.Ceilings.MaxSteps},
-		{"--max-job-files", l.Ceilings.MaxJobFiles}, {"--max-shard-bytes", l.Ceilings.MaxShardBytes}} {
+		{"--max-job-files", l.Ceilings.MaxJobFiles}, {"--max-shard-bytes", l.Ceilings.MaxShardBytes}, {"--max-parallel-trials", int64(l.MaxParallelTrials)}} {
 		if c.v < 0 {
 			return configError(fmt.Errorf("%s: %d is negative", c.flag, c.v))
 		}
@@ -128,6 +134,7 @@ func (l Limits) apply(acts *activities.Activities) error {
 	}
 	acts.Heavy = slots
 	acts.ModelOwners = l.ModelOwners
+	workflows.SetMaxParallelTrials(l.MaxParallelTrials)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/train/app"
@@ -88,6 +90,14 @@ type Config struct {
 	// application asks for it and AppSandbox is nil, and fails if it
 	// cannot work on this machine.
 	Packages app.PackageConfig
+
+	// ResultKeys is the operator's key file activity results are signed
+	// and checked with (resultsig.Load: 0600, first key signs, all check);
+	// default Home/keys/results.key, made with a fresh key if missing. It
+	// must lie outside the job root; its directory is never data (the
+	// activities refuse it whatever the roots); every worker of the
+	// namespace must be given the same file.
+	ResultKeys string
 
 	// Logger logs the worker's configuration and its errors.
 	Logger *slog.Logger
@@ -168,6 +178,10 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 	if err := cfg.Limits.apply(acts); err != nil {
 		return nil, err
 	}
+	keys, err := resultKeys(cfg, home, acts, log)
+	if err != nil {
+		return nil, err
+	}
 	if acts.Models = cfg.Repository; acts.Models == nil {
 		repo, err := bundle.OpenRepository(ctx, models)
 		if err != nil {
@@ -195,7 +209,7 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 		log.Warn("search attributes not registered; jobs cannot be filtered by state", "error", err)
 	}
 	acts.Client = w.Client
-	workers := New(w.Client, acts, Options{MaxRoles: cfg.MaxRoles})
+	workers := New(w.Client, acts, Options{MaxRoles: cfg.MaxRoles, ResultKeys: keys})
 	if err := workers.Start(); err != nil {
 		return nil, fmt.Errorf("start worker: %w", err)
 	}
@@ -206,6 +220,62 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 		"data_roots", acts.DataRoots, "read_roots", acts.ReadRoots, "beam_runners", acts.BeamRunners, "beam_environments", acts.BeamEnvironments,
 		"models", models, "registered_model_types", cfg.ModelTypes.Registered(), "applications", cfg.Applications.Names(), "max_heavy", acts.Heavy.Cap(), "host", host, "pid", os.Getpid())
 	return w, nil
+}
+
+// resultKeys loads (or, at the default path, makes) the result keys of
+// cfg, refusing a key file inside a root a job may read.
+func resultKeys(cfg Config, home string, acts *activities.Activities, log *slog.Logger) (*resultsig.Keyring, error) {
+	path, flag := cfg.ResultKeys, "--result-keys"
+	if path == "" {
+		path = filepath.Join(home, "keys", "results.key")
+	}
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return nil, configError(fmt.Errorf("%s: %w", flag, err))
+	}
+	jobRoot := cfg.Jobs
+	if jobRoot == "" {
+		jobRoot = filepath.Join(home, "jobs")
+	}
+	// Job directories are written by users' programs: never there. A data
+	// or read root may hold the key's directory (the tests' --data-roots
+	// /tmp does): the activities refuse it as data (Activities.Private).
+	if inside(path, jobRoot) {
+		return nil, configError(fmt.Errorf("%s: %s lies inside the job root %s: keep the key outside every job directory", flag, path, jobRoot))
+	}
+	acts.Private = append(acts.Private, filepath.Dir(path))
+	var keys *resultsig.Keyring
+	created := false
+	if cfg.ResultKeys == "" {
+		keys, created, err = resultsig.LoadOrGenerate(path)
+	} else {
+		keys, err = resultsig.Load(path)
+	}
+	if err != nil {
+		return nil, configError(fmt.Errorf("%s: %w", flag, err))
+	}
+	if created {
+		log.Info("made a new activity-result key; workers on other machines need this same file (--result-keys)", "path", path)
+	}
+	log.Info("activity results signed", "key_file", path, "keys", keys.IDs())
+	return keys, nil
+}
+
+// inside reports whether path is root or lies under it (both absolute;
+// links in either resolved where they exist).
+func inside(path, root string) bool {
+	if strings.Contains(root, "://") && !strings.HasPrefix(root, "file://") {
+		return false
+	}
+	root = strings.TrimPrefix(root, "file://")
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		root = r
+	}
+	if d, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		path = filepath.Join(d, filepath.Base(path))
+	}
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // MetricsAddr is the address the metrics are served at ("" if not).

@@ -12,10 +12,12 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -25,6 +27,12 @@ type Options struct {
 	// workers) this process runs at once, so that a job's roles spread over
 	// the processes that poll; 0 means no bound.
 	MaxRoles int
+	// ResultKeys sign the results of the activities this process runs and
+	// check those of the activities its workflows call (resultsig). Every
+	// worker of a namespace's trainflow task queues must hold the same
+	// signing key. Nil signs nothing, and refuses every result of a run
+	// that signs (a replayer needs none: it reads the recorded verdicts).
+	ResultKeys *resultsig.Keyring
 }
 
 // HeartbeatThrottle is the longest an activity's heartbeat is held back
@@ -45,10 +53,11 @@ type Workers struct {
 // New returns the workers with every trainflow workflow and activity
 // registered. Start them with Start.
 func New(c client.Client, acts *activities.Activities, opts Options) *Workers {
+	sig := []interceptor.WorkerInterceptor{resultsig.New(opts.ResultKeys)}
 	w := &Workers{
-		jobs: sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{MaxHeartbeatThrottleInterval: HeartbeatThrottle}),
+		jobs: sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{MaxHeartbeatThrottleInterval: HeartbeatThrottle, Interceptors: sig}),
 		roles: sdkworker.New(c, workflows.RoleTaskQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: opts.MaxRoles,
-			MaxHeartbeatThrottleInterval: HeartbeatThrottle}),
+			MaxHeartbeatThrottleInterval: HeartbeatThrottle, Interceptors: sig}),
 	}
 	RegisterWorkflows(w.jobs)
 	w.jobs.RegisterActivity(acts)

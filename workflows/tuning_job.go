@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -28,6 +29,38 @@ const (
 // all trials with the same data (tuning.share_preprocessing); runs
 // started before it let every trial preprocess.
 const sharedDataChange = "tuning-shared-preprocessing"
+
+// DefaultMaxParallelTrials is the operator's cap on the trials one tuning
+// job runs at once when the worker sets none (SetMaxParallelTrials).
+const DefaultMaxParallelTrials = 32
+
+// parallelTrialsCap is this process's cap (SetMaxParallelTrials); 0 means
+// DefaultMaxParallelTrials.
+var parallelTrialsCap atomic.Int64
+
+// SetMaxParallelTrials sets the operator's cap on the trials one tuning
+// job runs at once, for the tuning jobs this process's workers run from
+// then on (worker.Limits.MaxParallelTrials); n ≤ 0 restores
+// DefaultMaxParallelTrials. A job whose tuning.max_parallel_trials is
+// larger runs this many at once and says so (TuningReport.Warnings): it
+// is clamped, not refused, so that a spec that ran before still runs.
+// The cap a run started with is recorded in its history (a side effect),
+// so a worker with another cap replays it as it ran. Safe for concurrent
+// use.
+func SetMaxParallelTrials(n int) { parallelTrialsCap.Store(int64(max(n, 0))) }
+
+// MaxParallelTrials returns this process's cap on the trials one tuning
+// job runs at once (SetMaxParallelTrials).
+func MaxParallelTrials() int {
+	if n := parallelTrialsCap.Load(); n > 0 {
+		return int(n)
+	}
+	return DefaultMaxParallelTrials
+}
+
+// trialCapChange marks the operator's cap on parallel trials: runs
+// recorded before it ran uncapped, and replay so.
+const trialCapChange = "tuning-parallel-cap"
 
 // tuningContinueEvery is how many trials a tuning job starts in one run
 // before it continues as new (sooner if Temporal suggests it).
@@ -107,6 +140,9 @@ type TuningReport struct {
 	Runs          int      `json:"runs,omitempty"`
 	// Data are the preprocessings shared by trials (share_preprocessing).
 	Data []TrialData `json:"data,omitempty"`
+	// Warnings are what the job changed of its spec, once each: a
+	// max_parallel_trials over the operator's cap (SetMaxParallelTrials).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // TuningCarry is what a tuning job's run hands to the next when it
@@ -251,6 +287,9 @@ func runTuning(ctx workflow.Context, raw, spec jobspec.JobSpec, carry *TuningCar
 		return res, err
 	}
 	r := newTuningRun(ctx, raw, spec, carry, p)
+	if err := r.capParallel(ctx); err != nil {
+		return res, err
+	}
 	t := r.t
 	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchModel.ValueSet(spec.ModelName), SearchScaleTier.ValueSet(spec.Cluster.ScaleTier)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)

@@ -139,6 +139,49 @@ func (r *tuningRun) more() bool {
 	return !r.exhausted && len(r.rep.Trials) < r.t.MaxTrials && r.failed() < r.t.MaxFailedTrials
 }
 
+// capParallel clamps max_parallel_trials to the operator's cap
+// (MaxParallelTrials, read once per run as a side effect, so a replay
+// uses the cap the run had), with a warning in the trials table and the
+// log. Runs recorded before trialCapChange are not capped.
+func (r *tuningRun) capParallel(ctx workflow.Context) error {
+	if workflow.GetVersion(ctx, trialCapChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	var limit int
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return MaxParallelTrials() }).Get(&limit); err != nil {
+		return err
+	}
+	if limit < 1 || r.t.MaxParallelTrials <= limit {
+		return nil
+	}
+	warning := fmt.Sprintf("tuning.max_parallel_trials %d is over this worker's cap of %d trials at once (worker --max-parallel-trials): %d run at once", r.t.MaxParallelTrials, limit, limit)
+	workflow.GetLogger(ctx).Warn("max_parallel_trials capped", "max_parallel_trials", r.t.MaxParallelTrials, "cap", limit)
+	r.t.MaxParallelTrials, r.rep.Parallel = limit, limit
+	if !slices.Contains(r.rep.Warnings, warning) {
+		r.rep.Warnings = append(r.rep.Warnings, warning)
+	}
+	return nil
+}
+
+// trialOptions are the child workflow options of trial n, the TrainingJob
+// ts. A trial never outlives its tuning job: ParentClosePolicy TERMINATE,
+// so terminating, or failing, the tuning job ends its running trials
+// (cancelling it cancels them first: WaitForCancellation). Not gated by
+// a version marker: the SDK's determinism check compares a
+// StartChildWorkflowExecution command with its recorded event by workflow
+// type alone (go.temporal.io/sdk v1.50.0, internal_task_handlers.go,
+// isCommandMatchEvent), so runs recorded without it replay, and the
+// trials they start from now on get it too.
+func (r *tuningRun) trialOptions(n int, ts jobspec.JobSpec) workflow.ChildWorkflowOptions {
+	return workflow.ChildWorkflowOptions{
+		WorkflowID:            ts.JobID,
+		WaitForCancellation:   true,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
+		StaticSummary:         fmt.Sprintf("trial %d of %s: %v", n, r.spec.JobID, r.trial(n).Params),
+	}
+}
+
 // continueAsNew ends this run, whose trials have all finished, handing
 // the trials table to the next.
 func (r *tuningRun) continueAsNew(ctx workflow.Context) error {
@@ -276,12 +319,7 @@ func (r *tuningRun) startTrial(ctx workflow.Context, n int, ts jobspec.JobSpec) 
 		ts.SharedData = &jobspec.SharedData{TuningJobID: r.spec.JobID, JobDir: d.JobDir, Result: *d.Result}
 	}
 	cctx, cancel := workflow.WithCancel(ctx)
-	cctx = workflow.WithChildOptions(cctx, workflow.ChildWorkflowOptions{
-		WorkflowID:            ts.JobID,
-		WaitForCancellation:   true,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		StaticSummary:         fmt.Sprintf("trial %d of %s: %v", n, r.spec.JobID, tr.Params),
-	})
+	cctx = workflow.WithChildOptions(cctx, r.trialOptions(n, ts))
 	r.cancels[n] = cancel
 	f := workflow.ExecuteChildWorkflow(cctx, TrainingJobName, ts)
 	r.sel.AddFuture(f, func(f workflow.Future) {

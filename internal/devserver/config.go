@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/server/common/cluster"
 	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/primitives"
 )
 
 const (
@@ -121,13 +122,16 @@ type servicePorts struct {
 	historyGRPC, historyMem int
 	matchingGRPC, matchMem  int
 	workerGRPC, workerMem   int
+	// internal frontend (authorization on only): the system worker's,
+	// behind internode mutual TLS.
+	internalGRPC, internalMem int
 }
 
 // reserveServicePorts reserves the seven loopback ports the services need
 // besides the frontend gRPC port, adding their listeners to ls. With low,
 // the ports are below 32768: the PostgreSQL schema stores membership ports
 // as SMALLINT, and Linux hands out ephemeral ports from 32768 up.
-func reserveServicePorts(frontendIP net.IP, low bool, ls *listeners) (servicePorts, error) {
+func reserveServicePorts(frontendIP net.IP, low, internal bool, ls *listeners) (servicePorts, error) {
 	var p servicePorts
 	reserve := reserve
 	if low {
@@ -139,7 +143,11 @@ func reserveServicePorts(frontendIP net.IP, low bool, ls *listeners) (servicePor
 	}
 	ls.add(l)
 	p.frontendMembership = e.port
-	for _, dst := range []*int{&p.historyGRPC, &p.historyMem, &p.matchingGRPC, &p.matchMem, &p.workerGRPC, &p.workerMem} {
+	dsts := []*int{&p.historyGRPC, &p.historyMem, &p.matchingGRPC, &p.matchMem, &p.workerGRPC, &p.workerMem}
+	if internal {
+		dsts = append(dsts, &p.internalGRPC, &p.internalMem)
+	}
+	for _, dst := range dsts {
 		e, l, err := reserve(endpoint{ip: net.ParseIP(loopback)})
 		if err != nil {
 			return p, fmt.Errorf("reserve loopback port: %w", err)
@@ -148,6 +156,23 @@ func reserveServicePorts(frontendIP net.IP, low bool, ls *listeners) (servicePor
 		*dst = e.port
 	}
 	return p, nil
+}
+
+// authorize turns cfg into an authorizing cluster's: an internal
+// frontend for the system worker, and internode mutual TLS so that only
+// this process's services reach their ports (Options.WorkerTokens).
+func authorize(cfg *config.Config, ports servicePorts) error {
+	tls, err := internodeTLS()
+	if err != nil {
+		return err
+	}
+	cfg.Global.TLS.Internode = tls
+	cfg.Services[string(primitives.InternalFrontendService)] = config.Service{RPC: config.RPC{
+		GRPCPort: ports.internalGRPC, MembershipPort: ports.internalMem, BindOnIP: loopback}}
+	// The system worker dials the internal frontend (found through
+	// membership), not the public one, which would refuse its polls.
+	cfg.PublicClient.HostPort = ""
+	return nil
 }
 
 // serverConfig returns the static configuration of a single-process cluster

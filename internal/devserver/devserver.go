@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,9 +21,11 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/server/common/authorization"
 	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/common/metrics"
+	"go.temporal.io/server/common/primitives"
 	"go.temporal.io/server/temporal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -82,6 +85,15 @@ type Options struct {
 	// which the server suggests that workflows continue as new (the
 	// server's default is 4 Ki events); tests lower it.
 	SuggestContinueAsNewEvents int
+	// WorkerTokens, if any, turn authorization on: only a caller that
+	// presents one of them as its bearer token (an API key) may poll task
+	// queues, answer workflow, activity, query or Nexus tasks (the …ById
+	// forms included) or call admin and operator APIs other than reads;
+	// everyone else may start, signal, query, update, cancel, terminate,
+	// reset and read. The services' own ports (history, matching, worker,
+	// and an internal frontend the system worker uses) then take only
+	// mutual TLS with a certificate made in memory for this run.
+	WorkerTokens []string
 }
 
 // withDefaults returns o with defaults filled in, or an error naming the
@@ -130,6 +142,9 @@ type Server struct {
 	ui       *uiserver.Server
 	uiDone   chan struct{}
 	client   client.Client
+
+	tokens []string     // Options.WorkerTokens
+	ports  servicePorts // the services' own ports
 
 	stopOnce sync.Once
 	stopErr  error
@@ -195,7 +210,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		defer func() { _ = uiListener.Close() }()
 		s.uiURL = "http://" + ui.dial()
 	}
-	ports, err := reserveServicePorts(frontend.ip, opts.Database != "", &reserved)
+	ports, err := reserveServicePorts(frontend.ip, opts.Database != "", len(opts.WorkerTokens) > 0, &reserved)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +235,15 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if err := reserved.closeAll(); err != nil {
 		return nil, fmt.Errorf("release reserved ports: %w", err)
 	}
-	if err := s.startTemporal(serverConfig(st, frontend, ports)); err != nil {
+	s.ports = ports
+	cfg := serverConfig(st, frontend, ports)
+	if len(opts.WorkerTokens) > 0 {
+		if err := authorize(cfg, ports); err != nil {
+			return nil, fmt.Errorf("authorization: %w", err)
+		}
+		s.tokens = opts.WorkerTokens
+	}
+	if err := s.startTemporal(cfg); err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
 	}
 	if opts.UIAddr != "" {
@@ -259,14 +282,22 @@ func (s *Server) startTemporal(cfg *config.Config) error {
 	if n := s.suggestCAN; n > 0 {
 		dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = n
 	}
+	opts := []temporal.ServerOption{
+		temporal.WithConfig(cfg),
+		temporal.ForServices(temporal.DefaultServices),
+		temporal.WithLogger(s.tlog),
+		temporal.WithDynamicConfigClient(dc),
+		temporal.WithCustomMetricsHandler(metrics.NoopMetricsHandler),
+	}
+	if len(s.tokens) > 0 {
+		mapper := tokenMapper{tokens: s.tokens}
+		opts = append(opts,
+			temporal.ForServices(append(slices.Clone(temporal.DefaultServices), string(primitives.InternalFrontendService))),
+			temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return mapper }),
+			temporal.WithAuthorizer(roleAuthorizer{}))
+	}
 	err := callRecover(func() error {
-		srv, err := temporal.NewServer(
-			temporal.WithConfig(cfg),
-			temporal.ForServices(temporal.DefaultServices),
-			temporal.WithLogger(s.tlog),
-			temporal.WithDynamicConfigClient(dc),
-			temporal.WithCustomMetricsHandler(metrics.NoopMetricsHandler),
-		)
+		srv, err := temporal.NewServer(opts...)
 		if err != nil {
 			return err
 		}
@@ -288,11 +319,15 @@ func (s *Server) frontendReady(ctx context.Context) error {
 		if err := checkHealth(ctx, s.frontendAddr); err != nil {
 			return err
 		}
-		c, err := client.DialContext(ctx, client.Options{
+		o := client.Options{
 			HostPort:  s.frontendAddr,
 			Namespace: s.namespace,
 			Logger:    sdklog.NewStructuredLogger(slog.New(minLevelHandler{h: s.logger.Handler(), min: slog.LevelWarn})),
-		})
+		}
+		if len(s.tokens) > 0 { // search attributes are the operator's
+			o.Credentials, o.ConnectionOptions.TLSDisabled = client.NewAPIKeyStaticCredentials(s.tokens[0]), true
+		}
+		c, err := client.DialContext(ctx, o)
 		if err != nil {
 			return fmt.Errorf("dial %s: %w", s.frontendAddr, err)
 		}

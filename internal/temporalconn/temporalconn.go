@@ -170,6 +170,8 @@ func (f *Flags) Options(logger sdklog.Logger) (client.Options, error) {
 	o.ConnectionOptions.TLS = cfg
 	if f.APIKey != "" {
 		o.Credentials = client.NewAPIKeyStaticCredentials(f.APIKey)
+		// The SDK turns TLS on with an API key unless told not to.
+		o.ConnectionOptions.TLSDisabled = cfg == nil
 	}
 	return o, nil
 }

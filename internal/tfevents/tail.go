@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/trainflow/trainflow/internal/safefile"
 )
 
 // Limits of a Tail: what a directory written by a program (untrusted) can
@@ -32,7 +34,7 @@ const (
 // event files and those of its subdirectories one level down (a "run"
 // each, as Keras writes train/ and validation/): a scalar of run r has
 // the tag "r/<tag>". Only regular files whose names hold "tfevents" are
-// read, never through a symbolic link.
+// read, never through a symbolic link (package safefile opens them).
 //
 // The files are untrusted: a record is decoded only once it is whole
 // (a record cut off at the end of a file is read by a later Read, when
@@ -124,11 +126,16 @@ func (t *Tail) list() ([]string, error) {
 // readFile reads the whole records of one file from where the last read
 // stopped.
 func (t *Tail) readFile(name string, tf *tailFile, f func(Scalar)) error {
-	fh, err := os.OpenFile(filepath.Join(t.dir, filepath.FromSlash(name)), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	// No link is followed, the run directory included (it could have been
+	// swapped for one since list).
+	fh, _, err := safefile.Open(t.dir, name)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			delete(t.files, name)
 			return nil
+		}
+		if errors.Is(err, safefile.ErrRefused) {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		return err
 	}
@@ -136,9 +143,6 @@ func (t *Tail) readFile(name string, tf *tailFile, f func(Scalar)) error {
 	st, err := fh.Stat()
 	if err != nil {
 		return err
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%w: not a regular file", ErrCorrupt)
 	}
 	ino := uint64(0)
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {

@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
+	"path/filepath"
 	"strconv"
-	"syscall"
+
+	"github.com/trainflow/trainflow/internal/safefile"
 )
 
 // DefaultMetricTag is cloudml-hypertune's tag when the program names none.
@@ -67,28 +68,26 @@ func ReadMetrics(r io.Reader) ([]Metric, error) {
 const MaxMetricsFile = 16 << 20
 
 // ReadMetricsFile reads the metrics file at path; a missing file has no
-// metrics. The program wrote it (untrusted): it must be a regular file,
-// not a link (an error otherwise), and of a file over MaxMetricsFile only
-// the whole lines of its last MaxMetricsFile bytes are read.
+// metrics. The program wrote it (untrusted): it is opened by
+// safefile.Open, so it must be a regular file of its own, not a link,
+// pipe or device (an error wrapping ErrMetrics otherwise), and of a file
+// over MaxMetricsFile only the whole lines of its last MaxMetricsFile
+// bytes are read.
 func ReadMetricsFile(path string) ([]Metric, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, size, err := safefile.Open(filepath.Dir(path), filepath.Base(path))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
+	}
+	if errors.Is(err, safefile.ErrRefused) {
+		return nil, fmt.Errorf("%w: metrics file %w", ErrMetrics, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("metrics file: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: metrics file %s is not a regular file", ErrMetrics, path)
-	}
-	r := io.Reader(io.LimitReader(f, st.Size()))
-	if st.Size() > MaxMetricsFile {
-		br := bufio.NewReader(io.NewSectionReader(f, st.Size()-MaxMetricsFile, MaxMetricsFile))
+	r := io.Reader(io.LimitReader(f, size))
+	if size > MaxMetricsFile {
+		br := bufio.NewReader(io.NewSectionReader(f, size-MaxMetricsFile, MaxMetricsFile))
 		for { // skip the cut line the tail starts in
 			_, err := br.ReadSlice('\n')
 			if err == nil {

@@ -36,11 +36,13 @@ type Installed struct {
 // network index, no pip configuration of the host). Both run inside sb
 // (setup.py is the user's code), with work as the only writable directory,
 // and together within cfg.InstallTimeout. work must be empty or not exist;
-// the worker keeps one per job (or replica).
+// the worker keeps one per job (or replica). Pass sb.ForJob(jobID): both
+// run in the job's cgroup and count against its budgets (cgroup.go).
 //
 // A refused archive wraps ErrPackage; pip's failure wraps ErrInstall and
 // carries pip's ERROR lines (e.g. "No matching distribution found for X"),
-// at most MaxInstallOutput bytes; a timeout wraps
+// at most MaxInstallOutput bytes; the job's budget exceeded (memory,
+// processes, disk) wraps ErrBudget and ErrInstall; a timeout wraps
 // context.DeadlineExceeded.
 func Install(ctx context.Context, cfg PackageConfig, sb *Sandbox, archive io.Reader, work string) (Installed, error) {
 	cfg = cfg.WithDefaults()
@@ -70,7 +72,10 @@ func Install(ctx context.Context, cfg PackageConfig, sb *Sandbox, archive io.Rea
 		"PIP_CONFIG_FILE=/dev/null", "PIP_NO_INPUT=1", "PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1",
 	}
 	run := func(argv ...string) (string, error) {
-		p, err := sb.Command(ctx, SandboxCommand{Argv: argv, Env: env, Dir: work, Writable: []string{work}, StopGrace: 2 * time.Second})
+		// Its own context: the job's cgroup is held for this run alone.
+		rctx, rcancel := context.WithCancel(ctx)
+		defer rcancel()
+		p, err := sb.Command(rctx, SandboxCommand{Argv: argv, Env: env, Dir: work, Writable: []string{work}, StopGrace: 2 * time.Second})
 		if err != nil {
 			return "", err
 		}
@@ -78,6 +83,9 @@ func Install(ctx context.Context, cfg PackageConfig, sb *Sandbox, archive io.Rea
 		out.max = MaxInstallOutput
 		p.Stdout, p.Stderr = &out, &out
 		err = p.Run()
+		if berr := sb.Exceeded(p); err != nil && berr != nil {
+			return out.String(), berr // over the job's budget (cgroup.go)
+		}
 		if ctx.Err() != nil {
 			err = fmt.Errorf("app: install: %w after %s", ctx.Err(), cfg.InstallTimeout)
 			if msg := pipErrors(out.String()); msg != "" {
@@ -88,6 +96,9 @@ func Install(ctx context.Context, cfg PackageConfig, sb *Sandbox, archive io.Rea
 		return out.String(), err
 	}
 	if out, err := run(cfg.Python, "-m", "venv", "--system-site-packages", "--without-pip", in.Venv); err != nil {
+		if errors.Is(err, ErrBudget) { // the job's, as pip's would be: permanent
+			return in, fmt.Errorf("%w: make virtual environment: %w", ErrInstall, err)
+		}
 		return in, fmt.Errorf("app: make virtual environment: %w: %s", err, pipErrors(out))
 	}
 	out, err := run(in.Python, "-m", "pip", "install", "--no-index", "--no-build-isolation",

@@ -45,6 +45,11 @@ type Command struct {
 	// program inside it); SIGKILL after the grace period still goes to
 	// the whole group.
 	Terminate func(pid int) error
+	// Ended, if set, is called once with how the program ended (or
+	// failed to start) and returns it as the Process reports it: a
+	// sandbox names the job budget that killed it (ErrBudget) and lets go
+	// of the job's cgroup.
+	Ended func(Exit) Exit
 }
 
 // Wrapper rewrites a Command to run it elsewhere, e.g. in a sandbox: the
@@ -91,8 +96,11 @@ func (e Exit) Success() bool { return e.Err == nil && e.Signal == "" && e.Code =
 // Retryable reports whether the replica should be restarted (the rule of
 // the package documentation): killed by a signal (or 128+SIGKILL/SIGTERM
 // as a shell reports it), or ExitTempFail. Any other nonzero code is the
-// user's error.
+// user's error, and so is a job over its budget (ErrBudget).
 func (e Exit) Retryable() bool {
+	if errors.Is(e.Err, ErrBudget) {
+		return false // over the job's budget: so would a restart be
+	}
 	if e.Err != nil || e.Signal != "" {
 		return true
 	}
@@ -127,11 +135,11 @@ func Start(c Command) (*Process, error) {
 		c.LogBytes = DefaultLogBytes
 	}
 	if err := os.MkdirAll(filepath.Dir(c.Log), 0o755); err != nil {
-		return nil, fmt.Errorf("app: log: %w", err)
+		return nil, notStarted(c, fmt.Errorf("app: log: %w", err))
 	}
 	f, err := os.OpenFile(c.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("app: log: %w", err)
+		return nil, notStarted(c, fmt.Errorf("app: log: %w", err))
 	}
 	st, _ := f.Stat()
 	l := &cappedLog{f: f, left: c.LogBytes - st.Size()}
@@ -161,13 +169,25 @@ func Start(c Command) (*Process, error) {
 		p.mu.Lock()
 		p.exit.Stopped = p.stopped
 		p.mu.Unlock()
+		if c.Ended != nil {
+			p.exit = c.Ended(p.exit)
+		}
 		close(p.done)
 	}()
 	if err := <-started; err != nil {
 		f.Close()
-		return nil, fmt.Errorf("app: start %s: %w", c.Argv[0], err)
+		return nil, notStarted(c, fmt.Errorf("app: start %s: %w", c.Argv[0], err))
 	}
 	return p, nil
+}
+
+// notStarted is Start's error err for c, which did not start: c.Ended is
+// told so.
+func notStarted(c Command, err error) error {
+	if c.Ended != nil {
+		c.Ended(Exit{Code: -1, Err: err})
+	}
+	return err
 }
 
 func exitOf(cmd *exec.Cmd, err error) Exit {

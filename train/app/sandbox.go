@@ -39,9 +39,12 @@ type SandboxConfig struct {
 	CPUSeconds uint64 `json:"cpu_seconds,omitempty"`
 	// MemoryBytes is RLIMIT_AS of each process: its virtual address space,
 	// in bytes (default 8 GiB). `import torch` alone needs about 1 GiB.
+	// It is also the memory of a job's processes on a worker together
+	// (its cgroup, cgroup.go).
 	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
 	// Processes is RLIMIT_NPROC: processes and threads of the sandbox's
-	// user, counted inside this sandbox's user namespace (default 512).
+	// user, counted inside this sandbox's user namespace (default 512);
+	// also those of a job's sandboxes on a worker together (pids.max).
 	Processes uint64 `json:"processes,omitempty"`
 	// OpenFiles is RLIMIT_NOFILE of each process (default 4096).
 	OpenFiles uint64 `json:"open_files,omitempty"`
@@ -51,6 +54,11 @@ type SandboxConfig struct {
 	// TmpBytes is the size of the sandbox's own /tmp and, apart, of its
 	// /dev/shm: each a tmpfs in memory (default 256 MiB).
 	TmpBytes uint64 `json:"tmp_bytes,omitempty"`
+	// DiskBytes is a job's disk quota on this worker: the blocks of its
+	// writable directories, all its commands together (default 16 GiB;
+	// cgroup.go). MemoryBytes and Processes are also each job's total
+	// there (its cgroup), besides each process's and sandbox's limits.
+	DiskBytes uint64 `json:"disk_bytes,omitempty"`
 	// ReadOnly lists further host paths every sandbox sees read-only at
 	// the same path (absolute; e.g. a data set directory).
 	ReadOnly []string `json:"read_only,omitempty"`
@@ -93,6 +101,7 @@ func (c SandboxConfig) WithDefaults() SandboxConfig {
 	set(&c.OpenFiles, DefaultOpenFiles)
 	set(&c.FileBytes, DefaultFileBytes)
 	set(&c.TmpBytes, DefaultTmpBytes)
+	set(&c.DiskBytes, DefaultDiskBytes)
 	return c
 }
 
@@ -119,6 +128,9 @@ func (c SandboxConfig) Validate() error {
 	if c.TmpBytes < 1<<20 {
 		return fmt.Errorf("app: sandbox.tmp_bytes %d: want at least 1 MiB", c.TmpBytes)
 	}
+	if c.DiskBytes < 1<<20 {
+		return fmt.Errorf("app: sandbox.disk_bytes %d: want at least 1 MiB", c.DiskBytes)
+	}
 	for _, p := range c.ReadOnly {
 		if err := sandboxPath(p); err != nil {
 			return fmt.Errorf("app: sandbox.read_only: %w", err)
@@ -142,7 +154,9 @@ func sandboxPath(p string) error {
 type Sandbox struct {
 	cfg        SandboxConfig
 	uid, gid   int
-	switchUser bool // the worker is root: bwrap runs as uid:gid
+	switchUser bool     // the worker is root: bwrap runs as uid:gid
+	budgets    *cgroups // the jobs' cgroups (cgroup.go)
+	job        string   // ForJob's
 }
 
 // ErrNoSandbox marks a machine where the sandbox cannot run (bwrap or
@@ -185,6 +199,10 @@ func NewSandbox(ctx context.Context, cfg SandboxConfig) (*Sandbox, error) {
 			return nil, fmt.Errorf("%w: %s is not an executable file (Debian: apt-get install bubblewrap util-linux)", ErrNoSandbox, b)
 		}
 	}
+	var err error
+	if s.budgets, err = newCgroups(cfg); err != nil { // per-job budgets (cgroup.go)
+		return nil, fmt.Errorf("%w: job budgets: %w", ErrNoSandbox, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, sandboxProbeTimeout)
 	defer cancel()
 	p, err := s.Command(ctx, SandboxCommand{Argv: []string{"/usr/bin/true"}, Dir: "/", StopGrace: time.Second})
@@ -195,6 +213,11 @@ func NewSandbox(ctx context.Context, cfg SandboxConfig) (*Sandbox, error) {
 	p.Stdout, p.Stderr = &out, &out
 	if err := p.Run(); err != nil {
 		return nil, fmt.Errorf("%w: %s does not run here: %w: %s", ErrNoSandbox, cfg.Bwrap, err, capText(out.Bytes(), 2048))
+	}
+	if s.switchUser { // a root worker runs sandboxed jobs in networks of their own (netns.go)
+		if err := s.probeNetworks(ctx); err != nil {
+			return nil, fmt.Errorf("%w: per-job network: %w", ErrNoSandbox, err)
+		}
 	}
 	return s, nil
 }
@@ -227,6 +250,15 @@ type SandboxCommand struct {
 	// StopGrace is how long the program has between SIGTERM and SIGKILL
 	// once the command's context ends (default DefaultStopGrace).
 	StopGrace time.Duration
+	// Network is the job's network to run in (netns.go: nsenter --net
+	// before everything below). Nil: a network of its own with only a
+	// loopback (bwrap --unshare-net), reaching nothing.
+	Network *Network
+	// Job is the job ID (workflow ID) whose cgroup and budgets the
+	// command shares (cgroup.go); "" : the Sandbox's (ForJob), else a
+	// cgroup of its own.
+	Job   string
+	lease *budgetLease // Command's and Wrap's hold on the job's cgroup
 }
 
 // sandboxSystem are the host directories of the system, visible read-only
@@ -248,10 +280,12 @@ var sandboxEtc = []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.
 // variables travel as bwrap's environment, never on its command line), in
 // a process group of its own:
 //
+//	[nsenter --net=PIN --]                                    (c.Network)
+//	/bin/sh -c 'echo $$ >…; exec "$@"' …  (joins the job's cgroup: cgroup.go)
 //	[setpriv --reuid=UID --regid=GID --clear-groups --inh-caps=-all
 //	 --bounding-set=-all --no-new-privs --pdeathsig=KILL --]   (root worker)
 //	bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc
-//	      --unshare-uts --unshare-cgroup-try --die-with-parent --new-session
+//	      --unshare-uts --unshare-cgroup-try [--unshare-net] --die-with-parent --new-session
 //	      --cap-drop ALL  <system read-only> --dev /dev --tmpfs /dev/shm
 //	      --remount-ro /dev --proc /proc --tmpfs /tmp
 //	      <writable binds> <read-only binds> --remount-ro /
@@ -259,7 +293,8 @@ var sandboxEtc = []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.
 //	prlimit --cpu= --as= --nproc= --nofile= --fsize= --core=0 -- ARGV…
 //
 // that is: bwrap as the sandbox's user (User) with new user, PID, IPC,
-// UTS (and cgroup) namespaces and the host's network; a read-only root of
+// UTS (and cgroup) namespaces, in the job's network (c.Network) or one of
+// its own that reaches nothing; a read-only root of
 // its own with the system (sandboxSystem, sandboxEtc), a fresh read-only
 // /dev, fresh /proc, /tmp and /dev/shm (tmpfs of TmpBytes each), the
 // configured and c's read-only paths and c's writable
@@ -293,6 +328,9 @@ func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 	args := []string{
 		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL",
+	}
+	if c.Network == nil {
+		args = append(args, "--unshare-net")
 	}
 	for _, p := range sandboxSystem {
 		st, err := os.Lstat(p)
@@ -388,6 +426,15 @@ func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 			"--reuid=" + strconv.Itoa(s.uid), "--regid=" + strconv.Itoa(s.gid), "--clear-groups",
 			"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--pdeathsig=KILL", "--"}, args...)
 	}
+	// Join the job's cgroup before anything forks (cgroup.go): nsenter
+	// runs in place, so it may come first.
+	args, err := s.withBudget(c, args)
+	if err != nil {
+		return nil, err
+	}
+	if c.Network != nil {
+		args = c.Network.Enter(args)
+	}
 	return args, nil
 }
 
@@ -396,11 +443,21 @@ func (s *Sandbox) Argv(c SandboxCommand) ([]string, error) {
 // directory, Writable and ReadOnly paths; the Command returned starts
 // bwrap from / and its Terminate sends SIGTERM to the program inside
 // (SignalSandbox), not to bwrap, which would end everything at once.
-func (s *Sandbox) Wrap(c Command) (Command, error) {
-	argv, err := s.Argv(SandboxCommand{Argv: c.Argv, Env: c.Env, Dir: c.Dir, Writable: c.Writable, ReadOnly: c.ReadOnly})
-	if err != nil {
+func (s *Sandbox) Wrap(c Command) (Command, error) { return s.WrapOn(nil, c) }
+
+// WrapOn is Wrap in network n (SandboxCommand.Network; nil: one of its
+// own); OnNetwork(s, n) is s wrapping this way.
+func (s *Sandbox) WrapOn(n *Network, c Command) (Command, error) {
+	sc := SandboxCommand{Argv: c.Argv, Env: c.Env, Dir: c.Dir, Writable: c.Writable, ReadOnly: c.ReadOnly, Network: n, Job: jobOfEnv(c.Env)}
+	if err := s.leaseFor(&sc); err != nil { // the job's cgroup until Ended (cgroup.go)
 		return c, err
 	}
+	argv, err := s.Argv(sc)
+	if err != nil {
+		sc.lease.release()
+		return c, err
+	}
+	c.Ended = budgetEnded(sc.lease, c.Ended)
 	c.Argv, c.Dir = argv, "/"
 	c.Env = append([]string{}, c.Env...)
 	c.Terminate = func(pid int) error {
@@ -422,8 +479,12 @@ func (s *Sandbox) Wrap(c Command) (Command, error) {
 // sandbox (SignalSandbox). Set its Stdin, Stdout and Stderr as needed;
 // leave Env, SysProcAttr, Cancel and WaitDelay alone.
 func (s *Sandbox) Command(ctx context.Context, c SandboxCommand) (*exec.Cmd, error) {
+	if err := s.leaseFor(&c); err != nil { // the job's cgroup until ctx ends (cgroup.go)
+		return nil, err
+	}
 	args, err := s.Argv(c)
 	if err != nil {
+		c.lease.release()
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
@@ -438,6 +499,7 @@ func (s *Sandbox) Command(ctx context.Context, c SandboxCommand) (*exec.Cmd, err
 	// The last resort, should the stop above fail: os/exec kills the
 	// outer bwrap, and the kernel the rest (--die-with-parent).
 	cmd.WaitDelay = grace + 5*time.Second
+	s.budgets.holdUntil(ctx, cmd, c.lease, cmd.WaitDelay) // the job's cgroup (cgroup.go)
 	return cmd, nil
 }
 
