@@ -80,7 +80,7 @@ func (a *Activities) packagesAllowed() error {
 // packageApplication is the application of a package job: `python -m
 // module` of the package installed (app.Install) into work, a replica's
 // own directory, in the sandbox.
-func (a *Activities) packageApplication(ctx context.Context, replica string, s jobspec.ApplicationSpec, work string) (app.Application, error) {
+func (a *Activities) packageApplication(ctx context.Context, jobID, replica string, s jobspec.ApplicationSpec, work string) (app.Application, error) {
 	if err := a.checkPackage(&s); err != nil {
 		return app.Application{}, err
 	}
@@ -92,7 +92,8 @@ func (a *Activities) packageApplication(ctx context.Context, replica string, s j
 	if err := os.MkdirAll(filepath.Dir(work), 0o755); err != nil {
 		return app.Application{}, err
 	}
-	in, err := app.Install(ctx, a.Packages, a.Sandbox, bytes.NewReader(s.Package), work)
+	// The install counts against the job's budgets with its replicas.
+	in, err := app.Install(ctx, a.Packages, a.Sandbox.ForJob(jobID), bytes.NewReader(s.Package), work)
 	switch {
 	case errors.Is(err, app.ErrInstall) || errors.Is(err, app.ErrPackage):
 		return app.Application{}, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: application.package: %w", replica, err))
@@ -199,7 +200,7 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 			}
 		}
 		work := filepath.Join(root, filepath.FromSlash(jobdir.AppPackageWork(task.Name())))
-		if ap, err = a.packageApplication(ctx, task.Name(), s, work); err != nil {
+		if ap, err = a.packageApplication(ctx, in.JobID, task.Name(), s, work); err != nil {
 			return res, err // already naming the replica: wrapping would hide a non-retryable error's type
 		}
 		r.Job.Application, r.Job.PythonModule = "", in.Application.Module

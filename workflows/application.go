@@ -364,6 +364,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 		trial = jobspec.TrialNumber(spec.JobID, parent.ID)
 	}
 	stalls := 0
+	lastDeath := "" // the replica whose worker died in the last generation
 	for gen := int64(1); ; gen++ {
 		s.cluster = AppCluster{Gen: gen, Replicas: AppReplicas(spec.Cluster)}
 		chief, lost, err := runGeneration(ctx, spec, prep, owner, s.cluster, hb, trial)
@@ -397,6 +398,15 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("application %s: %d generations in a row stalled, the last: %v", spec.Application.Label(), stalls+1, lost), ErrTypeStalled, lost)
 		case gen >= MaxAppGenerations:
 			return res, fmt.Errorf("application %s: %d generations lost a replica, the last: %w", spec.Application.Label(), gen, lost)
+		}
+		if death := workerDeath(lost); death != "" && workflow.GetVersion(ctx, appSameDeathChange, workflow.DefaultVersion, 1) >= 1 {
+			if death == lastDeath {
+				return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("application %s: the worker running %s died in two generations in a row (the last: %v); "+
+					"not run again: what the replica does, or reads, may be what kills its worker", spec.Application.Label(), death, lost), ErrTypeWorkerDied, lost)
+			}
+			lastDeath = death
+		} else {
+			lastDeath = ""
 		}
 		if isStalled(lost) {
 			stalls++
@@ -452,7 +462,7 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 			case temporal.IsCanceledError(e):
 			case isLost(e):
 				if lost == nil {
-					lost = fmt.Errorf("%s: %w", name, e)
+					lost = &lostReplica{name: name, err: e}
 				}
 				cancel()
 			default:
@@ -489,6 +499,38 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 		return chief, nil, failed
 	}
 	return chief, nil, fmt.Errorf("application %s: generation %d ended without the chief", spec.Application.Label(), cl.Gen)
+}
+
+// appSameDeathChange marks the rule that the same replica's worker dying
+// in two generations in a row fails the job (runs recorded before it
+// restarted up to MaxAppGenerations).
+const appSameDeathChange = "app-same-death"
+
+// ErrTypeWorkerDied is the failure of an application job whose replica's
+// worker died (its heartbeat or start-to-close timed out) in two
+// generations in a row: a package that kills the worker that reads its
+// files (issue #49) is not run again to kill the next one.
+const ErrTypeWorkerDied = "ReplicaWorkerDied"
+
+// lostReplica is the loss of a generation to one replica's failure.
+type lostReplica struct {
+	name string
+	err  error
+}
+
+func (l *lostReplica) Error() string { return l.name + ": " + l.err.Error() }
+func (l *lostReplica) Unwrap() error { return l.err }
+
+// workerDeath returns the replica whose worker died (its activity timed
+// out: no heartbeat, or past its start-to-close) when that lost the
+// generation; "" for any other loss.
+func workerDeath(lost error) string {
+	var l *lostReplica
+	var te *temporal.TimeoutError
+	if errors.As(lost, &l) && errors.As(lost, &te) {
+		return l.name
+	}
+	return ""
 }
 
 // isStalled reports whether a generation was lost to a stalled replica.

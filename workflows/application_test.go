@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/jobspec"
@@ -56,6 +57,25 @@ func TestApplicationGenerations(t *testing.T) {
 		{"always lost: the job fails after MaxAppGenerations", func(in ReplicaInput) (ReplicaResult, error) {
 			return ReplicaResult{}, lost
 		}, "generations lost a replica", MaxAppGenerations},
+		// The chief's worker dies (no heartbeat) twice in a row, as a worker
+		// reading a package's /dev/zero did: not run a third time.
+		{"the same worker death twice fails the job", func(in ReplicaInput) (ReplicaResult, error) {
+			if in.Type == ReplicaChief {
+				return ReplicaResult{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+			}
+			return ReplicaResult{}, peerDied
+		}, "the worker running chief-0 died in two generations in a row", 2},
+		// Two different replicas' workers die in turn: kills of a worker
+		// process, restarted each time.
+		{"different worker deaths restart", func(in ReplicaInput) (ReplicaResult, error) {
+			switch {
+			case in.Gen == 1 && in.Type == ReplicaChief, in.Gen == 2 && in.Type == ReplicaWorker:
+				return ReplicaResult{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+			case in.Gen < 3:
+				return ReplicaResult{}, peerDied
+			}
+			return ReplicaResult{Type: in.Type, Step: 20, ModelDir: "/jobs/a/model", Metrics: map[string]float64{"accuracy": 0.8}}, nil
+		}, "", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newEnv(t, "a")
