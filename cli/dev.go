@@ -67,6 +67,8 @@ func runDev(ctx context.Context, types *train.Registry, args []string, stdout, s
 		return err
 	}
 	defer st.Stop()
+	// The other commands of this user find this stack's home (defaultHome).
+	defer recordStack(*home)()
 	ns := st.Temporal.Namespace()
 	fmt.Fprintf(stdout, "trainflow dev is up (home %s)\n", *home)
 	if u := st.Temporal.UIURL(); u != "" {

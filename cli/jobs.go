@@ -76,6 +76,10 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if len(args) >= 2 && args[1] == "prediction" {
 			return runSubmitPrediction(ctx, args[2:], stdout, stderr)
 		}
+		if len(args) >= 2 && (args[1] == "-h" || args[1] == "--help") {
+			fmt.Fprint(stdout, jobsUsage)
+			return nil
+		}
 		if len(args) < 2 || args[1] != "training" {
 			return usageError{errors.New("want: jobs submit training|prediction JOB_ID")}
 		}
@@ -204,11 +208,17 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer j.client.Close()
-	if err := jobs.Cancel(ctx, j.client, j.id); err != nil {
-		return err
+	c, err := jobs.Cancel(ctx, j.client, j.conn.Namespace, j.id)
+	if j.conn.output == "json" && (err == nil || errors.Is(err, jobs.ErrEnded)) {
+		// The answer, cancelled or not (cancel_requested), and the
+		// error on stderr with its exit code.
+		if werr := writeJSON(stdout, c); werr != nil {
+			return werr
+		}
+	} else if err == nil {
+		fmt.Fprintf(stdout, "cancel requested for job %s (run %s)\n", j.id, c.RunID)
 	}
-	fmt.Fprintf(stdout, "cancel requested for job %s\n", j.id)
-	return nil
+	return err
 }
 
 func runStreamLogs(ctx context.Context, args []string, stdout, stderr io.Writer) error {

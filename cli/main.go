@@ -196,14 +196,6 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-// defaultHome is $TRAINFLOW_HOME, else ./.trainflow.
-func defaultHome() string {
-	if h := os.Getenv("TRAINFLOW_HOME"); h != "" {
-		return h
-	}
-	return ".trainflow"
-}
-
 // parseFlags parses flags placed anywhere among the positional arguments
 // (`jobs describe JOB_ID --output json`, as gcloud takes them); fs.Args()
 // then holds the positional ones. "--" ends flag parsing.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
@@ -61,6 +62,9 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return configPackage(uri, module)
 		}
 		if spec, warnings, err = jobs.LoadSpecPackages(b, load); err != nil {
+			if piped(*config) { // <(…) or -: its name says nothing
+				return usageError{err}
+			}
 			return usageError{fmt.Errorf("%s: %w", *config, err)}
 		}
 		for _, w := range warnings {
@@ -117,6 +121,12 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	// names and note, the artifact's location) are cleaned.
 	fmt.Fprintln(stdout, jobs.Clean(succeededLine(&res)))
 	return nil
+}
+
+// piped reports whether a --config path is a pipe's (a shell's <(…),
+// /dev/stdin), whose name tells a reader nothing about the spec at fault.
+func piped(path string) bool {
+	return strings.HasPrefix(path, "/dev/fd/") || strings.HasPrefix(path, "/proc/self/fd/") || path == "/dev/stdin"
 }
 
 // succeededLine is the line `jobs submit --wait` ends a succeeded job

@@ -180,18 +180,31 @@ type jobBody struct {
 	UILink                                string
 	Progress                              *workflows.Progress
 	Result                                *workflows.JobResult
-	Error                                 string
-	Pending                               []pending
-	JobDir                                string
-	DirError                              string
-	Data                                  *jobData
-	Charts                                []*chart
-	Roles                                 []role
-	Events                                []eventRow
-	EventsHidden                          int
-	BadReasons                            []badReason
+	// Outcome is what Result left (jobs.OutcomeOf, as the CLI says it):
+	// nil while the job runs or when its result is unreadable.
+	Outcome *jobs.Outcome
+	// ModelServed reports whether this server serves a model named
+	// Model: only then does the page link to the model's page.
+	ModelServed  bool
+	Error        string
+	Pending      []pending
+	JobDir       string
+	DirError     string
+	Data         *jobData
+	Charts       []*chart
+	Roles        []role
+	Events       []eventRow
+	EventsHidden int
+	BadReasons   []badReason
 	// Tuning is a tuning job's trials (nil for a training job).
 	Tuning *workflows.TuningReport
+}
+
+// setResult sets the finished job's result and its outcome, as the
+// CLI tells it (jobs.OutcomeOf).
+func (b *jobBody) setResult(res *workflows.JobResult) {
+	o := jobs.OutcomeOf(res)
+	b.Result, b.Outcome = res, &o
 }
 
 // tuningChart draws a tuning job's objective per trial and the best so
@@ -305,8 +318,12 @@ func (c *Console) job(ec echo.Context) error {
 		if err := cl.GetWorkflow(ctx, id, b.RunID).Get(ctx, &res); err != nil {
 			b.Error = err.Error()
 		} else {
-			b.Result = &res
+			b.setResult(&res)
 		}
+	}
+	if b.Model != "" && c.opts.Registry != nil {
+		_, _, err := c.opts.Registry.Status(b.Model)
+		b.ModelServed = err == nil
 	}
 	if tuning {
 		if b.Progress != nil {

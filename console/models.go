@@ -63,6 +63,9 @@ type version struct {
 	// Blessed is the version's blessing verdict: "blessed", "not
 	// blessed", or "" without one.
 	Blessed string
+	// Why says why a version this server has not loaded is not
+	// (notLoadedWhy); its job, step and metrics are then unknown here.
+	Why string
 }
 
 type metric struct {
@@ -153,15 +156,22 @@ func (c *Console) modelBody(ctx context.Context, name string) (*modelBody, error
 	b := &modelBody{Name: name, Default: def, Try: def}
 	all := loaded
 	labels := map[int64][]string{}
+	var serve func(v int64) string
 	if r := c.opts.Repository; r != nil {
 		if vs, err := r.Versions(ctx, name); err == nil {
 			all = vs
 		}
-		if cfg, err := r.Config(ctx, name); err == nil {
+		cfg, err := r.Config(ctx, name)
+		if err == nil {
 			for l, v := range cfg.Labels {
 				labels[v] = append(labels[v], l)
 			}
 		}
+		repoDef, derr := r.Default(ctx, name)
+		if derr != nil {
+			repoDef = def
+		}
+		serve = func(v int64) string { return notLoadedWhy(cfg, err, all, repoDef, v) }
 	}
 	b.blessings = c.blessings(ctx, name, all)
 	if rt := c.opts.Registry.Routing(name); !rt.IsZero() {
@@ -192,10 +202,37 @@ func (c *Console) modelBody(ctx context.Context, name string) (*modelBody, error
 			m := sv.Bundle.Meta
 			ver.Loaded, ver.JobID, ver.Exporter, ver.Step, ver.Model = true, m.JobID, m.Exporter, m.Step, m.Model.Model
 			ver.Metrics = metrics(m.Metrics)
+		} else if serve != nil {
+			ver.Why = serve(v)
+		} else {
+			ver.Why = "not loaded by this server"
 		}
 		b.Versions = append(b.Versions, ver)
 	}
 	return b, nil
+}
+
+// notLoadedWhy says why version v of a model, one of the repository's
+// versions all (default def, config cfg, or cfgErr if the config did
+// not read), is not loaded: the servers load only the versions the
+// model's config serves (bundle.Config.Serve, as serving.Registry
+// does), so a version outside them is left out on purpose; one inside
+// them failed to load or is not loaded yet.
+func notLoadedWhy(cfg bundle.Config, cfgErr error, all []int64, def, v int64) string {
+	source := "the model's config.json"
+	if cfgErr != nil { // the registry serves the defaults then
+		cfg, source = bundle.Config{Latest: bundle.DefaultLatest}, "the defaults: the model's config.json does not read"
+	}
+	if cfg.Latest == 0 && len(cfg.Versions) == 0 {
+		cfg.Latest = bundle.DefaultLatest
+	}
+	if cfg.Serve(all, def)[v] {
+		return "not loaded: refused by this server or not loaded yet (its log says which)"
+	}
+	if len(cfg.Versions) > 0 {
+		return fmt.Sprintf("not served: servers load versions %v, the default (%d) and labelled ones (%s)", cfg.Versions, def, source)
+	}
+	return fmt.Sprintf("not served: servers load the newest %d versions, the default (%d) and labelled ones (%s)", cfg.Latest, def, source)
 }
 
 // metrics lists the non-zero metrics of an evaluation, and its examples.

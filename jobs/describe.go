@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,8 +32,11 @@ type Description struct {
 	End      *time.Time           `json:"end_time,omitempty"`
 	Progress *workflows.Progress  `json:"progress,omitempty"`
 	Result   *workflows.JobResult `json:"result,omitempty"`
-	Error    string               `json:"error,omitempty"`
-	Pending  []PendingActivity    `json:"pending_activities,omitempty"`
+	// Outcome is what Result left (OutcomeOf): whether a version was
+	// published, the metrics line, why nothing was published.
+	Outcome *Outcome          `json:"outcome,omitempty"`
+	Error   string            `json:"error,omitempty"`
+	Pending []PendingActivity `json:"pending_activities,omitempty"`
 	// Batch and BatchResult are a batch prediction job's progress and
 	// result (instead of Progress and Result).
 	Batch       *workflows.BatchPredictionProgress `json:"batch_progress,omitempty"`
@@ -88,6 +89,8 @@ func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Des
 		out.Error = FailureText(err)
 	} else {
 		out.Result = &res
+		o := OutcomeOf(&res)
+		out.Outcome = &o
 	}
 	return out, nil
 }
@@ -140,22 +143,8 @@ func (d *Description) WriteText(w io.Writer) {
 	if p := d.Progress; p != nil && p.Tuning != nil {
 		writeTrials(w, p.Tuning)
 	}
-	if r := d.Result; r != nil && r.Note != "" { // an application job (or its tuning): nothing published
-		if r.Tuning != nil {
-			writeTrials(w, r.Tuning)
-		}
-		var ms []string
-		for _, k := range slices.Sorted(maps.Keys(r.AppMetrics)) {
-			ms = append(ms, fmt.Sprintf("%s %.4f", k, r.AppMetrics[k]))
-		}
-		printf(w, "steps:    %d\nmetrics:  %s\nartifact: %s\nnote:     %s\n", r.GlobalStep, strings.Join(ms, ", "), r.Export, r.Note)
-	} else if r != nil && r.Tuning != nil {
-		writeTrials(w, r.Tuning)
-		printf(w, "export:   %s\nmodel:    %s version %d\n", r.Export, r.Model, r.Version)
-	} else if r != nil {
-		printf(w, "steps:    %d\nmetrics:  %s on %d examples\nexport:   %s\nmodel:    %s version %d\n",
-			r.GlobalStep, r.Metrics.Summary(), r.Metrics.Examples, r.Export, r.Model, r.Version)
-		writeBlessing(w, r)
+	if r := d.Result; r != nil {
+		d.writeResult(w, r)
 	}
 	writeBatch(w, d)
 	for _, p := range d.Pending {
@@ -168,6 +157,31 @@ func (d *Description) WriteText(w io.Writer) {
 	if d.Error != "" {
 		printf(w, "error:    %s\n", d.Error)
 	}
+}
+
+// writeResult writes a finished job's result: its trials (a tuning
+// job), steps and metrics line (none reported, for a job that reported
+// none; a tuning job's are in its trials), its artifact, and what it
+// published, from OutcomeOf as every surface shows it.
+func (d *Description) writeResult(w io.Writer, r *workflows.JobResult) {
+	o := OutcomeOf(r)
+	if d.Outcome != nil {
+		o = *d.Outcome
+	}
+	if r.Tuning != nil {
+		writeTrials(w, r.Tuning)
+	} else {
+		printf(w, "steps:    %d\nmetrics:  %s\n", r.GlobalStep, o.MetricsText())
+	}
+	if o.Published {
+		printf(w, "export:   %s\nmodel:    %s version %d\n", o.Artifact, o.Model, o.Version)
+		writeBlessing(w, r)
+		return
+	}
+	if o.Artifact != "" {
+		printf(w, "artifact: %s\n", o.Artifact)
+	}
+	printf(w, "model:    %s\n", o.PublishText())
 }
 
 // describeBatch fills out with a batch prediction job's progress (running)

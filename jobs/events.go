@@ -13,21 +13,69 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/trainflow/trainflow/internal/errmark"
 	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/workflows"
 )
 
-// Cancel asks job id's latest run to cancel.
-func Cancel(ctx context.Context, cl client.Client, id string) error {
-	err := cl.CancelWorkflow(ctx, id, "")
+// Cancellation is the answer of `jobs cancel`.
+type Cancellation struct {
+	JobID string `json:"job_id"`
+	RunID string `json:"run_id"`
+	// Requested reports whether a cancel was requested; false for a job
+	// that had already ended (Status, End).
+	Requested bool       `json:"cancel_requested"`
+	Status    string     `json:"status"`
+	End       *time.Time `json:"end_time,omitempty"`
+}
+
+// ErrEnded is wrapped by Cancel's error for a job that had already
+// ended: nothing was cancelled.
+var ErrEnded = errors.New("jobs: already ended")
+
+// Cancel asks job id's meaningful run (see MeaningfulRun) to cancel. A
+// job that has already ended is not cancelled: the error wraps ErrEnded
+// and says how it ended (an unknown job's wraps ErrNotFound).
+func Cancel(ctx context.Context, cl client.Client, namespace, id string) (Cancellation, error) {
+	run, err := MeaningfulRun(ctx, cl, namespace, id)
+	if err != nil {
+		return Cancellation{JobID: id}, err
+	}
+	c := Cancellation{JobID: id, RunID: run.GetExecution().GetRunId(), Status: StatusName(run.GetStatus())}
+	if !Pending(run.GetStatus()) {
+		if ct := run.GetCloseTime(); ct != nil {
+			t := ct.AsTime().UTC()
+			c.End = &t
+		}
+		return c, c.ended()
+	}
+	err = cl.CancelWorkflow(ctx, id, c.RunID)
 	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return notFound(fmt.Errorf("job %s not found or already finished", id))
+	if errors.As(err, &nf) { // it ended since
+		if again, derr := cl.DescribeWorkflowExecution(ctx, id, c.RunID); derr == nil {
+			c.Status = StatusName(again.GetWorkflowExecutionInfo().GetStatus())
+			if ct := again.GetWorkflowExecutionInfo().GetCloseTime(); ct != nil {
+				t := ct.AsTime().UTC()
+				c.End = &t
+			}
+			return c, c.ended()
+		}
+		return c, notFound(fmt.Errorf("job %s not found", id))
 	}
 	if err != nil {
-		return fmt.Errorf("cancel job %s: %w", id, err)
+		return c, fmt.Errorf("cancel job %s: %w", id, err)
 	}
-	return nil
+	c.Requested = true
+	return c, nil
+}
+
+// ended is the error of cancelling a job that ended as c says.
+func (c *Cancellation) ended() error {
+	how := "it ended " + c.Status
+	if c.End != nil {
+		how += " at " + c.End.Format(time.RFC3339)
+	}
+	return errmark.Mark(fmt.Errorf("job %s was not cancelled: %s", c.JobID, how), ErrEnded)
 }
 
 // StreamEvents calls fn with each event a user follows of job id's
@@ -73,12 +121,27 @@ type Event struct {
 type eventState struct {
 	jobID string
 	names map[int64]string // scheduled event ID → activity type
+	// started is the last attempt of each step that has one recorded,
+	// by scheduled event ID, until the step's end is shown.
+	started map[int64]string
 	// key is the run's report key (the ReportKey activity's result), which
 	// tells the trainers' checkpoint reports from forged ones.
 	key ed25519.PublicKey
 }
 
-// eventOf summarises the events a user follows; nil for the rest.
+// step names the step scheduled as event sched, with its last attempt
+// when one was recorded ("Train attempt 2 on host, started 10:04:05.000").
+func (st *eventState) step(sched int64) string {
+	name := st.names[sched]
+	if a, ok := st.started[sched]; ok {
+		delete(st.started, sched)
+		return name + " " + a
+	}
+	return name
+}
+
+// eventOf summarises the events a user follows, in the order of their
+// times; nil for the rest.
 func (st *eventState) eventOf(ev *historypb.HistoryEvent) *Event {
 	names := st.names
 	l := &Event{Time: ev.EventTime.AsTime().UTC()}
@@ -91,11 +154,19 @@ func (st *eventState) eventOf(ev *historypb.HistoryEvent) *Event {
 		names[ev.EventId] = a.ActivityType.GetName()
 		l.Event, l.Detail = "step scheduled", a.ActivityType.GetName()
 	case ev.GetActivityTaskStartedEventAttributes() != nil:
+		// Temporal records an attempt's start only when the attempt
+		// ends, with the time it started: shown on its own, the line
+		// would come after later ones (another step's failure, a
+		// checkpoint). The attempt is told on the line of its end.
 		a := ev.GetActivityTaskStartedEventAttributes()
-		l.Event, l.Detail = "step started", fmt.Sprintf("%s attempt %d on %s", names[a.ScheduledEventId], a.Attempt, a.Identity)
+		if st.started == nil {
+			st.started = map[int64]string{}
+		}
+		st.started[a.ScheduledEventId] = fmt.Sprintf("attempt %d on %s, started %s", a.Attempt, a.Identity, l.Time.Format("15:04:05.000"))
+		return nil
 	case ev.GetActivityTaskCompletedEventAttributes() != nil:
 		a := ev.GetActivityTaskCompletedEventAttributes()
-		l.Event, l.Detail = "step completed", names[a.ScheduledEventId]
+		l.Event, l.Detail = "step completed", st.step(a.ScheduledEventId)
 		res := resultsig.Unwrap(a.Result)
 		var k workflows.ReportKeyResult
 		if names[a.ScheduledEventId] == workflows.ReportKeyActivity && len(res.GetPayloads()) == 1 && dc.FromPayload(res.Payloads[0], &k) == nil {
@@ -107,10 +178,10 @@ func (st *eventState) eventOf(ev *historypb.HistoryEvent) *Event {
 		}
 	case ev.GetActivityTaskFailedEventAttributes() != nil:
 		a := ev.GetActivityTaskFailedEventAttributes()
-		l.Event, l.Detail = "step failed", fmt.Sprintf("%s: %s", names[a.ScheduledEventId], a.Failure.GetMessage())
+		l.Event, l.Detail = "step failed", fmt.Sprintf("%s: %s", st.step(a.ScheduledEventId), a.Failure.GetMessage())
 	case ev.GetActivityTaskTimedOutEventAttributes() != nil:
 		a := ev.GetActivityTaskTimedOutEventAttributes()
-		l.Event, l.Detail = "step timed out", fmt.Sprintf("%s: %s", names[a.ScheduledEventId], a.Failure.GetMessage())
+		l.Event, l.Detail = "step timed out", fmt.Sprintf("%s: %s", st.step(a.ScheduledEventId), a.Failure.GetMessage())
 	case ev.GetUpsertWorkflowSearchAttributesEventAttributes() != nil:
 		var phase string
 		if p, ok := ev.GetUpsertWorkflowSearchAttributesEventAttributes().SearchAttributes.GetIndexedFields()[workflows.SearchState.GetName()]; ok && dc.FromPayload(p, &phase) == nil {

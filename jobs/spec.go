@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -228,11 +227,12 @@ func fromHyperparameters(raw json.RawMessage) (*jobspec.TuningSpec, error) {
 		return nil, fmt.Errorf("trainingInput.hyperparameters: %w", err)
 	}
 	b, _ := json.Marshal(snakeKeys(v))
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
+	// The rules and messages of a job spec's (jobspec.DecodeStrict):
+	// the key's path, and a suggestion for a typo.
 	var t jobspec.TuningSpec
-	if err := dec.Decode(&t); err != nil {
-		return nil, fmt.Errorf("trainingInput.hyperparameters: %w", err)
+	if err := jobspec.DecodeStrict(b, &t); err != nil {
+		msg := strings.TrimPrefix(err.Error(), jobspec.ErrInvalid.Error()+": ")
+		return nil, fmt.Errorf("%w: trainingInput.hyperparameters.%s", jobspec.ErrInvalid, msg)
 	}
 	for i, p := range t.Params {
 		if path, ok := flagFields[strings.ReplaceAll(strings.TrimLeft(p.ParameterName, "-"), "_", "-")]; ok {

@@ -68,7 +68,7 @@ func TestLoadSpecFixtures(t *testing.T) {
 		"bad_args.yaml":                `--train-steps="many"`,
 		"bad_trainingInput_field.yaml": "trainingInput.scaleTeir: unknown field",
 		"bad_not_yaml.yaml":            "not YAML or JSON",
-		"bad_hptuning_param.yaml":      `trainingInput.hyperparameters: json: unknown field "max_vlaue"`,
+		"bad_hptuning_param.yaml":      `trainingInput.hyperparameters.params[0].max_vlaue: unknown field (did you mean max_value?)`,
 	}
 	for name, want := range bad {
 		t.Run(name, func(t *testing.T) {

@@ -42,7 +42,7 @@ func TestEmbeddingSpec(t *testing.T) {
 		{"table too large", `[{"embedding":{"input_dim":10000000,"output_dim":64}},{"flatten":{}},{"dense":{"units":3}}]`,
 			`model.layers[0] (embedding): 10000000 ids × 64 has 640000000 variables, more than 268435456`},
 		{"unknown field", `[{"embedding":{"input_dim":10,"units":2}},{"flatten":{}},{"dense":{"units":3}}]`,
-			`model.layers[0] (embedding): json: unknown field "units"`},
+			`model.layers[0].embedding.units: unknown field`},
 		{"dense on the sequence", `[{"embedding":{"input_dim":10,"output_dim":2}},{"dense":{"units":3}}]`,
 			`model.layers[1] (dense): needs a flat input, got 1x12x2`},
 	} {

@@ -80,7 +80,18 @@ func (c checker) check(path string, v any, t reflect.Type) error {
 		return nil
 	}
 	if reflect.PointerTo(t).Implements(jsonUnmarshaler) {
-		// The type decodes itself: let it say what is wrong.
+		// A type that decodes itself from its Go shape (an object of its
+		// fields, an array of its elements: train.Layers, train.LayerSpec)
+		// is checked by the same rules first, so that a key inside it
+		// gets its path and a suggestion as anywhere else
+		// (model.layers[1].conv2d.filter: unknown field (did you mean
+		// filters?)), not encoding/json's bare message.
+		if shaped(v, t) {
+			if err := c.checkKind(path, v, t); err != nil {
+				return err
+			}
+		}
+		// The type decodes itself: let it say what else is wrong.
 		// An error that starts with the field's own name and an index
 		// (train.Layers: "layers[2] (dense): …") reads from the field's
 		// path: model.layers[2] (dense): ….
@@ -94,6 +105,24 @@ func (c checker) check(path string, v any, t reflect.Type) error {
 		}
 		return nil
 	}
+	return c.checkKind(path, v, t)
+}
+
+// shaped reports whether v, a decoded JSON value, has the shape of t's
+// kind: an object for a struct, an array for a slice (not of bytes).
+func shaped(v any, t reflect.Type) bool {
+	switch v.(type) {
+	case map[string]any:
+		return t.Kind() == reflect.Struct
+	case []any:
+		return t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8
+	}
+	return false
+}
+
+// checkKind checks v against t by t's kind, whatever decoding t does
+// itself.
+func (c checker) checkKind(path string, v any, t reflect.Type) error {
 	switch t.Kind() {
 	case reflect.Pointer:
 		return c.check(path, v, t.Elem())

@@ -30,6 +30,11 @@ func TestDecodeSpecNamesTheField(t *testing.T) {
 		{`{"job_id":"x"} {}`, `not one JSON value`},
 		{`{"job_id":`, `not JSON`},
 		{`{"job_id":"x","carry":{}}`, `carry: unknown field`},
+		// Inside a type that decodes itself (train.Layers), the same
+		// rules and messages as at the top (issue #43).
+		{`{"job_id":"x","model":{"type":"sequential","layers":[{"flatten":{}},{"conv2d":{"filter":8,"kernel":3}}]}}`, `model.layers[1].conv2d.filter: unknown field (did you mean filters?)`},
+		{`{"job_id":"x","model":{"layers":[{"conv2":{"filters":8}}]}}`, `model.layers[0].conv2: unknown field (did you mean conv2d?)`},
+		{`{"job_id":"x","model":{"layers":[{"dense":{"units":"8"}}]}}`, `model.layers[0].dense.units: want an integer, got "8"`},
 	}
 	for _, c := range bad {
 		_, err := DecodeSpec([]byte(c.spec))

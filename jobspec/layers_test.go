@@ -91,9 +91,9 @@ func TestSequentialSpec(t *testing.T) {
 func TestSequentialSpecInvalid(t *testing.T) {
 	for _, c := range []struct{ name, spec, want string }{
 		{"unknown kind", layerSpec(`[{"flatten":{}},{"conv3d":{"filters":2}},{"dense":{"units":3}}]`, ""),
-			`model.layers[1]: unknown layer kind "conv3d"`},
+			`model.layers[1].conv3d: unknown field (did you mean conv2d?)`},
 		{"unknown body field", layerSpec(`[{"flatten":{}},{"dense":{"unit":3}}]`, ""),
-			`model.layers[1] (dense): json: unknown field "unit"`},
+			`model.layers[1].dense.unit: unknown field (did you mean units?)`},
 		{"two kinds", layerSpec(`[{"flatten":{},"dense":{"units":3}}]`, ""), `model.layers[0]: 2 kinds`},
 		{"kernel larger than its input", layerSpec(`[{"conv2d":{"filters":2,"kernel":[9,3]}},{"flatten":{}},{"dense":{"units":3}}]`, ""),
 			`model.layers[0] (conv2d): kernel 9x3 larger than input 8x8x1`},

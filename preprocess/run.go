@@ -137,6 +137,9 @@ func (r *Request) Blocks() (train, eval []Block, err error) {
 // WriteTransform fits the Transform from merged statistics, writes it
 // atomically to TransformPath in OutDir and returns it with its JSON.
 func (r *Request) WriteTransform(st *Stats) (*Transform, []byte, error) {
+	if st.Rows == 0 {
+		return nil, nil, r.noValidRows(st)
+	}
 	t, err := Fit(r.Schema, st)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fit on %s: %w", strings.Join(r.Train, ", "), err)
@@ -163,6 +166,66 @@ func (r *Request) WriteTransform(st *Stats) (*Transform, []byte, error) {
 		return nil, nil, err
 	}
 	return t, b, nil
+}
+
+// noValidRows is the error of a run whose training rows were all
+// rejected (st, their statistics, counts them by reason): nothing can be
+// fitted, so no shard is written, but every rejected row is, with its
+// file, line and reason, to BadRecordsDir as TransformBlock writes them,
+// and the error gives the counts by reason and where the rows are.
+func (r *Request) noValidRows(st *Stats) error {
+	var total int64
+	for _, n := range st.Bad {
+		total += n
+	}
+	files := strings.Join(r.Train, ", ")
+	if total == 0 {
+		return fmt.Errorf("fit on %s: %w: no valid training rows: the train data holds no rows", files, ErrTransform)
+	}
+	written, werr := r.writeRejected()
+	where := fmt.Sprintf("every rejected row, with its file, line and reason, is in %s/ of the job directory", BadRecordsDir)
+	if werr != nil {
+		where = fmt.Sprintf("%d rejected rows written to %s/ before: %v", written, BadRecordsDir, werr)
+	}
+	return fmt.Errorf("fit on %s: %w: no valid training rows: all %d rows rejected (%s); %s", files, ErrTransform, total, reasonCounts(st.Bad), where)
+}
+
+// writeRejected writes the rejected rows of r's train blocks to
+// BadRecordsDir, each block's to the file its shard's would go to, and
+// returns how many it wrote.
+func (r *Request) writeRejected() (int64, error) {
+	train, _, err := r.Blocks()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	row := make([]Value, len(r.Schema.Columns))
+	for _, b := range train {
+		err := func() error {
+			src, release, err := r.Schema.openRows(b, true)
+			defer release()
+			if err != nil {
+				return err
+			}
+			bad := &badWriter{path: filepath.Join(r.OutDir, badPath(ShardName(b.Split, b.Index, b.Of)))}
+			defer bad.abort()
+			for k := range src.len() {
+				perr := src.parse(k, row)
+				if perr == nil {
+					continue
+				}
+				if err := bad.write(badRecord(src, k, b.Path, perr)); err != nil {
+					return err
+				}
+				n++
+			}
+			return bad.commit()
+		}()
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // WriteManifest builds the manifest from the results of every shard (in
