@@ -606,6 +606,11 @@ func (a *Activities) Train(ctx context.Context, in workflows.TrainInput) (workfl
 		return workflows.TrainResult{}, err
 	}
 	defer jd.Close()
+	// Before any checkpoint report is signed: with the key the workflow
+	// verifies them with (see checkReportKey).
+	if err := jd.checkReportKey(ctx, in.ReportKey); err != nil {
+		return workflows.TrainResult{}, err
+	}
 	m, mb, err := jd.trainingManifest(ctx, in.TransformHash)
 	if err != nil {
 		return workflows.TrainResult{}, err

@@ -173,7 +173,9 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		return res, err
 	}
 	defer jd.Close()
-	key, err := jd.reportKey(ctx) // signs the registration and progress reports
+	// Signs the registration and progress reports: the key the workflow
+	// verifies them with, or the replica does not start.
+	key, err := jd.checkedReportKey(ctx, in.ReportKey)
 	if err != nil {
 		return res, err
 	}

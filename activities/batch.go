@@ -47,7 +47,10 @@ func (a *Activities) BatchPredict(ctx context.Context, in workflows.BatchPredict
 	}
 	defer jd.Close()
 	res.OutputPath = jd.uri
-	key, err := jd.reportKey(ctx) // nil for a run from before signed progress
+	// Signs the progress reports: nil for a run from before signed
+	// progress; the key the workflow verifies them with, or the step does
+	// not start (checkReportKey).
+	key, err := jd.checkedReportKey(ctx, in.ReportKey)
 	if err != nil {
 		return res, err
 	}

@@ -49,6 +49,17 @@ func TestBatchPredictActivity(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "predictions")
 	ps := jobspec.PredictionSpec{JobID: "bp_1", ModelDir: x.Dir, InputPaths: []string{input}, OutputPath: out, DataFormat: jobspec.FormatCSV}.WithDefaults()
 	bp := workflows.BatchPredictInput{Spec: ps, FirstRunID: "bp-run"}
+	// With the run's report key in its input, as the workflow gives it
+	// (TestBatchPredictRefusesAnotherReportKey: not another).
+	v, err := e.ExecuteActivity(acts.BatchReportKey, bp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k workflows.ReportKeyResult
+	v.Get(&k)
+	bp.ReportKey = k.PublicKey
+	c := &reportClient{}
+	acts.Client = c
 	var results [2]workflows.BatchPredictionResult
 	var stamps [2]map[string]int64
 	for i := range results {
@@ -65,6 +76,13 @@ func TestBatchPredictActivity(t *testing.T) {
 			}
 		}
 	}
+	c.mu.Lock()
+	for _, p := range c.progress {
+		if !ed25519.Verify(k.PublicKey, workflows.BatchProgressBytes(c.job, p), p.Signature) {
+			t.Errorf("progress %+v not signed with the run's key", p)
+		}
+	}
+	c.mu.Unlock()
 	r := results[0]
 	if r.Predictions != int64(rows) || rows == 0 || r.Errors != 0 || r.Shards < 1 {
 		t.Fatalf("result %+v, want %d predictions of the input's rows and no errors", r, rows)

@@ -71,6 +71,11 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 		return workflows.WorkerResult{}, err
 	}
 	defer jd.Close()
+	// Before anything is signed: the key it signs its registration with
+	// is the one the workflow verifies it with.
+	if err := jd.checkReportKey(ctx, in.ReportKey); err != nil {
+		return workflows.WorkerResult{}, err // wrapping would hide the non-retryable type
+	}
 	// A server holds a shard of the variables and slots, but restores
 	// from the whole checkpoint: as much as a training process's model.
 	if err := a.checkTrainMemory(in.TrainInput, 0, "parameter server"); err != nil {
@@ -298,35 +303,37 @@ func (j *jobDir) reportKey(ctx context.Context) (ed25519.PrivateKey, error) {
 	return ed25519.NewKeyFromSeed(f.Seed), nil
 }
 
-// errTypeReportKeyMismatch marks a step refused because the public
-// report key its workflow holds is not the public half of the private key
-// in the job directory (checkReportKey).
-const errTypeReportKeyMismatch = "ReportKeyMismatch"
-
 // checkReportKey checks pub, the public report key a workflow holds (the
 // ReportKey activity's result as its history recorded it, which a client
-// that completes activities could have written), against the public half
-// derived from the private key in the job directory: the only key the
-// activities sign with. A mismatch (a forged ReportKey completion, or a
-// key file replaced by another run) is refused for good, naming neither
+// that completes activities could have written; an activity's input
+// carries it), against the public half derived from the private key in
+// the job directory: the only key the activities sign with. A mismatch (a
+// forged ReportKey completion, or a key file replaced by another run) is
+// refused for good (workflows.ErrTypeReportKeyMismatch), naming neither
 // key. A nil pub (a run from before signed reports, or an input that
-// carries none) and a job directory without a key pass only together.
+// carries none) passes: the step behaves as before the check.
 func (j *jobDir) checkReportKey(ctx context.Context, pub []byte) error {
+	_, err := j.checkedReportKey(ctx, pub)
+	return err
+}
+
+// checkedReportKey is checkReportKey returning the private key it checked
+// (nil if the job directory has none), for a step that signs with the
+// key it read once.
+func (j *jobDir) checkedReportKey(ctx context.Context, pub []byte) (ed25519.PrivateKey, error) {
 	key, err := j.reportKey(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch {
-	case key == nil && len(pub) == 0:
-		return nil
-	case key == nil:
-		return nonRetryable(errTypeReportKeyMismatch, fmt.Errorf("report key: the workflow holds one, but job directory %s has none (%s)", j.uri, jobdir.ReportKeyFile))
 	case len(pub) == 0:
-		return nil // the input carries no key to compare (a workflow version before it did)
+		return key, nil // the input carries no key to compare (a workflow version before it did)
+	case key == nil:
+		return nil, nonRetryable(workflows.ErrTypeReportKeyMismatch, fmt.Errorf("report key: the workflow holds one, but job directory %s has none (%s)", j.uri, jobdir.ReportKeyFile))
 	case !key.Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(pub)):
-		return nonRetryable(errTypeReportKeyMismatch, fmt.Errorf("report key: the public key the workflow holds is not the public half of %s in job directory %s; reports would not verify (a forged ReportKey result, or the key replaced by another run)", jobdir.ReportKeyFile, j.uri))
+		return nil, nonRetryable(workflows.ErrTypeReportKeyMismatch, fmt.Errorf("report key: the public key the workflow holds is not the public half of %s in job directory %s; reports would not verify (a forged ReportKey result, or the key replaced by another run)", jobdir.ReportKeyFile, j.uri))
 	}
-	return nil
+	return key, nil
 }
 
 // signRegistration signs r for job jobID with the report key, if any.
@@ -386,6 +393,12 @@ func (a *Activities) trainWorker(ctx context.Context, in workflows.RoleInput, na
 		return workflows.WorkerResult{}, err
 	}
 	defer jd.Close()
+	// Before anything is signed (the chief's checkpoint reports), and by
+	// every worker alike: none works for a run whose key is not the job
+	// directory's.
+	if err := jd.checkReportKey(ctx, in.ReportKey); err != nil {
+		return workflows.WorkerResult{}, err
+	}
 	m, mb, err := jd.trainingManifest(ctx, in.TransformHash)
 	if err != nil {
 		return workflows.WorkerResult{}, err

@@ -228,8 +228,8 @@ func TestReportKeyCheckedAgainstTheKeyOnDisk(t *testing.T) {
 	if err := jd.checkReportKey(ctx, nil); err != nil {
 		t.Fatalf("no key anywhere (a run from before signed reports): %v", err)
 	}
-	if err := jd.checkReportKey(ctx, forged); errType(err) != errTypeReportKeyMismatch {
-		t.Fatalf("a key the job directory does not hold: %v; want %s", err, errTypeReportKeyMismatch)
+	if err := jd.checkReportKey(ctx, forged); errType(err) != workflows.ErrTypeReportKeyMismatch {
+		t.Fatalf("a key the job directory does not hold: %v; want %s", err, workflows.ErrTypeReportKeyMismatch)
 	}
 	pub, err := jd.newReportKey(ctx, "run-1")
 	if err != nil {
@@ -243,8 +243,8 @@ func TestReportKeyCheckedAgainstTheKeyOnDisk(t *testing.T) {
 		t.Fatalf("the run's own key: %v", err)
 	}
 	err = jd.checkReportKey(ctx, forged)
-	if errType(err) != errTypeReportKeyMismatch || !strings.Contains(err.Error(), "not the public half") {
-		t.Fatalf("a forged key: %v; want %s", err, errTypeReportKeyMismatch)
+	if errType(err) != workflows.ErrTypeReportKeyMismatch || !strings.Contains(err.Error(), "not the public half") {
+		t.Fatalf("a forged key: %v; want %s", err, workflows.ErrTypeReportKeyMismatch)
 	}
 	for _, k := range [][]byte{forged, priv.Seed(), pub} {
 		if bytes.Contains([]byte(err.Error()), k) {
@@ -255,8 +255,8 @@ func TestReportKeyCheckedAgainstTheKeyOnDisk(t *testing.T) {
 	if _, err := jd.newReportKey(ctx, "run-2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := jd.checkReportKey(ctx, pub); errType(err) != errTypeReportKeyMismatch {
-		t.Fatalf("run-1's key after run-2 replaced it: %v; want %s", err, errTypeReportKeyMismatch)
+	if err := jd.checkReportKey(ctx, pub); errType(err) != workflows.ErrTypeReportKeyMismatch {
+		t.Fatalf("run-1's key after run-2 replaced it: %v; want %s", err, workflows.ErrTypeReportKeyMismatch)
 	}
 	// A malformed key file is replaced by a new run's key, never used.
 	os.WriteFile(filepath.Join(a.Home, "job", jobdir.ReportKeyFile), []byte("not a key"), 0o600)

@@ -188,9 +188,18 @@ func TestBatchPredictionCensus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evalCSV := filepath.Join(res.JobDir, "raw", "eval.csv")
+	// A prediction reads data, never a job's directory (activities
+	// checkJobFiles): the job's generated eval rows copied to a data dir.
+	evalCSV := filepath.Join(home, "data", "eval.csv")
+	if b, err := os.ReadFile(filepath.Join(res.JobDir, "raw", "eval.csv")); err != nil {
+		t.Fatal(err)
+	} else if err := os.MkdirAll(filepath.Dir(evalCSV), 0o755); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(evalCSV, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(home, "jobs", "bp_pred")
-	msg, err := submitPrediction(t, st, "bp_pred", "--model", "census", "--input-paths", filepath.Join(res.JobDir, "raw", "eval.*"),
+	msg, err := submitPrediction(t, st, "bp_pred", "--model", "census", "--input-paths", filepath.Join(home, "data", "eval.*"),
 		"--output-path", out, "--data-format", "csv")
 	if err != nil {
 		t.Fatal(err)

@@ -76,6 +76,12 @@ type ReplicaInput struct {
 	Trial string `json:"trial,omitempty"`
 	// Owner is the job whose directory JobDir must be.
 	Owner *JobOwner `json:"owner,omitempty"`
+	// ReportKey is the public half of the run's report key, as the
+	// workflow holds it: the replica refuses to start, with
+	// ErrTypeReportKeyMismatch, if it is not the public half of the key in
+	// the job directory it signs its registration and progress with. Nil
+	// in runs started before reportKeyInputsChange: no check.
+	ReportKey ed25519.PublicKey `json:"report_key,omitempty"`
 }
 
 // ReplicaRegistration announces a replica's address for a generation.
@@ -319,6 +325,10 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 		return res, fmt.Errorf("report key of %d bytes, want %d", len(k.PublicKey), ed25519.PublicKeySize)
 	}
 	s.key = k.PublicKey
+	var inKey ed25519.PublicKey // the replicas' inputs carry it since reportKeyInputsChange
+	if s.key != nil && workflow.GetVersion(ctx, reportKeyInputsChange, workflow.DefaultVersion, 1) >= 1 {
+		inKey = s.key
+	}
 	p.AppCluster = &s.cluster
 	if err := workflow.SetQueryHandler(ctx, AppClusterQuery, func() (AppCluster, error) { return s.cluster, nil }); err != nil {
 		return res, err
@@ -367,7 +377,7 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 	lastDeath := "" // the replica whose worker died in the last generation
 	for gen := int64(1); ; gen++ {
 		s.cluster = AppCluster{Gen: gen, Replicas: AppReplicas(spec.Cluster)}
-		chief, lost, err := runGeneration(ctx, spec, prep, owner, s.cluster, hb, trial)
+		chief, lost, err := runGeneration(ctx, spec, prep, owner, s.cluster, hb, trial, inKey)
 		switch {
 		case err != nil:
 			return res, err
@@ -422,8 +432,9 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 
 // runGeneration runs one generation of the cluster until the chief exits.
 // It returns the chief's result; or lost, the error of a replica that was
-// lost (the generation restarts); or err, the job's failure.
-func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner, cl AppCluster, hb time.Duration, trial string) (chief ReplicaResult, lost, err error) {
+// lost (the generation restarts); or err, the job's failure. key, if not
+// nil, is the run's public report key, for the replicas to check.
+func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResult, owner *JobOwner, cl AppCluster, hb time.Duration, trial string, key ed25519.PublicKey) (chief ReplicaResult, lost, err error) {
 	gctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	type replica struct {
@@ -443,7 +454,7 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 		a := *spec.Application
 		a.Package = nil
 		in := ReplicaInput{JobID: spec.JobID, JobDir: prep.JobDir, Application: a, Cluster: spec.Cluster,
-			Type: r.Type, Index: r.Index, Gen: cl.Gen, Owner: owner, Trial: trial}
+			Type: r.Type, Index: r.Index, Gen: cl.Gen, Owner: owner, Trial: trial, ReportKey: key}
 		rs = append(rs, replica{r, acts.AppReplica.Execute(actx, in)})
 	}
 	var failed error

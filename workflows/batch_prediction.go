@@ -47,6 +47,12 @@ type BatchPredictInput struct {
 	// FirstRunID identifies the job across retries; the output directory
 	// is claimed for it.
 	FirstRunID string `json:"first_run_id"`
+	// ReportKey is the public half of the run's report key, as the
+	// workflow holds it (BatchReportKey's result): BatchPredict refuses to
+	// start, with ErrTypeReportKeyMismatch, if it is not the public half
+	// of the key in the output directory it signs its progress with. Nil
+	// in runs started before reportKeyInputsChange: no check.
+	ReportKey ed25519.PublicKey `json:"report_key,omitempty"`
 }
 
 // BatchProgress is the progress of a batch prediction: rows done so far
@@ -169,6 +175,10 @@ func runBatch(ctx workflow.Context, spec jobspec.PredictionSpec, p *BatchPredict
 		}
 		key = k.PublicKey
 	}
+	in := BatchPredictInput{Spec: spec, FirstRunID: info.FirstRunID}
+	if key != nil && workflow.GetVersion(ctx, reportKeyInputsChange, workflow.DefaultVersion, 1) >= 1 {
+		in.ReportKey = key // BatchPredict checks it against the key it signs with
+	}
 	progress := workflow.GetSignalChannel(ctx, BatchProgressSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
@@ -194,8 +204,7 @@ func runBatch(ctx workflow.Context, spec jobspec.PredictionSpec, p *BatchPredict
 		WaitForCancellation: true,
 		Summary:             "batch prediction pipeline",
 	}
-	err := acts.BatchPredict.Execute(workflow.WithActivityOptions(ctx, opts),
-		BatchPredictInput{Spec: spec, FirstRunID: info.FirstRunID}).Into(ctx, &res)
+	err := acts.BatchPredict.Execute(workflow.WithActivityOptions(ctx, opts), in).Into(ctx, &res)
 	return res, refusedDuplicate(ctx, p, err)
 }
 

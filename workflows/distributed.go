@@ -22,7 +22,9 @@ const (
 )
 
 // RoleInput is the input of the ParameterServer and TrainWorker
-// activities: the job's training setup and the role's task index.
+// activities: the job's training setup (with the run's public report key,
+// TrainInput.ReportKey, which each role checks before it signs) and the
+// role's task index.
 type RoleInput struct {
 	TrainInput
 	Cluster jobspec.ClusterSpec `json:"cluster"`

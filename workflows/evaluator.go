@@ -84,6 +84,16 @@ func CommitReportVerified(key ed25519.PublicKey, jobID string, c CheckpointCommi
 // the key does not verify is refused.
 const signedReportsChange = "signed-reports"
 
+// reportKeyInputsChange marks runs whose signing activities get the run's
+// public report key in their inputs (TrainInput and RoleInput for the
+// trainers and parameter servers, ReplicaInput, BatchPredictInput) and
+// refuse to start, with ErrTypeReportKeyMismatch, when it is not the
+// public half of the key in the job directory: the workflow's half and
+// the signers' half cannot disagree silently. One marker of this name in
+// each workflow type that signs: TrainingJob (the built-in trainers and
+// applications) and BatchPredictionJob.
+const reportKeyInputsChange = "report-key-in-inputs"
+
 // verified reports whether sig is key's signature of msg; with no key
 // (a run from before signedReportsChange) every report is.
 func verified(key ed25519.PublicKey, msg, sig []byte) bool {
@@ -268,6 +278,10 @@ func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, 
 				return e.exports, fmt.Errorf("report key of %d bytes, want %d", len(k.PublicKey), ed25519.PublicKeySize)
 			}
 			e.reportKey = k.PublicKey
+			if workflow.GetVersion(ctx, reportKeyInputsChange, workflow.DefaultVersion, 1) >= 1 {
+				// The trainers check it against the key they sign with.
+				e.tin.ReportKey = e.reportKey
+			}
 		}
 	}
 	if spec.Cluster.Distributed() {

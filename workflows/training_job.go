@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,6 +89,13 @@ const (
 	// progress for cluster.stall_timeout_secs: retryable, except after
 	// activities.MaxStalls stalled attempts in a row.
 	ErrTypeStalled = "Stalled"
+	// ErrTypeReportKeyMismatch marks a step refused because the public
+	// report key its input carries (the one the workflow verifies reports
+	// with) is not the public half of the private key in the job
+	// directory (the one the step would sign with): a forged ReportKey
+	// completion, or a key file another run replaced. Its reports would
+	// not verify, so it does not start.
+	ErrTypeReportKeyMismatch = "ReportKeyMismatch"
 )
 
 // JobResult is the result of TrainingJob.
@@ -223,6 +231,13 @@ type TrainInput struct {
 	// Owner is the job whose directory JobDir must be (nil in runs
 	// started before ownerChange).
 	Owner *JobOwner `json:"owner,omitempty"`
+	// ReportKey is the public half of the run's report key, as the
+	// workflow holds it (the ReportKey activity's result): Train, and each
+	// parameter server and worker (RoleInput), refuse to start, with
+	// ErrTypeReportKeyMismatch, if it is not the public half of the key in
+	// the job directory their reports are signed with. Nil in runs
+	// started before reportKeyInputsChange: no check.
+	ReportKey ed25519.PublicKey `json:"report_key,omitempty"`
 }
 
 // TrainResult is the outcome of the Train activity.
