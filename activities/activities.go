@@ -124,6 +124,11 @@ type Activities struct {
 	// another job owns, or promoting in it (worker --model-owners; see
 	// bundle.Rule). A model without a rule is its owner's alone.
 	ModelOwners bundle.Rules
+	// Rollouts are the operator's rules for RolloutJobs: the operator
+	// keys whose say a rollout needs and the floors of its gates and holds
+	// (worker --operator-keys, --rollout-min-requests, --rollout-min-hold;
+	// see rollout.go).
+	Rollouts RolloutPolicy
 
 	// schedulerFunc, if set, stands in for the workflow ID of the job that
 	// scheduled an activity (tests; see scheduler).

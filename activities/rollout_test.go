@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -193,5 +194,121 @@ func TestShadowGateNamesDroppedCopies(t *testing.T) {
 	}
 	if d := res.Verdict.Values.Dropped[rollout.ShadowDropBusy]; d != 300 {
 		t.Fatalf("values: got dropped %v, want busy 300", res.Verdict.Values.Dropped)
+	}
+}
+
+// TestPrepareRolloutAuthorizes the issue's probe and its variants: a
+// rollout with no operator's say and no owner chain, a rollback, a say by
+// an unknown key, for another input or workflow, expired; then the
+// operator's floors on min_requests and holds, each refused naming its
+// field; and a genuine say, whose key is the principal. SetRouting and
+// PromoteVersion check the input again: a routing that is none of its
+// steps, or another version, is refused.
+func TestPrepareRolloutAuthorizes(t *testing.T) {
+	a := rolloutActs(t)
+	ctx := context.Background()
+	keyFile := filepath.Join(a.Home, "keys", "operator.key")
+	if _, err := opkey.EnsurePair(keyFile, OperatorKeysFile(a.Home)); err != nil {
+		t.Fatal(err)
+	}
+	op, err := opkey.LoadSigner(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, _ := opkey.Generate()
+	probe := workflows.RolloutInput{Model: "census", Candidate: 1, Steps: []string{"100"}, Gates: rollout.Gates{MinRequests: 1}, By: "a sandboxed package"}
+	good := workflows.RolloutInput{Model: "census", Candidate: 1, Steps: []string{"50", "100"}, HoldSecs: 60, Gates: rollout.Gates{MinRequests: 100}}
+	sign := func(in workflows.RolloutInput, key opkey.Signer, edit func(*workflows.OperatorSay)) *workflows.RolloutInput {
+		s := workflows.OperatorSay{Action: workflows.SayStart, Model: in.Model, Candidate: in.Candidate, WorkflowID: "rollout_census",
+			Input: workflows.RolloutInputHash(in), Nonce: "n", Expires: time.Now().Add(time.Minute).Unix()}
+		if edit != nil {
+			edit(&s)
+		}
+		s.Sign(key)
+		in.Operator = &s
+		return &in
+	}
+	changed := sign(good, op, nil)
+	changed.Gates.MinRequests = 1
+	for _, tc := range []struct {
+		name     string
+		in       *workflows.RolloutInput
+		typ      string
+		want     string
+		floorsOK bool
+	}{
+		{"the probe", &probe, workflows.ErrTypeNotAuthorized, "version 1 is older than the default: a rollback needs the operator's say", false},
+		{"unknown key", sign(good, stranger, nil), workflows.ErrTypeNotAuthorized, "unknown operator key", false},
+		{"input changed after signing", changed, workflows.ErrTypeNotAuthorized, "another input", false},
+		{"another candidate", sign(good, op, func(s *workflows.OperatorSay) { s.Candidate = 2 }), workflows.ErrTypeNotAuthorized, "for version 2, not 1", false},
+		{"another workflow", sign(good, op, func(s *workflows.OperatorSay) { s.WorkflowID = "rollout_other" }), workflows.ErrTypeNotAuthorized, `workflow "rollout_other"`, false},
+		{"a signal's say", sign(good, op, func(s *workflows.OperatorSay) { s.Action = workflows.SayApprove }), workflows.ErrTypeNotAuthorized, `for "approve", not "start"`, false},
+		{"expired", sign(good, op, func(s *workflows.OperatorSay) { s.Expires = time.Now().Add(-time.Minute).Unix() }), workflows.ErrTypeNotAuthorized, "expired", false},
+		{"min_requests floor", sign(probe, op, nil), workflows.ErrTypeInvalidSpec, "gates.min_requests 1 is below the operator's floor 100 (worker --rollout-min-requests)", true},
+		{"hold floor", sign(workflows.RolloutInput{Model: "census", Candidate: 1, Steps: []string{"100"}, HoldSecs: 1}, op, nil), workflows.ErrTypeInvalidSpec, "hold_secs 1 is below the operator's floor of 1m0s (worker --rollout-min-hold)", true},
+		{"recheck floor", sign(workflows.RolloutInput{Model: "census", Candidate: 1, Steps: []string{"100"}, RecheckSecs: 5}, op, nil), workflows.ErrTypeInvalidSpec, "recheck_secs 5 is below", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := a.PrepareRollout(ctx, workflows.PrepareRolloutInput{Model: "census", Candidate: 1, Rollout: tc.in})
+			var ae *temporal.ApplicationError
+			if err == nil || !errors.As(err, &ae) || !ae.NonRetryable() || ae.Type() != tc.typ || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a permanent %s error with %q", err, tc.typ, tc.want)
+			}
+		})
+	}
+	signed := sign(good, op, nil)
+	res, err := a.PrepareRollout(ctx, workflows.PrepareRolloutInput{Model: "census", Candidate: 1, Rollout: signed})
+	if err != nil || res.Principal.String() != "operator:"+op.ID || len(res.OperatorKeys) != 1 || res.Baseline != 2 {
+		t.Fatalf("the operator's say: got %+v %v, want principal operator:%s and its key", res, err, op.ID)
+	}
+	a.schedulerFunc = func(context.Context) string { return "squatter" }
+	if _, err := a.PrepareRollout(ctx, workflows.PrepareRolloutInput{Model: "census", Candidate: 1, Rollout: signed}); err == nil || !strings.Contains(err.Error(), `runs as "squatter"`) {
+		t.Fatalf("under another workflow ID: got %v, want refused", err)
+	}
+	a.schedulerFunc = nil
+	// The floors are the operator's: lowered, the probe's min_requests passes them.
+	low := *a
+	low.Rollouts = RolloutPolicy{MinRequests: 1, MinHold: time.Millisecond}
+	if _, err := low.PrepareRollout(ctx, workflows.PrepareRolloutInput{Model: "census", Candidate: 1, Rollout: sign(probe, op, nil)}); err != nil {
+		t.Fatalf("the probe signed, floors lowered: %v", err)
+	}
+	// SetRouting: a step's routing passes, another is refused; a rollback always passes.
+	step := rollout.Routing{Weights: []rollout.Weight{{Version: 2, Percent: 50}, {Version: 1, Percent: 50}}}
+	if _, err := a.SetRouting(ctx, workflows.SetRoutingInput{Model: "census", Routing: step, Rollout: signed}); err != nil {
+		t.Fatalf("SetRouting of a step: %v", err)
+	}
+	if _, err := a.SetRouting(ctx, workflows.SetRoutingInput{Model: "census", Routing: step, Rollout: &probe}); err == nil || !strings.Contains(err.Error(), "needs the operator's say") {
+		t.Fatalf("SetRouting for the unsigned probe: got %v, want refused", err)
+	}
+	if _, err := a.SetRouting(ctx, workflows.SetRoutingInput{Model: "census", Routing: rollout.Routing{Weights: []rollout.Weight{{Version: 2, Percent: 10}, {Version: 1, Percent: 90}}}, Rollout: signed}); err == nil || !strings.Contains(err.Error(), "none of the rollout's steps") {
+		t.Fatalf("SetRouting of a routing that is no step: got %v, want refused", err)
+	}
+	if _, err := a.SetRouting(ctx, workflows.SetRoutingInput{Model: "census", Rollout: &probe}); err != nil {
+		t.Fatalf("a rollback: %v", err)
+	}
+	if err := a.PromoteVersion(ctx, workflows.PromoteVersionInput{Model: "census", Version: 2, Rollout: signed}); err == nil || !strings.Contains(err.Error(), "candidate is 1") {
+		t.Fatalf("promote another version: got %v, want refused", err)
+	}
+	if err := a.PromoteVersion(ctx, workflows.PromoteVersionInput{Model: "census", Version: 1, Rollout: &probe}); err == nil || !strings.Contains(err.Error(), "needs the operator's say") {
+		t.Fatalf("promote for the unsigned probe: got %v, want refused", err)
+	}
+	if d, _ := a.Models.Default(ctx, "census"); d != 2 {
+		t.Fatalf("default after the refusals: %d, want 2", d)
+	}
+	// A say used by an earlier run chain (its nonce in the history) is
+	// refused: starting it again from the history gets nowhere.
+	if _, err := a.Models.SetRouting(ctx, "census", rollout.Routing{}, bundle.Cause{By: "operator:" + op.ID, Verified: true, JobID: "rollout_census", Step: "rollback", Say: signed.Operator.Nonce, Run: "an-earlier-run"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PrepareRollout(ctx, workflows.PrepareRolloutInput{Model: "census", Candidate: 1, Rollout: signed}); err == nil || !strings.Contains(err.Error(), "used by an earlier rollout (rollout_census run an-earlier-run)") {
+		t.Fatalf("a say used before: got %v, want refused", err)
+	}
+	// A newer version, started by no job and without a say.
+	if err := os.WriteFile(filepath.Join(a.Home, "models", "census", bundle.DefaultFile), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unsigned := workflows.RolloutInput{Model: "census", Candidate: 2, HoldSecs: 60}
+	if _, err := a.PrepareRollout(ctx, workflows.PrepareRolloutInput{Model: "census", Candidate: 2, Rollout: &unsigned}); err == nil || !strings.Contains(err.Error(), "a rollout needs the operator's say") {
+		t.Fatalf("an unsigned rollout of a newer version: got %v, want refused", err)
 	}
 }

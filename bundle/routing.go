@@ -38,7 +38,20 @@ const MaxHistory = 10000
 // "shadow", "rollback"); Reason free text (a failed gate's); Gates the
 // gate values the change was decided on.
 type Cause struct {
-	By     string          `json:"by"`
+	// By is who made the change: a verified principal when Verified
+	// ("operator:KEY", "job:JOB_ID" of a rollout), else what the writer
+	// typed (a CLI's --by, a rollout from before verification).
+	By string `json:"by"`
+	// Verified says a worker checked By (the operator's signature, or the
+	// parent the Temporal server recorded). Records written before it
+	// have none.
+	Verified bool `json:"verified,omitempty"`
+	// Note is what the starter typed as "by", kept as a note only.
+	Note string `json:"note,omitempty"`
+	// Say is the nonce of the operator's say a rollout started with, and
+	// Run the rollout's first run ID: a say is good for one run chain.
+	Say    string          `json:"say,omitempty"`
+	Run    string          `json:"run,omitempty"`
 	JobID  string          `json:"job_id,omitempty"`
 	Step   string          `json:"step,omitempty"`
 	Reason string          `json:"reason,omitempty"`

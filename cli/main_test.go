@@ -48,12 +48,15 @@ const censusDir = "../../shared/datasets/census"
 // default, each model its owner's alone.
 func testTrust() *trustFlags {
 	census, _ := filepath.Abs(censusDir)
-	return &trustFlags{dataRoots: listFlag{os.TempDir(), census}, modelOwners: bundle.Rules{"*": {Open: true}}}
+	// The rollout tests hold steps for seconds on a few requests: their
+	// operator lowers the floors (--rollout-min-requests, --rollout-min-hold).
+	return &trustFlags{dataRoots: listFlag{os.TempDir(), census}, modelOwners: bundle.Rules{"*": {Open: true}},
+		rolloutMinRequests: 1, rolloutMinHold: time.Millisecond}
 }
 
 // testTrustArgs are testTrust as worker flags.
 func testTrustArgs() []string {
-	return []string{"--data-roots", testTrust().dataRoots.String(), "--model-owners", testTrust().modelOwners.String()}
+	return []string{"--data-roots", testTrust().dataRoots.String(), "--model-owners", testTrust().modelOwners.String(), "--rollout-min-requests", "1", "--rollout-min-hold", "1ms"}
 }
 
 type logWriter struct{ t *testing.T }

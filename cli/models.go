@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +31,9 @@ func runModels(ctx context.Context, types *train.Registry, args []string, stdout
 		return err
 	}
 	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprintln(stdout, "usage: trainflow "+modelsUsage)
+		return nil
 	case "list", "describe":
 	case "bless":
 		return runModelsBless(ctx, types, args[1:], stdout, stderr)
@@ -43,12 +45,14 @@ func runModels(ctx context.Context, types *train.Registry, args []string, stdout
 	server := fs.String("server", envOr("TRAINFLOW_SERVER", "http://127.0.0.1:8080"), "prediction server URL ($TRAINFLOW_SERVER)")
 	output := fs.String("output", "text", "output format: text or json")
 	version := fs.Int64("version", 0, "describe: the version (default: the model's default)")
-	models := fs.String("models", filepath.Join(defaultHome(), "models"), "describe: the model repository the version's blessing is read from (a directory or storage URI, as serve's --models)")
+	models := fs.String("models", "", "describe: the model repository the version's blessing is read from (a directory or storage URI, as serve's --models; default $TRAINFLOW_MODELS, else HOME/models)")
+	home := fs.String("home", defaultHome(), "describe: the home of the stack whose repository to read, HOME/models (default $TRAINFLOW_HOME, else the running trainflow dev's --home, else ./.trainflow)")
 	tokenFile := tokenFileFlag(fs)
 	sub := args[0]
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
+	repoLoc, repoSource := modelsLocation(*models, *home, flagSet(fs, "home"))
 	token, err := readTokenFile(*tokenFile)
 	if err != nil {
 		return err
@@ -90,7 +94,7 @@ func runModels(ctx context.Context, types *train.Registry, args []string, stdout
 			v, _ = strconv.ParseInt(s, 10, 64)
 		}
 	}
-	bl, err := readBlessing(ctx, *models, name, v)
+	bl, unknown, err := readBlessing(ctx, repoLoc, repoSource, name, v)
 	if err != nil {
 		return err
 	}
@@ -98,35 +102,58 @@ func runModels(ctx context.Context, types *train.Registry, args []string, stdout
 		if bl != nil {
 			meta["blessing"] = bl
 		}
+		if unknown != "" {
+			meta["blessing_unknown"] = unknown
+		}
 		return writeJSON(stdout, meta)
 	}
 	describeText(stdout, name, v, meta)
-	if bl == nil {
-		fmt.Fprintf(stdout, "\nblessing: none (%s version %d was published without one)\n", name, v)
+	switch {
+	case unknown != "":
+		fmt.Fprintf(stdout, "\nblessing: unknown (%s)\n", unknown)
+		return nil
+	case bl == nil:
+		fmt.Fprintf(stdout, "\nblessing: none (%s version %d in %s was published without one)\n", name, v, repoLoc)
 		return nil
 	}
 	fmt.Fprintln(stdout)
 	return writeBlessing(stdout, bl)
 }
 
+// flagSet reports whether the command line gave flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // readBlessing reads the blessing of a version from the repository at
-// loc; nil when the repository, the model or the version has none.
-func readBlessing(ctx context.Context, loc, model string, v int64) (*bundle.Blessing, error) {
-	if !strings.Contains(loc, "://") {
-		if _, err := os.Stat(loc); err != nil {
-			return nil, nil // no local repository here: only the server's view
-		}
+// loc (found from source, for messages): the record, or nil when the
+// version was published without one. When the repository cannot tell
+// (no repository at loc, or one without the version the server serves:
+// another stack's), unknown says so, naming the path, and the blessing
+// is nil: an absence there is not a fact about the version.
+func readBlessing(ctx context.Context, loc, source, model string, v int64) (bl *bundle.Blessing, unknown string, err error) {
+	if localRepositoryMissing(loc) {
+		return nil, errNoRepository(loc, source).Error(), nil
 	}
 	repo, err := bundle.OpenRepository(ctx, loc)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--models: %w", err)}
+		return nil, "", usageError{fmt.Errorf("--models: %w", err)}
 	}
 	defer repo.Close()
-	bl, err := repo.Blessing(ctx, model, v)
-	if errors.Is(err, bundle.ErrNotFound) {
-		return nil, nil
+	vs, err := repo.Versions(ctx, model)
+	if err != nil && !errors.Is(err, bundle.ErrNotFound) {
+		return nil, "", err
 	}
-	return bl, err
+	if !slices.Contains(vs, v) {
+		return nil, fmt.Sprintf("the model repository at %s (from %s) has no %s version %d: not the server's repository? give --home or --models", loc, source, model, v), nil
+	}
+	bl, err = repo.Blessing(ctx, model, v)
+	if errors.Is(err, bundle.ErrNotFound) {
+		return nil, "", nil
+	}
+	return bl, "", err
 }
 
 // describeText writes the server's metadata of a version for people.
@@ -288,7 +315,8 @@ func (f thresholdFlag) Set(s string) error {
 func runModelsBless(ctx context.Context, types *train.Registry, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("models bless", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	models := fs.String("models", filepath.Join(defaultHome(), "models"), "model repository: a directory or a storage URI")
+	models := fs.String("models", "", "model repository: a directory or a storage URI (default $TRAINFLOW_MODELS, else HOME/models)")
+	home := fs.String("home", defaultHome(), "the home of the stack whose repository to use, HOME/models (default $TRAINFLOW_HOME, else the running trainflow dev's --home, else ./.trainflow)")
 	version := fs.Int64("version", 0, "the version to bless (required)")
 	baseline := fs.Int64("baseline", 0, "the version to compare with (default: the model's default version)")
 	specFile := fs.String("spec", "", "file holding the bless section (or a job spec with one); the flags below add to it")
@@ -332,17 +360,21 @@ func runModelsBless(ctx context.Context, types *train.Registry, args []string, s
 	if len(evalData) > 0 {
 		spec.EvalData = evalData
 	}
-	repo, err := bundle.OpenRepository(ctx, *models)
+	loc, source := modelsLocation(*models, *home, flagSet(fs, "home"))
+	if localRepositoryMissing(loc) {
+		return errNoRepository(loc, source)
+	}
+	repo, err := bundle.OpenRepository(ctx, loc)
 	if err != nil {
 		return usageError{fmt.Errorf("--models: %w", err)}
 	}
 	defer repo.Close()
 	vs, err := repo.Versions(ctx, name)
-	if err != nil {
+	if err != nil && !errors.Is(err, bundle.ErrNotFound) {
 		return err
 	}
 	if !slices.Contains(vs, *version) {
-		return notFoundError{fmt.Errorf("%s has no version %d in %s (versions %v)", name, *version, repo.Location(), vs)}
+		return notFoundError{fmt.Errorf("%s has no version %d in the model repository at %s (from %s; versions %v)", name, *version, loc, source, vs)}
 	}
 	cand, err := repo.Read(ctx, name, *version, types)
 	if err != nil {

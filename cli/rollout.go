@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/workflows"
@@ -21,9 +22,9 @@ import (
 // repository and on rollouts.
 const modelsRoutingUsage = `  models route MODEL v1=90,v2=10 [--shadow v3]   set the routing (or "default" to clear it)
   models history MODEL                          every routing and default change, with its cause
-  models rollout MODEL --candidate V [--steps shadow,5,25,50,100 --hold 10m …]   start a RolloutJob
+  models rollout MODEL --candidate V [--steps shadow,5,25,50,100 --hold 10m …] [--operator-key FILE]   start a RolloutJob, signed with the operator's key
   models rollout-status MODEL                   the running rollout's step, routing and last gate values
-  models rollout-signal MODEL approve|abort|pause|resume [--reason TEXT]`
+  models rollout-signal MODEL approve|abort|pause|resume [--reason TEXT] [--operator-key FILE]`
 
 // runModelsRouting runs the models subcommands of modelsRoutingUsage;
 // handled is false for another subcommand.
@@ -46,6 +47,35 @@ func runModelsRouting(ctx context.Context, sub string, args []string, stdout, st
 // modelsFlag registers --models, the repository the routing commands use.
 func modelsFlag(fs *flag.FlagSet) *string {
 	return fs.String("models", envOr("TRAINFLOW_MODELS", filepath.Join(defaultHome(), "models")), "model repository: a directory or a storage URI ($TRAINFLOW_MODELS; default HOME/models)")
+}
+
+// operatorKeyFlags registers --operator-key and --say-ttl: the operator's
+// private key a rollout's start or signal is signed with.
+type operatorKeyFlags struct {
+	path string
+	ttl  time.Duration
+}
+
+func (o *operatorKeyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.path, "operator-key", "", "the operator's private key file (\"<id> <base64 Ed25519 seed>\", mode 0600) that signs the operator's say; workers check it with --operator-keys (default HOME/keys/operator.key when it exists; docs/rollout.md)")
+	fs.DurationVar(&o.ttl, "say-ttl", jobs.DefaultSayTTL, "how long the signed say stays good: until the rollout starts, or the signal arrives")
+}
+
+// signer loads the key: --operator-key, else HOME/keys/operator.key if it
+// exists (ok false when there is none).
+func (o *operatorKeyFlags) signer() (s opkey.Signer, ok bool, err error) {
+	path := o.path
+	if path == "" {
+		path = filepath.Join(defaultHome(), "keys", "operator.key")
+		if _, err := os.Stat(path); err != nil {
+			return opkey.Signer{}, false, nil
+		}
+	}
+	s, err = opkey.LoadSigner(path)
+	if err != nil {
+		return opkey.Signer{}, false, usageError{fmt.Errorf("--operator-key: %w", err)}
+	}
+	return s, true, nil
 }
 
 // whoami is the default cause of a routing change made from the CLI.
@@ -145,6 +175,15 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func writeHistory(w io.Writer, h []bundle.Change) {
 	for _, ch := range h {
 		cause := ch.Cause.By
+		switch {
+		case ch.Cause.Verified:
+			cause += " (verified)"
+		case ch.Cause.JobID != "":
+			cause += " (unverified)"
+		}
+		if ch.Cause.Note != "" {
+			cause += " [by " + ch.Cause.Note + ", as typed]"
+		}
 		if ch.Cause.JobID != "" {
 			cause += " " + ch.Cause.JobID + " step " + ch.Cause.Step
 		}
@@ -173,8 +212,11 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	hold := fs.Duration("hold", workflows.DefaultHoldSecs*time.Second, "how long each step is held before its gates are judged")
 	recheck := fs.Duration("recheck", 0, "how long a step without enough traffic waits before it is judged again (default --hold)")
 	approval := fs.Bool("approval", false, "wait for `models rollout-signal MODEL approve` before the 100% step")
-	by := fs.String("by", whoami(), "who starts the rollout, for the history")
+	by := fs.String("by", whoami(), "a note for the history (who is recorded is the verified principal: the operator key's ID)")
 	wait := fs.Bool("wait", false, "wait for the rollout's end and print its result")
+	var key operatorKeyFlags
+	key.register(fs)
+	replace := fs.Bool("replace-squatter", false, "if a running workflow of another type holds the rollout's ID rollout_MODEL, terminate it (by its run) and start the rollout")
 	shadowPercent := fs.Int("shadow-percent", 0, "shadow step: copy only this percent of the requests to the candidate (0: all)")
 	var g rollout.Gates
 	fs.Int64Var(&g.MinRequests, "min-requests", rollout.DefaultMinRequests, "candidate requests a window needs to be judged (fewer: it waits)")
@@ -203,12 +245,28 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Model: fs.Arg(0), Candidate: cand, Steps: strings.Split(*steps, ","),
 		HoldSecs: hold.Seconds(), RecheckSecs: recheck.Seconds(), Gates: g, Approval: *approval, By: *by, ShadowPercent: *shadowPercent,
 	}
+	signer, ok, err := key.signer()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return usageError{errors.New("--operator-key: a rollout started from a client needs the operator's say, signed with the operator's key (no HOME/keys/operator.key here); a job spec's rollout section starts one without it")}
+	}
+	in = jobs.SayStart(signer, in, key.ttl)
 	cl, err := c.dial()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	run, err := jobs.StartRollout(ctx, cl, in)
+	if errors.Is(err, jobs.ErrSquatter) && *replace {
+		t, rerr := jobs.ReplaceSquatter(ctx, cl, in.Model)
+		if rerr != nil {
+			return rerr
+		}
+		fmt.Fprintf(stderr, "terminated the %s that held %s\n", jobs.Clean(t), workflows.RolloutWorkflowID(in.Model))
+		run, err = jobs.StartRollout(ctx, cl, in)
+	}
 	if err != nil {
 		return err
 	}
@@ -264,6 +322,12 @@ func printRollout(w io.Writer, output string, st workflows.RolloutStatus) error 
 	if st.Last != nil {
 		fmt.Fprintf(w, "last gates: %s %s %s\n", jobs.Clean(st.Last.Outcome), jobs.Clean(fmt.Sprint(st.Last.Reasons)), jobs.Clean(fmt.Sprintf("%+v", st.Last.Values)))
 	}
+	if st.Principal != "" {
+		fmt.Fprintf(w, "started by: %s (verified)\n", jobs.Clean(st.Principal))
+	}
+	for _, r := range st.Refused {
+		fmt.Fprintf(w, "refused signal: %s\n", jobs.Clean(r))
+	}
 	return nil
 }
 
@@ -299,6 +363,8 @@ func runRolloutSignal(ctx context.Context, args []string, stdout, stderr io.Writ
 	var c conn
 	c.register(fs)
 	reason := fs.String("reason", "", "abort: why, for the history")
+	var key operatorKeyFlags
+	key.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -306,16 +372,23 @@ func runRolloutSignal(ctx context.Context, args []string, stdout, stderr io.Writ
 	if fs.NArg() != 2 || signals[fs.Arg(1)] == "" {
 		return usageError{errors.New("want: models rollout-signal MODEL approve|abort|pause|resume")}
 	}
+	signer, ok, err := key.signer()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return usageError{errors.New("--operator-key: a rollout takes a signal only with the operator's say, signed with the operator's key (no HOME/keys/operator.key here)")}
+	}
 	cl, err := c.dial()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	var arg any
+	why := ""
 	if fs.Arg(1) == "abort" {
-		arg = cmpOr(*reason, "by "+whoami())
+		why = cmpOr(*reason, "by "+whoami())
 	}
-	if err := cl.SignalWorkflow(ctx, workflows.RolloutWorkflowID(fs.Arg(0)), "", signals[fs.Arg(1)], arg); err != nil {
+	if err := jobs.SignalRollout(ctx, cl, fs.Arg(0), signals[fs.Arg(1)], why, signer, key.ttl); err != nil {
 		return fmt.Errorf("rollout of %s: %w", fs.Arg(0), err)
 	}
 	fmt.Fprintf(stdout, "sent %s to %s\n", fs.Arg(1), workflows.RolloutWorkflowID(fs.Arg(0)))

@@ -160,8 +160,8 @@ func TestRolloutSurvivesDevKill9(t *testing.T) {
 	ctx := context.Background()
 	// A hold long enough to outlast the restart on a loaded machine, so
 	// that the restarted stack is seen inside the 50% step.
-	run, err := jobs.StartRollout(ctx, c, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"},
-		HoldSecs: 12, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"})
+	run, err := jobs.StartRollout(ctx, c, sayStart(t, home, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"},
+		HoldSecs: 12, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,8 +278,8 @@ func TestRolloutSurvivesReplicaKill9(t *testing.T) {
 	la := startLoad(t, urlA, bodies)
 	lb := startLoad(t, urlB, bodies)
 	ctx := context.Background()
-	run, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"},
-		HoldSecs: 4, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"})
+	run, err := jobs.StartRollout(ctx, st.Client, sayStart(t, home, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"},
+		HoldSecs: 4, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,8 +80,10 @@ func TestJobStartsRolloutOnRealStack(t *testing.T) {
 		t.Fatalf("default after the rollout: %d, want 3", v)
 	}
 	steps, h := historySteps(t, home)
-	if !slices.Equal(steps, []string{"50", "100", "promote"}) || h[0].Cause.By != "job:census_roll" {
-		t.Fatalf("history: steps %v by %q, want 50, 100, promote by job:census_roll", steps, h[0].Cause.By)
+	// The principal is the parent the Temporal server recorded: the job
+	// that published the version (the owner chain), no operator's say.
+	if !slices.Equal(steps, []string{"50", "100", "promote"}) || h[0].Cause.By != "job:census_roll" || !h[0].Cause.Verified {
+		t.Fatalf("history: steps %v by %+v, want 50, 100, promote by job:census_roll, verified", steps, h[0].Cause)
 	}
 	l.halt()
 	for _, a := range l.answers {
@@ -92,7 +94,7 @@ func TestJobStartsRolloutOnRealStack(t *testing.T) {
 
 	// While a rollout of census runs, the next blessed job publishes its
 	// version, starts no second rollout, succeeds, and says why.
-	manual, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"}, HoldSecs: 3600, By: "test"})
+	manual, err := jobs.StartRollout(ctx, st.Client, sayStart(t, home, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"}, HoldSecs: 3600, By: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}

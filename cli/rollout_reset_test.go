@@ -84,13 +84,14 @@ func TestRolloutResetWithTemporalCLI(t *testing.T) {
 		return out
 	}
 
-	first, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"},
-		HoldSecs: 1, RecheckSecs: 0.5, Approval: true, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"})
+	first, err := jobs.StartRollout(ctx, st.Client, sayStart(t, home, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"},
+		HoldSecs: 1, RecheckSecs: 0.5, Approval: true, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	awaitApproval()
-	tc.must(t, "workflow", "signal", "--workflow-id", id, "--name", workflows.RolloutAbortSignal, "--input", `"operator changed their mind"`)
+	// The Temporal CLI sends the operator's say, made by our jobs package.
+	tc.must(t, "workflow", "signal", "--workflow-id", id, "--name", workflows.RolloutAbortSignal, "--input", sayJSON(t, st, home, workflows.SayAbort, "operator changed their mind"))
 	res := result()
 	if res.State != workflows.RolloutRolledBack || !strings.Contains(res.Reason, "operator changed their mind") {
 		t.Fatalf("after the abort signal: %+v, want ROLLED_BACK with the signal's reason", res)
@@ -118,7 +119,7 @@ func TestRolloutResetWithTemporalCLI(t *testing.T) {
 	if s, _ := status(); s.StepName != "100" || s.Baseline != 1 || s.Verdicts["50"].Outcome != rollout.Pass {
 		t.Fatalf("the reset rollout awaits approval at %+v, want before its 100%% step, its 50%% step passed, from baseline 1", s)
 	}
-	tc.must(t, "workflow", "signal", "--workflow-id", id, "--name", workflows.RolloutApproveSignal)
+	tc.must(t, "workflow", "signal", "--workflow-id", id, "--name", workflows.RolloutApproveSignal, "--input", sayJSON(t, st, home, workflows.SayApprove, ""))
 	if res = result(); res.State != workflows.RolloutPromoted || res.Baseline != 1 {
 		t.Fatalf("after the reset and approval: %+v, want PROMOTED from 1", res)
 	}

@@ -204,12 +204,12 @@ func TestRolloutOnRealStack(t *testing.T) {
 
 	// The good candidate.
 	started := time.Now()
-	run, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"shadow", "50", "100"},
-		HoldSecs: 1.5, RecheckSecs: 0.5, Gates: gates, By: "test"})
+	run, err := jobs.StartRollout(ctx, st.Client, sayStart(t, home, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"shadow", "50", "100"},
+		HoldSecs: 1.5, RecheckSecs: 0.5, Gates: gates, By: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 3, Gates: gates}); err == nil || !strings.Contains(err.Error(), "already running") {
+	if _, err := jobs.StartRollout(ctx, st.Client, sayStart(t, home, workflows.RolloutInput{Model: "census", Candidate: 3, Gates: gates})); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Fatalf("a second rollout of census while one runs: got %v, want refused", err)
 	}
 	var res workflows.RolloutStatus
@@ -267,8 +267,8 @@ func TestRolloutOnRealStack(t *testing.T) {
 
 	// The broken candidate, from the new default 2.
 	brokenStart := time.Now()
-	run, err = jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 3, Steps: []string{"25", "100"},
-		HoldSecs: 1.5, RecheckSecs: 0.5, Gates: gates, By: "test"})
+	run, err = jobs.StartRollout(ctx, st.Client, sayStart(t, home, workflows.RolloutInput{Model: "census", Candidate: 3, Steps: []string{"25", "100"},
+		HoldSecs: 1.5, RecheckSecs: 0.5, Gates: gates, By: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestRolloutOnRealStack(t *testing.T) {
 	// unknown version) says so at once, without --wait, rather than that
 	// it started, and rollout-status shows it FAILED with the reason.
 	addr := st.Temporal.FrontendAddr()
-	code, out, errs := cli(t, "models", "rollout", "census", "--candidate", "v9", "--temporal", addr)
+	code, out, errs := cli(t, "models", "rollout", "census", "--candidate", "v9", "--temporal", addr, "--operator-key", filepath.Join(home, "keys", "operator.key"))
 	if code != exitError || strings.Contains(out, "started") || !strings.Contains(errs, "refused") || !strings.Contains(errs, "candidate 9 is not a version of census") {
 		t.Errorf("models rollout --candidate v9: exit %d, %q %q; want refused naming the candidate", code, out, errs)
 	}
@@ -334,7 +334,7 @@ func TestRolloutOnRealStack(t *testing.T) {
 		t.Errorf("rollout-status of the refused rollout: exit %d, %q %q; want FAILED and why", code, out, errs)
 	}
 	// One it starts holds its first step; an abort signal rolls it back.
-	code, out, errs = cli(t, "models", "rollout", "census", "--candidate", "v1", "--steps", "50,100", "--hold", "1h", "--temporal", addr)
+	code, out, errs = cli(t, "models", "rollout", "census", "--candidate", "v1", "--steps", "50,100", "--hold", "1h", "--temporal", addr, "--operator-key", filepath.Join(home, "keys", "operator.key"))
 	if code != exitOK || !strings.HasPrefix(out, "started rollout rollout_census (run ") || strings.Contains(out, "still preparing") {
 		t.Fatalf("models rollout --candidate v1: exit %d, %q %q; want started", code, out, errs)
 	}
@@ -348,7 +348,7 @@ func TestRolloutOnRealStack(t *testing.T) {
 	if code != exitOK || !strings.HasPrefix(out, "census: HOLDING at step 50, baseline 2, candidate 1, routing ") {
 		t.Fatalf("rollout-status while the 50%% step holds: exit %d, %q %q", code, out, errs)
 	}
-	if code, out, errs = cli(t, "models", "rollout-signal", "census", "abort", "--reason", "cli test", "--temporal", addr); code != exitOK {
+	if code, out, errs = cli(t, "models", "rollout-signal", "census", "abort", "--reason", "cli test", "--temporal", addr, "--operator-key", filepath.Join(home, "keys", "operator.key")); code != exitOK {
 		t.Fatalf("rollout-signal abort: exit %d, %q %q", code, out, errs)
 	}
 	if err := st.Client.GetWorkflow(ctx, workflows.RolloutWorkflowID("census"), "").Get(wctx, &res); err != nil || res.State != workflows.RolloutRolledBack {
@@ -430,8 +430,8 @@ func TestRolloutSurvivesWorkerKill(t *testing.T) {
 	bodies := predictBodies(t, 50)
 	l := startLoad(t, "http://"+st.HTTPAddr+"/v1/models/census:predict", bodies)
 	ctx := context.Background()
-	run, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"5", "50", "100"},
-		HoldSecs: 3, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"})
+	run, err := jobs.StartRollout(ctx, st.Client, sayStart(t, home, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"5", "50", "100"},
+		HoldSecs: 3, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,8 +489,8 @@ func TestRolloutSurvivesStackRestart(t *testing.T) {
 	st := testStack(t, home)
 	l := startLoad(t, "http://"+st.HTTPAddr+"/v1/models/census:predict", bodies)
 	ctx := context.Background()
-	run, err := jobs.StartRollout(ctx, st.Client, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"5", "50", "100"},
-		HoldSecs: 3, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"})
+	run, err := jobs.StartRollout(ctx, st.Client, sayStart(t, home, workflows.RolloutInput{Model: "census", Candidate: 2, Steps: []string{"5", "50", "100"},
+		HoldSecs: 3, RecheckSecs: 0.5, Gates: rollout.Gates{MinRequests: 20, MaxErrorRate: 0.01, MaxClassShift: 0.15}, By: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}

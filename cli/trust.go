@@ -13,6 +13,7 @@ import (
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/train/app"
 	"github.com/trainflow/trainflow/worker"
+	"github.com/trainflow/trainflow/workflows"
 )
 
 // listFlag is a comma-separated list flag; repeating it adds to the list.
@@ -42,9 +43,15 @@ type trustFlags struct {
 	// The resource bounds (worker.Limits): 0 takes the default.
 	childMemory, maxShardBytes sizeFlag
 	maxHeavy                   int
+	maxParallelTrials          int
 	maxSteps, maxJobFiles      int64
 	// modelOwners is --model-owners.
 	modelOwners bundle.Rules
+	// operatorKeys, rolloutMinRequests and rolloutMinHold are
+	// --operator-keys, --rollout-min-requests and --rollout-min-hold.
+	operatorKeys       string
+	rolloutMinRequests int64
+	rolloutMinHold     time.Duration
 	// applicationsFile is --applications; applications the registry
 	// loadApplications read from it (nil: none).
 	applicationsFile string
@@ -89,6 +96,9 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 		}
 		return nil
 	})
+	fs.StringVar(&t.operatorKeys, "operator-keys", "", "the operator's public key file, lines \"<id> <base64 Ed25519 public key>\": a RolloutJob not started by the job that published its candidate, a rollback, and every approve/abort/pause/resume signal need a say signed by one of these keys (models rollout --operator-key); see docs/rollout.md (default HOME/keys/operator.pub, made with HOME/keys/operator.key when neither exists)")
+	fs.Int64Var(&t.rolloutMinRequests, "rollout-min-requests", 0, fmt.Sprintf("the least gates.min_requests a rollout may ask for (default %d)", activities.DefaultRolloutMinRequests))
+	fs.DurationVar(&t.rolloutMinHold, "rollout-min-hold", 0, fmt.Sprintf("the shortest hold and recheck a rollout may ask for (default %s)", activities.DefaultRolloutMinHold))
 	fs.StringVar(&t.applicationsFile, "applications", "", "a JSON file of the programs jobs may run as their training application (application.name in a spec): name, argv prefix, working directory, environment variables passed through, sandbox; see docs/applications.md (default: none)")
 	fs.BoolVar(&t.allowPackages, "allow-packages", false, "let jobs bring their own Python package (application.package, `jobs submit training --package-path`): each replica installs it with pip (no index) into a virtual environment and runs it, always inside the sandbox; see docs/sandbox.md (default: off, such a job is refused)")
 	fs.Var(&t.sandboxMemory, "sandbox-memory", "the memory of a sandboxed job on this worker, all its processes together (its cgroup; the kernel kills one of them over it and the job fails naming this flag), and the address space (RLIMIT_AS) of each of them, e.g. 8GiB (default "+activities.FormatBytes(app.DefaultMemoryBytes)+")")
@@ -99,6 +109,7 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 	fs.Var(&t.sandboxReadOnly, "sandbox-read-only", "host paths (absolute, comma-separated) every sandbox sees read-only at the same path, e.g. a data set directory (default none)")
 	fs.DurationVar(&t.packageInstallTimeout, "package-install-timeout", 0, fmt.Sprintf("how long a replica's virtual environment and pip install of a job's package may take (default %s)", app.DefaultInstallTimeout))
 	fs.Var(&t.childMemory, "child-memory", "the address space (RLIMIT_AS) of each training and evaluation child process; a child that runs out of it fails its attempt, and two such attempts in a row fail the job, not retried (default: --max-train-memory + 25% + 1GiB)")
+	fs.IntVar(&t.maxParallelTrials, "max-parallel-trials", 0, fmt.Sprintf("run at most this many trials of one tuning job at once; a spec asking for more runs this many and says so in its report (default %d)", workflows.DefaultMaxParallelTrials))
 	fs.IntVar(&t.maxHeavy, "max-heavy", 0, "run at most this many heavy activities (preprocess, train, evaluate, batch predict) at once; the others wait, heartbeating (default: the number of CPUs)")
 	fs.Int64Var(&t.maxSteps, "max-steps", 0, fmt.Sprintf("the largest train.max_steps a job may ask for (default %d)", activities.DefaultMaxSteps))
 	fs.Int64Var(&t.maxJobFiles, "max-job-files", 0, fmt.Sprintf("the most files a job's training may write: %d per checkpoint committed every train.save_checkpoints_steps, and one per %d summary points (default %d)",
@@ -168,9 +179,9 @@ func (t *trustFlags) packages() app.PackageConfig {
 
 func (t *trustFlags) limits() worker.Limits {
 	l := worker.Limits{DataRoots: t.dataRoots, BeamRunners: t.runners, BeamEnvironments: t.envs, BeamArgs: t.beamArgs,
-		MaxTrainBytes: int64(t.maxTrainMemory), ChildMemory: int64(t.childMemory), MaxHeavy: t.maxHeavy,
+		MaxTrainBytes: int64(t.maxTrainMemory), ChildMemory: int64(t.childMemory), MaxHeavy: t.maxHeavy, MaxParallelTrials: t.maxParallelTrials,
 		Ceilings:    activities.Ceilings{MaxSteps: t.maxSteps, MaxJobFiles: t.maxJobFiles, MaxShardBytes: int64(t.maxShardBytes)},
-		ModelOwners: t.modelOwners}
+		ModelOwners: t.modelOwners, OperatorKeys: t.operatorKeys, RolloutMinRequests: t.rolloutMinRequests, RolloutMinHold: t.rolloutMinHold}
 	if t.readRootsSet {
 		// --read-roots '' allows none: an empty list, not nil (the default).
 		l.ReadRoots = append([]string{}, t.readRoots...)

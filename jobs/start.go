@@ -80,6 +80,9 @@ func StartRollout(ctx context.Context, c client.Client, in workflows.RolloutInpu
 	}, workflows.RolloutJobName, in)
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &exists) {
+		if t, run, serr := Squatter(ctx, c, in.Model); serr == nil && t != "" {
+			return nil, fmt.Errorf("%w: %s is held by a running workflow of type %q (run %s), not a rollout; `models rollout --replace-squatter` terminates it and starts the rollout", ErrSquatter, id, t, run)
+		}
 		return nil, fmt.Errorf("a rollout of %s is already running (workflow %s): abort it or wait for it: %w", in.Model, id, err)
 	}
 	if err != nil {

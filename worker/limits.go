@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/errmark"
+	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
@@ -78,6 +80,18 @@ type Limits struct {
 	// (workflows.SetMaxParallelTrials, which holds it for the process's
 	// tuning workflows); 0 means workflows.DefaultMaxParallelTrials.
 	MaxParallelTrials int
+	// OperatorKeys is the operator's public key file that a rollout's
+	// say is checked with (--operator-keys; activities.RolloutPolicy);
+	// "" is HOME/keys/operator.pub, made with HOME/keys/operator.key (the
+	// private half, for `models rollout --operator-key`) when neither
+	// exists.
+	OperatorKeys string
+	// RolloutMinRequests and RolloutMinHold are the floors of a
+	// rollout's gates.min_requests and of its hold and recheck
+	// (--rollout-min-requests, --rollout-min-hold); 0 takes
+	// activities' defaults.
+	RolloutMinRequests int64
+	RolloutMinHold     time.Duration
 }
 
 // apply checks l and sets it on acts: runner names lower case,
@@ -134,6 +148,29 @@ func (l Limits) apply(acts *activities.Activities) error {
 	}
 	acts.Heavy = slots
 	acts.ModelOwners = l.ModelOwners
+	if l.RolloutMinRequests < 0 || l.RolloutMinHold < 0 {
+		return configError(fmt.Errorf("--rollout-min-requests %d, --rollout-min-hold %s: want ≥ 0", l.RolloutMinRequests, l.RolloutMinHold))
+	}
+	acts.Rollouts = activities.RolloutPolicy{MinRequests: l.RolloutMinRequests, MinHold: l.RolloutMinHold}
+	switch {
+	case l.OperatorKeys != "":
+		abs, err := filepath.Abs(l.OperatorKeys)
+		if err == nil {
+			_, err = opkey.LoadPublic(abs)
+		}
+		if err != nil {
+			return configError(fmt.Errorf("--operator-keys: %w", err))
+		}
+		acts.Rollouts.OperatorKeys = abs
+	case acts.Home != "":
+		// The default pair lives in HOME/keys beside the result keys: a
+		// private directory no job location may name, whatever the roots.
+		pub := activities.OperatorKeysFile(acts.Home)
+		if _, err := opkey.EnsurePair(filepath.Join(filepath.Dir(pub), "operator.key"), pub); err != nil {
+			return configError(fmt.Errorf("--operator-keys (default %s): %w", pub, err))
+		}
+		acts.Private = append(acts.Private, filepath.Dir(pub))
+	}
 	workflows.SetMaxParallelTrials(l.MaxParallelTrials)
 	return nil
 }

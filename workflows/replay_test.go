@@ -90,6 +90,17 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// RolloutJob as a child (the rollout-after-bless marker), recorded
 		// by cli TestJobStartsRolloutOnRealStack.
 		"rollout_from_job.json": false,
+		// A RolloutJob of the operator's say (the rollout-operator-say
+		// marker; PrepareRollout with the input and its keys; unsigned
+		// abort, approve and pause refused; the operator's abort), recorded
+		// by cli TestRolloutNeedsOwnerOrOperatorOnRealStack.
+		"rollout_operator_say.json": false,
+		// Signed activity results (the signed-activity-results marker and a
+		// SideEffect verdict per activity), recorded on the dev stack with
+		// worker tokens: the default job; a CUSTOM job whose TrainWorker was
+		// completed by a forged result (refused, run again) and whose dev
+		// process was killed; a package job in its job network.
+		"signed_default.json": false, "signed_distributed_forged_killed.json": false, "signed_package.json": false,
 	}
 	for _, f := range files {
 		want[filepath.Base(f)] = true

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainflow/trainflow/internal/ident"
+	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/rollout"
 )
 
@@ -89,6 +91,10 @@ type RolloutInput struct {
 	// ShadowPercent is the shadow step's rollout.Routing.ShadowPercent
 	// (0: every request is copied).
 	ShadowPercent int `json:"shadow_percent,omitempty"`
+	// Operator is the operator's say on this start (`models rollout
+	// --operator-key`), needed unless the job that published Candidate
+	// starts the rollout as its child; see rollout_auth.go.
+	Operator *OperatorSay `json:"operator,omitempty"`
 }
 
 // rolloutStep is one parsed step: the shadow step (percent 0) or a
@@ -162,21 +168,51 @@ func (s rolloutStep) routing(baseline, candidate int64, shadowPercent int) rollo
 	return rollout.Routing{Weights: []rollout.Weight{{Version: baseline, Percent: 100 - s.percent}, {Version: candidate, Percent: s.percent}}}
 }
 
+// StepRoutings are the routings of in's steps from baseline, in order.
+func (in RolloutInput) StepRoutings(baseline int64) ([]rollout.Routing, error) {
+	steps, err := in.validate()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rollout.Routing, len(steps))
+	for i, s := range steps {
+		out[i] = s.routing(baseline, in.Candidate, in.ShadowPercent)
+	}
+	return out, nil
+}
+
 // PrepareRolloutInput is the input of PrepareRollout.
 type PrepareRolloutInput struct {
 	Model     string `json:"model"`
 	Candidate int64  `json:"candidate"`
+	// Rollout is the run's input, for the authorization and the
+	// operator's floors (nil in runs from before them).
+	Rollout *RolloutInput `json:"rollout,omitempty"`
 }
 
-// PrepareRolloutResult names the baseline: the model's default version.
+// PrepareRolloutResult names the baseline: the model's default version;
+// with an input's Rollout, also who the rollout is verified to come from
+// and the operator keys its signals must be signed with.
 type PrepareRolloutResult struct {
-	Baseline int64 `json:"baseline"`
+	Baseline     int64            `json:"baseline"`
+	Principal    RolloutPrincipal `json:"principal,omitzero"`
+	OperatorKeys []opkey.Public   `json:"operator_keys,omitempty"`
 }
 
 // RoutingCause is why a routing changes, for the model's history
 // (bundle.Cause).
 type RoutingCause struct {
-	By     string          `json:"by"`
+	// By is the verified principal (RolloutPrincipal.String) when
+	// Verified, else what the run's input typed (runs from before
+	// verification).
+	By       string `json:"by"`
+	Verified bool   `json:"verified,omitempty"`
+	// Note is the input's typed By, kept as a note.
+	Note string `json:"note,omitempty"`
+	// Say is the nonce of the operator's say the rollout started with,
+	// Run its first run ID (bundle.Cause).
+	Say    string          `json:"say,omitempty"`
+	Run    string          `json:"run,omitempty"`
 	JobID  string          `json:"job_id"`
 	Step   string          `json:"step"`
 	Reason string          `json:"reason,omitempty"`
@@ -188,6 +224,10 @@ type SetRoutingInput struct {
 	Model   string          `json:"model"`
 	Routing rollout.Routing `json:"routing"`
 	Cause   RoutingCause    `json:"cause"`
+	// Rollout is the run's input: SetRouting checks its authorization
+	// again and that Routing is one of its steps (nil in runs from before
+	// verification).
+	Rollout *RolloutInput `json:"rollout,omitempty"`
 }
 
 // SetRoutingResult is the fleet's telemetry read right after the routing
@@ -223,6 +263,9 @@ type PromoteVersionInput struct {
 	Model   string       `json:"model"`
 	Version int64        `json:"version"`
 	Cause   RoutingCause `json:"cause"`
+	// Rollout is the run's input, whose authorization PromoteVersion
+	// checks again (nil in runs from before verification).
+	Rollout *RolloutInput `json:"rollout,omitempty"`
 }
 
 // Rollout states, in RolloutStatus.State.
@@ -257,6 +300,12 @@ type RolloutStatus struct {
 	WaitUntil time.Time `json:"wait_until,omitzero"`
 	// Paused is whether a pause signal holds the rollout.
 	Paused bool `json:"paused,omitempty"`
+	// Principal is who the rollout is verified to come from ("" in runs
+	// from before verification).
+	Principal string `json:"principal,omitempty"`
+	// Refused are the last signals refused (not the operator's say),
+	// each "TIME SIGNAL: why".
+	Refused []string `json:"refused,omitempty"`
 }
 
 // rolloutRun is one RolloutJob's state.
@@ -269,6 +318,17 @@ type rolloutRun struct {
 	approved  bool
 	aborted   string // the abort reason, "" until aborted
 	reference *rollout.Stats
+	// auth: the run checks the operator's say (rolloutAuthChange); keys
+	// are the operator keys PrepareRollout returned, principal whom the
+	// start is verified to come from, nonces the says used, approvedBy
+	// and abortedBy who approved and aborted.
+	auth       bool
+	keys       []opkey.Public
+	principal  RolloutPrincipal
+	nonces     map[string]bool
+	firstRun   string
+	approvedBy string
+	abortedBy  *RolloutPrincipal
 }
 
 var errAborted = errors.New("aborted")
@@ -296,7 +356,11 @@ func RolloutJob(ctx workflow.Context, in RolloutInput) (RolloutStatus, error) {
 	for _, s := range steps {
 		r.st.Steps = append(r.st.Steps, s.name)
 	}
-	r.listen(ctx)
+	r.auth = workflow.GetVersion(ctx, rolloutAuthChange, workflow.DefaultVersion, 1) >= 1
+	r.firstRun = workflow.GetInfo(ctx).FirstRunID
+	if !r.auth {
+		r.listen(ctx)
+	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{
@@ -304,11 +368,21 @@ func RolloutJob(ctx workflow.Context, in RolloutInput) (RolloutStatus, error) {
 			NonRetryableErrorTypes: []string{ErrTypeInvalidSpec},
 		},
 	})
-	prep, err := rolloutActs.PrepareRollout.Run(actx, PrepareRolloutInput{Model: in.Model, Candidate: in.Candidate})
+	pin := PrepareRolloutInput{Model: in.Model, Candidate: in.Candidate}
+	if r.auth {
+		pin.Rollout = &r.in
+	}
+	prep, err := rolloutActs.PrepareRollout.Run(actx, pin)
 	if err != nil {
 		return r.st, err
 	}
 	r.st.Baseline = prep.Baseline
+	if r.auth {
+		// Signals sent before now wait in their channels: each is judged
+		// with the keys PrepareRollout returned.
+		r.keys, r.principal, r.st.Principal = prep.OperatorKeys, prep.Principal, prep.Principal.String()
+		r.listenSigned(ctx)
+	}
 	err = r.run(actx)
 	if err == nil {
 		return r.st, nil
@@ -325,7 +399,11 @@ func RolloutJob(ctx workflow.Context, in RolloutInput) (RolloutStatus, error) {
 	if r.st.Last != nil {
 		gates = &r.st.Last.Values
 	}
-	if _, rerr := rolloutActs.SetRouting.Run(rctx, SetRoutingInput{Model: in.Model, Cause: r.cause("rollback", reason, gates)}); rerr != nil {
+	cause := r.cause("rollback", reason, gates)
+	if r.abortedBy != nil {
+		cause.By = r.abortedBy.String()
+	}
+	if _, rerr := rolloutActs.SetRouting.Run(rctx, SetRoutingInput{Model: in.Model, Cause: cause, Rollout: r.input()}); rerr != nil {
 		return r.st, fmt.Errorf("roll back after %v: %w", reason, rerr)
 	}
 	r.st.State, r.st.Reason, r.st.Routing = RolloutRolledBack, reason, rollout.Routing{}
@@ -355,6 +433,34 @@ func (r *rolloutRun) listen(ctx workflow.Context) {
 	})
 }
 
+// listenSigned applies the signals to r as they come, each only with the
+// operator's say (rolloutRun.signal).
+func (r *rolloutRun) listenSigned(ctx workflow.Context) {
+	names := []string{RolloutApproveSignal, RolloutAbortSignal, RolloutPauseSignal, RolloutResumeSignal}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			sel := workflow.NewSelector(ctx)
+			for _, name := range names {
+				sel.AddReceive(workflow.GetSignalChannel(ctx, name), func(c workflow.ReceiveChannel, _ bool) {
+					var raw json.RawMessage
+					c.Receive(ctx, &raw)
+					r.signal(ctx, name, raw)
+				})
+			}
+			sel.Select(ctx)
+		}
+	})
+}
+
+// input is the run's input for the activities that check it again (nil
+// in runs from before verification).
+func (r *rolloutRun) input() *RolloutInput {
+	if !r.auth {
+		return nil
+	}
+	return &r.in
+}
+
 // cutText clips s to n bytes.
 func cutText(s string, n int) string {
 	if len(s) > n {
@@ -365,6 +471,13 @@ func cutText(s string, n int) string {
 
 // cause is a RoutingCause of this run.
 func (r *rolloutRun) cause(step, reason string, gates *rollout.Values) RoutingCause {
+	if r.auth {
+		c := RoutingCause{By: r.principal.String(), Verified: true, Note: r.in.By, JobID: r.id, Step: step, Reason: reason, Gates: gates, Run: r.firstRun}
+		if r.principal.Kind == PrincipalOperator && r.in.Operator != nil {
+			c.Say = r.in.Operator.Nonce
+		}
+		return c
+	}
 	return RoutingCause{By: cmpOr(r.in.By, "rollout"), JobID: r.id, Step: step, Reason: reason, Gates: gates}
 }
 
@@ -417,7 +530,7 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 			}
 		}
 		rt := s.routing(base, in.Candidate, in.ShadowPercent)
-		set, err := rolloutActs.SetRouting.Run(ctx, SetRoutingInput{Model: in.Model, Routing: rt, Cause: r.cause(s.name, "", lastValues)})
+		set, err := rolloutActs.SetRouting.Run(ctx, SetRoutingInput{Model: in.Model, Routing: rt, Cause: r.cause(s.name, "", lastValues), Rollout: r.input()})
 		if err != nil {
 			return err
 		}
@@ -464,7 +577,11 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 			break
 		}
 	}
-	if err := rolloutActs.PromoteVersion.Execute(ctx, PromoteVersionInput{Model: in.Model, Version: in.Candidate, Cause: r.cause("promote", "every gate passed", lastValues)}).Into(ctx, nil); err != nil {
+	promote := r.cause("promote", "every gate passed", lastValues)
+	if r.approvedBy != "" {
+		promote.Reason += "; approved by " + r.approvedBy
+	}
+	if err := rolloutActs.PromoteVersion.Execute(ctx, PromoteVersionInput{Model: in.Model, Version: in.Candidate, Cause: promote, Rollout: r.input()}).Into(ctx, nil); err != nil {
 		return err
 	}
 	r.st.State, r.st.Routing = RolloutPromoted, rollout.Routing{}

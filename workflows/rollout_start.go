@@ -83,7 +83,7 @@ func startRollout(ctx workflow.Context, spec jobspec.JobSpec, bl *BlessResult, p
 	if err := f.GetChildWorkflowExecution().Get(ctx, &we); err != nil {
 		why := err.Error()
 		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			why = "a rollout of " + spec.ModelName + " is already running"
+			why = "a rollout of " + spec.ModelName + " is already running (or a workflow of another type holds " + id + ": `trainflow models rollout-status " + spec.ModelName + "` names it)"
 		}
 		workflow.GetLogger(ctx).Warn("rollout not started", "model", spec.ModelName, "version", pub.Version, "error", err)
 		return &JobRollout{Candidate: pub.Version, Skipped: fmt.Sprintf("rollout %s of version %d not started: %s", id, pub.Version, why)}

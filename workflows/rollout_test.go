@@ -13,8 +13,28 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/rollout"
 )
+
+// testOperator is the operator key the fleet's PrepareRollout hands the
+// rollouts of these tests.
+var testOperator = func() opkey.Signer {
+	s, err := opkey.Generate()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// operatorSays is the payload of signal action on census's rollout with the
+// operator's say by key (reason for abort), good for a day of the test
+// clock from now, with nonce.
+func operatorSays(env *testsuite.TestWorkflowEnvironment, key opkey.Signer, action, reason, nonce string) RolloutSignal {
+	s := OperatorSay{Action: action, Model: "census", WorkflowID: "rollout_census", Reason: reason, Nonce: nonce, Expires: env.Now().Add(24 * time.Hour).Unix()}
+	s.Sign(key)
+	return RolloutSignal{Operator: &s}
+}
 
 // fleet fakes the model repository and the serving fleet behind the
 // rollout's activities: it records every routing change and promote, and
@@ -31,7 +51,7 @@ type fleet struct {
 
 func (f *fleet) register(env *testsuite.TestWorkflowEnvironment) {
 	registerFunc(env, rolloutActs.PrepareRollout, func(_ context.Context, in PrepareRolloutInput) (PrepareRolloutResult, error) {
-		return PrepareRolloutResult{Baseline: 1}, nil
+		return PrepareRolloutResult{Baseline: 1, Principal: RolloutPrincipal{Kind: PrincipalOperator, ID: testOperator.ID}, OperatorKeys: []opkey.Public{testOperator.Public()}}, nil
 	})
 	registerFunc(env, rolloutActs.SetRouting, func(_ context.Context, in SetRoutingInput) (SetRoutingResult, error) {
 		f.mu.Lock()
@@ -115,7 +135,7 @@ func TestRolloutPromotes(t *testing.T) {
 		t.Fatalf("got %d routing changes, want %d", len(f.changes), len(want))
 	}
 	for i, c := range f.changes {
-		if c.Routing.String() != want[i] || c.Cause.JobID != "rollout_census" || c.Cause.By != "cli:test" || c.Cause.Step != DefaultRolloutSteps[i] {
+		if c.Routing.String() != want[i] || c.Cause.JobID != "rollout_census" || c.Cause.By != "operator:"+testOperator.ID || !c.Cause.Verified || c.Cause.Note != "cli:test" || c.Cause.Step != DefaultRolloutSteps[i] {
 			t.Errorf("change %d: got %v %+v, want %s", i, c.Routing, c.Cause, want[i])
 		}
 		if (i > 0) != (c.Cause.Gates != nil) {
@@ -185,14 +205,16 @@ func TestRolloutAbort(t *testing.T) {
 	f := &fleet{stats: func(int, EvaluateGatesInput) (rollout.Stats, rollout.Stats) { return healthy(1000), healthy(200) }}
 	env := newRolloutEnv(f, "rollout_census")
 	// Steps 5 (0-60 s) and 25 (60-120 s): abort at 90 s.
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(RolloutAbortSignal, "p99 looks odd") }, 90*time.Second)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(RolloutAbortSignal, operatorSays(env, testOperator, SayAbort, "p99 looks odd", "n1"))
+	}, 90*time.Second)
 	env.ExecuteWorkflow(RolloutJobName, RolloutInput{Model: "census", Candidate: 2, Steps: []string{"5", "25", "100"}, HoldSecs: 60, Gates: testGates})
 	st := rolloutResult(t, env)
 	if st.State != RolloutRolledBack || st.StepName != "25" || st.Reason != "aborted: p99 looks odd" {
 		t.Fatalf("got %+v, want ROLLED_BACK at 25 with the abort reason", st)
 	}
 	last := f.changes[len(f.changes)-1]
-	if !last.Routing.IsZero() || last.Cause.Reason != "aborted: p99 looks odd" || f.evals != 1 {
+	if !last.Routing.IsZero() || last.Cause.Reason != "aborted: p99 looks odd" || f.evals != 1 || last.Cause.By != "operator:"+testOperator.ID || !last.Cause.Verified {
 		t.Fatalf("last change %+v after %d evaluations; want the rollback after 1", last, f.evals)
 	}
 }
@@ -205,11 +227,11 @@ func TestRolloutPauseAndApprove(t *testing.T) {
 	env := newRolloutEnv(f, "rollout_census")
 	var paused, awaiting RolloutStatus
 	var evalsPaused int
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(RolloutPauseSignal, nil) }, 5*time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(RolloutPauseSignal, operatorSays(env, testOperator, SayPause, "", "p")) }, 5*time.Second)
 	env.RegisterDelayedCallback(func() { paused = rolloutStatus(t, env); evalsPaused = f.evals }, time.Hour)
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(RolloutResumeSignal, nil) }, 2*time.Hour)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(RolloutResumeSignal, operatorSays(env, testOperator, SayResume, "", "r")) }, 2*time.Hour)
 	env.RegisterDelayedCallback(func() { awaiting = rolloutStatus(t, env) }, 3*time.Hour)
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(RolloutApproveSignal, nil) }, 4*time.Hour)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(RolloutApproveSignal, operatorSays(env, testOperator, SayApprove, "", "a")) }, 4*time.Hour)
 	env.ExecuteWorkflow(RolloutJobName, RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"}, HoldSecs: 10, Gates: testGates, Approval: true})
 	st := rolloutResult(t, env)
 	if paused.State != RolloutPaused || evalsPaused != 0 {
@@ -268,5 +290,75 @@ func TestRolloutCancelRollsBack(t *testing.T) {
 	last := f.changes[len(f.changes)-1]
 	if st.State != RolloutRolledBack || st.Reason != "cancelled" || !last.Routing.IsZero() || last.Cause.Step != "rollback" || len(f.promoted) != 0 {
 		t.Fatalf("got %+v, last change %+v; want ROLLED_BACK on cancel", st, last)
+	}
+}
+
+// TestRolloutSignalsNeedOperatorSay sends approve, abort, pause and resume
+// as any namespace client could: unsigned (the old payloads), signed by
+// another key, for another model, workflow, run chain or action, expired,
+// and a genuine pause replayed after its resume. None takes effect; each
+// is recorded in the status as refused, with why. Then a genuine approve
+// promotes, and the history names its key.
+func TestRolloutSignalsNeedOperatorSay(t *testing.T) {
+	f := &fleet{stats: func(int, EvaluateGatesInput) (rollout.Stats, rollout.Stats) { return healthy(1000), healthy(200) }}
+	env := newRolloutEnv(f, "rollout_census")
+	stranger, _ := opkey.Generate()
+	forge := func(edit func(*OperatorSay), key opkey.Signer) RolloutSignal {
+		sg := operatorSays(env, key, SayAbort, "forged", "f")
+		edit(sg.Operator)
+		sg.Operator.Sign(key)
+		return sg
+	}
+	var mid, end RolloutStatus
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(RolloutAbortSignal, "bad dashboards")
+		env.SignalWorkflow(RolloutApproveSignal, nil)
+		env.SignalWorkflow(RolloutAbortSignal, operatorSays(env, stranger, SayAbort, "forged", "x"))
+		env.SignalWorkflow(RolloutAbortSignal, forge(func(s *OperatorSay) { s.Model = "other" }, testOperator))
+		env.SignalWorkflow(RolloutAbortSignal, forge(func(s *OperatorSay) { s.WorkflowID = "rollout_other" }, testOperator))
+		env.SignalWorkflow(RolloutAbortSignal, forge(func(s *OperatorSay) { s.FirstRunID = "another-run" }, testOperator))
+		env.SignalWorkflow(RolloutAbortSignal, forge(func(s *OperatorSay) { s.Action = SayPause }, testOperator))
+		env.SignalWorkflow(RolloutAbortSignal, forge(func(s *OperatorSay) { s.Expires = env.Now().Add(-time.Second).Unix() }, testOperator))
+		sg := operatorSays(env, testOperator, SayAbort, "ok", "y")
+		sg.Operator.Reason = "changed after signing"
+		env.SignalWorkflow(RolloutAbortSignal, sg)
+		env.SignalWorkflow(RolloutPauseSignal, operatorSays(env, testOperator, SayPause, "", "p1"))
+	}, 5*time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(RolloutResumeSignal, operatorSays(env, testOperator, SayResume, "", "r1")) }, time.Minute)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(RolloutPauseSignal, operatorSays(env, testOperator, SayPause, "", "p1")) // replayed
+		mid = rolloutStatus(t, env)
+	}, 2*time.Minute)
+	env.RegisterDelayedCallback(func() { end = rolloutStatus(t, env) }, 3*time.Hour)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(RolloutApproveSignal, operatorSays(env, testOperator, SayApprove, "", "a1"))
+	}, 4*time.Hour)
+	env.ExecuteWorkflow(RolloutJobName, RolloutInput{Model: "census", Candidate: 2, Steps: []string{"50", "100"}, HoldSecs: 10, Gates: testGates, Approval: true, By: "a sandboxed package"})
+	st := rolloutResult(t, env)
+	if mid.Paused || mid.State == RolloutRolledBack {
+		t.Errorf("after the forged signals and a replayed pause: got %+v, want neither aborted nor paused", mid)
+	}
+	if end.State != RolloutAwaitingApproval {
+		t.Errorf("before the genuine approve: got state %s, want AWAITING_APPROVAL (the unsigned approve ignored)", end.State)
+	}
+	wants := []string{"abort: not signed", "approve: not signed", "unknown operator key", `model "other"`, `workflow "rollout_other"`, `run chain "another-run"`,
+		`for "pause", not "abort"`, "expired", "bad signature", "pause: the say was used already"}
+	if len(end.Refused) != len(wants) {
+		t.Fatalf("refused: got %d %q, want %d", len(end.Refused), end.Refused, len(wants))
+	}
+	for i, w := range wants {
+		if !strings.Contains(end.Refused[i], w) {
+			t.Errorf("refused[%d]: got %q, want %q", i, end.Refused[i], w)
+		}
+	}
+	if st.State != RolloutPromoted || len(f.promoted) != 1 {
+		t.Fatalf("got %+v, want PROMOTED after the genuine approve", st)
+	}
+	c := f.promoted[0].Cause
+	if c.By != "operator:"+testOperator.ID || !c.Verified || c.Note != "a sandboxed package" || !strings.Contains(c.Reason, "approved by operator:"+testOperator.ID) {
+		t.Errorf("promote cause: got %+v, want the operator key verified, the typed by as a note", c)
+	}
+	if f.promoted[0].Rollout == nil || f.changes[0].Rollout == nil {
+		t.Errorf("SetRouting and PromoteVersion get no input to check again")
 	}
 }

@@ -387,3 +387,78 @@ func TestKeyFile(t *testing.T) {
 		t.Errorf("generated key file mode %v, want 0600", fi.Mode().Perm())
 	}
 }
+
+// noop is an activity that returns its input.
+func noop(_ context.Context, i int) (int, error) { return i, nil }
+
+// loop runs noop n times in a row.
+func loop(ctx workflow.Context, n int) (int, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+	sum := 0
+	for i := range n {
+		var v int
+		if err := workflow.ExecuteActivity(ctx, "Noop", i).Get(ctx, &v); err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// BenchmarkActivityRoundTrip measures one activity call of a workflow
+// (schedule, run, complete, the workflow task that takes the result) on
+// the embedded Temporal server, plain and with results signed and
+// checked (the interceptor of a key): the signing's cost per activity,
+// as a ratio in one run. The servers are the same but for the
+// interceptor; tokens (devserver.Options.WorkerTokens) are measured in
+// internal/devserver.
+func BenchmarkActivityRoundTrip(b *testing.B) {
+	ctx := context.Background()
+	s, err := devserver.Start(ctx, devserver.Options{Home: b.TempDir(), FrontendAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Stop()
+	c, err := client.Dial(client.Options{HostPort: s.FrontendAddr(), Namespace: s.Namespace(), Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	keys, _, err := resultsig.LoadOrGenerate(filepath.Join(b.TempDir(), "results.key"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const calls = 20
+	for _, mode := range []struct {
+		name string
+		keys *resultsig.Keyring
+	}{{"plain", nil}, {"signed", keys}} {
+		b.Run(mode.name, func(b *testing.B) {
+			tq := "bench-" + mode.name
+			var opts worker.Options
+			if mode.keys != nil {
+				opts.Interceptors = []interceptor.WorkerInterceptor{resultsig.New(mode.keys)}
+			}
+			w := worker.New(c, tq, opts)
+			w.RegisterWorkflowWithOptions(loop, workflow.RegisterOptions{Name: "Loop"})
+			w.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: "Noop"})
+			if err := w.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer w.Stop()
+			n := 0
+			for b.Loop() {
+				n++
+				run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", tq, n), TaskQueue: tq}, "Loop", calls)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var sum int
+				if err := run.Get(ctx, &sum); err != nil || sum != calls*(calls-1)/2 {
+					b.Fatalf("loop: %d, %v", sum, err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*calls)/1e6, "ms/activity")
+		})
+	}
+}
