@@ -157,12 +157,14 @@ func (r *rolloutRun) signal(ctx workflow.Context, name string, raw json.RawMessa
 		workflow.GetLogger(ctx).Warn("rollout_signal_refused", "signal", name, "reason", why)
 	}
 	var sg RolloutSignal
+	//workflowcheck:ignore json.Unmarshal of the signal's bytes into a struct is deterministic
 	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &sg) != nil || sg.Operator == nil {
 		refuse("not signed by the operator (trainflow models rollout-signal --operator-key)")
 		return
 	}
 	say := sg.Operator
 	info := workflow.GetInfo(ctx)
+	//workflowcheck:ignore Ed25519 verification of bytes in history is a pure function
 	if err := say.check(r.keys, name, r.in.Model, r.id); err != nil {
 		refuse(err.Error())
 		return
