@@ -272,7 +272,7 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	}
 	cmd := app.Command{Argv: ap.Command(in.Application.Args), Dir: ap.Dir, Env: env, ReadOnly: readOnlyPaths(ap),
 		Log:      filepath.Join(root, filepath.FromSlash(jobdir.AppLogFile(task.Name()))),
-		Writable: []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace}}
+		Writable: []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace}, Header: generationHeader(in, time.Now())}
 	if cmd.Dir == "" || in.Application.IsPackage() {
 		cmd.Dir = r.Workspace
 	}
@@ -286,7 +286,12 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	if err != nil {
 		return res, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: %w", task.Name(), err))
 	}
-	activity.GetLogger(ctx).Info("application replica started", "replica", task.Name(), "gen", in.Gen, "pid", p.PID(), "addr", reg.Addr)
+	pid := fmt.Sprintf("pid %d", p.PID())
+	if ap.Sandbox {
+		// p is bwrap, not the program inside its PID namespace.
+		pid = "sandbox " + pid
+	}
+	activity.GetLogger(ctx).Info("application replica started", "replica", task.Name(), "gen", in.Gen, "pid", pid, "addr", reg.Addr)
 	ml := newMetricsLog(jd, task)
 	ex, last, err := a.follow(ctx, p, r, in, hb, key, ml)
 	res.Step, res.Metrics = last.Step, last.Values
@@ -305,11 +310,22 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		}
 		return res, nil
 	case ex.Retryable():
-		return res, retryable(workflows.ErrTypeReplicaLost, fmt.Errorf("%s (pid %d): %s", task.Name(), p.PID(), ex))
+		return res, retryable(workflows.ErrTypeReplicaLost, fmt.Errorf("%s (%s): %s", task.Name(), pid, ex))
 	}
 	res.ExitCode = ex.Code
 	return res, nonRetryable(workflows.ErrTypeAppFailed, fmt.Errorf("%s: %s; the end of its log (%s):\n%s",
 		task.Name(), ex, jobdir.AppLogFile(task.Name()), ex.Tail))
+}
+
+// generationHeader is the line a replica of generation in.Gen > 1
+// writes to its log before its program starts, at now: its log goes on
+// from the last generation's ("" for the first generation).
+func generationHeader(in workflows.ReplicaInput, now time.Time) string {
+	if in.Gen <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("=== generation %d, %s (restarted: generation %d lost a replica; trainflow jobs describe %s says which and why) ===",
+		in.Gen, now.UTC().Format(time.RFC3339), in.Gen-1, in.JobID)
 }
 
 // awaitCluster waits until every replica of generation gen registered,

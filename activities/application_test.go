@@ -180,3 +180,19 @@ func TestMetricsLogFromEventFiles(t *testing.T) {
 		t.Errorf("accuracy extremes %+v, want min 0.5 at 1, max 0.875 at 2", e)
 	}
 }
+
+// TestGenerationHeader: a replica of a restarted cluster marks its log
+// with the generation it starts, when, and where to read why; the first
+// generation writes nothing (issue #43).
+func TestGenerationHeader(t *testing.T) {
+	at := time.Date(2026, 11, 28, 20, 40, 0, 0, time.UTC)
+	if h := generationHeader(workflows.ReplicaInput{JobID: "pkg_1", Gen: 1}, at); h != "" {
+		t.Errorf("generation 1: header %q, want none", h)
+	}
+	h := generationHeader(workflows.ReplicaInput{JobID: "pkg_1", Gen: 2, Type: "worker"}, at)
+	for _, want := range []string{"=== generation 2, 2026-11-28T20:40:00Z", "generation 1 lost a replica", "trainflow jobs describe pkg_1"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("generation 2: header %q, want %q in it", h, want)
+		}
+	}
+}

@@ -60,10 +60,10 @@ commands:
   submit training JOB_ID   submit a training job (--config config.yaml: Cloud ML Engine trainingInput or a JobSpec)
   submit prediction JOB_ID submit a batch prediction job (--model-dir DIR | --model NAME [--version V] --input-paths GLOB... --output-path DIR --data-format CSV|JSONL|IDX)
   list                     list jobs (--filter state=RUNNING,model=census)
-  describe JOB_ID          state, phase, steps, metrics, export, errors, pending retries
+  describe JOB_ID          state, phase, steps, metrics, export, errors, pending retries, an application's generations and restarts
   stream-logs JOB_ID       follow the job's events, and an application's replicas' logs (chief-0| …), until it ends
   cancel JOB_ID            cancel a job
-  reset JOB_ID --to STEP   re-run a job from preprocess, train, evaluate, export or publish
+  reset JOB_ID --to STEP   re-run a job from preprocess, train, evaluate, export or publish (--dry-run: print the event it would reset to)
 `
 
 func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {

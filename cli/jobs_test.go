@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -190,5 +191,50 @@ func TestResetToExportSkipsTraining(t *testing.T) {
 	d, _ := st.Client.DescribeWorkflowExecution(ctx, "reset_1", "")
 	if d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 		t.Fatalf("job status %v after reset, want COMPLETED", d.WorkflowExecutionInfo.Status)
+	}
+}
+
+// TestResetDryRunChangesNothing (issue #43): `jobs reset --to train
+// --dry-run` prints the event the reset would start from (the ID the
+// Temporal UI's Reset dialog lists, its type and time) and what re-runs,
+// and leaves the job as it was: no new run.
+func TestResetDryRunChangesNothing(t *testing.T) {
+	home := t.TempDir()
+	st := testStack(t, home)
+	addr := st.Temporal.FrontendAddr()
+	run, err := jobs.Start(context.Background(), st.Client, jobspec.JobSpec{JobID: "dry_1", Data: jobspec.DataSpec{GeneratedRows: 400}, Train: jobspec.TrainSpec{MaxSteps: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitJob(t, run); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, point, err := jobs.FindResetPoint(ctx, st.Client, "dry_1", run.GetRunID(), workflows.PhaseTraining)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "jobs", "reset", "dry_1", "--to", "train", "--dry-run", "--temporal", addr)
+	if code != exitOK {
+		t.Fatalf("reset --dry-run: exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"job dry_1 would be reset to train (TRAINING); dry run: nothing was changed\n",
+		fmt.Sprintf("event:    %d WorkflowTaskCompleted at 20", point), "meaning:  the job re-runs from before train: preprocessing's results are kept",
+		fmt.Sprintf("choose event %d of run %s", point, run.GetRunID())} {
+		if !strings.Contains(out, want) {
+			t.Errorf("reset --dry-run printed:\n%s\nwant %q in it", out, want)
+		}
+	}
+	code, out, errs = cli(t, "jobs", "reset", "dry_1", "--to", "preprocess", "--dry-run", "--temporal", addr, "--output", "json")
+	var plan jobs.ResetPlan
+	if code != exitOK || json.Unmarshal([]byte(out), &plan) != nil || plan.EventID == 0 || plan.EventID >= point || plan.RunID != run.GetRunID() || plan.EventType != "WorkflowTaskCompleted" {
+		t.Errorf("reset --to preprocess --dry-run --output json: exit %d, %s %s; want an event before train's %d", code, out, errs, point)
+	}
+	d, err := st.Client.DescribeWorkflowExecution(ctx, "dry_1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.WorkflowExecutionInfo.Execution.RunId; got != run.GetRunID() || d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		t.Errorf("after the dry runs the job's latest run is %s (%v), want %s, COMPLETED: the dry run reset it", got, d.WorkflowExecutionInfo.Status, run.GetRunID())
 	}
 }

@@ -20,10 +20,12 @@ import (
 
 func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var to, reason, run *string
+	var dryRun *bool
 	j, err := openJobCommand("jobs reset", args, stderr, func(fs *flag.FlagSet) func() error {
 		to = fs.String("to", "", "step to re-run from: "+jobs.ResetTargetNames)
 		reason = fs.String("reason", "reset by trainflow jobs reset", "reason recorded in the history")
 		run = fs.String("run", "", "reset this run of the job (default: its latest meaningful run)")
+		dryRun = fs.Bool("dry-run", false, "print the event the reset would start from (its ID, as the Temporal UI's Reset dialog lists it, type and time) and what re-runs; change nothing")
 		return func() error {
 			if _, ok := jobs.ResetTargets[*to]; !ok {
 				return usageError{fmt.Errorf("--to %q: want %s", *to, jobs.ResetTargetNames)}
@@ -35,6 +37,17 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer j.client.Close()
+	if *dryRun {
+		plan, err := jobs.PlanReset(ctx, j.client, j.conn.Namespace, j.id, *run, jobs.ResetTargets[*to])
+		if err != nil {
+			return err
+		}
+		if j.conn.output == "json" {
+			return writeJSON(stdout, plan)
+		}
+		plan.WriteText(stdout)
+		return nil
+	}
 	newRun, point, err := jobs.Reset(ctx, j.client, j.conn.Namespace, j.id, *run, jobs.ResetTargets[*to], *reason)
 	if err != nil {
 		return err

@@ -319,9 +319,7 @@ func printRollout(w io.Writer, output string, st workflows.RolloutStatus) error 
 	if st.Reason != "" {
 		fmt.Fprintf(w, "reason: %s\n", jobs.Clean(st.Reason))
 	}
-	if st.Last != nil {
-		fmt.Fprintf(w, "last gates: %s %s %s\n", jobs.Clean(st.Last.Outcome), jobs.Clean(fmt.Sprint(st.Last.Reasons)), jobs.Clean(fmt.Sprintf("%+v", st.Last.Values)))
-	}
+	fmt.Fprintf(w, "last gates: %s\n", jobs.Clean(jobs.GatesWords(st.Last)))
 	if st.Principal != "" {
 		fmt.Fprintf(w, "started by: %s (verified)\n", jobs.Clean(st.Principal))
 	}

@@ -20,19 +20,40 @@ type series struct {
 	Points plotter.XYs
 }
 
-// marks are vertical lines at steps (checkpoints, exports).
+// marks are vertical lines at steps (checkpoints, exports). They are
+// drawn behind the curves, light, so that they never hide them: up to
+// maxMarkLines as lines across the plot, more as short ticks on the x
+// axis, thinned to at most maxAxisMarks, with a note that says how many
+// there are and how far apart.
 type marks struct {
 	Name   string
 	Steps  []float64
 	Dashed bool
+	// Total is how many marks Steps stand for (Steps may be thinned
+	// already); 0: len(Steps).
+	Total int64
+	// Every is the mean distance in steps between marks (0: unknown).
+	Every float64
 }
 
+// Bounds of the marks a chart draws.
+const (
+	maxMarkLines = 20 // marks drawn as lines across the plot
+	maxAxisMarks = 40 // more: ticks on the x axis, at most this many
+)
+
+// checkpointColor is the colour of checkpoint marks: a grey apart from
+// every curve's palette colour (opaque, as the marks lie under the
+// curves).
+var checkpointColor = color.RGBA{0x8C, 0x94, 0xA3, 0xFF}
+
 // chart is a rendered chart: inline SVG and the names of what it draws,
-// in legend order.
+// in legend order, with notes on what it left out.
 type chart struct {
 	Title  string
 	SVG    template.HTML
 	Series []string
+	Notes  []string
 }
 
 // palette is Okabe and Ito's colour-blind safe palette.
@@ -61,6 +82,38 @@ func renderChartX(title, xlabel, ylabel string, curves []series, ms []marks) (*c
 	ch := &chart{Title: title}
 	k := 0
 	for _, s := range curves {
+		if len(s.Points) > 0 {
+			k++
+		}
+	}
+	if k == 0 {
+		return nil, nil
+	}
+	// The marks first: every curve is drawn over them.
+	type legendEntry struct {
+		name  string
+		thumb plot.Thumbnailer
+	}
+	var markLegend []legendEntry
+	for _, m := range ms {
+		if len(m.Steps) == 0 {
+			continue
+		}
+		var c color.Color = checkpointColor
+		if !m.Dashed {
+			c = palette[k%len(palette)]
+		}
+		k++
+		v := &vlines{xs: m.Steps, color: c, dashed: m.Dashed}
+		if total := max(m.Total, int64(len(m.Steps))); total > maxMarkLines {
+			v.xs, v.axis = thinSteps(m.Steps, maxAxisMarks), true
+			ch.Notes = append(ch.Notes, markNote(m.Name, total, m.Every, len(v.xs)))
+		}
+		p.Add(v)
+		markLegend = append(markLegend, legendEntry{m.Name, v})
+	}
+	k = 0
+	for _, s := range curves {
 		if len(s.Points) == 0 {
 			continue
 		}
@@ -79,18 +132,9 @@ func renderChartX(title, xlabel, ylabel string, curves []series, ms []marks) (*c
 		p.Legend.Add(s.Name, l)
 		ch.Series = append(ch.Series, s.Name)
 	}
-	if len(ch.Series) == 0 {
-		return nil, nil
-	}
-	for _, m := range ms {
-		if len(m.Steps) == 0 {
-			continue
-		}
-		v := &vlines{xs: m.Steps, color: palette[k%len(palette)], dashed: m.Dashed}
-		k++
-		p.Add(v)
-		p.Legend.Add(m.Name, v)
-		ch.Series = append(ch.Series, m.Name)
+	for _, e := range markLegend {
+		p.Legend.Add(e.name, e.thumb)
+		ch.Series = append(ch.Series, e.name)
 	}
 	// Headroom above the curves for the legend, which sits top right.
 	if span := p.Y.Max - p.Y.Min; span > 0 {
@@ -111,16 +155,50 @@ func renderChartX(title, xlabel, ylabel string, curves []series, ms []marks) (*c
 	return ch, nil
 }
 
-// vlines draws a vertical line across the plot at each x.
+// thinSteps picks at most n of xs, spread evenly, the first and the last
+// among them.
+func thinSteps(xs []float64, n int) []float64 {
+	if len(xs) <= n || n < 2 {
+		return xs
+	}
+	out := make([]float64, n)
+	for i := range n {
+		out[i] = xs[i*(len(xs)-1)/(n-1)]
+	}
+	return out
+}
+
+// markNote says how many marks of name there are, how far apart, and how
+// many the chart shows: "800 checkpoints, every 500 steps: 40 marked on
+// the x axis".
+func markNote(name string, total int64, every float64, shown int) string {
+	s := fmt.Sprintf("%d %ss", total, name)
+	switch {
+	case every <= 0:
+	case math.Abs(every-math.Round(every)) < 1e-6:
+		s += fmt.Sprintf(", every %d steps", int64(math.Round(every)))
+	default:
+		s += fmt.Sprintf(", about every %d steps", int64(math.Round(every)))
+	}
+	return s + fmt.Sprintf(": %d marked on the x axis", shown)
+}
+
+// vlines draws a vertical line across the plot at each x, or with axis a
+// short tick standing on the x axis line (in the axis' padding, below
+// the data, so a curve along the bottom leaves it visible).
 type vlines struct {
 	xs     []float64
 	color  color.Color
 	dashed bool
+	axis   bool
 }
 
+// axisTick is the height of a mark drawn on the axis.
+var axisTick = vg.Points(9)
+
 func (v *vlines) style() draw.LineStyle {
-	ls := draw.LineStyle{Color: v.color, Width: vg.Points(1)}
-	if v.dashed {
+	ls := draw.LineStyle{Color: v.color, Width: vg.Points(0.75)}
+	if v.dashed && !v.axis {
 		ls.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
 	}
 	return ls
@@ -130,9 +208,14 @@ func (v *vlines) style() draw.LineStyle {
 func (v *vlines) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, _ := p.Transforms(&c)
 	ls := v.style()
+	bottom, top := c.Min.Y, c.Max.Y
+	if v.axis {
+		bottom = c.Min.Y - p.X.Padding
+		top = bottom + axisTick
+	}
 	for _, x := range v.xs {
 		px := trX(x)
-		c.StrokeLine2(ls, px, c.Min.Y, px, c.Max.Y)
+		c.StrokeLine2(ls, px, bottom, px, top)
 	}
 }
 

@@ -161,3 +161,18 @@ func (d *downsampler) steps() []float64 {
 
 // thinned reports whether points were left out.
 func (d *downsampler) thinned() bool { return d != nil && int64(len(d.points())) < d.n }
+
+// every is the mean distance in steps between the points added: from
+// the first step to the last over n−1 gaps (0 with fewer than 2 points).
+func (d *downsampler) every() float64 {
+	if d == nil || d.n < 2 {
+		return 0
+	}
+	last := d.first.step
+	for _, b := range d.buckets {
+		if b.used {
+			last = max(last, b.last.step)
+		}
+	}
+	return float64(last-d.first.step) / float64(d.n-1)
+}

@@ -198,7 +198,14 @@ type jobBody struct {
 	BadReasons   []badReason
 	// Tuning is a tuning job's trials (nil for a training job).
 	Tuning *workflows.TuningReport
+	// Generations is an application job's cluster generation and its
+	// restarts, as `jobs describe` tells them (jobs.ReadGenerations).
+	Generations *jobs.Generations
 }
+
+// maxGenerationEvents bounds the history events read for an application
+// job's generations.
+const maxGenerationEvents = 20000
 
 // setResult sets the finished job's result and its outcome, as the
 // CLI tells it (jobs.OutcomeOf).
@@ -339,6 +346,9 @@ func (c *Console) job(ec echo.Context) error {
 		}
 		return c.render(ec, http.StatusOK, "job", page{Title: "Tuning job " + id, Nav: "jobs", Refresh: refresh, Body: b})
 	}
+	if b.Generations, err = jobs.ReadGenerations(ctx, cl, id, b.RunID, maxGenerationEvents); err != nil {
+		c.log.Warn("read job history", "job_id", id, "error", err)
+	}
 	var first string
 	b.JobDir, first, err = c.jobDirOf(ctx, id, b.RunID)
 	switch {
@@ -441,7 +451,7 @@ func jobCharts(d *jobData, log interface{ Warn(string, ...any) }) []*chart {
 			exportSteps = append(exportSteps, float64(e.Step))
 		}
 	}
-	ms := []marks{{Name: "checkpoint", Steps: ckpts, Dashed: true}, {Name: "export", Steps: exportSteps}}
+	ms := []marks{{Name: "checkpoint", Steps: ckpts, Dashed: true, Total: d.Checkpoints.n, Every: d.Checkpoints.every()}, {Name: "export", Steps: exportSteps}}
 	var out []*chart
 	for _, spec := range []struct {
 		title, ylabel string

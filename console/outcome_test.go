@@ -6,10 +6,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -96,5 +98,31 @@ func TestModelPageSaysWhyNotLoaded(t *testing.T) {
 	}
 	if page := rec.Body.String(); !strings.Contains(page, `<span class="note why">not served: servers load the newest 3 versions`) {
 		t.Errorf("the model page does not say why version 2 is not loaded:\n%s", page)
+	}
+}
+
+// TestJobPageShowsRestart (issue #43): the job page of an application
+// job at generation 2 says so, and which replica generation 1 lost, when
+// and why, as `jobs describe` does (jobs.Generations).
+func TestJobPageShowsRestart(t *testing.T) {
+	c, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 26, 4, 43, 23, 0, time.UTC)
+	b := &jobBody{ID: "pkg_1", Status: "SUCCEEDED", Phase: "SUCCEEDED", Generations: &jobs.Generations{Gen: 2,
+		Restarts: []jobs.Restart{{Gen: 1, Replica: "worker-0", Reason: "worker-0 (sandbox pid 14210): killed by signal killed", Time: at}}}}
+	b.setResult(&workflows.JobResult{JobID: "pkg_1", GlobalStep: 200, Note: "nothing was published: the application wrote no trainflow bundle"})
+	rec := httptest.NewRecorder()
+	ec := echo.New().NewContext(httptest.NewRequest(http.MethodGet, "/console/jobs/pkg_1", nil), rec)
+	if err := c.render(ec, http.StatusOK, "job", page{Title: "Job", Nav: "jobs", Body: b}); err != nil {
+		t.Fatal(err)
+	}
+	page := rec.Body.String()
+	for _, w := range []string{`id="generation">generation 2 (1 restart)`,
+		"restart: generation 1 lost worker-0 at 2026-11-26T04:43:23Z: worker-0 (sandbox pid 14210): killed by signal killed"} {
+		if !strings.Contains(page, w) {
+			t.Errorf("the page lacks %q", w)
+		}
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -14,13 +14,13 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/jobs"
-	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/workflows"
 )
 
 // rolloutBody is a model's rollout (workflows.RolloutJob under
 // workflows.RolloutWorkflowID) as the console shows it: live from its
-// status query while it runs, from its result once it ended.
+// status query while it runs, from its result once it ended. Its words
+// are jobs.DescribeRollout's, the same as `models rollout-status`.
 type rolloutBody struct {
 	Model, ID, Status string
 	Running           bool
@@ -29,16 +29,14 @@ type rolloutBody struct {
 	// could be read (Error says why).
 	St    *workflows.RolloutStatus
 	Error string
-	// Steps are St.Steps with where the rollout is on them.
-	Steps []rolloutStepRow
+	// Outcome is St in words: the summary, the workflow's own status
+	// explained, every step with its verdict (or why it has none), the
+	// last gates.
+	Outcome jobs.RolloutOutcome
 	// Hold is the time left before the current window is judged.
 	Hold string
 	// Gates are the last verdict's values, one row per gate.
 	Gates []gateRow
-}
-
-type rolloutStepRow struct {
-	Name, State, Verdict string
 }
 
 type gateRow struct {
@@ -84,29 +82,43 @@ func (c *Console) rolloutOf(ctx context.Context, model string, now time.Time) (*
 		return b, nil
 	}
 	b.St = &st
-	b.fill(now)
+	firstRun := info.GetFirstRunId()
+	if firstRun == "" {
+		firstRun = info.GetExecution().GetRunId()
+	}
+	b.fill(now, c.rolledBackBy(ctx, st, id, firstRun))
 	return b, nil
 }
 
-// fill derives the step rows, the hold left and the gate rows from b.St.
-func (b *rolloutBody) fill(now time.Time) {
-	st := b.St
-	ended := st.State == workflows.RolloutPromoted || st.State == workflows.RolloutRolledBack
-	for i, name := range st.Steps {
-		r := rolloutStepRow{Name: name, State: "pending"}
-		switch {
-		case st.Verdicts != nil && st.Verdicts[name].Outcome == rollout.Pass:
-			r.State = "done"
-		case i == st.Step && st.State == workflows.RolloutRolledBack:
-			r.State = "failed"
-		case i == st.Step && !ended && st.State != workflows.RolloutStarting:
-			r.State = "current"
-		}
-		if v, ok := st.Verdicts[name]; ok {
-			r.Verdict = v.Outcome
-		}
-		b.Steps = append(b.Steps, r)
+// rolledBackBy is who rolled rollout id (run chain firstRun) back, as the
+// model's history records its rollback ("" when unknown: no repository,
+// no such record, or a record nobody verified).
+func (c *Console) rolledBackBy(ctx context.Context, st workflows.RolloutStatus, id, firstRun string) string {
+	r := c.opts.Repository
+	if r == nil || st.State != workflows.RolloutRolledBack {
+		return ""
 	}
+	h, err := r.History(ctx, st.Model)
+	if err != nil {
+		return ""
+	}
+	for _, ch := range slices.Backward(h) {
+		cs := ch.Cause
+		if cs.JobID == id && cs.Step == "rollback" && (cs.Run == "" || cs.Run == firstRun) {
+			if !cs.Verified {
+				return ""
+			}
+			return cs.By
+		}
+	}
+	return ""
+}
+
+// fill words b.St (jobs.DescribeRollout; abortedBy who rolled it back)
+// and derives the hold left and the gate rows.
+func (b *rolloutBody) fill(now time.Time, abortedBy string) {
+	st := b.St
+	b.Outcome = jobs.DescribeRollout(*st, b.Status, abortedBy)
 	if b.Running && !st.WaitUntil.IsZero() {
 		b.Hold = max(0, st.WaitUntil.Sub(now)).Round(time.Second).String()
 	}
@@ -126,17 +138,6 @@ func (b *rolloutBody) fill(now time.Time) {
 			{"agreement", fmt.Sprintf("%.4g (%d compared)", v.Agreement, v.Compared)},
 		}
 	}
-}
-
-// Verdict is the last verdict's outcome and reasons, as one line.
-func (b *rolloutBody) Verdict() string {
-	if b.St == nil || b.St.Last == nil {
-		return ""
-	}
-	if len(b.St.Last.Reasons) == 0 {
-		return b.St.Last.Outcome
-	}
-	return b.St.Last.Outcome + ": " + strings.Join(b.St.Last.Reasons, "; ")
 }
 
 // rolloutPage shows a model's rollout, reloading every 5 s while it runs.

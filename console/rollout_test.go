@@ -18,6 +18,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -73,7 +74,12 @@ func (r rolloutRun) Get(_ context.Context, v any) error {
 
 func getRollout(t *testing.T, fc client.Client, model string) (int, string) {
 	t.Helper()
-	c, err := New(Options{Client: fc})
+	return getRolloutWith(t, Options{Client: fc}, model)
+}
+
+func getRolloutWith(t *testing.T, opts Options, model string) (int, string) {
+	t.Helper()
+	c, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,10 +112,11 @@ func TestRolloutPageLive(t *testing.T) {
 		`<meta http-equiv="refresh" content="5">`,
 		`WAITING_FOR_TRAFFIC · <strong>paused</strong>`,
 		`<code>1=75,2=25</code>`,
-		`<tr class="step done"><td>shadow</td><td>done</td><td>pass</td></tr>`,
+		`<tr class="step done"><td>shadow</td><td>done</td><td>pass: every gate held</td></tr>`,
 		`<tr class="step done"><td>5</td>`,
-		`<tr class="step current"><td>25</td>`,
-		`<tr class="step pending"><td>100</td>`,
+		`<tr class="step current"><td>25</td><td>current</td><td>wait: &lt;script&gt;`,
+		`<tr class="step pending"><td>100</td><td>pending</td><td>not judged yet</td>`,
+		`the RolloutJob workflow is running`,
 		`<td>error rate</td><td class="n">0.25</td>`,
 		`<td>class shift</td><td class="n">0.0625</td>`,
 		`<td>quantile shift</td><td class="n">n/a</td>`,
@@ -134,13 +141,62 @@ func TestRolloutPageLive(t *testing.T) {
 	if code != http.StatusOK || fc.queried != 0 || strings.Contains(page, `http-equiv="refresh"`) {
 		t.Fatalf("ended rollout: %d, %d queries:\n%s", code, fc.queried, page)
 	}
-	for _, want := range []string{`ROLLED_BACK`, `id="rollout-reason">step 25: gate failed: class mix shift (total variation) 0.3 &gt; 0.1`,
-		`the default answers every request`, `<tr class="step failed"><td>25</td>`, `<tr class="step pending"><td>100</td>`} {
+	for _, want := range []string{`ROLLED_BACK`, `id="rollout-outcome" class="status ROLLED_BACK">rolled back (gate failed at step 25: class mix shift (total variation) 0.3 &gt; 0.1)`,
+		`the RolloutJob workflow completed: it rolled back`,
+		`the default answers every request`, `<tr class="step failed"><td>25</td><td>failed</td><td>fail: class mix shift (total variation) 0.3 &gt; 0.1</td>`,
+		`<tr class="step not reached"><td>100</td><td>not reached</td><td>not reached: the rollout rolled back before it</td>`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("ended rollout page lacks %q:\n%s", want, page)
 		}
 	}
 	if code, _ := getRollout(t, fc, "other"); code != http.StatusNotFound {
 		t.Errorf("model without a rollout: got %d, want 404", code)
+	}
+}
+
+// historyRepo is a model repository with only a history.
+type historyRepo struct {
+	bundle.Repository
+	h []bundle.Change
+}
+
+func (r historyRepo) History(context.Context, string) ([]bundle.Change, error) { return r.h, nil }
+
+// TestRolloutPageAborted: the page of a rollout an operator aborted at
+// its first step tells one story: rolled back, aborted by whom (the
+// model's history records the rollback's verified principal), at which
+// step and why; the workflow's own status explained rather than a bare
+// SUCCEEDED beside ROLLED_BACK; the step "aborted" with why it has no
+// verdict; the step after it not reached; no empty verdict cell; no
+// gates evaluated yet. The model page says the same.
+func TestRolloutPageAborted(t *testing.T) {
+	fc := &rolloutTemporal{id: "rollout_census", st: workflows.RolloutStatus{
+		Model: "census", Baseline: 2, Candidate: 1, State: workflows.RolloutRolledBack, Step: 0, StepName: "50",
+		Steps: []string{"50", "100"}, Reason: "aborted: cli test", Principal: "operator:k1",
+	}}
+	repo := historyRepo{h: []bundle.Change{
+		{Cause: bundle.Cause{By: "operator:k1", Verified: true, JobID: "rollout_census", Step: "50", Run: "r"}},
+		{Cause: bundle.Cause{By: "operator:k2", Verified: true, JobID: "rollout_census", Step: "rollback", Reason: "aborted: cli test", Run: "r"}},
+	}}
+	code, page := getRolloutWith(t, Options{Client: fc, Repository: repo}, "census")
+	if code != http.StatusOK {
+		t.Fatalf("aborted rollout: %d\n%s", code, page)
+	}
+	for _, want := range []string{
+		`id="rollout-outcome" class="status ROLLED_BACK">rolled back (aborted by operator:k2 at step 50: cli test)</dd>`,
+		`<span id="rollout-status">the RolloutJob workflow completed: it rolled back</span>`,
+		`<tr class="step aborted"><td>50</td><td>aborted</td><td>no verdict: the step was aborted by operator:k2 before its gate: cli test</td></tr>`,
+		`<tr class="step not reached"><td>100</td><td>not reached</td><td>not reached: the rollout rolled back before it</td></tr>`,
+		`id="rollout-verdict">no gates evaluated yet</p>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("aborted rollout page lacks %q:\n%s", want, page)
+		}
+	}
+	_, main, _ := strings.Cut(page, "<main>") // not the style sheet
+	for _, bad := range []string{"SUCCEEDED", "<td></td>", `class="step failed"`} {
+		if strings.Contains(main, bad) {
+			t.Errorf("aborted rollout page has %q:\n%s", bad, page)
+		}
 	}
 }

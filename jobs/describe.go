@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -41,6 +44,167 @@ type Description struct {
 	// result (instead of Progress and Result).
 	Batch       *workflows.BatchPredictionProgress `json:"batch_progress,omitempty"`
 	BatchResult *workflows.BatchPredictionResult   `json:"batch_result,omitempty"`
+	// Cluster is an application job's generations and restarts (nil for
+	// other jobs, or when the history was unreadable).
+	Cluster *Generations `json:"cluster,omitempty"`
+}
+
+// Generations is an application job's cluster as its history tells it:
+// the generation it reached and each restart. `jobs describe` (text and
+// JSON) and the console's job page show it from GenerationsOf.
+type Generations struct {
+	// Gen is the newest generation started (1: never restarted).
+	Gen      int64     `json:"gen"`
+	Restarts []Restart `json:"restarts,omitempty"`
+}
+
+// Restart is one restart of the cluster: generation Gen was lost when
+// Replica ("worker-0") failed at Time, for Reason (its failure), and
+// generation Gen+1 started.
+type Restart struct {
+	Gen     int64     `json:"gen"`
+	Replica string    `json:"replica"`
+	Reason  string    `json:"reason"`
+	Time    time.Time `json:"time"`
+}
+
+// maxRestartReason bounds a restart's Reason (a failure's message).
+const maxRestartReason = 300
+
+// GenerationsOf reads an application job's generations from its run's
+// history h: each AppReplica step's generation (its input), and for each
+// generation followed by another, the first replica whose step failed
+// retryably or timed out (the loss that restarted the cluster, as the
+// workflow counts it). Nil when h ran no application replica.
+func GenerationsOf(h *historypb.History) *Generations {
+	gr := newGenReader()
+	for _, ev := range h.GetEvents() {
+		gr.add(ev)
+	}
+	return gr.result()
+}
+
+// ReadGenerations is GenerationsOf the history of run runID of job id,
+// read as far as maxEvents events (0: all of it); nil, without reading
+// further, for a job whose spec names no application.
+func ReadGenerations(ctx context.Context, cl client.Client, id, runID string, maxEvents int) (*Generations, error) {
+	it := cl.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	gr := newGenReader()
+	for n := 0; it.HasNext() && (maxEvents <= 0 || n < maxEvents); n++ {
+		ev, err := it.Next()
+		if err != nil {
+			return nil, fmt.Errorf("history of job %s: %w", id, err)
+		}
+		if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil {
+			var spec struct {
+				Application json.RawMessage `json:"application"`
+			}
+			p := a.GetInput().GetPayloads()
+			if len(p) == 0 || json.Unmarshal(p[0].GetData(), &spec) != nil || len(spec.Application) == 0 || string(spec.Application) == "null" {
+				return nil, nil
+			}
+		}
+		gr.add(ev)
+	}
+	return gr.result(), nil
+}
+
+// genReader is what GenerationsOf remembers of the history read so far.
+type genReader struct {
+	dc    converter.DataConverter
+	sched map[int64]genReplica // AppReplica steps by scheduled event ID
+	lost  map[int64]Restart    // the first loss of each generation
+	g     *Generations
+}
+
+type genReplica struct {
+	gen  int64
+	name string
+}
+
+func newGenReader() *genReader {
+	return &genReader{dc: converter.GetDefaultDataConverter(), sched: map[int64]genReplica{}, lost: map[int64]Restart{}}
+}
+
+// loss records that the step scheduled as event id failed at t for why,
+// if it is a replica and its generation's first loss.
+func (gr *genReader) loss(id int64, why string, t time.Time) {
+	r, ok := gr.sched[id]
+	if _, seen := gr.lost[r.gen]; !ok || seen {
+		return
+	}
+	if len(why) > maxRestartReason {
+		why = strings.ToValidUTF8(why[:maxRestartReason], "") + "…"
+	}
+	gr.lost[r.gen] = Restart{Gen: r.gen, Replica: r.name, Reason: why, Time: t}
+}
+
+func (gr *genReader) add(ev *historypb.HistoryEvent) {
+	t := ev.GetEventTime().AsTime().UTC()
+	switch {
+	case ev.GetActivityTaskScheduledEventAttributes() != nil:
+		a := ev.GetActivityTaskScheduledEventAttributes()
+		var in workflows.ReplicaInput
+		if a.GetActivityType().GetName() != workflows.AppReplicaActivity || len(a.GetInput().GetPayloads()) == 0 || gr.dc.FromPayload(a.Input.Payloads[0], &in) != nil {
+			return
+		}
+		gr.sched[ev.EventId] = genReplica{in.Gen, fmt.Sprintf("%s-%d", in.Type, in.Index)}
+		if gr.g == nil {
+			gr.g = &Generations{}
+		}
+		gr.g.Gen = max(gr.g.Gen, in.Gen)
+	case ev.GetActivityTaskFailedEventAttributes() != nil:
+		a := ev.GetActivityTaskFailedEventAttributes()
+		if !a.GetFailure().GetApplicationFailureInfo().GetNonRetryable() {
+			gr.loss(a.ScheduledEventId, FailureMessage(a.GetFailure()), t)
+		}
+	case ev.GetActivityTaskTimedOutEventAttributes() != nil:
+		a := ev.GetActivityTaskTimedOutEventAttributes()
+		gr.loss(a.ScheduledEventId, "its worker stopped answering: "+FailureMessage(a.GetFailure()), t)
+	}
+}
+
+// result is the generations read: nil when no replica was scheduled.
+func (gr *genReader) result() *Generations {
+	g := gr.g
+	if g == nil {
+		return nil
+	}
+	g.Restarts = nil
+	for gen := int64(1); gen < g.Gen; gen++ {
+		r, ok := gr.lost[gen]
+		if !ok {
+			r = Restart{Gen: gen, Reason: "not recorded"}
+		}
+		g.Restarts = append(g.Restarts, r)
+	}
+	return g
+}
+
+// Text is g's line: "generation 2 (1 restart)"; "generation 1 (never
+// restarted)".
+func (g *Generations) Text() string {
+	switch n := len(g.Restarts); n {
+	case 0:
+		return fmt.Sprintf("generation %d (never restarted)", g.Gen)
+	case 1:
+		return fmt.Sprintf("generation %d (1 restart)", g.Gen)
+	default:
+		return fmt.Sprintf("generation %d (%d restarts)", g.Gen, n)
+	}
+}
+
+// Text is r's line: "generation 1 lost worker-0 at 15:04:05: why".
+func (r Restart) Text() string {
+	who := r.Replica
+	if who == "" {
+		who = "a replica"
+	}
+	when := ""
+	if !r.Time.IsZero() {
+		when = " at " + r.Time.Format(time.RFC3339)
+	}
+	return fmt.Sprintf("generation %d lost %s%s: %s", r.Gen, who, when, r.Reason)
 }
 
 // Describe describes job id: its meaningful run's state, phase, pending
@@ -69,6 +233,11 @@ func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Des
 		p := PendingActivity{Activity: pa.ActivityType.GetName(), State: strings.TrimPrefix(pa.State.String(), "PENDING_ACTIVITY_STATE_"), Attempt: pa.Attempt}
 		p.LastFailure = FailureMessage(pa.LastFailure)
 		out.Pending = append(out.Pending, p)
+	}
+	if info.Type.GetName() == workflows.TrainingJobName {
+		if g, err := ReadGenerations(ctx, cl, id, runID, 0); err == nil {
+			out.Cluster = g
+		}
 	}
 	if info.Type.GetName() == workflows.BatchPredictionJobName {
 		return describeBatch(ctx, cl, out, info.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
@@ -142,6 +311,12 @@ func (d *Description) WriteText(w io.Writer) {
 	}
 	if p := d.Progress; p != nil && p.Tuning != nil {
 		writeTrials(w, p.Tuning)
+	}
+	if g := d.Cluster; g != nil {
+		printf(w, "cluster:  %s\n", g.Text())
+		for _, r := range g.Restarts {
+			printf(w, "restart:  %s\n", r.Text())
+		}
 	}
 	if r := d.Result; r != nil {
 		d.writeResult(w, r)

@@ -152,7 +152,12 @@ func (st *eventState) eventOf(ev *historypb.HistoryEvent) *Event {
 	case ev.GetActivityTaskScheduledEventAttributes() != nil:
 		a := ev.GetActivityTaskScheduledEventAttributes()
 		names[ev.EventId] = a.ActivityType.GetName()
-		l.Event, l.Detail = "step scheduled", a.ActivityType.GetName()
+		var in workflows.ReplicaInput
+		if a.ActivityType.GetName() == workflows.AppReplicaActivity && len(a.GetInput().GetPayloads()) > 0 && dc.FromPayload(a.Input.Payloads[0], &in) == nil {
+			// Which replica of which generation: a restart reads as one.
+			names[ev.EventId] = fmt.Sprintf("%s %s-%d (generation %d)", workflows.AppReplicaActivity, in.Type, in.Index, in.Gen)
+		}
+		l.Event, l.Detail = "step scheduled", names[ev.EventId]
 	case ev.GetActivityTaskStartedEventAttributes() != nil:
 		// Temporal records an attempt's start only when the attempt
 		// ends, with the time it started: shown on its own, the line

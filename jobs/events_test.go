@@ -3,6 +3,7 @@ package jobs
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"slices"
 	"testing"
 	"time"
 
@@ -120,5 +121,37 @@ func TestStreamInTimeOrder(t *testing.T) {
 		if got[i].Detail != w {
 			t.Errorf("event %d: detail %q, want %q", i, got[i].Detail, w)
 		}
+	}
+}
+
+// TestStreamNamesReplicaGeneration (issue #43): stream-logs names each
+// replica step with its replica and generation, so a restart reads as
+// one, and its failure names the replica it lost.
+func TestStreamNamesReplicaGeneration(t *testing.T) {
+	dc := converter.GetDefaultDataConverter()
+	sched := func(id int64, typ string, index int, gen int64) *historypb.HistoryEvent {
+		p, err := dc.ToPayloads(workflows.ReplicaInput{JobID: "pkg_1", Type: typ, Index: index, Gen: gen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &historypb.HistoryEvent{EventId: id, Attributes: &historypb.HistoryEvent_ActivityTaskScheduledEventAttributes{
+			ActivityTaskScheduledEventAttributes: &historypb.ActivityTaskScheduledEventAttributes{ActivityType: &commonpb.ActivityType{Name: workflows.AppReplicaActivity}, Input: p}}}
+	}
+	events := []*historypb.HistoryEvent{
+		sched(5, "worker", 0, 1),
+		{Attributes: &historypb.HistoryEvent_ActivityTaskFailedEventAttributes{ActivityTaskFailedEventAttributes: &historypb.ActivityTaskFailedEventAttributes{
+			ScheduledEventId: 5, Failure: &failurepb.Failure{Message: "worker-0 (sandbox pid 7): exit status 137"}}}},
+		sched(9, "worker", 0, 2),
+	}
+	st := &eventState{jobID: "pkg_1", names: map[int64]string{}}
+	var got []string
+	for _, ev := range events {
+		if e := st.eventOf(ev); e != nil {
+			got = append(got, e.Detail)
+		}
+	}
+	want := []string{"AppReplica worker-0 (generation 1)", "AppReplica worker-0 (generation 1): worker-0 (sandbox pid 7): exit status 137", "AppReplica worker-0 (generation 2)"}
+	if !slices.Equal(got, want) {
+		t.Errorf("details %q, want %q", got, want)
 	}
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
@@ -123,5 +124,40 @@ func TestExplainReplay(t *testing.T) {
 	}
 	if msg, _, ok := FailedAtStart(good); ok {
 		t.Errorf("FailedAtStart of a run that ran = %q, true", msg)
+	}
+}
+
+// TestDescribeShowsRestart: an application job whose worker-0 was killed
+// (recorded from a real run) is at generation 2, and `jobs describe`
+// says so in text and JSON: which replica generation 1 lost, when and
+// why (issue #43).
+func TestDescribeShowsRestart(t *testing.T) {
+	g := GenerationsOf(recorded(t, "application_killed.json"))
+	if g == nil || g.Gen != 2 || len(g.Restarts) != 1 {
+		t.Fatalf("generations %+v, want generation 2 with one restart", g)
+	}
+	d := &Description{JobID: "app_killed", Status: "SUCCEEDED", Cluster: g}
+	var text strings.Builder
+	d.WriteText(&text)
+	for _, want := range []string{
+		"cluster:  generation 2 (1 restart)\n",
+		"restart:  generation 1 lost worker-0 at 2026-11-26T04:43:23Z: worker-0 (pid 14210): killed by signal killed [ReplicaLost]\n",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("describe:\n%s\nwant %q in it", text.String(), want)
+		}
+	}
+	js, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"cluster":{"gen":2,"restarts":[{"gen":1,"replica":"worker-0","reason":"worker-0 (pid 14210): killed by signal killed [ReplicaLost]","time":"2026-11-26T04:43:23.144682551Z"}]}`; !strings.Contains(string(js), want) {
+		t.Errorf("describe JSON %s\nwant %s in it", js, want)
+	}
+	if g := GenerationsOf(recorded(t, "application_custom.json")); g == nil || g.Gen != 1 || len(g.Restarts) != 0 {
+		t.Errorf("an application never restarted: %+v, want generation 1, no restart", g)
+	}
+	if g := GenerationsOf(recorded(t, "succeeded.json")); g != nil {
+		t.Errorf("a built-in model's job: %+v, want none", g)
 	}
 }

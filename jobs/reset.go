@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -108,6 +110,80 @@ func FindResetPoint(ctx context.Context, cl client.Client, id, runID, phase stri
 		run = h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
 	}
 	return "", 0, fmt.Errorf("job %s (run %s) never reached %s: nothing to reset to", id, runID, phase)
+}
+
+// resetMeanings says, for each value of ResetTargets, what a reset there
+// re-runs and what it keeps.
+var resetMeanings = map[string]string{
+	workflows.PhasePreprocessing: "the job re-runs from before preprocess: the data is analyzed and transformed again, then trained, evaluated, exported and published",
+	workflows.PhaseTraining:      "the job re-runs from before train: preprocessing's results are kept; training resumes from the newest checkpoint (an application's program from its own), then evaluation, export and publish",
+	workflows.PhaseEvaluating:    "the job re-runs from before its final evaluation: training is not re-run; evaluation, export and publish are",
+	workflows.PhaseExporting:     "the job re-runs from before export: training and evaluation are not re-run; export and publish are",
+	workflows.PhasePublishing:    "the job re-runs from before publish: only publishing (and what follows it) runs again",
+}
+
+// ResetPlan is where `jobs reset --to` would reset a job, found without
+// resetting it (`jobs reset --dry-run`): the Temporal UI's Reset dialog
+// lists the same event by its ID.
+type ResetPlan struct {
+	JobID string `json:"job_id"`
+	// RunID is the run the reset starts from (the job's meaningful run,
+	// or the run it continued that reached the phase).
+	RunID string `json:"run_id"`
+	// To is the --to name of Phase ("train").
+	To    string `json:"reset_to"`
+	Phase string `json:"phase"`
+	// EventID, EventType and Time are the reset point: the workflow task
+	// that first recorded Phase.
+	EventID   int64     `json:"reset_event_id"`
+	EventType string    `json:"event_type"`
+	Time      time.Time `json:"event_time"`
+	// Meaning says what the job re-runs from there and what it keeps.
+	Meaning string `json:"meaning"`
+}
+
+// PlanReset finds where Reset would reset job id to phase (a value of
+// ResetTargets), from run runID ("": the job's meaningful run), and
+// changes nothing.
+func PlanReset(ctx context.Context, cl client.Client, namespace, id, runID, phase string) (ResetPlan, error) {
+	if runID == "" {
+		info, err := MeaningfulRun(ctx, cl, namespace, id)
+		if err != nil {
+			return ResetPlan{}, err
+		}
+		runID = info.Execution.RunId
+	}
+	run, point, err := FindResetPoint(ctx, cl, id, runID, phase)
+	if err != nil {
+		return ResetPlan{}, err
+	}
+	plan := ResetPlan{JobID: id, RunID: run, Phase: phase, EventID: point, Meaning: resetMeanings[phase]}
+	for to, ph := range ResetTargets {
+		if ph == phase {
+			plan.To = to
+		}
+	}
+	h, err := FetchHistory(ctx, cl, id, run)
+	if err != nil {
+		return ResetPlan{}, err
+	}
+	for _, ev := range h.Events {
+		if ev.EventId == point {
+			plan.EventType = ev.EventType.String()
+			plan.Time = ev.GetEventTime().AsTime().UTC()
+			break
+		}
+	}
+	return plan, nil
+}
+
+// WriteText writes p as `jobs reset --dry-run` shows it.
+func (p ResetPlan) WriteText(w io.Writer) {
+	printf(w, "job %s would be reset to %s (%s); dry run: nothing was changed\n", p.JobID, p.To, p.Phase)
+	printf(w, "run:      %s\n", p.RunID)
+	printf(w, "event:    %d %s at %s\n", p.EventID, p.EventType, p.Time.Format(time.RFC3339Nano))
+	printf(w, "meaning:  %s\n", p.Meaning)
+	printf(w, "Temporal UI: Reset, then choose event %d of run %s\n", p.EventID, p.RunID)
 }
 
 // Reset resets job id to phase (a value of ResetTargets): from run runID

@@ -424,7 +424,9 @@ func runApplication(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResu
 			stalls = 0
 		}
 		workflow.GetLogger(ctx).Warn("application replica lost; restarting the cluster", "gen", gen, "error", lost)
-		if err := workflow.Sleep(ctx, min(time.Duration(1<<min(gen-1, 5))*time.Second, 30*time.Second)); err != nil {
+		backoff := min(time.Duration(1<<min(gen-1, 5))*time.Second, 30*time.Second)
+		sum := fmt.Sprintf("restart the cluster as generation %d (generation %d lost %s)", gen+1, gen, lostName(lost))
+		if err := workflow.NewTimerWithOptions(ctx, backoff, workflow.TimerOptions{Summary: sum}).Get(ctx, nil); err != nil {
 			return res, err
 		}
 	}
@@ -480,7 +482,8 @@ func runGeneration(ctx workflow.Context, spec jobspec.JobSpec, prep PrepareResul
 				if failed == nil {
 					// The others may yet report that they were lost: stop
 					// them only after AppFailGrace.
-					sel.AddFuture(workflow.NewTimer(gctx, AppFailGrace), func(workflow.Future) { cancel() })
+					grace := workflow.TimerOptions{Summary: fmt.Sprintf("stop generation %d after AppFailGrace: %s failed", cl.Gen, name)}
+					sel.AddFuture(workflow.NewTimerWithOptions(gctx, AppFailGrace, grace), func(workflow.Future) { cancel() })
 					failed = fmt.Errorf("%s: %w", name, e)
 					var ae *temporal.ApplicationError
 					if errors.As(e, &ae) {
@@ -527,6 +530,16 @@ const ErrTypeWorkerDied = "ReplicaWorkerDied"
 type lostReplica struct {
 	name string
 	err  error
+}
+
+// lostName names the replica that lost a generation ("a replica" when
+// lost is not a lostReplica).
+func lostName(lost error) string {
+	var l *lostReplica
+	if errors.As(lost, &l) {
+		return l.name
+	}
+	return "a replica"
 }
 
 func (l *lostReplica) Error() string { return l.name + ": " + l.err.Error() }

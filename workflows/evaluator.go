@@ -361,7 +361,10 @@ func (e *evaluator) run(ctx workflow.Context) (exports map[string]*ExportState, 
 			// A timer on a cancelled context fires at once: re-arming it
 			// would spin this loop until training returns.
 			timerArmed = true
-			sel.AddFuture(workflow.NewTimer(timerCtx, ready.Sub(now)), func(workflow.Future) { timerArmed = false })
+			// The summary names the timer in the Temporal UI's event
+			// history (user metadata: replay does not compare it).
+			sum := fmt.Sprintf("throttle: evaluate step %d after eval_spec.throttle_secs", step)
+			sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, ready.Sub(now), workflow.TimerOptions{Summary: sum}), func(workflow.Future) { timerArmed = false })
 		}
 	}
 	if e.trainErr != nil {

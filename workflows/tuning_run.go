@@ -392,7 +392,7 @@ func (r *tuningRun) armPoll(ctx workflow.Context) {
 		return
 	}
 	r.timerArmed = true
-	r.sel.AddFuture(workflow.NewTimer(ctx, time.Duration(r.t.PollSecs)*time.Second), func(workflow.Future) { r.timerArmed, r.pollDue = false, true })
+	r.sel.AddFuture(workflow.NewTimerWithOptions(ctx, time.Duration(r.t.PollSecs)*time.Second, workflow.TimerOptions{Summary: "early stopping: read the running trials after poll_secs"}), func(workflow.Future) { r.timerArmed, r.pollDue = false, true })
 }
 
 // stopLagging reads the running trials' evaluations and cancels those the

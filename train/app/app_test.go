@@ -159,6 +159,27 @@ func TestProcessExitsAndLog(t *testing.T) {
 	}
 }
 
+// TestRestartedLogSeparator: a replica restarted in a new generation
+// appends to its log after a separator line (Command.Header), so the log
+// does not run from one generation's "step 120" into the next's "step
+// 130" unmarked (issue #43).
+func TestRestartedLogSeparator(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "worker-0.log")
+	for _, c := range []Command{
+		{Argv: []string{"/bin/sh", "-c", "echo step 120; kill -9 $$"}, Log: log},
+		{Argv: []string{"/bin/sh", "-c", "echo step 130"}, Log: log, Header: "=== generation 2 ==="},
+	} {
+		p, err := Start(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Wait()
+	}
+	if b, _ := os.ReadFile(log); string(b) != "step 120\n=== generation 2 ===\nstep 130\n" {
+		t.Errorf("log %q, want the generation's separator between the runs", b)
+	}
+}
+
 func TestLogCap(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "l.log")
 	p, err := Start(Command{Argv: []string{"/bin/sh", "-c", "i=0; while [ $i -lt 100 ]; do echo 0123456789; i=$((i+1)); done"}, Log: log, LogBytes: 55})

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -29,6 +30,10 @@ type Command struct {
 	// Log is the file stdout and stderr go to, created (or appended to:
 	// a restarted replica's log continues) with mode 0600.
 	Log string
+	// Header, if not "", is one line written to Log before the program
+	// starts (within LogBytes): a restarted replica's separator, so its log
+	// does not run from one generation into the next unmarked.
+	Header string
 	// LogBytes caps what is written to Log (0: DefaultLogBytes); past it
 	// output is dropped, with one line saying so.
 	LogBytes int64
@@ -143,6 +148,9 @@ func Start(c Command) (*Process, error) {
 	}
 	st, _ := f.Stat()
 	l := &cappedLog{f: f, left: c.LogBytes - st.Size()}
+	if c.Header != "" {
+		_, _ = l.Write([]byte(strings.TrimSuffix(c.Header, "\n") + "\n"))
+	}
 	cmd := exec.Command(c.Argv[0], c.Argv[1:]...)
 	cmd.Dir, cmd.Env = c.Dir, c.Env
 	if cmd.Env == nil {
