@@ -288,8 +288,15 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 	}
 	pid := fmt.Sprintf("pid %d", p.PID())
 	if ap.Sandbox {
-		// p is bwrap, not the program inside its PID namespace.
+		// p is bwrap, not the program inside its PID namespace: name the
+		// program's host PID (what ps shows) once it runs, bwrap's beside.
 		pid = "sandbox " + pid
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) { // polling /proc for the program's start
+			if prog := app.SandboxProgram(p.PID()); prog > 0 {
+				pid = fmt.Sprintf("pid %d, sandbox pid %d", prog, p.PID())
+				break
+			}
+		}
 	}
 	activity.GetLogger(ctx).Info("application replica started", "replica", task.Name(), "gen", in.Gen, "pid", pid, "addr", reg.Addr)
 	ml := newMetricsLog(jd, task)

@@ -119,9 +119,19 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	// The result is the job's: its strings (an application's metric
 	// names and note, the artifact's location) are cleaned.
-	fmt.Fprintln(stdout, jobs.Clean(succeededLine(&res)))
+	// An application job that restarted says so (its generations, from
+	// the run's history, as describe and the console read them).
+	var gens *jobs.Generations
+	if res.Note != "" || len(res.AppMetrics) > 0 {
+		gens, _ = jobs.ReadGenerations(ctx, cl, run.GetID(), run.GetRunID(), maxGenerationEvents)
+	}
+	fmt.Fprintln(stdout, jobs.Clean(succeededLine(&res, gens)))
 	return nil
 }
+
+// maxGenerationEvents bounds the history `jobs submit --wait` reads for
+// an application job's restarts.
+const maxGenerationEvents = 20000
 
 // piped reports whether a --config path is a pipe's (a shell's <(…),
 // /dev/stdin), whose name tells a reader nothing about the spec at fault.
@@ -132,8 +142,9 @@ func piped(path string) bool {
 // succeededLine is the line `jobs submit --wait` ends a succeeded job
 // with: its best trial (tuning) or steps and metrics line, then what it
 // published or why nothing (jobs.OutcomeOf, as `jobs describe` and the
-// console say it). The result is the job's: the caller cleans it.
-func succeededLine(res *workflows.JobResult) string {
+// console say it), and an application's restarts (gens, nil if unknown).
+// The result is the job's: the caller cleans it.
+func succeededLine(res *workflows.JobResult, gens *jobs.Generations) string {
 	o := jobs.OutcomeOf(res)
 	what := o.PublishText()
 	if o.Published {
@@ -148,5 +159,10 @@ func succeededLine(res *workflows.JobResult) string {
 	if metrics == "" {
 		metrics = "metrics " + jobs.NoMetrics
 	}
-	return fmt.Sprintf("job %s succeeded: %d steps, %s; %s", res.JobID, res.GlobalStep, metrics, what)
+	line := fmt.Sprintf("job %s succeeded: %d steps, %s; %s", res.JobID, res.GlobalStep, metrics, what)
+	if gens != nil && len(gens.Restarts) > 0 {
+		last := gens.Restarts[len(gens.Restarts)-1]
+		line += fmt.Sprintf("; the cluster restarted %d time(s), the last when %s was lost (generation %d): jobs describe %s says why", len(gens.Restarts), last.Replica, last.Gen, res.JobID)
+	}
+	return line
 }

@@ -565,12 +565,29 @@ func SignalSandbox(pid int, sig syscall.Signal) (int, error) {
 	return signalTree(pid, 2, sig)
 }
 
-// signalTree sends sig to the descendants of pid from depth min on (pid's
-// children are depth 1).
-func signalTree(pid, min int, sig syscall.Signal) (int, error) {
+// SandboxProgram returns the host PID of the program a started sandbox
+// runs (the first process at depth 2 below pid, which is bwrap: bwrap's
+// init is depth 1), or 0 when it is not running, yet or any more. It is
+// what a user's `ps` and the kernel's messages name, where pid is only
+// the sandbox's.
+func SandboxProgram(pid int) int {
+	children, err := procChildren()
+	if err != nil {
+		return 0
+	}
+	for _, c := range children[pid] {
+		if gc := children[c]; len(gc) > 0 {
+			return gc[0]
+		}
+	}
+	return 0
+}
+
+// procChildren maps each process to its children, from /proc.
+func procChildren() (map[int][]int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, fmt.Errorf("app: signal sandbox: %w", err)
+		return nil, err
 	}
 	children := map[int][]int{}
 	for _, e := range ents {
@@ -583,6 +600,16 @@ func signalTree(pid, min int, sig syscall.Signal) (int, error) {
 				children[ppid] = append(children[ppid], p)
 			}
 		}
+	}
+	return children, nil
+}
+
+// signalTree sends sig to the descendants of pid from depth min on (pid's
+// children are depth 1).
+func signalTree(pid, min int, sig syscall.Signal) (int, error) {
+	children, err := procChildren()
+	if err != nil {
+		return 0, fmt.Errorf("app: signal sandbox: %w", err)
 	}
 	n := 0
 	level := []int{pid}

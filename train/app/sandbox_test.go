@@ -636,3 +636,44 @@ func TestSandboxWrap(t *testing.T) {
 		t.Errorf("exit %s, note %q: want the program's SIGTERM handler to have run", ex, b)
 	}
 }
+
+// TestSandboxProgramPID: SandboxProgram names the host PID of the program
+// a sandbox runs (what ps shows, issue #43: stream-logs named bwrap's),
+// not bwrap's or its init's; 0 once it is gone.
+func TestSandboxProgramPID(t *testing.T) {
+	sb := newTestSandbox(t, SandboxConfig{})
+	ws := sandboxTempDir(t)
+	probe := probePath(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	marker := "pid-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cmd, err := sb.Command(ctx, SandboxCommand{Argv: []string{testPython, probe, "term", filepath.Join(ws, marker)}, Dir: ws,
+		Writable: []string{ws}, ReadOnly: []string{probe}, StopGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("program said %q, %v", line, err)
+	}
+	prog := SandboxProgram(cmd.Process.Pid)
+	if prog <= 0 || prog == cmd.Process.Pid {
+		t.Fatalf("SandboxProgram(%d) = %d, want the program's own PID", cmd.Process.Pid, prog)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", prog))
+	if err != nil || !strings.Contains(string(b), marker) {
+		t.Fatalf("/proc/%d/cmdline = %q (%v), want the program's command line naming %s", prog, b, err, marker)
+	}
+	cancel()
+	cmd.Wait()
+	waitGone(t, marker)
+	if got := SandboxProgram(cmd.Process.Pid); got != 0 {
+		t.Errorf("SandboxProgram after the end = %d, want 0", got)
+	}
+}
