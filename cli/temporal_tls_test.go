@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/trainflow/trainflow/internal/testenv/testcert"
+	"github.com/trainflow/trainflow/worker"
 )
 
 // mtlsProxy stands in front of a plain Temporal frontend the way a secured
@@ -71,11 +72,17 @@ func TestWorkerAndCLIOverMutualTLS(t *testing.T) {
 		t.Fatalf("%d connections passed the handshake without a client certificate", n)
 	}
 
+	// The worker's home is its own: it presents the stack's worker token
+	// (the server refuses polls without it) as an API key over the TLS.
+	token, err := worker.Token(home, false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	wctx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan error, 1)
 	go func() {
 		workerDone <- runWorker(wctx, nil, []string{"--temporal", addr, "--namespace", st.Temporal.Namespace(),
-			"--home", filepath.Join(home, "worker"), "--log-level", "warn",
+			"--home", filepath.Join(home, "worker"), "--log-level", "warn", "--api-key", token,
 			"--tls-ca-path", certs.CAPath, "--tls-cert-path", certs.ClientCert, "--tls-key-path", certs.ClientKey}, io.Discard)
 	}()
 	defer func() {
