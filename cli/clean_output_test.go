@@ -87,10 +87,11 @@ func TestModelsHistoryPrintsByEscaped(t *testing.T) {
 		t.Fatalf("history %q: want one line, the by and reason escaped", out)
 	}
 
-	// The same through writeHistory, with a job's cause.
+	// The same through writeHistory, with a job's cause (not verified: a
+	// typed by is marked so, #49 part 5).
 	var b bytes.Buffer
 	writeHistory(&b, []bundle.Change{{Time: time.Unix(0, 0).UTC(), Cause: bundle.Cause{By: "rollout\x1b[31m", JobID: "job\u202e1", Step: "50%"}}})
-	if got, want := b.String(), "1970-01-01T00:00:00Z\tdefault → default\trollout\\x1b[31m job\\u202e1 step 50%\n"; got != want {
+	if got, want := b.String(), "1970-01-01T00:00:00Z\tdefault → default\trollout\\x1b[31m (unverified) job\\u202e1 step 50%\n"; got != want {
 		t.Fatalf("writeHistory = %q, want %q", got, want)
 	}
 }

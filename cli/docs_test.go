@@ -193,12 +193,7 @@ var childCommands = []string{"preprocess", "batch-predict", "train-child"}
 // pages this test's owners may not edit yet, by file and line: each is
 // a bug to fix in its page (then removed here), never a new entry to add
 // instead of fixing a page.
-var knownBrokenDocs = map[string]string{
-	// docs/rollout.md names `trainflow rollout status`; the command is
-	// `trainflow models rollout-status MODEL` (issue #43, for the
-	// rollout page's owner).
-	"../docs/rollout.md": "rollout status",
-}
+var knownBrokenDocs = map[string]string{}
 
 // shellWords splits a command line as a shell would for the simple
 // quoting the docs use, dropping a trailing comment.

@@ -44,9 +44,18 @@ func runModelsRouting(ctx context.Context, sub string, args []string, stdout, st
 	return false, nil
 }
 
-// modelsFlag registers --models, the repository the routing commands use.
-func modelsFlag(fs *flag.FlagSet) *string {
-	return fs.String("models", envOr("TRAINFLOW_MODELS", filepath.Join(defaultHome(), "models")), "model repository: a directory or a storage URI ($TRAINFLOW_MODELS; default HOME/models)")
+// modelsFlag registers --models and --home, the repository the routing
+// commands use, and returns where it is, found as every models command
+// finds it (modelsLocation: --models, else --home's, else
+// $TRAINFLOW_MODELS, else the running dev stack's HOME/models). Call the
+// result after parsing.
+func modelsFlag(fs *flag.FlagSet) func() string {
+	models := fs.String("models", "", "model repository: a directory or a storage URI (default HOME/models of --home, else $TRAINFLOW_MODELS, else the running trainflow dev's)")
+	home := fs.String("home", defaultHome(), "the home of the stack whose repository to use, HOME/models (default $TRAINFLOW_HOME, else the running trainflow dev's --home, else ./.trainflow)")
+	return func() string {
+		loc, _ := modelsLocation(*models, *home, flagSet(fs, "home"))
+		return loc
+	}
 }
 
 // operatorKeyFlags registers --operator-key and --say-ttl: the operator's
@@ -120,7 +129,7 @@ func runRoute(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := rt.Validate(nil); err != nil {
 		return usageError{err}
 	}
-	repo, err := bundle.OpenRepository(ctx, *models)
+	repo, err := bundle.OpenRepository(ctx, models())
 	if err != nil {
 		return usageError{fmt.Errorf("--models: %w", err)}
 	}
@@ -144,7 +153,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() != 1 {
 		return usageError{errors.New("want: models history MODEL")}
 	}
-	repo, err := bundle.OpenRepository(ctx, *models)
+	repo, err := bundle.OpenRepository(ctx, models())
 	if err != nil {
 		return usageError{fmt.Errorf("--models: %w", err)}
 	}
