@@ -17,6 +17,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
@@ -82,6 +83,11 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	if _, _, err := resultsig.LoadOrGenerate(c.keys); err != nil {
 		t.Fatal(err)
 	}
+	// The operator's rollout key pair, its public half given to each
+	// process (a worker on another machine holds only the .pub).
+	if _, err := opkey.EnsurePair(filepath.Join(home, "keys", "operator.key"), activities.OperatorKeysFile(home)); err != nil {
+		t.Fatal(err)
+	}
 	for i := range opts.Workers {
 		c.homes[i] = home
 		if opts.OwnHomes {
@@ -111,7 +117,7 @@ func (c *cluster) start(i int) {
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		args = append(args, "--api-key", tok, "--tls=false")
+		args = append(args, "--api-key", tok, "--tls=false", "--operator-keys", activities.OperatorKeysFile(c.home))
 	}
 	args = append(args, testTrustArgs()...)
 	if c.opts.DataRoots != "" {

@@ -734,7 +734,9 @@ func TestNodeRolesOverLoopback(t *testing.T) {
 			if !overlap && math.Abs(r.WaitMs-(r.PullMs+r.PushMs)) > 0.01*(r.PullMs+r.PushMs) {
 				t.Errorf("%s worker %d: waited %.3f ms per step, pulled %.3f and pushed %.3f", c.mode, i, r.WaitMs, r.PullMs, r.PushMs)
 			}
-			if overlap && (r.WaitMs <= 0 || r.WaitMs > r.PullMs+r.PushMs) {
+			// (1% slack: the wait and the flights are timed by separate
+			// clocks' reads; a loaded CI machine measured 8.831 against 8.827.)
+			if overlap && (r.WaitMs <= 0 || r.WaitMs > 1.01*(r.PullMs+r.PushMs)) {
 				t.Errorf("%s worker %d: waited %.3f ms per step, pulled %.3f and pushed %.3f", c.mode, i, r.WaitMs, r.PullMs, r.PushMs)
 			}
 			if i == 0 && r.GlobalStep != steps {
