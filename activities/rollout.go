@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/workflows"
@@ -103,10 +103,6 @@ const (
 	DefaultRolloutMinHold     = time.Minute
 )
 
-// OperatorKeysFile is the default public key file of a worker whose home
-// is home.
-func OperatorKeysFile(home string) string { return filepath.Join(home, "keys", "operator.pub") }
-
 // checkFloors refuses, as InvalidSpec naming the field, a rollout whose
 // min_requests, hold or recheck lies below the operator's floors.
 func (p RolloutPolicy) checkFloors(in workflows.RolloutInput) error {
@@ -143,7 +139,7 @@ func (a *Activities) operatorKeys() ([]opkey.Public, error) {
 		if a.Home == "" {
 			return nil, nil
 		}
-		path = OperatorKeysFile(a.Home)
+		path = keyfile.OperatorPublic(a.Home)
 	}
 	keys, err := opkey.LoadPublic(path)
 	if errors.Is(err, fs.ErrNotExist) && a.Rollouts.OperatorKeys == "" {

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/rollout"
 	"github.com/trainflow/trainflow/workflows"
@@ -207,8 +208,8 @@ func TestShadowGateNamesDroppedCopies(t *testing.T) {
 func TestPrepareRolloutAuthorizes(t *testing.T) {
 	a := rolloutActs(t)
 	ctx := context.Background()
-	keyFile := filepath.Join(a.Home, "keys", "operator.key")
-	if _, err := opkey.EnsurePair(keyFile, OperatorKeysFile(a.Home)); err != nil {
+	keyFile := keyfile.OperatorPrivate(a.Home)
+	if _, err := opkey.EnsurePair(keyFile, keyfile.OperatorPublic(a.Home)); err != nil {
 		t.Fatal(err)
 	}
 	op, err := opkey.LoadSigner(keyFile)

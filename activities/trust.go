@@ -40,6 +40,19 @@ func (a *Activities) jobRoot() string {
 	return filepath.Join(a.Home, "jobs")
 }
 
+// InJobRoot reports whether the local path p (links resolved where they
+// exist) lies in a's job root, and the root; never for a job root in
+// object storage. (A function, not a method: every exported method of
+// Activities is an activity.)
+func InJobRoot(a *Activities, p string) (root string, in bool) {
+	r, err := parseRoot(a.jobRoot())
+	if err != nil || r.local == "" {
+		return "", false
+	}
+	rp, err := resolveLocal(p)
+	return r.local, err == nil && within(r.local, rp, false)
+}
+
 // root is one place jobs may read and write, resolved.
 type root struct {
 	// local: a resolved absolute directory (also for file:// roots).

@@ -65,7 +65,7 @@ func runWorker(ctx context.Context, types *train.Registry, args []string, stderr
 	}
 	if !tc.Secured() {
 		// A worker of a dev stack's home presents the stack's worker
-		// token (worker.TokenFile), which its server asks of workers.
+		// token (keyfile.WorkerToken), which its server asks of workers.
 		if tok, err := worker.Token(*home, false); err == nil {
 			opts.Credentials, opts.ConnectionOptions.TLSDisabled = client.NewAPIKeyStaticCredentials(tok), true
 		} else if !errors.Is(err, iofs.ErrNotExist) {

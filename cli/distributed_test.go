@@ -17,6 +17,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/trainflow/trainflow/activities"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/jobdir"
@@ -79,13 +80,13 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	// One result key for every process, as an operator gives each machine
 	// the same file (docs/security.md); made here, before any process
 	// could make its own.
-	c.keys = filepath.Join(home, "keys", "results.key")
+	c.keys = keyfile.Results(home)
 	if _, _, err := resultsig.LoadOrGenerate(c.keys); err != nil {
 		t.Fatal(err)
 	}
 	// The operator's rollout key pair, its public half given to each
 	// process (a worker on another machine holds only the .pub).
-	if _, err := opkey.EnsurePair(filepath.Join(home, "keys", "operator.key"), activities.OperatorKeysFile(home)); err != nil {
+	if _, err := opkey.EnsurePair(keyfile.OperatorPrivate(home), keyfile.OperatorPublic(home)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range opts.Workers {
@@ -117,7 +118,7 @@ func (c *cluster) start(i int) {
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		args = append(args, "--api-key", tok, "--tls=false", "--operator-keys", activities.OperatorKeysFile(c.home))
+		args = append(args, "--api-key", tok, "--tls=false", "--operator-keys", keyfile.OperatorPublic(c.home))
 	}
 	args = append(args, testTrustArgs()...)
 	if c.opts.DataRoots != "" {

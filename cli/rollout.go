@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/rollout"
@@ -75,7 +75,7 @@ func (o *operatorKeyFlags) register(fs *flag.FlagSet) {
 func (o *operatorKeyFlags) signer() (s opkey.Signer, ok bool, err error) {
 	path := o.path
 	if path == "" {
-		path = filepath.Join(defaultHome(), "keys", "operator.key")
+		path = keyfile.OperatorPrivate(defaultHome())
 		if _, err := os.Stat(path); err != nil {
 			return opkey.Signer{}, false, nil
 		}

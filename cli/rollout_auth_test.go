@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/workflows"
@@ -23,7 +24,7 @@ import (
 // made with its public half if missing, as the worker makes them.
 func operatorKey(t *testing.T, home string) opkey.Signer {
 	t.Helper()
-	keys := filepath.Join(home, "keys")
+	keys := keyfile.Dir(home)
 	if _, err := opkey.EnsurePair(filepath.Join(keys, "operator.key"), filepath.Join(keys, "operator.pub")); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestRolloutNeedsOwnerOrOperatorOnRealStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, key := st.Temporal.FrontendAddr(), filepath.Join(home, "keys", "operator.key")
+	addr, key := st.Temporal.FrontendAddr(), keyfile.OperatorPrivate(home)
 	rollback := []string{"models", "rollout", "census", "--candidate", "v1", "--steps", "50,100", "--hold", "1h", "--by", "cli:alice", "--temporal", addr, "--operator-key", key}
 	code, out, errs := cli(t, rollback...)
 	if code == exitOK || !strings.Contains(errs, `held by a running workflow of type "Squat"`) || !strings.Contains(errs, "--replace-squatter") {

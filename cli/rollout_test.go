@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/rollout"
@@ -325,7 +326,7 @@ func TestRolloutOnRealStack(t *testing.T) {
 	// unknown version) says so at once, without --wait, rather than that
 	// it started, and rollout-status shows it FAILED with the reason.
 	addr := st.Temporal.FrontendAddr()
-	code, out, errs := cli(t, "models", "rollout", "census", "--candidate", "v9", "--temporal", addr, "--operator-key", filepath.Join(home, "keys", "operator.key"))
+	code, out, errs := cli(t, "models", "rollout", "census", "--candidate", "v9", "--temporal", addr, "--operator-key", keyfile.OperatorPrivate(home))
 	if code != exitError || strings.Contains(out, "started") || !strings.Contains(errs, "refused") || !strings.Contains(errs, "candidate 9 is not a version of census") {
 		t.Errorf("models rollout --candidate v9: exit %d, %q %q; want refused naming the candidate", code, out, errs)
 	}
@@ -334,7 +335,7 @@ func TestRolloutOnRealStack(t *testing.T) {
 		t.Errorf("rollout-status of the refused rollout: exit %d, %q %q; want FAILED and why", code, out, errs)
 	}
 	// One it starts holds its first step; an abort signal rolls it back.
-	code, out, errs = cli(t, "models", "rollout", "census", "--candidate", "v1", "--steps", "50,100", "--hold", "1h", "--temporal", addr, "--operator-key", filepath.Join(home, "keys", "operator.key"))
+	code, out, errs = cli(t, "models", "rollout", "census", "--candidate", "v1", "--steps", "50,100", "--hold", "1h", "--temporal", addr, "--operator-key", keyfile.OperatorPrivate(home))
 	if code != exitOK || !strings.HasPrefix(out, "started rollout rollout_census (run ") || strings.Contains(out, "still preparing") {
 		t.Fatalf("models rollout --candidate v1: exit %d, %q %q; want started", code, out, errs)
 	}
@@ -348,7 +349,7 @@ func TestRolloutOnRealStack(t *testing.T) {
 	if code != exitOK || !strings.HasPrefix(out, "census: HOLDING at step 50, baseline 2, candidate 1, routing ") {
 		t.Fatalf("rollout-status while the 50%% step holds: exit %d, %q %q", code, out, errs)
 	}
-	if code, out, errs = cli(t, "models", "rollout-signal", "census", "abort", "--reason", "cli test", "--temporal", addr, "--operator-key", filepath.Join(home, "keys", "operator.key")); code != exitOK {
+	if code, out, errs = cli(t, "models", "rollout-signal", "census", "abort", "--reason", "cli test", "--temporal", addr, "--operator-key", keyfile.OperatorPrivate(home)); code != exitOK {
 		t.Fatalf("rollout-signal abort: exit %d, %q %q", code, out, errs)
 	}
 	if err := st.Client.GetWorkflow(ctx, workflows.RolloutWorkflowID("census"), "").Get(wctx, &res); err != nil || res.State != workflows.RolloutRolledBack {

@@ -12,6 +12,7 @@ import (
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/errmark"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobspec"
@@ -165,11 +166,11 @@ func (l Limits) apply(acts *activities.Activities) error {
 	case acts.Home != "":
 		// The default pair lives in HOME/keys beside the result keys: a
 		// private directory no job location may name, whatever the roots.
-		pub := activities.OperatorKeysFile(acts.Home)
-		if _, err := opkey.EnsurePair(filepath.Join(filepath.Dir(pub), "operator.key"), pub); err != nil {
+		pub := keyfile.OperatorPublic(acts.Home)
+		if _, err := opkey.EnsurePair(keyfile.OperatorPrivate(acts.Home), pub); err != nil {
 			return configError(fmt.Errorf("--operator-keys (default %s): %w", pub, err))
 		}
-		acts.Private = append(acts.Private, filepath.Dir(pub))
+		acts.Private = append(acts.Private, keyfile.Dir(acts.Home))
 	}
 	workflows.SetMaxParallelTrials(l.MaxParallelTrials)
 	return nil

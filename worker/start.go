@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/train"
@@ -227,21 +227,17 @@ func Start(ctx context.Context, cfg Config) (_ *Worker, err error) {
 func resultKeys(cfg Config, home string, acts *activities.Activities, log *slog.Logger) (*resultsig.Keyring, error) {
 	path, flag := cfg.ResultKeys, "--result-keys"
 	if path == "" {
-		path = filepath.Join(home, "keys", "results.key")
+		path = keyfile.Results(home)
 	}
 	path, err := filepath.Abs(path)
 	if err != nil {
 		return nil, configError(fmt.Errorf("%s: %w", flag, err))
 	}
-	jobRoot := cfg.Jobs
-	if jobRoot == "" {
-		jobRoot = filepath.Join(home, "jobs")
-	}
 	// Job directories are written by users' programs: never there. A data
 	// or read root may hold the key's directory (the tests' --data-roots
 	// /tmp does): the activities refuse it as data (Activities.Private).
-	if inside(path, jobRoot) {
-		return nil, configError(fmt.Errorf("%s: %s lies inside the job root %s: keep the key outside every job directory", flag, path, jobRoot))
+	if root, in := activities.InJobRoot(acts, path); in {
+		return nil, configError(fmt.Errorf("%s: %s lies inside the job root %s: keep the key outside every job directory", flag, path, root))
 	}
 	acts.Private = append(acts.Private, filepath.Dir(path))
 	var keys *resultsig.Keyring
@@ -259,23 +255,6 @@ func resultKeys(cfg Config, home string, acts *activities.Activities, log *slog.
 	}
 	log.Info("activity results signed", "key_file", path, "keys", keys.IDs())
 	return keys, nil
-}
-
-// inside reports whether path is root or lies under it (both absolute;
-// links in either resolved where they exist).
-func inside(path, root string) bool {
-	if strings.Contains(root, "://") && !strings.HasPrefix(root, "file://") {
-		return false
-	}
-	root = strings.TrimPrefix(root, "file://")
-	if r, err := filepath.EvalSymlinks(root); err == nil {
-		root = r
-	}
-	if d, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
-		path = filepath.Join(d, filepath.Base(path))
-	}
-	rel, err := filepath.Rel(root, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // MetricsAddr is the address the metrics are served at ("" if not).

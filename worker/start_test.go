@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,6 +31,11 @@ func TestPSListenDefault(t *testing.T) {
 // naming the flag, returned before Temporal is dialed (the Config names no
 // Temporal server: a dial would fail differently).
 func TestStartRejectsBadConfig(t *testing.T) {
+	jobs := t.TempDir()
+	open := filepath.Join(t.TempDir(), "results.key")
+	if err := os.WriteFile(open, []byte("k "+strings.Repeat("ab", 32)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for name, c := range map[string]struct {
 		cfg  Config
 		want string
@@ -39,6 +45,9 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		"jobs":        {Config{Jobs: "nosuchscheme://bucket/jobs"}, "--jobs: "},
 		"models":      {Config{Models: "nosuchscheme://bucket/models"}, "--models: "},
 		"metrics":     {Config{MetricsAddr: "256.0.0.1:0"}, "--metrics-listen: "},
+		// The result key never in a job directory, never readable by others.
+		"result key in the job root": {Config{Jobs: jobs, ResultKeys: filepath.Join(jobs, "j1", "results.key")}, "--result-keys: " + filepath.Join(jobs, "j1", "results.key") + " lies inside the job root"},
+		"result key readable":        {Config{ResultKeys: open}, "others may read it"},
 		// The sandbox is made, and refused, at start, not when a job comes.
 		"sandbox":  {Config{Packages: app.PackageConfig{Enabled: true, Sandbox: app.SandboxConfig{Bwrap: "/nonexistent/bwrap"}}}, "/nonexistent/bwrap is not an executable file"},
 		"packages": {Config{Packages: app.PackageConfig{Enabled: true, Sandbox: app.SandboxConfig{MemoryBytes: 1 << 20}}}, "--allow-packages: app: sandbox.memory_bytes"},

@@ -27,6 +27,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/trainflow/trainflow/internal/keyfile"
 )
 
 // ErrKey is wrapped by every error about a key file's content.
@@ -93,16 +95,16 @@ func Generate() (Signer, error) {
 	return Signer{ID: "op-" + hex.EncodeToString(h[:4]), key: priv}, nil
 }
 
-// LoadSigner reads a private key file, refusing one that others may read.
+// maxPrivate bounds a private key file read (one line of ~60 bytes).
+const maxPrivate = 4 << 10
+
+// LoadSigner reads a private key file (keyfile.Read: no link, mode 0600
+// or stricter, bounded), refusing one that others may read.
 func LoadSigner(path string) (Signer, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return Signer{}, err
+	b, err := keyfile.Read(path, maxPrivate)
+	if errors.Is(err, keyfile.ErrNotPrivate) {
+		return Signer{}, fmt.Errorf("%w: %w", ErrKey, err)
 	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
-		return Signer{}, fmt.Errorf("%w: %s has mode %v: want a regular file of mode 0600 or stricter", ErrKey, path, fi.Mode())
-	}
-	b, err := os.ReadFile(path)
 	if err != nil {
 		return Signer{}, err
 	}
@@ -159,19 +161,7 @@ func EnsurePair(privPath, pubPath string) (created bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := os.MkdirAll(filepath.Dir(privPath), 0o700); err != nil {
-		return false, err
-	}
-	f, err := os.OpenFile(privPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return false, err
-	}
-	_, err = fmt.Fprintf(f, "%s %s\n", s.ID, base64.StdEncoding.EncodeToString(s.key.Seed()))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(privPath)
+	if err := keyfile.Create(privPath, []byte(s.ID+" "+base64.StdEncoding.EncodeToString(s.key.Seed())+"\n")); err != nil {
 		return false, err
 	}
 	if err := os.MkdirAll(filepath.Dir(pubPath), 0o700); err != nil {

@@ -11,9 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/trainflow/trainflow/internal/keyfile"
 )
 
 // KeySize is the length in bytes of a result key's secret.
@@ -45,22 +45,9 @@ var ErrKeyFile = errors.New("resultsig: bad key file")
 // skipped. The file must be a regular file that only its owner may read
 // or write (mode 0600 or stricter), as an operator's private key is.
 func Load(path string) (*Keyring, error) {
-	fi, err := os.Lstat(path)
+	b, err := keyfile.Read(path, maxKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrKeyFile, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file (%v)", ErrKeyFile, path, fi.Mode().Type())
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s has mode %04o: others may read it (chmod 600 %s)", ErrKeyFile, path, perm, path)
-	}
-	if fi.Size() > maxKeyFile {
-		return nil, fmt.Errorf("%w: %s is %d bytes, more than %d", ErrKeyFile, path, fi.Size(), maxKeyFile)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrKeyFile, err)
 	}
 	k, err := Parse(b)
 	if err != nil {
@@ -136,30 +123,17 @@ func LoadOrGenerate(path string) (k *Keyring, created bool, err error) {
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return k, false, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, false, fmt.Errorf("%w: %v", ErrKeyFile, err)
-	}
 	secret := make([]byte, KeySize)
 	rand.Read(secret)
 	id := make([]byte, 4)
 	rand.Read(id)
 	content := fmt.Sprintf("# trainflow activity-result keys: the first signs, all verify. Keep private (0600).\nk%s %s\n", hex.EncodeToString(id), hex.EncodeToString(secret))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) { // another process made it first
+	// Another process may make it first: then its key is loaded.
+	if err := keyfile.Create(path, []byte(content)); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, false, fmt.Errorf("%w: %w", ErrKeyFile, err)
+	} else if err != nil {
 		k, err = Load(path)
 		return k, false, err
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: %v", ErrKeyFile, err)
-	}
-	if _, err := f.WriteString(content); err != nil {
-		f.Close()
-		os.Remove(path)
-		return nil, false, fmt.Errorf("%w: %v", ErrKeyFile, err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(path)
-		return nil, false, fmt.Errorf("%w: %v", ErrKeyFile, err)
 	}
 	k, err = Load(path)
 	return k, err == nil, err

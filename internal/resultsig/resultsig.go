@@ -299,11 +299,10 @@ func (o *workflowOutbound) ExecuteActivity(ctx workflow.Context, activityType st
 		} else if derr := inner.Get(gctx, &env); derr != nil {
 			verdict = verdictOf(func() string { return "the result is not a signed result (it does not decode as one)" })
 		} else if verdict = verdictOf(func() string { return o.checkResult(b, env) }); verdict == "" {
-			if env.Encoding == "" {
-				settable.Set(nil, nil)
+			if p := env.payloads(); p != nil {
+				settable.Set(p, nil)
 			} else {
-				settable.Set(&commonpb.Payloads{Payloads: []*commonpb.Payload{{
-					Metadata: map[string][]byte{converter.MetadataEncoding: []byte(env.Encoding)}, Data: env.Data}}}, nil)
+				settable.Set(nil, nil) // not a typed nil: the caller's Get decodes nothing
 			}
 			return
 		}
@@ -331,16 +330,7 @@ func (o *workflowOutbound) checkResult(b binding, env Result) string {
 	if env.Signed != Version {
 		return "unsigned result (no trainflow signature)"
 	}
-	if o.keys == nil {
-		return "this worker holds no result key"
-	}
-	var err error
-	for _, r := range b.runs() {
-		if err = o.keys.check(env.KeyID, message("result", r, env.ActivityID, env.Attempt, []byte(env.Encoding), env.Data), env.MAC); err == nil {
-			return ""
-		}
-	}
-	return fmt.Sprintf("result of activity %s attempt %d: %v", env.ActivityID, env.Attempt, err)
+	return o.checkMAC("result", b, env.KeyID, env.ActivityID, env.Attempt, env.MAC, []byte(env.Encoding), env.Data)
 }
 
 // checkFailure returns why err is not a genuine failure of b's call, or "".
@@ -351,16 +341,22 @@ func (o *workflowOutbound) checkFailure(b binding, err error) string {
 	if !ae.HasDetails() || ae.Details(&f) != nil || f.Signed != Version {
 		return "unsigned failure (no trainflow signature)"
 	}
+	return o.checkMAC("failure", b, f.KeyID, f.ActivityID, f.Attempt, f.MAC, failureFields(ae.Message(), ae.Type(), ae.NonRetryable())...)
+}
+
+// checkMAC returns why mac is not the MAC of a kind ("result" or
+// "failure") of b's call, under any run it accepts (binding.runs), or "".
+func (o *workflowOutbound) checkMAC(kind string, b binding, keyID, activityID string, attempt int32, mac []byte, fields ...[]byte) string {
 	if o.keys == nil {
 		return "this worker holds no result key"
 	}
-	var cerr error
+	var err error
 	for _, r := range b.runs() {
-		if cerr = o.keys.check(f.KeyID, message("failure", r, f.ActivityID, f.Attempt, failureFields(ae.Message(), ae.Type(), ae.NonRetryable())...), f.MAC); cerr == nil {
+		if err = o.keys.check(keyID, message(kind, r, activityID, attempt, fields...), mac); err == nil {
 			return ""
 		}
 	}
-	return fmt.Sprintf("failure of activity %s attempt %d: %v", f.ActivityID, f.Attempt, cerr)
+	return fmt.Sprintf("%s of activity %s attempt %d: %v", kind, activityID, attempt, err)
 }
 
 // Unwrap returns the result payloads inside a signed Result, for readers
@@ -376,9 +372,15 @@ func Unwrap(p *commonpb.Payloads) *commonpb.Payloads {
 	if dc.FromPayload(p.Payloads[0], &env) != nil || env.Signed != Version {
 		return p
 	}
-	if env.Encoding == "" {
+	return env.payloads()
+}
+
+// payloads is the result's payload as its worker encoded it; nil for an
+// activity that returned only an error.
+func (r Result) payloads() *commonpb.Payloads {
+	if r.Encoding == "" {
 		return nil
 	}
 	return &commonpb.Payloads{Payloads: []*commonpb.Payload{{
-		Metadata: map[string][]byte{converter.MetadataEncoding: []byte(env.Encoding)}, Data: env.Data}}}
+		Metadata: map[string][]byte{converter.MetadataEncoding: []byte(r.Encoding)}, Data: r.Data}}}
 }

@@ -1,0 +1,60 @@
+package keyfile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReadRefusesWhatIsNotPrivate: a link (even to a private file), a
+// directory, a file others may read and one over the bound are refused
+// naming the path, never the content; a missing file is fs.ErrNotExist;
+// Create makes 0600 in 0700 and never overwrites.
+func TestReadRefusesWhatIsNotPrivate(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "keys", "k")
+	if err := Create(p, []byte("secret-content\n")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(filepath.Dir(p)); fi.Mode().Perm() != 0o700 {
+		t.Errorf("key directory mode %v, want 0700", fi.Mode().Perm())
+	}
+	if b, err := Read(p, 64); err != nil || string(b) != "secret-content\n" {
+		t.Fatalf("Read: %q, %v", b, err)
+	}
+	if err := Create(p, []byte("other")); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("Create over an existing file: %v, want fs.ErrExist", err)
+	}
+	if b, _ := Read(p, 64); string(b) != "secret-content\n" {
+		t.Fatalf("Create overwrote the file: %q", b)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(p, link); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(dir, "open")
+	if err := os.WriteFile(open, []byte("secret-content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path string
+		max  int64
+		want string
+	}{
+		{link, 64, "not a regular file"},
+		{dir, 64, "not a regular file"},
+		{open, 64, "others may read it"},
+		{p, 4, "more than 4"},
+	} {
+		_, err := Read(c.path, c.max)
+		if !errors.Is(err, ErrNotPrivate) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.path) || strings.Contains(err.Error(), "secret-content") {
+			t.Errorf("Read(%s, %d): %v, want ErrNotPrivate naming the path and %q, not the content", c.path, c.max, err, c.want)
+		}
+	}
+	if _, err := Read(filepath.Join(dir, "none"), 64); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Read of a missing file: %v, want fs.ErrNotExist", err)
+	}
+}
