@@ -957,9 +957,7 @@ func (a *Activities) DeleteExport(ctx context.Context, in workflows.DeleteExport
 // in, checks its claim against owner (rel), and returns it with the
 // bundle's key there: export/<exporter>/<step>, nothing else.
 func (a *Activities) openExport(ctx context.Context, field, loc string, owner *workflows.JobOwner, rel relation) (*jobDir, string, error) {
-	refuse := func(why string) error {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", jobspec.ErrInvalid, field, loc, why))
-	}
+	refuse := func(why string) error { return refuseLocation(field, loc, "%s", why) }
 	if loc == "" {
 		return nil, "", refuse("empty")
 	}
@@ -1066,15 +1064,15 @@ func (a *Activities) Export(ctx context.Context, in workflows.ExportInput) (work
 //     the spec is not known), the step is the newest committed checkpoint
 //     and, with the spec, the job's last step: train.max_steps, or the
 //     steps of num_epochs over the training rows of the job's manifest
-//     (jobspec.StepsFor), where training always commits;
-//   - for a best exporter (with the spec), no earlier evaluation recorded
-//     under the same name is better by the exporter's metric and goal.
+//     (jobspec.StepsFor), where training always commits.
 //
 // The spec is the run's start input as the Temporal server recorded it
 // (runStart), never the workflow's; without a client (tests, tools) the
 // checks that need it are skipped. Not checked: that the workflow
-// exported every step it should have, or that the best exporter's step is
-// the best of all (a later, better evaluation is the next export's).
+// exported every step it should have, or that a best exporter's step is
+// better than earlier evaluations (eval/metrics.jsonl keeps a reset run's
+// and its base run's evaluations; a run's best is judged among its own,
+// in workflow state).
 func (a *Activities) checkExportClaim(ctx context.Context, jd *jobDir, in workflows.ExportInput) error {
 	refuse := func(format string, args ...any) error {
 		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("export %s step %d of job %s: %s: refusing", in.Exporter, in.Step, in.JobID, fmt.Sprintf(format, args...)))
@@ -1122,25 +1120,21 @@ func (a *Activities) checkExportClaim(ctx context.Context, jd *jobDir, in workfl
 		return refuse("its metrics %+v are not an evaluation of it recorded in %s", in.Metrics, jobdir.EvalMetricsFile)
 	}
 
-	switch exporter.Type {
-	case jobspec.ExporterFinal:
-		if in.Step != newest {
-			return refuse("the final export must be of the newest committed checkpoint, step %d", newest)
-		}
-		if spec == nil {
-			return nil
-		}
-		last, err := jd.lastStep(ctx, *spec)
-		if err != nil {
-			return err
-		}
-		if in.Step < last {
-			return refuse("training ends at step %d: step %d is not the job's final checkpoint", last, in.Step)
-		}
-	case jobspec.ExporterBest:
-		// Not checked against earlier evaluations: eval/metrics.jsonl keeps
-		// every run's (a reset run's and the run it was reset from), and a
-		// reset run's best is judged among its own (workflow state).
+	if exporter.Type != jobspec.ExporterFinal {
+		return nil
+	}
+	if in.Step != newest {
+		return refuse("the final export must be of the newest committed checkpoint, step %d", newest)
+	}
+	if spec == nil {
+		return nil
+	}
+	last, err := jd.lastStep(ctx, *spec)
+	if err != nil {
+		return err
+	}
+	if in.Step < last {
+		return refuse("training ends at step %d: step %d is not the job's final checkpoint", last, in.Step)
 	}
 	return nil
 }

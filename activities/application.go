@@ -291,12 +291,24 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		// p is bwrap, not the program inside its PID namespace: name the
 		// program's host PID (what ps shows) once it runs, bwrap's beside.
 		pid = "sandbox " + pid
-		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) { // polling /proc for the program's start
+		// Polling /proc for the program's start, at most 2 s, and not past
+		// the sandbox's end (a program that exits at once is not waited for).
+		tick := time.NewTicker(20 * time.Millisecond)
+		for deadline := time.After(2 * time.Second); ; {
 			if prog := app.SandboxProgram(p.PID()); prog > 0 {
 				pid = fmt.Sprintf("pid %d, sandbox pid %d", prog, p.PID())
 				break
 			}
+			select {
+			case <-tick.C:
+				continue
+			case <-p.Done():
+			case <-deadline:
+			case <-ctx.Done():
+			}
+			break
 		}
+		tick.Stop()
 	}
 	activity.GetLogger(ctx).Info("application replica started", "replica", task.Name(), "gen", in.Gen, "pid", pid, "addr", reg.Addr)
 	ml := newMetricsLog(jd, task)

@@ -53,6 +53,12 @@ func InJobRoot(a *Activities, p string) (root string, in bool) {
 	return r.local, err == nil && within(r.local, rp, false)
 }
 
+// refuseLocation is the non-retryable InvalidSpec error of a spec's
+// location loc, naming its field and why (format, args).
+func refuseLocation(field, loc, format string, args ...any) error {
+	return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", jobspec.ErrInvalid, field, loc, fmt.Sprintf(format, args...)))
+}
+
 // root is one place jobs may read and write, resolved.
 type root struct {
 	// local: a resolved absolute directory (also for file:// roots).
@@ -198,9 +204,7 @@ func (a *Activities) locateDataOf(field, loc, own string) (string, error) {
 // job's files (its report key, its parameter servers' secrets) to
 // whoever can query the model or read the outputs.
 func (a *Activities) checkJobFiles(field, loc, located, own string) error {
-	refuse := func(format string, args ...any) error {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", jobspec.ErrInvalid, field, loc, fmt.Sprintf(format, args...)))
-	}
+	refuse := func(format string, args ...any) error { return refuseLocation(field, loc, format, args...) }
 	const private = "a job's private files (report key, parameter-server secrets) are never data"
 	other := func(dir string) error {
 		if own == "" {
@@ -310,9 +314,7 @@ func (a *Activities) localJobDir(p string) string {
 }
 
 func (a *Activities) locateIn(field, loc string, strict, read bool) (string, error) {
-	refuse := func(format string, args ...any) error {
-		return nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: %s %q: %s", jobspec.ErrInvalid, field, loc, fmt.Sprintf(format, args...)))
-	}
+	refuse := func(format string, args ...any) error { return refuseLocation(field, loc, format, args...) }
 	roots, err := a.roots(read)
 	if err != nil {
 		return "", err

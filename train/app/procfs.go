@@ -1,6 +1,8 @@
 package app
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -33,20 +35,35 @@ func GroupMembers(pgid int) []int {
 
 // procStat reads the process group and state of pid from /proc/pid/stat.
 func procStat(pid int) (pgid int, state string, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, "", false
-	}
-	// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, "", false
-	}
-	f := strings.Fields(s[i+1:])
+	f := procStatFields(pid) // state ppid pgrp …
 	if len(f) < 3 {
 		return 0, "", false
 	}
 	g, err := strconv.Atoi(f[2])
 	return g, f[0], err == nil
+}
+
+// procStatFields returns the fields of /proc/pid/stat after the command name
+// (state, ppid, …), or nil when pid is gone.
+func procStatFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	// pid (comm) state ppid …; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
+// procStartTime returns pid's start time (clock ticks since boot), which
+// tells a process from a later one with the same PID.
+func procStartTime(pid int) (string, error) {
+	f := procStatFields(pid)
+	if len(f) < 20 {
+		return "", fmt.Errorf("app: process %d: gone", pid)
+	}
+	return f[19], nil
 }

@@ -595,7 +595,7 @@ func procChildren() (map[int][]int, error) {
 		if err != nil {
 			continue
 		}
-		if f := sandboxProcStat(p); len(f) > 1 {
+		if f := procStatFields(p); len(f) > 1 {
 			if ppid, err := strconv.Atoi(f[1]); err == nil {
 				children[ppid] = append(children[ppid], p)
 			}
@@ -628,31 +628,6 @@ func signalTree(pid, min int, sig syscall.Signal) (int, error) {
 		level = next
 	}
 	return n, nil
-}
-
-// sandboxProcStat returns the fields of /proc/pid/stat after the command name
-// (state, ppid, …), or nil when pid is gone.
-func sandboxProcStat(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil
-	}
-	// pid (comm) state ppid …; comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
-}
-
-// procStartTime returns pid's start time (clock ticks since boot), which
-// tells a process from a later one with the same PID.
-func procStartTime(pid int) (string, error) {
-	f := sandboxProcStat(pid)
-	if len(f) < 20 {
-		return "", fmt.Errorf("app: process %d: gone", pid)
-	}
-	return f[19], nil
 }
 
 // reachable reports whether the sandbox's user can reach path by its name
