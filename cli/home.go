@@ -2,13 +2,12 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
+	"github.com/trainflow/trainflow/train/app"
 )
 
 // The home directory every command uses by default is found here, and
@@ -66,7 +65,7 @@ func runningStack() (stackRecord, bool) {
 		return stackRecord{}, false
 	}
 	r, ok := readStackRecord(path)
-	if !ok || r.Home == "" || r.PID <= 0 || !alive(r.PID) {
+	if !ok || r.Home == "" || r.PID <= 0 || !app.Alive(r.PID) {
 		return stackRecord{}, false
 	}
 	return r, true
@@ -82,16 +81,6 @@ func readStackRecord(path string) (stackRecord, bool) {
 		return stackRecord{}, false
 	}
 	return r, true
-}
-
-// alive reports whether process pid exists.
-func alive(pid int) bool {
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return false
-	}
-	err = p.Signal(syscall.Signal(0))
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // defaultHome is the home directory of every command's --home (and of
