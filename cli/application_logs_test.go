@@ -31,7 +31,7 @@ func TestApplicationLogs(t *testing.T) {
 	var errb bytes.Buffer
 	code := make(chan int, 1)
 	go func() {
-		c := run([]string{"jobs", "stream-logs", id, "--temporal", st.Temporal.FrontendAddr()}, pw, &errb)
+		c := run(withStackCreds([]string{"jobs", "stream-logs", id, "--temporal", st.Temporal.FrontendAddr()}), pw, &errb)
 		pw.Close()
 		code <- c
 	}()

@@ -87,7 +87,7 @@ func submitPrediction(t *testing.T, st *stack, id string, args ...string) (strin
 	var out, errb bytes.Buffer
 	all := append([]string{"jobs", "submit", "prediction", "--temporal", st.Temporal.FrontendAddr(), "--wait"}, args...)
 	all = append(all, id)
-	if code := run(all, &out, &errb); code != 0 {
+	if code := run(withStackCreds(all), &out, &errb); code != 0 {
 		return out.String(), fmt.Errorf("exit %d: %s", code, errb.String())
 	}
 	return out.String(), nil

@@ -271,6 +271,9 @@ func (f *consoleFlags) setRoots(s string) error {
 // lazy: it connects on the first jobs page, and a Temporal that cannot be
 // reached makes the jobs pages say so while models and predictions work.
 func serveConsole(tc temporalconn.Flags, uiURL string, cf consoleFlags, reg *serving.Registry, repo bundle.Repository, log *slog.Logger) (func(*echo.Echo), func(), error) {
+	if err := homeCredentials(&tc); err != nil {
+		return nil, nil, err
+	}
 	o, err := tc.Options(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("console: %w", err)}

@@ -325,9 +325,9 @@ func TestConsole(t *testing.T) {
 		var logs bytes.Buffer
 		served := make(chan error, 1)
 		go func() {
-			served <- runServe(ctx, nil, []string{"--models", filepath.Join(home, "models"), "--http", addr, "--log-level", "warn", "--auth-token-file", tokenFile,
+			served <- runServe(ctx, nil, withStackCreds([]string{"--models", filepath.Join(home, "models"), "--http", addr, "--log-level", "warn", "--auth-token-file", tokenFile,
 				"--temporal", st.Temporal.FrontendAddr(), "--namespace", st.Temporal.Namespace(), "--temporal-ui", "http://ui.example",
-				"--console-roots", filepath.Join(home, "jobs"), "--console-page-bytes", "4MiB"}, &logs)
+				"--console-roots", filepath.Join(home, "jobs"), "--console-page-bytes", "4MiB"}), &logs)
 		}()
 		defer func() {
 			cancel()

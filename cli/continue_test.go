@@ -29,6 +29,7 @@ func TestLongJobsContinueAsNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	trackStack(st)
 	t.Cleanup(func() { st.Stop() })
 	slowTraining(t, func(id string) bool { return strings.HasPrefix(id, "long_") }, 500*time.Microsecond)
 	for _, c := range []struct{ name, model, cluster string }{

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
-
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
@@ -91,10 +89,7 @@ func TestCustomModelExample(t *testing.T) {
 		t.Fatalf("custom_model dev printed no addresses (temporal %q, http %q)", temporalAddr, httpAddr)
 	}
 
-	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialAsUser(t, temporalAddr, home)
 	defer c.Close()
 	spec := jobspec.JobSpec{JobID: "poly_1", Preset: jobspec.PresetCensus, ModelName: "poly",
 		Data:  jobspec.DataSpec{GeneratedRows: 600, TrainShards: 1, EvalShards: 1},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,8 @@ import (
 )
 
 // envRead lists the environment variables the trainflow binary reads.
-var envRead = []string{"TRAINFLOW_HOME", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TRAINFLOW_SERVER",
+var envRead = []string{"TRAINFLOW_HOME", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TLS", "TRAINFLOW_SERVER",
+	"TRAINFLOW_TEMPORAL_DB", "TRAINFLOW_API_KEY_FILE",
 	// Read by the AWS SDK behind s3:// storage URLs.
 	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}
 
@@ -38,7 +40,7 @@ func TestComposeFile(t *testing.T) {
 	for _, n := range sortedKeys(names) {
 		all = append(all, names[n])
 	}
-	for _, want := range []string{"postgresql", "temporal", "temporal-ui", "minio", "minio-setup", "worker", "serve", "cli"} {
+	for _, want := range []string{"postgresql", "temporal", "minio", "minio-setup", "worker", "serve", "cli"} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("service %s is missing", want)
 		}
@@ -63,12 +65,45 @@ func TestComposeFile(t *testing.T) {
 				t.Errorf("service %s: environment variable %s is not read by trainflow", s.Name, k)
 			}
 		}
-		if _, ok := s.DependsOn["temporal"]; !ok && s.Name != "serve" {
+		if _, ok := s.DependsOn["temporal"]; !ok && s.Name != "serve" && s.Name != "temporal" {
 			t.Errorf("service %s does not wait for temporal", s.Name)
 		}
 	}
-	if ours < 3 {
-		t.Fatalf("%d trainflow services, want worker, serve and cli", ours)
+	if ours < 4 {
+		t.Fatalf("%d trainflow services, want temporal, worker, serve and cli", ours)
+	}
+	// Temporal is trainflow's authorizing server, not an open one: it
+	// takes the workers' token from the secret the workers present, the
+	// users' from theirs, and the CLI presents a user's.
+	tc := names["temporal"].Command
+	if len(tc) == 0 || tc[0] != "temporal-server" || flagValue(tc, "--worker-tokens") != "/run/secrets/worker.token" || flagValue(tc, "--user-tokens") != "/run/secrets/user.tokens" {
+		t.Errorf("temporal command %q, want temporal-server with --worker-tokens and --user-tokens from secrets", tc)
+	}
+	if k := flagValue(names["worker"].Command, "--api-key-file"); k != "/run/secrets/worker.token" {
+		t.Errorf("worker --api-key-file %q, want the secret /run/secrets/worker.token", k)
+	}
+	secretsOf := func(n string) map[string]string {
+		m := map[string]string{}
+		for _, s := range names[n].Secrets {
+			if s.Mode == nil || *s.Mode&0o077 != 0 {
+				t.Errorf("service %s: secret %s has mode %v, want 0400", n, s.Source, s.Mode)
+			}
+			m[s.Source] = s.Target
+		}
+		return m
+	}
+	for n, want := range map[string]map[string]string{
+		"temporal": {"worker_token": "worker.token", "user_tokens": "user.tokens"},
+		"worker":   {"result_keys": "results.key", "worker_token": "worker.token"},
+		"cli":      {"user_token": "user.token"},
+		"serve":    {},
+	} {
+		if got := secretsOf(n); !maps.Equal(got, want) {
+			t.Errorf("service %s secrets %v, want %v", n, got, want)
+		}
+	}
+	if v := names["cli"].Environment["TRAINFLOW_API_KEY_FILE"]; v == nil || *v != "/run/secrets/user.token" {
+		t.Errorf("cli TRAINFLOW_API_KEY_FILE %v, want the user's token secret", v)
 	}
 	if c := names["temporal"].DependsOn["postgresql"].Condition; c != types.ServiceConditionHealthy {
 		t.Errorf("temporal starts on postgresql %q, want service_healthy", c)
@@ -92,15 +127,9 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("serve starts on minio-setup %q, want the bucket created first (service_completed_successfully)", c)
 	}
 	// Workers, and only they, hold the result key, from a secret only
-	// their user may read.
+	// their user may read (the secrets' table above).
 	if k := flagValue(names["worker"].Command, "--result-keys"); k != "/run/secrets/results.key" {
 		t.Errorf("worker --result-keys %q, want the secret /run/secrets/results.key", k)
-	}
-	if s := names["worker"].Secrets; len(s) != 1 || s[0].Source != "result_keys" || s[0].Target != "results.key" || s[0].Mode == nil || *s[0].Mode&0o077 != 0 {
-		t.Errorf("worker secrets %+v, want result_keys at results.key, mode 0400", s)
-	}
-	if s := names["serve"].Secrets; len(s) != 0 {
-		t.Errorf("serve gets secrets %+v: only workers hold the result key", s)
 	}
 	for _, n := range []string{"worker", "serve"} {
 		if v := names[n].Volumes; len(v) > 0 {

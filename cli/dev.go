@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/console"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/train"
@@ -75,6 +76,11 @@ func runDev(ctx context.Context, types *train.Registry, args []string, stdout, s
 		fmt.Fprintf(stdout, "  Temporal Web UI   %s/namespaces/%s/workflows\n", u, ns)
 	}
 	fmt.Fprintf(stdout, "  Temporal API      %s (namespace %s, task queue %s)\n", st.Temporal.FrontendAddr(), ns, workflows.TaskQueue)
+	// Callers without a token get health only; trainflow's commands
+	// find the token themselves, other clients are told where it is.
+	absHome, _ := filepath.Abs(*home)
+	tokenFile := keyfile.UserToken(absHome)
+	fmt.Fprintf(stdout, "  API key           %s (trainflow commands send it; Temporal CLI: temporal --api-key \"$(cat %s)\" --tls=false …)\n", tokenFile, tokenFile)
 	fmt.Fprintf(stdout, "  Predictions       http://%s/v1/models/MODEL:predict\n", st.HTTPAddr)
 	fmt.Fprintf(stdout, "  Console           http://%s/console/\n", st.HTTPAddr)
 	if st.MetricsAddr != "" {

@@ -75,6 +75,7 @@ func newClusterWith(t *testing.T, opts clusterOptions) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	trackStack(st)
 	c := &cluster{t: t, st: st, home: home, opts: opts, homes: make([]string, opts.Workers), procs: make([]*exec.Cmd, opts.Workers),
 		metrics: make([]string, opts.Workers)}
 	// One result key for every process, as an operator gives each machine

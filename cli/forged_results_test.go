@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/trainflow/trainflow/internal/keyfile"
@@ -58,24 +57,22 @@ func TestForgedTrainResultOnRealStack(t *testing.T) {
 	id := "forged_train"
 	run := startUIStyle(t, st.Client, id, jobInput(id, `{"generated_rows":2000}`, `{}`, 30_000_000, 500))
 	first := startedActivity(t, st, id, workflows.TrainActivity)
-	// A namespace client without the home's worker token (a package on
-	// the host, any user) is refused by the server itself.
-	anon, err := client.Dial(client.Options{HostPort: st.Temporal.FrontendAddr(), Namespace: st.Temporal.Namespace()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A user of the namespace without the home's worker token is refused
+	// by the server itself (a caller with no token at all gets health
+	// only: internal/devserver's TestWorkerTokens).
+	anon := dialAsUser(t, st.Temporal.FrontendAddr(), home)
 	defer anon.Close()
 	var pd *serviceerror.PermissionDenied
 	if err := anon.CompleteActivityByID(ctx, st.Temporal.Namespace(), id, run.GetRunID(), first, workflows.TrainResult{Step: 300_000}, nil); !errors.As(err, &pd) {
-		t.Fatalf("a tokenless client's CompleteActivityByID: %v, want PermissionDenied", err)
+		t.Fatalf("a user's CompleteActivityByID: %v, want PermissionDenied", err)
 	}
-	_, err = anon.WorkflowService().PollActivityTaskQueue(ctx, &workflowservice.PollActivityTaskQueueRequest{Namespace: st.Temporal.Namespace(),
+	_, err := anon.WorkflowService().PollActivityTaskQueue(ctx, &workflowservice.PollActivityTaskQueueRequest{Namespace: st.Temporal.Namespace(),
 		TaskQueue: &taskqueuepb.TaskQueue{Name: workflows.TaskQueue}, Identity: "attacker"})
 	if !errors.As(err, &pd) {
-		t.Fatalf("a tokenless client's PollActivityTaskQueue: %v, want PermissionDenied", err)
+		t.Fatalf("a user's PollActivityTaskQueue: %v, want PermissionDenied", err)
 	}
 	if _, err := anon.DescribeWorkflowExecution(ctx, id, ""); err != nil {
-		t.Fatalf("a tokenless client reads the job: %v, want allowed (users read)", err)
+		t.Fatalf("a user reads the job: %v, want allowed (users read)", err)
 	}
 	// A client holding the worker token gets past the server (as one that
 	// polls a foreign Temporal could): the workflow refuses the result.

@@ -2,9 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/trainflow/trainflow/internal/keyfile"
+	"github.com/trainflow/trainflow/internal/temporalconn"
 
 	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/train/app"
@@ -154,4 +159,27 @@ func hasScheme(loc string) bool {
 		}
 	}
 	return false
+}
+
+// homeCredentials gives tc, when it has no credentials of its own (no
+// API key, no TLS) and dials a frontend on this machine, the user token
+// of the default home (keyfile.UserToken): the one the `trainflow dev`
+// of that home made and its Temporal server takes, so commands work
+// against the running stack with nothing to type. The token is never
+// sent to another machine, nor over TLS to a server that asked for
+// other credentials. A home without one (a foreign Temporal) leaves tc
+// as it was; a token file that is not private is an error.
+func homeCredentials(tc *temporalconn.Flags) error {
+	if tc.Secured() || !tc.Loopback() {
+		return nil
+	}
+	tok, err := keyfile.Token(keyfile.UserToken(defaultHome()), false)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("user token: %w", err)
+	}
+	tc.UsePlainToken(tok)
+	return nil
 }

@@ -37,6 +37,9 @@ func (c *conn) check() error {
 }
 
 func (c *conn) dial() (client.Client, error) {
+	if err := homeCredentials(&c.Flags); err != nil {
+		return nil, err
+	}
 	return c.Dial(quietLogger())
 }
 

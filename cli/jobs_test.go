@@ -23,7 +23,7 @@ import (
 func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(args, &out, &errb)
+	code = run(withStackCreds(args), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -49,6 +49,7 @@ import (
 	"syscall"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"go.temporal.io/api/serviceerror"
 
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/internal/predictapi"
@@ -79,6 +80,7 @@ const usage = `usage: trainflow COMMAND [flags]
 commands:
   dev         run Temporal (with its Web UI), a worker and the prediction server in one process
   worker      run a worker against a Temporal server
+  temporal-server  run the authorizing Temporal server (and Web UI) of a deployment; 'health' checks one
   serve       run the prediction server
   jobs        submit, list, describe, stream-logs, cancel and reset training jobs
   submit      short for 'jobs submit training'
@@ -126,6 +128,8 @@ func runWith(args []string, stdout, stderr io.Writer, opts Options) int {
 	switch cmd {
 	case "dev":
 		err = runDev(ctx, opts.ModelTypes, rest, stdout, stderr)
+	case "temporal-server":
+		err = runTemporalServer(ctx, rest, stdout, stderr)
 	case "worker":
 		err = runWorker(ctx, opts.ModelTypes, rest, stderr)
 	case "serve":
@@ -176,7 +180,13 @@ func printError(stderr io.Writer, cmd string, err error) int {
 		fmt.Fprintf(stderr, "trainflow %s: %s\n", cmd, jobs.Clean(err.Error()))
 		return exitNotFound
 	default:
-		fmt.Fprintf(stderr, "trainflow %s: %s\n", cmd, jobs.Clean(err.Error()))
+		msg := err.Error()
+		// The server's reason for a refusal says what to present; the
+		// error's text says only "Request unauthorized.".
+		if pd, ok := errors.AsType[*serviceerror.PermissionDenied](err); ok && pd.Reason != "" && !strings.Contains(msg, pd.Reason) {
+			msg += " (" + pd.Reason + ")"
+		}
+		fmt.Fprintf(stderr, "trainflow %s: %s\n", cmd, jobs.Clean(msg))
 		return exitError
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/trainflow/trainflow/activities"
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/datagen"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/preprocess"
@@ -87,7 +90,36 @@ func testStack(t *testing.T, home string, options ...func(*stackConfig)) *stack 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Stop() })
+	trackStack(st)
 	return st
+}
+
+// stackTokens are the user tokens of the stacks the tests started, by
+// frontend address: a command run in this process gets its stack's
+// token as --api-key (withStackCreds), as a command run by the stack's
+// user finds it in the stack's home (homeCredentials).
+var stackTokens sync.Map
+
+func trackStack(st *stack) { stackTokens.Store(st.Temporal.FrontendAddr(), st.UserToken) }
+
+// withStackCreds adds to args the user token of the stack args dial
+// with --temporal, right after that flag (before a "--" that ends the
+// flags), unless they carry an API key.
+func withStackCreds(args []string) []string {
+	if slices.Contains(args, "--api-key") {
+		return args
+	}
+	for i, a := range args[:max(len(args)-1, 0)] {
+		if a == "--" {
+			break
+		}
+		if a == "--temporal" {
+			if tok, ok := stackTokens.Load(args[i+1]); ok {
+				return slices.Concat(args[:i+2], []string{"--api-key", tok.(string), "--tls=false"}, args[i+2:])
+			}
+		}
+	}
+	return args
 }
 
 // startUIStyle starts TrainingJob the way the Temporal UI does: a JSON
@@ -312,4 +344,21 @@ func TestDevHomeSurvivesRestart(t *testing.T) {
 // clientRun returns the run of a job started before, through another stack.
 func clientRun(st *stack, id string) client.WorkflowRun {
 	return st.Client.GetWorkflow(context.Background(), id, "")
+}
+
+// dialAsUser connects to the frontend at addr as the user of home (the
+// home's user token, which its trainflow dev made), as a user's own
+// Temporal client would.
+func dialAsUser(t *testing.T, addr, home string) client.Client {
+	t.Helper()
+	tok, err := keyfile.Token(keyfile.UserToken(home), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(client.Options{HostPort: addr, Logger: quietLogger(), Credentials: client.NewAPIKeyStaticCredentials(tok),
+		ConnectionOptions: client.ConnectionOptions{TLSDisabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

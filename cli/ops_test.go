@@ -182,6 +182,7 @@ func TestResetEveryPhase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	trackStack(st2)
 	t.Cleanup(func() { st2.Stop() })
 	ctx := context.Background()
 	type job struct {

@@ -66,6 +66,7 @@ func TestRecordHistories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	trackStack(st)
 	defer st.Stop()
 	startWorker := func() *exec.Cmd {
 		cmd := exec.Command(exe, append([]string{"worker", "--temporal", st.Temporal.FrontendAddr(), "--home", home, "--log-level", "warn", "--ps-listen", "127.0.0.1"}, testTrustArgs()...)...)
@@ -226,6 +227,7 @@ func ownStack(t *testing.T, home string, suggestEvents int) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	trackStack(st)
 	return st
 }
 

@@ -152,10 +152,7 @@ func TestRolloutSurvivesDevKill9(t *testing.T) {
 	home := censusHome(t)
 	bodies := predictBodies(t, 50)
 	dev := startDev(t, home)
-	c, err := client.Dial(client.Options{HostPort: dev.temporal, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialAsUser(t, dev.temporal, home)
 	l := startLoad(t, "http://"+dev.predict+"/v1/models/census:predict", bodies)
 	ctx := context.Background()
 	// A hold long enough to outlast the restart on a loaded machine, so
@@ -176,10 +173,7 @@ func TestRolloutSurvivesDevKill9(t *testing.T) {
 
 	dev = startDev(t, home)
 	restarted := time.Now()
-	c, err = client.Dial(client.Options{HostPort: dev.temporal, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c = dialAsUser(t, dev.temporal, home)
 	defer c.Close()
 	s := rolloutStatus(t, c, run.GetID(), 2*time.Minute, func(workflows.RolloutStatus) bool { return true })
 	t.Logf("dev killed with SIGKILL at the 50%% step; up again after %s; status %s at step %s", restarted.Sub(killed).Round(time.Millisecond), s.State, s.StepName)

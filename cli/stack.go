@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/console"
 	"github.com/trainflow/trainflow/internal/devserver"
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/serving"
 	"github.com/trainflow/trainflow/train"
 	"github.com/trainflow/trainflow/train/app"
@@ -68,6 +70,8 @@ type stack struct {
 	HTTPAddr string
 	// MetricsAddr is where the worker's metrics are served ("" if not).
 	MetricsAddr string
+	// UserToken is the token users present to Temporal (keyfile.UserToken).
+	UserToken string
 
 	worker   *worker.Worker
 	repo     *bundle.Store
@@ -105,10 +109,17 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker token: %w", err)
 	}
+	// …and everyone else presents the user token (commands find it in
+	// the home: homeCredentials); without one a caller gets health only.
+	userToken, err := keyfile.Token(keyfile.UserToken(home), true)
+	if err != nil {
+		return nil, fmt.Errorf("user token: %w", err)
+	}
+	s.UserToken = userToken
 	s.Temporal, err = devserver.Start(ctx, devserver.Options{
 		Home: filepath.Join(home, "temporal"), Database: cfg.TemporalDB, FrontendAddr: cfg.FrontendAddr, UIAddr: cfg.UIAddr,
 		SearchAttributes: worker.SearchAttributes, Logger: log, SuggestContinueAsNewEvents: cfg.SuggestContinueAsNewEvents,
-		WorkerTokens: []string{token},
+		WorkerTokens: []string{token}, UserTokens: map[string]string{userToken: stackUser()},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
@@ -203,4 +214,13 @@ func (s *stack) stop() error {
 		errs = append(errs, s.Temporal.Stop())
 	}
 	return errors.Join(errs...)
+}
+
+// stackUser is the name the dev stack's Temporal server gives the
+// holder of its home's user token: the operating-system user running it.
+func stackUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "dev"
 }

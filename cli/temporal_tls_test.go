@@ -98,6 +98,7 @@ func TestWorkerAndCLIOverMutualTLS(t *testing.T) {
 	t.Setenv("TEMPORAL_TLS_SERVER_CA_CERT_PATH", certs.CAPath)
 	t.Setenv("TEMPORAL_TLS_CLIENT_CERT_PATH", certs.ClientCert)
 	t.Setenv("TEMPORAL_TLS_CLIENT_KEY_PATH", certs.ClientKey)
+	t.Setenv("TEMPORAL_API_KEY", st.UserToken) // the stack's user
 	spec := filepath.Join(t.TempDir(), "spec.yaml")
 	if err := os.WriteFile(spec, []byte("preset: census\ndata: {generated_rows: 600}\ntrain: {max_steps: 40, save_checkpoints_steps: 20}\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -26,18 +26,21 @@ import (
 // the stack's frontend and returns its standard output.
 type temporalCLI struct {
 	bin, addr, namespace string
+	// token is the stack's user token: a user of the official CLI passes
+	// it as --api-key, with --tls=false (docs/temporal-cli.md).
+	token string
 }
 
 func newTemporalCLI(t *testing.T, st *stack) temporalCLI {
 	bin := realtest.Binary(t, "temporal", "go install github.com/temporalio/cli/cmd/temporal@v1.5.1, as .ci/run does")
-	return temporalCLI{bin: bin, addr: st.Temporal.FrontendAddr(), namespace: st.Temporal.Namespace()}
+	return temporalCLI{bin: bin, addr: st.Temporal.FrontendAddr(), namespace: st.Temporal.Namespace(), token: st.UserToken}
 }
 
 func (c temporalCLI) run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.bin, append(args, "--address", c.addr, "--namespace", c.namespace)...)
+	cmd := exec.CommandContext(ctx, c.bin, append(args, "--address", c.addr, "--namespace", c.namespace, "--api-key", c.token, "--tls=false")...)
 	var out, errs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errs
 	if err := cmd.Run(); err != nil {

@@ -46,6 +46,7 @@ func TestUntrustedSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	trackStack(st)
 	t.Cleanup(func() { st.Stop() })
 
 	var good bytes.Buffer

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/server/common/authorization"
 	"go.temporal.io/server/common/config"
 )
@@ -54,35 +55,78 @@ func operatorRead(api string) bool {
 	return ok && (strings.HasPrefix(m, "List") || strings.HasPrefix(m, "Get") || strings.HasPrefix(m, "Describe"))
 }
 
+// Principal types the server stamps on the history events a caller's
+// request made (frontend.enablePrincipalPropagation): who started a
+// workflow, sent a signal, completed an activity.
+const (
+	PrincipalWorker = "trainflow-worker"
+	PrincipalUser   = "trainflow-user"
+)
+
+// UIPrincipal is the user name of the Web UI Start runs: the UI's server
+// presents a token made in memory for this run, so a browser on the UI's
+// port acts as this user.
+const UIPrincipal = "temporal-ui"
+
 // tokenMapper maps a bearer token among the worker tokens to the worker
-// subject, anything else (another token, none) to an anonymous user.
-type tokenMapper struct{ tokens []string }
+// subject, one among the user tokens to that user, anything else
+// (another token, none) to an anonymous caller, who may only ask for
+// health.
+type tokenMapper struct {
+	workers []string
+	users   map[string]string // token → user name
+}
 
 func (m tokenMapper) GetClaims(ai *authorization.AuthInfo) (*authorization.Claims, error) {
 	tok, _ := strings.CutPrefix(ai.AuthToken, "Bearer ")
-	for _, w := range m.tokens {
-		if tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(w)) == 1 {
+	if tok == "" {
+		return &authorization.Claims{}, nil
+	}
+	for _, w := range m.workers {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(w)) == 1 {
 			return &authorization.Claims{Subject: WorkerSubject, System: authorization.RoleAdmin}, nil
 		}
+	}
+	// Every token is compared, so the time taken says nothing of which
+	// one (nearly) matched.
+	name := ""
+	for u, n := range m.users {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(u)) == 1 {
+			name = n
+		}
+	}
+	if name != "" {
+		return &authorization.Claims{Subject: name, System: authorization.RoleWriter}, nil
 	}
 	return &authorization.Claims{}, nil
 }
 
 // AuthInfoRequired is false: a caller without a token is mapped too (to
-// a user).
+// an anonymous caller, refused all but health).
 func (tokenMapper) AuthInfoRequired() bool { return false }
 
 // roleAuthorizer lets workers (and the server's own system worker) call
-// everything, and everyone else every API but the workers' and the
-// operator's.
+// everything; users every API but the workers' and the operator's; and
+// anonymous callers the health checks only.
 type roleAuthorizer struct{}
 
 func (roleAuthorizer) Authorize(_ context.Context, c *authorization.Claims, t *authorization.CallTarget) (authorization.Result, error) {
+	if authorization.IsHealthCheckAPI(t.APIName) {
+		return authorization.Result{Decision: authorization.DecisionAllow}, nil
+	}
 	// Workers' tokens map to the system admin role, and so does the
 	// internal frontend every caller of which holds this run's internode
 	// certificate (the system worker).
 	if c != nil && c.System&authorization.RoleAdmin != 0 {
-		return authorization.Result{Decision: authorization.DecisionAllow}, nil
+		p := &commonpb.Principal{Type: PrincipalWorker, Name: c.Subject}
+		if c.Subject == "" {
+			p = nil // the server's own services
+		}
+		return authorization.Result{Decision: authorization.DecisionAllow, Principal: p}, nil
+	}
+	if c == nil || c.Subject == "" {
+		return authorization.Result{Decision: authorization.DecisionDeny,
+			Reason: "unauthenticated: present a user token (an API key: trainflow commands send HOME/keys/temporal-user.token of the stack's home; the Temporal CLI takes --api-key TOKEN --tls=false) — docs/security.md"}, nil
 	}
 	switch {
 	case workerOnly[t.APIName]:
@@ -93,7 +137,7 @@ func (roleAuthorizer) Authorize(_ context.Context, c *authorization.Claims, t *a
 		return authorization.Result{Decision: authorization.DecisionDeny,
 			Reason: "admin and operator APIs take the operator's worker token"}, nil
 	}
-	return authorization.Result{Decision: authorization.DecisionAllow}, nil
+	return authorization.Result{Decision: authorization.DecisionAllow, Principal: &commonpb.Principal{Type: PrincipalUser, Name: c.Subject}}, nil
 }
 
 // internodeTLS returns TLS settings that make the services' own ports
@@ -145,3 +189,6 @@ func internodeTLS() (config.GroupTLS, error) {
 }
 
 const internodeName = "trainflow-internode"
+
+// minToken is the shortest user token Start takes.
+const minToken = 16

@@ -2,9 +2,11 @@ package devserver
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -94,6 +96,13 @@ type Options struct {
 	// and an internal frontend the system worker uses) then take only
 	// mutual TLS with a certificate made in memory for this run.
 	WorkerTokens []string
+	// UserTokens are the users' bearer tokens (API keys) with their names,
+	// token → name; with WorkerTokens set, a caller presenting none of
+	// these nor a worker token may only ask for health. The server stamps
+	// each user's and worker's name on the history events their requests
+	// make (HistoryEvent.Principal), which the audit readers print. The
+	// Web UI gets a token of its own, made for this run (UIPrincipal).
+	UserTokens map[string]string
 }
 
 // withDefaults returns o with defaults filled in, or an error naming the
@@ -123,6 +132,19 @@ func (o Options) withDefaults() (Options, error) {
 	if err := validateSearchAttributes(o.SearchAttributes); err != nil {
 		return o, fmt.Errorf("options: %w", err)
 	}
+	if len(o.UserTokens) > 0 && len(o.WorkerTokens) == 0 {
+		return o, errors.New("options: UserTokens without WorkerTokens: authorization is on only with worker tokens")
+	}
+	for tok, name := range o.UserTokens {
+		switch {
+		case len(tok) < minToken:
+			return o, fmt.Errorf("options: UserTokens: the token of %q is shorter than %d characters", name, minToken)
+		case name == "" || name == WorkerSubject || name == UIPrincipal || len(name) > 128 || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+			return o, fmt.Errorf("options: UserTokens: user name %q: want 1 to 128 printable characters, not %q or %q", name, WorkerSubject, UIPrincipal)
+		case slices.Contains(o.WorkerTokens, tok):
+			return o, fmt.Errorf("options: UserTokens: the token of %q is also a worker token", name)
+		}
+	}
 	return o, nil
 }
 
@@ -143,8 +165,10 @@ type Server struct {
 	uiDone   chan struct{}
 	client   client.Client
 
-	tokens []string     // Options.WorkerTokens
-	ports  servicePorts // the services' own ports
+	tokens []string          // Options.WorkerTokens
+	users  map[string]string // Options.UserTokens, and the UI's
+	uiTok  string            // the Web UI's token
+	ports  servicePorts      // the services' own ports
 
 	stopOnce sync.Once
 	stopErr  error
@@ -242,6 +266,14 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 			return nil, fmt.Errorf("authorization: %w", err)
 		}
 		s.tokens = opts.WorkerTokens
+		s.users = maps.Clone(opts.UserTokens)
+		if s.users == nil {
+			s.users = map[string]string{}
+		}
+		if opts.UIAddr != "" {
+			s.uiTok = rand.Text() + rand.Text()
+			s.users[s.uiTok] = UIPrincipal
+		}
 	}
 	if err := s.startTemporal(cfg); err != nil {
 		return nil, fmt.Errorf("start temporal: %w", err)
@@ -290,7 +322,9 @@ func (s *Server) startTemporal(cfg *config.Config) error {
 		temporal.WithCustomMetricsHandler(metrics.NoopMetricsHandler),
 	}
 	if len(s.tokens) > 0 {
-		mapper := tokenMapper{tokens: s.tokens}
+		// Every request's caller is stamped on the events it makes.
+		dc[dynamicconfig.EnablePrincipalPropagation.Key()] = true
+		mapper := tokenMapper{workers: s.tokens, users: s.users}
 		opts = append(opts,
 			temporal.ForServices(append(slices.Clone(temporal.DefaultServices), string(primitives.InternalFrontendService))),
 			temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return mapper }),

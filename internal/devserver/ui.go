@@ -1,9 +1,16 @@
 package devserver
 
 import (
+	"context"
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/labstack/echo/v4"
 	uiserver "github.com/temporalio/ui-server/v2/server"
+	"github.com/temporalio/ui-server/v2/server/api"
 	uiconfig "github.com/temporalio/ui-server/v2/server/config"
 	"github.com/temporalio/ui-server/v2/server/server_options"
+	"google.golang.org/grpc/metadata"
 )
 
 // startUI starts the Web UI on ui, talking to the frontend at
@@ -26,8 +33,20 @@ func (s *Server) startUI(ui endpoint) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	opts := []server_options.ServerOption{server_options.WithConfigProvider(cfg)}
+	if s.uiTok != "" {
+		// With authorization on, the UI's calls carry its own token
+		// unless the browser sent an Authorization header of its own
+		// (grpc-gateway forwards that one first, so it wins).
+		bearer := "Bearer " + s.uiTok
+		opts = append(opts, server_options.WithAPIMiddleware([]api.Middleware{func(echo.Context) runtime.ServeMuxOption {
+			return runtime.WithMetadata(func(context.Context, *http.Request) metadata.MD {
+				return metadata.Pairs("authorization", bearer)
+			})
+		}}))
+	}
 	err := callRecover(func() error {
-		s.ui = uiserver.NewServer(server_options.WithConfigProvider(cfg))
+		s.ui = uiserver.NewServer(opts...)
 		return nil
 	})
 	if err != nil {

@@ -13,11 +13,15 @@
 package keyfile
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Dir is home's key directory.
@@ -30,6 +34,12 @@ func Results(home string) string { return filepath.Join(Dir(home), "results.key"
 // WorkerToken is the token `trainflow dev`'s Temporal server takes from
 // workers (devserver.Options.WorkerTokens).
 func WorkerToken(home string) string { return filepath.Join(Dir(home), "temporal-worker.token") }
+
+// UserToken is the token of the user who runs `trainflow dev` in home:
+// the stack's Temporal server takes it as that user
+// (devserver.Options.UserTokens) and trainflow's commands present it to
+// a stack on this machine (docs/security.md).
+func UserToken(home string) string { return filepath.Join(Dir(home), "temporal-user.token") }
 
 // OperatorPrivate and OperatorPublic are the operator's default rollout
 // key pair (internal/opkey): the CLI signs with the first, workers check
@@ -99,4 +109,108 @@ func Create(path string, content []byte) error {
 		os.Remove(path)
 	}
 	return err
+}
+
+// maxToken bounds a token file read.
+const maxToken = 1024
+
+// Token returns the bearer token (an API key) in the private file path
+// (WorkerToken, UserToken). With create, a missing one is made: 32
+// random bytes in hex. A token file that is a link, others may read, is
+// larger than 1 KiB or holds fewer than 32 characters is refused.
+func Token(path string, create bool) (string, error) {
+	if create {
+		b := make([]byte, 32)
+		rand.Read(b)
+		if err := Create(path, []byte(hex.EncodeToString(b)+"\n")); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+	}
+	b, err := Read(path, maxToken)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 32 {
+		return "", fmt.Errorf("%w: token %s is shorter than 32 characters", ErrNotPrivate, path)
+	}
+	return tok, nil
+}
+
+// maxTokenList bounds a file of tokens read (Tokens, Users).
+const maxTokenList = 1 << 20
+
+// Tokens reads the operator's file of worker tokens (a Temporal server's
+// --worker-tokens): one token per line, blank lines and lines starting
+// with '#' skipped, each at least 32 characters; several let a token be
+// rotated. The file is private (Read).
+func Tokens(path string) ([]string, error) {
+	lines, err := tokenLines(path)
+	if err != nil {
+		return nil, err
+	}
+	var toks []string
+	for i, l := range lines {
+		if l.text == "" {
+			continue
+		}
+		if strings.ContainsAny(l.text, " \t") || len(l.text) < 32 {
+			return nil, fmt.Errorf("%s line %d: want one token of at least 32 characters, no spaces", path, lines[i].n)
+		}
+		toks = append(toks, l.text)
+	}
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("%s: no token", path)
+	}
+	return toks, nil
+}
+
+// Users reads the operator's file of user tokens (a Temporal server's
+// --user-tokens): lines "NAME TOKEN", the name the server stamps on what
+// that user does, the token at least 32 characters; blank lines and
+// lines starting with '#' skipped. The file is private (Read). Errors
+// name the file and the line, never a token.
+func Users(path string) (map[string]string, error) {
+	lines, err := tokenLines(path)
+	if err != nil {
+		return nil, err
+	}
+	users := map[string]string{}
+	for _, l := range lines {
+		if l.text == "" {
+			continue
+		}
+		f := strings.Fields(l.text)
+		switch {
+		case len(f) != 2:
+			return nil, fmt.Errorf("%s line %d: want \"NAME TOKEN\"", path, l.n)
+		case len(f[1]) < 32:
+			return nil, fmt.Errorf("%s line %d: the token of %q is shorter than 32 characters", path, l.n, f[0])
+		case users[f[1]] != "":
+			return nil, fmt.Errorf("%s line %d: %q has the token of %q", path, l.n, f[0], users[f[1]])
+		}
+		users[f[1]] = f[0]
+	}
+	return users, nil
+}
+
+type tokenLine struct {
+	n    int
+	text string // trimmed; "" for a blank or comment line
+}
+
+func tokenLines(path string) ([]tokenLine, error) {
+	b, err := Read(path, maxTokenList)
+	if err != nil {
+		return nil, err
+	}
+	var out []tokenLine
+	for i, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "#") {
+			l = ""
+		}
+		out = append(out, tokenLine{n: i + 1, text: l})
+	}
+	return out, nil
 }

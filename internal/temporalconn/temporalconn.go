@@ -12,11 +12,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/trainflow/trainflow/internal/keyfile"
 )
 
 // DefaultAddress is the frontend a command dials when nothing says otherwise.
@@ -32,7 +35,10 @@ type Flags struct {
 	ServerName                string
 	DisableHostVerification   bool
 	APIKey                    string
-	tlsOff                    bool // --tls=false or TEMPORAL_TLS=false
+	// APIKeyFile holds the API key (a private file: keyfile.Token), so
+	// that it is in neither ps nor the environment; APIKey wins.
+	APIKeyFile string
+	tlsOff     bool // --tls=false or TEMPORAL_TLS=false
 }
 
 // env names: the first is the Temporal CLI's current name, the rest older
@@ -96,6 +102,7 @@ func (f *Flags) Register(fs *flag.FlagSet, addrFlag string) {
 	fs.StringVar(&f.Address, addrFlag, or(lookup(env.address), DefaultAddress), "Temporal frontend host:port ($TEMPORAL_ADDRESS)")
 	fs.StringVar(&f.Namespace, "namespace", or(lookup(env.namespace), "default"), "Temporal namespace ($TEMPORAL_NAMESPACE)")
 	fs.StringVar(&f.APIKey, "api-key", lookup(env.apiKey), "API key sent to Temporal as a bearer token; turns TLS on ($TEMPORAL_API_KEY)")
+	fs.StringVar(&f.APIKeyFile, "api-key-file", os.Getenv("TRAINFLOW_API_KEY_FILE"), "file holding the API key, mode 0600, e.g. a container secret; turns TLS on like --api-key ($TRAINFLOW_API_KEY_FILE)")
 	fs.StringVar(&f.CertPath, "tls-cert-path", lookup(env.cert), "client certificate (PEM) for mutual TLS ($TEMPORAL_TLS_CLIENT_CERT_PATH)")
 	fs.StringVar(&f.KeyPath, "tls-key-path", lookup(env.key), "client private key (PEM) for mutual TLS ($TEMPORAL_TLS_CLIENT_KEY_PATH)")
 	fs.StringVar(&f.CAPath, "tls-ca-path", lookup(env.ca), "CA certificate (PEM) the server's certificate must chain to; default the system's roots ($TEMPORAL_TLS_SERVER_CA_CERT_PATH)")
@@ -117,11 +124,32 @@ func (f *Flags) useTLS() bool {
 		return false
 	}
 	return f.TLS || f.CertPath != "" || f.KeyPath != "" || f.CAPath != "" || f.ServerName != "" ||
-		f.DisableHostVerification || f.APIKey != ""
+		f.DisableHostVerification || f.APIKey != "" || f.APIKeyFile != ""
+}
+
+// UsePlainToken makes f present tok as its API key over a plain
+// connection: the token of a dev stack's home (keyfile.UserToken), for a
+// command that was given no credentials of its own.
+func (f *Flags) UsePlainToken(tok string) {
+	f.APIKey, f.TLS, f.tlsOff = tok, false, true
+}
+
+// Loopback reports whether f's address is on this machine (localhost or
+// a loopback IP).
+func (f *Flags) Loopback() bool {
+	host, _, err := net.SplitHostPort(f.Address)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Secured reports whether the connection uses TLS or an API key.
-func (f *Flags) Secured() bool { return f.useTLS() || f.APIKey != "" }
+func (f *Flags) Secured() bool { return f.useTLS() || f.APIKey != "" || f.APIKeyFile != "" }
 
 // TLSConfig builds the client's TLS configuration, or nil without TLS.
 // Errors name the flag and the file, never the file's contents.
@@ -168,8 +196,14 @@ func (f *Flags) Options(logger sdklog.Logger) (client.Options, error) {
 	}
 	o := client.Options{HostPort: f.Address, Namespace: f.Namespace, Logger: logger}
 	o.ConnectionOptions.TLS = cfg
-	if f.APIKey != "" {
-		o.Credentials = client.NewAPIKeyStaticCredentials(f.APIKey)
+	key := f.APIKey
+	if key == "" && f.APIKeyFile != "" {
+		if key, err = keyfile.Token(f.APIKeyFile, false); err != nil {
+			return client.Options{}, fmt.Errorf("--api-key-file: %w", err)
+		}
+	}
+	if key != "" {
+		o.Credentials = client.NewAPIKeyStaticCredentials(key)
 		// The SDK turns TLS on with an API key unless told not to.
 		o.ConnectionOptions.TLSDisabled = cfg == nil
 	}

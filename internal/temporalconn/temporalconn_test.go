@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/testenv/testcert"
 )
 
@@ -128,5 +129,52 @@ func TestBadTLSSettingsNameTheFlagNotTheContents(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "secret-line") {
 			t.Errorf("%v: error quotes the file: %v", c.args, err)
 		}
+	}
+}
+
+// TestAPIKeyFile checks --api-key-file: the key in a private file reaches
+// the server as a bearer token (here over a plain connection, with
+// --tls=false, as a compose network's worker sends it); a file others
+// may read is refused, naming the flag and not the key.
+func TestAPIKeyFile(t *testing.T) {
+	got := make(chan string, 16)
+	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		md, _ := metadata.FromIncomingContext(stream.Context())
+		got <- strings.Join(md.Get("authorization"), ",")
+		return status.Error(codes.PermissionDenied, "test server")
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	t.Setenv("TEMPORAL_API_KEY", "")
+	key := strings.Repeat("k", 40)
+	path := filepath.Join(t.TempDir(), "keys", "worker.token")
+	if err := keyfile.Create(path, []byte(key+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	f := parse(t, "--temporal", ln.Addr().String(), "--api-key-file", path, "--tls=false")
+	if !f.Secured() {
+		t.Error("an API key file must count as credentials (Secured)")
+	}
+	if c, err := f.Dial(nil); err == nil {
+		c.Close()
+	}
+	select {
+	case auth := <-got:
+		if auth != "Bearer "+key {
+			t.Fatalf("authorization metadata %q, want the file's key as a bearer token", auth)
+		}
+	default:
+		t.Fatal("no request reached the server")
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = parse(t, "--temporal", ln.Addr().String(), "--api-key-file", path, "--tls=false").Options(nil)
+	if err == nil || !strings.Contains(err.Error(), "--api-key-file") || !strings.Contains(err.Error(), "others may read it") || strings.Contains(err.Error(), key) {
+		t.Errorf("a key file others may read: %v, want refused naming --api-key-file, not the key", err)
 	}
 }
