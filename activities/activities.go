@@ -27,6 +27,7 @@ import (
 	"github.com/trainflow/trainflow/internal/atomicfile"
 	"github.com/trainflow/trainflow/internal/datagen"
 	"github.com/trainflow/trainflow/internal/ident"
+	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
@@ -43,6 +44,12 @@ type Activities struct {
 	// keys' directory): no spec location may name anything inside one,
 	// whatever the roots allow.
 	Private []string
+	// Keys are the worker's result keys (resultsig): besides signing
+	// results, they derive each job's report key and its parameter
+	// servers' secrets from nonces written in the job directory, so no
+	// secret is stored there. Nil (a step run alone in a unit test):
+	// those secrets are made at random and stored, as before.
+	Keys *resultsig.Keyring
 	// Home is the worker's home directory: default job dirs are
 	// Home/jobs/<job_id> unless Jobs is set, and the cache of job dirs in
 	// object storage is Home/cache/<job_id>.

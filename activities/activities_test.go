@@ -60,7 +60,7 @@ func newActs(t testing.TB) *Activities {
 	// The tests' data and job dirs are temporary directories.
 	// The activity test environment runs every activity for one fixed
 	// workflow ID: the tests' steps name none (asJob names one).
-	return &Activities{Home: home, Models: models, Exe: exe, DataRoots: []string{os.TempDir()}, schedulerFunc: func(context.Context) string { return "" }}
+	return &Activities{Home: home, Models: models, Exe: exe, DataRoots: []string{os.TempDir()}, Keys: testKeyring(t), schedulerFunc: func(context.Context) string { return "" }}
 }
 
 // asJob makes acts' activities run as if job id had scheduled them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -97,10 +99,10 @@ func (a *Activities) parameterServer(ctx context.Context, in workflows.RoleInput
 	}
 	restored, _ := shard.Step()
 	info := activity.GetInfo(ctx)
-	// The secret goes to the job directory, never to the workflow: the
-	// workers read it from there (see jobdir.PSSecretFile).
-	secret := dist.NewSecret()
-	if err := jd.writePSSecret(ctx, in.Task, secret); err != nil {
+	// The secret never goes to the workflow: the workers derive it from
+	// what the job directory holds (see jobdir.PSSecretFile).
+	secret, err := jd.newPSSecret(ctx, in.Task)
+	if err != nil {
 		return workflows.WorkerResult{}, fmt.Errorf("parameter server %d: %w", in.Task, err)
 	}
 	lis, err := net.Listen("tcp", net.JoinHostPort(a.psListenHost(), "0"))
@@ -187,17 +189,52 @@ func (a *Activities) clusterView(wfID string) dist.Resolver {
 }
 
 // The parameter servers' secrets (jobdir.PSSecretFile): each start of a
-// parameter server writes a new one before it registers its address, so
-// a worker that finds the address finds its secret. In a local job
-// directory the file is private to the worker's user; in object storage,
-// readable by whoever may read the job directory.
+// parameter server makes a new one before it registers its address, so
+// a worker that finds the address finds its secret. The file holds a
+// nonce, not the secret: every worker derives the secret from the nonce,
+// the job directory and the operator's result key (psSecretFile), which
+// only workers hold, so the secret is stored nowhere a job, a package
+// or a reader of the bucket can reach. A file from before (the secret
+// itself, from a worker without keys) is still read as it was.
 
-// writePSSecret replaces parameter server task's secret.
-func (j *jobDir) writePSSecret(ctx context.Context, task int, secret string) error {
-	if err := j.WritePrivate(ctx, jobdir.PSSecretFile(task), []byte(secret)); err != nil {
-		return fmt.Errorf("write secret: %w", err)
+// psSecretFile is the content of jobdir.PSSecretFile.
+type psSecretFile struct {
+	KeyID string `json:"key_id"`
+	Nonce []byte `json:"nonce"`
+}
+
+// newPSSecret makes parameter server task's secret, writes what derives
+// it and returns it.
+func (j *jobDir) newPSSecret(ctx context.Context, task int) (string, error) {
+	if j.keys == nil {
+		secret := dist.NewSecret()
+		if err := j.WritePrivate(ctx, jobdir.PSSecretFile(task), []byte(secret)); err != nil {
+			return "", fmt.Errorf("write secret: %w", err)
+		}
+		return secret, nil
 	}
-	return nil
+	f := psSecretFile{Nonce: make([]byte, 32)}
+	crand.Read(f.Nonce)
+	secret, id, err := j.derivePSSecret(task, f)
+	if err != nil {
+		return "", err
+	}
+	f.KeyID = id
+	b, _ := json.Marshal(f)
+	if err := j.WritePrivate(ctx, jobdir.PSSecretFile(task), b); err != nil {
+		return "", fmt.Errorf("write secret: %w", err)
+	}
+	return secret, nil
+}
+
+// derivePSSecret derives the secret f names, bound to this job directory
+// and task: a nonce copied into another directory derives another one.
+func (j *jobDir) derivePSSecret(task int, f psSecretFile) (string, string, error) {
+	b, id, err := j.keys.Derive(f.KeyID, "ps-secret", []byte(j.uri), []byte(strconv.Itoa(task)), f.Nonce)
+	if err != nil {
+		return "", "", fmt.Errorf("secret of parameter server %d: %w", task, err)
+	}
+	return hex.EncodeToString(b), id, nil
 }
 
 // psSecrets reads the secrets of the parameter servers of c.
@@ -211,27 +248,44 @@ func (j *jobDir) psSecrets(ctx context.Context, c *dist.Cluster) error {
 		if err != nil {
 			return fmt.Errorf("secret of parameter server %d: %w", i, err)
 		}
-		c.Secrets[i] = string(b)
+		var f psSecretFile
+		if json.Unmarshal(b, &f) != nil || len(f.Nonce) == 0 {
+			c.Secrets[i] = string(b) // stored by a worker without keys, or before derived secrets
+			continue
+		}
+		if j.keys == nil {
+			return fmt.Errorf("secret of parameter server %d: derived from a result key, and this process has none", i)
+		}
+		if c.Secrets[i], _, err = j.derivePSSecret(i, f); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// reportKeyFile is the content of jobdir.ReportKeyFile (see ReportKey).
+// reportKeyFile is the content of jobdir.ReportKeyFile (see ReportKey):
+// the nonce the run's key is derived from (deriveReportKey), or, written
+// by a worker without keys or before derived keys, the key's seed.
 type reportKeyFile struct {
 	// RunID is the run the key was made for.
 	RunID string `json:"run_id"`
-	// Seed is the Ed25519 private key's seed.
-	Seed []byte `json:"seed"`
+	// KeyID names the result key the seed is derived with.
+	KeyID string `json:"key_id,omitempty"`
+	// Nonce is what the seed is derived from.
+	Nonce []byte `json:"nonce,omitempty"`
+	// Seed is the Ed25519 private key's seed, when stored.
+	Seed []byte `json:"seed,omitempty"`
 }
 
 // ReportKey makes a new report key for the calling run (or, retried,
-// returns the one it made) and returns its public half. The private half
-// is written to the job directory only: the run's trainers and parameter
-// servers sign their checkpoint reports and registrations with it, and
-// the workflow verifies them, so a namespace client can forge neither.
-// The public half returned is derived from the private half read back
-// from the job directory after writing it, never from memory alone: it is
-// the key the signers will use.
+// returns the one it made) and returns its public half. Its private half
+// is derived by every worker from the nonce written to the job directory,
+// the directory and the operator's result key: the run's trainers and
+// parameter servers sign their checkpoint reports and registrations with
+// it, and the workflow verifies them, so a namespace client can forge
+// neither, and no job, package or reader of the job directory can learn
+// it. The public half returned is derived from the file read back after
+// writing it, never from memory alone: it is the key the signers will use.
 func (a *Activities) ReportKey(ctx context.Context, in workflows.ReportKeyInput) (workflows.ReportKeyResult, error) {
 	jd, err := a.openJobDir(ctx, in.JobDir)
 	if err != nil {
@@ -244,8 +298,8 @@ func (a *Activities) ReportKey(ctx context.Context, in workflows.ReportKeyInput)
 
 // newReportKey makes run's report key, unless the job directory already
 // holds it (a retried ReportKey), and returns its public half as derived
-// from the private half it reads back: if another run replaced the file
-// in between (a reset racing a retry), it fails rather than hand the
+// from the file it reads back: if another run replaced the file in
+// between (a reset racing a retry), it fails rather than hand the
 // workflow a key no signer holds.
 func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKey, error) {
 	f, err := j.readReportKey(ctx)
@@ -253,8 +307,17 @@ func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKe
 	case err == nil && f.RunID == run:
 		// A retry: the key this run already has.
 	case err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, errBadReportKey):
-		f = reportKeyFile{RunID: run, Seed: make([]byte, ed25519.SeedSize)}
-		crand.Read(f.Seed)
+		f = reportKeyFile{RunID: run}
+		if j.keys == nil {
+			f.Seed = make([]byte, ed25519.SeedSize)
+			crand.Read(f.Seed)
+		} else {
+			f.Nonce = make([]byte, 32)
+			crand.Read(f.Nonce)
+			if _, f.KeyID, err = j.keys.Derive("", "report-key"); err != nil {
+				return nil, err
+			}
+		}
 		b, _ := json.Marshal(f)
 		if err := j.WritePrivate(ctx, jobdir.ReportKeyFile, b); err != nil {
 			return nil, fmt.Errorf("write report key: %w", err)
@@ -268,7 +331,27 @@ func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKe
 	default:
 		return nil, err
 	}
-	return ed25519.NewKeyFromSeed(f.Seed).Public().(ed25519.PublicKey), nil
+	key, err := j.keyOf(f)
+	if err != nil {
+		return nil, err
+	}
+	return key.Public().(ed25519.PublicKey), nil
+}
+
+// keyOf is the private report key f names: its seed, or the one derived
+// from its nonce, bound to this job directory and f's run.
+func (j *jobDir) keyOf(f reportKeyFile) (ed25519.PrivateKey, error) {
+	if len(f.Nonce) == 0 {
+		return ed25519.NewKeyFromSeed(f.Seed), nil
+	}
+	if j.keys == nil {
+		return nil, errors.New("report key: derived from a result key, and this process has none")
+	}
+	seed, _, err := j.keys.Derive(f.KeyID, "report-key", []byte(j.uri), []byte(f.RunID), f.Nonce)
+	if err != nil {
+		return nil, fmt.Errorf("report key: %w", err)
+	}
+	return ed25519.NewKeyFromSeed(seed[:ed25519.SeedSize]), nil
 }
 
 // errBadReportKey is wrapped by readReportKey's error for a file that is
@@ -284,7 +367,7 @@ func (j *jobDir) readReportKey(ctx context.Context) (reportKeyFile, error) {
 		return reportKeyFile{}, fmt.Errorf("read report key: %w", err)
 	}
 	var f reportKeyFile
-	if err := json.Unmarshal(b, &f); err != nil || len(f.Seed) != ed25519.SeedSize {
+	if err := json.Unmarshal(b, &f); err != nil || (len(f.Seed) != ed25519.SeedSize) == (len(f.Nonce) == 0) {
 		return reportKeyFile{}, fmt.Errorf("read report key: %w", errBadReportKey)
 	}
 	return f, nil
@@ -300,7 +383,7 @@ func (j *jobDir) reportKey(ctx context.Context) (ed25519.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ed25519.NewKeyFromSeed(f.Seed), nil
+	return j.keyOf(f)
 }
 
 // checkReportKey checks pub, the public report key a workflow holds (the

@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
+	"github.com/trainflow/trainflow/internal/resultsig"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/jobspec"
@@ -25,6 +26,9 @@ type jobDir struct {
 	st  *storage.Store
 	// dir is the local directory batch prediction works in (Dir.WorkDir).
 	dir string
+	// keys derive the job's private keys (Activities.Keys; nil in a child
+	// process, which signs nothing).
+	keys *resultsig.Keyring
 }
 
 // openJobDir opens the job directory at uri for the job the activity
@@ -83,7 +87,9 @@ func (a *Activities) openToClaim(ctx context.Context, uri string) (*jobDir, erro
 	if err != nil {
 		return nil, err
 	}
-	return newJobDir(d), nil
+	jd := newJobDir(d)
+	jd.keys = a.Keys
+	return jd, nil
 }
 
 func (a *Activities) openChecked(ctx context.Context, uri string, owner *workflows.JobOwner, rel relation) (*jobDir, error) {
@@ -112,7 +118,9 @@ func (a *Activities) openExistingJobDir(ctx context.Context, uri string) (*jobDi
 	if d == nil || err != nil {
 		return nil, err
 	}
-	return newJobDir(d), nil
+	jd := newJobDir(d)
+	jd.keys = a.Keys
+	return jd, nil
 }
 
 // relation is how a job directory must relate to the expected owner.

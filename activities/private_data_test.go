@@ -12,7 +12,6 @@ import (
 
 	"github.com/trainflow/trainflow/jobdir"
 	"github.com/trainflow/trainflow/preprocess"
-	"github.com/trainflow/trainflow/train/dist"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -39,7 +38,7 @@ func TestDataNeverAnotherJobsPrivateFiles(t *testing.T) {
 	if _, err := jd.newReportKey(ctx, "rv"); err != nil {
 		t.Fatal(err)
 	}
-	if err := jd.writePSSecret(ctx, 0, dist.NewSecret()); err != nil {
+	if _, err := jd.newPSSecret(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	jd.Close()

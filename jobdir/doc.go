@@ -56,8 +56,8 @@
 //	app/package/<replica>/           AppPackageWork              a replica's install of the job's package: src/, venv/ (train/app)
 //	events.jsonl                     EventsFile                  Event a line (jobdir), local
 //	events/<unix ns>-<rand>.json     EventsPrefix                one Event an object, object storage
-//	cluster/ps-<task>.secret         PSSecretFile                private (WritePrivate)
-//	cluster/report.key               ReportKeyFile               private (WritePrivate)
+//	cluster/ps-<task>.secret         PSSecretFile                a nonce the server's secret is derived from; private (WritePrivate)
+//	cluster/report.key               ReportKeyFile               a nonce the run's report key is derived from; private (WritePrivate)
 //
 // Private files (IsPrivate: cluster/ and everything in it) are never
 // data: the activities refuse a spec location inside any job's cluster/

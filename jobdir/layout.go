@@ -72,8 +72,10 @@ const (
 const (
 	// ClusterDir holds them.
 	ClusterDir = "cluster"
-	// ReportKeyFile holds the private half of the current run's report
-	// key, which signs the trainers' and parameter servers' reports.
+	// ReportKeyFile holds what the current run's report key (which signs
+	// the trainers' and parameter servers' reports) is derived from with
+	// the workers' result key: a nonce and the run, not the key itself
+	// (activities.reportKeyFile).
 	ReportKeyFile = ClusterDir + "/report.key"
 )
 
@@ -137,7 +139,8 @@ const AppPackageDir = "app/package"
 // (replicas of one job may share a machine and a job directory).
 func AppPackageWork(replica string) string { return path.Join(AppPackageDir, replica) }
 
-// PSSecretFile is the key of parameter server task's secret.
+// PSSecretFile is the key of what parameter server task's secret is
+// derived from (a nonce; activities.psSecretFile).
 func PSSecretFile(task int) string { return fmt.Sprintf("%s/ps-%d.secret", ClusterDir, task) }
 
 // IsDefaultEval reports whether name is the job's default evaluation:

@@ -54,6 +54,10 @@ type Workers struct {
 // registered. Start them with Start.
 func New(c client.Client, acts *activities.Activities, opts Options) *Workers {
 	sig := []interceptor.WorkerInterceptor{resultsig.New(opts.ResultKeys)}
+	if acts.Keys == nil {
+		// The same keys derive the jobs' report keys and secrets.
+		acts.Keys = opts.ResultKeys
+	}
 	w := &Workers{
 		jobs: sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{MaxHeartbeatThrottleInterval: HeartbeatThrottle, Interceptors: sig}),
 		roles: sdkworker.New(c, workflows.RoleTaskQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: opts.MaxRoles,

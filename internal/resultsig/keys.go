@@ -7,10 +7,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/trainflow/trainflow/internal/keyfile"
@@ -170,4 +172,30 @@ func macOf(secret, msg []byte) []byte {
 	h := hmac.New(sha256.New, secret)
 	h.Write(msg)
 	return h.Sum(nil)
+}
+
+// Derive returns a secret made from the key named id ("" for the signing
+// key) for label and parts, and that key's ID: what lets every worker of
+// the namespace, which holds this key file, compute a job's private keys
+// (its report key, its parameter servers' secrets) from a nonce written
+// in the clear, so that no secret is ever stored in a job directory.
+// HMAC-SHA256 under a key of its own (the key's HMAC of a fixed label),
+// so a derived secret is never a result's MAC; parts are length-prefixed.
+func (k *Keyring) Derive(id, label string, parts ...[]byte) ([]byte, string, error) {
+	use := k.keys[0]
+	if id != "" {
+		i := slices.IndexFunc(k.keys, func(c key) bool { return c.id == id })
+		if i < 0 {
+			return nil, "", fmt.Errorf("derived with result key %q, which this worker does not hold (keep a rotated key in the file until the jobs that used it end)", id)
+		}
+		use = k.keys[i]
+	}
+	h := hmac.New(sha256.New, macOf(use.secret, []byte("trainflow derived keys v1")))
+	var n [8]byte
+	for _, p := range append([][]byte{[]byte(label)}, parts...) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return h.Sum(nil), use.id, nil
 }
