@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 
 	"github.com/trainflow/trainflow/bundle"
@@ -280,9 +281,36 @@ func (a *Activities) checkTraffic(ctx context.Context, model string, version int
 	return err
 }
 
-// causeOf is the history record's form of a workflow's cause.
-func causeOf(c workflows.RoutingCause) bundle.Cause {
-	return bundle.Cause{By: c.By, Verified: c.Verified, Note: c.Note, Say: c.Say, Run: c.Run, JobID: c.JobID, Step: c.Step, Reason: c.Reason, Gates: c.Gates}
+// causeOf is the history record's form of a workflow's cause, with the
+// caller the Temporal server stamped on the rollout's start (startedBy).
+func (a *Activities) causeOf(ctx context.Context, c workflows.RoutingCause) bundle.Cause {
+	return bundle.Cause{By: c.By, Verified: c.Verified, Note: c.Note, Say: c.Say, Run: c.Run, JobID: c.JobID, Step: c.Step, Reason: c.Reason, Gates: c.Gates,
+		Caller: a.startedBy(ctx, c.Run)}
+}
+
+// startedBy is the principal ("type:name") the Temporal server stamped
+// on the start of the calling workflow's run (its first run, run, when
+// given): who started the rollout, as the server authenticated it
+// (trainflow's Temporal, internal/devserver). "" when the server stamps
+// none (a server without authorization) or the history cannot be read:
+// the record then has the verified By alone.
+func (a *Activities) startedBy(ctx context.Context, run string) string {
+	if a.Client == nil || !activity.IsActivity(ctx) {
+		return ""
+	}
+	wf := activity.GetInfo(ctx).WorkflowExecution
+	if run == "" {
+		run = wf.RunID
+	}
+	it := a.Client.GetWorkflowHistory(ctx, wf.ID, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return ""
+	}
+	ev, err := it.Next()
+	if err != nil || ev.GetPrincipal() == nil {
+		return ""
+	}
+	return ev.GetPrincipal().GetType() + ":" + ev.GetPrincipal().GetName()
 }
 
 // SetRouting writes a model's routing with its cause in the history (a
@@ -308,7 +336,7 @@ func (a *Activities) SetRouting(ctx context.Context, in workflows.SetRoutingInpu
 			}
 		}
 	}
-	if _, err := a.Models.SetRouting(ctx, in.Model, in.Routing, causeOf(in.Cause), time.Now()); err != nil {
+	if _, err := a.Models.SetRouting(ctx, in.Model, in.Routing, a.causeOf(ctx, in.Cause), time.Now()); err != nil {
 		if errors.Is(err, rollout.ErrRouting) || errors.Is(err, bundle.ErrNotFound) {
 			return workflows.SetRoutingResult{}, nonRetryable(workflows.ErrTypeInvalidSpec, err)
 		}
@@ -365,7 +393,7 @@ func (a *Activities) PromoteVersion(ctx context.Context, in workflows.PromoteVer
 			return err
 		}
 	}
-	if _, err := a.Models.Promote(ctx, in.Model, in.Version, causeOf(in.Cause), time.Now()); err != nil {
+	if _, err := a.Models.Promote(ctx, in.Model, in.Version, a.causeOf(ctx, in.Cause), time.Now()); err != nil {
 		if errors.Is(err, rollout.ErrRouting) {
 			return nonRetryable(workflows.ErrTypeInvalidSpec, err)
 		}

@@ -56,6 +56,11 @@ type Cause struct {
 	Step   string          `json:"step,omitempty"`
 	Reason string          `json:"reason,omitempty"`
 	Gates  *rollout.Values `json:"gates,omitempty"`
+	// Caller is who started the rollout as the Temporal server
+	// authenticated it ("trainflow-user:alice"), read by the worker from
+	// the start event's principal; empty on a server without
+	// authorization and in records written before it.
+	Caller string `json:"caller,omitempty"`
 }
 
 // Change is one record of a model's history: at Time the routing went
@@ -188,7 +193,11 @@ func (r *Store) repeated(ctx context.Context, model string, ch Change) (bool, Ch
 	if err != nil {
 		return false, Change{}, err
 	}
-	same := reflect.DeepEqual(last.New, ch.New) && last.NewDefault == ch.NewDefault && reflect.DeepEqual(last.Cause, ch.Cause)
+	// The caller is read from the server at each attempt, and may be
+	// missing from one: it does not make a retry another change.
+	a, b := last.Cause, ch.Cause
+	a.Caller, b.Caller = "", ""
+	same := reflect.DeepEqual(last.New, ch.New) && last.NewDefault == ch.NewDefault && reflect.DeepEqual(a, b)
 	return same, last, nil
 }
 

@@ -193,6 +193,9 @@ func writeHistory(w io.Writer, h []bundle.Change) {
 		if ch.Cause.Note != "" {
 			cause += " [by " + ch.Cause.Note + ", as typed]"
 		}
+		if ch.Cause.Caller != "" {
+			cause += " [started by " + ch.Cause.Caller + ", per Temporal]"
+		}
 		if ch.Cause.JobID != "" {
 			cause += " " + ch.Cause.JobID + " step " + ch.Cause.Step
 		}

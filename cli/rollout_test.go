@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/devserver"
 	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobs"
@@ -358,6 +359,21 @@ func TestRolloutOnRealStack(t *testing.T) {
 	code, out, errs = cli(t, "models", "rollout-status", "census", "--temporal", addr)
 	if code != exitOK || !strings.HasPrefix(out, "census: ROLLED_BACK at step 50, baseline 2, candidate 1, routing default\n") || !strings.Contains(out, "reason: aborted: cli test") {
 		t.Errorf("rollout-status of the aborted rollout: exit %d, %q %q", code, out, errs)
+	}
+	// Who started each rollout, as the server authenticated the caller:
+	// the first through the stack's own client (the worker token), the
+	// last by the CLI with the home's user token, whatever --by says.
+	if h, err = repo.History(ctx, "census"); err != nil || len(h) < 6 {
+		t.Fatalf("history after the CLI's rollout: %d records, %v", len(h), err)
+	}
+	if got, want := h[0].Cause.Caller, devserver.PrincipalWorker+":"+devserver.WorkerSubject; got != want {
+		t.Errorf("caller of the first rollout's records = %q, want %q", got, want)
+	}
+	if got, want := h[len(h)-1].Cause.Caller, devserver.PrincipalUser+":"+stackUser(); got != want {
+		t.Errorf("caller of the CLI's rollout's records = %q, want %q", got, want)
+	}
+	if code, out, _ = cli(t, "models", "history", "census", "--home", home); code != exitOK || !strings.Contains(out, "[started by "+devserver.PrincipalUser+":"+stackUser()+", per Temporal]") {
+		t.Errorf("models history: exit %d %q, want the CLI's rollout shown as started by the stack's user", code, out)
 	}
 }
 
