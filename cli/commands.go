@@ -125,6 +125,8 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 	idleTimeout := fs.Duration("idle-timeout", serving.DefaultIdleTimeout, "time a kept-alive connection may wait for its next request")
 	var shadow shadowFlags
 	shadow.register(fs)
+	var ml mlFlags
+	ml.register(fs)
 	tokenFile := fs.String("auth-token-file", envOr("TRAINFLOW_AUTH_TOKEN_FILE", ""), "file holding a token every request must send as \"Authorization: Bearer TOKEN\" (all routes but /v2/health/live; trainflow predict and models send it with the same flag) ($TRAINFLOW_AUTH_TOKEN_FILE); none: no auth")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS (with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
@@ -147,6 +149,9 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 		return usageError{errors.New("--max-conns-per-client must be positive")}
 	}
 	if err := shadow.check(); err != nil {
+		return err
+	}
+	if err := ml.check(); err != nil {
 		return err
 	}
 	for _, f := range []struct {
@@ -231,21 +236,31 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 			reg.Watch(wctx, *poll)
 		}
 	}()
+	cl, err := lazyTemporal(tc, log) // the console's and the ml/v1 API's
+	if err != nil {
+		stop()
+		<-watched
+		return err
+	}
+	defer cl.Close()
+	api := ml.api(cl, tc.Namespace, log)
+	opts.Routes = withML(nil, api)
 	if *withConsole {
-		routes, closeConsole, err := serveConsole(tc, *uiURL, cf, reg, repo, log)
+		routes, err := serveConsole(cl, tc.Namespace, *uiURL, cf, reg, repo, log)
 		if err != nil {
 			stop()
 			<-watched
 			return err
 		}
-		defer closeConsole()
-		opts.Routes = routes
+		opts.Routes = withML(routes, api)
 	}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" {
 		log.Warn("serving beyond the loopback without --auth-token-file: anyone who reaches the port can query every model")
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "models", *models, "dir", root, "tls", *tlsCert != "", "auth", opts.AuthToken != "", "max_conns", *maxConns, "max_conns_per_client", min(*maxConnsPerClient, *maxConns), "console", *withConsole)
-	err = serving.New(reg, log, opts).Serve(ctx, ln)
+	srv := serving.New(reg, log, opts)
+	api.PredictWith(srv)
+	err = srv.Serve(ctx, ln)
 	stop()
 	<-watched
 	return err
@@ -267,28 +282,16 @@ func (f *consoleFlags) setRoots(s string) error {
 	return f.roots.Set(s)
 }
 
-// serveConsole builds the web console of `serve`. Its Temporal client is
-// lazy: it connects on the first jobs page, and a Temporal that cannot be
-// reached makes the jobs pages say so while models and predictions work.
-func serveConsole(tc temporalconn.Flags, uiURL string, cf consoleFlags, reg *serving.Registry, repo bundle.Repository, log *slog.Logger) (func(*echo.Echo), func(), error) {
-	if err := homeCredentials(&tc); err != nil {
-		return nil, nil, err
-	}
-	o, err := tc.Options(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
-	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("console: %w", err)}
-	}
-	cl, err := client.NewLazyClient(o)
-	if err != nil {
-		return nil, nil, fmt.Errorf("console: temporal client: %w", err)
-	}
-	con, err := console.New(console.Options{Client: cl, Namespace: tc.Namespace, UIURL: uiURL, Registry: reg, Repository: repo, Logger: log,
+// serveConsole builds the web console of `serve` over cl (lazyTemporal):
+// a Temporal that cannot be reached makes the jobs pages say so while
+// models and predictions work.
+func serveConsole(cl client.Client, namespace, uiURL string, cf consoleFlags, reg *serving.Registry, repo bundle.Repository, log *slog.Logger) (func(*echo.Echo), error) {
+	con, err := console.New(console.Options{Client: cl, Namespace: namespace, UIURL: uiURL, Registry: reg, Repository: repo, Logger: log,
 		Roots: cf.roots, RootsFlag: "serve --console-roots", MaxPageBytes: int64(cf.pageBytes)})
 	if err != nil {
-		cl.Close()
-		return nil, nil, usageError{err}
+		return nil, usageError{err}
 	}
-	return con.Routes, cl.Close, nil
+	return con.Routes, nil
 }
 
 func runDatagen(args []string, stdout, stderr io.Writer) error {

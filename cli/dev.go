@@ -41,12 +41,17 @@ func runDev(ctx context.Context, types *train.Registry, args []string, stdout, s
 	trust.register(fs)
 	var shadow shadowFlags
 	shadow.register(fs)
+	var ml mlFlags
+	ml.register(fs)
 	var pageBytes sizeFlag
 	fs.Var(&pageBytes, "console-page-bytes", "the most a console job page reads from a job directory per view, e.g. 24MiB (default "+strconv.Itoa(console.DefaultMaxPageBytes>>20)+"MiB); the console reads job directories only inside HOME/jobs and --data-roots")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := shadow.check(); err != nil {
+		return err
+	}
+	if err := ml.check(); err != nil {
 		return err
 	}
 	if err := trust.loadApplications(); err != nil {
@@ -63,7 +68,7 @@ func runDev(ctx context.Context, types *train.Registry, args []string, stdout, s
 		}
 		trust.dataRoots = append(trust.dataRoots, *data)
 	}
-	st, err := startStack(ctx, stackConfig{Home: *home, TemporalDB: *temporalDB, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust, ConsolePageBytes: int64(pageBytes), ModelTypes: types, ShadowMaxLive: shadow.maxLive})
+	st, err := startStack(ctx, stackConfig{Home: *home, TemporalDB: *temporalDB, FrontendAddr: *temporalAddr, UIAddr: *uiAddr, HTTPAddr: *httpAddr, MetricsAddr: *metricsAddr, Logger: log, Trust: &trust, ConsolePageBytes: int64(pageBytes), ModelTypes: types, ShadowMaxLive: shadow.maxLive, ML: &ml})
 	if err != nil {
 		return err
 	}

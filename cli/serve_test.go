@@ -37,6 +37,7 @@ func TestServeSecurityFlags(t *testing.T) {
 		{[]string{"--idle-timeout", "0s"}, "--idle-timeout"},
 		{[]string{"--auth-token-file", filepath.Join(dir, "nosuch")}, "--auth-token-file"},
 		{[]string{"--auth-token-file", short}, "at least 16 characters"},
+		{[]string{"--ml-projects", "my project"}, "--ml-projects"},
 	} {
 		code, _, stderr := cli(t, append([]string{"serve", "--models", models, "--http", "127.0.0.1:0"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
@@ -54,7 +55,7 @@ func TestServeSecurityFlags(t *testing.T) {
 	served := make(chan error, 1)
 	var logs bytes.Buffer
 	go func() {
-		served <- runServe(ctx, nil, []string{"--models", models, "--http", addr, "--auth-token-file", good, "--max-conns", "8", "--log-level", "warn"}, &logs)
+		served <- runServe(ctx, nil, []string{"--models", models, "--http", addr, "--auth-token-file", good, "--max-conns", "8", "--log-level", "warn", "--ml-projects", "my-project"}, &logs)
 	}()
 	defer func() {
 		cancel()
@@ -62,8 +63,10 @@ func TestServeSecurityFlags(t *testing.T) {
 			t.Errorf("serve: %v", err)
 		}
 	}()
-	get := func(auth string) int {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/models", nil)
+	var getPath func(path, auth string) int
+	get := func(auth string) int { return getPath("/v1/models", auth) }
+	getPath = func(path, auth string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
 		}
@@ -83,6 +86,14 @@ func TestServeSecurityFlags(t *testing.T) {
 	}
 	if code := get("Bearer " + token); code != http.StatusOK {
 		t.Errorf("with the token: got %d, want 200", code)
+	}
+	// The ml/v1 API is served behind the same token, for the projects of
+	// --ml-projects only (a 404 before any Temporal call).
+	if code := getPath("/v1/projects/my-project/jobs", ""); code != http.StatusUnauthorized {
+		t.Errorf("ml/v1 without the token: got %d, want 401", code)
+	}
+	if code := getPath("/v1/projects/other/jobs", "Bearer "+token); code != http.StatusNotFound {
+		t.Errorf("ml/v1 in a project not in --ml-projects: got %d, want 404", code)
 	}
 
 	// trainflow models and predict send the token of the same flag.

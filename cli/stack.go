@@ -57,6 +57,8 @@ type stackConfig struct {
 	// ShadowMaxLive is the prediction server's serving.Options.ShadowMaxLive
 	// (dev --shadow-max-live; 0: its default).
 	ShadowMaxLive int
+	// ML holds the ml/v1 API's flags (nil: any project ID).
+	ML *mlFlags
 	// SuggestContinueAsNewEvents lowers the history length at which jobs
 	// continue as new (tests).
 	SuggestContinueAsNewEvents int
@@ -74,6 +76,7 @@ type stack struct {
 	UserToken string
 
 	worker   *worker.Worker
+	user     client.Client // as the stack's user (console, ml/v1 API)
 	repo     *bundle.Store
 	cancel   context.CancelFunc
 	served   chan error
@@ -132,6 +135,16 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to temporal: %w", err)
 	}
+	// The console and the ml/v1 API act for the stack's user: what they
+	// start is stamped with the user's name, not the workers'.
+	s.user, err = client.Dial(client.Options{
+		HostPort: s.Temporal.FrontendAddr(), Namespace: s.Temporal.Namespace(),
+		Logger:      sdklog.NewStructuredLogger(log.With("component", "temporal-client")),
+		Credentials: client.NewAPIKeyStaticCredentials(userToken), ConnectionOptions: client.ConnectionOptions{TLSDisabled: true},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to temporal as the user: %w", err)
+	}
 	repo, err := bundle.OpenRepository(ctx, filepath.Join(home, "models"))
 	if err != nil {
 		return nil, err
@@ -173,14 +186,20 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		roots = append(roots, cfg.Trust.dataRoots...)
 	}
 	con, err := console.New(console.Options{
-		Client: s.Client, Namespace: s.Temporal.Namespace(), UIURL: s.Temporal.UIURL(),
+		Client: s.user, Namespace: s.Temporal.Namespace(), UIURL: s.Temporal.UIURL(),
 		Registry: s.Registry, Repository: repo, Logger: log,
 		Roots: roots, RootsFlag: "dev --home and --data-roots", MaxPageBytes: cfg.ConsolePageBytes,
 	})
 	if err != nil {
 		return nil, err
 	}
-	srv := serving.New(s.Registry, log, serving.Options{Routes: con.Routes, ShadowMaxLive: cfg.ShadowMaxLive, FeedbackKey: feedbackKey})
+	ml := cfg.ML
+	if ml == nil {
+		ml = &mlFlags{}
+	}
+	api := ml.api(s.user, s.Temporal.Namespace(), log)
+	srv := serving.New(s.Registry, log, serving.Options{Routes: withML(con.Routes, api), ShadowMaxLive: cfg.ShadowMaxLive, FeedbackKey: feedbackKey})
+	api.PredictWith(srv)
 	go func() { s.served <- srv.Serve(sctx, ln) }()
 	go s.Registry.Watch(sctx, 2*time.Second)
 	go s.Registry.ReportTelemetry(sctx, repo, serving.NewServerID("dev"), time.Second)
@@ -206,6 +225,9 @@ func (s *stack) stop() error {
 	}
 	if s.repo != nil {
 		errs = append(errs, s.repo.Close())
+	}
+	if s.user != nil {
+		s.user.Close()
 	}
 	if s.Client != nil {
 		s.Client.Close()

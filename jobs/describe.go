@@ -47,6 +47,12 @@ type Description struct {
 	// Cluster is an application job's generations and restarts (nil for
 	// other jobs, or when the history was unreadable).
 	Cluster *Generations `json:"cluster,omitempty"`
+	// Workflow is the run's workflow type (TrainingJob, …); Meta what an
+	// ml/v1 client sent with the job (its memo); CancelRequested whether
+	// a cancel was asked of the running run. The ml/v1 API reads them.
+	Workflow        string `json:"-"`
+	Meta            Meta   `json:"-"`
+	CancelRequested bool   `json:"-"`
 }
 
 // Generations is an application job's cluster as its history tells it:
@@ -221,7 +227,8 @@ func Describe(ctx context.Context, cl client.Client, namespace, id string) (*Des
 	info := d.WorkflowExecutionInfo
 	runID := info.Execution.RunId
 	out := &Description{JobID: id, RunID: info.Execution.RunId, Status: StatusName(info.Status), Start: info.StartTime.AsTime().UTC(),
-		Phase: PhaseOf(info.Status, searchKeyword(info.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName()))}
+		Phase:    PhaseOf(info.Status, searchKeyword(info.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName())),
+		Workflow: info.GetType().GetName(), Meta: MetaOf(info.GetMemo()), CancelRequested: d.GetWorkflowExtendedInfo().GetCancelRequested()}
 	if info.CloseTime != nil {
 		t := info.CloseTime.AsTime().UTC()
 		out.End = &t

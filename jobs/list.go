@@ -195,16 +195,48 @@ func List(ctx context.Context, cl client.Client, namespace string, q Query, limi
 		if len(rows) >= limit {
 			break
 		}
-		r := Row{JobID: e.Execution.WorkflowId, Status: StatusName(e.Status), Start: e.StartTime.AsTime().UTC()}
-		if e.CloseTime != nil {
-			t := e.CloseTime.AsTime().UTC()
-			r.End = &t
-		}
-		r.Phase = PhaseOf(e.Status, searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName()))
-		r.Model = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchModel.GetName())
-		if q.match(r) {
+		if r := rowOf(e); q.match(r) {
 			rows = append(rows, r)
 		}
+	}
+	return rows, nil
+}
+
+// rowOf is the row of a job's meaningful run e.
+func rowOf(e *workflowpb.WorkflowExecutionInfo) Row {
+	r := Row{JobID: e.Execution.WorkflowId, Status: StatusName(e.Status), Start: e.StartTime.AsTime().UTC()}
+	if e.CloseTime != nil {
+		t := e.CloseTime.AsTime().UTC()
+		r.End = &t
+	}
+	r.Phase = PhaseOf(e.Status, searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchState.GetName()))
+	r.Model = searchKeyword(e.SearchAttributes.GetIndexedFields(), workflows.SearchModel.GetName())
+	return r
+}
+
+// MLRow is one job of the ml/v1 API's jobs.list: its row, its workflow
+// type and its Meta (the labels and input an ml/v1 client sent).
+type MLRow struct {
+	Row
+	Workflow string
+	Meta     Meta
+}
+
+// MLRows returns every training, tuning and batch prediction job that
+// is not another job's child (a tuning job's trials are part of it),
+// each as its meaningful run, newest first.
+func MLRows(ctx context.Context, cl client.Client, namespace string) ([]MLRow, error) {
+	q := fmt.Sprintf("WorkflowType IN ('%s', '%s', '%s')", workflows.TrainingJobName, workflows.HyperparameterTuningJobName, workflows.BatchPredictionJobName)
+	runs, _, err := MeaningfulRuns(ctx, cl, namespace, q, 0)
+	if err != nil {
+		return nil, err
+	}
+	rows := []MLRow{}
+	for _, e := range runs {
+		if e.GetParentExecution() != nil {
+			continue
+		}
+		rows = append(rows, MLRow{Row: rowOf(e), Workflow: e.GetType().GetName(), Meta: MetaOf(e.GetMemo())})
 	}
 	return rows, nil
 }

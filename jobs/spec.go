@@ -12,13 +12,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// mlEngineConfig is the part of a Cloud ML Engine job config.yaml that
-// trainflow reads: {"trainingInput": {...}}, as `gcloud ai-platform jobs
-// submit training --config` takes it.
-type mlEngineConfig struct {
-	TrainingInput map[string]json.RawMessage `json:"trainingInput"`
-}
-
 // LoadSpec reads a job file: a Cloud ML Engine config (top-level
 // trainingInput) or a native JobSpec, JSON or YAML. Unknown JobSpec fields
 // are errors; ML Engine fields that do not apply come back as warnings.
@@ -45,19 +38,29 @@ func LoadSpecPackages(data []byte, load PackageLoader) (spec jobspec.JobSpec, wa
 		return spec, nil, fmt.Errorf("want an object: %w", err)
 	}
 	if _, ok := probe["trainingInput"]; ok {
-		var c mlEngineConfig
-		if err := json.Unmarshal(js, &c); err != nil {
-			return spec, nil, err
-		}
-		return fromTrainingInput(c.TrainingInput, load)
+		return FromTrainingInput(probe["trainingInput"], load)
 	}
 	// The workflow decodes what it is sent by the same rules.
 	spec, err = jobspec.DecodeSpec(js)
 	return spec, nil, err
 }
 
-// fromTrainingInput maps Cloud ML Engine's trainingInput onto a census
-// JobSpec: what applies is used, the rest is reported.
+// FromTrainingInput maps a Cloud ML Engine TrainingInput (the JSON
+// object of a config.yaml's trainingInput, or of an ml/v1 Job's) onto a
+// JobSpec without a job ID: what applies is used, the rest comes back as
+// warnings. load reads a trainer package as LoadSpecPackages says (nil:
+// packages are refused). It is the one mapping: `jobs submit training
+// --config` and the ml/v1 REST API both call it. Errors name the field
+// as trainingInput.FIELD.
+func FromTrainingInput(raw json.RawMessage, load PackageLoader) (jobspec.JobSpec, []string, error) {
+	var in map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return jobspec.JobSpec{}, nil, fmt.Errorf("trainingInput: want an object of TrainingInput fields")
+	}
+	return fromTrainingInput(in, load) // null: an empty object
+}
+
+// fromTrainingInput is FromTrainingInput of the decoded object.
 func fromTrainingInput(in map[string]json.RawMessage, load PackageLoader) (jobspec.JobSpec, []string, error) {
 	spec := jobspec.JobSpec{Preset: jobspec.PresetCensus}
 	var warn []string
@@ -166,11 +169,18 @@ func fromTrainingInput(in map[string]json.RawMessage, load PackageLoader) (jobsp
 		case "region", "runtimeVersion", "pythonVersion", "scheduling", "network", "serviceAccount", "useChiefInTfConfig":
 			warn = append(warn, fmt.Sprintf("%s: does not apply to trainflow; ignored", k))
 		default:
-			return spec, nil, fmt.Errorf("trainingInput.%s: unknown field", k)
+			return spec, nil, fmt.Errorf("trainingInput.%s: unknown field%s", k, jobspec.Suggest(k, trainingInputFields))
 		}
 	}
 	return spec, warn, nil
 }
+
+// trainingInputFields are the TrainingInput fields fromTrainingInput
+// knows, for its suggestions.
+var trainingInputFields = []string{"scaleTier", "workerCount", "parameterServerCount", "evaluatorCount", "masterConfig", "workerConfig",
+	"parameterServerConfig", "evaluatorConfig", "packageUris", "pythonModule", "masterType", "workerType", "parameterServerType",
+	"evaluatorType", "jobDir", "args", "hyperparameters", "region", "runtimeVersion", "pythonVersion", "scheduling", "network",
+	"serviceAccount", "useChiefInTfConfig"}
 
 // applyArgs maps the census sample's trainer flags onto the spec.
 func applyArgs(spec *jobspec.JobSpec, args []string) ([]string, error) {

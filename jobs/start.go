@@ -20,6 +20,12 @@ import (
 // created (every start path of trainflow's own goes through here: jobs
 // submit, dev --demo).
 func Start(ctx context.Context, c client.Client, spec jobspec.JobSpec) (client.WorkflowRun, error) {
+	return StartWithMeta(ctx, c, spec, nil)
+}
+
+// StartWithMeta is Start for a job that carries meta (nil: none) in its
+// workflow's memo.
+func StartWithMeta(ctx context.Context, c client.Client, spec jobspec.JobSpec, meta *Meta) (client.WorkflowRun, error) {
 	d := spec.WithDefaults()
 	if err := d.Validate(); err != nil {
 		return nil, err
@@ -31,6 +37,7 @@ func Start(ctx context.Context, c client.Client, spec jobspec.JobSpec) (client.W
 	return startUnique(ctx, c, spec.JobID, client.StartWorkflowOptions{
 		StaticSummary:         summary,
 		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(d.ModelName)),
+		Memo:                  meta.memo(),
 	}, wf, spec)
 }
 
@@ -56,11 +63,18 @@ func startUnique(ctx context.Context, c client.Client, id string, opts client.St
 // StartBatch starts BatchPredictionJob for spec with workflow ID = job
 // ID, refusing an ID used before.
 func StartBatch(ctx context.Context, c client.Client, spec jobspec.PredictionSpec) (client.WorkflowRun, error) {
+	return StartBatchWithMeta(ctx, c, spec, nil)
+}
+
+// StartBatchWithMeta is StartBatch for a job that carries meta (nil:
+// none) in its workflow's memo.
+func StartBatchWithMeta(ctx context.Context, c client.Client, spec jobspec.PredictionSpec, meta *Meta) (client.WorkflowRun, error) {
 	if err := spec.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	return startUnique(ctx, c, spec.JobID, client.StartWorkflowOptions{
 		StaticSummary: fmt.Sprintf("batch prediction (%s) into %s", spec.DataFormat, spec.OutputPath),
+		Memo:          meta.memo(),
 	}, workflows.BatchPredictionJobName, spec)
 }
 

@@ -285,12 +285,21 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 
 // suggest names the field k was most likely meant to be, if any is close.
 func suggest(k string, fields map[string]reflect.Type) string {
+	return Suggest(k, slices.Sorted(maps.Keys(fields)))
+}
+
+// Suggest is the " (did you mean NAME?)" that an unknown key k's error
+// ends with: the name of names that matches k but for case, else the
+// first within an edit distance of 2; "" if none is close. Every strict
+// decoder of trainflow's (job specs, config.yaml, the ml/v1 API) says it
+// this way.
+func Suggest(k string, names []string) string {
 	best, bestD := "", 3
-	for _, name := range slices.Sorted(maps.Keys(fields)) {
+	for _, name := range names {
 		if strings.EqualFold(name, k) {
 			return " (did you mean " + name + "?)"
 		}
-		if d := editDistance(strings.ToLower(k), name); d < bestD {
+		if d := editDistance(strings.ToLower(k), strings.ToLower(name)); d < bestD {
 			best, bestD = name, d
 		}
 	}

@@ -340,6 +340,27 @@ func (s *Server) verb(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	return s.answer(c, t)
+}
+
+// Predict answers c's request as POST /v1/models/MODEL:predict (version
+// 0: the model's routed default) or /v1/models/MODEL/versions/VERSION:predict
+// does, the same code path: the body read within Options.BodyLimit, the
+// version's Transform applied, routing and shadow copies, metrics and
+// errors as {"error": "..."} with a 4xx naming the field. Other routes
+// (Cloud ML Engine's projects.predict) call it to answer as TF Serving.
+func (s *Server) Predict(c echo.Context, model string, version int64) error {
+	if !bundle.ValidName(model) {
+		return badRequest("model name %q: letters, digits and '_', starting with a letter", model)
+	}
+	if version < 0 {
+		return badRequest("version %d: want a positive version number", version)
+	}
+	return s.answer(c, target{model: model, version: version, verb: verbPredict})
+}
+
+// answer answers the request for target t.
+func (s *Server) answer(c echo.Context, t target) error {
 	sv, shadow, routed, err := s.pick(c, t.model, t.version, t.label)
 	if err != nil {
 		return err

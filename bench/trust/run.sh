@@ -28,6 +28,8 @@ for r in $(seq 1 "$rounds"); do
 			sleep 0.2 # polling the stack's readiness
 		done
 		id=census_${which}_$r
+		# The stack's own home: a new binary presents its user token.
+		export TRAINFLOW_HOME=$home
 		"$bin" jobs submit training "$id" --temporal "127.0.0.1:$port" --wait >"$work/$id.out" 2>&1 || { cat "$work/$id.out"; exit 1; }
 		secs=$("$bin" jobs describe "$id" --temporal "127.0.0.1:$port" --output json | /usr/bin/python3 -c '
 import json, sys, datetime
