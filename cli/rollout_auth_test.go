@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainflow/trainflow/bundle"
+	"github.com/trainflow/trainflow/internal/devserver"
 	"github.com/trainflow/trainflow/internal/keyfile"
 	"github.com/trainflow/trainflow/internal/opkey"
 	"github.com/trainflow/trainflow/jobs"
@@ -258,7 +259,7 @@ func TestRolloutNeedsOwnerOrOperatorOnRealStack(t *testing.T) {
 		}
 	}
 	code, out, _ = cli(t, "models", "history", "census", "--models", filepath.Join(home, "models"))
-	if code != exitOK || !strings.Contains(out, "operator:"+signer.ID+" (verified) [by cli:alice, as typed] rollout_census step 50") {
+	if code != exitOK || !strings.Contains(out, "operator:"+signer.ID+" (verified) [by cli:alice, as typed] [started by "+devserver.PrincipalUser+":"+stackUser()+", per Temporal] rollout_census step 50") {
 		t.Errorf("models history: exit %d\n%s", code, out)
 	}
 	t.Logf("models history:\n%s", out)
