@@ -243,7 +243,7 @@ func runServe(ctx context.Context, types *train.Registry, args []string, stderr 
 		return err
 	}
 	defer cl.Close()
-	api := ml.api(cl, tc.Namespace, log)
+	api := ml.api(cl, tc.Namespace, reg, log)
 	opts.Routes = withML(nil, api)
 	if *withConsole {
 		routes, err := serveConsole(cl, tc.Namespace, *uiURL, cf, reg, repo, log)

@@ -32,10 +32,11 @@ func (f *mlFlags) check() error {
 	return nil
 }
 
-// api is the ml/v1 API over cl, answering predictions once the server
-// is named (API.PredictWith).
-func (f *mlFlags) api(cl client.Client, namespace string, log *slog.Logger) *mlapi.API {
-	return mlapi.New(mlapi.Options{Client: cl, Namespace: namespace, Projects: f.projects, Logger: log})
+// api is the ml/v1 API over cl, reading the models the server serves
+// from models and answering predictions once the server is named
+// (API.PredictWith).
+func (f *mlFlags) api(cl client.Client, namespace string, models mlapi.Models, log *slog.Logger) *mlapi.API {
+	return mlapi.New(mlapi.Options{Client: cl, Namespace: namespace, Projects: f.projects, Models: models, Logger: log})
 }
 
 // withML mounts the console's routes (nil: none) and the ml/v1 API's.

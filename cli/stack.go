@@ -197,7 +197,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 	if ml == nil {
 		ml = &mlFlags{}
 	}
-	api := ml.api(s.user, s.Temporal.Namespace(), log)
+	api := ml.api(s.user, s.Temporal.Namespace(), s.Registry, log)
 	srv := serving.New(s.Registry, log, serving.Options{Routes: withML(con.Routes, api), ShadowMaxLive: cfg.ShadowMaxLive, FeedbackKey: feedbackKey})
 	api.PredictWith(srv)
 	go func() { s.served <- srv.Serve(sctx, ln) }()

@@ -48,6 +48,9 @@ type Options struct {
 	// Projects are the project IDs served; empty: any project ID is
 	// accepted (jobs are one namespace whatever the project).
 	Projects []string
+	// Models are the models the prediction server serves, read by the
+	// models and versions methods (nil: those answer 503).
+	Models Models
 	// MaxBodyBytes bounds a jobs request body (0: DefaultMaxBodyBytes);
 	// a larger one is answered 413.
 	MaxBodyBytes int64
@@ -85,6 +88,7 @@ func (a *API) PredictWith(p Predictor) { a.predictor = p }
 const (
 	routeJobs    = "/v1/projects/:project/jobs"
 	routeJob     = "/v1/projects/:project/jobs/*"
+	routeModels  = "/v1/projects/:project/models"
 	routeModel   = "/v1/projects/:project/models/*"
 	routeProject = "/v1/projects/*"
 )
@@ -97,9 +101,21 @@ func (a *API) Routes(e *echo.Echo) {
 	e.GET(routeJob, a.handle(a.get))
 	e.POST(routeJob, a.handle(a.cancel))
 	e.POST(routeModel, a.predict)
-	e.Any(routeProject, a.handle(func(c echo.Context) error {
-		return notFound("%s %s: not served by trainflow (yet); docs/ml-api.md lists the ml/v1 methods served", c.Request().Method, c.Request().URL.Path)
-	}))
+	e.GET(routeDiscovery, a.discoveryDoc)
+	e.GET(routeModels, a.handle(a.listModels))
+	e.GET(routeModel, a.handle(a.getModel))
+	// jobs.patch, models.create, patch and delete, versions.create,
+	// delete and patch: not served yet.
+	others := []string{http.MethodPatch, http.MethodDelete, http.MethodPut}
+	e.Match(others, routeJob, a.handle(notServed))
+	e.POST(routeModels, a.handle(notServed))
+	e.Match(others, routeModel, a.handle(notServed))
+	e.Any(routeProject, a.handle(notServed))
+}
+
+// notServed answers a method of ml/v1 this server does not serve.
+func notServed(c echo.Context) error {
+	return notFound("%s %s: not served by trainflow (yet); docs/ml-api.md lists the ml/v1 methods served", c.Request().Method, c.Request().URL.Path)
 }
 
 // handle writes h's error in Google's shape.

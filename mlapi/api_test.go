@@ -143,7 +143,9 @@ func TestBadInputStartsNothing(t *testing.T) {
 		{"unknown parameter", "GET", jobs + "?pagesize=5", "", "", 400, "INVALID_ARGUMENT", "pagesize: unknown parameter (did you mean pageSize?)"},
 		{"cancel body", "POST", jobs + "/a:cancel", `{"force":true}`, "", 400, "INVALID_ARGUMENT", "force: unknown field"},
 		{"unknown method", "POST", jobs + "/a:pause", `{}`, "", 404, "NOT_FOUND", ""},
-		{"models not served yet", "GET", "/v1/projects/my-project/models", "", "", 404, "NOT_FOUND", "not served by trainflow (yet)"},
+		{"models.create not served yet", "POST", "/v1/projects/my-project/models", `{"name":"census"}`, "", 404, "NOT_FOUND", "not served by trainflow (yet)"},
+		{"versions.delete not served yet", "DELETE", "/v1/projects/my-project/models/census/versions/1", "", "", 404, "NOT_FOUND", "not served by trainflow (yet)"},
+		{"operations not served yet", "GET", "/v1/projects/my-project/operations/op1", "", "", 404, "NOT_FOUND", "not served by trainflow (yet)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fake := &fakeTemporal{}

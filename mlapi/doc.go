@@ -9,6 +9,10 @@
 //	POST /v1/projects/{project}/jobs/{job}:cancel            projects.jobs.cancel
 //	POST /v1/projects/{project}/models/{model}:predict       projects.predict
 //	POST /v1/projects/{project}/models/{model}/versions/{v}:predict
+//	GET  /v1/projects/{project}/models                       projects.models.list
+//	GET  /v1/projects/{project}/models/{model}               projects.models.get
+//	GET  /v1/projects/{project}/models/{model}/versions      projects.models.versions.list
+//	GET  /v1/projects/{project}/models/{model}/versions/{v}  projects.models.versions.get
 //
 // A Job's trainingInput and predictionInput become a JobSpec or a
 // PredictionSpec through package jobs (the one mapping `jobs submit
@@ -16,7 +20,8 @@
 // the job ID: every answer is read from Temporal (the run's state, its
 // progress query or result, its memo for labels), never from a store of
 // this package's. Predictions answer through the prediction server's own
-// :predict path (Predictor).
+// :predict path (Predictor), and models and versions are those the
+// server has loaded from its repository (Models).
 //
 // Errors are Google's JSON shape, {"error": {"code", "message",
 // "status"}}, with a 400 that names the field's JSON path; those of the

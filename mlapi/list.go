@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/jobs"
-	"github.com/trainflow/trainflow/jobspec"
 )
 
 // Page sizes of projects.jobs.list, as Cloud ML Engine's.
@@ -162,24 +160,14 @@ func (a *API) list(c echo.Context) error {
 	if _, err := a.project(c); err != nil {
 		return err
 	}
+	if err := checkQuery(c, "filter", "pageSize", "pageToken"); err != nil {
+		return err
+	}
+	size, err := pageSize(c, defaultPageSize, maxPageSize)
+	if err != nil {
+		return err
+	}
 	q := c.QueryParams()
-	for k := range q {
-		switch k {
-		case "pageSize", "pageToken", "filter", "alt", "prettyPrint", "key", "access_token", "fields", "$.xgafv", "quotaUser", "callback", "upload_protocol", "uploadType":
-		default:
-			return invalid("%s: unknown parameter%s", clip(k), jobspec.Suggest(k, []string{"filter", "pageSize", "pageToken"}))
-		}
-	}
-	size := defaultPageSize
-	if s := q.Get("pageSize"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return invalid("pageSize %q: want an integer ≥ 0", clip(s))
-		}
-		if n > 0 {
-			size = min(n, maxPageSize)
-		}
-	}
 	fs := q.Get("filter")
 	f, err := parseFilter(fs)
 	if err != nil {

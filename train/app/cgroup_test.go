@@ -174,7 +174,12 @@ while True:
 		b, _ := os.ReadFile(filepath.Join(ws, name+".log"))
 		var n, errno int
 		if _, err := fmt.Sscanf(string(b), "bounded %d %d", &n, &errno); err != nil {
-			t.Fatalf("bomb %s said %q: %v", name, b, err)
+			// The other bomb may spend the job's whole budget before this
+			// sandbox starts (seen under the race detector): then bwrap
+			// itself cannot fork, and the limit is named all the same.
+			if !strings.Contains(string(b), "Resource temporarily unavailable") {
+				t.Fatalf("bomb %s said %q: %v", name, b, err)
+			}
 		}
 		total += n
 		t.Logf("bomb %s forked %d (errno %d): %s", name, n, errno, ex)
