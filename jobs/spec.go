@@ -157,7 +157,7 @@ func fromTrainingInput(in map[string]json.RawMessage, load PackageLoader) (jobsp
 			}
 			warn = append(warn, w...)
 		case "hyperparameters":
-			t, err := fromHyperparameters(in[k])
+			t, err := fromHyperparameters(in[k], pkg)
 			if err != nil {
 				return spec, nil, err
 			}
@@ -231,7 +231,7 @@ func applyArgs(spec *jobspec.JobSpec, args []string) ([]string, error) {
 // (camelCase keys) onto a TuningSpec. A parameterName may be a JobSpec
 // path (model.learning_rate) or one of the census sample's trainer flags
 // (learning-rate, train-batch-size, ...).
-func fromHyperparameters(raw json.RawMessage) (*jobspec.TuningSpec, error) {
+func fromHyperparameters(raw json.RawMessage, app bool) (*jobspec.TuningSpec, error) {
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, fmt.Errorf("trainingInput.hyperparameters: %w", err)
@@ -243,6 +243,11 @@ func fromHyperparameters(raw json.RawMessage) (*jobspec.TuningSpec, error) {
 	if err := jobspec.DecodeStrict(b, &t); err != nil {
 		msg := strings.TrimPrefix(err.Error(), jobspec.ErrInvalid.Error()+": ")
 		return nil, fmt.Errorf("%w: trainingInput.hyperparameters.%s", jobspec.ErrInvalid, msg)
+	}
+	if app {
+		// A package's parameter is its own flag (--learning-rate=V on
+		// each trial's command line), never a built-in model's field.
+		return &t, nil
 	}
 	for i, p := range t.Params {
 		if path, ok := flagFields[strings.ReplaceAll(strings.TrimLeft(p.ParameterName, "-"), "_", "-")]; ok {

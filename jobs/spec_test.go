@@ -143,6 +143,27 @@ func TestTrainerPackageConfig(t *testing.T) {
 	if d := spec.WithDefaults(); d.Validate() != nil {
 		t.Fatalf("mapped spec: %v", d.Validate())
 	}
+	// Tuning a package: a parameter is the package's own flag, as the
+	// trials pass it (--learning-rate=V), not the census model's field.
+	tuned, _, err := LoadSpecPackages([]byte("trainingInput:\n  packageUris: [./trainer]\n  pythonModule: trainer.task\n"+
+		"  hyperparameters:\n    goal: MAXIMIZE\n    hyperparameterMetricTag: accuracy\n    maxTrials: 4\n"+
+		"    params:\n    - parameterName: learning-rate\n      type: DOUBLE\n      minValue: 0.001\n      maxValue: 0.1\n"), load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tuned.Tuning == nil || len(tuned.Tuning.Params) != 1 || tuned.Tuning.Params[0].ParameterName != "learning-rate" {
+		t.Fatalf("a package's tuned flag: %+v, want parameter learning-rate", tuned.Tuning)
+	}
+	tuned.JobID = "pkg_tune"
+	if d := tuned.WithDefaults(); d.Validate() != nil {
+		t.Fatalf("a package's tuning spec: %v, want valid", d.Validate())
+	}
+	// The census sample's flag still tunes the built-in model's field.
+	census, _, err := LoadSpec([]byte("trainingInput:\n  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 4\n" +
+		"    params:\n    - parameterName: learning-rate\n      type: DOUBLE\n      minValue: 0.001\n      maxValue: 0.1\n"))
+	if err != nil || census.Tuning == nil || census.Tuning.Params[0].ParameterName != "model.learning_rate" {
+		t.Fatalf("the census sample's tuned flag: %+v, %v; want model.learning_rate", census.Tuning, err)
+	}
 	for _, tc := range []struct{ yaml, want string }{
 		{"trainingInput:\n  pythonModule: trainer.task\n  packageUris: [gs://b/trainer-0.1.tar.gz]\n", "trainingInput.packageUris \"gs://b/trainer-0.1.tar.gz\": want a local"},
 		{"trainingInput:\n  pythonModule: trainer.task\n  packageUris: [a.tar.gz, b.tar.gz]\n", "trainingInput.packageUris: want a list of one package"},
