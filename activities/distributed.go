@@ -314,9 +314,7 @@ func (j *jobDir) newReportKey(ctx context.Context, run string) (ed25519.PublicKe
 		} else {
 			f.Nonce = make([]byte, 32)
 			crand.Read(f.Nonce)
-			if _, f.KeyID, err = j.keys.Derive("", "report-key"); err != nil {
-				return nil, err
-			}
+			f.KeyID = j.keys.IDs()[0] // the signing key derives new keys
 		}
 		b, _ := json.Marshal(f)
 		if err := j.WritePrivate(ctx, jobdir.ReportKeyFile, b); err != nil {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -73,8 +72,11 @@ func runTemporalServer(ctx context.Context, args []string, stdout, stderr io.Wri
 		Home: filepath.Join(*home, "temporal"), Database: *db, FrontendAddr: *listen, UIAddr: *uiAddr, Namespace: *namespace,
 		SearchAttributes: worker.SearchAttributes, Logger: log, WorkerTokens: workers, UserTokens: users,
 	})
+	if errors.Is(err, devserver.ErrOptions) {
+		return usageError{err}
+	}
 	if err != nil {
-		return usageErrorIf(err)
+		return err
 	}
 	fmt.Fprintf(stdout, "temporal-server is up: frontend %s (namespace %s), %d worker token(s), %d user(s)", srv.FrontendAddr(), srv.Namespace(), len(workers), len(users))
 	if u := srv.UIURL(); u != "" {
@@ -83,15 +85,6 @@ func runTemporalServer(ctx context.Context, args []string, stdout, stderr io.Wri
 	fmt.Fprintln(stdout)
 	<-ctx.Done()
 	return srv.Stop()
-}
-
-// usageErrorIf marks an error of devserver's options (a bad flag) as a
-// usage error.
-func usageErrorIf(err error) error {
-	if err != nil && strings.HasPrefix(err.Error(), "options:") {
-		return usageError{err}
-	}
-	return err
 }
 
 // runTemporalHealth asks the frontend for its health: what anonymous

@@ -218,7 +218,7 @@ func TestUserTokensOptions(t *testing.T) {
 		{Options{Home: "h", WorkerTokens: []string{"w"}, UserTokens: map[string]string{"user-secret-0123456789": "a\x1b[31m"}}, "user name"},
 		{Options{Home: "h", WorkerTokens: []string{"user-secret-0123456789"}, UserTokens: map[string]string{"user-secret-0123456789": "a"}}, "also a worker token"},
 	} {
-		if _, err := c.o.withDefaults(); err == nil || !strings.Contains(err.Error(), "UserTokens") || !strings.Contains(err.Error(), c.want) {
+		if _, err := c.o.withDefaults(); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "options: UserTokens") || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("withDefaults(%v): %v, want an error naming UserTokens and %q", c.o.UserTokens, err, c.want)
 		}
 	}

@@ -49,6 +49,11 @@ const (
 	LockFile = "temporal.lock"
 )
 
+// ErrOptions marks an error in Options (Start's and its validation's):
+// a caller's bad setting, which a command reports as a usage error. Its
+// text is "options".
+var ErrOptions = errors.New("options")
+
 // ErrHomeInUse reports that another Server, in this process or another one,
 // is using the same Options.Home.
 var ErrHomeInUse = errors.New("devserver: home in use by another server")
@@ -109,15 +114,15 @@ type Options struct {
 // invalid field.
 func (o Options) withDefaults() (Options, error) {
 	if o.Home == "" {
-		return o, errors.New("options: Home is required")
+		return o, fmt.Errorf("%w: Home is required", ErrOptions)
 	}
 	if strings.ContainsAny(o.Home, "?#%") {
 		// The path becomes part of a file: URI.
-		return o, fmt.Errorf("options: Home %q contains '?', '#' or '%%'", o.Home)
+		return o, fmt.Errorf("%w: Home %q contains '?', '#' or '%%'", ErrOptions, o.Home)
 	}
 	home, err := filepath.Abs(o.Home)
 	if err != nil {
-		return o, fmt.Errorf("options: Home: %w", err)
+		return o, fmt.Errorf("%w: Home: %w", ErrOptions, err)
 	}
 	o.Home = home
 	if o.FrontendAddr == "" {
@@ -130,19 +135,19 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.Default()
 	}
 	if err := validateSearchAttributes(o.SearchAttributes); err != nil {
-		return o, fmt.Errorf("options: %w", err)
+		return o, fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if len(o.UserTokens) > 0 && len(o.WorkerTokens) == 0 {
-		return o, errors.New("options: UserTokens without WorkerTokens: authorization is on only with worker tokens")
+		return o, fmt.Errorf("%w: UserTokens without WorkerTokens: authorization is on only with worker tokens", ErrOptions)
 	}
 	for tok, name := range o.UserTokens {
 		switch {
 		case len(tok) < minToken:
-			return o, fmt.Errorf("options: UserTokens: the token of %q is shorter than %d characters", name, minToken)
+			return o, fmt.Errorf("%w: UserTokens: the token of %q is shorter than %d characters", ErrOptions, name, minToken)
 		case name == "" || name == WorkerSubject || name == UIPrincipal || len(name) > 128 || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-			return o, fmt.Errorf("options: UserTokens: user name %q: want 1 to 128 printable characters, not %q or %q", name, WorkerSubject, UIPrincipal)
+			return o, fmt.Errorf("%w: UserTokens: user name %q: want 1 to 128 printable characters, not %q or %q", ErrOptions, name, WorkerSubject, UIPrincipal)
 		case slices.Contains(o.WorkerTokens, tok):
-			return o, fmt.Errorf("options: UserTokens: the token of %q is also a worker token", name)
+			return o, fmt.Errorf("%w: UserTokens: the token of %q is also a worker token", ErrOptions, name)
 		}
 	}
 	return o, nil
@@ -242,7 +247,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	st := sqliteStore(filepath.Join(opts.Home, DBFile))
 	if opts.Database != "" {
 		if st, err = postgresStore(opts.Database); err != nil {
-			return nil, fmt.Errorf("options: %w", err)
+			return nil, fmt.Errorf("%w: %w", ErrOptions, err)
 		}
 	}
 	if err := st.setup(s.tlog); err != nil {

@@ -33,19 +33,7 @@ func parse(t *testing.T, args ...string) *Flags {
 // what arrives: the API key as a bearer token, over a verified connection.
 func TestAPIKeyReachesTheServerOverTLS(t *testing.T) {
 	certs := testcert.New(t)
-	got := make(chan string, 16)
-	srv := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&certs.Server)),
-		grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
-			md, _ := metadata.FromIncomingContext(stream.Context())
-			got <- strings.Join(md.Get("authorization"), ",")
-			return status.Error(codes.PermissionDenied, "test server")
-		}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
+	ln, got := authRecorder(t, grpc.Creds(credentials.NewServerTLSFromCert(&certs.Server)))
 
 	t.Setenv("TEMPORAL_API_KEY", "key-from-env")
 	// The system's roots do not know the test CA: no request may get through.
@@ -137,18 +125,7 @@ func TestBadTLSSettingsNameTheFlagNotTheContents(t *testing.T) {
 // --tls=false, as a compose network's worker sends it); a file others
 // may read is refused, naming the flag and not the key.
 func TestAPIKeyFile(t *testing.T) {
-	got := make(chan string, 16)
-	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
-		md, _ := metadata.FromIncomingContext(stream.Context())
-		got <- strings.Join(md.Get("authorization"), ",")
-		return status.Error(codes.PermissionDenied, "test server")
-	}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
+	ln, got := authRecorder(t)
 	t.Setenv("TEMPORAL_API_KEY", "")
 	key := strings.Repeat("k", 40)
 	path := filepath.Join(t.TempDir(), "keys", "worker.token")
@@ -173,8 +150,27 @@ func TestAPIKeyFile(t *testing.T) {
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = parse(t, "--temporal", ln.Addr().String(), "--api-key-file", path, "--tls=false").Options(nil)
+	_, err := parse(t, "--temporal", ln.Addr().String(), "--api-key-file", path, "--tls=false").Options(nil)
 	if err == nil || !strings.Contains(err.Error(), "--api-key-file") || !strings.Contains(err.Error(), "others may read it") || strings.Contains(err.Error(), key) {
 		t.Errorf("a key file others may read: %v, want refused naming --api-key-file, not the key", err)
 	}
+}
+
+// authRecorder serves gRPC on a loopback port with opts, answering every
+// call PermissionDenied after sending its authorization metadata on got.
+func authRecorder(t *testing.T, opts ...grpc.ServerOption) (net.Listener, chan string) {
+	t.Helper()
+	got := make(chan string, 16)
+	srv := grpc.NewServer(append(opts, grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		md, _ := metadata.FromIncomingContext(stream.Context())
+		got <- strings.Join(md.Get("authorization"), ",")
+		return status.Error(codes.PermissionDenied, "test server")
+	}))...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	return ln, got
 }
