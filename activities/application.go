@@ -104,7 +104,11 @@ func (a *Activities) packageApplication(ctx context.Context, jobID, replica stri
 	if err != nil {
 		return app.Application{}, nonRetryable(workflows.ErrTypeInvalidSpec, fmt.Errorf("%w: application.module: %w", jobspec.ErrInvalid, err))
 	}
-	return app.Application{Name: s.Module, Argv: argv, Sandbox: true, TFConfigChief: app.RoleChief, Dir: in.Venv}, nil
+	chief := s.TFConfigChief
+	if chief == "" {
+		chief = app.RoleChief
+	}
+	return app.Application{Name: s.Module, Argv: argv, Sandbox: true, TFConfigChief: chief, Dir: in.Venv}, nil
 }
 
 // application looks up the registered application called name.
@@ -188,7 +192,7 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 		CheckpointDir:  filepath.Join(root, filepath.FromSlash(jobdir.AppCheckpointDir)),
 		TensorBoardDir: filepath.Join(root, filepath.FromSlash(jobdir.AppTensorBoardDir)),
 		Workspace:      filepath.Join(root, filepath.FromSlash(jobdir.AppWorkspace(task.Name()))),
-		Job: app.JobInfo{JobID: in.JobID, ScaleTier: in.Cluster.ScaleTier, WorkerCount: in.Cluster.WorkerCount, ParameterServerCount: in.Cluster.ParameterServerCount,
+		Job: app.JobInfo{ScaleTier: in.Cluster.ScaleTier, WorkerCount: in.Cluster.WorkerCount, ParameterServerCount: in.Cluster.ParameterServerCount,
 			Application: in.Application.Name, Args: in.Application.Args, JobDir: in.JobDir}}
 	if c := in.Cluster.Evaluator; c != nil && *c {
 		r.Job.EvaluatorCount = 1
@@ -206,6 +210,9 @@ func (a *Activities) AppReplica(ctx context.Context, in workflows.ReplicaInput) 
 			return res, err // already naming the replica: wrapping would hide a non-retryable error's type
 		}
 		r.Job.Application, r.Job.PythonModule = "", in.Application.Module
+		if o := in.Application.Origin; o != nil {
+			r.Job.PackageURIs, r.Job.Region, r.Job.RuntimeVersion, r.Job.PythonVersion = o.PackageURIs, o.Region, o.RuntimeVersion, o.PythonVersion
+		}
 	}
 	for _, d := range []string{r.ModelDir, r.CheckpointDir, r.TensorBoardDir, r.Workspace} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

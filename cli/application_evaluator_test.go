@@ -51,7 +51,7 @@ func TestApplicationEvaluator(t *testing.T) {
 	for _, r := range p.AppCluster.Replicas {
 		addr[r.Type] = strconv.Quote(r.Addr)
 	}
-	want := fmt.Sprintf(`{"cluster":{"chief":[%s],"worker":[%s]},"task":{"type":"evaluator","index":0,"trial":""},"job":{"job_id":"ev_ok","scale_tier":"CUSTOM","worker_count":"1","parameter_server_count":"0","evaluator_count":"1","application":"evaluator","args":["--evaluator=run"],"job_dir":%q},"environment":"cloud"}`,
+	want := fmt.Sprintf(`{"cluster":{"chief":[%s],"worker":[%s]},"task":{"type":"evaluator","index":0,"trial":""},"job":{"scale_tier":"CUSTOM","worker_count":"1","parameter_server_count":"0","evaluator_count":"1","application":"evaluator","args":["--evaluator=run"],"job_dir":%q},"environment":"cloud"}`,
 		addr["chief"], addr["worker"], okDir)
 	if got := line(replicaLog(t, okDir, "evaluator-0"), "TF_CONFIG"); got != want {
 		t.Errorf("evaluator's TF_CONFIG:\n got %s\nwant %s", got, want)

@@ -189,8 +189,8 @@ func TestApplicationTFConfig(t *testing.T) {
 		for _, r := range p.AppCluster.Replicas {
 			name := fmt.Sprintf("%s-%d", r.Type, r.Index)
 			log := replicaLog(t, jobDir, name)
-			want := fmt.Sprintf(`{"cluster":{%s},"task":{"type":%q,"index":%d,"trial":""},"job":{"job_id":%q,"scale_tier":%q,"worker_count":"%d","parameter_server_count":"%d","application":"tfconfig","args":%s,"job_dir":%q},"environment":"cloud"}`,
-				cluster, r.Type, r.Index, j.id, j.tier, j.workers, j.ps, argsJSON, jobDir)
+			want := fmt.Sprintf(`{"cluster":{%s},"task":{"type":%q,"index":%d,"trial":""},"job":{"scale_tier":%q,"worker_count":"%d","parameter_server_count":"%d","application":"tfconfig","args":%s,"job_dir":%q},"environment":"cloud"}`,
+				cluster, r.Type, r.Index, j.tier, j.workers, j.ps, argsJSON, jobDir)
 			if got := line(log, "TF_CONFIG"); got != want {
 				t.Errorf("%s %s TF_CONFIG:\n got %s\nwant %s", j.id, name, got, want)
 			}
@@ -488,8 +488,8 @@ func TestApplicationTuning(t *testing.T) {
 		}
 		p := appProgress(t, st, tr.ID)
 		n := strconv.Itoa(tr.Number)
-		want := fmt.Sprintf(`{"cluster":{"chief":[%q]},"task":{"type":"chief","index":0,"trial":%q},"job":{"job_id":%q,"scale_tier":"BASIC","worker_count":"0","parameter_server_count":"0","application":"hpt","args":["--fixed","$(id)","--x=%s","--opt=%s"],"job_dir":%q},"environment":"cloud"}`,
-			p.AppCluster.Replicas[0].Addr, n, tr.ID, tr.Params["x"], tr.Params["opt"], dir)
+		want := fmt.Sprintf(`{"cluster":{"chief":[%q]},"task":{"type":"chief","index":0,"trial":%q},"job":{"scale_tier":"BASIC","worker_count":"0","parameter_server_count":"0","application":"hpt","args":["--fixed","$(id)","--x=%s","--opt=%s"],"job_dir":%q},"environment":"cloud"}`,
+			p.AppCluster.Replicas[0].Addr, n, tr.Params["x"], tr.Params["opt"], dir)
 		if got := line(log, "TF_CONFIG"); got != want {
 			t.Errorf("trial %d TF_CONFIG:\n got %s\nwant %s", tr.Number, got, want)
 		}

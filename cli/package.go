@@ -43,6 +43,9 @@ func modulePath(module string) string { return strings.ReplaceAll(module, ".", "
 // packs it, or a source archive (.tar.gz) as `python -m build --sdist`
 // or gcloud made it, checked to hold module.
 func configPackage(uri, module string) ([]byte, error) {
+	if strings.Contains(uri, "://") {
+		return nil, fmt.Errorf("want a local directory or .tar.gz (the CLI does not fetch packages from object storage; the ml/v1 API reads them from its operator's --ml-package-roots)")
+	}
 	st, err := os.Stat(uri)
 	if err != nil {
 		return nil, fmt.Errorf("a local package directory or .tar.gz (object storage is not read for packages): %w", err)

@@ -26,7 +26,7 @@ import (
 // packageStack starts the dev stack, with --allow-packages when allow, in
 // a home the sandbox's user (nobody, the worker being root) can reach by
 // name: t.TempDir's directories are private to root.
-func packageStack(t *testing.T, allow bool) (*stack, string) {
+func packageStack(t *testing.T, allow bool, opts ...func(*stackConfig)) (*stack, string) {
 	t.Helper()
 	if _, err := os.Stat("/usr/bin/bwrap"); err != nil {
 		realtest.Missing(t, "bubblewrap is not installed (apt-get install bubblewrap)")
@@ -45,7 +45,8 @@ func packageStack(t *testing.T, allow bool) (*stack, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testStack(t, home, func(c *stackConfig) { c.Trust.allowPackages, c.Trust.applications = allow, r }), home
+	opts = append([]func(*stackConfig){func(c *stackConfig) { c.Trust.allowPackages, c.Trust.applications = allow, r }}, opts...)
+	return testStack(t, home, opts...), home
 }
 
 // TestPackageJob submits the user's own Python package on a worker started
@@ -90,7 +91,8 @@ func TestPackageJob(t *testing.T) {
 		}
 	}
 	config := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(config, fmt.Appendf(nil, "trainingInput:\n  scaleTier: CUSTOM\n  workerCount: 2\n  packageUris: [pkg/trainer]\n  pythonModule: trainer.task\n  args: %s\n", argsJSON), 0o644); err != nil {
+	// Cloud ML Engine's runtime 1.15 named the chief master in TF_CONFIG.
+	if err := os.WriteFile(config, fmt.Appendf(nil, "trainingInput:\n  scaleTier: CUSTOM\n  workerCount: 2\n  packageUris: [pkg/trainer]\n  pythonModule: trainer.task\n  args: %s\n  region: us-central1\n  runtimeVersion: \"1.15\"\n", argsJSON), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, errs := cli(t, "jobs", "submit", "training", "pkg_custom", "--temporal", addr, "--config", config); code != exitOK {
@@ -139,12 +141,16 @@ func TestPackageJob(t *testing.T) {
 	for _, r := range p.AppCluster.Replicas {
 		addrs[r.Type] = append(addrs[r.Type], strconv.Quote(r.Addr))
 	}
-	cluster := `"chief":[` + addrs["chief"][0] + `],"worker":[` + strings.Join(addrs["worker"], ",") + `]`
+	cluster := `"master":[` + addrs["chief"][0] + `],"worker":[` + strings.Join(addrs["worker"], ",") + `]`
 	for _, r := range p.AppCluster.Replicas {
 		name := fmt.Sprintf("%s-%d", r.Type, r.Index)
 		log := replicaLog(t, jobDir, name)
-		want := fmt.Sprintf(`{"cluster":{%s},"task":{"type":%q,"index":%d,"trial":""},"job":{"job_id":"pkg_custom","scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"0","python_module":"trainer.task","args":%s,"job_dir":%q},"environment":"cloud"}`,
-			cluster, r.Type, r.Index, argsJSON, jobDir)
+		typ := r.Type
+		if typ == "chief" {
+			typ = "master"
+		}
+		want := fmt.Sprintf(`{"cluster":{%s},"task":{"type":%q,"index":%d,"trial":""},"job":{"scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"0","package_uris":["pkg/trainer"],"python_module":"trainer.task","args":%s,"job_dir":%q,"region":"us-central1","runtime_version":"1.15"},"environment":"cloud"}`,
+			cluster, typ, r.Index, argsJSON, jobDir)
 		if got := line(log, "TF_CONFIG"); got != want {
 			t.Errorf("%s TF_CONFIG:\n got %s\nwant %s", name, got, want)
 		}

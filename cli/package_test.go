@@ -4,12 +4,14 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobspec"
 )
 
@@ -106,5 +108,80 @@ func TestConfigPackage(t *testing.T) {
 	}
 	if _, err := configPackage(filepath.Join(dir, "absent.tar.gz"), "trainer.task"); err == nil || !strings.Contains(err.Error(), "a local package directory or .tar.gz") {
 		t.Errorf("absent: %v", err)
+	}
+}
+
+// TestRootPackage: the ml/v1 API reads a packageUris archive only from
+// inside the operator's --ml-package-roots: a .tar.gz under a local root
+// (as a path or file:// URI) or a storage root's prefix, holding the
+// module; a directory, a '..' or empty segment, a link below the root, a
+// file over the bound, a URI outside every root or of another root's
+// kind are refused saying why, and nothing outside is read.
+func TestRootPackage(t *testing.T) {
+	archive, err := packagePath("testdata/pkg/trainer", "trainer.task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, outside := t.TempDir(), t.TempDir()
+	for _, f := range []struct {
+		name string
+		b    []byte
+	}{{"staging/trainer-0.1.tar.gz", archive}, {"big.tar.gz", make([]byte, jobspec.MaxPackageBytes+1)}} {
+		p := filepath.Join(root, filepath.FromSlash(f.name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, f.b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret := filepath.Join(outside, "secret.tar.gz")
+	if err := os.WriteFile(secret, archive, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(root, "staging", "link.tar.gz")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "dirlink")); err != nil {
+		t.Fatal(err)
+	}
+	mem := "mem://pkgs-" + strings.ReplaceAll(t.Name(), "/", "-")
+	st, err := storage.Open(context.Background(), mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Write(context.Background(), "staging/t.tar.gz", archive); err != nil {
+		t.Fatal(err)
+	}
+	roots := []string{root, mem + "/staging"}
+	for _, uri := range []string{filepath.Join(root, "staging", "trainer-0.1.tar.gz"), "file://" + filepath.Join(root, "staging", "trainer-0.1.tar.gz"), mem + "/staging/t.tar.gz"} {
+		if got, err := rootPackage(roots, uri, "trainer.task"); err != nil || !bytes.Equal(got, archive) {
+			t.Errorf("%s: %d bytes, %v; want the archive", uri, len(got), err)
+		}
+	}
+	for _, tc := range []struct{ uri, module, want string }{
+		{filepath.Join(root, "staging", "trainer-0.1.tar.gz"), "trainer.nosuch", "no module trainer.nosuch"},
+		{filepath.Join(root, "staging"), "trainer.task", "want a source archive (.tar.gz"},
+		{root + "/staging/../staging/trainer-0.1.tar.gz", "trainer.task", "not a clean path"},
+		{root + "//staging/trainer-0.1.tar.gz", "trainer.task", "not a clean path"},
+		{filepath.Join(root, "staging", "link.tar.gz"), "trainer.task", "not a regular file of its own reached without links"},
+		{filepath.Join(root, "dirlink", "secret.tar.gz"), "trainer.task", "not a regular file of its own reached without links"},
+		{filepath.Join(root, "big.tar.gz"), "trainer.task", "larger than"},
+		{filepath.Join(root, "staging", "absent.tar.gz"), "trainer.task", "no such package"},
+		{secret, "trainer.task", "not inside the package roots"},
+		{mem + "/other/t.tar.gz", "trainer.task", "not inside the package roots"},
+		{"gs://bucket/staging/t.tar.gz", "trainer.task", "not inside the package roots"},
+	} {
+		_, err := rootPackage(roots, tc.uri, tc.module)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an error containing %q", tc.uri, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), outside) {
+			t.Errorf("%s: the error names the server's path %s: %v", tc.uri, outside, err)
+		}
+	}
+	if _, err := configPackage("gs://b/trainer-0.1.tar.gz", "trainer.task"); err == nil || !strings.Contains(err.Error(), "the CLI does not fetch packages from object storage") {
+		t.Errorf("the CLI's loader and object storage: %v", err)
 	}
 }

@@ -45,6 +45,59 @@ func LoadSpecPackages(data []byte, load PackageLoader) (spec jobspec.JobSpec, wa
 	return spec, nil, err
 }
 
+// TrainingInputFields returns the fields of a job file's trainingInput,
+// and whether it is a Cloud ML Engine config (a top-level trainingInput)
+// rather than a JobSpec.
+func TrainingInputFields(data []byte) ([]string, bool) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, false
+	}
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(js, &probe) != nil {
+		return nil, false
+	}
+	raw, ok := probe["trainingInput"]
+	var in map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &in) // not an object: FromTrainingInput says so
+	return slices.Sorted(maps.Keys(in)), ok
+}
+
+// OverlayTrainingInput returns a Cloud ML Engine config (JSON): data's
+// (a config.yaml; nil: none) with the trainingInput fields of set in
+// place of its own, as gcloud's flags override a --config file's.
+func OverlayTrainingInput(data []byte, set map[string]any) ([]byte, error) {
+	doc := map[string]json.RawMessage{}
+	in := map[string]json.RawMessage{}
+	if data != nil {
+		js, err := yaml.YAMLToJSON(data)
+		if err != nil {
+			return nil, fmt.Errorf("not YAML or JSON: %w", err)
+		}
+		if err := json.Unmarshal(js, &doc); err != nil {
+			return nil, fmt.Errorf("want an object: %w", err)
+		}
+		if raw, ok := doc["trainingInput"]; ok && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &in); err != nil {
+				return nil, fmt.Errorf("trainingInput: want an object of TrainingInput fields")
+			}
+		}
+	}
+	for k, v := range set {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		in[k] = b
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	doc["trainingInput"] = b
+	return json.Marshal(doc)
+}
+
 // FromTrainingInput maps a Cloud ML Engine TrainingInput (the JSON
 // object of a config.yaml's trainingInput, or of an ml/v1 Job's) onto a
 // JobSpec without a job ID: what applies is used, the rest comes back as
@@ -166,13 +219,64 @@ func fromTrainingInput(in map[string]json.RawMessage, load PackageLoader) (jobsp
 				continue
 			}
 			spec.Tuning = t
-		case "region", "runtimeVersion", "pythonVersion", "scheduling", "network", "serviceAccount", "useChiefInTfConfig":
+		case "region", "runtimeVersion", "pythonVersion":
+			v, err := str(k)
+			if err != nil {
+				return spec, nil, err
+			}
+			if !pkg {
+				warn = append(warn, fmt.Sprintf("%s: does not apply to trainflow; ignored", k))
+				continue
+			}
+			// A package's program reads them in TF_CONFIG.job.
+			o := spec.Application.Origin
+			switch k {
+			case "region":
+				o.Region = v
+			case "runtimeVersion":
+				master, err := masterRuntime(v)
+				if err != nil {
+					return spec, nil, err
+				}
+				if master && spec.Application.TFConfigChief == "" {
+					spec.Application.TFConfigChief = "master"
+				}
+				o.RuntimeVersion = v
+			default:
+				o.PythonVersion = v
+			}
+		case "useChiefInTfConfig":
+			var b bool
+			if err := json.Unmarshal(in[k], &b); err != nil {
+				return spec, nil, fmt.Errorf("trainingInput.%s: want true or false: %w", k, err)
+			}
+			if !pkg {
+				warn = append(warn, fmt.Sprintf("%s: only a trainer package's TF_CONFIG names its chief; ignored", k))
+				continue
+			}
+			// Keys are read sorted: this overrides runtimeVersion's choice.
+			if b {
+				spec.Application.TFConfigChief = "chief"
+			}
+		case "scheduling", "network", "serviceAccount":
 			warn = append(warn, fmt.Sprintf("%s: does not apply to trainflow; ignored", k))
 		default:
 			return spec, nil, fmt.Errorf("trainingInput.%s: unknown field%s", k, jobspec.Suggest(k, trainingInputFields))
 		}
 	}
 	return spec, warn, nil
+}
+
+// masterRuntime reports whether Cloud ML Engine's runtime version v
+// named the chief "master" in TF_CONFIG (versions before 2.1).
+func masterRuntime(v string) (bool, error) {
+	maj, min, ok := strings.Cut(v, ".")
+	a, err1 := strconv.Atoi(maj)
+	b, err2 := strconv.Atoi(strings.SplitN(min, ".", 2)[0])
+	if !ok || err1 != nil || err2 != nil || a < 0 || b < 0 {
+		return false, fmt.Errorf("trainingInput.runtimeVersion %q: want a runtime version such as 2.11 or 1.15", v)
+	}
+	return a < 2 || (a == 2 && b < 1), nil
 }
 
 // trainingInputFields are the TrainingInput fields fromTrainingInput
@@ -300,19 +404,16 @@ func trainerPackage(in map[string]json.RawMessage, load PackageLoader) (*jobspec
 	var uris []string
 	var module string
 	if err := json.Unmarshal(in["packageUris"], &uris); err != nil || len(uris) != 1 {
-		return nil, fmt.Errorf("trainingInput.packageUris: want a list of one package (a local directory or .tar.gz), got %s", in["packageUris"])
+		return nil, fmt.Errorf("trainingInput.packageUris: want a list of one package (a .tar.gz, or a local directory for the CLI), got %s", in["packageUris"])
 	}
 	if err := json.Unmarshal(in["pythonModule"], &module); err != nil || module == "" {
 		return nil, fmt.Errorf("trainingInput.pythonModule: want the module the package runs, e.g. trainer.task")
 	}
-	a := &jobspec.ApplicationSpec{Module: module}
+	a := &jobspec.ApplicationSpec{Module: module, Origin: &jobspec.AppOrigin{PackageURIs: uris}}
 	if raw, ok := in["args"]; ok {
 		if err := json.Unmarshal(raw, &a.Args); err != nil {
 			return nil, fmt.Errorf("trainingInput.args: want a list of strings: %w", err)
 		}
-	}
-	if strings.Contains(uris[0], "://") {
-		return nil, fmt.Errorf("trainingInput.packageUris %q: want a local directory or .tar.gz (trainflow does not fetch packages from object storage)", uris[0])
 	}
 	b, err := load(uris[0], module)
 	if err != nil {

@@ -122,8 +122,9 @@ func TestTrainerPackagesAreNotCensus(t *testing.T) {
 // TestTrainerPackageConfig: with a package loader (the CLI's), a
 // config.yaml naming a trainer package becomes a package job: the one
 // package URI loaded, pythonModule the module, args the trainer's,
-// verbatim (not census flags); object storage and several packages are
-// refused naming the field, and a container image stays refused.
+// verbatim (not census flags); several packages are refused naming the
+// field (the loader refuses what it cannot read: the CLI's, object
+// storage), and a container image stays refused.
 func TestTrainerPackageConfig(t *testing.T) {
 	var loaded []string
 	load := func(uri, module string) ([]byte, error) {
@@ -165,7 +166,6 @@ func TestTrainerPackageConfig(t *testing.T) {
 		t.Fatalf("the census sample's tuned flag: %+v, %v; want model.learning_rate", census.Tuning, err)
 	}
 	for _, tc := range []struct{ yaml, want string }{
-		{"trainingInput:\n  pythonModule: trainer.task\n  packageUris: [gs://b/trainer-0.1.tar.gz]\n", "trainingInput.packageUris \"gs://b/trainer-0.1.tar.gz\": want a local"},
 		{"trainingInput:\n  pythonModule: trainer.task\n  packageUris: [a.tar.gz, b.tar.gz]\n", "trainingInput.packageUris: want a list of one package"},
 		{"trainingInput:\n  packageUris: [a.tar.gz]\n", "trainingInput.pythonModule"},
 		{"trainingInput:\n  masterConfig:\n    imageUri: gcr.io/p/trainer:1\n", "custom containers need a container runtime"},
@@ -173,5 +173,70 @@ func TestTrainerPackageConfig(t *testing.T) {
 		if _, _, err := LoadSpecPackages([]byte(tc.yaml), load); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v; want an error containing %q", tc.yaml, err, tc.want)
 		}
+	}
+}
+
+// TestPackageRuntimeFields: a package job's region, runtimeVersion and
+// pythonVersion are recorded for its TF_CONFIG.job beside the package
+// URIs as named; a runtime before 2.1 names the chief master (Cloud ML
+// Engine's), unless useChiefInTfConfig; a runtime version that is none
+// is refused naming the field. For the census model they do not apply
+// and are warned about.
+func TestPackageRuntimeFields(t *testing.T) {
+	load := func(uri, module string) ([]byte, error) { return []byte("archive"), nil }
+	const pkg = "trainingInput:\n  packageUris: [t.tar.gz]\n  pythonModule: trainer.task\n"
+	for _, tc := range []struct{ extra, chief string }{
+		{"  runtimeVersion: '1.15'\n  region: us-central1\n  pythonVersion: '3.7'\n", "master"},
+		{"  runtimeVersion: '2.0'\n", "master"},
+		{"  runtimeVersion: '2.1'\n", ""},
+		{"  runtimeVersion: '2.11'\n", ""},
+		{"  runtimeVersion: '1.15'\n  useChiefInTfConfig: true\n", "chief"},
+		{"", ""},
+	} {
+		spec, _, err := LoadSpecPackages([]byte(pkg+tc.extra), load)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.extra, err)
+		}
+		a := spec.Application
+		if a.TFConfigChief != tc.chief || a.Origin == nil || strings.Join(a.Origin.PackageURIs, ",") != "t.tar.gz" {
+			t.Errorf("%q: chief %q, origin %+v; want chief %q and the package URI", tc.extra, a.TFConfigChief, a.Origin, tc.chief)
+		}
+		spec.JobID = "pkg"
+		if d := spec.WithDefaults(); d.Validate() != nil {
+			t.Errorf("%q: %v", tc.extra, d.Validate())
+		}
+	}
+	spec, _, err := LoadSpecPackages([]byte("trainingInput:\n  packageUris: [t.tar.gz]\n  pythonModule: trainer.task\n  runtimeVersion: '1.15'\n  region: us-central1\n  pythonVersion: '3.7'\n"), load)
+	if o := spec.Application.Origin; err != nil || o.Region != "us-central1" || o.RuntimeVersion != "1.15" || o.PythonVersion != "3.7" {
+		t.Errorf("recorded %+v, %v", o, err)
+	}
+	if _, _, err := LoadSpecPackages([]byte(pkg+"  runtimeVersion: latest\n"), load); err == nil || !strings.Contains(err.Error(), "trainingInput.runtimeVersion \"latest\"") {
+		t.Errorf("runtimeVersion latest: %v", err)
+	}
+	census, warn, err := LoadSpec([]byte("trainingInput:\n  region: us-central1\n  runtimeVersion: '1.15'\n  useChiefInTfConfig: true\n"))
+	if err != nil || census.Application != nil || len(warn) != 3 {
+		t.Errorf("census with runtime fields: %+v, warnings %q, %v; want three warnings", census.Application, warn, err)
+	}
+}
+
+// TestOverlayTrainingInput: gcloud's flags replace the config's fields
+// and keep the others; without a config they are the whole input.
+func TestOverlayTrainingInput(t *testing.T) {
+	b, err := OverlayTrainingInput([]byte("jobId: x\ntrainingInput:\n  scaleTier: BASIC\n  args: [--train-steps, '10']\n"), map[string]any{"scaleTier": "CUSTOM", "workerCount": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, err := LoadSpec(b)
+	if err != nil || spec.Cluster.ScaleTier != "CUSTOM" || spec.Cluster.WorkerCount != 2 || spec.Train.MaxSteps != 10 {
+		t.Errorf("%s: %+v %+v, %v", b, spec.Cluster, spec.Train, err)
+	}
+	if b, err = OverlayTrainingInput(nil, map[string]any{"jobDir": "/x"}); err != nil || string(b) != `{"trainingInput":{"jobDir":"/x"}}` {
+		t.Errorf("no config: %s, %v", b, err)
+	}
+	if fields, ok := TrainingInputFields([]byte("trainingInput:\n  packageUris: [a]\n  args: []\n")); !ok || strings.Join(fields, ",") != "args,packageUris" {
+		t.Errorf("fields %q, %v", fields, ok)
+	}
+	if _, ok := TrainingInputFields([]byte(`{"job_id":"x"}`)); ok {
+		t.Error("a JobSpec taken for a config.yaml")
 	}
 }

@@ -194,6 +194,58 @@ type ApplicationSpec struct {
 	// Module is the Python module a package job runs (`python -m`), e.g.
 	// trainer.task. Required with Package, and only with it.
 	Module string `json:"module,omitempty"`
+	// TFConfigChief names the chief in the replicas' TF_CONFIG: "chief"
+	// (the default) or "master", as Cloud ML Engine named it for runtime
+	// versions before 2.1. Package jobs only: a registered application's
+	// is the worker's registry's (tf_config_chief).
+	TFConfigChief string `json:"tf_config_chief,omitempty"`
+	// Origin is what a package job's submitter said of its source and
+	// runtime, given to the program in TF_CONFIG's "job" as Cloud ML
+	// Engine gave it; trainflow reads none of it.
+	Origin *AppOrigin `json:"origin,omitempty"`
+}
+
+// AppOrigin is a package job's trainingInput fields that trainflow
+// records for the program (TF_CONFIG.job) and does not act on: the
+// package's URIs as the submitter named them (config.yaml's packageUris,
+// --package-path), region, runtimeVersion and pythonVersion.
+type AppOrigin struct {
+	PackageURIs    []string `json:"package_uris,omitempty"`
+	Region         string   `json:"region,omitempty"`
+	RuntimeVersion string   `json:"runtime_version,omitempty"`
+	PythonVersion  string   `json:"python_version,omitempty"`
+}
+
+// Bounds of application.origin: it travels in every replica's input and
+// environment.
+const (
+	maxOriginURIs  = 16
+	maxOriginBytes = 1024
+)
+
+// validate checks o's bounds: printable strings, at most maxOriginURIs
+// URIs of maxOriginBytes.
+func (o *AppOrigin) validate() error {
+	if len(o.PackageURIs) > maxOriginURIs {
+		return fmt.Errorf("%w: application.origin.package_uris: %d URIs, at most %d", ErrInvalid, len(o.PackageURIs), maxOriginURIs)
+	}
+	check := func(field, v string) error {
+		if len(v) > maxOriginBytes || strings.IndexFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0 {
+			return fmt.Errorf("%w: application.origin.%s: at most %d bytes, no control characters", ErrInvalid, field, maxOriginBytes)
+		}
+		return nil
+	}
+	for i, u := range o.PackageURIs {
+		if err := check(fmt.Sprintf("package_uris[%d]", i), u); err != nil {
+			return err
+		}
+	}
+	for _, f := range [][2]string{{"region", o.Region}, {"runtime_version", o.RuntimeVersion}, {"python_version", o.PythonVersion}} {
+		if err := check(f[0], f[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PackageArchive is application.package: bytes, base64 in JSON (standard
@@ -262,6 +314,22 @@ func (a *ApplicationSpec) validate() error {
 	default:
 		if err := ident.Check(a.Name); err != nil {
 			return fmt.Errorf("%w: application.name: %v: letters, digits and '_', starting with a letter", ErrInvalid, err)
+		}
+	}
+	if a.TFConfigChief != "" {
+		if a.Package == nil {
+			return fmt.Errorf("%w: application.tf_config_chief: only with application.package (a registered application's is the worker's registry's)", ErrInvalid)
+		}
+		if a.TFConfigChief != "chief" && a.TFConfigChief != "master" {
+			return fmt.Errorf("%w: application.tf_config_chief %q: want chief or master", ErrInvalid, a.TFConfigChief)
+		}
+	}
+	if a.Origin != nil {
+		if a.Package == nil {
+			return fmt.Errorf("%w: application.origin: only with application.package", ErrInvalid)
+		}
+		if err := a.Origin.validate(); err != nil {
+			return err
 		}
 	}
 	if len(a.Args) > MaxAppArgs {

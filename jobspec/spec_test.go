@@ -123,6 +123,11 @@ func TestApplicationSpec(t *testing.T) {
 		{`{"job_id":"x","application":{"package":"","module":"trainer.task"}}`, "application.package"},
 		{`{"job_id":"x","application":{"package":"not base64!","module":"trainer.task"}}`, "application"},
 		{`{"job_id":"x","application":{"name":"a","module":"trainer.task"}}`, "application.module"},
+		{`{"job_id":"x","application":{"name":"a","tf_config_chief":"master"}}`, "application.tf_config_chief"},
+		{`{"job_id":"x","application":{"package":"H4sI","module":"trainer.task","tf_config_chief":"boss"}}`, "application.tf_config_chief"},
+		{`{"job_id":"x","application":{"name":"a","origin":{"region":"x"}}}`, "application.origin"},
+		{`{"job_id":"x","application":{"package":"H4sI","module":"trainer.task","origin":{"region":"a\nb"}}}`, "application.origin.region"},
+		{fmt.Sprintf(`{"job_id":"x","application":{"package":"H4sI","module":"trainer.task","origin":{"package_uris":[%s"a"]}}}`, strings.Repeat(`"a",`, 16)), "application.origin.package_uris"},
 		{`{"job_id":"x","application":{"name":"a"},"cluster":{"scale_tier":"CUSTOM","worker_count":1,"parameter_server_count":1,"local_steps":8}}`, "cluster.local_steps is for the built-in trainer"},
 		{fmt.Sprintf(`{"job_id":"x","application":{"package":%q,"module":"trainer.task"}}`, base64.StdEncoding.EncodeToString(make([]byte, MaxPackageBytes+1))), "application.package"},
 	} {

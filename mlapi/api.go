@@ -51,6 +51,10 @@ type Options struct {
 	// Models are the models the prediction server serves, read by the
 	// models and versions methods (nil: those answer 503).
 	Models Models
+	// Packages reads the trainer package a job's trainingInput.packageUris
+	// names, from inside the operator's roots (nil: packageUris is
+	// refused).
+	Packages jobs.PackageLoader
 	// MaxBodyBytes bounds a jobs request body (0: DefaultMaxBodyBytes);
 	// a larger one is answered 413.
 	MaxBodyBytes int64
@@ -227,7 +231,7 @@ func (a *API) create(c echo.Context) error {
 	case hasT == hasP:
 		return invalid("trainingInput, predictionInput: want exactly one")
 	case hasT:
-		spec, w, err := jobs.FromTrainingInput(req.TrainingInput, nil)
+		spec, w, err := jobs.FromTrainingInput(req.TrainingInput, a.opts.Packages)
 		if err != nil {
 			return invalidSpec("", err)
 		}

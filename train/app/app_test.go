@@ -12,7 +12,7 @@ import (
 )
 
 func TestTFConfigExact(t *testing.T) {
-	job := JobInfo{JobID: "j", ScaleTier: "CUSTOM", WorkerCount: 2, ParameterServerCount: 1, Application: "a", Args: []string{"--x=1"}, JobDir: "/jobs/j"}
+	job := JobInfo{ScaleTier: "CUSTOM", WorkerCount: 2, ParameterServerCount: 1, Application: "a", Args: []string{"--x=1"}, JobDir: "/jobs/j"}
 	withEvaluator := job
 	withEvaluator.EvaluatorCount = 1
 	c := Cluster{Chief: []string{"h:1"}, Worker: []string{"h:2", "h:3"}, PS: []string{"h:4"}}
@@ -24,14 +24,17 @@ func TestTFConfigExact(t *testing.T) {
 		job   JobInfo
 		want  string
 	}{
-		{Cluster{Chief: []string{"h:1"}}, Task{RoleChief, 0}, RoleChief, "", JobInfo{JobID: "j", ScaleTier: "BASIC", PythonModule: "trainer.task"}, // a package job
-			`{"cluster":{"chief":["h:1"]},"task":{"type":"chief","index":0,"trial":""},"job":{"job_id":"j","scale_tier":"BASIC","worker_count":"0","parameter_server_count":"0","python_module":"trainer.task","args":[],"job_dir":""},"environment":"cloud"}`},
+		{Cluster{Chief: []string{"h:1"}}, Task{RoleChief, 0}, RoleChief, "", JobInfo{ScaleTier: "BASIC", PythonModule: "trainer.task"}, // a package job
+			`{"cluster":{"chief":["h:1"]},"task":{"type":"chief","index":0,"trial":""},"job":{"scale_tier":"BASIC","worker_count":"0","parameter_server_count":"0","python_module":"trainer.task","args":[],"job_dir":""},"environment":"cloud"}`},
+		{Cluster{Chief: []string{"h:1"}}, Task{RoleChief, 0}, RoleMaster, "", JobInfo{ScaleTier: "BASIC", PythonModule: "trainer.task", PackageURIs: []string{"gs://b/trainer-0.1.tar.gz"},
+			Region: "us-central1", RuntimeVersion: "1.15", PythonVersion: "3.7", JobDir: "gs://b/out"}, // a package job as Cloud ML Engine's runtime 1.15 ran it
+			`{"cluster":{"master":["h:1"]},"task":{"type":"master","index":0,"trial":""},"job":{"scale_tier":"BASIC","worker_count":"0","parameter_server_count":"0","package_uris":["gs://b/trainer-0.1.tar.gz"],"python_module":"trainer.task","args":[],"job_dir":"gs://b/out","region":"us-central1","runtime_version":"1.15","python_version":"3.7"},"environment":"cloud"}`},
 		{c, Task{RoleWorker, 1}, RoleChief, "3", job,
-			`{"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"worker","index":1,"trial":"3"},"job":{"job_id":"j","scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
+			`{"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"worker","index":1,"trial":"3"},"job":{"scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
 		{c, Task{RoleChief, 0}, RoleMaster, "", job,
-			`{"cluster":{"master":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"master","index":0,"trial":""},"job":{"job_id":"j","scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
+			`{"cluster":{"master":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"master","index":0,"trial":""},"job":{"scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
 		{c, Task{RoleEvaluator, 0}, RoleChief, "", withEvaluator,
-			`{"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"evaluator","index":0,"trial":""},"job":{"job_id":"j","scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","evaluator_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
+			`{"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"evaluator","index":0,"trial":""},"job":{"scale_tier":"CUSTOM","worker_count":"2","parameter_server_count":"1","evaluator_count":"1","application":"a","args":["--x=1"],"job_dir":"/jobs/j"},"environment":"cloud"}`},
 	} {
 		got, err := TFConfig(tc.c, tc.task, tc.trial, tc.job, tc.chief)
 		if err != nil || got != tc.want {

@@ -55,14 +55,17 @@
 //
 //	{"cluster":{"chief":["h:p"],"worker":["h:p",…],"ps":["h:p",…]},
 //	 "task":{"type":"worker","index":0,"trial":""},
-//	 "job":{"job_id":…,"scale_tier":…,"worker_count":…,"parameter_server_count":…,
+//	 "job":{"scale_tier":…,"worker_count":…,"parameter_server_count":…,
 //	        "application":…,"args":[…],"job_dir":…},
 //	 "environment":"cloud"}
 //
 // Empty roles are left out of "cluster"; the evaluator is never in it
 // (tf.estimator refuses a cluster that lists one) but gets task type
 // "evaluator". "job" is the job's training input as Cloud ML Engine put
-// it there (its TrainingInput, snake_case): see JobInfo.
+// it there (its TrainingInput, snake_case; a package job's package_uris
+// and python_module in place of application, and region, runtime_version
+// and python_version as submitted): see JobInfo. The job's ID is not in
+// it, as it was not in Cloud ML Engine's (CLOUD_ML_JOB_ID is).
 //
 // # Processes (Start, Process)
 //

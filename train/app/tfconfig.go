@@ -38,10 +38,10 @@ type Cluster struct {
 // JobInfo is TF_CONFIG's "job": the job's training input as Cloud ML
 // Engine put it there (its TrainingInput in snake_case; int64 counts as
 // decimal strings, as proto3 JSON spells them), with trainflow's
-// application in place of package_uris/python_module (a package job:
-// python_module, without package_uris).
+// application in place of package_uris/python_module for a registered
+// application. As in Cloud ML Engine's, the job's ID is not in it
+// (CLOUD_ML_JOB_ID is).
 type JobInfo struct {
-	JobID                string `json:"job_id"`
 	ScaleTier            string `json:"scale_tier"`
 	WorkerCount          int    `json:"worker_count,string"`
 	ParameterServerCount int    `json:"parameter_server_count,string"`
@@ -49,11 +49,18 @@ type JobInfo struct {
 	// left out without one.
 	EvaluatorCount int    `json:"evaluator_count,string,omitempty"`
 	Application    string `json:"application,omitempty"`
-	// PythonModule is a package job's module (the seeds' python_module),
-	// in place of Application.
+	// PackageURIs and PythonModule are a package job's (the seeds'
+	// package_uris, as its submitter named them, and python_module), in
+	// place of Application.
+	PackageURIs  []string `json:"package_uris,omitempty"`
 	PythonModule string   `json:"python_module,omitempty"`
 	Args         []string `json:"args"`
 	JobDir       string   `json:"job_dir"`
+	// Region, RuntimeVersion and PythonVersion are recorded as the
+	// submitter gave them (trainflow does not act on them).
+	Region         string `json:"region,omitempty"`
+	RuntimeVersion string `json:"runtime_version,omitempty"`
+	PythonVersion  string `json:"python_version,omitempty"`
 }
 
 // TFConfig is the TF_CONFIG of task t in cluster c, one line of JSON in

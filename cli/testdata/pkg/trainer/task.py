@@ -25,7 +25,7 @@ tf = json.loads(os.environ["TF_CONFIG"])
 model = os.environ["AIP_MODEL_DIR"]
 task = tf["task"]
 open(os.path.join(model, "%s-%d.done" % (task["type"], task["index"])), "w").close()
-if task["type"] == "chief":
+if task["type"] in ("chief", "master"):  # master: runtime versions before 2.1
     want = sum(len(v) for v in tf["cluster"].values())
     deadline = time.time() + 120
     while len([n for n in os.listdir(model) if n.endswith(".done")]) < want and time.time() < deadline:
