@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainflow/trainflow/internal/devserver"
 	"github.com/trainflow/trainflow/mlapi"
+	"github.com/trainflow/trainflow/workflows"
 )
 
 // curl sends a request as the ml/v1 REST reference's curl examples do
@@ -145,6 +147,27 @@ func TestMLAPIJobsOnRealStack(t *testing.T) {
 		t.Fatalf("created %+v and %+v", long, tune)
 	}
 
+	// jobs.patch: a running job's labels, read-modify-write with the etag.
+	read := mlJob(t, "GET", jobsURL+"/long_api", "")
+	patched := mlJob(t, "PATCH", jobsURL+"/long_api?updateMask=labels", fmt.Sprintf(`{"labels": {"owner": "alice", "stage": "exp"}, "etag": %q}`, read.Etag))
+	if patched.Labels["owner"] != "alice" || patched.Labels["stage"] != "exp" || len(patched.Labels) != 2 || patched.Etag == read.Etag {
+		t.Errorf("patched job: labels %v etag %s (was %s)", patched.Labels, patched.Etag, read.Etag)
+	}
+	code, body = curl(t, "PATCH", jobsURL+"/long_api?updateMask=labels", fmt.Sprintf(`{"labels": {"owner": "bob"}, "etag": %q}`, read.Etag))
+	wantGoogleError(t, "patch with a stale etag", code, body, http.StatusConflict, "ABORTED", "etag")
+	// Any Temporal client may send the update: the workflow refuses what
+	// the API would.
+	h, err := st.Client.UpdateWorkflow(context.Background(), client.UpdateWorkflowOptions{WorkflowID: "long_api", UpdateName: workflows.LabelsUpdate,
+		Args: []any{map[string]string{"Owner": "x"}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err == nil {
+		err = h.Get(context.Background(), nil)
+	}
+	if err == nil || !strings.Contains(err.Error(), "labels.Owner") {
+		t.Errorf("a bad labels update through Temporal: %v, want refused naming labels.Owner", err)
+	}
+	if got := mlJob(t, "GET", jobsURL+"/long_api", ""); got.Labels["owner"] != "alice" {
+		t.Errorf("labels after the refused update: %v", got.Labels)
+	}
 	code, body = curl(t, "POST", jobsURL+"/long_api:cancel", "{}")
 	if code != http.StatusOK || strings.TrimSpace(string(body)) != "{}" {
 		t.Errorf("cancel: got %d %s, want 200 {}", code, body)
@@ -158,6 +181,11 @@ func TestMLAPIJobsOnRealStack(t *testing.T) {
 	}
 	code, body = curl(t, "POST", jobsURL+"/long_api:cancel", "{}")
 	wantGoogleError(t, "cancel an ended job", code, body, http.StatusBadRequest, "FAILED_PRECONDITION", "CANCELLED")
+	code, body = curl(t, "PATCH", jobsURL+"/long_api?updateMask=labels", `{"labels": {"owner": "bob"}}`)
+	wantGoogleError(t, "patch an ended job", code, body, http.StatusBadRequest, "FAILED_PRECONDITION", "has ended")
+	if got.Labels["owner"] != "alice" {
+		t.Errorf("the cancelled job's labels: %v, want the patched ones", got.Labels)
+	}
 
 	if _, err := waitJob(t, clientRun(st, "census_api")); err != nil {
 		t.Fatalf("census_api: %v", err)
@@ -266,6 +294,9 @@ func TestMLAPIJobsOnRealStack(t *testing.T) {
 	}
 	if ids, _ := list("?filter=" + url.QueryEscape("state=CANCELLED")); !slices.Equal(ids, []string{"long_api"}) {
 		t.Errorf("filter state=CANCELLED: %v", ids)
+	}
+	if ids, _ := list("?filter=" + url.QueryEscape("labels.owner=alice")); !slices.Equal(ids, []string{"long_api"}) {
+		t.Errorf("filter labels.owner=alice (patched while it ran): %v", ids)
 	}
 	if ids, _ := list("?filter=" + url.QueryEscape("jobId:tune*")); !slices.Equal(ids, []string{"tune_api"}) {
 		t.Errorf("filter jobId:tune* (the trials are part of the job): %v", ids)

@@ -1,17 +1,22 @@
 package jobs
 
 import (
+	"context"
 	"encoding/json"
 
 	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+
+	"github.com/trainflow/trainflow/workflows"
 )
 
 // Meta is what a job started through the ml/v1 REST API carries beside
 // its spec: the Job's labels and its trainingInput or predictionInput as
 // the client sent it, so that jobs.get and jobs.list answer with them. It
-// lives in the workflow's memo (key memoMeta): Temporal keeps it with the
-// job, and nothing else does.
+// lives in the workflow's memo (key workflows.MemoML): Temporal keeps it
+// with the job, and nothing else does; the workflow replaces its labels
+// (workflows.LabelsUpdate, SetLabels).
 type Meta struct {
 	// Project is the project the job was created under.
 	Project string            `json:"project,omitempty"`
@@ -21,15 +26,12 @@ type Meta struct {
 	PredictionInput json.RawMessage `json:"predictionInput,omitempty"`
 }
 
-// memoMeta is the memo key of a job's Meta.
-const memoMeta = "trainflow_ml"
-
 // memo is m as a workflow memo (nil for nil m).
 func (m *Meta) memo() map[string]any {
 	if m == nil {
 		return nil
 	}
-	return map[string]any{memoMeta: m}
+	return map[string]any{workflows.MemoML: m}
 }
 
 // MetaOf reads the Meta in a workflow's memo. Any Temporal client may
@@ -37,9 +39,25 @@ func (m *Meta) memo() map[string]any {
 // (zero), never an error that hides the job.
 func MetaOf(memo *commonpb.Memo) Meta {
 	var m Meta
-	p, ok := memo.GetFields()[memoMeta]
+	p, ok := memo.GetFields()[workflows.MemoML]
 	if !ok || converter.GetDefaultDataConverter().FromPayload(p, &m) != nil {
 		return Meta{}
 	}
 	return m
+}
+
+// SetLabels replaces the labels of the running job id (the ml/v1 API's
+// jobs.patch): the job's workflow validates them and records them in its
+// memo. A job that has ended cannot change (Temporal keeps a closed run's
+// memo as it was): the error is the update's.
+func SetLabels(ctx context.Context, cl client.Client, id string, labels map[string]string) error {
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	h, err := cl.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.LabelsUpdate,
+		Args: []any{labels}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, nil)
 }

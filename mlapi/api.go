@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -108,10 +107,11 @@ func (a *API) Routes(e *echo.Echo) {
 	e.GET(routeDiscovery, a.discoveryDoc)
 	e.GET(routeModels, a.handle(a.listModels))
 	e.GET(routeModel, a.handle(a.getModel))
-	// jobs.patch, models.create, patch and delete, versions.create,
-	// delete and patch: not served yet.
+	e.PATCH(routeJob, a.handle(a.patch))
+	// models.create, patch and delete, versions.create, delete and
+	// patch: not served yet.
 	others := []string{http.MethodPatch, http.MethodDelete, http.MethodPut}
-	e.Match(others, routeJob, a.handle(notServed))
+	e.Match([]string{http.MethodDelete, http.MethodPut}, routeJob, a.handle(notServed))
 	e.POST(routeModels, a.handle(notServed))
 	e.Match(others, routeModel, a.handle(notServed))
 	e.Any(routeProject, a.handle(notServed))
@@ -283,27 +283,10 @@ func startError(id string, err error) error {
 	return err
 }
 
-// labelKey and labelValue are Cloud ML Engine's label rules.
-var (
-	labelKey   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
-	labelValue = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
-)
-
-// maxLabels bounds a job's labels, as Cloud ML Engine did.
-const maxLabels = 64
-
-// checkLabels refuses labels Cloud ML Engine refused.
+// checkLabels refuses labels Cloud ML Engine refused (jobspec.CheckLabels).
 func checkLabels(labels map[string]string) error {
-	if len(labels) > maxLabels {
-		return invalid("labels: %d labels, at most %d", len(labels), maxLabels)
-	}
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if !labelKey.MatchString(k) {
-			return invalid("labels.%s: a key is lowercase letters, digits, '_' and '-', starting with a letter, at most 63", clip(k))
-		}
-		if !labelValue.MatchString(labels[k]) {
-			return invalid("labels.%s: value %q: lowercase letters, digits, '_' and '-', at most 63", k, clip(labels[k]))
-		}
+	if err := jobspec.CheckLabels(labels); err != nil {
+		return invalid("%s", err.Error())
 	}
 	return nil
 }

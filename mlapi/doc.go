@@ -7,6 +7,7 @@
 //	GET  /v1/projects/{project}/jobs                         projects.jobs.list
 //	GET  /v1/projects/{project}/jobs/{job}                   projects.jobs.get
 //	POST /v1/projects/{project}/jobs/{job}:cancel            projects.jobs.cancel
+//	PATCH /v1/projects/{project}/jobs/{job}?updateMask=labels projects.jobs.patch
 //	POST /v1/projects/{project}/models/{model}:predict       projects.predict
 //	POST /v1/projects/{project}/models/{model}/versions/{v}:predict
 //	GET  /v1/projects/{project}/models                       projects.models.list

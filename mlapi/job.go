@@ -148,7 +148,8 @@ func jobOf(d *jobs.Description) *Job {
 		T *TrainingOutput
 		P *PredictionOutput
 	}{j.TrainingOutput, j.PredictionOutput})
-	j.Etag = etag(d.RunID, j.State, end, j.ErrorMessage, string(out))
+	labels, _ := json.Marshal(j.Labels) // sorted keys
+	j.Etag = etag(d.RunID, j.State, end, j.ErrorMessage, string(out), string(labels))
 	return j
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 )
 
 // Page sizes of projects.jobs.list, as Cloud ML Engine's.
@@ -82,7 +83,7 @@ func parseFilter(s string) (filter, error) {
 			f.jobID, f.jobIDPrefix = v, prefix
 		case strings.HasPrefix(k, "labels."):
 			lk := strings.TrimPrefix(k, "labels.")
-			if !labelKey.MatchString(lk) || !labelValue.MatchString(v) {
+			if jobspec.CheckLabels(map[string]string{lk: v}) != nil {
 				return f, invalid("filter: %s=%q: a label key and value are lowercase letters, digits, '_' and '-'", clip(k), clip(v))
 			}
 			f.labels[lk] = v

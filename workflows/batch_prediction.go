@@ -116,6 +116,9 @@ func BatchPredictionJob(ctx workflow.Context, in predictionInput) (BatchPredicti
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (BatchPredictionProgress, error) { return *p, nil }); err != nil {
 		return BatchPredictionResult{}, err
 	}
+	if err := setLabelsHandler(ctx); err != nil {
+		return BatchPredictionResult{}, err
+	}
 	res, err := BatchPredictionResult{}, checkInput(ctx, in.inputErrors)
 	if err != nil && !IsInvalidSpec(err) {
 		return res, err // a run started before strictSpecChange: it failed so

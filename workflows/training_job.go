@@ -382,6 +382,9 @@ func TrainingJob(ctx workflow.Context, in jobInput, carry *Carry) (JobResult, er
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
 		return JobResult{}, err
 	}
+	if err := setLabelsHandler(ctx); err != nil {
+		return JobResult{}, err
+	}
 	res, err := JobResult{JobID: spec.JobID}, checkInput(ctx, in.inputErrs())
 	if err != nil && !IsInvalidSpec(err) {
 		return res, err // a run started before strictSpecChange: it failed so

@@ -247,6 +247,9 @@ func HyperparameterTuningJob(ctx workflow.Context, in tuningInput, carry *Tuning
 	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
 		return JobResult{}, err
 	}
+	if err := setLabelsHandler(ctx); err != nil {
+		return JobResult{}, err
+	}
 	res, err := JobResult{JobID: spec.JobID}, checkInput(ctx, in.inputErrs())
 	if err != nil && !IsInvalidSpec(err) {
 		return res, err // a run started before strictSpecChange: it failed so
