@@ -302,12 +302,30 @@ func (a *Activities) startedBy(ctx context.Context, run string) string {
 	if run == "" {
 		run = wf.RunID
 	}
-	it := a.Client.GetWorkflowHistory(ctx, wf.ID, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	return a.starter(ctx, wf.ID, run)
+}
+
+// starter is the principal of the start event of workflow id's run
+// ("": the first run of its newest run's chain: who started the job, not
+// who reset it), as the Temporal server recorded it; "" when it has none
+// (a server without principals) or cannot be read.
+func (a *Activities) starter(ctx context.Context, id, run string) string {
+	if a.Client == nil || id == "" {
+		return ""
+	}
+	if run == "" {
+		d, err := a.Client.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil || d.GetWorkflowExecutionInfo().GetFirstRunId() == "" {
+			return ""
+		}
+		run = d.GetWorkflowExecutionInfo().GetFirstRunId()
+	}
+	it := a.Client.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !it.HasNext() {
 		return ""
 	}
 	ev, err := it.Next()
-	if err != nil || ev.GetPrincipal() == nil {
+	if err != nil || ev.GetPrincipal() == nil || ev.GetPrincipal().GetName() == "" {
 		return ""
 	}
 	return ev.GetPrincipal().GetType() + ":" + ev.GetPrincipal().GetName()

@@ -2,14 +2,17 @@ package jobs
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
@@ -103,4 +106,30 @@ func StartRollout(ctx context.Context, c client.Client, in workflows.RolloutInpu
 		return nil, fmt.Errorf("start rollout of %s: %w", in.Model, err)
 	}
 	return run, nil
+}
+
+// StartModelOp starts a ModelOperation (an ml/v1 model or version change)
+// under a new operation ID, <kind>_<model>[_<version>]_<time>_<random>
+// (op_<time>_<random> where that would be longer than a workflow ID may
+// be), and returns its run.
+func StartModelOp(ctx context.Context, c client.Client, in workflows.ModelOpInput) (client.WorkflowRun, error) {
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return nil, err
+	}
+	tail := fmt.Sprintf("%d_%x", time.Now().UnixMilli(), r)
+	id := in.Kind + "_" + in.Model
+	if in.Version != "" {
+		id += "_" + in.Version
+	}
+	id += "_" + tail
+	if ident.Check(id) != nil {
+		id = "op_" + tail
+	}
+	summary := fmt.Sprintf("%s of model %s", in.Kind, in.Model)
+	if in.Version != "" {
+		summary += " version " + in.Version
+	}
+	return startUnique(ctx, c, id, client.StartWorkflowOptions{StaticSummary: summary,
+		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchModel.ValueSet(in.Model))}, workflows.ModelOperationName, in)
 }

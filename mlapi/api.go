@@ -94,6 +94,9 @@ const (
 	routeModels  = "/v1/projects/:project/models"
 	routeModel   = "/v1/projects/:project/models/*"
 	routeProject = "/v1/projects/*"
+
+	routeOperations = "/v1/projects/:project/operations"
+	routeOperation  = "/v1/projects/:project/operations/*"
 )
 
 // Routes mounts the API on e (serving.Options.Routes): the server's
@@ -103,17 +106,19 @@ func (a *API) Routes(e *echo.Echo) {
 	e.GET(routeJobs, a.handle(a.list))
 	e.GET(routeJob, a.handle(a.get))
 	e.POST(routeJob, a.handle(a.cancel))
-	e.POST(routeModel, a.predict)
-	e.GET(routeDiscovery, a.discoveryDoc)
-	e.GET(routeModels, a.handle(a.listModels))
-	e.GET(routeModel, a.handle(a.getModel))
 	e.PATCH(routeJob, a.handle(a.patch))
-	// models.create, patch and delete, versions.create, delete and
-	// patch: not served yet.
-	others := []string{http.MethodPatch, http.MethodDelete, http.MethodPut}
+	e.GET(routeDiscovery, a.discoveryDoc)
+	e.POST(routeModels, a.handle(a.createModel))
+	e.GET(routeModels, a.handle(a.listModels))
+	e.POST(routeModel, a.postModel)
+	e.GET(routeModel, a.handle(a.getModel))
+	e.DELETE(routeModel, a.handle(a.deleteModel))
+	e.GET(routeOperations, a.handle(a.listOperations))
+	e.GET(routeOperation, a.handle(a.getOperation))
+	// jobs.delete does not exist; models.patch, versions.patch and
+	// operations.cancel and delete are not served yet.
 	e.Match([]string{http.MethodDelete, http.MethodPut}, routeJob, a.handle(notServed))
-	e.POST(routeModels, a.handle(notServed))
-	e.Match(others, routeModel, a.handle(notServed))
+	e.Match([]string{http.MethodPatch, http.MethodPut}, routeModel, a.handle(notServed))
 	e.Any(routeProject, a.handle(notServed))
 }
 
@@ -404,8 +409,11 @@ func (a *API) predict(c echo.Context) error {
 	var v int64
 	if hasVersion {
 		n, err := strconv.ParseInt(version, 10, 64)
+		if l, ok := a.labels(model)[version]; ok && err != nil {
+			n, err = l, nil // a version versions.create named
+		}
 		if err != nil || n <= 0 {
-			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("version %q: trainflow's versions are numbers (models versions lists them)", clip(version)))
+			return echo.NewHTTPError(http.StatusNotFound, fmt.Sprintf("version %q of model %s: no such version (versions.list lists them)", clip(version), clip(model)))
 		}
 		v = n
 	}
@@ -413,6 +421,14 @@ func (a *API) predict(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusServiceUnavailable, "predictions are not served here")
 	}
 	return a.predictor.Predict(c, model, v)
+}
+
+// labels are model's version labels, nil without models.
+func (a *API) labels(model string) map[string]int64 {
+	if a.opts.Models == nil {
+		return nil
+	}
+	return a.opts.Models.Labels(model)
 }
 
 // clip bounds a client's string quoted in an error.

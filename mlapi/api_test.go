@@ -148,9 +148,17 @@ func TestBadInputStartsNothing(t *testing.T) {
 		{"patch with a bad label", "PATCH", jobs + "/a?updateMask=labels", `{"labels":{"A":"b"}}`, "", 400, "INVALID_ARGUMENT", "labels.A"},
 		{"patch with an unknown field", "PATCH", jobs + "/a?updateMask=labels", `{"lables":{"a":"b"}}`, "", 400, "INVALID_ARGUMENT", "lables: unknown field (did you mean labels?)"},
 		{"patch of a method", "PATCH", jobs + "/a:cancel?updateMask=labels", `{}`, "", 404, "NOT_FOUND", ""},
-		{"models.create not served yet", "POST", "/v1/projects/my-project/models", `{"name":"census"}`, "", 404, "NOT_FOUND", "not served by trainflow (yet)"},
-		{"versions.delete not served yet", "DELETE", "/v1/projects/my-project/models/census/versions/1", "", "", 404, "NOT_FOUND", "not served by trainflow (yet)"},
-		{"operations not served yet", "GET", "/v1/projects/my-project/operations/op1", "", "", 404, "NOT_FOUND", "not served by trainflow (yet)"},
+		{"models.create without a name", "POST", "/v1/projects/my-project/models", `{"description":"x"}`, "", 400, "INVALID_ARGUMENT", "name: empty"},
+		{"models.create with a bad name", "POST", "/v1/projects/my-project/models", `{"name":"census-1"}`, "", 400, "INVALID_ARGUMENT", "name: \"census-1\""},
+		{"models.create typo", "POST", "/v1/projects/my-project/models", `{"name":"census","descripton":"x"}`, "", 400, "INVALID_ARGUMENT", "descripton: unknown field (did you mean description?)"},
+		{"models.create bad label", "POST", "/v1/projects/my-project/models", `{"name":"census","labels":{"Team":"x"}}`, "", 400, "INVALID_ARGUMENT", "labels.Team"},
+		{"versions.create without deploymentUri", "POST", "/v1/projects/my-project/models/census/versions", `{"name":"v1"}`, "", 400, "INVALID_ARGUMENT", "deploymentUri: required"},
+		{"versions.create with a bad name", "POST", "/v1/projects/my-project/models/census/versions", `{"name":"v-1","deploymentUri":"/x"}`, "", 400, "INVALID_ARGUMENT", "name: \"v-1\""},
+		{"versions.create typo", "POST", "/v1/projects/my-project/models/census/versions", `{"name":"v1","deploymentUrl":"/x"}`, "", 400, "INVALID_ARGUMENT", "deploymentUrl: unknown field (did you mean deploymentUri?)"},
+		{"setDefault body", "POST", "/v1/projects/my-project/models/census/versions/v1:setDefault", `{"version":"v2"}`, "", 400, "INVALID_ARGUMENT", "version: unknown field"},
+		{"operation with a bad id", "GET", "/v1/projects/my-project/operations/op-1", "", "", 404, "NOT_FOUND", "no such operation"},
+		{"operations page token", "GET", "/v1/projects/my-project/operations?pageToken=%25%25", "", "", 400, "INVALID_ARGUMENT", "pageToken"},
+		{"models.patch not served yet", "PATCH", "/v1/projects/my-project/models/census?updateMask=description", `{}`, "", 404, "NOT_FOUND", "not served by trainflow (yet)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fake := &fakeTemporal{}

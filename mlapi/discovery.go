@@ -46,6 +46,7 @@ const (
 	patJob     = "^projects/[^/]+/jobs/[^/]+$"
 	patModel   = "^projects/[^/]+/models/[^/]+$"
 	patVersion = "^projects/[^/]+/models/[^/]+/versions/[^/]+$"
+	patOp      = "^projects/[^/]+/operations/[^/]+$"
 	patAny     = "^projects/.*$"
 )
 
@@ -86,6 +87,27 @@ var methods = []method{
 	{id: "ml.projects.models.list", http: http.MethodGet, path: "v1/{+parent}/models", flatPath: "v1/projects/{projectsId}/models",
 		params:   append([]param{pathParam("parent", patProject, "Required. The name of the project whose models are to be listed.")}, listParams...),
 		response: "GoogleCloudMlV1__ListModelsResponse", desc: "Lists the models the server serves."},
+	{id: "ml.projects.models.create", http: http.MethodPost, path: "v1/{+parent}/models", flatPath: "v1/projects/{projectsId}/models",
+		params:  []param{pathParam("parent", patProject, "Required. The project name.")},
+		request: "GoogleCloudMlV1__Model", response: "GoogleCloudMlV1__Model", desc: "Creates a model which will later contain one or more versions."},
+	{id: "ml.projects.models.delete", http: http.MethodDelete, path: "v1/{+name}", flatPath: "v1/projects/{projectsId}/models/{modelsId}",
+		params:   []param{pathParam("name", patModel, "Required. The name of the model.")},
+		response: "GoogleLongrunning__Operation", desc: "Deletes a model: only a model without versions."},
+	{id: "ml.projects.models.versions.create", http: http.MethodPost, path: "v1/{+parent}/versions", flatPath: "v1/projects/{projectsId}/models/{modelsId}/versions",
+		params:  []param{pathParam("parent", patModel, "Required. The name of the model.")},
+		request: "GoogleCloudMlV1__Version", response: "GoogleLongrunning__Operation", desc: "Creates a new version of a model from an export of one of your jobs (deploymentUri)."},
+	{id: "ml.projects.models.versions.delete", http: http.MethodDelete, path: "v1/{+name}", flatPath: "v1/projects/{projectsId}/models/{modelsId}/versions/{versionsId}",
+		params:   []param{pathParam("name", patVersion, "Required. The name of the version.")},
+		response: "GoogleLongrunning__Operation", desc: "Deletes a model version: not the default."},
+	{id: "ml.projects.models.versions.setDefault", http: http.MethodPost, path: "v1/{+name}:setDefault", flatPath: "v1/projects/{projectsId}/models/{modelsId}/versions/{versionsId}:setDefault",
+		params:  []param{pathParam("name", patVersion, "Required. The name of the version to make the default for the model.")},
+		request: "GoogleCloudMlV1__SetDefaultVersionRequest", response: "GoogleCloudMlV1__Version", desc: "Designates a version to be the default for the model."},
+	{id: "ml.projects.operations.get", http: http.MethodGet, path: "v1/{+name}", flatPath: "v1/projects/{projectsId}/operations/{operationsId}",
+		params:   []param{pathParam("name", patOp, "The name of the operation resource.")},
+		response: "GoogleLongrunning__Operation", desc: "Gets the latest state of a long-running operation."},
+	{id: "ml.projects.operations.list", http: http.MethodGet, path: "v1/{+name}/operations", flatPath: "v1/projects/{projectsId}/operations",
+		params:   append([]param{pathParam("name", patProject, "The name of the operation's parent resource.")}, listParams...),
+		response: "GoogleLongrunning__ListOperationsResponse", desc: "Lists the model operations, newest first."},
 	{id: "ml.projects.models.get", http: http.MethodGet, path: "v1/{+name}", flatPath: "v1/projects/{projectsId}/models/{modelsId}",
 		params:   []param{pathParam("name", patModel, "Required. The name of the model.")},
 		response: "GoogleCloudMlV1__Model", desc: "Gets information about a model, including its default version."},

@@ -70,6 +70,7 @@ var samples = map[string]string{
 	"^projects/[^/]+/models/[^/]+$":                "projects/p1/models/census",
 	"^projects/[^/]+/models/[^/]+/versions/[^/]+$": "projects/p1/models/census/versions/1",
 	"^projects/.*$":                                "projects/p1/models/census",
+	"^projects/[^/]+/operations/[^/]+$":            "projects/p1/operations/op1",
 }
 
 // TestDiscoveryListsWhatIsServed reads the discovery document as

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/jobspec"
 )
@@ -25,14 +27,37 @@ type Models interface {
 	// Status lists a model's loaded versions, ascending, and its
 	// default; an error for a model not loaded.
 	Status(model string) (versions []int64, def int64, err error)
+	// Labels are a model's version labels (config.json): a labelled
+	// version's ml/v1 name is its label.
+	Labels(model string) map[string]int64
+	// Info is what models.create recorded of a model (false: none).
+	Info(model string) (bundle.ModelInfo, bool)
+	// Stored lists the repository's models, loaded or not: a model
+	// models.create made has no version to load yet.
+	Stored() []string
+}
+
+// names lists the models the API shows, sorted: those loaded, and those
+// models.create made.
+func names(ms Models) []string {
+	out := ms.Models()
+	for _, n := range ms.Stored() {
+		if _, created := ms.Info(n); created && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Model is Cloud ML Engine's Model resource as trainflow answers it:
 // name is the resource name, projects/P/models/M.
 type Model struct {
-	Name           string   `json:"name"`
-	DefaultVersion *Version `json:"defaultVersion,omitempty"`
-	Etag           string   `json:"etag"`
+	Name           string            `json:"name"`
+	Description    string            `json:"description,omitempty"`
+	DefaultVersion *Version          `json:"defaultVersion,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Etag           string            `json:"etag"`
 }
 
 // Version is Cloud ML Engine's Version resource: name is
@@ -180,7 +205,7 @@ func (a *API) listModels(c echo.Context) error {
 	if after != "" {
 		past = func(n string) bool { return n > after }
 	}
-	names, next := page(ms.Models(), past, func(n string) string { return n }, size, "")
+	names, next := page(names(ms), past, func(n string) string { return n }, size, "")
 	out := modelList{Models: []*Model{}, NextPageToken: next}
 	for _, n := range names {
 		if m, err := a.model(ms, project, n); err == nil { // else unloaded since Models
@@ -198,22 +223,50 @@ func (a *API) models() (Models, error) {
 	return a.opts.Models, nil
 }
 
-// model is the Model name of project, or a 404.
+// model is the Model name of project, or a 404: a model with a loaded
+// default version, or one models.create made (it may have none yet).
 func (a *API) model(ms Models, project, name string) (*Model, error) {
 	vs, def, err := ms.Status(name)
-	if err != nil || !slices.Contains(vs, def) {
+	info, created := ms.Info(name)
+	if (err != nil || !slices.Contains(vs, def)) && !created {
 		return nil, notFound("model %s not found (models.list lists the models this server serves)", name)
 	}
-	v := version(project, name, def, def)
-	return &Model{Name: modelName(project, name), DefaultVersion: v, Etag: etag(name, v.Name)}, nil
+	m := &Model{Name: modelName(project, name), Description: info.Description, Labels: info.Labels}
+	ver := ""
+	if slices.Contains(vs, def) {
+		m.DefaultVersion = version(project, name, def, def, ms.Labels(name))
+		ver = m.DefaultVersion.Name
+	}
+	labels, _ := json.Marshal(info.Labels)
+	m.Etag = etag(name, ver, info.Description, string(labels))
+	return m, nil
 }
 
 // modelName and version name the resources of project.
 func modelName(project, model string) string { return "projects/" + project + "/models/" + model }
 
-func version(project, model string, v, def int64) *Version {
-	name := modelName(project, model) + "/versions/" + strconv.FormatInt(v, 10)
+// version is version v of model; its name is its label (the ml/v1 name
+// versions.create gave it), else its number.
+func version(project, model string, v, def int64, labels map[string]int64) *Version {
+	id := strconv.FormatInt(v, 10)
+	for _, l := range slices.Sorted(maps.Keys(labels)) {
+		if labels[l] == v {
+			id = l
+			break
+		}
+	}
+	name := modelName(project, model) + "/versions/" + id
 	return &Version{Name: name, IsDefault: v == def, State: versionReady, Etag: etag(name, strconv.FormatBool(v == def))}
+}
+
+// versionNumber resolves a version's ml/v1 name (a label, or a number)
+// among a model's loaded versions vs.
+func versionNumber(name string, vs []int64, labels map[string]int64) (int64, bool) {
+	if v, ok := labels[name]; ok && slices.Contains(vs, v) {
+		return v, true
+	}
+	n, err := strconv.ParseInt(name, 10, 64)
+	return n, err == nil && n > 0 && slices.Contains(vs, n)
 }
 
 // getModel answers the GETs under models/: models.get (models/M),
@@ -253,18 +306,15 @@ func (a *API) getModel(c echo.Context) error {
 	if !ok {
 		return notFound("GET models/%s: want models/{model}, models/{model}/versions or models/{model}/versions/{version}", clip(rest))
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n <= 0 {
-		return notFound("version %q of model %s: trainflow's versions are numbers (versions.list lists them)", clip(v), name)
-	}
 	if err := checkQuery(c); err != nil {
 		return err
 	}
 	vs, def, err := ms.Status(name)
-	if err != nil || !slices.Contains(vs, n) {
-		return notFound("version %d of model %s not found (versions.list lists them)", n, name)
+	n, ok := versionNumber(v, vs, ms.Labels(name))
+	if err != nil || !ok {
+		return notFound("version %s of model %s not found (versions.list lists them)", clip(v), name)
 	}
-	return c.JSON(http.StatusOK, version(project, name, n, def))
+	return c.JSON(http.StatusOK, version(project, name, n, def, ms.Labels(name)))
 }
 
 // listVersions is projects.models.versions.list.
@@ -284,7 +334,7 @@ func (a *API) listVersions(c echo.Context, ms Models, project, model string) err
 		return err
 	}
 	vs, def, err := ms.Status(model)
-	if err != nil {
+	if _, created := ms.Info(model); err != nil && !created {
 		return notFound("model %s not found (models.list lists the models this server serves)", model)
 	}
 	var past func(int64) bool
@@ -294,8 +344,9 @@ func (a *API) listVersions(c echo.Context, ms Models, project, model string) err
 	}
 	got, next := page(vs, past, itoa, size, model)
 	out := versionList{Versions: []*Version{}, NextPageToken: next}
+	labels := ms.Labels(model)
 	for _, v := range got {
-		out.Versions = append(out.Versions, version(project, model, v, def))
+		out.Versions = append(out.Versions, version(project, model, v, def, labels))
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -330,6 +331,43 @@ func (r *Registry) Models() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// Labels returns a loaded model's version labels (config.json's): the
+// names the ml/v1 API gives its versions.
+func (r *Registry) Labels(model string) map[string]int64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if mv := r.models[model]; mv != nil {
+		return maps.Clone(mv.labels)
+	}
+	return nil
+}
+
+// Stored lists the models of the registry's repository, loaded or not
+// (a model created without versions is not loaded).
+func (r *Registry) Stored() []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names, err := r.repo.Models(ctx)
+	if err != nil {
+		r.log.Error("list the repository's models", "error", err)
+	}
+	return names
+}
+
+// Info reads what models.create recorded of a model (bundle.Admin's
+// ModelInfo); false for a model it did not create, or a repository
+// without it.
+func (r *Registry) Info(model string) (bundle.ModelInfo, bool) {
+	a, ok := r.repo.(bundle.Admin)
+	if !ok {
+		return bundle.ModelInfo{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, ok, err := a.ModelInfo(ctx, model)
+	return info, ok && err == nil
 }
 
 // Status lists the loaded versions of a model and its default.

@@ -99,6 +99,7 @@ func RegisterWorkflows(r WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.HyperparameterTuningJob, workflow.RegisterOptions{Name: workflows.HyperparameterTuningJobName})
 	r.RegisterWorkflowWithOptions(workflows.BatchPredictionJob, workflow.RegisterOptions{Name: workflows.BatchPredictionJobName})
 	r.RegisterWorkflowWithOptions(workflows.RolloutJob, workflow.RegisterOptions{Name: workflows.RolloutJobName})
+	r.RegisterWorkflowWithOptions(workflows.ModelOperation, workflow.RegisterOptions{Name: workflows.ModelOperationName})
 }
 
 // SearchAttributes are the custom search attributes trainflow's workflows

@@ -144,6 +144,7 @@ var acts = struct {
 	BatchReportKey     Activity[BatchPredictInput, ReportKeyResult]
 	Bless              Activity[BlessInput, BlessResult]
 	AppReplica         Activity[ReplicaInput, ReplicaResult]
+	ModelOp            Activity[ModelOpInput, ModelOpResult]
 }{
 	PrepareJob:         Activity[PrepareInput, PrepareResult]{PrepareJobActivity},
 	Preprocess:         Activity[PreprocessInput, jobspec.PreprocessResult]{PreprocessActivity},
@@ -164,6 +165,7 @@ var acts = struct {
 	BatchReportKey:     Activity[BatchPredictInput, ReportKeyResult]{BatchReportKeyActivity},
 	Bless:              Activity[BlessInput, BlessResult]{BlessActivity},
 	AppReplica:         Activity[ReplicaInput, ReplicaResult]{AppReplicaActivity},
+	ModelOp:            Activity[ModelOpInput, ModelOpResult]{ModelOpActivity},
 }
 
 // ActivityRefs returns every activity the workflows call, in the order of
