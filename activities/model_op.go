@@ -65,6 +65,21 @@ func (a *Activities) ModelOp(ctx context.Context, in workflows.ModelOpInput) (wo
 		return res, modelError(err)
 	case workflows.ModelOpCreateVersion:
 		return a.createVersion(ctx, admin, in, me)
+	case workflows.ModelOpUpdateModel:
+		if err := a.checkModelUser(ctx, admin, in.Model, me); err != nil {
+			return res, err
+		}
+		err := admin.UpdateModelInfo(ctx, in.Model, func(mi *bundle.ModelInfo) {
+			for _, f := range in.UpdateMask {
+				switch f {
+				case "description":
+					mi.Description = in.Description
+				case "labels":
+					mi.Labels = in.Labels
+				}
+			}
+		})
+		return res, modelError(err)
 	}
 	if err := a.checkModelUser(ctx, admin, in.Model, me); err != nil {
 		return res, err
@@ -77,6 +92,14 @@ func (a *Activities) ModelOp(ctx context.Context, in workflows.ModelOpInput) (wo
 	switch in.Kind {
 	case workflows.ModelOpDeleteVersion:
 		err = admin.DeleteVersion(ctx, in.Model, v)
+	case workflows.ModelOpUpdateVersion:
+		err = admin.UpdateModelInfo(ctx, in.Model, func(mi *bundle.ModelInfo) {
+			if mi.Versions == nil {
+				mi.Versions = map[string]bundle.VersionInfo{}
+			}
+			mi.Versions[strconv.FormatInt(v, 10)] = bundle.VersionInfo{Description: in.Description}
+		})
+		return res, modelError(err) // nothing served changes
 	case workflows.ModelOpSetDefault:
 		_, err = a.Models.Promote(ctx, in.Model, v, bundle.Cause{By: "ml-api:" + me, Verified: true, Caller: me,
 			JobID: info.WorkflowExecution.ID, Run: info.WorkflowExecution.RunID, Reason: "versions.setDefault"}, time.Now())

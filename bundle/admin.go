@@ -29,6 +29,14 @@ type ModelInfo struct {
 	// Operation is the workflow that created it: a retry of that
 	// operation finds its own model, not a conflict.
 	Operation string `json:"operation,omitempty"`
+	// Versions are the versions' descriptions (versions.patch), by
+	// version number.
+	Versions map[string]VersionInfo `json:"versions,omitempty"`
+}
+
+// VersionInfo is what versions.patch recorded of a version.
+type VersionInfo struct {
+	Description string `json:"description,omitempty"`
 }
 
 // Errors of the Admin methods, besides ErrNotFound.
@@ -60,6 +68,9 @@ type Admin interface {
 	// DeleteModel removes a model without versions (ErrInUse if it has
 	// some) and everything it holds.
 	DeleteModel(ctx context.Context, model string) error
+	// UpdateModelInfo changes model's model.json with change (made if
+	// the model has none: a published model patched).
+	UpdateModelInfo(ctx context.Context, model string, change func(*ModelInfo)) error
 }
 
 var _ Admin = (*Store)(nil)
@@ -201,4 +212,26 @@ func (r *Store) DeleteModel(ctx context.Context, model string) error {
 		return fmt.Errorf("%w: model %s", ErrNotFound, model)
 	}
 	return r.remove(ctx, model)
+}
+
+// UpdateModelInfo changes a model's model.json (see Admin): read,
+// changed and written back, as config.json is.
+func (r *Store) UpdateModelInfo(ctx context.Context, model string, change func(*ModelInfo)) error {
+	ms, err := r.Models(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(ms, model) {
+		return fmt.Errorf("%w: model %s", ErrNotFound, model)
+	}
+	info, _, err := r.ModelInfo(ctx, model)
+	if err != nil {
+		return err
+	}
+	change(&info)
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	return r.st.Write(ctx, model+"/"+ModelInfoFile, b)
 }

@@ -55,6 +55,15 @@ type nodeFlow struct {
 	UnknownField nodeError     `json:"unknownField"`
 	BadFilter    nodeError     `json:"badFilter"`
 	MissingJob   nodeError     `json:"missingJob"`
+	// The user's own model, its version deployed from the job's export.
+	ModelCreated       mlapi.Model     `json:"modelCreated"`
+	Operation          mlapi.Operation `json:"operation"`
+	NodeModel          mlapi.Model     `json:"nodeModel"`
+	PredictNodeModel   json.RawMessage `json:"predictNodeModel"`
+	PredictNodeVersion json.RawMessage `json:"predictNodeVersion"`
+	Operations         struct {
+		Operations []mlapi.Operation `json:"operations"`
+	} `json:"operations"`
 }
 
 // nodeError is what googleapis made of a refusal.
@@ -211,6 +220,28 @@ func TestMLAPIGoogleapisNodeClient(t *testing.T) {
 	}
 	if json.Unmarshal(got.PredictVersion, &have) != nil || mlJSON(have) != mlJSON(want) {
 		t.Errorf("projects.predict of %s through googleapis: %s, want TF Serving's %s", def.Name, got.PredictVersion, tf)
+	}
+
+	// models.create, versions.create from the job's export (its
+	// trainingOutput.builtInAlgorithmOutput.modelPath) as an operation the
+	// client polled to done, and predictions on the new model.
+	if got.ModelCreated.Name != "projects/my-project/models/node_model" || got.ModelCreated.Description != "from Node" {
+		t.Errorf("models.create: %s", mlJSON(got.ModelCreated))
+	}
+	if op := got.Operation; !op.Done || op.Error != nil || op.Metadata == nil || op.Metadata.OperationType != "CREATE_VERSION" ||
+		op.Response["name"] != "projects/my-project/models/node_model/versions/v1" || op.Response["deploymentUri"] != tj.TrainingOutput.BuiltInAlgorithmOutput.ModelPath {
+		t.Errorf("versions.create's operation: %s", mlJSON(op))
+	}
+	if d := got.NodeModel.DefaultVersion; d == nil || d.Name != "projects/my-project/models/node_model/versions/v1" || !d.IsDefault {
+		t.Errorf("models.get of node_model: %s", mlJSON(got.NodeModel))
+	}
+	for what, p := range map[string]json.RawMessage{"node_model": got.PredictNodeModel, "node_model/versions/v1": got.PredictNodeVersion} {
+		if json.Unmarshal(p, &have) != nil || mlJSON(have) != mlJSON(want) {
+			t.Errorf("projects.predict of %s (the census job's export): %s, want TF Serving's answer of census %s", what, p, tf)
+		}
+	}
+	if ops := got.Operations.Operations; len(ops) != 2 || !slices.ContainsFunc(ops, func(o mlapi.Operation) bool { return o.Name == got.Operation.Name }) {
+		t.Errorf("operations.list: %s, want the create_model and create_version operations", mlJSON(ops))
 	}
 
 	mu.Lock()

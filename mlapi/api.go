@@ -115,10 +115,11 @@ func (a *API) Routes(e *echo.Echo) {
 	e.DELETE(routeModel, a.handle(a.deleteModel))
 	e.GET(routeOperations, a.handle(a.listOperations))
 	e.GET(routeOperation, a.handle(a.getOperation))
-	// jobs.delete does not exist; models.patch, versions.patch and
-	// operations.cancel and delete are not served yet.
+	// jobs.delete does not exist; operations.cancel and delete are not
+	// served.
 	e.Match([]string{http.MethodDelete, http.MethodPut}, routeJob, a.handle(notServed))
-	e.Match([]string{http.MethodPatch, http.MethodPut}, routeModel, a.handle(notServed))
+	e.PATCH(routeModel, a.handle(a.patchModel))
+	e.PUT(routeModel, a.handle(notServed))
 	e.Any(routeProject, a.handle(notServed))
 }
 

@@ -158,7 +158,11 @@ func TestBadInputStartsNothing(t *testing.T) {
 		{"setDefault body", "POST", "/v1/projects/my-project/models/census/versions/v1:setDefault", `{"version":"v2"}`, "", 400, "INVALID_ARGUMENT", "version: unknown field"},
 		{"operation with a bad id", "GET", "/v1/projects/my-project/operations/op-1", "", "", 404, "NOT_FOUND", "no such operation"},
 		{"operations page token", "GET", "/v1/projects/my-project/operations?pageToken=%25%25", "", "", 400, "INVALID_ARGUMENT", "pageToken"},
-		{"models.patch not served yet", "PATCH", "/v1/projects/my-project/models/census?updateMask=description", `{}`, "", 404, "NOT_FOUND", "not served by trainflow (yet)"},
+		{"models.patch without a mask", "PATCH", "/v1/projects/my-project/models/census", `{"description":"x"}`, "", 400, "INVALID_ARGUMENT", "updateMask: required"},
+		{"models.patch of the default", "PATCH", "/v1/projects/my-project/models/census?updateMask=defaultVersion.name", `{}`, "", 400, "INVALID_ARGUMENT", "only description, labels can change"},
+		{"versions.patch of the scaling", "PATCH", "/v1/projects/my-project/models/census/versions/v1?updateMask=manualScaling.nodes", `{}`, "", 400, "INVALID_ARGUMENT", "only description can change"},
+		{"models.patch bad label", "PATCH", "/v1/projects/my-project/models/census?updateMask=labels", `{"labels":{"A":"b"}}`, "", 400, "INVALID_ARGUMENT", "labels.A"},
+		{"PUT of a model", "PUT", "/v1/projects/my-project/models/census", `{}`, "", 404, "NOT_FOUND", "not served by trainflow"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fake := &fakeTemporal{}

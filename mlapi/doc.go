@@ -14,6 +14,11 @@
 //	GET  /v1/projects/{project}/models/{model}               projects.models.get
 //	GET  /v1/projects/{project}/models/{model}/versions      projects.models.versions.list
 //	GET  /v1/projects/{project}/models/{model}/versions/{v}  projects.models.versions.get
+//	POST /v1/projects/{project}/models                       projects.models.create
+//	PATCH, DELETE /v1/projects/{project}/models/{model}      projects.models.patch, delete
+//	POST /v1/projects/{project}/models/{model}/versions      projects.models.versions.create
+//	PATCH, DELETE …/versions/{v}; POST …/versions/{v}:setDefault
+//	GET  /v1/projects/{project}/operations[/{operation}]     projects.operations.list, get
 //
 // A Job's trainingInput and predictionInput become a JobSpec or a
 // PredictionSpec through package jobs (the one mapping `jobs submit
@@ -22,7 +27,9 @@
 // progress query or result, its memo for labels), never from a store of
 // this package's. Predictions answer through the prediction server's own
 // :predict path (Predictor), and models and versions are those the
-// server has loaded from its repository (Models).
+// server has loaded from its repository (Models). A change of a model is
+// a ModelOperation workflow a worker makes, as the user who started it
+// (the long-running Operation of the reference is that workflow).
 //
 // Errors are Google's JSON shape, {"error": {"code", "message",
 // "status"}}, with a 400 that names the field's JSON path; those of the

@@ -36,6 +36,16 @@ type TrainingOutput struct {
 	ConsumedMLUnits           float64                `json:"consumedMLUnits,omitempty"`
 	IsHyperparameterTuningJob bool                   `json:"isHyperparameterTuningJob,omitempty"`
 	HyperparameterMetricTag   string                 `json:"hyperparameterMetricTag,omitempty"`
+	// BuiltInAlgorithmOutput is a built-in model's: where its export is
+	// (the deploymentUri of versions.create).
+	BuiltInAlgorithmOutput *BuiltInAlgorithmOutput `json:"builtInAlgorithmOutput,omitempty"`
+}
+
+// BuiltInAlgorithmOutput is Cloud ML Engine's output of a built-in
+// algorithm's job: trainflow's built-in models are such.
+type BuiltInAlgorithmOutput struct {
+	Framework string `json:"framework"`
+	ModelPath string `json:"modelPath"`
 }
 
 // HyperparameterOutput is one trial of a tuning job.
@@ -142,6 +152,9 @@ func jobOf(d *jobs.Description) *Job {
 		}
 		if t != nil {
 			trainingOutput(j.TrainingOutput, t)
+		}
+		if r := d.Result; r != nil && r.Export != "" {
+			j.TrainingOutput.BuiltInAlgorithmOutput = &BuiltInAlgorithmOutput{Framework: "TRAINFLOW", ModelPath: r.Export}
 		}
 	}
 	out, _ := json.Marshal(struct {

@@ -64,10 +64,11 @@ type Model struct {
 // projects/P/models/M/versions/V, V a trainflow version number. A loaded
 // version is READY.
 type Version struct {
-	Name      string `json:"name"`
-	IsDefault bool   `json:"isDefault,omitempty"`
-	State     string `json:"state"`
-	Etag      string `json:"etag"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	IsDefault   bool   `json:"isDefault,omitempty"`
+	State       string `json:"state"`
+	Etag        string `json:"etag"`
 }
 
 // modelList is ListModelsResponse; versionList ListVersionsResponse.
@@ -259,6 +260,15 @@ func version(project, model string, v, def int64, labels map[string]int64) *Vers
 	return &Version{Name: name, IsDefault: v == def, State: versionReady, Etag: etag(name, strconv.FormatBool(v == def))}
 }
 
+// described is v (version n) with the description versions.patch
+// recorded.
+func described(v *Version, ms Models, model string, n int64) *Version {
+	if info, ok := ms.Info(model); ok {
+		v.Description = info.Versions[strconv.FormatInt(n, 10)].Description
+	}
+	return v
+}
+
 // versionNumber resolves a version's ml/v1 name (a label, or a number)
 // among a model's loaded versions vs.
 func versionNumber(name string, vs []int64, labels map[string]int64) (int64, bool) {
@@ -314,7 +324,7 @@ func (a *API) getModel(c echo.Context) error {
 	if err != nil || !ok {
 		return notFound("version %s of model %s not found (versions.list lists them)", clip(v), name)
 	}
-	return c.JSON(http.StatusOK, version(project, name, n, def, ms.Labels(name)))
+	return c.JSON(http.StatusOK, described(version(project, name, n, def, ms.Labels(name)), ms, name, n))
 }
 
 // listVersions is projects.models.versions.list.
@@ -346,7 +356,7 @@ func (a *API) listVersions(c echo.Context, ms Models, project, model string) err
 	out := versionList{Versions: []*Version{}, NextPageToken: next}
 	labels := ms.Labels(model)
 	for _, v := range got {
-		out.Versions = append(out.Versions, version(project, model, v, def, labels))
+		out.Versions = append(out.Versions, described(version(project, model, v, def, labels), ms, model, v))
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -65,6 +66,8 @@ var opTypes = map[string]string{
 	workflows.ModelOpCreateVersion: "CREATE_VERSION",
 	workflows.ModelOpDeleteVersion: "DELETE_VERSION",
 	workflows.ModelOpSetDefault:    "UPDATE_MODEL",
+	workflows.ModelOpUpdateModel:   "UPDATE_MODEL",
+	workflows.ModelOpUpdateVersion: "UPDATE_VERSION",
 }
 
 // modelRequest is a Model as models.create takes it: name, description
@@ -505,3 +508,69 @@ func (a *API) listOperations(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
+// patchModel answers the PATCHes under models/: models.patch (models/M,
+// updateMask description and/or labels) and versions.patch
+// (models/M/versions/V, updateMask description), as Operations.
+func (a *API) patchModel(c echo.Context) error {
+	project, err := a.project(c)
+	if err != nil {
+		return err
+	}
+	rest, method := splitMethod(c.Param("*"))
+	if method != "" {
+		return notFound("PATCH models/%s: not a method of models", clip(c.Param("*")))
+	}
+	model, sub, hasSub := strings.Cut(rest, "/")
+	if err := ident.Check(model); err != nil {
+		return notFound("model %q: no such model", clip(model))
+	}
+	if err := checkQuery(c, "updateMask"); err != nil {
+		return err
+	}
+	var mask []string
+	for f := range strings.SplitSeq(c.QueryParam("updateMask"), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			mask = append(mask, f)
+		}
+	}
+	b, err := a.body(c)
+	if err != nil {
+		return err
+	}
+	in := workflows.ModelOpInput{Kind: workflows.ModelOpUpdateModel, Project: project, Model: model, UpdateMask: mask}
+	allowed := []string{"description", "labels"}
+	if hasSub {
+		v, ok := strings.CutPrefix(sub, "versions/")
+		if !ok || strings.Contains(v, "/") || (ident.Check(v) != nil && !numericName(v)) {
+			return notFound("PATCH models/%s: want models/{model} or models/{model}/versions/{version}", clip(rest))
+		}
+		var req versionRequest
+		if err := decodeStrict(b, &req); err != nil {
+			return err
+		}
+		in.Kind, in.Version, in.Description, allowed = workflows.ModelOpUpdateVersion, v, req.Description, []string{"description"}
+	} else {
+		var req modelRequest
+		if err := decodeStrict(b, &req); err != nil {
+			return err
+		}
+		if err := checkLabels(req.Labels); err != nil {
+			return err
+		}
+		in.Description, in.Labels = req.Description, req.Labels
+	}
+	if len(mask) == 0 {
+		return invalid("updateMask: required; want %s", strings.Join(allowed, ","))
+	}
+	for _, f := range mask {
+		if !slices.Contains(allowed, f) {
+			return invalid("updateMask %q: only %s can change here", clip(f), strings.Join(allowed, ", "))
+		}
+	}
+	if len(in.Description) > maxDescription {
+		return invalid("description: %d bytes, at most %d", len(in.Description), maxDescription)
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), callTimeout)
+	defer cancel()
+	return a.startedOp(c, ctx, project, in)
+}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -29,6 +30,11 @@ const (
 	ModelOpCreateVersion = "create_version"
 	ModelOpDeleteVersion = "delete_version"
 	ModelOpSetDefault    = "set_default"
+	// ModelOpUpdateModel changes a model's description and labels,
+	// ModelOpUpdateVersion a version's description (the fields
+	// UpdateMask names).
+	ModelOpUpdateModel   = "update_model"
+	ModelOpUpdateVersion = "update_version"
 )
 
 // Error types of ModelOp's refusals (non-retryable), besides
@@ -58,6 +64,9 @@ type ModelOpInput struct {
 	// Description and Labels are create_model's.
 	Description string            `json:"description,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	// UpdateMask names what update_model (description, labels) and
+	// update_version (description) change.
+	UpdateMask []string `json:"update_mask,omitempty"`
 }
 
 // ModelOpResult is what the change left: the model, and the version
@@ -76,6 +85,17 @@ type ModelOpResult struct {
 func (in ModelOpInput) check() error {
 	switch in.Kind {
 	case ModelOpCreateModel, ModelOpDeleteModel:
+	case ModelOpUpdateModel:
+		if err := checkMask(in.UpdateMask, "description", "labels"); err != nil {
+			return err
+		}
+	case ModelOpUpdateVersion:
+		if err := checkMask(in.UpdateMask, "description"); err != nil {
+			return err
+		}
+		if err := ident.Check(in.Version); err != nil && !numeric(in.Version) {
+			return fmt.Errorf("version %q: %v", in.Version, err)
+		}
 	case ModelOpCreateVersion:
 		if in.DeploymentURI == "" {
 			return fmt.Errorf("deployment_uri: required")
@@ -86,10 +106,25 @@ func (in ModelOpInput) check() error {
 			return fmt.Errorf("version %q: %v", in.Version, err)
 		}
 	default:
-		return fmt.Errorf("kind %q: want %s, %s, %s, %s or %s", in.Kind, ModelOpCreateModel, ModelOpDeleteModel, ModelOpCreateVersion, ModelOpDeleteVersion, ModelOpSetDefault)
+		return fmt.Errorf("kind %q: want %s, %s, %s, %s, %s, %s or %s", in.Kind, ModelOpCreateModel, ModelOpDeleteModel, ModelOpUpdateModel,
+			ModelOpCreateVersion, ModelOpDeleteVersion, ModelOpSetDefault, ModelOpUpdateVersion)
 	}
 	if err := ident.Check(in.Model); err != nil {
 		return fmt.Errorf("model %q: %v", in.Model, err)
+	}
+	return nil
+}
+
+// checkMask refuses an empty update mask or one naming other fields than
+// allowed.
+func checkMask(mask []string, allowed ...string) error {
+	if len(mask) == 0 {
+		return fmt.Errorf("update_mask: empty; want %v", allowed)
+	}
+	for _, f := range mask {
+		if !slices.Contains(allowed, f) {
+			return fmt.Errorf("update_mask: %q cannot change; want %v", f, allowed)
+		}
 	}
 	return nil
 }

@@ -62,6 +62,19 @@ async function wait(jobId, wanted) {
   }
 }
 
+// done polls projects.operations.get until the operation is done.
+async function done(op) {
+  const deadline = Date.now() + timeoutMs;
+  while (!op.done) {
+    if (Date.now() > deadline) {
+      throw new Error(`operation ${op.name}: not done after ${timeoutMs} ms`);
+    }
+    await new Promise(resolve => setTimeout(resolve, 200));
+    op = (await ml.projects.operations.get({name: op.name})).data;
+  }
+  return op;
+}
+
 // refused runs call, which must fail, and returns what the client made
 // of the error: its HTTP status and message (googleapis reads Google's
 // {"error": {"code", "message", "status"}}).
@@ -125,6 +138,18 @@ async function main() {
   const predictedVersion = await ml.projects.predict({name: got.data.defaultVersion.name, requestBody: {instances}});
   out.predictVersion = predictedVersion.data;
   out.missingJob = await refused(() => ml.projects.jobs.get({name: `${project}/jobs/node_missing`}));
+
+  // A model of the user's own, a version deployed from the training
+  // job's export (a long-running operation, polled), and predictions.
+  const modelPath = out.train.job.trainingOutput.builtInAlgorithmOutput.modelPath;
+  const nodeModel = await ml.projects.models.create({parent: project, requestBody: {name: 'node_model', description: 'from Node', labels: {client: 'node'}}});
+  out.modelCreated = nodeModel.data;
+  const op = await ml.projects.models.versions.create({parent: `${project}/models/node_model`, requestBody: {name: 'v1', deploymentUri: modelPath, runtimeVersion: '2.11', framework: 'TENSORFLOW'}});
+  out.operation = await done(op.data);
+  out.nodeModel = (await ml.projects.models.get({name: `${project}/models/node_model`})).data;
+  out.predictNodeModel = (await ml.projects.predict({name: `${project}/models/node_model`, requestBody: {instances}})).data;
+  out.predictNodeVersion = (await ml.projects.predict({name: `${project}/models/node_model/versions/v1`, requestBody: {instances}})).data;
+  out.operations = (await ml.projects.operations.list({name: project})).data;
   process.stdout.write(JSON.stringify(out) + '\n');
 }
 
