@@ -111,6 +111,10 @@ func rootPackage(roots []string, uri, module string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		// gcloud staged an sdist (trainer-0.1/…): the workers' layout.
+		if archive, err = app.FromSdist(archive); err != nil {
+			return nil, err
+		}
 		ok, err := app.PackageHasModule(archive, module)
 		if err != nil {
 			return nil, err

@@ -12,7 +12,8 @@ import (
 )
 
 // TestMLAPIPackageJob: an ml/v1 job names its trainer package as Cloud ML
-// Engine's did, a .tar.gz in a staging location (trainingInput.packageUris),
+// Engine's did, the sdist setuptools makes (one trainer-0.1/ directory)
+// in a staging location (trainingInput.packageUris),
 // here inside the server's --ml-package-roots: the job installs and runs
 // it on a worker with --allow-packages, and its replicas read a
 // TF_CONFIG naming the package as sent and, for runtime 1.15, the chief
@@ -24,7 +25,8 @@ func TestMLAPIPackageJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, home := packageStack(t, true, func(c *stackConfig) { c.ML = &mlFlags{packageRoots: listFlag{staging}} })
-	archive, err := packagePath("testdata/pkg/trainer", "trainer.task")
+	// The sdist setuptools made (trainer-0.1/…), as gcloud staged it.
+	archive, err := os.ReadFile("../train/app/testdata/sdist/trainer-0.1.tar.gz")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,9 @@ func configPackage(uri, module string) ([]byte, error) {
 	if len(archive) > jobspec.MaxPackageBytes {
 		return nil, fmt.Errorf("%s: larger than %d bytes, what a job may carry", uri, jobspec.MaxPackageBytes)
 	}
+	if archive, err = app.FromSdist(archive); err != nil {
+		return nil, fmt.Errorf("%s: %w", uri, err)
+	}
 	ok, err := app.PackageHasModule(archive, module)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", uri, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/storage"
 	"github.com/trainflow/trainflow/jobspec"
+	"github.com/trainflow/trainflow/train/app"
 )
 
 // TestPackagePath packs a gcloud-style trainer package for submission and
@@ -92,6 +93,12 @@ func TestConfigPackage(t *testing.T) {
 	}
 	if got, err := configPackage(tgz, "trainer.task"); err != nil || !bytes.Equal(got, archive) {
 		t.Errorf(".tar.gz: %d bytes, %v; want the archive as it is", len(got), err)
+	}
+	// The sdist setuptools makes (trainer-0.1/…): the workers' layout.
+	if got, err := configPackage("../train/app/testdata/sdist/trainer-0.1.tar.gz", "trainer.task"); err != nil || !bytes.HasPrefix(got, []byte{0x1f, 0x8b}) {
+		t.Errorf("an sdist: %d bytes, %v; want it repacked", len(got), err)
+	} else if ok, _ := app.PackageHasModule(got, "trainer.task"); !ok {
+		t.Error("the repacked sdist lacks trainer.task")
 	}
 	if got, err := configPackage("testdata/pkg/trainer", "trainer.task"); err != nil || !bytes.Equal(got, archive) {
 		t.Errorf("directory: %d bytes, %v; want it packed", len(got), err)

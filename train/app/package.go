@@ -486,3 +486,85 @@ func PackageHasModule(archive []byte, module string) (bool, error) {
 	}
 	return false, fmt.Errorf("%w: more than %d entries", ErrPackage, MaxPackageFiles)
 }
+
+// FromSdist returns a source archive as `python -m build --sdist`,
+// `python setup.py sdist` or gcloud's staging made it (one top-level
+// directory such as trainer-0.1/) in the layout the workers install
+// (PackageRoot/), deterministic; an archive already in that layout comes
+// back as it is. The archive is the user's: it is read bounded as
+// UnpackPackage reads it (at most MaxArchiveBytes, MaxPackageBytes
+// unpacked, MaxPackageFiles entries), and links, devices, names outside
+// the top directory, absolute or `..` names, and several top-level
+// entries are refused, wrapping ErrPackage.
+func FromSdist(archive []byte) ([]byte, error) {
+	if len(archive) > MaxArchiveBytes {
+		return nil, fmt.Errorf("%w: archive larger than %d bytes", ErrPackage, MaxArchiveBytes)
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(archive))
+	if err != nil {
+		return nil, fmt.Errorf("%w: not a gzip archive: %w", ErrPackage, err)
+	}
+	tr := tar.NewReader(gz)
+	p := &packer{files: map[string]packFile{}}
+	top := ""
+	for n := 0; ; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrPackage, err)
+		}
+		if n >= MaxPackageFiles {
+			return nil, fmt.Errorf("%w: more than %d entries", ErrPackage, MaxPackageFiles)
+		}
+		if h.Typeflag == tar.TypeXGlobalHeader {
+			continue // pax metadata, no entry
+		}
+		name := strings.TrimSuffix(h.Name, "/")
+		if !filepath.IsLocal(name) || strings.Contains(name, `\`) || path.Clean(name) != name {
+			return nil, fmt.Errorf("%w: entry %q: not a relative name inside the archive", ErrPackage, h.Name)
+		}
+		first, rest, _ := strings.Cut(name, "/")
+		if top == "" {
+			top = first
+		} else if first != top {
+			return nil, fmt.Errorf("%w: entries under %s/ and %s/: a source archive has one top-level directory", ErrPackage, top, first)
+		}
+		if top == PackageRoot {
+			return archive, nil // already the workers' layout
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if rest != "" {
+				if err := p.add(rest, packFile{dir: true, mode: 0o755}); err != nil {
+					return nil, err
+				}
+			}
+		case tar.TypeReg:
+			if rest == "" {
+				return nil, fmt.Errorf("%w: entry %q: a file at the top level (want one directory, as sdist makes)", ErrPackage, h.Name)
+			}
+			if h.Size < 0 || p.total+h.Size > MaxPackageBytes {
+				return nil, fmt.Errorf("%w: larger than %d bytes unpacked", ErrPackage, MaxPackageBytes)
+			}
+			data, err := io.ReadAll(io.LimitReader(tr, h.Size))
+			if err != nil {
+				return nil, fmt.Errorf("%w: entry %q: %w", ErrPackage, h.Name, err)
+			}
+			mode := int64(0o644)
+			if h.Mode&0o111 != 0 {
+				mode = 0o755
+			}
+			if err := p.add(rest, packFile{data: data, mode: mode, size: int64(len(data))}); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("%w: entry %q is not a file or directory (type %q)", ErrPackage, h.Name, h.Typeflag)
+		}
+	}
+	if top == "" {
+		return nil, fmt.Errorf("%w: an empty archive", ErrPackage)
+	}
+	return p.archive()
+}

@@ -386,3 +386,65 @@ func TestPackageHasModule(t *testing.T) {
 		t.Errorf("module -c accepted")
 	}
 }
+
+// TestFromSdist: the sdist setuptools makes (one top-level trainer-0.1/
+// directory, as gcloud staged it) becomes the workers' layout: the module
+// is found, and the archive unpacks to a project root with its setup.py;
+// an archive in the workers' layout comes back unchanged; an archive with
+// several top-level entries, a link, a device, a '..' name or a file over
+// the bound is refused.
+func TestFromSdist(t *testing.T) {
+	sdist, err := os.ReadFile(filepath.Join("testdata", "sdist", "trainer-0.1.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := PackageHasModule(sdist, "trainer.task"); ok || err != nil {
+		t.Fatalf("the sdist as it is: module found %v, %v (the fixture is not an sdist?)", ok, err)
+	}
+	pkg, err := FromSdist(sdist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := PackageHasModule(pkg, "trainer.task"); !ok || err != nil {
+		t.Errorf("the repacked sdist: module found %v, %v", ok, err)
+	}
+	root, err := UnpackPackage(bytes.NewReader(pkg), filepath.Join(t.TempDir(), "src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"setup.py", "PKG-INFO", filepath.Join("trainer", "task.py")} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if again, err := FromSdist(pkg); err != nil || !bytes.Equal(again, pkg) {
+		t.Errorf("an archive in the workers' layout: %v, changed %v", err, !bytes.Equal(again, pkg))
+	}
+	if again, _ := FromSdist(sdist); !bytes.Equal(again, pkg) {
+		t.Error("repacking twice gave different archives")
+	}
+	ok := []tarEntry{{name: "t-1/", typ: tar.TypeDir}, {name: "t-1/setup.py", typ: tar.TypeReg, body: "x"}}
+	with := func(e ...tarEntry) []tarEntry { return append(append([]tarEntry(nil), ok...), e...) }
+	for _, c := range []struct {
+		name    string
+		entries []tarEntry
+		want    string
+	}{
+		{"two top-level directories", with(tarEntry{name: "other/x.py", typ: tar.TypeReg, body: "x"}), "one top-level directory"},
+		{"a top-level file", []tarEntry{{name: "setup.py", typ: tar.TypeReg, body: "x"}}, "a file at the top level"},
+		{"dot-dot", with(tarEntry{name: "t-1/../../escape.txt", typ: tar.TypeReg, body: "x"}), "not a relative name"},
+		{"absolute", with(tarEntry{name: "/etc/passwd", typ: tar.TypeReg, body: "x"}), "not a relative name"},
+		{"symlink", with(tarEntry{name: "t-1/etc", typ: tar.TypeSymlink, link: "/etc"}), "not a file or directory"},
+		{"device", with(tarEntry{name: "t-1/null", typ: tar.TypeChar}), "not a file or directory"},
+		{"huge file", with(tarEntry{name: "t-1/big.bin", typ: tar.TypeReg, body: "x", size: MaxPackageBytes + 1}), "larger than"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := FromSdist(makeArchive(t, c.entries)); !errors.Is(err, ErrPackage) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("FromSdist: %v; want ErrPackage with %q", err, c.want)
+			}
+		})
+	}
+	if _, err := FromSdist([]byte("not gzip")); !errors.Is(err, ErrPackage) {
+		t.Errorf("not gzip: %v", err)
+	}
+}
