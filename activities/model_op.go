@@ -223,13 +223,11 @@ func (a *Activities) createVersion(ctx context.Context, admin bundle.Admin, in w
 	if err != nil {
 		return res, err
 	}
-	if dir == "" {
-		return res, notOwner(fmt.Errorf("%s %s lies in no job directory (no job.json above it)", field, loc))
-	}
 	key, ok := keyUnder(dir, located)
 	exporter, step, isExport := jobdir.ParseExportKey(key)
-	if !ok || !isExport || !bundle.ValidName(exporter) || !canonicalStep(step) {
-		return res, refuseLocation(field, loc, "%s", "not a bundle of an exporter (export/<exporter>/<step> of a job directory)")
+	if dir == "" || !ok || !isExport || !bundle.ValidName(exporter) || !canonicalStep(step) {
+		// A job directory itself, or anything else: no export.
+		return res, refuseLocation(field, loc, "%s", "not an export of a job (export/<exporter>/<step> inside a job directory: jobs.get's trainingOutput.builtInAlgorithmOutput.modelPath)")
 	}
 	dirLoc, err := a.locate("job_dir", dir, true)
 	if err != nil {

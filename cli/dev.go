@@ -88,6 +88,7 @@ func runDev(ctx context.Context, types *train.Registry, args []string, stdout, s
 	fmt.Fprintf(stdout, "  API key           %s (trainflow commands send it; Temporal CLI: temporal --api-key \"$(cat %s)\" --tls=false …)\n", tokenFile, tokenFile)
 	fmt.Fprintf(stdout, "  Predictions       http://%s/v1/models/MODEL:predict\n", st.HTTPAddr)
 	fmt.Fprintf(stdout, "  Console           http://%s/console/\n", st.HTTPAddr)
+	fmt.Fprintf(stdout, "  Cloud ML Engine   http://%s/ (ml/v1: rootUrl of googleapis, discovery at /discovery/v1/apis/ml/v1/rest; docs/ml-api.md)\n", st.HTTPAddr)
 	if st.MetricsAddr != "" {
 		fmt.Fprintf(stdout, "  Worker metrics    http://%s/metrics\n", st.MetricsAddr)
 	}

@@ -108,10 +108,11 @@ func TestMLAPIModelsOnRealStack(t *testing.T) {
 	wantGoogleError(t, "a taken version name", code, body, http.StatusConflict, "ALREADY_EXISTS", "v1")
 	for _, tc := range []struct{ uri, code, msg string }{
 		{filepath.Join(t.TempDir(), "export", "best", "1"), "3", "deploymentUri"},
-		{filepath.Dir(filepath.Dir(exports[0])), "3", "not a bundle of an exporter"},
+		{filepath.Dir(filepath.Dir(exports[0])), "3", "not an export of a job"},
+		{filepath.Dir(filepath.Dir(filepath.Dir(exports[0]))), "3", "not an export of a job"}, // the job directory itself
 	} {
 		op = mlOp(t, "POST", modelsURL+"/census_api/versions", mlJSON(map[string]any{"name": "bad", "deploymentUri": tc.uri}), opsURL)
-		if op.Error == nil || fmt.Sprint(op.Error.Code) == "0" || !strings.Contains(op.Error.Message, tc.msg) || op.Response != nil {
+		if op.Error == nil || fmt.Sprint(op.Error.Code) != tc.code || !strings.Contains(op.Error.Message, tc.msg) || strings.Contains(op.Error.Message, "job spec") || op.Response != nil {
 			t.Errorf("versions.create from %s: %s, want an error naming %q", tc.uri, mlJSON(op), tc.msg)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/jobs"
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -357,7 +358,9 @@ func opStatus(err error) *Status {
 		case workflows.ErrTypeInvalidSpec:
 			code = codeInvalid
 		}
-		return &Status{Code: code, Message: ae.Message()}
+		// A worker's refusal of a location says "invalid job spec": here
+		// the field is the request's.
+		return &Status{Code: code, Message: strings.TrimPrefix(ae.Message(), jobspec.ErrInvalid.Error()+": ")}
 	}
 	var ce *temporal.CanceledError
 	if errors.As(err, &ce) {
