@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/workflows"
 )
 
@@ -224,9 +225,23 @@ type MLRow struct {
 
 // MLRows returns every training, tuning and batch prediction job that
 // is not another job's child (a tuning job's trials are part of it),
-// each as its meaningful run, newest first.
-func MLRows(ctx context.Context, cl client.Client, namespace string) ([]MLRow, error) {
+// each as its meaningful run, newest first. A jobID (a valid job ID)
+// narrows the query to that ID, or with prefix to the IDs starting with
+// it: every run of a matching ID is read, so the meaningful run is the
+// same as without it. (A state is not pushed into the query: a job's
+// older runs have other states than its meaningful one.)
+func MLRows(ctx context.Context, cl client.Client, namespace, jobID string, prefix bool) ([]MLRow, error) {
 	q := fmt.Sprintf("WorkflowType IN ('%s', '%s', '%s')", workflows.TrainingJobName, workflows.HyperparameterTuningJobName, workflows.BatchPredictionJobName)
+	if jobID != "" {
+		if err := jobspec.ValidateJobID(jobID); err != nil {
+			return nil, err
+		}
+		op := "="
+		if prefix {
+			op = "STARTS_WITH"
+		}
+		q += fmt.Sprintf(" AND WorkflowId %s '%s'", op, jobID)
+	}
 	runs, _, err := MeaningfulRuns(ctx, cl, namespace, q, 0)
 	if err != nil {
 		return nil, err

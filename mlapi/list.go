@@ -180,7 +180,7 @@ func (a *API) list(c echo.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), callTimeout)
 	defer cancel()
-	rows, err := jobs.MLRows(ctx, a.opts.Client, a.opts.Namespace)
+	rows, err := jobs.MLRows(ctx, a.opts.Client, a.opts.Namespace, f.jobID, f.jobIDPrefix)
 	if err != nil {
 		return err
 	}
