@@ -223,6 +223,15 @@ func (a *Activities) batchBundle(ctx context.Context, spec jobspec.PredictionSpe
 			return "", 0, refuse("model %q: this worker reads --model from a local model repository only; give model_dir (a bundle directory or URI) instead", spec.Model)
 		}
 		v := spec.Version
+		if l := spec.VersionLabel; l != "" {
+			c, err := a.Models.Config(ctx, spec.Model)
+			if err != nil {
+				return "", 0, refuse("model %q: %v", spec.Model, err)
+			}
+			if v = c.Labels[l]; v == 0 {
+				return "", 0, refuse("version_label %q: model %q has no version of that name", l, spec.Model)
+			}
+		}
 		if v == 0 {
 			d, err := a.Models.Default(ctx, spec.Model)
 			if err != nil {

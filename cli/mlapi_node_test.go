@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -34,10 +35,10 @@ type nodeFlow struct {
 		Job    mlapi.Job `json:"job"`
 		States []string  `json:"states"`
 	} `json:"long"`
-	Train struct {
+	Train, Pkg, Tune, Batch struct {
 		Job    mlapi.Job `json:"job"`
 		States []string  `json:"states"`
-	} `json:"train"`
+	}
 	ListSucceeded  []string        `json:"listSucceeded"`
 	ListCancelled  []string        `json:"listCancelled"`
 	Pages          [][]string      `json:"pages"`
@@ -83,6 +84,9 @@ type nodeError struct {
 // (google.ml('v1'), the package Cloud ML Engine's Node users have) with
 // its rootUrl pointed at the dev stack and the token in the
 // Authorization header: a training job created and polled to SUCCEEDED,
+// a package job (gcloud's staged sdist, from --ml-package-roots), a tuning
+// job whose trials carry their metric, a batch prediction of a version
+// named as versions.create named it,
 // a long job cancelled to CANCELLED, jobs.list filtered and paged, the
 // client's errors from Google's error shape, and projects.predict
 // answering as TF Serving's /v1/models/census:predict. A proxy in front
@@ -96,7 +100,20 @@ func TestMLAPIGoogleapisNodeClient(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(nodeClientDir, "node_modules", "googleapis", "package.json")); err != nil {
 		realtest.Missing(t, "googleapis is not installed in mlapi/testdata/node (npm ci --prefix mlapi/testdata/node, as .ci/run does)")
 	}
-	st := testStack(t, t.TempDir())
+	// Packages from a staging directory, as gcloud staged them.
+	staging := t.TempDir()
+	if err := os.Chmod(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sdist, err := os.ReadFile("../train/app/testdata/sdist/trainer-0.1.tar.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgURI := filepath.Join(staging, "trainer-0.1.tar.gz")
+	if err := os.WriteFile(pkgURI, sdist, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := packageStack(t, true, func(c *stackConfig) { c.ML = &mlFlags{packageRoots: listFlag{staging}} })
 	backend, err := url.Parse("http://" + st.HTTPAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -125,12 +142,21 @@ func TestMLAPIGoogleapisNodeClient(t *testing.T) {
 	if err := os.WriteFile(in, []byte(mlJSON(instances)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	batchDir := t.TempDir()
+	var lines bytes.Buffer
+	for _, i := range instances {
+		lines.WriteString(mlJSON(i) + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(batchDir, "in.jsonl"), lines.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "flow.js")
 	cmd.Dir = nodeClientDir
 	cmd.Env = append(os.Environ(), "ML_ROOT_URL="+srv.URL+"/", "ML_TOKEN="+token, "ML_PROJECT=my-project",
-		"ML_MODEL=census", "ML_INSTANCES="+in, "ML_TIMEOUT_S=540")
+		"ML_MODEL=census", "ML_INSTANCES="+in, "ML_TIMEOUT_S=540", "ML_PACKAGE_URI="+pkgURI,
+		"ML_BATCH_INPUT="+filepath.Join(batchDir, "in*.jsonl"), "ML_BATCH_OUTPUT="+filepath.Join(batchDir, "out"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -155,6 +181,18 @@ func TestMLAPIGoogleapisNodeClient(t *testing.T) {
 	tj := got.Train.Job
 	if tj.State != mlapi.StateSucceeded || tj.EndTime == "" || tj.TrainingOutput == nil || tj.TrainingOutput.IsHyperparameterTuningJob {
 		t.Errorf("the training job: %s (states seen %v)", mlJSON(tj), got.Train.States)
+	}
+	if j := got.Pkg.Job; j.State != mlapi.StateSucceeded {
+		t.Errorf("the package job: %s (states seen %v)", mlJSON(j), got.Pkg.States)
+	}
+	if to := got.Tune.Job.TrainingOutput; got.Tune.Job.State != mlapi.StateSucceeded || to == nil || !to.IsHyperparameterTuningJob || len(to.Trials) != 2 ||
+		slices.ContainsFunc(to.Trials, func(tr mlapi.HyperparameterOutput) bool {
+			return tr.FinalMetric == nil || tr.FinalMetric.ObjectiveValue <= 0
+		}) {
+		t.Errorf("the tuning job: %s (states seen %v)", mlJSON(got.Tune.Job), got.Tune.States)
+	}
+	if po := got.Batch.Job.PredictionOutput; got.Batch.Job.State != mlapi.StateSucceeded || po == nil || po.PredictionCount != fmt.Sprint(len(instances)) || po.ErrorCount != "0" {
+		t.Errorf("the batch job of node_model's v1: %s (states seen %v)", mlJSON(got.Batch.Job), got.Batch.States)
 	}
 	if !slices.Equal(got.ListSucceeded, []string{"node_train"}) {
 		t.Errorf("jobs.list labels.client=node AND state=SUCCEEDED: %v, want [node_train]", got.ListSucceeded)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/jobspec"
 )
 
@@ -78,11 +79,14 @@ func FromPredictionInput(raw json.RawMessage) (jobspec.PredictionSpec, []string,
 			}
 			m, v, ok := strings.Cut(s, "/versions/")
 			n, perr := strconv.ParseInt(v, 10, 64)
-			if !ok || perr != nil || n <= 0 {
-				err = fmt.Errorf("predictionInput.versionName %q: want projects/P/models/M/versions/N, N a trainflow version number", s)
-				break
+			switch {
+			case ok && perr == nil && n > 0:
+				spec.Model, spec.Version = lastName(m, "models"), n
+			case ok && ident.Valid(v): // the name versions.create gave it
+				spec.Model, spec.VersionLabel = lastName(m, "models"), v
+			default:
+				err = fmt.Errorf("predictionInput.versionName %q: want projects/P/models/M/versions/V, V a version's name or number", s)
 			}
-			spec.Model, spec.Version = lastName(m, "models"), n
 		case "maxWorkerCount":
 			var n json.Number
 			var v int64

@@ -35,6 +35,9 @@ type PredictionSpec struct {
 	// Version picks its version (0: the model's default).
 	Model   string `json:"model,omitempty"`
 	Version int64  `json:"version,omitempty"`
+	// VersionLabel picks the version by its label (the model's
+	// config.json labels; an ml/v1 version's name) instead of Version.
+	VersionLabel string `json:"version_label,omitempty"`
 	// InputPaths are files or glob patterns ('*', '?', '[…]' in the last
 	// path element), paths or storage URIs inside the worker's --jobs or
 	// --data-roots.
@@ -114,6 +117,10 @@ func (s PredictionSpec) Validate() error {
 		return bad("version", "%d: want a positive version, or 0 for the model's default", s.Version)
 	case s.Version != 0 && s.Model == "":
 		return bad("version", "needs model (model_dir names one bundle)")
+	case s.VersionLabel != "" && (s.Model == "" || s.Version != 0):
+		return bad("version_label", "needs model, and no version (one or the other)")
+	case s.VersionLabel != "" && !validModelName(s.VersionLabel):
+		return bad("version_label", "%q: letters, digits and '_', starting with a letter", clip(s.VersionLabel))
 	case len(s.InputPaths) == 0:
 		return bad("input_paths", "is empty: give at least one file or glob")
 	case len(s.InputPaths) > 1000:

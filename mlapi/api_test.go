@@ -242,6 +242,13 @@ func TestCreateMapsTheJob(t *testing.T) {
 					t.Errorf("prediction spec %+v", spec)
 				}
 			}},
+		{"batch of a named version", `{"jobId":"bp_2","predictionInput":{"dataFormat":"JSON","inputPaths":["/data/in*.jsonl"],"outputPath":"/data/out2","versionName":"projects/my-project/models/census/versions/v1"}}`,
+			workflows.BatchPredictionJobName, func(t *testing.T, arg any) {
+				spec := arg.(jobspec.PredictionSpec)
+				if spec.Model != "census" || spec.Version != 0 || spec.VersionLabel != "v1" {
+					t.Errorf("prediction spec %+v: want model census, version_label v1", spec)
+				}
+			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fake := &fakeTemporal{err: serviceerror.NewWorkflowExecutionAlreadyStarted("exists", "", "")}

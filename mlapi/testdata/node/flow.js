@@ -10,6 +10,10 @@
 //   ML_MODEL      the model the training job publishes (projects.predict)
 //   ML_INSTANCES  a JSON file holding the instances to predict
 //   ML_TIMEOUT_S  how long to wait for a job to end (default 600)
+//   ML_PACKAGE_URI  a trainer package (.tar.gz) inside the server's
+//                 --ml-package-roots, running trainer.task
+//   ML_BATCH_INPUT, ML_BATCH_OUTPUT  a batch prediction's input glob (JSON
+//                 lines of the instances) and output directory
 //
 // It prints one JSON object on stdout: what each call answered. A call
 // that fails unexpectedly ends the script with exit status 1 and the
@@ -106,10 +110,32 @@ async function main() {
   out.duplicate = await refused(() => ml.projects.jobs.create({parent: project, requestBody: {jobId: 'node_train', trainingInput: {}}}));
   out.unknownField = await refused(() => ml.projects.jobs.create({parent: project, requestBody: {jobId: 'node_never', trainingInput: {scaleTeir: 'BASIC'}}}));
 
+  // The user's own trainer package, staged as gcloud staged it, and a
+  // tuning job whose trials report their metric.
+  await ml.projects.jobs.create({
+    parent: project,
+    requestBody: {jobId: 'node_pkg', trainingInput: {packageUris: [env('ML_PACKAGE_URI')], pythonModule: 'trainer.task', args: ['--x=1'], runtimeVersion: '1.15'}},
+  });
+  await ml.projects.jobs.create({
+    parent: project,
+    requestBody: {
+      jobId: 'node_tune',
+      trainingInput: {
+        args: ['--train-steps', '40'],
+        hyperparameters: {
+          goal: 'MAXIMIZE', hyperparameterMetricTag: 'accuracy', maxTrials: 2, maxParallelTrials: 2,
+          params: [{parameterName: 'learning-rate', type: 'DOUBLE', minValue: 0.01, maxValue: 0.2, scaleType: 'UNIT_LOG_SCALE'}],
+        },
+      },
+    },
+  });
+
   const cancelled = await ml.projects.jobs.cancel({name: `${project}/jobs/node_long`, requestBody: {}});
   out.cancel = cancelled.data;
   out.long = await wait('node_long', ['CANCELLED']);
   out.train = await wait('node_train', ['SUCCEEDED']);
+  out.pkg = await wait('node_pkg', ['SUCCEEDED']);
+  out.tune = await wait('node_tune', ['SUCCEEDED']);
 
   const list = await ml.projects.jobs.list({parent: project, filter: 'labels.client=node AND state=SUCCEEDED'});
   out.listSucceeded = (list.data.jobs || []).map(j => j.jobId);
@@ -150,6 +176,17 @@ async function main() {
   out.predictNodeModel = (await ml.projects.predict({name: `${project}/models/node_model`, requestBody: {instances}})).data;
   out.predictNodeVersion = (await ml.projects.predict({name: `${project}/models/node_model/versions/v1`, requestBody: {instances}})).data;
   out.operations = (await ml.projects.operations.list({name: project})).data;
+
+  // A batch prediction of the version, named as versions.create named it.
+  await ml.projects.jobs.create({
+    parent: project,
+    requestBody: {
+      jobId: 'node_batch',
+      predictionInput: {dataFormat: 'JSON', inputPaths: [env('ML_BATCH_INPUT')], outputPath: env('ML_BATCH_OUTPUT'),
+        versionName: `${project}/models/node_model/versions/v1`, region: 'us-central1'},
+    },
+  });
+  out.batch = await wait('node_batch', ['SUCCEEDED']);
   process.stdout.write(JSON.stringify(out) + '\n');
 }
 
