@@ -219,6 +219,8 @@ func rowOf(e *workflowpb.WorkflowExecutionInfo) Row {
 // type and its Meta (the labels and input an ml/v1 client sent).
 type MLRow struct {
 	Row
+	// RunID is the meaningful run's.
+	RunID    string
 	Workflow string
 	Meta     Meta
 }
@@ -251,7 +253,7 @@ func MLRows(ctx context.Context, cl client.Client, namespace, jobID string, pref
 		if e.GetParentExecution() != nil {
 			continue
 		}
-		rows = append(rows, MLRow{Row: rowOf(e), Workflow: e.GetType().GetName(), Meta: MetaOf(e.GetMemo())})
+		rows = append(rows, MLRow{Row: rowOf(e), RunID: e.GetExecution().GetRunId(), Workflow: e.GetType().GetName(), Meta: MetaOf(e.GetMemo())})
 	}
 	return rows, nil
 }

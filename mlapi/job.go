@@ -157,13 +157,16 @@ func jobOf(d *jobs.Description) *Job {
 			j.TrainingOutput.BuiltInAlgorithmOutput = &BuiltInAlgorithmOutput{Framework: "TRAINFLOW", ModelPath: r.Export}
 		}
 	}
-	out, _ := json.Marshal(struct {
-		T *TrainingOutput
-		P *PredictionOutput
-	}{j.TrainingOutput, j.PredictionOutput})
-	labels, _ := json.Marshal(j.Labels) // sorted keys
-	j.Etag = etag(d.RunID, j.State, end, j.ErrorMessage, string(out), string(labels))
+	j.Etag = jobEtag(d.RunID, j.Labels)
 	return j
+}
+
+// jobEtag is a job's etag: the version of what jobs.patch changes (its
+// labels) in its run. A job's state changes on its own and must not
+// abort a client's read-modify-write of its labels.
+func jobEtag(runID string, labels map[string]string) string {
+	b, _ := json.Marshal(labels) // sorted keys
+	return etag(runID, string(b))
 }
 
 // trainingOutput fills o with a tuning job's trials.

@@ -212,11 +212,9 @@ func (a *API) list(c echo.Context) error {
 func rowJob(r jobs.MLRow) *Job {
 	j := &Job{JobID: r.JobID, State: stateOf(r.Status, r.Phase, false), CreateTime: rfc3339(r.Start), StartTime: rfc3339(r.Start),
 		Labels: r.Meta.Labels, TrainingInput: r.Meta.TrainingInput, PredictionInput: r.Meta.PredictionInput}
-	end := ""
 	if r.End != nil {
-		end = rfc3339(*r.End)
-		j.EndTime = end
+		j.EndTime = rfc3339(*r.End)
 	}
-	j.Etag = etag(r.JobID, j.State, end)
+	j.Etag = jobEtag(r.RunID, j.Labels)
 	return j
 }
