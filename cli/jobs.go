@@ -163,6 +163,7 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	c.register(fs)
 	filter := fs.String("filter", "", "state=RUNNING|SUCCEEDED|FAILED|CANCELLED|TRAINING|…, model=NAME (comma-separated, all must hold)")
 	limit := fs.Int("limit", 100, "at most this many jobs, newest first")
+	trials := fs.Bool("trials", false, "list each tuning job's trials (and its shared preprocessing) under it; without, its TRIALS column counts them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -172,6 +173,9 @@ func runJobsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	q, err := jobs.ParseFilter(*filter)
 	if err != nil {
 		return usageError{err}
+	}
+	if *trials {
+		q = q.WithTrials()
 	}
 	cl, err := c.dial()
 	if err != nil {

@@ -141,9 +141,15 @@ func TestTuningJobEndToEnd(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "TRIAL") || !strings.Contains(out, best.ID+" *") || !strings.Contains(out, "data:     hp_1_data_1 SUCCEEDED, shared by 4 trials") || len(regexp.MustCompile(`(?m)^hp_1_trial_\d.*SUCCEEDED`).FindAllString(out, -1)) != 4 {
 		t.Errorf("describe: exit %d\n%s", code, out)
 	}
+	// The trials are part of hp_1: its row counts them, --trials lists
+	// them under it.
 	code, out, _ = cli(t, "jobs", "list", "--temporal", addr, "--output", "json")
-	if code != exitOK || !strings.Contains(out, `"hp_1"`) || !strings.Contains(out, `"hp_1_trial_4"`) {
+	if code != exitOK || !strings.Contains(out, `"hp_1"`) || !strings.Contains(out, `"trials": 4`) || strings.Contains(out, `"hp_1_trial_4"`) {
 		t.Errorf("list: exit %d\n%s", code, out)
+	}
+	code, out, _ = cli(t, "jobs", "list", "--temporal", addr, "--trials")
+	if code != exitOK || !regexp.MustCompile(`(?m)^hp_1 .*SUCCEEDED .* 4 `).MatchString(out) || !regexp.MustCompile(`(?m)^  hp_1_trial_4 `).MatchString(out) {
+		t.Errorf("list --trials: exit %d\n%s", code, out)
 	}
 
 	// A second job, started as the Temporal UI starts one (plain JSON, the

@@ -68,6 +68,15 @@ type jobRow struct {
 	Start                          time.Time
 	Duration                       string
 	UILink                         string
+	// Parent is the job that started this one (a tuning job's trial).
+	Parent string
+	// Trials and TrialsRunning count a tuning job's trials the list
+	// matched; Children are its trials and shared preprocessing, shown
+	// under it with ?trials=1.
+	Trials, TrialsRunning int
+	Children              []jobRow
+	// Under says the row is listed under its job.
+	Under bool
 }
 
 type jobsBody struct {
@@ -77,10 +86,12 @@ type jobsBody struct {
 	States []string
 	Rows   []jobRow
 	More   bool
+	// ShowTrials lists each tuning job's trials under it.
+	ShowTrials bool
 }
 
 func (c *Console) jobs(ec echo.Context) error {
-	b := jobsBody{State: strings.ToUpper(ec.QueryParam("state")), Model: ec.QueryParam("model"), States: states}
+	b := jobsBody{State: strings.ToUpper(ec.QueryParam("state")), Model: ec.QueryParam("model"), States: states, ShowTrials: ec.QueryParam("trials") == "1"}
 	if c.opts.Client == nil {
 		b.Error = errNoTemporal.Error()
 		return c.render(ec, http.StatusOK, "jobs", page{Title: "Jobs", Nav: "jobs", Body: b})
@@ -98,13 +109,10 @@ func (c *Console) jobs(ec echo.Context) error {
 		c.log.Warn("list jobs", "error", err)
 		b.Error = "cannot list jobs from Temporal: " + temporalError(err)
 	}
+	var all []jobRow
 	for _, e := range runs {
-		if len(b.Rows) == maxJobs {
-			more = true
-			break
-		}
 		f := e.SearchAttributes.GetIndexedFields()
-		r := jobRow{ID: e.Execution.GetWorkflowId(), Status: statusName(e.Status), Start: e.StartTime.AsTime(),
+		r := jobRow{ID: e.Execution.GetWorkflowId(), Status: statusName(e.Status), Start: e.StartTime.AsTime(), Parent: e.GetParentExecution().GetWorkflowId(),
 			Phase: jobs.PhaseOf(e.Status, keyword(f, workflows.SearchState.GetName())), Model: keyword(f, workflows.SearchModel.GetName()),
 			Tier: keyword(f, workflows.SearchScaleTier.GetName()), Best: float(f, workflows.SearchBestMetric.GetName())}
 		if e.GetType().GetName() == workflows.HyperparameterTuningJobName {
@@ -116,11 +124,29 @@ func (c *Console) jobs(ec echo.Context) error {
 		}
 		r.Duration = end.Sub(r.Start).Round(time.Second).String()
 		r.UILink = c.uiLink(r.ID)
+		all = append(all, r)
+	}
+	// A tuning job's trials are part of it: one row, counting them.
+	groups := jobs.Group(all, func(r jobRow) string { return r.ID }, func(r jobRow) string { return r.Parent }, maxJobs)
+	for _, g := range groups {
+		r := g.Job
+		r.Children = g.Children
+		for i := range r.Children {
+			r.Children[i].Under = true
+		}
+		for _, ch := range g.Children {
+			if jobs.IsTrialOf(ch.ID, r.ID) {
+				r.Trials++
+				if ch.Status == "RUNNING" {
+					r.TrialsRunning++
+				}
+			}
+		}
 		b.Rows = append(b.Rows, r)
 	}
-	b.More = more
+	b.More = more || len(groups) < len(all) && len(groups) == maxJobs
 	refresh := 0
-	if slices.ContainsFunc(b.Rows, func(r jobRow) bool { return r.Status == "RUNNING" }) {
+	if slices.ContainsFunc(all, func(r jobRow) bool { return r.Status == "RUNNING" }) {
 		refresh = 5
 	}
 	return c.render(ec, http.StatusOK, "jobs", page{Title: "Jobs", Nav: "jobs", Refresh: refresh, Body: b})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,6 +28,15 @@ import (
 type Query struct {
 	visibility    string
 	status, phase string
+	// trials lists a tuning job's trials under it (WithTrials).
+	trials bool
+}
+
+// WithTrials is q listing each tuning job's trials, under their job
+// (`jobs list --trials`); without, a tuning job's row counts them.
+func (f Query) WithTrials() Query {
+	f.trials = true
+	return f
 }
 
 func (f Query) match(r Row) bool {
@@ -140,6 +150,13 @@ type Row struct {
 	Model  string     `json:"model,omitempty"`
 	Start  time.Time  `json:"start_time"`
 	End    *time.Time `json:"end_time,omitempty"`
+	// Parent is the job that started this one as its child (a tuning
+	// job's trial), as the Temporal server recorded it.
+	Parent string `json:"parent,omitempty"`
+	// Trials counts the trials of a tuning job that the list matched
+	// (shown under it with WithTrials), TrialsRunning those running.
+	Trials        int `json:"trials,omitempty"`
+	TrialsRunning int `json:"trials_running,omitempty"`
 }
 
 // MeaningfulRuns lists the executions matching the visibility query
@@ -185,27 +202,91 @@ func MeaningfulRuns(ctx context.Context, cl client.Client, namespace, query stri
 }
 
 // List returns a row per job matching q, newest first, at most limit:
-// each job's meaningful run (see MeaningfulRun).
+// each job's meaningful run (see MeaningfulRun). A tuning job's trials
+// are part of it: its row counts those the list matched (Trials), and
+// with q.WithTrials they follow it; a trial whose tuning job the list
+// did not match is a row of its own (Parent names its job). limit
+// counts the rows of jobs, not their trials.
 func List(ctx context.Context, cl client.Client, namespace string, q Query, limit int) ([]Row, error) {
 	runs, _, err := MeaningfulRuns(ctx, cl, namespace, q.visibility, 0)
 	if err != nil {
 		return nil, err
 	}
-	rows := []Row{}
+	var all []Row
 	for _, e := range runs {
-		if len(rows) >= limit {
-			break
-		}
 		if r := rowOf(e); q.match(r) {
-			rows = append(rows, r)
+			all = append(all, r)
 		}
 	}
-	return rows, nil
+	return GroupTrials(all, limit, q.trials), nil
+}
+
+// Grouped is a job with the children the list matched (a tuning job's
+// trials and its shared preprocessing), oldest first.
+type Grouped[T any] struct {
+	Job      T
+	Children []T
+}
+
+// Group puts the children among rows (newest first) under their job, as
+// `jobs list` and the console show them: at most limit jobs, in rows'
+// order; a child whose job is not among rows is a job of its own. id and
+// parent read a row's job ID and its parent's ("": none).
+func Group[T any](rows []T, id, parent func(T) string, limit int) []Grouped[T] {
+	listed := map[string]bool{}
+	for _, r := range rows {
+		if parent(r) == "" {
+			listed[id(r)] = true
+		}
+	}
+	children := map[string][]T{}
+	for _, r := range rows {
+		if p := parent(r); p != "" && listed[p] {
+			children[p] = append([]T{r}, children[p]...) // oldest first
+		}
+	}
+	var out []Grouped[T]
+	for _, r := range rows {
+		if p := parent(r); p != "" && listed[p] {
+			continue // under its job
+		}
+		if len(out) >= limit {
+			break
+		}
+		out = append(out, Grouped[T]{Job: r, Children: children[id(r)]})
+	}
+	return out
+}
+
+// IsTrialOf reports whether child is one of job's trials (<job>_trial_<n>),
+// not its shared preprocessing (<job>_data_<k>).
+func IsTrialOf(child, job string) bool { return strings.HasPrefix(child, job+"_trial_") }
+
+// GroupTrials is List's grouping of rows: each tuning job counting its
+// trials, and with show followed by its children.
+func GroupTrials(rows []Row, limit int, show bool) []Row {
+	out := []Row{}
+	for _, g := range Group(rows, func(r Row) string { return r.JobID }, func(r Row) string { return r.Parent }, limit) {
+		r := g.Job
+		for _, c := range g.Children {
+			if IsTrialOf(c.JobID, r.JobID) {
+				r.Trials++
+				if c.Status == "RUNNING" {
+					r.TrialsRunning++
+				}
+			}
+		}
+		out = append(out, r)
+		if show {
+			out = append(out, g.Children...)
+		}
+	}
+	return out
 }
 
 // rowOf is the row of a job's meaningful run e.
 func rowOf(e *workflowpb.WorkflowExecutionInfo) Row {
-	r := Row{JobID: e.Execution.WorkflowId, Status: StatusName(e.Status), Start: e.StartTime.AsTime().UTC()}
+	r := Row{JobID: e.Execution.WorkflowId, Status: StatusName(e.Status), Start: e.StartTime.AsTime().UTC(), Parent: e.GetParentExecution().GetWorkflowId()}
 	if e.CloseTime != nil {
 		t := e.CloseTime.AsTime().UTC()
 		r.End = &t
@@ -258,12 +339,30 @@ func MLRows(ctx context.Context, cl client.Client, namespace, jobID string, pref
 	return rows, nil
 }
 
-// WriteRows writes rows as the table of `jobs list`.
+// WriteRows writes rows as the table of `jobs list`: a tuning job's
+// TRIALS column counts its trials ("8 (2 running)"); a trial listed under
+// its job is indented, one listed alone names its job.
 func WriteRows(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB_ID\tSTATUS\tPHASE\tMODEL\tSTARTED")
+	fmt.Fprintln(tw, "JOB_ID\tSTATUS\tPHASE\tMODEL\tTRIALS\tSTARTED")
+	under := ""
 	for _, r := range rows {
-		printf(tw, "%s\t%s\t%s\t%s\t%s\n", r.JobID, r.Status, r.Phase, r.Model, r.Start.Format(time.RFC3339))
+		id, trials := r.JobID, ""
+		switch {
+		case r.Parent != "" && r.Parent == under:
+			id = "  " + id
+		case r.Parent != "":
+			trials = "trial of " + r.Parent
+		default:
+			under = r.JobID
+		}
+		if r.Trials > 0 {
+			trials = strconv.Itoa(r.Trials)
+			if r.TrialsRunning > 0 {
+				trials += fmt.Sprintf(" (%d running)", r.TrialsRunning)
+			}
+		}
+		printf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, r.Status, r.Phase, r.Model, trials, r.Start.Format(time.RFC3339))
 	}
 	return tw.Flush()
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,6 +47,47 @@ func TestProgressLine(t *testing.T) {
 	for _, want := range []string{workflows.PhaseTraining, "[###############...............] 50/100", "loss 0.5000", "6400 ex/s", "ETA 1s"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("progress line %q lacks %q", got, want)
+		}
+	}
+}
+
+// TestGroupTrials: `jobs list` counts a tuning job's trials on its row
+// (not its shared preprocessing), lists them under it only when asked,
+// oldest first, and counts the limit in jobs; a trial of a job not listed
+// is a row of its own.
+func TestGroupTrials(t *testing.T) {
+	rows := []Row{ // newest first
+		{JobID: "hp_1_trial_2", Status: "RUNNING", Parent: "hp_1"},
+		{JobID: "hp_1_trial_1", Status: "SUCCEEDED", Parent: "hp_1"},
+		{JobID: "hp_1_data_1", Status: "SUCCEEDED", Parent: "hp_1"},
+		{JobID: "census_1", Status: "SUCCEEDED"},
+		{JobID: "hp_1", Status: "RUNNING"},
+		{JobID: "hp_0_trial_4", Status: "FAILED", Parent: "hp_0"},
+	}
+	ids := func(rs []Row) (out []string) {
+		for _, r := range rs {
+			out = append(out, r.JobID)
+		}
+		return out
+	}
+	got := GroupTrials(rows, 10, false)
+	if !slices.Equal(ids(got), []string{"census_1", "hp_1", "hp_0_trial_4"}) || got[1].Trials != 2 || got[1].TrialsRunning != 1 {
+		t.Errorf("grouped: %+v", got)
+	}
+	if got = GroupTrials(rows, 10, true); !slices.Equal(ids(got), []string{"census_1", "hp_1", "hp_1_data_1", "hp_1_trial_1", "hp_1_trial_2", "hp_0_trial_4"}) {
+		t.Errorf("with trials: %v", ids(got))
+	}
+	if got = GroupTrials(rows, 2, true); !slices.Equal(ids(got), []string{"census_1", "hp_1", "hp_1_data_1", "hp_1_trial_1", "hp_1_trial_2"}) {
+		t.Errorf("limit 2 jobs: %v", ids(got))
+	}
+	var b strings.Builder
+	if err := WriteRows(&b, GroupTrials(rows, 10, true)); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"TRIALS", "2 (1 running)", "\n  hp_1_trial_1 ", "trial of hp_0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
 }
