@@ -71,8 +71,8 @@ type jobRow struct {
 	// Parent is the job that started this one (a tuning job's trial).
 	Parent string
 	// Trials and TrialsRunning count a tuning job's trials the list
-	// matched; Children are its trials and shared preprocessing, shown
-	// under it with ?trials=1.
+	// matched; Children are its shared preprocessing and trials (in
+	// jobs.Group's order), shown under it with ?trials=1.
 	Trials, TrialsRunning int
 	Children              []jobRow
 	// Under says the row is listed under its job.

@@ -1,10 +1,12 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -230,7 +232,8 @@ type Grouped[T any] struct {
 
 // Group puts the children among rows (newest first) under their job, as
 // `jobs list` and the console show them: at most limit jobs, in rows'
-// order; a child whose job is not among rows is a job of its own. id and
+// order, each job's children in childOrder; a child whose job is not
+// among rows is a job of its own. id and
 // parent read a row's job ID and its parent's ("": none).
 func Group[T any](rows []T, id, parent func(T) string, limit int) []Grouped[T] {
 	listed := map[string]bool{}
@@ -245,6 +248,9 @@ func Group[T any](rows []T, id, parent func(T) string, limit int) []Grouped[T] {
 			children[p] = append([]T{r}, children[p]...) // oldest first
 		}
 	}
+	for p, cs := range children {
+		slices.SortStableFunc(cs, func(a, b T) int { return cmp.Compare(childOrder(id(a), p), childOrder(id(b), p)) })
+	}
 	var out []Grouped[T]
 	for _, r := range rows {
 		if p := parent(r); p != "" && listed[p] {
@@ -256,6 +262,18 @@ func Group[T any](rows []T, id, parent func(T) string, limit int) []Grouped[T] {
 		out = append(out, Grouped[T]{Job: r, Children: children[id(r)]})
 	}
 	return out
+}
+
+// childOrder orders a job's children: its shared preprocessing
+// (<job>_data_<k>) first, then its trials by number (<job>_trial_<n>),
+// then any other child.
+func childOrder(child, job string) int {
+	for i, kind := range []string{"_data_", "_trial_"} {
+		if n, err := strconv.Atoi(strings.TrimPrefix(child, job+kind)); err == nil && strings.HasPrefix(child, job+kind) {
+			return i<<40 + n
+		}
+	}
+	return 2 << 40
 }
 
 // IsTrialOf reports whether child is one of job's trials (<job>_trial_<n>),

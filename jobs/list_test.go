@@ -53,11 +53,13 @@ func TestProgressLine(t *testing.T) {
 
 // TestGroupTrials: `jobs list` counts a tuning job's trials on its row
 // (not its shared preprocessing), lists them under it only when asked,
-// oldest first, and counts the limit in jobs; a trial of a job not listed
+// its preprocessing first and its trials by number, and counts the limit
+// in jobs; a trial of a job not listed
 // is a row of its own.
 func TestGroupTrials(t *testing.T) {
-	rows := []Row{ // newest first
+	rows := []Row{ // newest first (trial 10 started before trial 2, after trial 1)
 		{JobID: "hp_1_trial_2", Status: "RUNNING", Parent: "hp_1"},
+		{JobID: "hp_1_trial_10", Status: "SUCCEEDED", Parent: "hp_1"},
 		{JobID: "hp_1_trial_1", Status: "SUCCEEDED", Parent: "hp_1"},
 		{JobID: "hp_1_data_1", Status: "SUCCEEDED", Parent: "hp_1"},
 		{JobID: "census_1", Status: "SUCCEEDED"},
@@ -71,13 +73,13 @@ func TestGroupTrials(t *testing.T) {
 		return out
 	}
 	got := GroupTrials(rows, 10, false)
-	if !slices.Equal(ids(got), []string{"census_1", "hp_1", "hp_0_trial_4"}) || got[1].Trials != 2 || got[1].TrialsRunning != 1 {
+	if !slices.Equal(ids(got), []string{"census_1", "hp_1", "hp_0_trial_4"}) || got[1].Trials != 3 || got[1].TrialsRunning != 1 {
 		t.Errorf("grouped: %+v", got)
 	}
-	if got = GroupTrials(rows, 10, true); !slices.Equal(ids(got), []string{"census_1", "hp_1", "hp_1_data_1", "hp_1_trial_1", "hp_1_trial_2", "hp_0_trial_4"}) {
+	if got = GroupTrials(rows, 10, true); !slices.Equal(ids(got), []string{"census_1", "hp_1", "hp_1_data_1", "hp_1_trial_1", "hp_1_trial_2", "hp_1_trial_10", "hp_0_trial_4"}) {
 		t.Errorf("with trials: %v", ids(got))
 	}
-	if got = GroupTrials(rows, 2, true); !slices.Equal(ids(got), []string{"census_1", "hp_1", "hp_1_data_1", "hp_1_trial_1", "hp_1_trial_2"}) {
+	if got = GroupTrials(rows, 2, true); !slices.Equal(ids(got), []string{"census_1", "hp_1", "hp_1_data_1", "hp_1_trial_1", "hp_1_trial_2", "hp_1_trial_10"}) {
 		t.Errorf("limit 2 jobs: %v", ids(got))
 	}
 	var b strings.Builder
@@ -85,7 +87,7 @@ func TestGroupTrials(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"TRIALS", "2 (1 running)", "\n  hp_1_trial_1 ", "trial of hp_0"} {
+	for _, want := range []string{"TRIALS", "3 (1 running)", "\n  hp_1_trial_1 ", "trial of hp_0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
