@@ -6,14 +6,10 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -81,42 +77,8 @@ func TestMLAPIPythonDiscoveryClient(t *testing.T) {
 		realtest.Missing(t, debianPython+" cannot import googleapiclient and google_auth_httplib2 ("+strings.TrimSpace(string(out))+"; apt-get install python3-googleapi python3-google-auth-httplib2, as .ci/run does)")
 	}
 	st := testStack(t, t.TempDir())
-	backend, err := url.Parse("http://" + st.HTTPAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const token = "python-client-token"
-	var (
-		mu       sync.Mutex
-		requests []string
-		uris     []string
-		unauth   []string
-	)
-	// The proxy keeps the client's Host, so the discovery document's
-	// rootUrl (the server as the request reached it) is the proxy's, and
-	// the calls the client builds from it come back through it.
-	proxy := httputil.NewSingleHostReverseProxy(backend)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		line := r.Method + " " + r.URL.Path
-		mu.Lock()
-		requests = append(requests, line)
-		uris = append(uris, r.Method+" "+r.URL.RequestURI())
-		authorized := r.Header.Get("Authorization") == "Bearer "+token
-		if !authorized {
-			unauth = append(unauth, line)
-		}
-		mu.Unlock()
-		if !authorized {
-			// As the prediction server answers without its token.
-			w.Header().Set("WWW-Authenticate", `Bearer realm="trainflow"`)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			w.Write([]byte(`{"error":"send the server's token as \"Authorization: Bearer TOKEN\""}`))
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	srv := newTokenProxy(t, st, token)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
@@ -125,10 +87,8 @@ func TestMLAPIPythonDiscoveryClient(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	err = cmd.Run()
-	mu.Lock()
-	sent := slices.Clone(uris)
-	mu.Unlock()
+	err := cmd.Run()
+	_, sent, _ := srv.sent()
 	if err != nil {
 		t.Fatalf("python3 flow.py: %v\nstderr: %s\nstdout: %s\nrequests: %v", err, stderr.Bytes(), stdout.Bytes(), sent)
 	}
@@ -207,29 +167,19 @@ func TestMLAPIPythonDiscoveryClient(t *testing.T) {
 		t.Errorf("py_long's workflow ended with %v, want cancelled", err)
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
-	if len(unauth) > 0 {
-		t.Errorf("requests without the bearer token: %v", unauth)
-	}
 	// The client was built from the server's document, fetched first.
 	const discoveryFetch = "GET /discovery/v1/apis/ml/v1/rest"
+	requests, uris, _ := srv.sent()
 	if len(requests) == 0 || requests[0] != discoveryFetch {
 		t.Errorf("the client's first request: %v, want %s", requests[:min(len(requests), 1)], discoveryFetch)
 	}
-	for _, want := range []string{
-		discoveryFetch,
+	srv.wantSent(t, discoveryFetch,
 		"POST /v1/projects/my-project/jobs",
 		"GET /v1/projects/my-project/jobs/py_train",
 		"GET /v1/projects/my-project/jobs/py_long",
 		"PATCH /v1/projects/my-project/jobs/py_long",
 		"POST /v1/projects/my-project/jobs/py_long:cancel",
-		"GET /v1/projects/my-project/jobs",
-	} {
-		if !slices.Contains(requests, want) {
-			t.Errorf("the client sent no %s; it sent %v", want, slices.Compact(slices.Clone(requests)))
-		}
-	}
+		"GET /v1/projects/my-project/jobs")
 	for _, u := range uris {
 		if strings.HasPrefix(u, "PATCH ") || strings.HasPrefix(u, "GET /v1/projects/my-project/jobs?") {
 			t.Logf("the client sent %s", u)

@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -336,4 +339,69 @@ func mlJSON(v any) string {
 		panic(errors.New("mustJSON: " + err.Error()))
 	}
 	return string(b)
+}
+
+// tokenProxy stands in front of a stack's server as a client reaches it:
+// it requires the bearer token, as serve --auth-token-file does (a
+// request without it is answered 401 as the server would), and records
+// every request. It keeps the client's Host, so the discovery document's
+// rootUrl (the server as the request reached it) is the proxy's.
+type tokenProxy struct {
+	*httptest.Server
+	mu                   sync.Mutex
+	requests, uris, anon []string
+}
+
+func newTokenProxy(t *testing.T, st *stack, token string) *tokenProxy {
+	t.Helper()
+	backend, err := url.Parse("http://" + st.HTTPAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tokenProxy{}
+	proxy := httputil.NewSingleHostReverseProxy(backend)
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		line := r.Method + " " + r.URL.Path
+		authorized := r.Header.Get("Authorization") == "Bearer "+token
+		p.mu.Lock()
+		p.requests = append(p.requests, line)
+		p.uris = append(p.uris, r.Method+" "+r.URL.RequestURI())
+		if !authorized {
+			p.anon = append(p.anon, line)
+		}
+		p.mu.Unlock()
+		if !authorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="trainflow"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":"send the server's token as \"Authorization: Bearer TOKEN\""}`))
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// sent returns the requests (METHOD PATH), their full URIs, and those
+// that came without the token.
+func (p *tokenProxy) sent() (requests, uris, anon []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.requests), slices.Clone(p.uris), slices.Clone(p.anon)
+}
+
+// wantSent checks that every request of want was sent and none without
+// the token.
+func (p *tokenProxy) wantSent(t *testing.T, want ...string) {
+	t.Helper()
+	requests, _, anon := p.sent()
+	if len(anon) > 0 {
+		t.Errorf("requests without the bearer token: %v", anon)
+	}
+	for _, w := range want {
+		if !slices.Contains(requests, w) {
+			t.Errorf("the client sent no %s; it sent %v", w, slices.Compact(requests))
+		}
+	}
 }

@@ -279,22 +279,43 @@ func versionNumber(name string, vs []int64, labels map[string]int64) (int64, boo
 	return n, err == nil && n > 0 && slices.Contains(vs, n)
 }
 
+// modelPath is a request under models/ without a custom method: its
+// project, its model, and what follows the model ("versions",
+// "versions/V"; hasSub false for the model itself).
+type modelPath struct {
+	project, model, sub string
+	hasSub              bool
+}
+
+// parseModelPath reads a request under models/ (verb names it in a 404):
+// a project this server serves, no custom method (hint says which are),
+// and a model name that can be one.
+func (a *API) parseModelPath(c echo.Context, verb, hint string) (modelPath, error) {
+	var p modelPath
+	var err error
+	if p.project, err = a.project(c); err != nil {
+		return p, err
+	}
+	rest, method := splitMethod(c.Param("*"))
+	if method != "" {
+		return p, notFound("%s models/%s: not a method of models%s", verb, clip(c.Param("*")), hint)
+	}
+	p.model, p.sub, p.hasSub = strings.Cut(rest, "/")
+	if err := ident.Check(p.model); err != nil {
+		return p, notFound("model %q: no such model (a model name is letters, digits and '_', starting with a letter)", clip(p.model))
+	}
+	return p, nil
+}
+
 // getModel answers the GETs under models/: models.get (models/M),
 // versions.list (models/M/versions) and versions.get
 // (models/M/versions/V).
 func (a *API) getModel(c echo.Context) error {
-	project, err := a.project(c)
+	p, err := a.parseModelPath(c, "GET", " (POST :predict is)")
 	if err != nil {
 		return err
 	}
-	rest, method := splitMethod(c.Param("*"))
-	if method != "" {
-		return notFound("GET models/%s: not a method of models (POST :predict is)", clip(c.Param("*")))
-	}
-	name, sub, hasSub := strings.Cut(rest, "/")
-	if err := ident.Check(name); err != nil {
-		return notFound("model %q: no such model (a model name is letters, digits and '_', starting with a letter)", clip(name))
-	}
+	project, name, sub, hasSub, rest := p.project, p.model, p.sub, p.hasSub, c.Param("*")
 	ms, err := a.models()
 	if err != nil {
 		return err

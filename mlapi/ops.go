@@ -210,7 +210,7 @@ func (a *API) setDefault(c echo.Context, project, model, v string) error {
 	if err := ident.Check(model); err != nil {
 		return notFound("model %q: no such model", clip(model))
 	}
-	if ident.Check(v) != nil && !numericName(v) {
+	if ident.Check(v) != nil && !workflows.IsVersionNumber(v) {
 		return notFound("version %q: no such version", clip(v))
 	}
 	b, err := a.body(c)
@@ -237,28 +237,17 @@ func (a *API) setDefault(c echo.Context, project, model, v string) error {
 	return c.JSON(http.StatusOK, &Version{Name: ver, IsDefault: true, State: versionReady, Etag: etag(ver, "true")})
 }
 
-// numericName reports whether s is a version number.
-func numericName(s string) bool {
-	return s != "" && len(s) <= 18 && strings.Trim(s, "0123456789") == "" && s[0] != '0'
-}
 
 // deleteModel answers the DELETEs under models/: models.delete
 // (models/M) and versions.delete (models/M/versions/V), as Operations.
 // What cannot be deleted (a model with versions, the default version)
 // is refused before anything starts, as the worker refuses it again.
 func (a *API) deleteModel(c echo.Context) error {
-	project, err := a.project(c)
+	p, err := a.parseModelPath(c, "DELETE", "")
 	if err != nil {
 		return err
 	}
-	rest, method := splitMethod(c.Param("*"))
-	if method != "" {
-		return notFound("DELETE models/%s: not a method of models", clip(c.Param("*")))
-	}
-	model, sub, hasSub := strings.Cut(rest, "/")
-	if err := ident.Check(model); err != nil {
-		return notFound("model %q: no such model", clip(model))
-	}
+	project, model, sub, hasSub, rest := p.project, p.model, p.sub, p.hasSub, c.Param("*")
 	ms, err := a.models()
 	if err != nil {
 		return err
@@ -403,7 +392,7 @@ func (a *API) operation(ctx context.Context, project, id string) (*Operation, er
 	}
 	if ident.Valid(in.Model) {
 		op.Metadata.ModelName = modelName(project, in.Model)
-		if in.Version != "" && (ident.Valid(in.Version) || numericName(in.Version)) {
+		if in.Version != "" && (ident.Valid(in.Version) || workflows.IsVersionNumber(in.Version)) {
 			op.Metadata.Version = &Version{Name: op.Metadata.ModelName + "/versions/" + in.Version, State: "CREATING"}
 		}
 	}
@@ -515,18 +504,11 @@ func (a *API) listOperations(c echo.Context) error {
 // updateMask description and/or labels) and versions.patch
 // (models/M/versions/V, updateMask description), as Operations.
 func (a *API) patchModel(c echo.Context) error {
-	project, err := a.project(c)
+	p, err := a.parseModelPath(c, "PATCH", "")
 	if err != nil {
 		return err
 	}
-	rest, method := splitMethod(c.Param("*"))
-	if method != "" {
-		return notFound("PATCH models/%s: not a method of models", clip(c.Param("*")))
-	}
-	model, sub, hasSub := strings.Cut(rest, "/")
-	if err := ident.Check(model); err != nil {
-		return notFound("model %q: no such model", clip(model))
-	}
+	project, model, sub, hasSub, rest := p.project, p.model, p.sub, p.hasSub, c.Param("*")
 	if err := checkQuery(c, "updateMask"); err != nil {
 		return err
 	}
@@ -544,7 +526,7 @@ func (a *API) patchModel(c echo.Context) error {
 	allowed := []string{"description", "labels"}
 	if hasSub {
 		v, ok := strings.CutPrefix(sub, "versions/")
-		if !ok || strings.Contains(v, "/") || (ident.Check(v) != nil && !numericName(v)) {
+		if !ok || strings.Contains(v, "/") || (ident.Check(v) != nil && !workflows.IsVersionNumber(v)) {
 			return notFound("PATCH models/%s: want models/{model} or models/{model}/versions/{version}", clip(rest))
 		}
 		var req versionRequest

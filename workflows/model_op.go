@@ -93,7 +93,7 @@ func (in ModelOpInput) check() error {
 		if err := checkMask(in.UpdateMask, "description"); err != nil {
 			return err
 		}
-		if err := ident.Check(in.Version); err != nil && !numeric(in.Version) {
+		if err := ident.Check(in.Version); err != nil && !IsVersionNumber(in.Version) {
 			return fmt.Errorf("version %q: %v", in.Version, err)
 		}
 	case ModelOpCreateVersion:
@@ -102,7 +102,7 @@ func (in ModelOpInput) check() error {
 		}
 		fallthrough
 	case ModelOpDeleteVersion, ModelOpSetDefault:
-		if err := ident.Check(in.Version); err != nil && !numeric(in.Version) {
+		if err := ident.Check(in.Version); err != nil && !IsVersionNumber(in.Version) {
 			return fmt.Errorf("version %q: %v", in.Version, err)
 		}
 	default:
@@ -129,8 +129,9 @@ func checkMask(mask []string, allowed ...string) error {
 	return nil
 }
 
-// numeric reports whether s is a version number.
-func numeric(s string) bool {
+// IsVersionNumber reports whether s is a version number as a name names
+// it: decimal, no sign or leading zero.
+func IsVersionNumber(s string) bool {
 	if s == "" || len(s) > 18 {
 		return false
 	}
