@@ -237,7 +237,6 @@ func (a *API) setDefault(c echo.Context, project, model, v string) error {
 	return c.JSON(http.StatusOK, &Version{Name: ver, IsDefault: true, State: versionReady, Etag: etag(ver, "true")})
 }
 
-
 // deleteModel answers the DELETEs under models/: models.delete
 // (models/M) and versions.delete (models/M/versions/V), as Operations.
 // What cannot be deleted (a model with versions, the default version)
