@@ -148,16 +148,11 @@ func (a *Activities) versionOf(ctx context.Context, model, name string) (int64, 
 	if err != nil {
 		return 0, "", err
 	}
-	if v, ok := c.Labels[name]; ok && slices.Contains(vs, v) {
-		return v, name, nil
-	}
-	if v, err := strconv.ParseInt(name, 10, 64); err == nil && slices.Contains(vs, v) {
-		for l, lv := range c.Labels {
-			if lv == v {
-				return v, l, nil
-			}
+	if v, ok := bundle.VersionByName(name, vs, c.Labels); ok {
+		if c.Labels[name] == v {
+			return v, name, nil // named by a label of its own
 		}
-		return v, name, nil
+		return v, bundle.VersionName(v, c.Labels), nil
 	}
 	return 0, "", modelError(fmt.Errorf("%w: model %s has no version %s", bundle.ErrNotFound, model, name))
 }

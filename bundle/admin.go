@@ -9,6 +9,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -234,4 +235,26 @@ func (r *Store) UpdateModelInfo(ctx context.Context, model string, change func(*
 		return err
 	}
 	return r.st.Write(ctx, model+"/"+ModelInfoFile, b)
+}
+
+// VersionByName resolves a version's name among versions vs: a label of
+// labels (config.json's, the name ml/v1's versions.create gives), else
+// its number. ok is false when neither names one of vs.
+func VersionByName(name string, vs []int64, labels map[string]int64) (v int64, ok bool) {
+	if v, ok := labels[name]; ok && slices.Contains(vs, v) {
+		return v, true
+	}
+	n, err := strconv.ParseInt(name, 10, 64)
+	return n, err == nil && n > 0 && slices.Contains(vs, n)
+}
+
+// VersionName is version v's name: its first label in sorted order (a
+// version may have several), else its number.
+func VersionName(v int64, labels map[string]int64) string {
+	for _, l := range slices.Sorted(maps.Keys(labels)) {
+		if labels[l] == v {
+			return l
+		}
+	}
+	return strconv.FormatInt(v, 10)
 }

@@ -93,3 +93,25 @@ func TestAdmin(t *testing.T) {
 		})
 	}
 }
+
+// TestVersionNames: a version is named by its label (the first in sorted
+// order when it has several) or its number, and either name finds it
+// among the versions there; a label of a version not there, a number not
+// there, zero or a negative number do not.
+func TestVersionNames(t *testing.T) {
+	vs, labels := []int64{1, 2, 3}, map[string]int64{"v2": 2, "b": 3, "a": 3, "gone": 9}
+	for _, c := range []struct {
+		name string
+		v    int64
+		ok   bool
+	}{{"v2", 2, true}, {"a", 3, true}, {"1", 1, true}, {"3", 3, true}, {"gone", 0, false}, {"9", 0, false}, {"0", 0, false}, {"-1", 0, false}, {"x", 0, false}} {
+		if v, ok := bundle.VersionByName(c.name, vs, labels); ok != c.ok || (ok && v != c.v) {
+			t.Errorf("VersionByName(%q) = %d, %v; want %d, %v", c.name, v, ok, c.v, c.ok)
+		}
+	}
+	for v, want := range map[int64]string{1: "1", 2: "v2", 3: "a"} {
+		if got := bundle.VersionName(v, labels); got != want {
+			t.Errorf("VersionName(%d) = %q, want %q", v, got, want)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -249,14 +248,7 @@ func modelName(project, model string) string { return "projects/" + project + "/
 // version is version v of model; its name is its label (the ml/v1 name
 // versions.create gave it), else its number.
 func version(project, model string, v, def int64, labels map[string]int64) *Version {
-	id := strconv.FormatInt(v, 10)
-	for _, l := range slices.Sorted(maps.Keys(labels)) {
-		if labels[l] == v {
-			id = l
-			break
-		}
-	}
-	name := modelName(project, model) + "/versions/" + id
+	name := modelName(project, model) + "/versions/" + bundle.VersionName(v, labels)
 	return &Version{Name: name, IsDefault: v == def, State: versionReady, Etag: etag(name, strconv.FormatBool(v == def))}
 }
 
@@ -267,16 +259,6 @@ func described(v *Version, ms Models, model string, n int64) *Version {
 		v.Description = info.Versions[strconv.FormatInt(n, 10)].Description
 	}
 	return v
-}
-
-// versionNumber resolves a version's ml/v1 name (a label, or a number)
-// among a model's loaded versions vs.
-func versionNumber(name string, vs []int64, labels map[string]int64) (int64, bool) {
-	if v, ok := labels[name]; ok && slices.Contains(vs, v) {
-		return v, true
-	}
-	n, err := strconv.ParseInt(name, 10, 64)
-	return n, err == nil && n > 0 && slices.Contains(vs, n)
 }
 
 // modelPath is a request under models/ without a custom method: its
@@ -341,7 +323,7 @@ func (a *API) getModel(c echo.Context) error {
 		return err
 	}
 	vs, def, err := ms.Status(name)
-	n, ok := versionNumber(v, vs, ms.Labels(name))
+	n, ok := bundle.VersionByName(v, vs, ms.Labels(name))
 	if err != nil || !ok {
 		return notFound("version %s of model %s not found (versions.list lists them)", clip(v), name)
 	}

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainflow/trainflow/bundle"
 	"github.com/trainflow/trainflow/internal/ident"
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
@@ -262,7 +263,7 @@ func (a *API) deleteModel(c echo.Context) error {
 		if !ok || strings.Contains(v, "/") {
 			return notFound("DELETE models/%s: want models/{model} or models/{model}/versions/{version}", clip(rest))
 		}
-		n, found := versionNumber(v, vs, ms.Labels(model))
+		n, found := bundle.VersionByName(v, vs, ms.Labels(model))
 		if !found {
 			return notFound("version %s of model %s not found", clip(v), model)
 		}
