@@ -199,6 +199,27 @@ func invalidSpec(prefix string, err error) error {
 	return invalid("%s%s", prefix, strings.TrimPrefix(err.Error(), jobspec.ErrInvalid.Error()+": "))
 }
 
+// decodeBody reads the request's body (bounded, see body) and decodes
+// it strictly into v.
+func (a *API) decodeBody(c echo.Context, v any) error {
+	b, err := a.body(c)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(b, v)
+}
+
+// emptyBody reads a body that is an empty message ({}) or nothing, as
+// the custom methods :cancel and :setDefault take.
+func (a *API) emptyBody(c echo.Context) error {
+	b, err := a.body(c)
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return err
+	}
+	var req struct{}
+	return decodeStrict(b, &req)
+}
+
 // decodeStrict decodes b into v by the rules of job specs: every key a
 // field, every value of its type; the error names the field and
 // suggests the key meant.
@@ -215,12 +236,8 @@ func (a *API) create(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	b, err := a.body(c)
-	if err != nil {
-		return err
-	}
 	var req jobRequest
-	if err := decodeStrict(b, &req); err != nil {
+	if err := a.decodeBody(c, &req); err != nil {
 		return err
 	}
 	if err := ident.Check(req.JobID); err != nil {
@@ -360,15 +377,8 @@ func (a *API) cancel(c echo.Context) error {
 	if err := ident.Check(id); err != nil {
 		return notFound("job %q: no such job (a job ID is letters, digits and '_')", clip(id))
 	}
-	b, err := a.body(c)
-	if err != nil {
+	if err := a.emptyBody(c); err != nil { // CancelJobRequest: {}
 		return err
-	}
-	if len(strings.TrimSpace(string(b))) > 0 { // CancelJobRequest: {}
-		var req struct{}
-		if err := decodeStrict(b, &req); err != nil {
-			return err
-		}
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), callTimeout)
 	defer cancel()

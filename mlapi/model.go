@@ -101,6 +101,20 @@ func checkQuery(c echo.Context, method ...string) error {
 	return nil
 }
 
+// listPage reads the query of a list method that takes no filter here
+// (models.list, versions.list, operations.list): the parameters it
+// knows, a filter refused naming method (tail adds to the message), and
+// the page size.
+func listPage(c echo.Context, method, tail string) (int, error) {
+	if err := checkQuery(c, "pageSize", "pageToken", "filter"); err != nil {
+		return 0, err
+	}
+	if f := c.QueryParam("filter"); strings.TrimSpace(f) != "" {
+		return 0, invalid("filter: %s takes no filter here (docs/ml-api.md)%s", method, tail)
+	}
+	return pageSize(c, defaultModelPage, maxModelPage)
+}
+
 // pageSize parses a list's pageSize: default def, at most max.
 func pageSize(c echo.Context, def, most int) (int, error) {
 	s := c.QueryParam("pageSize")
@@ -183,13 +197,7 @@ func (a *API) listModels(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := checkQuery(c, "pageSize", "pageToken", "filter"); err != nil {
-		return err
-	}
-	if f := c.QueryParam("filter"); strings.TrimSpace(f) != "" {
-		return invalid("filter: models.list takes no filter here (docs/ml-api.md); list every model")
-	}
-	size, err := pageSize(c, defaultModelPage, maxModelPage)
+	size, err := listPage(c, "models.list", "; list every model")
 	if err != nil {
 		return err
 	}
@@ -231,15 +239,23 @@ func (a *API) model(ms Models, project, name string) (*Model, error) {
 	if (err != nil || !slices.Contains(vs, def)) && !created {
 		return nil, notFound("model %s not found (models.list lists the models this server serves)", name)
 	}
-	m := &Model{Name: modelName(project, name), Description: info.Description, Labels: info.Labels}
-	ver := ""
+	var dv *Version
 	if slices.Contains(vs, def) {
-		m.DefaultVersion = version(project, name, def, def, ms.Labels(name))
-		ver = m.DefaultVersion.Name
+		dv = version(project, name, def, def, ms.Labels(name))
 	}
-	labels, _ := json.Marshal(info.Labels)
-	m.Etag = etag(name, ver, info.Description, string(labels))
-	return m, nil
+	return modelOf(project, name, info.Description, info.Labels, dv), nil
+}
+
+// modelOf is the Model name of project with its etag: a digest of its
+// default version's name, description and labels.
+func modelOf(project, name, description string, labels map[string]string, def *Version) *Model {
+	ver := ""
+	if def != nil {
+		ver = def.Name
+	}
+	b, _ := json.Marshal(labels) // sorted keys
+	return &Model{Name: modelName(project, name), Description: description, Labels: labels, DefaultVersion: def,
+		Etag: etag(name, ver, description, string(b))}
 }
 
 // modelName and version name the resources of project.
@@ -249,15 +265,19 @@ func modelName(project, model string) string { return "projects/" + project + "/
 // versions.create gave it), else its number.
 func version(project, model string, v, def int64, labels map[string]int64) *Version {
 	name := modelName(project, model) + "/versions/" + bundle.VersionName(v, labels)
-	return &Version{Name: name, IsDefault: v == def, State: versionReady, Etag: etag(name, strconv.FormatBool(v == def))}
+	return &Version{Name: name, IsDefault: v == def, State: versionReady, Etag: versionEtag(name, v == def)}
+}
+
+// versionEtag is a Version's etag: a digest of its name and whether it
+// is the default.
+func versionEtag(name string, isDefault bool) string {
+	return etag(name, strconv.FormatBool(isDefault))
 }
 
 // described is v (version n) with the description versions.patch
 // recorded.
-func described(v *Version, ms Models, model string, n int64) *Version {
-	if info, ok := ms.Info(model); ok {
-		v.Description = info.Versions[strconv.FormatInt(n, 10)].Description
-	}
+func described(v *Version, info bundle.ModelInfo, n int64) *Version {
+	v.Description = info.Versions[strconv.FormatInt(n, 10)].Description
 	return v
 }
 
@@ -327,18 +347,13 @@ func (a *API) getModel(c echo.Context) error {
 	if err != nil || !ok {
 		return notFound("version %s of model %s not found (versions.list lists them)", clip(v), name)
 	}
-	return c.JSON(http.StatusOK, described(version(project, name, n, def, ms.Labels(name)), ms, name, n))
+	info, _ := ms.Info(name)
+	return c.JSON(http.StatusOK, described(version(project, name, n, def, ms.Labels(name)), info, n))
 }
 
 // listVersions is projects.models.versions.list.
 func (a *API) listVersions(c echo.Context, ms Models, project, model string) error {
-	if err := checkQuery(c, "pageSize", "pageToken", "filter"); err != nil {
-		return err
-	}
-	if f := c.QueryParam("filter"); strings.TrimSpace(f) != "" {
-		return invalid("filter: versions.list takes no filter here (docs/ml-api.md); list every version")
-	}
-	size, err := pageSize(c, defaultModelPage, maxModelPage)
+	size, err := listPage(c, "versions.list", "; list every version")
 	if err != nil {
 		return err
 	}
@@ -347,7 +362,8 @@ func (a *API) listVersions(c echo.Context, ms Models, project, model string) err
 		return err
 	}
 	vs, def, err := ms.Status(model)
-	if _, created := ms.Info(model); err != nil && !created {
+	info, created := ms.Info(model) // read once for every version listed
+	if err != nil && !created {
 		return notFound("model %s not found (models.list lists the models this server serves)", model)
 	}
 	var past func(int64) bool
@@ -359,7 +375,7 @@ func (a *API) listVersions(c echo.Context, ms Models, project, model string) err
 	out := versionList{Versions: []*Version{}, NextPageToken: next}
 	labels := ms.Labels(model)
 	for _, v := range got {
-		out.Versions = append(out.Versions, described(version(project, model, v, def, labels), ms, model, v))
+		out.Versions = append(out.Versions, described(version(project, model, v, def, labels), info, v))
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -119,12 +119,8 @@ func (a *API) createModel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	b, err := a.body(c)
-	if err != nil {
-		return err
-	}
 	var req modelRequest
-	if err := decodeStrict(b, &req); err != nil {
+	if err := a.decodeBody(c, &req); err != nil {
 		return err
 	}
 	if err := ident.Check(req.Name); err != nil {
@@ -142,9 +138,7 @@ func (a *API) createModel(c echo.Context) error {
 		Description: req.Description, Labels: req.Labels}); err != nil {
 		return err
 	}
-	labels, _ := json.Marshal(req.Labels)
-	return c.JSON(http.StatusOK, &Model{Name: modelName(project, req.Name), Description: req.Description, Labels: req.Labels,
-		Etag: etag(req.Name, "", req.Description, string(labels))})
+	return c.JSON(http.StatusOK, modelOf(project, req.Name, req.Description, req.Labels, nil))
 }
 
 // postModel answers the POSTs under models/: :predict (the prediction
@@ -178,12 +172,8 @@ func (a *API) createVersion(c echo.Context, project, model string) error {
 	if err := ident.Check(model); err != nil {
 		return notFound("model %q: no such model", clip(model))
 	}
-	b, err := a.body(c)
-	if err != nil {
-		return err
-	}
 	var req versionRequest
-	if err := decodeStrict(b, &req); err != nil {
+	if err := a.decodeBody(c, &req); err != nil {
 		return err
 	}
 	if err := ident.Check(req.Name); err != nil {
@@ -214,15 +204,8 @@ func (a *API) setDefault(c echo.Context, project, model, v string) error {
 	if ident.Check(v) != nil && !workflows.IsVersionNumber(v) {
 		return notFound("version %q: no such version", clip(v))
 	}
-	b, err := a.body(c)
-	if err != nil {
+	if err := a.emptyBody(c); err != nil { // SetDefaultVersionRequest: {}
 		return err
-	}
-	if len(strings.TrimSpace(string(b))) > 0 { // SetDefaultVersionRequest: {}
-		var req struct{}
-		if err := decodeStrict(b, &req); err != nil {
-			return err
-		}
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), callTimeout)
 	defer cancel()
@@ -235,7 +218,7 @@ func (a *API) setDefault(c echo.Context, project, model, v string) error {
 		name = itoa(res.Version)
 	}
 	ver := modelName(project, model) + "/versions/" + name
-	return c.JSON(http.StatusOK, &Version{Name: ver, IsDefault: true, State: versionReady, Etag: etag(ver, "true")})
+	return c.JSON(http.StatusOK, &Version{Name: ver, IsDefault: true, State: versionReady, Etag: versionEtag(ver, true)})
 }
 
 // deleteModel answers the DELETEs under models/: models.delete
@@ -414,7 +397,7 @@ func (a *API) operation(ctx context.Context, project, id string) (*Operation, er
 	case workflows.ModelOpCreateVersion, workflows.ModelOpSetDefault:
 		v := op.Metadata.Version
 		v.State, v.IsDefault = versionReady, res.Default
-		v.Etag = etag(v.Name, fmt.Sprint(res.Default))
+		v.Etag = versionEtag(v.Name, res.Default)
 		op.Response = map[string]any{"@type": typeVersion, "name": v.Name, "isDefault": res.Default, "state": versionReady, "deploymentUri": in.DeploymentURI, "etag": v.Etag}
 	default:
 		op.Response = map[string]any{"@type": typeEmpty}
@@ -461,13 +444,7 @@ func (a *API) listOperations(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := checkQuery(c, "pageSize", "pageToken", "filter"); err != nil {
-		return err
-	}
-	if f := c.QueryParam("filter"); strings.TrimSpace(f) != "" {
-		return invalid("filter: operations.list takes no filter here (docs/ml-api.md)")
-	}
-	size, err := pageSize(c, defaultModelPage, maxModelPage)
+	size, err := listPage(c, "operations.list", "")
 	if err != nil {
 		return err
 	}

@@ -40,12 +40,8 @@ func (a *API) patch(c echo.Context) error {
 			return invalid("updateMask %q: only labels can change (updateMask=labels)", clip(mask))
 		}
 	}
-	b, err := a.body(c)
-	if err != nil {
-		return err
-	}
 	var req Job
-	if err := decodeStrict(b, &req); err != nil {
+	if err := a.decodeBody(c, &req); err != nil {
 		return err
 	}
 	if err := checkLabels(req.Labels); err != nil {
