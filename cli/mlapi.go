@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -25,7 +24,6 @@ import (
 	"github.com/trainflow/trainflow/jobs"
 	"github.com/trainflow/trainflow/jobspec"
 	"github.com/trainflow/trainflow/mlapi"
-	"github.com/trainflow/trainflow/train/app"
 )
 
 // mlFlags are the ml/v1 REST API's flags, shared by serve and dev
@@ -111,18 +109,7 @@ func rootPackage(roots []string, uri, module string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		// gcloud staged an sdist (trainer-0.1/…): the workers' layout.
-		if archive, err = app.FromSdist(archive); err != nil {
-			return nil, err
-		}
-		ok, err := app.PackageHasModule(archive, module)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, fmt.Errorf("no module %s (pythonModule) in it", module)
-		}
-		return archive, nil
+		return stagedArchive(archive, module) // gcloud staged an sdist (trainer-0.1/…)
 	}
 	return nil, fmt.Errorf("not inside the package roots this server reads (its operator's --ml-package-roots)")
 }
@@ -157,14 +144,7 @@ func readStoredPackage(root, rel string) ([]byte, error) {
 		return nil, packageReadError(err)
 	}
 	defer r.Close()
-	b, err := io.ReadAll(io.LimitReader(r, jobspec.MaxPackageBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > jobspec.MaxPackageBytes {
-		return nil, fmt.Errorf("larger than %d bytes, what a job may carry", jobspec.MaxPackageBytes)
-	}
-	return b, nil
+	return readArchive(r)
 }
 
 // packageReadError says why a package was not read without naming paths

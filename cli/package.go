@@ -58,22 +58,44 @@ func configPackage(uri, module string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	archive, err := io.ReadAll(io.LimitReader(f, jobspec.MaxPackageBytes+1))
+	archive, err := readArchive(f)
+	if err == nil {
+		archive, err = stagedArchive(archive, module)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", uri, err)
+	}
+	return archive, nil
+}
+
+// readArchive reads a package archive from r, at most what a job may
+// carry (jobspec.MaxPackageBytes).
+func readArchive(r io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, jobspec.MaxPackageBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(archive) > jobspec.MaxPackageBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes, what a job may carry", uri, jobspec.MaxPackageBytes)
+	if len(b) > jobspec.MaxPackageBytes {
+		return nil, fmt.Errorf("larger than %d bytes, what a job may carry", jobspec.MaxPackageBytes)
 	}
-	if archive, err = app.FromSdist(archive); err != nil {
-		return nil, fmt.Errorf("%s: %w", uri, err)
+	return b, nil
+}
+
+// stagedArchive is a staged package archive (an sdist as setuptools and
+// gcloud make it, one trainer-0.1/ directory; or trainflow's layout) in
+// the layout workers install (app.FromSdist), checked to hold module.
+// config.yaml's packageUris and the ml/v1 API's both take it so.
+func stagedArchive(archive []byte, module string) ([]byte, error) {
+	archive, err := app.FromSdist(archive)
+	if err != nil {
+		return nil, err
 	}
 	ok, err := app.PackageHasModule(archive, module)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", uri, err)
+		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%s: no module %s (pythonModule) in it", uri, module)
+		return nil, fmt.Errorf("no module %s (pythonModule) in it", module)
 	}
 	return archive, nil
 }
