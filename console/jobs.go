@@ -134,14 +134,7 @@ func (c *Console) jobs(ec echo.Context) error {
 		for i := range r.Children {
 			r.Children[i].Under = true
 		}
-		for _, ch := range g.Children {
-			if jobs.IsTrialOf(ch.ID, r.ID) {
-				r.Trials++
-				if ch.Status == "RUNNING" {
-					r.TrialsRunning++
-				}
-			}
-		}
+		r.Trials, r.TrialsRunning = jobs.CountTrials(r.ID, g.Children, func(c jobRow) string { return c.ID }, func(c jobRow) bool { return c.Status == "RUNNING" })
 		b.Rows = append(b.Rows, r)
 	}
 	b.More = more || len(groups) < len(all) && len(groups) == maxJobs

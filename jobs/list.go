@@ -276,9 +276,19 @@ func childOrder(child, job string) int {
 	return 2 << 40
 }
 
-// IsTrialOf reports whether child is one of job's trials (<job>_trial_<n>),
-// not its shared preprocessing (<job>_data_<k>).
-func IsTrialOf(child, job string) bool { return strings.HasPrefix(child, job+"_trial_") }
+// CountTrials counts the trials among job's children (<job>_trial_<n>,
+// not its shared preprocessing <job>_data_<k>) and those running.
+func CountTrials[T any](job string, children []T, id func(T) string, running func(T) bool) (trials, runningTrials int) {
+	for _, c := range children {
+		if strings.HasPrefix(id(c), job+"_trial_") {
+			trials++
+			if running(c) {
+				runningTrials++
+			}
+		}
+	}
+	return trials, runningTrials
+}
 
 // GroupTrials is List's grouping of rows: each tuning job counting its
 // trials, and with show followed by its children.
@@ -286,14 +296,7 @@ func GroupTrials(rows []Row, limit int, show bool) []Row {
 	out := []Row{}
 	for _, g := range Group(rows, func(r Row) string { return r.JobID }, func(r Row) string { return r.Parent }, limit) {
 		r := g.Job
-		for _, c := range g.Children {
-			if IsTrialOf(c.JobID, r.JobID) {
-				r.Trials++
-				if c.Status == "RUNNING" {
-					r.TrialsRunning++
-				}
-			}
-		}
+		r.Trials, r.TrialsRunning = CountTrials(r.JobID, g.Children, func(c Row) string { return c.JobID }, func(c Row) bool { return c.Status == "RUNNING" })
 		out = append(out, r)
 		if show {
 			out = append(out, g.Children...)
