@@ -186,9 +186,10 @@ func (r *Store) DeleteVersion(ctx context.Context, model string, version int64) 
 	if err != nil {
 		return err
 	}
-	if slices.Contains(slices.Collect(maps.Values(c.Labels)), version) || slices.Contains(c.Versions, version) {
-		maps.DeleteFunc(c.Labels, func(_ string, v int64) bool { return v == version })
-		c.Versions = slices.DeleteFunc(c.Versions, func(v int64) bool { return v == version })
+	n := len(c.Labels) + len(c.Versions)
+	maps.DeleteFunc(c.Labels, func(_ string, v int64) bool { return v == version })
+	c.Versions = slices.DeleteFunc(c.Versions, func(v int64) bool { return v == version })
+	if len(c.Labels)+len(c.Versions) < n { // config.json named it
 		if err := r.writeConfig(ctx, model, c); err != nil {
 			return err
 		}
