@@ -40,8 +40,12 @@ type Models interface {
 // models.create made.
 func names(ms Models) []string {
 	out := ms.Models()
+	loaded := len(out)
 	for _, n := range ms.Stored() {
-		if _, created := ms.Info(n); created && !slices.Contains(out, n) {
+		if slices.Contains(out[:loaded], n) {
+			continue // loaded: no model.json to read here (model reads it)
+		}
+		if _, created := ms.Info(n); created {
 			out = append(out, n)
 		}
 	}
